@@ -1,0 +1,37 @@
+"""gpupred: predict a training job's GPU utilization, memory and co-location slowdown from its graph.
+
+The public face is small and never imports torch::
+
+    import gpupred
+    features = gpupred.featurize("resnet50.onnx", batch_size=64)
+    predictor = gpupred.load_predictor()          # the committed models/predictor.joblib
+    predictor.predict("resnet50.onnx", batch_size=64, precision="bf16")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.graph import featurize
+    from gpupred.predictor import Predictor, load_predictor
+    from gpupred.workloads import WorkloadSpec
+
+_LAZY = {
+    "featurize": "gpupred.graph",
+    "load_predictor": "gpupred.predictor",
+    "Predictor": "gpupred.predictor",
+    "WorkloadSpec": "gpupred.workloads",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names on first use, so ``import gpupred`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gpupred' has no attribute {name!r}")

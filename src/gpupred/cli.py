@@ -1,0 +1,59 @@
+"""The ``gpupred`` command. Each stage registers its own commands; errors print one line, exit 2."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpupred.errors import GpupredError
+
+app = typer.Typer(
+    name="gpupred",
+    help="Predict a training job's GPU utilization, memory and co-location slowdown from its graph.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    """Attach every stage's commands (modules whose import stays free of torch)."""
+    from gpupred.graph import cli as graph_cli
+    from gpupred.pipeline import register as pipeline_register
+    from gpupred.predictor import cli as predictor_cli
+    from gpupred.profile import cli as profile_cli
+    from gpupred.workloads import cli as workloads_cli
+
+    for register in (
+        workloads_cli.register,
+        graph_cli.register,
+        profile_cli.register,
+        predictor_cli.register,
+        pipeline_register,
+    ):
+        register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turning a :class:`GpupredError` into one line on stderr and exit 2."""
+    _register()
+    try:
+        app(args=argv, standalone_mode=False)
+    except GpupredError as err:
+        print(f"gpupred: error: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None
+    except typer.Abort:
+        print("gpupred: aborted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as err:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(err, click.exceptions.ClickException):
+            err.show()
+            raise SystemExit(err.exit_code) from None
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,153 @@
+"""The raw-data contract: what a sweep folder holds, written by the profiler, read by the dataset.
+
+A sweep folder ``data/raw/<gpu>/<sweep-id>/`` holds::
+
+    manifest.json               sweep settings and progress (written by the sweep)
+    README.md                   the data card (written by a person)
+    runs/<group_id>.parquet     one row per job of one run unit (RUN_SCHEMA); present = finished
+    samples/<group_id>.parquet  the unit's NVML samples, long format (SAMPLE_SCHEMA)
+
+A run unit is a solo run (one row, ``group_id == run_id``) or a co-located group (one row per member,
+``run_id == f"{group_id}.m{member}"``). The samples file is written first and the runs file last, each
+atomically (temp file, fsync, rename): a unit whose runs file exists is whole. ``t_s`` is seconds since
+the unit started; a row's measured window is ``[window_start_s, window_end_s]`` on that clock.
+This module only describes and checks; the profiler writes, the dataset builder reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpupred.errors import GpupredError
+
+SCHEMA_VERSION = 1
+STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout")
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("run_id", pa.string()),
+        ("group_id", pa.string()),
+        ("group_size", pa.int32()),  # 1 for a solo run
+        ("member", pa.int32()),  # 0..group_size-1
+        ("sweep_id", pa.string()),
+        ("workload_id", pa.string()),
+        ("family", pa.string()),
+        ("spec_json", pa.string()),  # WorkloadSpec.to_json()
+        ("status", pa.string()),  # one of STATUSES
+        ("message", pa.string()),  # error / OOM text, "" when ok
+        ("simulated", pa.bool_()),  # True for --dry-run output (CPU, fake NVML): never data
+        ("host_batches", pa.bool_()),  # batches copied from host every step instead of resident
+        ("gpu_name", pa.string()),
+        ("gpu_uuid", pa.string()),
+        ("gpu_sm_count", pa.int32()),
+        ("gpu_memory_total_mib", pa.float64()),
+        ("driver_version", pa.string()),
+        ("cuda_version", pa.string()),
+        ("torch_version", pa.string()),
+        ("gpupred_version", pa.string()),
+        ("host", pa.string()),
+        ("started_at", pa.string()),  # ISO 8601, UTC
+        ("warmup_s", pa.float64()),
+        ("warmup_iters", pa.int32()),
+        ("window_start_s", pa.float64()),
+        ("window_end_s", pa.float64()),
+        ("n_iters", pa.int32()),  # iterations in the measured window
+        ("iter_times_s", pa.list_(pa.float64())),
+        ("iter_time_mean_s", pa.float64()),
+        ("iter_time_median_s", pa.float64()),
+        ("samples_per_s", pa.float64()),  # training examples per second (x fused copies)
+        ("torch_peak_allocated_mib", pa.float64()),
+        ("torch_peak_reserved_mib", pa.float64()),
+        ("sampler_interval_ms", pa.float64()),
+        ("buffered_supported", pa.bool_()),
+        ("gpm_supported", pa.bool_()),
+    ]
+)
+
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("group_id", pa.string()),
+        ("t_s", pa.float64()),
+        ("metric", pa.string()),  # one of METRICS
+        ("value", pa.float64()),
+        ("member", pa.int32()),  # -1 device-wide; else the member whose process this is (proc_mem_mib)
+        ("source", pa.string()),  # "poll", "buffered" (NVML sample buffer) or "gpm"
+    ]
+)
+
+# metric name -> unit. Device-wide unless noted.
+METRICS: dict[str, str] = {
+    "gpu_util": "%",  # nvmlDeviceGetUtilizationRates().gpu: time a kernel was running
+    "mem_util": "%",  # memory-controller busy
+    "mem_used_mib": "MiB",
+    "power_w": "W",
+    "sm_clock_mhz": "MHz",
+    "mem_clock_mhz": "MHz",
+    "temp_c": "C",
+    "pcie_tx_kib_s": "KiB/s",
+    "pcie_rx_kib_s": "KiB/s",
+    "throttle_reasons": "bitmask",
+    "sm_active": "%",  # GPM (Hopper)
+    "sm_occupancy": "%",  # GPM
+    "tensor_active": "%",  # GPM, any tensor pipe
+    "dram_bw_util": "%",  # GPM
+    "proc_mem_mib": "MiB",  # per member process
+}
+
+
+def unit_paths(sweep_dir: Path, group_id: str) -> tuple[Path, Path]:
+    """Where one run unit's runs and samples files live."""
+    return sweep_dir / "runs" / f"{group_id}.parquet", sweep_dir / "samples" / f"{group_id}.parquet"
+
+
+def sweep_dirs(root: Path) -> list[Path]:
+    """Every sweep folder (one holding ``runs/``) under ``root``, sorted."""
+    if not root.exists():
+        return []
+    return sorted(p.parent for p in root.rglob("runs") if p.is_dir())
+
+
+def _read_table(path: Path, schema: pa.Schema) -> pd.DataFrame:
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise GpupredError(f"{path}: not a readable parquet file ({type(err).__name__}: {err})") from None
+    missing = [n for n in schema.names if n not in table.column_names]
+    if missing:
+        raise GpupredError(f"{path}: missing columns {missing} of the raw-data contract (gpupred.profile.schema)")
+    return table.select(schema.names).to_pandas()
+
+
+def read_runs(root: Path) -> pd.DataFrame:
+    """All run rows of every sweep under ``root`` (a sweep folder or a tree of them), checked."""
+    frames = []
+    for sweep in sweep_dirs(root):
+        for path in sorted((sweep / "runs").glob("*.parquet")):
+            df = _read_table(path, RUN_SCHEMA)
+            bad = set(df["status"]) - set(STATUSES)
+            if bad:
+                raise GpupredError(f"{path}: unknown status {sorted(bad)}; expected one of {STATUSES}")
+            df["sweep_dir"] = str(sweep)
+            frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=[*RUN_SCHEMA.names, "sweep_dir"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_samples(sweep_dir: Path, group_ids: list[str] | None = None) -> pd.DataFrame:
+    """The samples of the given run units of one sweep folder (all units if None), checked."""
+    folder = sweep_dir / "samples"
+    paths = sorted(folder.glob("*.parquet")) if group_ids is None else [folder / f"{g}.parquet" for g in group_ids]
+    frames = []
+    for path in paths:
+        if not path.exists():
+            raise GpupredError(f"{path}: samples file missing for a finished run")
+        frames.append(_read_table(path, SAMPLE_SCHEMA))
+    if not frames:
+        return pd.DataFrame(columns=SAMPLE_SCHEMA.names)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,173 @@
+"""The workload spec: a frozen description of one training job, and its stable readable id.
+
+Id grammar (the join key everywhere)::
+
+    <family>.<arch>[-<knob><int>...]-bs<int>[-<img|seq|in><int>]-<fp32|bf16>-<sgd|adam>[-x<int>]
+
+e.g. ``resnet.resnet50-bs64-img224-bf16-sgd`` or ``lstm.lstm-v10000-e256-h512-l2-bs32-seq64-fp32-adam``.
+``x<F>`` marks F fused copies (inter-trial fusion) and is left out when F is 1. ``family`` is the
+architecture family used by leave-one-family-out evaluation (resnet18/50/101 are one family).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from gpupred.errors import GpupredError
+
+Precision = Literal["fp32", "bf16"]
+Optimizer = Literal["sgd", "adam"]
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family is: its kind, the input token of its ids, and its knobs in id order."""
+
+    name: str
+    kind: Literal["cnn", "mlp", "rnn", "transformer", "gan", "recsys"]
+    input_token: Literal["img", "seq", "in", ""]
+    knobs: tuple[str, ...] = ()
+    archs: tuple[str, ...] = ()
+
+
+# knob letters: w width, d depth, v vocab, e embedding, h hidden (rnn) / heads (transformer),
+# l layers, m d_model, f feed-forward, z latent, g generator width, k discriminator width,
+# u users, i items.
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("resnet", "cnn", "img", archs=("resnet18", "resnet50", "resnet101")),
+        Family("vgg", "cnn", "img", archs=("vgg11", "vgg16")),
+        Family("alexnet", "cnn", "img", archs=("alexnet",)),
+        Family("googlenet", "cnn", "img", archs=("googlenet",)),
+        Family("inception", "cnn", "img", archs=("inception_v3",)),
+        Family("mobilenet", "cnn", "img", archs=("mobilenet_v2", "mobilenet_v3_large")),
+        Family("densenet", "cnn", "img", archs=("densenet121",)),
+        Family("efficientnet", "cnn", "img", archs=("efficientnet_b0",)),
+        Family("squeezenet", "cnn", "img", archs=("squeezenet1_1",)),
+        Family("shufflenet", "cnn", "img", archs=("shufflenet_v2_x1_0",)),
+        Family("vit", "transformer", "img", archs=("vit_b_16",)),
+        Family("mlp", "mlp", "in", knobs=("w", "d"), archs=("mlp",)),
+        Family("lstm", "rnn", "seq", knobs=("v", "e", "h", "l"), archs=("lstm",)),
+        Family("gru", "rnn", "seq", knobs=("v", "e", "h", "l"), archs=("gru",)),
+        Family("bert", "transformer", "seq", knobs=("v", "m", "h", "l"), archs=("bert",)),
+        Family("gpt", "transformer", "seq", knobs=("v", "m", "h", "l"), archs=("gpt",)),
+        Family("dcgan", "gan", "img", knobs=("z", "g", "k"), archs=("dcgan",)),
+        Family("neumf", "recsys", "", knobs=("u", "i", "e", "l"), archs=("neumf",)),
+    )
+}
+
+_TOKEN = re.compile(r"^([a-z]+)(\d+)$")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One training job: family, architecture, knobs, batch size, input size, precision, optimizer."""
+
+    family: str
+    arch: str
+    batch_size: int
+    input_size: int = 0  # image side, sequence length or input features; 0 where the family has none
+    precision: Precision = "fp32"
+    optimizer: Optimizer = "sgd"
+    knobs: tuple[tuple[str, int], ...] = field(default=())  # in the family's knob order
+    fused: int = 1  # F independent copies trained as one job (torch.func vmap)
+
+    def __post_init__(self) -> None:
+        fam = FAMILIES.get(self.family)
+        if fam is None:
+            raise GpupredError(f"unknown workload family {self.family!r}; known: {', '.join(FAMILIES)}")
+        if self.arch not in fam.archs:
+            raise GpupredError(f"unknown architecture {self.arch!r} for family {self.family!r}; known: {', '.join(fam.archs)}")
+        if tuple(k for k, _ in self.knobs) != fam.knobs:
+            raise GpupredError(f"family {self.family!r} needs knobs {fam.knobs}, got {tuple(k for k, _ in self.knobs)}")
+        if self.precision not in PRECISIONS:
+            raise GpupredError(f"unknown precision {self.precision!r}; known: {', '.join(PRECISIONS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise GpupredError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        if self.batch_size < 1 or self.fused < 1 or (fam.input_token and self.input_size < 1):
+            raise GpupredError(f"batch size, fused count and input size must be positive: {self!r}")
+
+    @property
+    def kind(self) -> str:
+        """The broad kind of model (cnn, rnn, transformer, ...)."""
+        return FAMILIES[self.family].kind
+
+    @property
+    def knob(self) -> dict[str, int]:
+        """Knobs as a dict, e.g. ``{'w': 1024, 'd': 4}``."""
+        return dict(self.knobs)
+
+    @property
+    def arch_key(self) -> str:
+        """The id without batch size, precision and optimizer: one ONNX export serves all of them."""
+        parts = [f"{self.family}.{self.arch}", *(f"{k}{v}" for k, v in self.knobs)]
+        token = FAMILIES[self.family].input_token
+        if token:
+            parts.append(f"{token}{self.input_size}")
+        if self.fused != 1:
+            parts.append(f"x{self.fused}")
+        return "-".join(parts)
+
+    @property
+    def id(self) -> str:
+        """The stable readable id, e.g. ``resnet.resnet50-bs64-img224-bf16-sgd``."""
+        parts = [f"{self.family}.{self.arch}", *(f"{k}{v}" for k, v in self.knobs), f"bs{self.batch_size}"]
+        token = FAMILIES[self.family].input_token
+        if token:
+            parts.append(f"{token}{self.input_size}")
+        parts += [self.precision, self.optimizer]
+        if self.fused != 1:
+            parts.append(f"x{self.fused}")
+        return "-".join(parts)
+
+    def to_json(self) -> str:
+        """The spec as a JSON object (stored with every run)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "WorkloadSpec":
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["knobs"] = tuple((str(k), int(v)) for k, v in d.get("knobs", ()))
+        return cls(**d)
+
+    @classmethod
+    def from_id(cls, workload_id: str) -> "WorkloadSpec":
+        """Parse an id; raise :class:`GpupredError` naming the id if it is not one."""
+        try:
+            head, *tokens = workload_id.strip().split("-")
+            family, arch = head.split(".", 1)
+            fused = 1
+            if tokens and re.fullmatch(r"x\d+", tokens[-1]):
+                fused = int(tokens.pop()[1:])
+            optimizer, precision = tokens.pop(), tokens.pop()
+            fam = FAMILIES[family]
+            input_size = 0
+            if fam.input_token:
+                m = _TOKEN.match(tokens.pop())
+                if not m or m.group(1) != fam.input_token:
+                    raise ValueError("input token")
+                input_size = int(m.group(2))
+            m = _TOKEN.match(tokens.pop())
+            if not m or m.group(1) != "bs":
+                raise ValueError("batch token")
+            knobs = []
+            for tok in tokens:
+                km = _TOKEN.match(tok)
+                if not km:
+                    raise ValueError(tok)
+                knobs.append((km.group(1), int(km.group(2))))
+            return cls(family, arch, int(m.group(2)), input_size, precision, optimizer, tuple(knobs), fused)  # type: ignore[arg-type]
+        except GpupredError as err:
+            raise GpupredError(f"workload id {workload_id!r}: {err}") from None
+        except (ValueError, IndexError, KeyError):
+            raise GpupredError(
+                f"not a workload id: {workload_id!r} (expected <family>.<arch>[-knobs]-bs<N>[-img|seq|in<N>]-<fp32|bf16>-<sgd|adam>; "
+                "`gpupred zoo list` shows the catalog)"
+            ) from None
