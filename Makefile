@@ -15,7 +15,6 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
-	$(BIN)/python -m ipykernel install --user --name python3 >/dev/null
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -70,16 +70,19 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)
 
 
-def run_pipeline(only: list[str] | None = None, out_dir: Path | None = None) -> list[NotebookResult]:
+def run_pipeline(
+    only: list[str] | None = None, out_dir: Path | None = None, folder: Path | None = None
+) -> list[NotebookResult]:
     """Run the numbered notebooks (or those whose names start with one of ``only``) in order."""
+    out_dir = out_dir or config.REPORTS
     results = []
-    for nb in notebooks():
+    for nb in notebooks(folder):
         if only and not any(nb.name.startswith(o) for o in only):
             continue
         result = run_notebook(nb, out_dir=out_dir)
         print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
         results.append(result)
-    summary = (out_dir or config.REPORTS) / "pipeline.json"
+    summary = out_dir / "pipeline.json"
     summary.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     return results
 

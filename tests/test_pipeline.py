@@ -1,0 +1,47 @@
+"""The notebook runner: order, skipped notebooks (missing input), failures named, HTML written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gpupred.errors import GpupredError
+from gpupred.pipeline import notebooks, run_pipeline
+
+
+def _notebook(path: Path, source: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("n: int = 1  # fixture parameter")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(source)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+@pytest.mark.notebook
+def test_pipeline_runs_in_order_and_skips_missing_input(tmp_path: Path) -> None:
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    _notebook(folder / "02-second.ipynb", "from gpupred.pipeline import MissingInput\nraise MissingInput('no runs in data/raw yet')")
+    _notebook(folder / "01-first.ipynb", "print(n * 2)")
+    _notebook(folder / "scratch.ipynb", "raise SystemExit(1)")  # not numbered: never run
+    assert [p.name for p in notebooks(folder)] == ["01-first.ipynb", "02-second.ipynb"]
+
+    out = tmp_path / "reports"
+    results = run_pipeline(out_dir=out, folder=folder)
+    assert [(r.notebook, r.status) for r in results] == [("01-first.ipynb", "ok"), ("02-second.ipynb", "skipped")]
+    assert "no runs in data/raw yet" in results[1].reason
+    assert (out / "01-first.html").exists() and (out / "02-second.html").exists()
+    assert json.loads((out / "pipeline.json").read_text())[1]["status"] == "skipped"
+
+
+@pytest.mark.notebook
+def test_pipeline_failure_names_the_notebook(tmp_path: Path) -> None:
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    _notebook(folder / "01-broken.ipynb", "raise ValueError('bad column')")
+    with pytest.raises(GpupredError, match=r"01-broken.ipynb failed: ValueError: bad column"):
+        run_pipeline(out_dir=tmp_path / "reports", folder=folder)
