@@ -1,0 +1,113 @@
+"""GPU hardware features: a small table of vendor specifications keyed by GPU name.
+
+Peak TFLOP/s are dense figures (NVIDIA datasheets quote tensor-core rates "with sparsity", which are
+twice the dense rate; we halve those). ``tflops_tf32``/``tflops_bf16`` equal ``tflops_fp32`` on GPUs
+without TF32/BF16 tensor cores (V100, T4), where those dtypes run no faster than fp32.
+Memory is the vendor's marketed size in GB; bandwidth in GB/s.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from gpupred.errors import GpupredError
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Vendor specifications of one GPU model."""
+
+    name: str
+    sm_count: int
+    memory_gb: float
+    mem_bw_gbs: float
+    tflops_fp32: float
+    tflops_tf32: float
+    tflops_bf16: float
+
+
+# (pattern on the normalized NVML name, spec). Order matters: the first match wins.
+_TABLE: list[tuple[str, GpuSpec]] = [
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, FP32 67 TF,
+    # TF32 989 TF / BF16 1,979 TF with sparsity. 132 SMs (same GH100 configuration as H100 SXM).
+    (r"h200", GpuSpec("H200", 132, 141, 4800, 67.0, 494.5, 989.5)),
+    # NVIDIA H100 datasheet, H100 NVL: 94 GB, 3.9 TB/s, FP32 60 TF, TF32 835 / BF16 1,671 TF with sparsity.
+    (r"h100 nvl", GpuSpec("H100 NVL", 132, 94, 3900, 60.0, 417.5, 835.5)),
+    # NVIDIA H100 datasheet, H100 PCIe: 80 GB, 2 TB/s, FP32 51 TF, TF32 756 / BF16 1,513 TF with sparsity;
+    # 114 SMs (NVIDIA Hopper architecture whitepaper).
+    (r"h100 pcie", GpuSpec("H100 PCIe", 114, 80, 2000, 51.0, 378.0, 756.5)),
+    # NVIDIA H100 datasheet, H100 SXM: 80 GB, 3.35 TB/s, FP32 67 TF, TF32 989 / BF16 1,979 TF with sparsity;
+    # 132 SMs (Hopper whitepaper). NVML names it "NVIDIA H100 80GB HBM3".
+    (r"h100", GpuSpec("H100 SXM", 132, 80, 3350, 67.0, 494.5, 989.5)),
+    # NVIDIA A100 datasheet: 108 SMs; FP32 19.5 TF, TF32 156 TF, BF16 312 TF (dense).
+    # 80GB SXM 2,039 GB/s; 80GB PCIe 1,935 GB/s; 40GB 1,555 GB/s.
+    (r"a100.*(pcie|pci e).*80|a100 80gb pcie", GpuSpec("A100 PCIe 80GB", 108, 80, 1935, 19.5, 156.0, 312.0)),
+    (r"a100.*80", GpuSpec("A100 SXM 80GB", 108, 80, 2039, 19.5, 156.0, 312.0)),
+    (r"a100", GpuSpec("A100 40GB", 108, 40, 1555, 19.5, 156.0, 312.0)),
+    # NVIDIA L40S datasheet: 142 SMs, 48 GB, 864 GB/s, FP32 91.6 TF, TF32 366 / BF16 733 TF with sparsity.
+    (r"l40s", GpuSpec("L40S", 142, 48, 864, 91.6, 183.0, 366.5)),
+    # NVIDIA L4 datasheet: 58 SMs, 24 GB, 300 GB/s, FP32 30.3 TF, TF32 120 / BF16 242 TF with sparsity.
+    (r"\bl4\b", GpuSpec("L4", 58, 24, 300, 30.3, 60.0, 121.0)),
+    # NVIDIA A10 datasheet: 72 SMs, 24 GB, 600 GB/s, FP32 31.2 TF, TF32 62.5 TF, BF16 125 TF (dense).
+    (r"\ba10\b", GpuSpec("A10", 72, 24, 600, 31.2, 62.5, 125.0)),
+    # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores.
+    (r"v100.*pcie", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0)),
+    (r"v100.*16", GpuSpec("V100 SXM2 16GB", 80, 16, 900, 15.7, 15.7, 15.7)),
+    (r"v100", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7)),
+    # NVIDIA T4 datasheet: 40 SMs, 16 GB, 320 GB/s, FP32 8.1 TF; no TF32/BF16 cores.
+    (r"\bt4\b", GpuSpec("T4", 40, 16, 320, 8.1, 8.1, 8.1)),
+    # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): 128 SMs, 24 GB, 1,008 GB/s, FP32 82.6 TF,
+    # TF32 82.6 TF dense, BF16 (FP32 accumulate) 165.2 TF dense.
+    (r"rtx 4090", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2)),
+    # NVIDIA Ampere GA102 whitepaper (RTX 3090): 82 SMs, 24 GB, 936 GB/s, FP32 35.6 TF, TF32 35.6 TF,
+    # BF16 (FP32 accumulate) 71 TF dense.
+    (r"rtx 3090", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0)),
+]
+
+HARDWARE_COLUMNS: tuple[str, ...] = (
+    "gpu_sm_count",
+    "gpu_memory_gb",
+    "gpu_mem_bw_gbs",
+    "gpu_tflops_fp32",
+    "gpu_tflops_tf32",
+    "gpu_tflops_bf16",
+    "gpu_tflops_peak",  # the peak for the run's precision: bf16 -> bf16, fp32 -> fp32
+)
+
+
+def _normalize(name: str) -> str:
+    text = name.lower().replace("-", " ").replace("_", " ")
+    text = re.sub(r"\b(nvidia|tesla|geforce)\b", " ", text)
+    return " ".join(text.split())
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """The vendor specifications of the GPU called ``name`` (an NVML name or a short one like 'h100')."""
+    norm = _normalize(name)
+    for pattern, spec in _TABLE:
+        if re.search(pattern, norm):
+            return spec
+    known = ", ".join(s.name for _, s in _TABLE)
+    raise GpupredError(f"unknown GPU {name!r}: add its vendor specs to gpupred/hardware.py (known: {known})")
+
+
+def known_gpus() -> pd.DataFrame:
+    """The whole table, one row per GPU model."""
+    return pd.DataFrame([asdict(s) for _, s in _TABLE])
+
+
+def hardware_features(name: str, precision: str = "fp32") -> dict[str, float]:
+    """The hardware feature columns (``HARDWARE_COLUMNS``) for one GPU and precision."""
+    s = gpu_spec(name)
+    return {
+        "gpu_sm_count": float(s.sm_count),
+        "gpu_memory_gb": float(s.memory_gb),
+        "gpu_mem_bw_gbs": float(s.mem_bw_gbs),
+        "gpu_tflops_fp32": s.tflops_fp32,
+        "gpu_tflops_tf32": s.tflops_tf32,
+        "gpu_tflops_bf16": s.tflops_bf16,
+        "gpu_tflops_peak": s.tflops_bf16 if precision == "bf16" else s.tflops_fp32,
+    }

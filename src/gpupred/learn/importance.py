@@ -1,0 +1,78 @@
+"""Feature importance: impurity (averaged over tree models, as Horus did), permutation, and SHAP."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from gpupred.learn.regressors import TREE_MODELS, make_regressor
+
+
+def _xy(df: pd.DataFrame, target: str) -> tuple[pd.DataFrame, np.ndarray]:
+    from gpupred.dataset import feature_columns
+
+    data = df[df[target].notna()]
+    return data[feature_columns(data)].astype(float), np.log1p(data[target].to_numpy(float))
+
+
+def _final(model: Any) -> Any:
+    """The last step of a (grid-searched) pipeline."""
+    model = getattr(model, "best_estimator_", model)
+    return model.steps[-1][1] if hasattr(model, "steps") else model
+
+
+def impurity_importance(df: pd.DataFrame, target: str, models: Iterable[str] = TREE_MODELS, tune: bool = False,
+                        seed: int = 0) -> pd.DataFrame:
+    """Normalized impurity importance per tree model (columns) and their mean, features as rows, sorted."""
+    X, z = _xy(df, target)
+    cols = {}
+    for name in models:
+        imp = np.asarray(_final(make_regressor(name, tune=tune, seed=seed).fit(X.to_numpy(), z)).feature_importances_, float)
+        cols[name] = imp / imp.sum() if imp.sum() > 0 else imp
+    out = pd.DataFrame(cols, index=X.columns)
+    out["mean"] = out.mean(axis=1)
+    return out.sort_values("mean", ascending=False)
+
+
+def permutation(df: pd.DataFrame, target: str, model: str = "lightgbm", n_repeats: int = 5, seed: int = 0,
+                test_size: float = 0.2) -> pd.DataFrame:
+    """Permutation importance (drop in R² on log1p target) on a held-out random split."""
+    from sklearn.inspection import permutation_importance
+    from sklearn.model_selection import train_test_split
+
+    X, z = _xy(df, target)
+    Xtr, Xte, ztr, zte = train_test_split(X.to_numpy(), z, test_size=test_size, random_state=seed)
+    fitted = make_regressor(model, tune=False, seed=seed).fit(Xtr, ztr)
+    r = permutation_importance(fitted, Xte, zte, n_repeats=n_repeats, random_state=seed, n_jobs=1)
+    return (pd.DataFrame({"mean": r.importances_mean, "std": r.importances_std}, index=X.columns)
+            .sort_values("mean", ascending=False))
+
+
+def shap_explanation(df: pd.DataFrame, target: str, model: str = "lightgbm", seed: int = 0, max_rows: int = 500) -> Any:
+    """A ``shap.Explanation`` of a tree model fitted on the whole dataset (features on the model's log scale)."""
+    import shap
+
+    from gpupred.learn.regressors import signed_log1p
+
+    X, z = _xy(df, target)
+    fitted = make_regressor(model, tune=False, seed=seed).fit(X.to_numpy(), z)
+    Xs = X.sample(min(max_rows, len(X)), random_state=seed)
+    Xlog = pd.DataFrame(signed_log1p(Xs.to_numpy()), columns=X.columns, index=Xs.index)
+    explanation = shap.TreeExplainer(_final(fitted))(Xlog)
+    explanation.feature_names = list(X.columns)
+    return explanation
+
+
+def plot_importance(table: pd.DataFrame, column: str = "mean", top: int = 15, title: str = "") -> Any:
+    """A horizontal bar chart of the ``top`` features of an importance table."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    t = table[column].head(top)
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(t) + 1.2))
+    sns.barplot(x=t.values, y=t.index, ax=ax, color="tab:blue")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

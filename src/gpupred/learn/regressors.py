@@ -1,0 +1,89 @@
+"""The regressor zoo: each a scikit-learn pipeline on signed-log features with a small tuning grid."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from sklearn.model_selection import GridSearchCV, KFold
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+# targets learned on log1p scale; the predictor's output column names are the keys
+TARGETS: dict[str, str] = {"gpu_util": "log1p", "memory_mib": "log1p", "sm_active": "log1p"}
+
+
+def signed_log1p(x: np.ndarray) -> np.ndarray:
+    """sign(x) * log1p(|x|): tames FLOPs and bytes that span many orders of magnitude."""
+    x = np.asarray(x, dtype=float)
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def _scaled(model: Any) -> Pipeline:
+    return make_pipeline(FunctionTransformer(signed_log1p), StandardScaler(), model)
+
+
+def _logged(model: Any) -> Pipeline:
+    return make_pipeline(FunctionTransformer(signed_log1p), model)
+
+
+def _factories(seed: int) -> dict[str, tuple[Callable[[], Any], dict[str, list[Any]]]]:
+    from lightgbm import LGBMRegressor
+    from sklearn.ensemble import ExtraTreesRegressor, GradientBoostingRegressor, RandomForestRegressor
+    from sklearn.linear_model import Lasso, Ridge
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.svm import SVR
+    from sklearn.tree import DecisionTreeRegressor
+    from xgboost import XGBRegressor
+
+    return {
+        "ridge": (lambda: _scaled(Ridge()), {"ridge__alpha": [0.1, 1.0, 10.0]}),
+        "lasso": (lambda: _scaled(Lasso(max_iter=20000)), {"lasso__alpha": [1e-3, 1e-2, 1e-1]}),
+        "svr": (lambda: _scaled(SVR()), {"svr__C": [1.0, 10.0], "svr__epsilon": [0.01, 0.1]}),
+        "knn": (lambda: _scaled(KNeighborsRegressor()), {"kneighborsregressor__n_neighbors": [3, 5, 9],
+                                                          "kneighborsregressor__weights": ["distance"]}),
+        "decision_tree": (lambda: _logged(DecisionTreeRegressor(random_state=seed)),
+                          {"decisiontreeregressor__max_depth": [4, 8, None]}),
+        "random_forest": (lambda: _logged(RandomForestRegressor(n_estimators=200, random_state=seed, n_jobs=1)),
+                          {"randomforestregressor__max_features": [0.5, 1.0]}),
+        "extra_trees": (lambda: _logged(ExtraTreesRegressor(n_estimators=200, random_state=seed, n_jobs=1)),
+                        {"extratreesregressor__max_features": [0.5, 1.0]}),
+        "gradient_boosting": (lambda: _logged(GradientBoostingRegressor(random_state=seed)),
+                              {"gradientboostingregressor__max_depth": [2, 3], "gradientboostingregressor__n_estimators": [200]}),
+        "xgboost": (lambda: _logged(XGBRegressor(n_estimators=300, learning_rate=0.05, n_jobs=1, random_state=seed, verbosity=0)),
+                    {"xgbregressor__max_depth": [3, 6]}),
+        "lightgbm": (lambda: _logged(LGBMRegressor(n_estimators=300, learning_rate=0.05, min_child_samples=5, n_jobs=1,
+                                                   random_state=seed, verbose=-1)),
+                     {"lgbmregressor__num_leaves": [7, 31]}),
+        "mlp": (lambda: _scaled(MLPRegressor(hidden_layer_sizes=(64, 64), max_iter=2000, early_stopping=False, random_state=seed)),
+                {"mlpregressor__alpha": [1e-4, 1e-2]}),
+    }
+
+
+REGRESSORS: tuple[str, ...] = (
+    "ridge", "lasso", "svr", "knn", "decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost",
+    "lightgbm", "mlp",
+)
+TREE_MODELS: tuple[str, ...] = ("decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost", "lightgbm")
+
+
+def make_regressor(name: str, tune: bool = True, seed: int = 0, cv: int = 3) -> Any:
+    """An unfitted regressor by name (on log1p features); with ``tune`` a small grid search inside."""
+    factories = _factories(seed)
+    if name not in factories:
+        from gpupred.errors import GpupredError
+
+        raise GpupredError(f"unknown regressor {name!r}; known: {', '.join(factories)}")
+    factory, grid = factories[name]
+    model = factory()
+    if tune:
+        model = GridSearchCV(model, grid, cv=KFold(cv, shuffle=True, random_state=seed),
+                             scoring="neg_root_mean_squared_error", n_jobs=1)
+    return model
+
+
+def best_params(model: Any) -> dict[str, Any]:
+    """The tuned hyper-parameters of a fitted (possibly grid-searched) model."""
+    inner = getattr(model, "estimator_", model)
+    return dict(getattr(inner, "best_params_", {}))

@@ -1,0 +1,250 @@
+"""The predictor artifact: models/predictor.joblib plus the models/predictor.json card that vouches for it.
+
+The loader reads the card first and checks the schema version, the joblib file's sha256 and the
+library versions before anything is unpickled. Nothing here imports torch; only predicting from a
+workload id does, through ``gpupred.graph.export``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpupred import config
+from gpupred.errors import GpupredError
+from gpupred.hardware import HARDWARE_COLUMNS, hardware_features
+from gpupred.learn.intervals import ConformalRegressor
+
+SCHEMA_VERSION = 1
+# libraries whose pickles must be read by the very version that wrote them
+CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
+PERCENT_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active")
+MISSING_DEFAULT = "no predictor at models/predictor.joblib yet: run notebook 08 after collecting data"
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries the artifact depends on."""
+    from importlib.metadata import version
+
+    out = {"python": platform.python_version()}
+    for lib in (*CHECKED_LIBRARIES, "pandas", "joblib", "gpupred"):
+        out[lib] = version(lib)
+    return out
+
+
+def _versions_match(lib: str, built: str, installed: str) -> bool:
+    if lib == "numpy":  # pickled arrays are stable within a major version
+        return built.split(".")[0] == installed.split(".")[0]
+    return built == installed
+
+
+def sha256(path: Path) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(df: pd.DataFrame, columns: list[str]) -> str:
+    """A sha256 of the training rows (sorted by run_id) over the given columns."""
+    data = df.sort_values("run_id")[["run_id", *columns]].reset_index(drop=True)
+    return hashlib.sha256(pd.util.hash_pandas_object(data, index=False).to_numpy().tobytes()).hexdigest()
+
+
+class Predictor:
+    """Predicts each trained target with CV+ intervals from graph + GPU features."""
+
+    def __init__(self, feature_names: list[str], targets: dict[str, ConformalRegressor], model_names: dict[str, str],
+                 gpus: list[str], alpha: float) -> None:
+        self.feature_names = list(feature_names)
+        self.targets = targets
+        self.model_names = model_names
+        self.gpus = gpus
+        self.alpha = alpha
+        self.card: dict[str, Any] = {}
+
+    @property
+    def graph_features(self) -> list[str]:
+        """The feature names that come from the graph (the rest are GPU and precision/optimizer encodings)."""
+        from gpupred.dataset import ENCODED_COLUMNS
+
+        return [f for f in self.feature_names if f not in HARDWARE_COLUMNS and f not in ENCODED_COLUMNS]
+
+    def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame:
+        """Turn a DataFrame / dict / ONNX path / workload id into feature rows."""
+        if isinstance(x, pd.DataFrame):
+            return x
+        if isinstance(x, dict):
+            return pd.DataFrame([x])
+        if isinstance(x, (str, Path)):
+            text = str(x)
+            if text.endswith(".onnx") or Path(text).is_file():
+                if not Path(text).is_file():
+                    raise GpupredError(f"{text}: no such ONNX file")
+                if batch_size is None:
+                    raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
+                from gpupred.graph import featurize
+
+                row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer)
+                return pd.DataFrame([{**row, "precision": precision, "optimizer": optimizer}])
+            from gpupred.workloads.spec import WorkloadSpec
+
+            try:
+                spec = WorkloadSpec.from_id(text)
+            except GpupredError:
+                raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
+            from gpupred.graph import featurize
+            from gpupred.graph.export import export_onnx  # imports torch: only this path
+
+            row = featurize(export_onnx(spec), batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
+            return pd.DataFrame([{**row, "precision": spec.precision, "optimizer": spec.optimizer}])
+        raise GpupredError(f"cannot predict from a {type(x).__name__}: pass a DataFrame of features, an ONNX path or a workload id")
+
+    def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
+                 gpu: str | None = None) -> pd.DataFrame:
+        """The model input matrix (columns ``feature_names``) for ``x``."""
+        from gpupred.dataset import encode
+
+        df = self._frame(x, batch_size, precision, optimizer)
+        missing = [f for f in self.graph_features if f not in df.columns]
+        if missing:
+            raise GpupredError(f"input lacks graph features {missing[:5]}{'...' if len(missing) > 5 else ''}: "
+                               "use gpupred.featurize output or dataset rows")
+        out = df[self.graph_features].astype(float).copy()
+        prec = df["precision"] if "precision" in df.columns else pd.Series(precision, index=df.index)
+        opt = df["optimizer"] if "optimizer" in df.columns else pd.Series(optimizer, index=df.index)
+        if gpu is None and all(c in df.columns for c in HARDWARE_COLUMNS):
+            hw = df[list(HARDWARE_COLUMNS)].astype(float)
+        else:
+            if gpu is not None:
+                names = pd.Series(gpu, index=df.index)
+            elif "gpu_name" in df.columns:
+                names = df["gpu_name"]
+            elif len(self.gpus) == 1:
+                names = pd.Series(self.gpus[0], index=df.index)
+            else:
+                raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
+            cache: dict[tuple[str, str], dict[str, float]] = {}
+            hw = pd.DataFrame([cache.setdefault((n, p), hardware_features(n, p)) for n, p in zip(names, prec)], index=df.index)
+        enc = pd.DataFrame([encode(p, o) for p, o in zip(prec, opt)], index=df.index)
+        full = pd.concat([out, hw, enc], axis=1)
+        return full[self.feature_names]
+
+    def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
+                gpu: str | None = None) -> pd.DataFrame:
+        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``."""
+        X = self.features(x, batch_size, precision, optimizer, gpu)
+        arr = X.to_numpy(float)
+        out = {}
+        for name, model in self.targets.items():
+            point, lo, hi = model.predict(arr)
+            if name in PERCENT_TARGETS:
+                point, lo, hi = (np.clip(a, 0, 100) for a in (point, lo, hi))
+            out[name], out[f"{name}_low"], out[f"{name}_high"] = point, lo, hi
+        return pd.DataFrame(out, index=X.index)
+
+
+def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
+                    tune: bool = True, seed: int = 0, min_sm_rows: int = 10) -> Predictor:
+    """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded)."""
+    from gpupred.dataset import feature_columns, validate_dataset
+    from gpupred.learn.regressors import make_regressor
+
+    validate_dataset(df)
+    feats = feature_columns(df)
+    names = ["gpu_util", "memory_mib"] + (["sm_active"] if df.get("sm_active", pd.Series(dtype=float)).notna().sum() >= min_sm_rows else [])
+    chosen = {t: (models if isinstance(models, str) else models.get(t, "xgboost")) for t in names}
+    targets = {}
+    for t in names:
+        data = df[df[t].notna()]
+        targets[t] = ConformalRegressor(make_regressor(chosen[t], tune=tune, seed=seed), alpha, n_folds, seed).fit(
+            data[feats].to_numpy(float), data[t].to_numpy(float), groups=data["family"].to_numpy())
+    return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha)
+
+
+def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None = None,
+                     cv_metrics: dict[str, Any] | None = None) -> Path:
+    """Write the joblib artifact and its JSON card beside it; return the joblib path."""
+    import joblib
+
+    from gpupred.reports import _clean
+
+    path = Path(path) if path is not None else config.PREDICTOR
+    path.parent.mkdir(parents=True, exist_ok=True)
+    predictor.card = {}
+    tmp = path.with_suffix(".joblib.tmp")
+    joblib.dump(predictor, tmp, compress=3)
+    tmp.replace(path)
+    card = {
+        "schema_version": SCHEMA_VERSION,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "feature_names": predictor.feature_names,
+        "targets": {t: {"transform": "log1p", "model": predictor.model_names[t],
+                        "interval": f"CV+ conformal, {1 - predictor.alpha:.0%} nominal, family-grouped folds"}
+                    for t in predictor.targets},
+        "model_names": sorted(set(predictor.model_names.values())),
+        "gpus": predictor.gpus,
+        "cv_metrics": cv_metrics or {},
+        "training_data": {"n_runs": int(len(df)), "families": sorted(df["family"].unique().tolist()),
+                          "fingerprint_sha256": fingerprint(df, [*predictor.feature_names, *predictor.targets])},
+        "library_versions": library_versions(),
+        "sha256": sha256(path),
+    }
+    path.with_suffix(".json").write_text(json.dumps(_clean(card), indent=2) + "\n")
+    return path
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(config.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def read_card(path: Path) -> dict[str, Any]:
+    """The predictor card beside ``path``, checked for schema version and the artifact's sha256."""
+    card_path = path.with_suffix(".json")
+    if not card_path.is_file():
+        raise GpupredError(f"{_display(card_path)}: predictor card missing; refusing to load {_display(path)} (re-export with notebook 08)")
+    try:
+        card = json.loads(card_path.read_text())
+    except json.JSONDecodeError as err:
+        raise GpupredError(f"{_display(card_path)}: not valid JSON ({err}); re-export with notebook 08") from None
+    if not isinstance(card, dict) or card.get("schema_version") != SCHEMA_VERSION:
+        got = card.get("schema_version") if isinstance(card, dict) else None
+        raise GpupredError(f"{_display(card_path)}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
+                           "re-export with notebook 08 or install the matching gpupred")
+    if sha256(path) != card.get("sha256"):
+        raise GpupredError(f"{_display(path)}: sha256 does not match its card (tampered or corrupted); refusing to unpickle it")
+    return card
+
+
+def load_predictor(path: str | Path | None = None) -> Predictor:
+    """Load a predictor (default: models/predictor.joblib) after checking its card's schema, hash and versions."""
+    import joblib
+
+    default = path is None
+    path = Path(path) if path is not None else config.PREDICTOR
+    if not path.is_file():
+        raise GpupredError(MISSING_DEFAULT if default else f"no predictor at {_display(path)}")
+    card = read_card(path)
+    installed = library_versions()
+    for lib in CHECKED_LIBRARIES:
+        built = card.get("library_versions", {}).get(lib)
+        if built is None or not _versions_match(lib, built, installed[lib]):
+            raise GpupredError(f"{_display(path)}: built with {lib} {built}, installed {installed[lib]}; "
+                               "install the versions in its card or re-export with notebook 08")
+    predictor = joblib.load(path)
+    if not isinstance(predictor, Predictor):
+        raise GpupredError(f"{_display(path)}: not a gpupred Predictor")
+    predictor.card = card
+    return predictor

@@ -1,0 +1,41 @@
+"""Memory estimates on FIXTURE frames (toy formula, never data)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fixtures_learning import fixture_dataset
+from gpupred.errors import GpupredError
+from gpupred.memory import METHODS, MemoryModel, analytical_bytes, evaluate_memory, horus_mib, summarize_memory
+
+
+def test_analytical_by_hand() -> None:
+    row = pd.DataFrame([{"param_bytes": 400.0, "params": 100.0, "activation_bytes": 1000.0, "precision": "bf16", "optimizer": "adam"}])
+    # weights 400 + grads 400 + adam 2x400 + activations (already sized for bf16 by gpupred.graph)
+    assert analytical_bytes(row)[0] == 400 + 400 + 800 + 1000
+    row["optimizer"], row["precision"] = "sgd", "fp32"
+    assert analytical_bytes(row)[0] == 400 + 400 + 400 + 1000
+    assert horus_mib(row)[0] == pytest.approx((400 + 1000) / 2**20)
+    with pytest.raises(GpupredError, match="param_bytes"):
+        analytical_bytes(row.drop(columns=["param_bytes"]))
+
+
+def test_memory_model_fits_overhead_and_residual() -> None:
+    df = fixture_dataset(n_batch_sizes=2)
+    model = MemoryModel(residual_model="ridge").fit(df)
+    assert 400 < model.overhead_["H100 SXM"] < 700  # the fixture formula's 520 MiB constant
+    est = model.predict(df)
+    assert list(est.columns) == list(METHODS)
+    rel = np.abs(est["analytical"] - df["memory_mib"]) / df["memory_mib"]
+    assert np.median(rel) < 0.05
+
+
+def test_evaluate_memory_table() -> None:
+    df = fixture_dataset(n_batch_sizes=2)
+    errors = evaluate_memory(df, n_repeats=1)
+    table = summarize_memory(errors)
+    assert set(errors["method"]) == set(METHODS)
+    assert ("median", "lofo") in table.columns and ("p90", "random") in table.columns
+    assert table.loc["analytical", ("median", "random")] < table.loc["horus", ("median", "random")]
