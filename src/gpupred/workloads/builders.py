@@ -1,0 +1,282 @@
+"""Build a workload spec into torch modules, a synthetic batch and a one-iteration training step.
+
+This module imports torch at top level: import it only from code that needs torch (the profiler's
+child process, ONNX export), never from the light path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gpupred.errors import GpupredError
+from gpupred.workloads import models
+from gpupred.workloads.spec import WorkloadSpec
+
+LossFn = Callable[[Any, tuple[Tensor, ...]], Tensor]
+
+BASE_LR: dict[str, float] = {"sgd": 0.01, "adam": 1e-3}  # base learning rate per optimizer
+SGD_MOMENTUM = 0.9
+SEED = 0  # base seed: copy i of a fused job and its synthetic batch derive from it
+
+
+@dataclass
+class _Task:
+    """One family's trainable module, synthetic inputs/targets and loss."""
+
+    model: nn.Module
+    inputs: tuple[Tensor, ...]
+    input_names: list[str]
+    targets: tuple[Tensor, ...]
+    loss_fn: LossFn
+
+
+@dataclass
+class BuiltWorkload:
+    """A spec built into torch: trainable model(s), what ONNX export traces, example inputs, a train-step factory.
+
+    ``export_model`` shares its parameters with ``model``; export before calling ``make_train_step`` on
+    another device (that moves the model). For a fused spec, ``model`` is an ``nn.ModuleList`` of the F
+    copies, ``export_model`` runs every copy on the shared input, and ``lrs`` holds each copy's learning rate.
+    ``batch_size`` is per copy: every copy trains on the same batch.
+    """
+
+    spec: WorkloadSpec
+    model: nn.Module
+    export_model: nn.Module
+    export_inputs: tuple[Tensor, ...]
+    input_names: list[str]
+    batch_axes: tuple[int, ...]
+    targets: tuple[Tensor, ...] = field(repr=False)
+    loss_fn: LossFn | None = field(repr=False)
+    lrs: tuple[float, ...] = ()
+
+    def make_train_step(self, device: str = "cpu", host_batches: bool = False) -> Callable[[], Tensor]:
+        """A closure running one full training iteration on ``device``; it returns the loss (not synced)."""
+        if self.spec.fused > 1:
+            from gpupred.workloads.fused import FusedTrainStep
+
+            assert isinstance(self.model, nn.ModuleList) and self.loss_fn is not None
+            return FusedTrainStep(
+                list(self.model), self.loss_fn, self.export_inputs, self.targets, self.lrs, self.spec, device, host_batches
+            )
+        if self.spec.family == "dcgan":
+            return _dcgan_step(self, device, host_batches)
+        assert self.loss_fn is not None
+        model = self.model.to(device).train()
+        opt = make_optimizer(self.spec.optimizer, model.parameters(), self.lrs[0])
+        batch = _Batches(self.export_inputs + self.targets, device, host_batches)
+        n_in, loss_fn = len(self.export_inputs), self.loss_fn
+        dev_type, bf16 = torch.device(device).type, self.spec.precision == "bf16"
+
+        def step() -> Tensor:
+            data = batch()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(model(*data[:n_in]), data[n_in:])
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+
+class _Batches:
+    """Synthetic batch source: resident on the device, or a pinned host batch copied every call."""
+
+    def __init__(self, tensors: tuple[Tensor, ...], device: str, host: bool) -> None:
+        self.host = host
+        self.device = torch.device(device)
+        if host:
+            pin = self.device.type == "cuda" and torch.cuda.is_available()
+            self.tensors = tuple(t.pin_memory() if pin else t.clone() for t in tensors)
+        else:
+            self.tensors = tuple(t.to(self.device) for t in tensors)
+
+    def __call__(self) -> tuple[Tensor, ...]:
+        """This iteration's batch on the device."""
+        if self.host:
+            return tuple(t.to(self.device, non_blocking=True) for t in self.tensors)
+        return self.tensors
+
+
+def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    """SGD with momentum 0.9 or Adam, at learning rate ``lr``."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise GpupredError(f"unknown optimizer {name!r}; known: sgd, adam")
+
+
+def _ce(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
+    """Cross-entropy over the last axis (classification or per-token), ignoring target -100."""
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), targets[0].reshape(-1), ignore_index=-100)
+
+
+def _bce(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
+    """Binary cross-entropy on logits."""
+    return F.binary_cross_entropy_with_logits(out.float(), targets[0])
+
+
+def _num_classes(image_size: int) -> int:
+    """CIFAR-like 10 classes for small images, ImageNet's 1000 otherwise."""
+    return 10 if image_size <= 64 else 1000
+
+
+def _torchvision(spec: WorkloadSpec) -> nn.Module:
+    """A torchvision classifier with random weights (never downloads)."""
+    import torchvision.models as tvm
+
+    kw: dict[str, Any] = {"weights": None, "num_classes": _num_classes(spec.input_size)}
+    if spec.arch in ("inception_v3", "googlenet"):
+        kw.update(aux_logits=False, init_weights=False)
+        if spec.arch == "inception_v3" and spec.input_size < 75:
+            raise GpupredError(f"workload {spec.id!r}: inception_v3 needs images of at least 75x75")
+    if spec.arch == "vit_b_16":
+        if spec.input_size % 16:
+            raise GpupredError(f"workload {spec.id!r}: vit_b_16 needs an image size divisible by 16")
+        kw["image_size"] = spec.input_size
+    if spec.arch == "alexnet" and spec.input_size < 63:
+        raise GpupredError(f"workload {spec.id!r}: alexnet needs images of at least 63x63")
+    return tvm.get_model(spec.arch, **kw)
+
+
+def _task(spec: WorkloadSpec, seed: int) -> _Task:
+    """Construct one copy of the spec's model (seeded) and its synthetic batch (seeded by SEED)."""
+    g = torch.Generator().manual_seed(SEED + 12345)
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fam = spec.family
+        if spec.kind == "cnn" or fam == "vit":
+            model = _torchvision(spec)
+            x = torch.randn(b, 3, s, s, generator=g)
+            y = torch.randint(0, _num_classes(s), (b,), generator=g)
+            return _Task(model, (x,), ["images"], (y,), _ce)
+        if fam == "mlp":
+            model = models.MLP(s, k["w"], k["d"])
+            x = torch.randn(b, s, generator=g)
+            y = torch.randint(0, 10, (b,), generator=g)
+            return _Task(model, (x,), ["features"], (y,), _ce)
+        if fam in ("lstm", "gru"):
+            model = models.RNNLM(fam, k["v"], k["e"], k["h"], k["l"])
+            tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
+            return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+        if fam in ("bert", "gpt"):
+            if k["m"] % k["h"]:
+                raise GpupredError(f"workload {spec.id!r}: d_model m{k['m']} is not divisible by heads h{k['h']}")
+            model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=fam == "gpt")
+            tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
+            if fam == "gpt":
+                return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+            x = tokens[:, :-1].contiguous()
+            masked = torch.rand(b, s, generator=g) < 0.15  # masked-LM: loss on 15% of positions
+            y = torch.where(masked, x, torch.full_like(x, -100))
+            return _Task(model, (x,), ["tokens"], (y,), _ce)
+        if fam == "dcgan":
+            try:
+                model = models.DCGAN(k["z"], k["g"], k["k"], s)
+            except ValueError as err:
+                raise GpupredError(f"workload {spec.id!r}: {err}") from None
+            z = torch.randn(b, k["z"], 1, 1, generator=g)
+            real = torch.rand(b, 3, s, s, generator=g) * 2 - 1
+            return _Task(model, (z, real), ["latent", "images"], (), _bce)
+        if fam == "neumf":
+            model = models.NeuMF(k["u"], k["i"], k["e"], k["l"])
+            users = torch.randint(0, k["u"], (b,), generator=g)
+            items = torch.randint(0, k["i"], (b,), generator=g)
+            y = torch.randint(0, 2, (b,), generator=g).float()
+            return _Task(model, (users, items), ["users", "items"], (y,), _bce)
+    raise GpupredError(f"workload {spec.id!r}: no builder for family {spec.family!r}")  # pragma: no cover
+
+
+class FusedExport(nn.Module):
+    """F copies of a model run one after another on the same input; outputs stacked on a new axis 0."""
+
+    def __init__(self, copies: list[nn.Module]) -> None:
+        super().__init__()
+        self.copies = nn.ModuleList(copies)
+
+    def forward(self, x: Tensor, x2: Tensor | None = None) -> Tensor:
+        """Every copy's output, stacked ``[F, ...]`` (a fixed signature, which torch.export prefers to *args)."""
+        inputs = (x,) if x2 is None else (x, x2)
+        return torch.stack([m(*inputs) for m in self.copies])
+
+
+def copy_lrs(optimizer: str, copies: int) -> tuple[float, ...]:
+    """Per-copy learning rates: the base rate for one copy, log-spaced over base/10..base*10 for F copies."""
+    base = BASE_LR[optimizer]
+    if copies == 1:
+        return (base,)
+    return tuple(base * 10 ** (-1 + 2 * i / (copies - 1)) for i in range(copies))
+
+
+def build(spec: WorkloadSpec, device: str = "cpu") -> BuiltWorkload:
+    """Build ``spec`` into modules (random init, no downloads), example inputs and a train-step factory."""
+    lrs = copy_lrs(spec.optimizer, spec.fused)
+    if spec.fused > 1:
+        if spec.family == "dcgan":
+            raise GpupredError(f"workload {spec.id!r}: fused copies are not supported for dcgan")
+        tasks = [_task(spec, SEED + i) for i in range(spec.fused)]
+        t0 = tasks[0]
+        copies = [t.model.to(device) for t in tasks]
+        return BuiltWorkload(
+            spec, nn.ModuleList(copies), FusedExport(copies), t0.inputs, t0.input_names,
+            tuple(0 for _ in t0.inputs), t0.targets, t0.loss_fn, lrs,
+        )
+    t = _task(spec, SEED)
+    model = t.model.to(device)
+    export = _DCGANExport(model) if spec.family == "dcgan" else model
+    return BuiltWorkload(spec, model, export, t.inputs, t.input_names, tuple(0 for _ in t.inputs), t.targets, t.loss_fn, lrs)
+
+
+class _DCGANExport(nn.Module):
+    """One DCGAN iteration's forward compute: G(z), then D on the real and the fake batch."""
+
+    def __init__(self, gan: nn.Module) -> None:
+        super().__init__()
+        self.gan = gan
+
+    def forward(self, z: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+        """Discriminator logits on real and generated images."""
+        return self.gan(z, real)
+
+
+def _dcgan_step(built: BuiltWorkload, device: str, host_batches: bool) -> Callable[[], Tensor]:
+    """One DCGAN iteration: a discriminator step on real+fake, then a generator step."""
+    gan = built.model.to(device).train()
+    assert isinstance(gan, models.DCGAN)
+    lr = built.lrs[0]
+    opt_d = make_optimizer(built.spec.optimizer, gan.D.parameters(), lr)
+    opt_g = make_optimizer(built.spec.optimizer, gan.G.parameters(), lr)
+    batch = _Batches(built.export_inputs, device, host_batches)
+    dev_type, bf16 = torch.device(device).type, built.spec.precision == "bf16"
+    ones = torch.ones(built.spec.batch_size, device=device)
+    zeros = torch.zeros(built.spec.batch_size, device=device)
+
+    def step() -> Tensor:
+        z, real = batch()
+        opt_d.zero_grad(set_to_none=True)
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=bf16):
+            fake = gan.G(z)
+            loss_d = _bce(gan.D(real), (ones,)) + _bce(gan.D(fake.detach()), (zeros,))
+        loss_d.backward()
+        opt_d.step()
+        opt_g.zero_grad(set_to_none=True)
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=bf16):
+            loss_g = _bce(gan.D(fake), (ones,))
+        loss_g.backward()
+        opt_g.step()
+        return (loss_d + loss_g).detach()
+
+    return step
+
+
+def param_count(built: BuiltWorkload) -> int:
+    """Number of trainable parameters (all copies for a fused spec)."""
+    return sum(p.numel() for p in built.model.parameters() if p.requires_grad)

@@ -1,0 +1,57 @@
+"""``gpupred zoo``: list the workload catalog (torch-free)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from gpupred.workloads.catalog import by_family, catalog, check_family, fused_catalog
+from gpupred.workloads.spec import WorkloadSpec
+
+zoo = typer.Typer(help="The workload catalog (the sweep plan).", no_args_is_help=True)
+
+
+def spec_row(spec: WorkloadSpec) -> dict[str, object]:
+    """The JSON row ``gpupred zoo list --json`` prints for one spec."""
+    return {
+        "id": spec.id,
+        "family": spec.family,
+        "arch": spec.arch,
+        "batch_size": spec.batch_size,
+        "input_size": spec.input_size,
+        "precision": spec.precision,
+        "optimizer": spec.optimizer,
+        "fused": spec.fused,
+    }
+
+
+@zoo.command("list")
+def list_cmd(
+    family: Annotated[Optional[str], typer.Option("--family", "-f", help="Only this family.")] = None,
+    fused: Annotated[bool, typer.Option("--fused", help="The inter-trial fusion sweep instead of the catalog.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of specs.")] = False,
+) -> None:
+    """List the catalog's workload specs, optionally one family's."""
+    specs = fused_catalog() if fused else catalog()
+    if family is not None:
+        specs = by_family(specs).get(check_family(family), [])
+    if as_json:
+        typer.echo(json.dumps([spec_row(s) for s in specs]))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(specs)} workloads" + (f" in family {family}" if family else ""))
+    for col in ("id", "family", "batch", "input", "precision", "optimizer", "fused"):
+        table.add_column(col, justify="right" if col in ("batch", "input", "fused") else "left",
+                         overflow="fold" if col == "id" else "ellipsis")
+    for s in specs:
+        table.add_row(s.id, s.family, str(s.batch_size), str(s.input_size), s.precision, s.optimizer, str(s.fused))
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``gpupred zoo`` to the main app."""
+    app.add_typer(zoo, name="zoo")
