@@ -66,6 +66,7 @@ RUN_SCHEMA = pa.schema(
         ("sampler_interval_ms", pa.float64()),
         ("buffered_supported", pa.bool_()),
         ("gpm_supported", pa.bool_()),
+        ("notes", pa.string()),  # profiler notes: metrics dropped as unsupported, device mismatches; "" if none
     ]
 )
 

@@ -1,0 +1,145 @@
+"""Writing a sweep folder: each unit atomically (samples, then runs), the manifest, and reading it back.
+
+A unit is finished when its runs file exists. Files are written to a temporary name in the same
+folder, flushed, fsync'd and renamed, then the folder is fsync'd: a SIGKILL at any instant leaves a
+unit whole or absent (a samples file without its runs file is from an unfinished unit and is
+overwritten by the rerun; stray temporary files are removed on the next start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpupred.errors import GpupredError
+from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, read_runs, read_samples, unit_paths
+
+TMP_PREFIX = ".tmp-"
+MANIFEST = "manifest.json"
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - some filesystems refuse
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_parquet(table: pa.Table, path: Path) -> None:
+    """Write a parquet file (zstd) atomically: temp file, fsync, rename, fsync the folder."""
+    _atomic_write(path, lambda fh: pq.write_table(table, fh, compression="zstd", compression_level=9))
+
+
+def atomic_write_json(obj: Any, path: Path) -> None:
+    """Write a JSON file atomically."""
+    _atomic_write(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
+
+
+def finished_units(sweep_dir: Path) -> set[str]:
+    """Group ids whose runs file exists."""
+    folder = sweep_dir / "runs"
+    if not folder.is_dir():
+        return set()
+    return {p.name[: -len(".parquet")] for p in folder.glob("*.parquet") if not p.name.startswith(TMP_PREFIX)}
+
+
+def clean_temporaries(sweep_dir: Path) -> int:
+    """Remove temporary files left by a killed writer; return how many."""
+    n = 0
+    for sub in ("runs", "samples", "."):
+        folder = sweep_dir / sub
+        if folder.is_dir():
+            for p in folder.glob(TMP_PREFIX + "*"):
+                p.unlink(missing_ok=True)
+                n += 1
+    return n
+
+
+def write_unit(sweep_dir: Path, group_id: str, runs: pa.Table, samples: pa.Table) -> None:
+    """Write one finished unit: samples first, runs last; an existing runs file is never rewritten."""
+    runs_path, samples_path = unit_paths(sweep_dir, group_id)
+    if runs_path.exists():
+        raise GpupredError(f"{runs_path}: unit already finished; measurements are never rewritten")
+    if runs.schema != RUN_SCHEMA or samples.schema != SAMPLE_SCHEMA:
+        raise GpupredError(f"unit {group_id}: tables do not follow gpupred.profile.schema")
+    atomic_write_parquet(samples, samples_path)
+    atomic_write_parquet(runs, runs_path)
+
+
+def now_utc() -> str:
+    """ISO 8601 UTC timestamp."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
+    """The sweep's manifest, or None if there is none yet."""
+    path = sweep_dir / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise GpupredError(f"{path}: not valid JSON ({err}); move it away to restart the manifest") from None
+
+
+def write_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
+    """Replace the manifest atomically, stamping ``updated``."""
+    manifest["updated"] = now_utc()
+    atomic_write_json(manifest, sweep_dir / MANIFEST)
+
+
+def window_means(sweep_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per run: the mean of each device-wide metric (poll and gpm sources) over its measured window."""
+    runs = read_runs(sweep_dir) if runs is None else runs
+    if runs.empty:
+        return pd.DataFrame(columns=["run_id"])
+    samples = read_samples(sweep_dir, sorted(set(runs["group_id"])))
+    rows = []
+    for _, run in runs.iterrows():
+        s = samples[(samples["group_id"] == run["group_id"]) & (samples["t_s"] >= run["window_start_s"])
+                    & (samples["t_s"] <= run["window_end_s"]) & samples["source"].isin(["poll", "gpm"])
+                    & ((samples["member"] == -1) | (samples["member"] == run["member"]))]
+        means = s.groupby("metric")["value"].mean().to_dict()
+        rows.append({"run_id": run["run_id"], **means})
+    return pd.DataFrame(rows)
+
+
+def window_means_all(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (from read_runs, any number of sweeps) joined with their window means per metric."""
+    frames = []
+    for sweep_dir in sorted({str(d) for d in runs["sweep_dir"]}):
+        frames.append(window_means(Path(sweep_dir), runs[runs["sweep_dir"].astype(str) == sweep_dir]))
+    means = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id"])
+    return runs.merge(means, on="run_id", how="left")

@@ -1,0 +1,269 @@
+"""Sweeps: run a plan's units one after another (or over a Ray cluster), resumably, within a time budget.
+
+Each finished unit is written atomically before the next starts; a unit cut short by the sweep's own
+time limit (or Ctrl-C) is not written and runs again on resume. Units already on disk are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from gpupred import config
+from gpupred.errors import GpupredError
+from gpupred.profile import store
+from gpupred.profile.harness import HarnessConfig, Launcher, UnitInterrupted, UnitResult, run_unit
+from gpupred.profile.nvml import open_backend, require_gpu
+from gpupred.profile.plan import Unit, load_plan
+
+# settings that must match when a sweep folder is resumed (they change what is measured)
+_PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",
+           "host_batches", "device", "interval_ms", "margin_s")
+
+
+@dataclass
+class SweepSummary:
+    """What a sweep call did."""
+
+    out: Path
+    planned: int
+    already_done: int
+    done_now: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    stopped: str = ""  # why it stopped before the plan's end ("" when the plan is complete)
+    remaining: int = 0
+
+    def line(self) -> str:
+        """One line for the terminal."""
+        st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())) or "none"
+        tail = f"; stopped: {self.stopped}; {self.remaining} units left (run the same command to resume)" if self.stopped else ""
+        return (f"{self.out}: {self.done_now} units run now ({st}), {self.already_done + self.done_now}/{self.planned} "
+                f"finished{tail}")
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def software() -> dict[str, str]:
+    """Versions that shape a measurement (read without importing torch)."""
+    from gpupred import __version__
+
+    return {"python": platform.python_version(), "gpupred": __version__, "torch": _version("torch"),
+            "torchvision": _version("torchvision"), "nvidia-ml-py": _version("nvidia-ml-py"), "host": platform.node()}
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def check_out(out: Path, dry_run: bool) -> None:
+    """Refuse a dry run into data/raw (simulated output must never sit with measurements) and vice versa."""
+    parts = out.resolve().parts
+    in_raw = _under(out, config.RAW) or any(parts[i:i + 2] == ("data", "raw") for i in range(len(parts) - 1))
+    if dry_run and in_raw:
+        raise GpupredError(f"--dry-run output cannot go under data/raw ({out}); use {config.DRYRUN}/... (simulated data is never data)")
+    if not dry_run and (_under(out, config.DRYRUN) or any(parts[i:i + 2] == ("data", "dryrun") for i in range(len(parts) - 1))):
+        raise GpupredError(f"{out} is a dry-run folder; real measurements go under {config.RAW}/<gpu>/<sweep-id>")
+
+
+def harness_config(dry_run: bool, window_s: float | None = None, host_batches: bool = False, **overrides: Any) -> HarnessConfig:
+    """The harness settings of a sweep (a dry run uses the CPU and short windows)."""
+    cfg = HarnessConfig(host_batches=host_batches, **overrides)
+    if dry_run:
+        cfg.device = "cpu"
+        cfg.window_s, cfg.min_iters, cfg.warmup_min_s, cfg.warmup_min_iters = 0.5, 5, 0.2, 2
+    if window_s is not None:
+        cfg.window_s = float(window_s)
+    return cfg
+
+
+def _prepare_manifest(out: Path, plan: str, units: list[Unit], cfg: HarnessConfig, dry_run: bool, executor: str) -> dict[str, Any]:
+    old = store.read_manifest(out)
+    settings = cfg.to_dict()
+    if old is not None:
+        if bool(old.get("dry_run")) != dry_run:
+            raise GpupredError(f"{out}: sweep was started with dry_run={old.get('dry_run')}; use a new --out")
+        old_settings = old.get("settings", {})
+        diff = [k for k in _PINNED if k in old_settings and old_settings[k] != settings[k]]
+        if diff:
+            was = ", ".join(f"{k}={old_settings[k]!r}" for k in diff)
+            raise GpupredError(f"{out}: sweep was started with {was}; resume with the same settings or use a new --out")
+        manifest = old
+        if plan not in manifest.setdefault("plans", [manifest.get("plan", plan)]):
+            manifest["plans"].append(plan)
+    else:
+        manifest = {"sweep_id": out.name, "plan": plan, "plans": [plan], "dry_run": dry_run, "simulated": dry_run,
+                    "settings": settings, "started": store.now_utc(), "sessions": []}
+    manifest["software"] = software()
+    manifest["sessions"].append({"started": store.now_utc(), "executor": executor, "host": platform.node()})
+    manifest["planned_units"] = sorted(set(manifest.get("planned_units", [])) | {u.group_id for u in units})
+    return manifest
+
+
+def _count(manifest: dict[str, Any], out: Path) -> None:
+    done = store.finished_units(out)
+    manifest["counts"] = {"planned": len(manifest["planned_units"]), "finished": len(done & set(manifest["planned_units"]))}
+    manifest["status_counts"] = dict(manifest.get("status_counts", {}))
+
+
+def run_sweep(
+    plan: str,
+    out: Path | None = None,
+    *,
+    max_minutes: float | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    dry_run: bool = False,
+    window_s: float | None = None,
+    limit: int | None = None,
+    host_batches: bool = False,
+    harness: HarnessConfig | None = None,
+    progress: bool = True,
+    ray_num_gpus: float | None = None,
+) -> SweepSummary:
+    """Run (or resume) a sweep of ``plan`` into ``out``; stop before ``max_minutes`` would be exceeded."""
+    if executor not in ("local", "ray"):
+        raise GpupredError(f"unknown executor {executor!r}; use local or ray")
+    if not dry_run and executor == "local":
+        require_gpu()  # one line at once: no NVIDIA GPU/driver found (...)
+    if out is None:
+        if not dry_run:
+            raise GpupredError("--out is required: data/raw/<gpu>/<sweep-id>")
+        out = config.DRYRUN / "cpu" / f"dry-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(out)
+    check_out(out, dry_run)
+    units = load_plan(plan, limit)
+    cfg = harness or harness_config(dry_run, window_s, host_batches)
+    start = time.monotonic()
+    deadline = start + max_minutes * 60 if max_minutes else None
+    out.mkdir(parents=True, exist_ok=True)
+    store.clean_temporaries(out)
+    manifest = _prepare_manifest(out, plan, units, cfg, dry_run, executor)
+    done = store.finished_units(out)
+    todo = [u for u in units if u.group_id not in done]
+    summary = SweepSummary(out, len(units), len(units) - len(todo))
+    _count(manifest, out)
+    store.write_manifest(out, manifest)
+    sweep_id = out.name
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(units), initial=summary.already_done, desc=f"sweep {sweep_id}", unit="unit",
+               disable=not progress, dynamic_ncols=True, file=sys.stderr)
+
+    def record(result: UnitResult) -> None:
+        store.write_unit(out, result.group_id, result.runs, result.samples)
+        summary.done_now += 1
+        for s in result.statuses:
+            summary.statuses[s] += 1
+            manifest["status_counts"][s] = manifest.get("status_counts", {}).get(s, 0) + 1
+        _count(manifest, out)
+        store.write_manifest(out, manifest)
+        bar.set_postfix_str(f"{result.group_id[:40]} {'/'.join(result.statuses)}")
+        bar.update(1)
+
+    try:
+        if executor == "ray":
+            from gpupred.profile.ray_executor import run_on_ray
+
+            summary.stopped = run_on_ray(todo, cfg, dry_run, sweep_id, deadline, address, record, ray_num_gpus)
+        else:
+            summary.stopped = _run_local(todo, cfg, dry_run, sweep_id, deadline, record)
+    except KeyboardInterrupt:
+        summary.stopped = "interrupted (the unit in flight was not written)"
+    finally:
+        bar.close()
+        summary.remaining = len([u for u in units if u.group_id not in store.finished_units(out)])
+        manifest["sessions"][-1].update(ended=store.now_utc(), units_run=summary.done_now, stopped=summary.stopped)
+        _count(manifest, out)
+        store.write_manifest(out, manifest)
+    return summary
+
+
+def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
+    """Time to reserve for the next unit: 1.25x the longest seen so far + 5 s, or the hard timeout before any."""
+    return max(walls) * 1.25 + 5.0 if walls else cfg.unit_timeout_s
+
+
+def _run_local(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: str, deadline: float | None,
+               record: Callable[[UnitResult], None]) -> str:
+    if not todo:
+        return ""
+    backend = open_backend(dry_run)
+    launcher = Launcher(spares=max(len(u.workload_ids) for u in todo[:2]))
+    walls: list[float] = []
+    try:
+        for i, unit in enumerate(todo):
+            if deadline is not None and deadline - time.monotonic() < estimate_unit_s(walls, cfg):
+                return f"time budget (next unit needs ~{estimate_unit_s(walls, cfg):.0f} s)"
+            nxt = todo[i + 1] if i + 1 < len(todo) else None
+            launcher.spares_wanted = len(nxt.workload_ids) if nxt else 0
+            try:
+                result = run_unit(unit.specs, backend, cfg, unit.group_id, sweep_id, deadline, launcher)
+            except UnitInterrupted:
+                return "time budget reached during a unit (not written; it runs again on resume)"
+            walls.append(result.wall_s)
+            record(result)
+        return ""
+    finally:
+        launcher.close()
+        backend.close()
+
+
+def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool = False, host_batches: bool = False) -> dict[str, Any]:
+    """Profile one workload (nothing written) and return a summary of its run."""
+    from gpupred.workloads.spec import WorkloadSpec
+
+    if not dry_run:
+        require_gpu()
+    spec = WorkloadSpec.from_id(workload_id)
+    cfg = harness_config(dry_run, window_s, host_batches)
+    backend = open_backend(dry_run)
+    try:
+        result = run_unit([spec], backend, cfg, spec.id)
+    finally:
+        backend.close()
+    return summarize_unit(result)
+
+
+def summarize_unit(result: UnitResult) -> dict[str, Any]:
+    """The headline figures of a solo unit: status, iteration time, throughput, utilization, memory."""
+    row = result.runs.to_pylist()[0]
+    s = result.samples.to_pandas()
+    ws, we = row["window_start_s"], row["window_end_s"]
+    win = s[(s["t_s"] >= ws) & (s["t_s"] <= we)] if math.isfinite(ws) else s.iloc[0:0]
+
+    def mean(metric: str, source: str = "poll") -> float | None:
+        v = win[(win["metric"] == metric) & (win["source"] == source)]["value"]
+        return round(float(v.mean()), 3) if len(v) else None
+
+    def peak(metric: str) -> float | None:
+        v = s[s["metric"] == metric]["value"]
+        return round(float(v.max()), 1) if len(v) else None
+
+    keys = ("workload_id", "status", "message", "simulated", "gpu_name", "n_iters", "iter_time_mean_s",
+            "iter_time_median_s", "samples_per_s", "torch_peak_allocated_mib", "torch_peak_reserved_mib",
+            "warmup_s", "gpm_supported", "buffered_supported", "notes")
+    out: dict[str, Any] = {k: row[k] for k in keys}
+    out.update(gpu_util_mean=mean("gpu_util"), gpu_util_buffered_mean=mean("gpu_util", "buffered"),
+               mem_util_mean=mean("mem_util"), sm_active_mean=mean("sm_active", "gpm"),
+               tensor_active_mean=mean("tensor_active", "gpm"), power_w_mean=mean("power_w"),
+               mem_used_mib_peak=peak("mem_used_mib"), proc_mem_mib_peak=peak("proc_mem_mib"),
+               wall_s=round(result.wall_s, 2), timings={k: round(v, 3) for k, v in (result.timings[0] if result.timings else {}).items()})
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
