@@ -1,0 +1,81 @@
+"""Benchmark: simulate a 100,000-job synthetic trace under each policy; print seconds and peak memory.
+
+The job attributes here come from a random LOAD GENERATOR (uniform/lognormal draws), NOT from
+measurements: the figures measure the simulator's speed, nothing about real workloads.
+Run: ``python benchmarks/bench_sim.py [--jobs 100000] [--nodes 32] [--gpus-per-node 8] [--load 0.9]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+
+from gpupred.sim import Cluster, MatrixSlowdown, make_policy, simulate, synthetic_trace
+
+
+def load_generator_table(n_workloads: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Random per-workload attributes for benchmarking only (synthetic load generator, not measurements)."""
+    rng = np.random.default_rng(seed)
+    util = rng.uniform(10, 100, n_workloads)
+    mem = rng.uniform(1_000, 40_000, n_workloads)
+    return pd.DataFrame(
+        {
+            "workload_id": [f"loadgen-{i}" for i in range(n_workloads)],
+            "iter_time_s": rng.lognormal(np.log(0.1), 0.8, n_workloads),
+            "true_util": util,
+            "true_mem_mib": mem,
+            "pred_util": np.clip(util + rng.normal(0, 8, n_workloads), 0, 100),
+            "pred_util_high": np.clip(util + 15, 0, 100),
+            "pred_mem_mib": mem * rng.uniform(0.85, 1.15, n_workloads),
+            "pred_mem_mib_high": mem * 1.25,
+        }
+    )
+
+
+def main() -> None:
+    """Run the benchmark and print one line per policy."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--load", type=float, default=1.0)
+    ap.add_argument("--policies", default="slot,reactive,proactive,ours")
+    ap.add_argument("--tracemalloc", action="store_true", help="peak Python allocations per policy (slows the run ~3x)")
+    args = ap.parse_args()
+    table = load_generator_table()
+    cluster = Cluster(args.nodes, args.gpus_per_node, gpu_memory_mib=81_559.0)
+    jobs = synthetic_trace(table, args.jobs, cluster.n_gpus, load=args.load, seed=1)
+    u = table["true_util"].to_numpy()
+    # a non-additive slowdown matrix from the load generator (not a learned model): baseline plus a pair term
+    mat = np.maximum(1.0, (u[:, None] + u[None, :]) / 100.0) * (1.0 + 0.1 * (u[:, None] * u[None, :]) / 1e4)
+    slowdown = MatrixSlowdown(mat, jobs["kind"].to_numpy())
+    print(f"# synthetic load generator (NOT measurements): {len(jobs)} jobs, {cluster.n_gpus} GPUs, load {args.load}")
+    print(f"{'policy':10s} {'seconds':>8s} {'peak_MiB':>9s} {'avg_util':>8s} {'makespan_s':>11s} {'mean_jct_s':>10s} "
+          f"{'mean_wait_s':>11s} {'ooms':>5s} {'migr':>5s}")
+    total = 0.0
+    for name in args.policies.split(","):
+        policy = make_policy(name)
+        if args.tracemalloc:
+            tracemalloc.start()
+        t0 = time.perf_counter()
+        res = simulate(jobs, cluster, policy, slowdown)
+        dt = time.perf_counter() - t0
+        if args.tracemalloc:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        else:  # the process's peak resident set so far (Linux reports KiB)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        total += dt
+        m = res.metrics
+        print(f"{name:10s} {dt:8.1f} {peak / 2**20:9.1f} {m['avg_util']:8.1f} {m['makespan_s']:11.0f} {m['mean_jct_s']:10.0f} "
+              f"{m['mean_wait_s']:11.0f} {m['ooms']:5d} {m['migrations']:5d}", flush=True)
+    print(f"# total {total:.1f} s; peak_MiB is {'tracemalloc peak per policy' if args.tracemalloc else 'process peak RSS so far'}")
+
+
+if __name__ == "__main__":
+    main()

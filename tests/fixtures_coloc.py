@@ -1,0 +1,160 @@
+"""FIXTURE builders for the co-location and simulator tests. Every number here is made up for tests.
+
+Nothing built here is a measurement: GPU names say FIXTURE, sweep ids say fixture, and the tables carry
+``attrs["fixture"] = True``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION, unit_paths
+
+GPU = "FIXTURE-GPU (not a measurement)"
+SWEEP = "fixture-coloc"
+
+
+def workload_ids(n: int) -> list[str]:
+    """``n`` valid MLP workload ids (fixture workloads), half fp32 half bf16."""
+    out = []
+    for k in range(n):
+        prec = "bf16" if k % 2 else "fp32"
+        out.append(f"mlp.mlp-w{256 * (k + 1)}-d{2 + k % 3}-bs{32 * (1 + k % 4)}-in784-{prec}-sgd")
+    return out
+
+
+def fixture_solo(n: int = 10, seed: int = 0) -> pd.DataFrame:
+    """Made-up solo attributes per fixture workload: util, sm_active, mem, iter time, graph features."""
+    rng = np.random.default_rng(seed)
+    util = rng.uniform(20, 95, n)
+    return pd.DataFrame(
+        {
+            "workload_id": workload_ids(n),
+            "gpu_name": GPU,
+            "gpu_util": util,
+            "sm_active": util * rng.uniform(0.4, 0.9, n),
+            "mem_mib": rng.uniform(1_000, 20_000, n),
+            "iter_time_s": rng.uniform(0.02, 0.2, n),
+            "flops_train": rng.uniform(1e9, 1e12, n),
+            "arithmetic_intensity": rng.uniform(5, 200, n),
+        }
+    )
+
+
+def hidden_slowdown(u_own: float, u_other: float, sm_own: float, sm_other: float) -> float:
+    """The fixture's made-up ground truth: non-additive in SM activity."""
+    return max(1.0, 1.0 + 0.6 * (sm_own * sm_other) / 2500.0 + 0.2 * max(0.0, (u_own + u_other - 100.0) / 100.0))
+
+
+def _run_row(group_id: str, member: int, size: int, wid: str, status: str, iter_time: float, mem: float) -> dict:
+    row = {name: None for name in RUN_SCHEMA.names}
+    row.update(
+        schema_version=SCHEMA_VERSION, run_id=group_id if size == 1 else f"{group_id}.m{member}", group_id=group_id,
+        group_size=size, member=member, sweep_id=SWEEP, workload_id=wid, family="mlp", spec_json="{}", status=status,
+        message="" if status == "ok" else "fixture failure", simulated=False, host_batches=False, gpu_name=GPU,
+        gpu_uuid="GPU-fixture", gpu_sm_count=1, gpu_memory_total_mib=24_000.0, driver_version="fixture",
+        cuda_version="fixture", torch_version="fixture", gpupred_version="fixture", host="fixture",
+        started_at="2000-01-01T00:00:00Z", warmup_s=1.0, warmup_iters=5, window_start_s=1.0, window_end_s=11.0,
+        n_iters=10, iter_times_s=[iter_time] * 10, iter_time_mean_s=iter_time, iter_time_median_s=iter_time,
+        samples_per_s=1.0, torch_peak_allocated_mib=mem * 0.8, torch_peak_reserved_mib=mem, sampler_interval_ms=100.0,
+        buffered_supported=False, gpm_supported=True,
+    )
+    return row
+
+
+def _write(sweep: Path, group_id: str, rows: list[dict], samples: pd.DataFrame) -> None:
+    runs_path, samples_path = unit_paths(sweep, group_id)
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    samples_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pandas(samples, schema=SAMPLE_SCHEMA, preserve_index=False), samples_path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=RUN_SCHEMA), runs_path)
+
+
+def _samples(group_id: str, util: float, sm: float, mem: float) -> pd.DataFrame:
+    t = np.arange(0.0, 12.0, 0.5)
+    # outside the window [1, 11] the fixture reads 0 % so window filtering matters
+    u = np.where((t >= 1.0) & (t <= 11.0), util, 0.0)
+    frames = [
+        pd.DataFrame({"t_s": t, "metric": "gpu_util", "value": u, "source": "poll"}),
+        pd.DataFrame({"t_s": t, "metric": "sm_active", "value": np.where(u > 0, sm, 0.0), "source": "gpm"}),
+        pd.DataFrame({"t_s": t, "metric": "mem_used_mib", "value": np.where(u > 0, mem, 100.0), "source": "poll"}),
+    ]
+    s = pd.concat(frames, ignore_index=True)
+    s["group_id"] = group_id
+    s["member"] = -1
+    return s[SAMPLE_SCHEMA.names]
+
+
+def write_raw_tree(raw: Path, solo: pd.DataFrame, pairs: list[tuple[int, int]], failed: list[tuple[int, int]] = (),
+                   simulated: bool = False) -> Path:
+    """A FIXTURE sweep under ``raw``: each workload's solo run, co-located pairs slowed by :func:`hidden_slowdown`."""
+    sweep = raw / "fixture-gpu" / SWEEP
+    for k, r in solo.iterrows():
+        gid = f"solo{k:03d}"
+        row = _run_row(gid, 0, 1, r.workload_id, "ok", r.iter_time_s, r.mem_mib)
+        row["simulated"] = simulated
+        _write(sweep, gid, [row], _samples(gid, r.gpu_util, r.sm_active, r.mem_mib))
+    for n, (a, b) in enumerate(pairs):
+        gid = f"pair{n:03d}"
+        ra, rb = solo.iloc[a], solo.iloc[b]
+        rows = []
+        for m, (own, other) in enumerate(((ra, rb), (rb, ra))):
+            s = hidden_slowdown(own.gpu_util, other.gpu_util, own.sm_active, other.sm_active)
+            rows.append(_run_row(gid, m, 2, own.workload_id, "ok", own.iter_time_s * s, own.mem_mib))
+        _write(sweep, gid, rows, _samples(gid, min(100.0, ra.gpu_util + rb.gpu_util), 50.0, ra.mem_mib + rb.mem_mib))
+    for n, (a, b) in enumerate(failed):
+        gid = f"fail{n:03d}"
+        rows = [_run_row(gid, m, 2, solo.iloc[i].workload_id, "oom", float("nan"), solo.iloc[i].mem_mib) for m, i in enumerate((a, b))]
+        _write(sweep, gid, rows, _samples(gid, 0.0, 0.0, 100.0))
+    return sweep
+
+
+def all_pairs(n: int) -> list[tuple[int, int]]:
+    """Every unordered pair of ``n`` workloads (including a workload with itself)."""
+    return [(a, b) for a in range(n) for b in range(a, n)]
+
+
+def fixture_predictions(solo: pd.DataFrame, seed: int = 1) -> pd.DataFrame:
+    """Made-up predictor outputs (gpupred.predictor column names) near the fixture's solo values."""
+    rng = np.random.default_rng(seed)
+    n = len(solo)
+    util = np.clip(solo["gpu_util"].to_numpy() + rng.normal(0, 3, n), 0, 100)
+    mem = solo["mem_mib"].to_numpy() * rng.uniform(0.9, 1.1, n)
+    p = pd.DataFrame(
+        {
+            "workload_id": solo["workload_id"], "gpu_name": solo["gpu_name"], "gpu_util": util,
+            "gpu_util_low": np.clip(util - 10, 0, 100), "gpu_util_high": np.clip(util + 10, 0, 100),
+            "sm_active": solo["sm_active"].to_numpy(), "memory_mib": mem, "memory_mib_low": mem * 0.8,
+            "memory_mib_high": mem * 1.2,
+        }
+    )
+    p.attrs["fixture"] = True
+    return p
+
+
+def fixture_dataset(solo: pd.DataFrame) -> pd.DataFrame:
+    """A FIXTURE stand-in for data/processed/dataset.parquet (labels and a few graph features)."""
+    d = solo.assign(family="mlp", params=1e6, activation_bytes=1e7, batch_size=32, gpu_memory_total_mib=24_000.0)
+    d = d.rename(columns={"mem_mib": "memory_mib", "iter_time_s": "iter_time_mean_s"})  # gpupred.dataset names
+    d.attrs["fixture"] = True
+    return d
+
+
+def fixture_workload_table(n: int = 6, seed: int = 0) -> pd.DataFrame:
+    """A FIXTURE per-workload table for the simulator (gpupred.sim.traces.WORKLOAD_COLUMNS)."""
+    s = fixture_solo(n, seed)
+    p = fixture_predictions(s, seed + 1)
+    t = pd.DataFrame(
+        {
+            "workload_id": s["workload_id"], "iter_time_s": s["iter_time_s"], "true_util": s["gpu_util"],
+            "true_mem_mib": s["mem_mib"], "pred_util": p["gpu_util"], "pred_util_high": p["gpu_util_high"],
+            "pred_mem_mib": p["memory_mib"], "pred_mem_mib_high": p["memory_mib_high"],
+        }
+    )
+    t.attrs["fixture"] = True
+    return t
