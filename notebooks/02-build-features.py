@@ -1,0 +1,66 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Build graph features
+# Every catalog workload is exported to ONNX once per architecture (structure only, symbolic batch)
+# and featurized at its batch size, precision and optimizer: FLOPs (forward, training), parameters,
+# activation and moved bytes, arithmetic intensity, op mix and graph depth. The table is the graph
+# half of the learning dataset: `data/processed/graph_features.parquet`.
+
+# %% tags=["parameters"]
+limit: int = 0  # number of catalog specs to featurize (a balanced prefix); 0 = the whole catalog
+families: str = ""  # comma-separated families to keep (e.g. "mlp,lstm"); "" = all
+workers: int = 2  # parallel export processes
+
+# %%
+import matplotlib
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+from gpupred import config, reports
+from gpupred.graph import build_feature_table, write_feature_table
+from gpupred.workloads.catalog import catalog
+
+specs = catalog()
+if families:
+    keep = {f.strip() for f in families.split(",") if f.strip()}
+    specs = [s for s in specs if s.family in keep]
+if limit:
+    specs = specs[:limit]
+df = build_feature_table(specs, workers=workers, progress=True)
+path = write_feature_table(df)
+print(f"{len(df)} workloads, {df['arch_key'].nunique()} architectures -> {path.relative_to(config.ROOT)}")
+print(f"ops without a cost rule: {int(df['unknown_ops'].sum())} ({', '.join(sorted(set(','.join(df['unknown_op_types']).split(',')) - {''})) or 'none'})")
+
+# %% [markdown]
+# Training FLOPs, parameters and arithmetic intensity per family (log scale): families spread over
+# orders of magnitude, and intensity separates the bandwidth-bound (RNN, recommender) from the
+# compute-bound (large CNNs, transformers) jobs that keep a GPU's SMs busy.
+
+# %%
+sns.set_theme(style="whitegrid")
+fig, axes = plt.subplots(1, 3, figsize=(15, max(3, 0.35 * df["family"].nunique() + 1)), sharey=True)
+for ax, col, label in zip(
+    axes,
+    ["flops_train", "params", "arithmetic_intensity"],
+    ["training FLOPs per iteration", "parameters", "FLOPs per byte moved (forward)"],
+):
+    sns.stripplot(data=df, x=col, y="family", ax=ax, log_scale=True, size=4, alpha=0.7, hue="precision")
+    ax.set_xlabel(label)
+    ax.set_ylabel("")
+fig.tight_layout()
+reports.save_figure(fig, "02-graph-features-by-family")
+reports.update_metrics({"graph_features_rows": len(df), "graph_features_unknown_ops": int(df["unknown_ops"].sum())})

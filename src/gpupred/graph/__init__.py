@@ -1,0 +1,33 @@
+"""Graph features: export a workload to ONNX (structure only) and featurize any ONNX graph for a batch size.
+
+``featurize`` and ``FEATURE_KEYS`` need only onnx and numpy; ``export_onnx`` (torch) and
+``build_feature_table`` (pandas) are imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpupred.graph.features import FEATURE_KEYS, featurize
+
+__all__ = ["FEATURE_KEYS", "featurize", "export_onnx", "export_module", "build_feature_table", "write_feature_table"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.graph.export import export_module, export_onnx
+    from gpupred.graph.table import build_feature_table, write_feature_table
+
+_LAZY = {
+    "export_onnx": "gpupred.graph.export",
+    "export_module": "gpupred.graph.export",
+    "build_feature_table": "gpupred.graph.table",
+    "write_feature_table": "gpupred.graph.table",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the torch/pandas-backed names on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gpupred.graph' has no attribute {name!r}")

@@ -1,0 +1,257 @@
+"""Export a workload's torch model to a structure-only ONNX graph with a symbolic batch dimension.
+
+Exporter: the TorchScript exporter (``torch.onnx.export(..., dynamo=False)``), in training mode
+(BatchNorm keeps its batch statistics, Dropout stays in the graph), opset 17, no constant folding.
+Measured on this machine (torch 2.14.1, 1 thread): ResNet-50 1.3 s with TorchScript against 6.3 s with
+the dynamo exporter; a 2-layer LSTM language model 0.35 s against 6.9 s. The dynamo graphs are also
+noisier (CastLike/Expand/Shape chains around every Conv) without adding cost-bearing ops, and a
+catalog of 60-80 architectures must export in well under 3 minutes on 2 cores, so TorchScript wins.
+
+The cached file keeps every initializer's name, dims and dtype but none of its data: large float
+tensors are marked as external data in a file that does not exist (``EXTERNAL_DATA_NAME``), so the
+files are tiny and the featurizer, which never reads external data, needs nothing else. Small and
+integer initializers (shape constants) keep their values so shape inference still works.
+This module imports torch inside its functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import onnx
+from onnx import ModelProto, TensorProto
+
+from gpupred import config
+from gpupred.errors import GpupredError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.workloads.spec import WorkloadSpec
+
+EXPORT_VERSION = 1  # bump when the export recipe changes: old cache files are then ignored
+OPSET = 17
+EXPORT_BATCH = 2  # trace at this batch size; the batch axis is symbolic in the graph
+EXTERNAL_DATA_NAME = "weights-stripped-by-gpupred"  # a file that never exists
+KEEP_FLOAT_NUMEL = 16  # float initializers up to this size keep their values
+_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
+
+
+def cache_path(spec: "WorkloadSpec") -> Path:
+    """Where the structure-only export of a spec's architecture lives."""
+    return config.ONNX_CACHE / f"{spec.arch_key}.v{EXPORT_VERSION}.onnx"
+
+
+def _itemsize(elem_type: int) -> int:
+    from gpupred.graph.features import _itemsize as size
+
+    return size(elem_type) or 1
+
+
+def _strip_tensor(t: TensorProto) -> None:
+    numel = 1
+    for d in t.dims:
+        numel *= int(d)
+    has_data = bool(t.raw_data) or any(
+        len(getattr(t, f)) for f in ("float_data", "double_data", "int32_data", "int64_data", "uint64_data")
+    )
+    if has_data and (t.data_type not in _FLOATS or numel <= KEEP_FLOAT_NUMEL):
+        return
+    if not has_data and numel == 0:
+        return
+    for f in ("raw_data", "float_data", "double_data", "int32_data", "int64_data"):
+        t.ClearField(f)
+    del t.external_data[:]
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", EXTERNAL_DATA_NAME), ("offset", "0"), ("length", str(numel * _itemsize(t.data_type)))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def strip_weights(model: ModelProto) -> ModelProto:
+    """Drop the data of large float initializers and constants in place (dims and dtypes kept); clear shapes."""
+    g = model.graph
+    for t in g.initializer:
+        _strip_tensor(t)
+    for node in g.node:
+        node.doc_string = ""
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    _strip_tensor(a.t)
+    del g.value_info[:]  # the featurizer re-infers every shape at the batch size it is asked for
+    for out in g.output:
+        out.type.tensor_type.ClearField("shape")
+    model.doc_string = ""
+    return model
+
+
+def fold_batch_shapes(model: ModelProto) -> ModelProto:
+    """Fold (in place) shape arithmetic: constants become initializers, batch-affine values go to metadata."""
+    from gpupred.graph.features import _infer, _resolve_batch, _substitute
+    from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, batch_affine_folds, encode_affine, fold_shapes
+    from gpupred.graph.fold import replace_with_constants
+
+    def run(m: ModelProto, probe: int) -> dict[str, Any]:
+        work = ModelProto()
+        work.CopyFrom(m)
+        _, name = _resolve_batch(work, "<export>", probe)
+        _substitute(work, name, probe)
+        return fold_shapes(work, lambda w: _infer(w, "<export>"))[1]
+
+    constants, affine = batch_affine_folds(model, run)
+    # affine values become initializers too (their value at batch 1 as a placeholder; featurize overwrites it)
+    placeholders = {k: (a + b).astype(dt) for k, (a, b, dt) in affine.items()}
+    if constants or placeholders:
+        replace_with_constants(model, {**constants, **placeholders})
+    present = {t.name for t in model.graph.initializer}
+    affine = {k: v for k, v in affine.items() if k in present}
+    constants = {k: v for k, v in constants.items() if k in present}
+    meta = {p.key: p for p in model.metadata_props}
+    for key, value in (
+        (FOLDED_KEY, ",".join(sorted({*constants, *affine}))),
+        (AFFINE_KEY, encode_affine(affine)),
+    ):
+        entry = meta.get(key) or model.metadata_props.add()
+        entry.key, entry.value = key, value
+    return model
+
+
+def _atomic_save(model: ModelProto, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _params_to_initializers(model: ModelProto, input_names: Sequence[str]) -> None:
+    """With ``export_params=False`` weights arrive as graph inputs: make them (data-less) initializers again."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    real = set(input_names)
+    keep = []
+    for inp in g.input:
+        if inp.name in real or inp.name in inits:
+            keep.append(inp)
+            continue
+        tt = inp.type.tensor_type
+        t = TensorProto(name=inp.name, data_type=tt.elem_type, dims=[d.dim_value for d in tt.shape.dim])
+        g.initializer.append(t)
+    del g.input[:]
+    g.input.extend(keep)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence stdout/stderr at the file-descriptor level (the exporter dumps its IR graph on failure)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
+def _small_batch(inputs: Sequence[Any], batch_axes: Sequence[int]) -> tuple[Any, ...]:
+    out = []
+    for x, axis in zip(inputs, batch_axes):
+        out.append(x.narrow(axis, 0, min(EXPORT_BATCH, x.shape[axis])) if x.dim() > axis else x)
+    return tuple(out) + tuple(inputs[len(batch_axes):])
+
+
+def export_module(
+    model: Any,
+    inputs: Sequence[Any],
+    path: str | os.PathLike[str],
+    input_names: Sequence[str],
+    batch_axes: Sequence[int],
+    keep_weights: bool = False,
+) -> Path:
+    """Export any torch module to ``path`` as ONNX with a symbolic ``batch`` axis (weights stripped unless asked)."""
+    import torch
+
+    path = Path(path)
+    inputs = _small_batch(tuple(inputs), tuple(batch_axes))
+    dynamic_axes = {name: {int(axis): "batch"} for name, axis in zip(input_names, batch_axes)}
+    was_training = model.training
+    buf = io.BytesIO()
+    proto: ModelProto | None = None
+    errors = []
+    # training mode keeps BatchNorm's batch statistics and Dropout; recurrent layers with dropout cannot
+    # be exported that way, so those fall back to eval mode (Dropout dropped, BatchNorm in inference form)
+    for mode in (torch.onnx.TrainingMode.TRAINING, torch.onnx.TrainingMode.EVAL):
+        buf = io.BytesIO()
+        try:
+            with warnings.catch_warnings(), _quiet():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    model, inputs, buf, dynamo=False, input_names=list(input_names), dynamic_axes=dynamic_axes,
+                    opset_version=OPSET, do_constant_folding=False, training=mode, export_params=keep_weights,
+                )
+            break
+        except Exception as err:
+            errors.append(f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+        finally:
+            model.train(was_training)
+    else:
+        proto = _dynamo_export(model, inputs, input_names, batch_axes, errors, path)
+    if proto is None:
+        proto = onnx.load_model_from_string(buf.getvalue())
+    _params_to_initializers(proto, input_names)
+    if not keep_weights:
+        strip_weights(proto)
+    fold_batch_shapes(proto)
+    _atomic_save(proto, path)
+    return path
+
+
+def _dynamo_export(
+    model: Any, inputs: tuple[Any, ...], input_names: Sequence[str], batch_axes: Sequence[int], errors: list[str], path: Path
+) -> ModelProto:
+    """Fallback for what TorchScript cannot export (e.g. adaptive pooling to a non-divisor size): the dynamo exporter."""
+    import torch
+
+    dims = tuple({int(axis): torch.export.Dim("batch", min=1)} for axis in batch_axes)
+    try:
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                model.train(), inputs, dynamo=True, input_names=list(input_names), dynamic_shapes=dims,
+                opset_version=18, optimize=True, verify=False,
+            )
+        return program.model_proto
+    except Exception as err:
+        errors.append(f"dynamo: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
+        raise GpupredError(f"{path.name}: ONNX export failed: {errors[0]}; {errors[-1]}") from None
+
+
+def export_onnx(spec: "WorkloadSpec") -> Path:
+    """Structure-only ONNX graph of a spec's architecture, exported once and cached per ``arch_key``."""
+    path = cache_path(spec)
+    if path.is_file():
+        return path
+    import torch
+
+    from gpupred.workloads.builders import build
+
+    with torch.random.fork_rng():
+        built = build(spec, device="cpu")
+    return export_module(built.export_model, built.export_inputs, path, built.input_names, built.batch_axes)

@@ -1,0 +1,426 @@
+"""Featurize any ONNX graph for a batch size: one flat row of numbers (FLOPs, bytes, op mix, depth...).
+
+Reads graph structure and shapes only (``onnx.load(..., load_external_data=False)``): weights and
+external data are never read, which is what makes it fast. Needs onnx and numpy, never torch.
+
+Rules beyond the per-op table in :mod:`gpupred.graph.costs`:
+
+- ``flops_train = flops_fwd + flops_bwd + flops_optimizer``. Backward: a contraction op (Conv, Gemm,
+  MatMul, LSTM, ...) costs 2x its forward FLOPs (gradient of the input and of the weight) or 1x when
+  its data input is a graph input (no input gradient); every other op costs 1x its forward FLOPs.
+  Optimizer update per trainable parameter: SGD with momentum 4 FLOPs (weight decay, momentum,
+  update), Adam 12 (two moment updates, bias corrections, sqrt, divide, update).
+- Precision: activations take the graph's dtype size (fp32: 4 bytes). Under ``bf16`` (autocast)
+  contraction ops read bf16 copies of their inputs and weights and write bf16 outputs; the outputs of
+  ops that autocast runs in fp32 (Softmax, LogSoftmax, normalizations, Exp, Log, Pow, reductions)
+  stay fp32, and every other op's output takes the wider of its activation inputs. Parameters stay
+  fp32 master weights (``param_bytes``).
+- ``activation_bytes``: sum of the outputs of every op that allocates (views and shape metadata
+  excluded). ``bytes_moved``: forward bytes read + written by every op.
+  ``arithmetic_intensity = flops_fwd / bytes_moved`` (forward pass, FLOPs per byte).
+- ``params``: distinct floating-point initializers consumed by ops (BatchNorm running statistics
+  excluded); tied weights count once.
+- ``n_layers``: conv/matmul/recurrent/norm ops and Gathers (embeddings) that consume a trainable
+  parameter. ``depth``: the longest chain of compute ops (views and metadata do not count).
+  ``n_residual``: Add/Sum ops joining two activation branches of the same shape.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import ModelProto, TensorProto, numpy_helper
+
+from gpupred.errors import GpupredError
+from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, decode_affine, fold_shapes
+from gpupred.graph.costs import (
+    COST_TABLE,
+    MAC_CATEGORIES,
+    NON_TRAINABLE_INPUTS,
+    MissingShape,
+    NodeInfo,
+    view_rule,
+    TensorInfo,
+)
+
+OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {"sgd": 4, "adam": 12}
+PRECISION_ACT_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
+COUNT_CATEGORIES: tuple[str, ...] = ("conv", "matmul", "recurrent", "norm", "act", "pool", "elementwise")
+FP32_UNDER_AUTOCAST: frozenset[str] = frozenset({
+    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+    "BatchNormalization", "Exp", "Log", "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2",
+})
+ATTR_OPS: frozenset[str] = frozenset({  # ops whose cost rule reads attributes
+    "Gemm", "Einsum", "LSTM", "GRU", "RNN", "BatchNormalization", "MaxPool", "AveragePool", "LpPool", "LRN",
+    "Attention", "MultiHeadAttention",
+})
+_METADATA_OPS: frozenset[str] = frozenset({"Constant", "Shape", "Size", "Identity"})
+_FLOAT_TYPES: frozenset[int] = frozenset({
+    TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE,
+})
+
+FEATURE_KEYS: list[str] = [
+    "batch_size", "is_bf16", "is_adam",
+    "flops_fwd", "flops_bwd", "flops_optimizer", "flops_train", "macs_fwd",
+    "params", "param_bytes", "activation_bytes", "input_bytes", "bytes_moved", "arithmetic_intensity",
+    "n_nodes", "n_conv", "n_matmul", "n_recurrent", "n_norm", "n_act", "n_pool", "n_elementwise",
+    "n_layers", "depth", "n_residual", "unknown_ops",
+    "frac_flops_conv", "frac_flops_matmul", "frac_flops_recurrent", "frac_flops_norm", "frac_flops_act",
+    "frac_flops_pool", "frac_flops_elementwise",
+]
+
+
+def _itemsize(elem_type: int) -> int:
+    if elem_type == TensorProto.BFLOAT16:
+        return 2
+    try:
+        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+    except Exception:  # undefined / string types
+        return 0
+
+
+def load_structure(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, str]:
+    """Load an ONNX graph without weights or external data; return it and a label naming it."""
+    if isinstance(path_or_proto, ModelProto):
+        model = ModelProto()
+        model.CopyFrom(path_or_proto)
+        label = "<ModelProto>"
+    else:
+        path = Path(path_or_proto)
+        label = str(path)
+        if not path.is_file():
+            raise GpupredError(f"{label}: no such file; give the path of an .onnx model")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as err:  # DecodeError, ValueError...
+            kind = "truncated or not an ONNX protobuf"
+            raise GpupredError(f"{label}: not a readable ONNX file ({kind}: {type(err).__name__}); re-export it") from None
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.node:
+        raise GpupredError(f"{label}: not an ONNX model (no ir_version or no graph nodes); re-export it")
+    _check_complete(model, label)
+    return model, label
+
+
+def _check_complete(model: ModelProto, label: str) -> None:
+    """Every node input must be produced somewhere: a truncated file loses nodes or initializers."""
+    g = model.graph
+    known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    known |= {t.name for t in g.sparse_initializer}
+    for node in g.node:
+        for name in node.input:
+            if name not in known:
+                raise GpupredError(
+                    f"{label}: node {node.name or node.op_type!r} reads {name!r}, which nothing produces "
+                    "(truncated or malformed file); re-export it"
+                )
+        known.update(node.output)
+
+
+def _real_inputs(model: ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def _resolve_batch(model: ModelProto, label: str, batch_size: int | None) -> tuple[int, str | None]:
+    """Find the batch dimension of the graph inputs; return the batch size and its symbolic name."""
+    inputs = _real_inputs(model)
+    if not inputs:
+        raise GpupredError(f"{label}: the graph has no inputs, so it has no batch dimension")
+    params: dict[str, tuple[str, int]] = {}
+    static0: int | None = None
+    for inp in inputs:
+        tt = inp.type.tensor_type
+        if not tt.HasField("shape"):
+            raise GpupredError(f"{label}: input {inp.name!r} has no shape information; export it with shapes")
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                if axis == 0 and static0 is None:
+                    static0 = d.dim_value
+                continue
+            name = d.dim_param or ("?" if axis == 0 else "")
+            if not name:
+                raise GpupredError(
+                    f"{label}: input {inp.name!r} axis {axis} has an unknown size; export it with a fixed size"
+                )
+            params.setdefault(name, (inp.name, axis))
+    if params:
+        batch_name = "batch" if "batch" in params else next(
+            (n for n, (_, ax) in params.items() if ax == 0), next(iter(params))
+        )
+        for name, (inp_name, axis) in params.items():
+            if name != batch_name:
+                raise GpupredError(
+                    f"{label}: input {inp_name!r} axis {axis} is a dynamic dimension {name!r} other than the batch "
+                    f"dimension {batch_name!r}; export the model with that size fixed"
+                )
+        if batch_size is None:
+            raise GpupredError(
+                f"{label}: the batch dimension {batch_name!r} is symbolic and no batch size was given; pass --batch-size N"
+            )
+        return int(batch_size), batch_name
+    if static0 is None:
+        raise GpupredError(f"{label}: no input has a batch dimension; give a model whose inputs have a leading batch axis")
+    if batch_size is not None and int(batch_size) != static0:
+        raise GpupredError(
+            f"{label}: the graph's batch size is fixed at {static0}, not {batch_size}; re-export it with a symbolic "
+            "batch dimension or leave out --batch-size"
+        )
+    return static0, None
+
+
+def _substitute(model: ModelProto, name: str | None, value: int) -> None:
+    """Replace the symbolic batch dimension (or an unnamed leading one) by ``value`` everywhere."""
+    g = model.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if not vi.type.tensor_type.HasField("shape"):
+            continue
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                continue
+            if (name is not None and d.dim_param == name) or (axis == 0 and not d.dim_param):
+                d.dim_value = value
+
+
+def _shape_of(vi: onnx.ValueInfoProto) -> tuple[tuple[int, ...] | None, int, int]:
+    tt = vi.type.tensor_type
+    et = tt.elem_type
+    size = _ITEMSIZE.get(et)
+    if size is None:
+        size = _ITEMSIZE[et] = _itemsize(et)
+    if not tt.HasField("shape"):
+        return None, et, size
+    dims = tt.shape.dim
+    vals = tuple(d.dim_value for d in dims)
+    if 0 in vals and any(not d.HasField("dim_value") for d in dims):
+        return None, et, size
+    return vals, et, size
+
+
+_ITEMSIZE: dict[int, int] = {}
+
+
+def _missing_shapes(model: ModelProto) -> bool:
+    g = model.graph
+    known = {vi.name for vi in list(g.value_info) + list(g.output) + list(g.input) if _shape_of(vi)[0] is not None}
+    return any(o and o not in known for node in g.node for o in node.output)
+
+
+def _infer(model: ModelProto, label: str, data_prop: bool = True) -> ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception as err:
+        raise GpupredError(f"{label}: ONNX shape inference failed ({' '.join(str(err).split())[:200]})") from None
+
+
+def featurize(
+    path_or_proto: str | os.PathLike[str] | ModelProto,
+    batch_size: int | None = None,
+    precision: str = "fp32",
+    optimizer: str = "sgd",
+    per_op: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """One flat feature row for an ONNX graph at a batch size, precision and optimizer.
+
+    ``per_op``, if given, is filled with each op type's count, MACs, FLOPs and output elements.
+    """
+    if precision not in PRECISION_ACT_BYTES:
+        raise GpupredError(f"unknown precision {precision!r}; known: {', '.join(PRECISION_ACT_BYTES)}")
+    if optimizer not in OPTIMIZER_FLOPS_PER_PARAM:
+        raise GpupredError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZER_FLOPS_PER_PARAM)}")
+    if batch_size is not None and int(batch_size) < 1:
+        raise GpupredError(f"batch size must be positive, got {batch_size}")
+    model, label = load_structure(path_or_proto)
+    bs, batch_name = _resolve_batch(model, label, batch_size)
+    _substitute(model, batch_name, bs)
+    meta = {p.key: p.value for p in model.metadata_props}
+    folded = set(filter(None, meta.get(FOLDED_KEY, "").split(",")))
+    if meta.get(AFFINE_KEY):
+        values = decode_affine(meta[AFFINE_KEY], bs)
+        for t in model.graph.initializer:
+            if t.name in values:
+                t.CopyFrom(numpy_helper.from_array(values[t.name], t.name))
+    inferred = _infer(model, label, data_prop=False)
+    if _missing_shapes(inferred):
+        inferred, more = fold_shapes(model, lambda m: _infer(m, label))
+        folded |= set(more)
+    model = inferred
+    return _features(model, label, bs, precision, optimizer, folded, per_op)
+
+
+def _features(
+    model: ModelProto, label: str, bs: int, precision: str, optimizer: str, folded: set[str] = frozenset(),  # type: ignore[assignment]
+    per_op: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    g = model.graph
+    bf16 = precision == "bf16"
+    shapes: dict[str, tuple[tuple[int, ...] | None, int, int]] = {}
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        shapes[vi.name] = _shape_of(vi)
+    inits: dict[str, tuple[tuple[int, ...], int, int]] = {}
+    for t in g.initializer:
+        inits[t.name] = (tuple(int(d) for d in t.dims), t.data_type, _itemsize(t.data_type))
+        shapes[t.name] = inits[t.name]
+    graph_inputs = {i.name for i in _real_inputs(model)}
+
+    param_alias: dict[str, str] = {n: n for n, (_, et, _) in inits.items() if et in _FLOAT_TYPES and n not in folded}
+    act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
+    dynamic: set[str] = set(graph_inputs)
+    producer: dict[str, int] = {}
+    tensor_depth: dict[str, int] = {}
+    trainable: dict[str, int] = {}
+
+    cat_count: Counter[str] = Counter()
+    cat_flops: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()
+    macs = flops = flops_bwd = bytes_moved = activation_bytes = 0
+    n_layers = n_residual = 0
+    depth = 0
+
+    for idx, node in enumerate(g.node):
+        op = node.op_type
+        domain = node.domain
+        ins = list(node.input)
+        outs = list(node.output)
+        entry = COST_TABLE.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
+        category = entry.category if entry else "other"
+        if entry is not None and entry.rule is view_rule:  # views and metadata: no cost, no depth
+            if op == "Identity" and ins[0] in param_alias:
+                param_alias[outs[0]] = param_alias[ins[0]]
+            cat_count[category] += 1
+            d = max((tensor_depth.get(n, 0) for n in ins if n), default=0)
+            is_dyn = any(n in dynamic for n in ins)
+            for out in outs:
+                producer[out] = idx
+                tensor_depth[out] = d
+                if ins and ins[0] in act_size:
+                    act_size[out] = act_size[ins[0]]
+                if is_dyn:
+                    dynamic.add(out)
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute} if op in ATTR_OPS else {}
+        in_params = [name in param_alias for name in ins]
+        # dtype sizes under the precision
+        if bf16:
+            in_sizes = [act_size.get(n) or shapes.get(n, (None, 0, 4))[2] for n, p in zip(ins, in_params) if n and not p]
+            for out in outs:
+                shp = shapes.get(out)
+                if shp is None or shp[1] not in _FLOAT_TYPES or shp[2] != 4:
+                    continue
+                if category in MAC_CATEGORIES:
+                    act_size[out] = 2
+                elif op in FP32_UNDER_AUTOCAST or not in_sizes:
+                    act_size[out] = 4
+                else:
+                    act_size[out] = max(in_sizes)
+        mac_op = category in MAC_CATEGORIES
+
+        def info(name: str, is_param: bool) -> TensorInfo | None:
+            if not name:
+                return None
+            shp = shapes.get(name)
+            if shp is None or shp[0] is None:
+                return None
+            size = shp[2]
+            if bf16 and shp[1] == TensorProto.FLOAT:
+                size = 2 if mac_op else (size if is_param else act_size.get(name, size))
+            return TensorInfo(shp[0], size, is_param)
+
+        cost = None
+        if entry is None:
+            unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
+        else:
+            ninfo = NodeInfo(op, attrs, [info(n, p) for n, p in zip(ins, in_params)], [info(n, False) for n in outs], node.name)
+            try:
+                cost = entry.rule(ninfo)
+            except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
+                unknown[f"{op}(no shape)"] += 1
+        if cost is not None:
+            if per_op is not None:
+                slot = per_op.setdefault(op, {"count": 0, "macs": 0, "flops": 0, "elements": 0})
+                slot["count"] += 1
+                slot["macs"] += cost.macs
+                slot["flops"] += cost.flops
+                out0 = ninfo.outputs[0] if ninfo.outputs else None
+                slot["elements"] += out0.numel if out0 is not None else 0
+            cat_count[category] += 1
+            cat_flops[category] += cost.flops
+            macs += cost.macs
+            flops += cost.flops
+            bytes_moved += cost.bytes_read + cost.bytes_written
+            if mac_op:
+                data_from_input = bool(ins) and ins[0] in graph_inputs
+                flops_bwd += cost.flops * (1 if data_from_input else 2)
+            else:
+                flops_bwd += cost.flops
+            activation_bytes += cost.bytes_written
+        # parameters
+        if any(in_params):
+            skip = NON_TRAINABLE_INPUTS.get(op, ())
+            has_weight = False
+            for pos, (name, is_p) in enumerate(zip(ins, in_params)):
+                if not is_p:
+                    continue
+                base = param_alias[name]
+                if pos in skip:
+                    continue
+                numel = math.prod(inits[base][0])
+                has_weight = has_weight or numel > 1
+                trainable[base] = numel * inits[base][2]
+            if has_weight and (mac_op or category == "norm" or op == "Gather"):
+                n_layers += 1
+        # graph structure: dynamic tensors, residual joins, depth
+        is_dyn = any(n in dynamic for n in ins)
+        if op in ("Add", "Sum") and len(ins) >= 2:
+            a, b = ins[0], ins[1]
+            if a in dynamic and b in dynamic and producer.get(a, a) != producer.get(b, b):
+                sa, sb = shapes.get(a), shapes.get(b)
+                if sa is not None and sb is not None and sa[0] is not None and sa[0] == sb[0] and sa[1] in _FLOAT_TYPES:
+                    n_residual += 1
+        d = (0 if category in ("reshape", "other") else 1) + max((tensor_depth.get(n, 0) for n in ins if n), default=0)
+        if d > depth:
+            depth = d
+        for out in outs:
+            producer[out] = idx
+            tensor_depth[out] = d
+            if is_dyn:
+                dynamic.add(out)
+
+    params = sum(math.prod(inits[b][0]) for b in trainable)
+    param_bytes = sum(trainable.values())
+    input_bytes = 0
+    for name in graph_inputs:
+        shp = shapes.get(name)
+        if shp is not None and shp[0] is not None:
+            input_bytes += math.prod(shp[0]) * shp[2]
+    flops_opt = params * OPTIMIZER_FLOPS_PER_PARAM[optimizer]
+    row: dict[str, Any] = {
+        "batch_size": bs,
+        "is_bf16": int(precision == "bf16"),
+        "is_adam": int(optimizer == "adam"),
+        "flops_fwd": int(flops),
+        "flops_bwd": int(flops_bwd),
+        "flops_optimizer": int(flops_opt),
+        "flops_train": int(flops + flops_bwd + flops_opt),
+        "macs_fwd": int(macs),
+        "params": int(params),
+        "param_bytes": int(param_bytes),
+        "activation_bytes": int(activation_bytes),
+        "input_bytes": int(input_bytes),
+        "bytes_moved": int(bytes_moved),
+        "arithmetic_intensity": float(flops / bytes_moved) if bytes_moved else 0.0,
+        "n_nodes": len(g.node),
+        **{f"n_{c}": int(cat_count[c]) for c in COUNT_CATEGORIES},
+        "n_layers": n_layers,
+        "depth": depth,
+        "n_residual": n_residual,
+        "unknown_ops": int(sum(unknown.values())),
+        **{f"frac_flops_{c}": (cat_flops[c] / flops if flops else 0.0) for c in COUNT_CATEGORIES},
+    }
+    row["unknown_op_types"] = ",".join(sorted(unknown))
+    return row
