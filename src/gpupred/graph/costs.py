@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 CATEGORIES: tuple[str, ...] = (
     "conv", "matmul", "recurrent", "norm", "act", "pool", "elementwise", "reshape", "other",
 )
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """A tensor's static shape, element size in bytes, and whether it is a weight (initializer)."""
+class TensorInfo(NamedTuple):
+    """A tensor's static shape, element size in bytes, and whether it is a weight (initializer).
+
+    An immutable named tuple: built for every tensor of every node, so cheaper than a dataclass.
+    """
 
     shape: tuple[int, ...]
     itemsize: int
@@ -52,7 +54,7 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         """Size in bytes."""
-        return self.numel * self.itemsize
+        return math.prod(self.shape) * self.itemsize
 
 
 @dataclass
@@ -112,8 +114,14 @@ def _has(n: NodeInfo, i: int) -> bool:
 
 
 def _io_bytes(n: NodeInfo) -> tuple[int, int]:
-    read = sum(t.nbytes for t in n.inputs if t is not None)
-    written = sum(t.nbytes for t in n.outputs if t is not None)
+    prod = math.prod
+    read = written = 0
+    for t in n.inputs:
+        if t is not None:
+            read += prod(t.shape) * t.itemsize
+    for t in n.outputs:
+        if t is not None:
+            written += prod(t.shape) * t.itemsize
     return read, written
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,13 @@ def _itemsize(elem_type: int) -> int:
 
 def load_structure(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, str]:
     """Load an ONNX graph without weights or external data; return it and a label naming it."""
+    model, label = _load_unchecked(path_or_proto)
+    _check_complete(model, label)
+    return model, label
+
+
+def _load_unchecked(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, str]:
+    """Load an ONNX graph (a copy of a given proto) and check it is a model; nodes not yet checked."""
     if isinstance(path_or_proto, ModelProto):
         model = ModelProto()
         model.CopyFrom(path_or_proto)
@@ -103,7 +110,6 @@ def load_structure(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple[
             raise GpupredError(f"{label}: not a readable ONNX file ({kind}: {type(err).__name__}); re-export it") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.node:
         raise GpupredError(f"{label}: not an ONNX model (no ir_version or no graph nodes); re-export it")
-    _check_complete(model, label)
     return model, label
 
 
@@ -218,6 +224,128 @@ def _infer(model: ModelProto, label: str, data_prop: bool = True) -> ModelProto:
         raise GpupredError(f"{label}: ONNX shape inference failed ({' '.join(str(err).split())[:200]})") from None
 
 
+# ---------------------------------------------------------------- plain-Python view of a graph
+# Protobuf field access is slow, so every field the featurizer needs is read once into tuples/dicts.
+
+_Shape = tuple[tuple[int, ...] | None, int, int]  # (dims or None when unknown, elem_type, itemsize)
+# (op_type, domain, inputs, outputs, name, attributes (only for ATTR_OPS), cost entry or None)
+_Node = tuple[str, str, tuple[str, ...], tuple[str, ...], str, dict[str, Any], Any]
+_NO_ATTRS: dict[str, Any] = {}
+_ATTR_FIELDS: dict[int, str] = {
+    onnx.AttributeProto.FLOAT: "f", onnx.AttributeProto.INT: "i", onnx.AttributeProto.STRING: "s",
+}
+_ATTR_LISTS: dict[int, str] = {
+    onnx.AttributeProto.FLOATS: "floats", onnx.AttributeProto.INTS: "ints", onnx.AttributeProto.STRINGS: "strings",
+}
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+    """``onnx.helper.get_attribute_value`` with the common scalar and list types read directly."""
+    if not a.ref_attr_name:
+        t = a.type
+        f = _ATTR_FIELDS.get(t)
+        if f is not None:
+            return getattr(a, f)
+        f = _ATTR_LISTS.get(t)
+        if f is not None:
+            return list(getattr(a, f))
+    return onnx.helper.get_attribute_value(a)
+
+
+def _read_nodes(model: ModelProto) -> list[_Node]:
+    """Each node's fields, read once."""
+    out: list[_Node] = []
+    table = COST_TABLE
+    for node in model.graph.node:
+        op = node.op_type
+        domain = node.domain
+        attrs = {a.name: _attr_value(a) for a in node.attribute} if op in ATTR_OPS else _NO_ATTRS
+        entry = table.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
+        out.append((op, domain, tuple(node.input), tuple(node.output), node.name, attrs, entry))
+    return out
+
+
+def _check_nodes(model: ModelProto, nodes: list[_Node], label: str) -> None:
+    """Every node input must be produced somewhere: a truncated file loses nodes or initializers."""
+    g = model.graph
+    known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    known |= {t.name for t in g.sparse_initializer}
+    for op, _, ins, outs, name, _, _ in nodes:
+        for n in ins:
+            if n not in known:
+                raise GpupredError(
+                    f"{label}: node {name or op!r} reads {n!r}, which nothing produces "
+                    "(truncated or malformed file); re-export it"
+                )
+        known.update(outs)
+
+
+class _Graph:
+    """An inferred graph as plain Python: nodes, tensor shapes, initializers, graph inputs, folded constants."""
+
+    __slots__ = ("nodes", "shapes", "known", "inits", "graph_inputs", "folded")
+
+    def __init__(self, model: ModelProto, nodes: list[_Node], folded: set[str]) -> None:
+        g = model.graph
+        shapes: dict[str, _Shape] = {}
+        known: set[str] = set()
+        sizes = _ITEMSIZE
+        for seq in (g.value_info, g.output, g.input):
+            for vi in seq:
+                tt = vi.type.tensor_type
+                et = tt.elem_type
+                size = sizes.get(et)
+                if size is None:
+                    size = sizes[et] = _itemsize(et)
+                vals: tuple[int, ...] | None = None
+                if tt.HasField("shape"):
+                    dims = tt.shape.dim
+                    vals = tuple([d.dim_value for d in dims])
+                    if 0 in vals and any(not d.HasField("dim_value") for d in dims):
+                        vals = None
+                name = vi.name
+                shapes[name] = (vals, et, size)
+                if vals is not None:
+                    known.add(name)
+        inits: dict[str, tuple[tuple[int, ...], int, int]] = {}
+        for t in g.initializer:
+            et = t.data_type
+            size = sizes.get(et)
+            if size is None:
+                size = sizes[et] = _itemsize(et)
+            inits[t.name] = shapes[t.name] = (tuple(t.dims), et, size)
+        self.nodes = nodes
+        self.shapes = shapes
+        self.known = known
+        self.inits = inits
+        self.graph_inputs = [i.name for i in g.input if i.name not in inits]
+        self.folded = folded
+
+    def missing_shapes(self) -> bool:
+        """Whether some node output has no static shape."""
+        known = self.known
+        return any(o and o not in known for node in self.nodes for o in node[3])
+
+
+_CACHE_SIZE = 64
+_CACHE: "OrderedDict[tuple[Any, ...], tuple[_Graph, int]]" = OrderedDict()
+
+
+def clear_cache() -> None:
+    """Forget every inferred graph kept in this process (the next featurize of a file is a cold one)."""
+    _CACHE.clear()
+
+
+def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
+    if isinstance(path_or_proto, ModelProto):
+        return None
+    try:
+        st = os.stat(path_or_proto)
+    except OSError:
+        return None
+    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino, batch_size)
+
+
 def featurize(
     path_or_proto: str | os.PathLike[str] | ModelProto,
     batch_size: int | None = None,
@@ -228,6 +356,8 @@ def featurize(
     """One flat feature row for an ONNX graph at a batch size, precision and optimizer.
 
     ``per_op``, if given, is filled with each op type's count, MACs, FLOPs and output elements.
+    The inferred graph of a file is kept in-process per (path, mtime, size, batch size), so
+    featurizing the same file again at another precision or optimizer skips loading and inference.
     """
     if precision not in PRECISION_ACT_BYTES:
         raise GpupredError(f"unknown precision {precision!r}; known: {', '.join(PRECISION_ACT_BYTES)}")
@@ -235,7 +365,25 @@ def featurize(
         raise GpupredError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZER_FLOPS_PER_PARAM)}")
     if batch_size is not None and int(batch_size) < 1:
         raise GpupredError(f"batch size must be positive, got {batch_size}")
-    model, label = load_structure(path_or_proto)
+    key = _cache_key(path_or_proto, None if batch_size is None else int(batch_size))
+    hit = _CACHE.get(key) if key is not None else None
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        graph, bs = hit
+    else:
+        graph, bs = _load_graph(path_or_proto, batch_size)
+        if key is not None:
+            _CACHE[key] = (graph, bs)
+            if len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return _graph_features(graph, bs, precision, optimizer, per_op)
+
+
+def _load_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[_Graph, int]:
+    """Load, check, substitute the batch size, infer shapes (folding shape arithmetic if needed)."""
+    model, label = _load_unchecked(path_or_proto)
+    nodes = _read_nodes(model)
+    _check_nodes(model, nodes, label)
     bs, batch_name = _resolve_batch(model, label, batch_size)
     _substitute(model, batch_name, bs)
     meta = {p.key: p.value for p in model.metadata_props}
@@ -246,29 +394,36 @@ def featurize(
             if t.name in values:
                 t.CopyFrom(numpy_helper.from_array(values[t.name], t.name))
     inferred = _infer(model, label, data_prop=False)
-    if _missing_shapes(inferred):
+    graph = _Graph(inferred, nodes, folded)  # shape inference leaves the nodes as they were
+    if graph.missing_shapes():
         inferred, more = fold_shapes(model, lambda m: _infer(m, label))
         folded |= set(more)
-    model = inferred
-    return _features(model, label, bs, precision, optimizer, folded, per_op)
+        graph = _Graph(inferred, _read_nodes(inferred), folded)
+    return graph, bs
 
 
 def _features(
     model: ModelProto, label: str, bs: int, precision: str, optimizer: str, folded: set[str] = frozenset(),  # type: ignore[assignment]
     per_op: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    g = model.graph
-    bf16 = precision == "bf16"
-    shapes: dict[str, tuple[tuple[int, ...] | None, int, int]] = {}
-    for vi in list(g.value_info) + list(g.output) + list(g.input):
-        shapes[vi.name] = _shape_of(vi)
-    inits: dict[str, tuple[tuple[int, ...], int, int]] = {}
-    for t in g.initializer:
-        inits[t.name] = (tuple(int(d) for d in t.dims), t.data_type, _itemsize(t.data_type))
-        shapes[t.name] = inits[t.name]
-    graph_inputs = {i.name for i in _real_inputs(model)}
+    """Features of an already inferred model."""
+    return _graph_features(_Graph(model, _read_nodes(model), set(folded)), bs, precision, optimizer, per_op)
 
-    param_alias: dict[str, str] = {n: n for n, (_, et, _) in inits.items() if et in _FLOAT_TYPES and n not in folded}
+
+def _graph_features(
+    graph: _Graph, bs: int, precision: str, optimizer: str, per_op: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    bf16 = precision == "bf16"
+    shapes = graph.shapes
+    inits = graph.inits
+    folded = graph.folded
+    graph_inputs = set(graph.graph_inputs)
+    float_types = _FLOAT_TYPES
+    fp32 = TensorProto.FLOAT
+    mac_categories = MAC_CATEGORIES
+    no_shape: _Shape = (None, 0, 4)
+
+    param_alias: dict[str, str] = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
     act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
     dynamic: set[str] = set(graph_inputs)
     producer: dict[str, int] = {}
@@ -282,60 +437,72 @@ def _features(
     n_layers = n_residual = 0
     depth = 0
 
-    for idx, node in enumerate(g.node):
-        op = node.op_type
-        domain = node.domain
-        ins = list(node.input)
-        outs = list(node.output)
-        entry = COST_TABLE.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
+    for idx, (op, domain, ins, outs, node_name, attrs, entry) in enumerate(graph.nodes):
         category = entry.category if entry else "other"
+        # depth of the deepest input and whether any input is an activation (not a constant)
+        d_in = 0
+        is_dyn = False
+        for n in ins:
+            if n:
+                dn = tensor_depth.get(n, 0)
+                if dn > d_in:
+                    d_in = dn
+            if not is_dyn and n in dynamic:
+                is_dyn = True
         if entry is not None and entry.rule is view_rule:  # views and metadata: no cost, no depth
             if op == "Identity" and ins[0] in param_alias:
                 param_alias[outs[0]] = param_alias[ins[0]]
             cat_count[category] += 1
-            d = max((tensor_depth.get(n, 0) for n in ins if n), default=0)
-            is_dyn = any(n in dynamic for n in ins)
+            src_size = act_size.get(ins[0]) if ins else None
             for out in outs:
                 producer[out] = idx
-                tensor_depth[out] = d
-                if ins and ins[0] in act_size:
-                    act_size[out] = act_size[ins[0]]
+                tensor_depth[out] = d_in
+                if src_size is not None:
+                    act_size[out] = src_size
                 if is_dyn:
                     dynamic.add(out)
             continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute} if op in ATTR_OPS else {}
         in_params = [name in param_alias for name in ins]
+        mac_op = category in mac_categories
         # dtype sizes under the precision
         if bf16:
-            in_sizes = [act_size.get(n) or shapes.get(n, (None, 0, 4))[2] for n, p in zip(ins, in_params) if n and not p]
+            in_sizes = [act_size.get(n) or shapes.get(n, no_shape)[2] for n, p in zip(ins, in_params) if n and not p]
             for out in outs:
                 shp = shapes.get(out)
-                if shp is None or shp[1] not in _FLOAT_TYPES or shp[2] != 4:
+                if shp is None or shp[1] not in float_types or shp[2] != 4:
                     continue
-                if category in MAC_CATEGORIES:
+                if mac_op:
                     act_size[out] = 2
                 elif op in FP32_UNDER_AUTOCAST or not in_sizes:
                     act_size[out] = 4
                 else:
                     act_size[out] = max(in_sizes)
-        mac_op = category in MAC_CATEGORIES
-
-        def info(name: str, is_param: bool) -> TensorInfo | None:
-            if not name:
-                return None
-            shp = shapes.get(name)
-            if shp is None or shp[0] is None:
-                return None
-            size = shp[2]
-            if bf16 and shp[1] == TensorProto.FLOAT:
-                size = 2 if mac_op else (size if is_param else act_size.get(name, size))
-            return TensorInfo(shp[0], size, is_param)
 
         cost = None
         if entry is None:
             unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
         else:
-            ninfo = NodeInfo(op, attrs, [info(n, p) for n, p in zip(ins, in_params)], [info(n, False) for n in outs], node.name)
+            in_infos: list[TensorInfo | None] = []
+            for name, is_p in zip(ins, in_params):
+                shp = shapes.get(name) if name else None
+                if shp is None or shp[0] is None:
+                    in_infos.append(None)
+                    continue
+                size = shp[2]
+                if bf16 and shp[1] == fp32:
+                    size = 2 if mac_op else (size if is_p else act_size.get(name, size))
+                in_infos.append(TensorInfo(shp[0], size, is_p))
+            out_infos: list[TensorInfo | None] = []
+            for name in outs:
+                shp = shapes.get(name) if name else None
+                if shp is None or shp[0] is None:
+                    out_infos.append(None)
+                    continue
+                size = shp[2]
+                if bf16 and shp[1] == fp32:
+                    size = 2 if mac_op else act_size.get(name, size)
+                out_infos.append(TensorInfo(shp[0], size, False))
+            ninfo = NodeInfo(op, attrs, in_infos, out_infos, node_name)
             try:
                 cost = entry.rule(ninfo)
             except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
@@ -360,7 +527,7 @@ def _features(
                 flops_bwd += cost.flops
             activation_bytes += cost.bytes_written
         # parameters
-        if any(in_params):
+        if True in in_params:
             skip = NON_TRAINABLE_INPUTS.get(op, ())
             has_weight = False
             for pos, (name, is_p) in enumerate(zip(ins, in_params)):
@@ -374,15 +541,14 @@ def _features(
                 trainable[base] = numel * inits[base][2]
             if has_weight and (mac_op or category == "norm" or op == "Gather"):
                 n_layers += 1
-        # graph structure: dynamic tensors, residual joins, depth
-        is_dyn = any(n in dynamic for n in ins)
-        if op in ("Add", "Sum") and len(ins) >= 2:
+        # graph structure: residual joins, depth, dynamic tensors
+        if (op == "Add" or op == "Sum") and len(ins) >= 2:
             a, b = ins[0], ins[1]
             if a in dynamic and b in dynamic and producer.get(a, a) != producer.get(b, b):
                 sa, sb = shapes.get(a), shapes.get(b)
-                if sa is not None and sb is not None and sa[0] is not None and sa[0] == sb[0] and sa[1] in _FLOAT_TYPES:
+                if sa is not None and sb is not None and sa[0] is not None and sa[0] == sb[0] and sa[1] in float_types:
                     n_residual += 1
-        d = (0 if category in ("reshape", "other") else 1) + max((tensor_depth.get(n, 0) for n in ins if n), default=0)
+        d = (0 if category == "reshape" or category == "other" else 1) + d_in
         if d > depth:
             depth = d
         for out in outs:
@@ -414,7 +580,7 @@ def _features(
         "input_bytes": int(input_bytes),
         "bytes_moved": int(bytes_moved),
         "arithmetic_intensity": float(flops / bytes_moved) if bytes_moved else 0.0,
-        "n_nodes": len(g.node),
+        "n_nodes": len(graph.nodes),
         **{f"n_{c}": int(cat_count[c]) for c in COUNT_CATEGORIES},
         "n_layers": n_layers,
         "depth": depth,

@@ -15,6 +15,8 @@ the build. It does nothing when the variable is unset.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import os
@@ -57,6 +59,7 @@ class HarnessConfig:
     interval_ms: float = DEFAULT_INTERVAL_MS
     margin_s: float = 0.5  # samples kept either side of the measured windows
     cpu_threads: int = 1  # torch threads in a CPU (dry-run) child
+    max_batch: int = 0  # dry runs: run each spec at no more than this batch size (0 = as specified)
     slack_s: float = 30.0  # added to the hard timeout (co-located fill, teardown)
 
     @property
@@ -233,7 +236,10 @@ def run_unit(
     device = backend.device_info()
     sampler = Sampler(backend, cfg.interval_ms, t0=t0).start()
     children: list[Child] = []
-    notes: list[str] = []
+    notes: list[str] = [
+        f"member {i}: dry run at batch {cfg.max_batch} instead of {sp.batch_size}"
+        for i, sp in enumerate(specs) if cfg.max_batch and sp.batch_size > cfg.max_batch
+    ]
     state = ["starting"] * k
     info: list[dict[str, Any]] = [{} for _ in range(k)]
     final: list[dict[str, Any] | None] = [None] * k
@@ -250,6 +256,7 @@ def run_unit(
                 "window_s": cfg.window_s, "min_iters": cfg.min_iters, "max_window_s": cfg.max_window_s,
                 "warmup_min_s": cfg.warmup_min_s, "warmup_min_iters": cfg.warmup_min_iters,
                 "warmup_max_s": cfg.warmup_max_s, "cpu_threads": cfg.cpu_threads, "fault": _fault_for(spec.id),
+                "max_batch": cfg.max_batch,
             }
             c.send(("job", job))
         phases = [("built", "go"), ("warm", "measure"), ("window", "stop")]
@@ -446,6 +453,8 @@ def _child_main(fd_in: int, fd_out: int) -> None:
         result["cuda_version"] = torch.version.cuda or ""
         t = time.monotonic()
         spec = WorkloadSpec.from_json(job["spec_json"])
+        if job.get("max_batch") and spec.batch_size > job["max_batch"]:  # dry run: validate, don't measure
+            spec = dataclasses.replace(spec, batch_size=int(job["max_batch"]))
         built = build(spec, job["device"])
         step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]))
         result["build_s"] = time.monotonic() - t

@@ -46,10 +46,10 @@ def list_cmd(
     table = Table(title=f"{len(specs)} workloads" + (f" in family {family}" if family else ""))
     for col in ("id", "family", "batch", "input", "precision", "optimizer", "fused"):
         table.add_column(col, justify="right" if col in ("batch", "input", "fused") else "left",
-                         overflow="fold" if col == "id" else "ellipsis")
+                         no_wrap=col == "id", overflow="ellipsis")
     for s in specs:
         table.add_row(s.id, s.family, str(s.batch_size), str(s.input_size), s.precision, s.optimizer, str(s.fused))
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
 
 
 def register(app: typer.Typer) -> None:
