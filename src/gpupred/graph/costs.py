@@ -128,7 +128,7 @@ def _io_bytes(n: NodeInfo) -> tuple[int, int]:
 def _cost(n: NodeInfo, macs: int = 0, flops: int = 0) -> OpCost:
     _out(n)  # every costed op needs its output shape
     read, written = _io_bytes(n)
-    return OpCost(macs=int(macs), flops=int(flops), bytes_read=read, bytes_written=written)
+    return OpCost(int(macs), int(flops), read, written)
 
 
 # ---------------------------------------------------------------- contraction ops

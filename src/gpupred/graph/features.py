@@ -2,6 +2,9 @@
 
 Reads graph structure and shapes only (``onnx.load(..., load_external_data=False)``): weights and
 external data are never read, which is what makes it fast. Needs onnx and numpy, never torch.
+Shapes come from ONNX shape inference at the requested batch size or, when the file carries a batch
+shape map (:func:`gpupred.graph.fold.store_batch_shapes`, fitted and checked at export, tied to the
+graph by a CRC), from that map without inference. Every protobuf field is read once into plain Python.
 
 Rules beyond the per-op table in :mod:`gpupred.graph.costs`:
 
@@ -27,8 +30,10 @@ Rules beyond the per-op table in :mod:`gpupred.graph.costs`:
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import zlib
 from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,7 @@ import onnx
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, decode_affine, fold_shapes
+from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
 from gpupred.graph.costs import (
     COST_TABLE,
     MAC_CATEGORIES,
@@ -193,28 +198,7 @@ def _substitute(model: ModelProto, name: str | None, value: int) -> None:
                 d.dim_value = value
 
 
-def _shape_of(vi: onnx.ValueInfoProto) -> tuple[tuple[int, ...] | None, int, int]:
-    tt = vi.type.tensor_type
-    et = tt.elem_type
-    size = _ITEMSIZE.get(et)
-    if size is None:
-        size = _ITEMSIZE[et] = _itemsize(et)
-    if not tt.HasField("shape"):
-        return None, et, size
-    dims = tt.shape.dim
-    vals = tuple(d.dim_value for d in dims)
-    if 0 in vals and any(not d.HasField("dim_value") for d in dims):
-        return None, et, size
-    return vals, et, size
-
-
-_ITEMSIZE: dict[int, int] = {}
-
-
-def _missing_shapes(model: ModelProto) -> bool:
-    g = model.graph
-    known = {vi.name for vi in list(g.value_info) + list(g.output) + list(g.input) if _shape_of(vi)[0] is not None}
-    return any(o and o not in known for node in g.node for o in node.output)
+_ITEMSIZE: dict[int, int] = {}  # elem_type -> item size in bytes, filled on first use
 
 
 def _infer(model: ModelProto, label: str, data_prop: bool = True) -> ModelProto:
@@ -252,32 +236,50 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     return onnx.helper.get_attribute_value(a)
 
 
-def _read_nodes(model: ModelProto) -> list[_Node]:
-    """Each node's fields, read once."""
+_Init = tuple[tuple[int, ...], int, int]  # (dims, data_type, itemsize)
+
+
+def _read_inits(model: ModelProto) -> dict[str, _Init]:
+    """Each initializer's dims, data type and item size, read once."""
+    sizes = _ITEMSIZE
+    inits: dict[str, _Init] = {}
+    for t in model.graph.initializer:
+        et = t.data_type
+        size = sizes.get(et)
+        if size is None:
+            size = sizes[et] = _itemsize(et)
+        inits[t.name] = (tuple(t.dims[:]), et, size)
+    return inits
+
+
+def _read_nodes(model: ModelProto, label: str | None = None, inits: dict[str, _Init] | None = None) -> list[_Node]:
+    """Each node's fields, read once; with a label, also check every input is produced (truncated files)."""
     out: list[_Node] = []
     table = COST_TABLE
-    for node in model.graph.node:
-        op = node.op_type
-        domain = node.domain
-        attrs = {a.name: _attr_value(a) for a in node.attribute} if op in ATTR_OPS else _NO_ATTRS
-        entry = table.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
-        out.append((op, domain, tuple(node.input), tuple(node.output), node.name, attrs, entry))
-    return out
-
-
-def _check_nodes(model: ModelProto, nodes: list[_Node], label: str) -> None:
-    """Every node input must be produced somewhere: a truncated file loses nodes or initializers."""
+    attr_ops = ATTR_OPS
     g = model.graph
-    known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-    known |= {t.name for t in g.sparse_initializer}
-    for op, _, ins, outs, name, _, _ in nodes:
-        for n in ins:
-            if n not in known:
-                raise GpupredError(
-                    f"{label}: node {name or op!r} reads {n!r}, which nothing produces "
-                    "(truncated or malformed file); re-export it"
-                )
-        known.update(outs)
+    known: set[str] | None = None
+    if label is not None:
+        known = {i.name for i in g.input} | {""}
+        known.update(inits if inits is not None else (t.name for t in g.initializer))
+        known |= {t.name for t in g.sparse_initializer}
+    for node in g.node:
+        op = node.op_type
+        ins = node.input[:]
+        outs = node.output[:]
+        if known is not None:
+            for n in ([] if known.issuperset(ins) else ins):
+                if n not in known:
+                    raise GpupredError(
+                        f"{label}: node {node.name or op!r} reads {n!r}, which nothing produces "
+                        "(truncated or malformed file); re-export it"
+                    )
+            known.update(outs)
+        domain = node.domain
+        attrs = {a.name: _attr_value(a) for a in node.attribute} if op in attr_ops else _NO_ATTRS
+        entry = table.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
+        out.append((op, domain, ins, outs, node.name, attrs, entry))
+    return out
 
 
 class _Graph:
@@ -285,41 +287,47 @@ class _Graph:
 
     __slots__ = ("nodes", "shapes", "known", "inits", "graph_inputs", "folded")
 
-    def __init__(self, model: ModelProto, nodes: list[_Node], folded: set[str]) -> None:
+    def __init__(
+        self, model: ModelProto | None, nodes: list[_Node], folded: set[str], inits: dict[str, _Init] | None = None
+    ) -> None:
+        self.nodes = nodes
+        self.folded = folded
+        if model is None:  # filled in by _stored_graph
+            return
         g = model.graph
         shapes: dict[str, _Shape] = {}
         known: set[str] = set()
         sizes = _ITEMSIZE
+        types: dict[bytes, _Shape] = {}  # most tensors share a few types: decode each distinct one once
         for seq in (g.value_info, g.output, g.input):
             for vi in seq:
-                tt = vi.type.tensor_type
-                et = tt.elem_type
-                size = sizes.get(et)
-                if size is None:
-                    size = sizes[et] = _itemsize(et)
-                vals: tuple[int, ...] | None = None
-                if tt.HasField("shape"):
-                    dims = tt.shape.dim
-                    vals = tuple([d.dim_value for d in dims])
-                    if 0 in vals and any(not d.HasField("dim_value") for d in dims):
-                        vals = None
+                typ = vi.type
+                key = typ.SerializeToString()
+                shp = types.get(key)
+                if shp is None:
+                    tt = typ.tensor_type
+                    et = tt.elem_type
+                    size = sizes.get(et)
+                    if size is None:
+                        size = sizes[et] = _itemsize(et)
+                    vals: tuple[int, ...] | None = None
+                    if tt.HasField("shape"):
+                        dims = tt.shape.dim
+                        vals = tuple([d.dim_value for d in dims])
+                        if 0 in vals and any(not d.HasField("dim_value") for d in dims):
+                            vals = None
+                    shp = types[key] = (vals, et, size)
                 name = vi.name
-                shapes[name] = (vals, et, size)
-                if vals is not None:
+                shapes[name] = shp
+                if shp[0] is not None:
                     known.add(name)
-        inits: dict[str, tuple[tuple[int, ...], int, int]] = {}
-        for t in g.initializer:
-            et = t.data_type
-            size = sizes.get(et)
-            if size is None:
-                size = sizes[et] = _itemsize(et)
-            inits[t.name] = shapes[t.name] = (tuple(t.dims), et, size)
-        self.nodes = nodes
+        if inits is None:
+            inits = _read_inits(model)
+        shapes.update(inits)
         self.shapes = shapes
         self.known = known
         self.inits = inits
         self.graph_inputs = [i.name for i in g.input if i.name not in inits]
-        self.folded = folded
 
     def missing_shapes(self) -> bool:
         """Whether some node output has no static shape."""
@@ -379,22 +387,32 @@ def featurize(
     return _graph_features(graph, bs, precision, optimizer, per_op)
 
 
-def _load_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[_Graph, int]:
-    """Load, check, substitute the batch size, infer shapes (folding shape arithmetic if needed)."""
+def _load_graph(
+    path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None, stored: bool = True
+) -> tuple[_Graph, int]:
+    """Load, check, substitute the batch size, infer shapes (folding shape arithmetic if needed).
+
+    With ``stored`` and a shape map from :func:`gpupred.graph.fold.batch_shape_map` in the file's metadata
+    (written at export, checked against the file's nodes), shapes come from that map instead of inference.
+    """
     model, label = _load_unchecked(path_or_proto)
-    nodes = _read_nodes(model)
-    _check_nodes(model, nodes, label)
+    inits = _read_inits(model)  # the batch-affine values below keep each initializer's dims and type
+    nodes = _read_nodes(model, label, inits)
     bs, batch_name = _resolve_batch(model, label, batch_size)
-    _substitute(model, batch_name, bs)
     meta = {p.key: p.value for p in model.metadata_props}
     folded = set(filter(None, meta.get(FOLDED_KEY, "").split(",")))
+    if stored and meta.get(SHAPES_KEY):
+        graph = _stored_graph(meta[SHAPES_KEY], bs, model, nodes, folded, inits)
+        if graph is not None:
+            return graph, bs
+    _substitute(model, batch_name, bs)
     if meta.get(AFFINE_KEY):
         values = decode_affine(meta[AFFINE_KEY], bs)
-        for t in model.graph.initializer:
+        for t in model.graph.initializer if values else ():
             if t.name in values:
                 t.CopyFrom(numpy_helper.from_array(values[t.name], t.name))
     inferred = _infer(model, label, data_prop=False)
-    graph = _Graph(inferred, nodes, folded)  # shape inference leaves the nodes as they were
+    graph = _Graph(inferred, nodes, folded, inits)  # shape inference leaves nodes and initializers as they were
     if graph.missing_shapes():
         inferred, more = fold_shapes(model, lambda m: _infer(m, label))
         folded |= set(more)
@@ -402,12 +420,38 @@ def _load_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: 
     return graph, bs
 
 
-def _features(
-    model: ModelProto, label: str, bs: int, precision: str, optimizer: str, folded: set[str] = frozenset(),  # type: ignore[assignment]
-    per_op: dict[str, dict[str, int]] | None = None,
-) -> dict[str, Any]:
-    """Features of an already inferred model."""
-    return _graph_features(_Graph(model, _read_nodes(model), set(folded)), bs, precision, optimizer, per_op)
+def graph_fingerprint(model: ModelProto) -> int:
+    """CRC-32 of the serialized graph (nodes, attributes, initializer dims, inputs): a stored shape map fits only it."""
+    return zlib.crc32(model.graph.SerializeToString())
+
+
+def _stored_graph(
+    text: str, bs: int, model: ModelProto, nodes: list[_Node], folded: set[str], inits: dict[str, _Init]
+) -> _Graph | None:
+    """The graph's shapes at batch ``bs`` from a stored shape map; None if the map does not fit this graph."""
+    try:
+        data = json.loads(text)
+        if data.get("version") != 1 or data.get("graph_crc32") != graph_fingerprint(model):
+            return None
+        sizes = _ITEMSIZE
+        types: list[_Shape] = []  # the distinct (elem_type, dims) of the map, evaluated at this batch size
+        for et, dims in data["types"]:
+            size = sizes.get(et)
+            if size is None:
+                size = sizes[et] = _itemsize(et)
+            vals = None if dims is None else tuple([d if d.__class__ is int else d[0] + d[1] * bs for d in dims])
+            types.append((vals, et, size))
+        shapes: dict[str, _Shape] = {name: types[i] for name, i in data["tensors"].items()}
+        known = {name for name, shp in shapes.items() if shp[0] is not None}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    shapes.update(inits)
+    graph = _Graph(None, nodes, folded)
+    graph.shapes = shapes
+    graph.known = known
+    graph.inits = inits
+    graph.graph_inputs = [i.name for i in model.graph.input if i.name not in inits]
+    return None if graph.missing_shapes() else graph
 
 
 def _graph_features(
@@ -422,12 +466,14 @@ def _graph_features(
     fp32 = TensorProto.FLOAT
     mac_categories = MAC_CATEGORIES
     no_shape: _Shape = (None, 0, 4)
+    new_tuple = tuple.__new__  # TensorInfo(shape, size, is_param) without the named tuple's Python-level __new__
 
     param_alias: dict[str, str] = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
     act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
     dynamic: set[str] = set(graph_inputs)
     producer: dict[str, int] = {}
     tensor_depth: dict[str, int] = {}
+    depth_of = tensor_depth.get
     trainable: dict[str, int] = {}
 
     cat_count: Counter[str] = Counter()
@@ -444,7 +490,7 @@ def _graph_features(
         is_dyn = False
         for n in ins:
             if n:
-                dn = tensor_depth.get(n, 0)
+                dn = depth_of(n, 0)
                 if dn > d_in:
                     d_in = dn
             if not is_dyn and n in dynamic:
@@ -491,7 +537,7 @@ def _graph_features(
                 size = shp[2]
                 if bf16 and shp[1] == fp32:
                     size = 2 if mac_op else (size if is_p else act_size.get(name, size))
-                in_infos.append(TensorInfo(shp[0], size, is_p))
+                in_infos.append(new_tuple(TensorInfo, (shp[0], size, is_p)))
             out_infos: list[TensorInfo | None] = []
             for name in outs:
                 shp = shapes.get(name) if name else None
@@ -501,7 +547,7 @@ def _graph_features(
                 size = shp[2]
                 if bf16 and shp[1] == fp32:
                     size = 2 if mac_op else act_size.get(name, size)
-                out_infos.append(TensorInfo(shp[0], size, False))
+                out_infos.append(new_tuple(TensorInfo, (shp[0], size, False)))
             ninfo = NodeInfo(op, attrs, in_infos, out_infos, node_name)
             try:
                 cost = entry.rule(ninfo)

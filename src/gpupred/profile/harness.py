@@ -60,6 +60,7 @@ class HarnessConfig:
     margin_s: float = 0.5  # samples kept either side of the measured windows
     cpu_threads: int = 1  # torch threads in a CPU (dry-run) child
     max_batch: int = 0  # dry runs: run each spec at no more than this batch size (0 = as specified)
+    cpu_fp32: bool = False  # dry runs: bf16 specs run in fp32 (CPU bf16 autocast is slow emulation here)
     slack_s: float = 30.0  # added to the hard timeout (co-located fill, teardown)
 
     @property
@@ -237,8 +238,10 @@ def run_unit(
     sampler = Sampler(backend, cfg.interval_ms, t0=t0).start()
     children: list[Child] = []
     notes: list[str] = [
-        f"member {i}: dry run at batch {cfg.max_batch} instead of {sp.batch_size}"
-        for i, sp in enumerate(specs) if cfg.max_batch and sp.batch_size > cfg.max_batch
+        f"member {i}: dry run at batch {min(sp.batch_size, cfg.max_batch)}"
+        f"{' in fp32' if cfg.cpu_fp32 and sp.precision != 'fp32' else ''}, not as specified"
+        for i, sp in enumerate(specs)
+        if (cfg.max_batch and sp.batch_size > cfg.max_batch) or (cfg.cpu_fp32 and sp.precision != "fp32")
     ]
     state = ["starting"] * k
     info: list[dict[str, Any]] = [{} for _ in range(k)]
@@ -256,7 +259,7 @@ def run_unit(
                 "window_s": cfg.window_s, "min_iters": cfg.min_iters, "max_window_s": cfg.max_window_s,
                 "warmup_min_s": cfg.warmup_min_s, "warmup_min_iters": cfg.warmup_min_iters,
                 "warmup_max_s": cfg.warmup_max_s, "cpu_threads": cfg.cpu_threads, "fault": _fault_for(spec.id),
-                "max_batch": cfg.max_batch,
+                "max_batch": cfg.max_batch, "cpu_fp32": cfg.cpu_fp32,
             }
             c.send(("job", job))
         phases = [("built", "go"), ("warm", "measure"), ("window", "stop")]
@@ -455,6 +458,8 @@ def _child_main(fd_in: int, fd_out: int) -> None:
         spec = WorkloadSpec.from_json(job["spec_json"])
         if job.get("max_batch") and spec.batch_size > job["max_batch"]:  # dry run: validate, don't measure
             spec = dataclasses.replace(spec, batch_size=int(job["max_batch"]))
+        if job.get("cpu_fp32") and spec.precision != "fp32":
+            spec = dataclasses.replace(spec, precision="fp32")
         built = build(spec, job["device"])
         step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]))
         result["build_s"] = time.monotonic() - t

@@ -87,7 +87,8 @@ def harness_config(dry_run: bool, window_s: float | None = None, host_batches: b
     if dry_run:
         cfg.device = "cpu"
         cfg.window_s, cfg.min_iters, cfg.warmup_min_s, cfg.warmup_min_iters = 0.5, 5, 0.2, 2
-        cfg.max_batch = 2  # a dry run validates a plan (ids build, steps run) on the CPU; it measures nothing
+        # a dry run validates a plan (ids build, steps run) on the CPU; it measures nothing
+        cfg.max_batch, cfg.cpu_fp32, cfg.warmup_max_s, cfg.max_window_s = 2, True, 2.0, 3.0
     if window_s is not None:
         cfg.window_s = float(window_s)
     return cfg
