@@ -24,6 +24,7 @@
 limit: int = 0  # number of catalog specs to featurize (a balanced prefix); 0 = the whole catalog
 families: str = ""  # comma-separated families to keep (e.g. "mlp,lstm"); "" = all
 workers: int = 2  # parallel export processes
+include_measured: bool = True  # also featurize every workload measured in data/raw (fused specs, custom plans)
 
 # %%
 import matplotlib
@@ -32,7 +33,9 @@ import seaborn as sns
 
 from gpupred import config, reports
 from gpupred.graph import build_feature_table, write_feature_table
+from gpupred.profile.schema import read_runs
 from gpupred.workloads.catalog import catalog
+from gpupred.workloads.spec import WorkloadSpec
 
 specs = catalog()
 if families:
@@ -40,6 +43,11 @@ if families:
     specs = [s for s in specs if s.family in keep]
 if limit:
     specs = specs[:limit]
+if include_measured:
+    known = {s.id for s in specs}
+    measured = sorted(set(read_runs(config.RAW)["workload_id"]) - known)
+    specs += [WorkloadSpec.from_id(w) for w in measured]
+    print(f"{len(measured)} measured workloads outside the selected catalog slice added")
 df = build_feature_table(specs, workers=workers, progress=True)
 path = write_feature_table(df)
 print(f"{len(df)} workloads, {df['arch_key'].nunique()} architectures -> {path.relative_to(config.ROOT)}")
@@ -64,3 +72,21 @@ for ax, col, label in zip(
 fig.tight_layout()
 reports.save_figure(fig, "02-graph-features-by-family")
 reports.update_metrics({"graph_features_rows": len(df), "graph_features_unknown_ops": int(df["unknown_ops"].sum())})
+
+# %% [markdown]
+# ## The learning dataset
+# One row per ok solo run in `data/raw` (never dry-run output): labels from the NVML samples of the
+# measured window, joined to the graph features above and the GPU's hardware features. Excluded runs
+# are listed by reason.
+
+# %%
+from gpupred.dataset import build_dataset
+from gpupred.pipeline import MissingInput
+
+try:
+    dataset, exclusions = build_dataset(features=df)
+    print(f"{len(dataset)} runs, {dataset['family'].nunique()} families, GPUs: {sorted(dataset['gpu_name'].unique())} "
+          f"-> {config.DATASET.relative_to(config.ROOT)}")
+    print(exclusions.groupby("reason").size().rename("runs excluded").to_string() if len(exclusions) else "no run excluded")
+except MissingInput as err:
+    print(f"dataset not built: {err}")

@@ -19,3 +19,24 @@ def test_notebook_02_builds_feature_table(run_notebook: Callable[..., Path], tmp
     assert len(df) == 2 and set(df["family"]) == {"mlp"}
     assert set(FEATURE_KEYS) <= set(df.columns) and (df["flops_train"] > 0).all()
     assert (tmp_path / "reports" / "figures" / "02-graph-features-by-family.png").exists()
+
+
+@pytest.mark.notebook
+def test_notebook_02_builds_dataset_from_measured_workloads(
+    run_notebook: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workloads measured in data/raw (here a FIXTURE raw tree) are featurized and joined into the dataset."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fixtures_learning import write_fixture_raw_tree
+
+    measured = ["mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w64-d2-bs16-in32-bf16-adam"]
+    write_fixture_raw_tree(tmp_path / "data" / "raw", measured, extras=False)
+    monkeypatch.setenv("GPUPRED_CACHE", str(tmp_path / "cache"))
+    run_notebook("02-build-features", {"limit": 1, "families": "mlp", "workers": 1})
+    features = pd.read_parquet(tmp_path / "data" / "processed" / "graph_features.parquet")
+    assert set(measured) <= set(features["workload_id"]) and len(features) == 3
+    dataset = pd.read_parquet(tmp_path / "data" / "processed" / "dataset.parquet")
+    assert sorted(dataset["workload_id"]) == sorted(measured)
+    assert dataset["gpu_util"].between(0, 100).all()

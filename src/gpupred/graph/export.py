@@ -34,7 +34,7 @@ from gpupred.errors import GpupredError
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
 
-EXPORT_VERSION = 1  # bump when the export recipe changes: old cache files are then ignored
+EXPORT_VERSION = 2  # bump when the export recipe changes: old cache files are then ignored
 OPSET = 17
 EXPORT_BATCH = 2  # trace at this batch size; the batch axis is symbolic in the graph
 EXTERNAL_DATA_NAME = "weights-stripped-by-gpupred"  # a file that never exists
@@ -219,6 +219,9 @@ def export_module(
     if not keep_weights:
         strip_weights(proto)
     fold_batch_shapes(proto)
+    from gpupred.graph.fold import store_batch_shapes
+
+    store_batch_shapes(proto)  # every tensor's shape as a + b x batch: featurize then skips shape inference
     _atomic_save(proto, path)
     return path
 
