@@ -71,19 +71,9 @@ failed.head(20)
 # ## The slowdown model against the baseline, on held-out workloads
 
 # %%
-if not config.DATASET.exists():
-    raise MissingInput(f"{config.DATASET} missing; build the dataset (notebook 02) first")
-dataset = pd.read_parquet(config.DATASET)
-if predictions_path:
-    predictions = pd.read_parquet(predictions_path)
-elif config.PREDICTOR.exists():
-    from gpupred.predictor import load_predictor
+from gpupred.predictor import dataset_predictions
 
-    predictions = load_predictor().predict(dataset).reset_index(drop=True)
-    predictions["workload_id"] = dataset["workload_id"].to_numpy()
-    predictions["gpu_name"] = dataset["gpu_name"].to_numpy()
-else:
-    raise MissingInput(f"no predictor at {config.PREDICTOR} and no predictions_path; export the predictor (notebook 08) first")
+dataset, predictions = dataset_predictions(predictions_path)
 features = colocation.predicted_features(dataset, predictions)
 metrics, heldout = colocation.evaluate_heldout(table, features, n_splits=n_splits, seed=seed)
 update_metrics(metrics)

@@ -48,19 +48,9 @@ from gpupred.pipeline import MissingInput
 from gpupred.profile.schema import read_runs
 from gpupred.reports import save_figure, update_metrics
 
-if not config.DATASET.exists():
-    raise MissingInput(f"{config.DATASET} missing; the simulation needs real per-workload measurements (notebook 02)")
-dataset = pd.read_parquet(config.DATASET)
-if predictions_path:
-    predictions = pd.read_parquet(predictions_path)
-elif config.PREDICTOR.exists():
-    from gpupred.predictor import load_predictor
+from gpupred.predictor import dataset_predictions
 
-    predictions = load_predictor().predict(dataset).reset_index(drop=True)
-    predictions["workload_id"] = dataset["workload_id"].to_numpy()
-    predictions["gpu_name"] = dataset["gpu_name"].to_numpy()
-else:
-    raise MissingInput(f"no predictor at {config.PREDICTOR} and no predictions_path; export the predictor (notebook 08) first")
+dataset, predictions = dataset_predictions(predictions_path)
 table = sim.workload_table(dataset, predictions, gpu_name or None)
 gpu = table.attrs["gpu_name"]
 if gpu_memory_mib <= 0:
