@@ -92,6 +92,10 @@ class FakeBackend:
         """Configured GPM support."""
         return (True, "") if self.gpm else (False, "gpm: device does not support GPM (fake)")
 
+    def gpm_reset(self) -> None:
+        """Forget the baseline snapshot (like the real backend when a new sampler starts)."""
+        self._gpm_started = False
+
     def gpm_read(self) -> dict[str, float]:
         """Synthetic GPM metrics ({} on the first call, like a first snapshot)."""
         if not self._gpm_started:

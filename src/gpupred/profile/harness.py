@@ -140,10 +140,15 @@ class Child:
             return ""
         return " | ".join(line.strip() for line in text[-lines:])
 
-    def kill(self) -> None:
-        """Kill the process and wait for it."""
+    def kill(self, wait: bool = True) -> None:
+        """Kill the process (SIGKILL) and, unless ``wait`` is False, wait for it."""
         if self.alive():
-            self.proc.kill()
+            try:
+                self.proc.kill()
+            except OSError:  # pragma: no cover - already gone
+                pass
+        if not wait:
+            return
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
@@ -194,6 +199,15 @@ class Launcher:
 
 def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def uuid_hex(uuid: str) -> str:
+    """A device UUID as 32 lower-case hex digits: NVML's 'GPU-…'/'MIG-…' and torch's bare form compare equal."""
+    text = uuid.strip().lower()
+    for prefix in ("mig-", "gpu-"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return "".join(ch for ch in text if ch in "0123456789abcdef")
 
 
 def _fault_for(workload_id: str) -> str:
@@ -247,7 +261,7 @@ def run_unit(
     info: list[dict[str, Any]] = [{} for _ in range(k)]
     final: list[dict[str, Any] | None] = [None] * k
     sent: set[str] = set()
-    interrupted = False
+    interrupted = completed = False
     try:
         children = launcher.take(k)
         sampler.set_members({c.pid: i for i, c in enumerate(children)})
@@ -269,7 +283,7 @@ def run_unit(
                 interrupted = deadline is not None and hard_at == deadline and deadline < timeout_at
                 for i, c in enumerate(children):
                     if final[i] is None:
-                        c.kill()
+                        c.kill(wait=False)  # all at once: each dying CUDA process may take seconds to exit
                         final[i] = {"status": "timeout", "message": f"hard timeout after {now - t0:.0f} s (last phase: {state[i]})"}
                 break
             ready = wait([c.rx for i, c in enumerate(children) if final[i] is None], timeout=0.05)
@@ -304,15 +318,19 @@ def run_unit(
                     for i in live:
                         children[i].send((command,))
                     sent.add(command)
+        completed = True
         if interrupted:
             raise UnitInterrupted(group_id)
     finally:
         t_end = time.monotonic()
+        if not completed:  # an exception (Ctrl-C, SIGTERM, a bug): no child may outlive the parent's unit
+            for c in children:
+                c.kill(wait=False)
         samples = sampler.stop()
         for c in children:
             if c.alive():
                 try:
-                    c.proc.wait(timeout=15)
+                    c.proc.wait(timeout=15)  # members that reported exit by themselves
                 except subprocess.TimeoutExpired:
                     c.kill()
             c.close()
@@ -328,8 +346,8 @@ def run_unit(
     for i, spec in enumerate(specs):
         r = {**info[i], **(final[i] or {})}
         props = r.get("device_props", {})
-        child_uuid = props.get("uuid", "")
-        if child_uuid and device.uuid and child_uuid.lower() not in device.uuid.lower():
+        child_uuid = str(props.get("uuid", "") or "")
+        if uuid_hex(child_uuid) and uuid_hex(device.uuid) and uuid_hex(child_uuid) != uuid_hex(device.uuid):
             notes.append(f"member {i}: CUDA device {child_uuid} is not the sampled NVML device {device.uuid}")
         times = [float(x) for x in r.get("iter_times", [])]
         ws = r.get("window_start", math.nan) - t0 if "window_start" in r else math.nan

@@ -26,7 +26,8 @@ from gpupred.errors import GpupredError
 DEFAULT_INTERVAL_MS = 50.0
 SLOW_EVERY = 10  # pcie + buffered samples every 10th tick (0.5 s at 50 ms)
 GPM_EVERY = 2  # GPM every 2nd tick (0.1 s at 50 ms)
-_FATAL_NAMES = ("NotSupported", "NoPermission", "FunctionNotFound", "ArgumentVersionMismatch", "Deprecated")
+_FATAL_NAMES = ("NotSupported", "NoPermission", "FunctionNotFound", "ArgumentVersionMismatch", "Deprecated",
+                "LibraryMismatch")
 
 
 class NvmlUnavailable(GpupredError):
@@ -169,7 +170,7 @@ class PynvmlBackend:
             raise NvmlUnavailable(_err_text(err)) from None
         try:
             if isinstance(device, str):
-                self.handle = nv.nvmlDeviceGetHandleByUUID(device)
+                self.handle = self._handle_by_uuid(device)
                 self.index = -1
             else:
                 self.handle = nv.nvmlDeviceGetHandleByIndex(device)
@@ -181,7 +182,24 @@ class PynvmlBackend:
                 pass
             raise NvmlUnavailable(f"device {device!r}: {_err_text(err)}") from None
         self._gpm: tuple[Any, Any] | None = None
+        self._gpm_primed = False  # the baseline snapshot _gpm[0] holds a sample
         self._gpm_checked: tuple[bool, str] | None = None
+        self._buffered_off: set[str] = set()
+
+    def _handle_by_uuid(self, uuid: str) -> Any:
+        """A handle from a full UUID, or from a unique prefix as CUDA_VISIBLE_DEVICES allows."""
+        nv = self.nv
+        try:
+            return nv.nvmlDeviceGetHandleByUUID(uuid)
+        except Exception:
+            matches = []
+            for i in range(nv.nvmlDeviceGetCount()):
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                if str(self._safe(lambda: nv.nvmlDeviceGetUUID(h))).startswith(uuid):
+                    matches.append(h)
+            if len(matches) != 1:
+                raise
+            return matches[0]
 
     # -- identity
     def _safe(self, fn: Callable[[], Any], default: Any = "") -> Any:
@@ -194,7 +212,8 @@ class PynvmlBackend:
     def device_info(self) -> DeviceInfo:
         """The device's identity (never raises; unknown fields are '')."""
         nv, h = self.nv, self.handle
-        cuda = self._safe(nv.nvmlSystemGetCudaDriverVersion_v2, 0) or self._safe(nv.nvmlSystemGetCudaDriverVersion, 0)
+        cuda = self._safe(lambda: nv.nvmlSystemGetCudaDriverVersion_v2(), 0) or self._safe(
+            lambda: nv.nvmlSystemGetCudaDriverVersion(), 0)
         cuda_s = f"{cuda // 1000}.{(cuda % 1000) // 10}" if cuda else ""
         mem = self._safe(lambda: nv.nvmlDeviceGetMemoryInfo(h).total / 2**20, float("nan"))
         index = self.index if self.index >= 0 else self._safe(lambda: nv.nvmlDeviceGetIndex(h), -1)
@@ -202,7 +221,7 @@ class PynvmlBackend:
             name=str(self._safe(lambda: nv.nvmlDeviceGetName(h))),
             uuid=str(self._safe(lambda: nv.nvmlDeviceGetUUID(h))),
             memory_total_mib=float(mem),
-            driver_version=str(self._safe(nv.nvmlSystemGetDriverVersion)),
+            driver_version=str(self._safe(lambda: nv.nvmlSystemGetDriverVersion())),
             cuda_version=cuda_s,
             index=int(index),
         )
@@ -254,19 +273,29 @@ class PynvmlBackend:
             nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
             nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
         }
-        for kind, metric in ((nv.NVML_GPU_UTILIZATION_SAMPLES, "gpu_util"), (nv.NVML_MEMORY_UTILIZATION_SAMPLES, "mem_util")):
+        if hasattr(nv, "NVML_VALUE_TYPE_UNSIGNED_SHORT"):
+            fields[nv.NVML_VALUE_TYPE_UNSIGNED_SHORT] = "usVal"
+        kinds = [(k, m) for k, m in ((nv.NVML_GPU_UTILIZATION_SAMPLES, "gpu_util"),
+                                     (nv.NVML_MEMORY_UTILIZATION_SAMPLES, "mem_util")) if m not in self._buffered_off]
+        if not kinds:
+            raise MetricUnsupported("no NVML sample buffer is supported")
+        failure: BaseException | None = None
+        for kind, metric in kinds:
             try:
                 vtype, samples = nv.nvmlDeviceGetSamples(h, kind, int(since_us))
-            except nv.NVMLError as err:
-                if "NotFound" in type(err).__name__ or getattr(err, "value", None) == nv.NVML_ERROR_NOT_FOUND:
+            except Exception as err:
+                if getattr(err, "value", None) == nv.NVML_ERROR_NOT_FOUND:
                     continue  # no new samples since the timestamp: not a failure
-                if metric == "mem_util" and out:
-                    continue  # memory buffer missing but GPU buffer works: keep the latter
-                raise
+                if _is_permanent(err):
+                    self._buffered_off.add(metric)  # this buffer is missing; keep reading the other one
+                failure = err
+                continue
             attr = fields.get(vtype, "uiVal")
             for s in samples:
                 if s.timeStamp > since_us:
                     out.append((int(s.timeStamp), metric, float(getattr(s.sampleValue, attr))))
+        if failure is not None and not out and (len(self._buffered_off) == 2 or not _is_permanent(failure)):
+            raise failure  # both buffers missing, or a transient failure the sampler counts
         return out
 
     # -- GPM (Hopper and later)
@@ -288,14 +317,24 @@ class PynvmlBackend:
                 self._gpm_checked = (False, f"gpm: {_err_text(err)}")
         return self._gpm_checked
 
+    def gpm_reset(self) -> None:
+        """Forget the baseline snapshot, so the next :meth:`gpm_read` starts afresh (a new sampler)."""
+        self._gpm_primed = False
+
     def gpm_read(self) -> dict[str, float]:
         """GPM metrics between the previous snapshot and now ({} on the first call)."""
         nv = self.nv
         if self._gpm is None:
             s1 = nv.nvmlGpmSampleAlloc()
-            s2 = nv.nvmlGpmSampleAlloc()
+            try:
+                s2 = nv.nvmlGpmSampleAlloc()
+            except Exception:
+                nv.nvmlGpmSampleFree(s1)
+                raise
             self._gpm = (s1, s2)
-            nv.nvmlGpmSampleGet(self.handle, s1)
+        if not self._gpm_primed:
+            nv.nvmlGpmSampleGet(self.handle, self._gpm[0])
+            self._gpm_primed = True
             return {}
         s1, s2 = self._gpm
         nv.nvmlGpmSampleGet(self.handle, s2)
@@ -322,8 +361,8 @@ class PynvmlBackend:
         nv, h = self.nv, self.handle
         try:
             procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
-        except Exception as err:
-            if not any(n in type(err).__name__ for n in ("FunctionNotFound", "ArgumentVersionMismatch")):
+        except Exception as err:  # an older driver: the unversioned call raises NVMLLibraryMismatchError
+            if not any(n in type(err).__name__ for n in ("FunctionNotFound", "ArgumentVersionMismatch", "LibraryMismatch")):
                 raise
             procs = nv.nvmlDeviceGetComputeRunningProcesses_v2(h)
         return {int(p.pid): (p.usedGpuMemory or 0) / 2**20 for p in procs if p.usedGpuMemory is not None}
@@ -337,6 +376,7 @@ class PynvmlBackend:
                 except Exception:
                     pass
             self._gpm = None
+            self._gpm_primed = False
         try:
             self.nv.nvmlShutdown()
         except Exception:
@@ -406,6 +446,11 @@ class Sampler:
         self.gpm_supported, why = self._guard_call("gpm_support", backend.gpm_support, (False, "gpm: support query failed"))
         if not self.gpm_supported and why:
             self.notes.append(why)
+        reset = getattr(backend, "gpm_reset", None)  # a backend shared by several samplers: no stale baseline
+        if self.gpm_supported and reset is not None:
+            self._guard_call("gpm_reset", reset, None)
+        self._gpm_rows = 0
+        self._buffered_rows = 0
 
     # -- bookkeeping
     def set_members(self, pids: dict[int, int]) -> None:
@@ -434,13 +479,13 @@ class Sampler:
         if key in self.dropped:
             return
         try:
-            values = fn()
+            values = [(metric, float(value)) for metric, value in fn().items()]
         except Exception as err:
             self._note_failure(key, err)
             return
         self._failures[key] = 0
-        for metric, value in values.items():
-            self.samples.add(t, metric, float(value), -1, source)
+        for metric, value in values:
+            self.samples.add(t, metric, value, -1, source)
 
     def _read_gpm(self, t: float) -> None:
         if not self.gpm_supported or "gpm" in self.dropped:
@@ -459,6 +504,7 @@ class Sampler:
                 self._note_failure(key, MetricUnsupported("per-metric GPM return code not success"))
                 continue
             self.samples.add(t, metric, value, -1, "gpm")
+            self._gpm_rows += 1
 
     def _read_buffered(self) -> None:
         if not self._buffered_ok:
@@ -469,11 +515,17 @@ class Sampler:
             if self._note_failure("buffered", err):
                 self._buffered_ok = False
             return
+        now_us = time.time() * 1e6
+        if rows and abs(max(r[0] for r in rows) - now_us) > 600e6:  # not µs on the wall clock: unusable
+            self._note_failure("buffered", MetricUnsupported(f"sample timestamps {rows[-1][0]} are not epoch microseconds"))
+            self._buffered_ok = False
+            return
         self.buffered_supported = True
         for ts_us, metric, value in rows:
             self._buffered_since_us = max(self._buffered_since_us, ts_us)
             t = ts_us / 1e6 - self._wall_minus_mono - self.t0
             self.samples.add(t, metric, value, -1, "buffered")
+            self._buffered_rows += 1
 
     def _read_procs(self, t: float) -> None:
         if not self._proc_ok:
@@ -515,9 +567,19 @@ class Sampler:
     def _run(self) -> None:
         cpu0, wall0 = time.thread_time(), time.monotonic()
         next_t = time.monotonic()
+        errors = 0
         try:
             while not self._stop.is_set():
-                self.tick()
+                try:
+                    self.tick()
+                    errors = 0
+                except Exception as err:  # one bad tick (a backend returning junk) must not end the sampling
+                    errors += 1
+                    self.ticks += 1
+                    if errors == 1:
+                        self.notes.append(f"sampler tick failed: {_err_text(err)}")
+                    if errors >= 20:
+                        raise
                 next_t += self.interval_s
                 delay = next_t - time.monotonic()
                 if delay < 0:  # fell behind (slow NVML call): skip, do not burst
@@ -542,8 +604,17 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+            if self._thread.is_alive():  # stuck in an NVML call: hand back a consistent snapshot
+                self.notes.append("sampler thread did not stop within 10 s (NVML call hung?)")
+                b, n = self.samples, min(len(self.samples.t_s), len(self.samples.metric), len(self.samples.value),
+                                         len(self.samples.member), len(self.samples.source))
+                self.samples = SampleBuffer(b.t_s[:n], b.metric[:n], b.value[:n], b.member[:n], b.source[:n])
+        if self.gpm_supported and self._gpm_rows == 0 and "gpm" in self.dropped:
+            self.gpm_supported = False  # the device says yes but every read failed (NoPermission, say)
         if self._members and self._proc_ok and not self._proc_seen:
             self.notes.append("proc_mem: NVML listed none of the member processes (PID namespace?)")
         if not self.buffered_supported and "buffered" not in " ".join(self.notes):
             self.notes.append("buffered: no buffered samples")
+        elif self.buffered_supported and self._buffered_rows == 0:
+            self.notes.append("buffered: the NVML sample buffer returned no samples")
         return self.samples

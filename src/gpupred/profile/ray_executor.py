@@ -41,7 +41,6 @@ def run_on_ray(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: st
     import ray
 
     from gpupred.errors import GpupredError
-    from gpupred.profile.sweep import estimate_unit_s
 
     if not ray.is_initialized():
         try:
@@ -56,8 +55,26 @@ def run_on_ray(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: st
         raise GpupredError(f"the Ray cluster at {address or 'local'} has no GPUs (resources: {resources})")
     task = ray.remote(num_gpus=gpus, num_cpus=1, max_retries=0)(_unit_task)
     deadline_wall = None if deadline is None else time.time() + (deadline - time.monotonic())
-    pending = list(todo)
     in_flight: dict[Any, Unit] = {}
+    try:
+        return _drive(todo, cfg, dry_run, sweep_id, deadline, deadline_wall, record, task, slots, in_flight)
+    except BaseException:  # Ctrl-C/SIGTERM in the driver: stop the cluster's units too (their children follow)
+        for ref in in_flight:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass
+        raise
+
+
+def _drive(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: str, deadline: float | None,
+           deadline_wall: float | None, record: Callable[[UnitResult], None], task: Any, slots: int,
+           in_flight: dict[Any, Unit]) -> str:
+    import ray
+
+    from gpupred.profile.sweep import estimate_unit_s
+
+    pending = list(todo)
     walls: list[float] = []
     stopped = ""
     while pending or in_flight:

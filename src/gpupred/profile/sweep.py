@@ -180,12 +180,13 @@ def run_sweep(
         bar.update(1)
 
     try:
-        if executor == "ray":
-            from gpupred.profile.ray_executor import run_on_ray
+        with _SigtermAsInterrupt():
+            if executor == "ray":
+                from gpupred.profile.ray_executor import run_on_ray
 
-            summary.stopped = run_on_ray(todo, cfg, dry_run, sweep_id, deadline, address, record, ray_num_gpus)
-        else:
-            summary.stopped = _run_local(todo, cfg, dry_run, sweep_id, deadline, record)
+                summary.stopped = run_on_ray(todo, cfg, dry_run, sweep_id, deadline, address, record, ray_num_gpus)
+            else:
+                summary.stopped = _run_local(todo, cfg, dry_run, sweep_id, deadline, record)
     except KeyboardInterrupt:
         summary.stopped = "interrupted (the unit in flight was not written)"
     finally:
@@ -195,6 +196,31 @@ def run_sweep(
         _count(manifest, out)
         store.write_manifest(out, manifest)
     return summary
+
+
+class _SigtermAsInterrupt:
+    """In the main thread, turn SIGTERM into KeyboardInterrupt so children are killed and the manifest is written."""
+
+    def __enter__(self) -> "_SigtermAsInterrupt":
+        import signal
+        import threading
+
+        self._old: Any = None
+        if threading.current_thread() is threading.main_thread():
+            def handler(signum: int, frame: Any) -> None:
+                raise KeyboardInterrupt(f"signal {signum}")
+
+            try:
+                self._old = signal.signal(signal.SIGTERM, handler)
+            except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+                self._old = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
 
 
 def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
@@ -237,7 +263,8 @@ def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool =
     cfg = harness_config(dry_run, window_s, host_batches)
     backend = open_backend(dry_run)
     try:
-        result = run_unit([spec], backend, cfg, spec.id)
+        with _SigtermAsInterrupt():
+            result = run_unit([spec], backend, cfg, spec.id)
     finally:
         backend.close()
     return summarize_unit(result)
