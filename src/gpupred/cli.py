@@ -35,24 +35,29 @@ def _register() -> None:
         register(app)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app, turning a :class:`GpupredError` into one line on stderr and exit 2."""
-    _register()
+def run_app(typer_app: typer.Typer, argv: list[str] | None = None) -> None:
+    """Run a typer app, turning a :class:`GpupredError` into one line on stderr and exit 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        code = typer_app(args=argv, standalone_mode=False)
     except GpupredError as err:
         print(f"gpupred: error: {err}", file=sys.stderr)
         raise SystemExit(err.exit_code) from None
     except typer.Abort:
         print("gpupred: aborted", file=sys.stderr)
         raise SystemExit(130) from None
-    except Exception as err:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            raise SystemExit(err.exit_code) from None
+    except Exception as err:  # usage errors (click's, or the copy typer vendors) carry their own exit code
+        if any(c.__name__ == "ClickException" for c in type(err).__mro__):
+            err.show()  # type: ignore[attr-defined]
+            raise SystemExit(err.exit_code) from None  # type: ignore[attr-defined]
         raise
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``gpupred`` command."""
+    _register()
+    run_app(app, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -58,29 +58,13 @@ def register(app: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m gpupred.profile.cli``: the profiler's commands alone (same one-line errors, exit 2)."""
-    import sys
-
     import typer
 
-    from gpupred.errors import GpupredError
+    from gpupred.cli import run_app
 
     app = typer.Typer(name="gpupred-profile", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
     register(app)
-    try:
-        app(args=argv, standalone_mode=False)
-    except GpupredError as err:
-        print(f"gpupred: error: {err}", file=sys.stderr)
-        raise SystemExit(err.exit_code) from None
-    except typer.Abort:
-        print("gpupred: aborted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as err:
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            raise SystemExit(err.exit_code) from None
-        raise
+    run_app(app, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+"""The gpupred command: every stage's commands attached; usage and user errors exit 2 without a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _gpupred(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpupred.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_stage() -> None:
+    out = _gpupred("--help")
+    assert out.returncode == 0
+    for command in ("zoo", "features", "profile", "sweep", "predict", "pipeline"):
+        assert command in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("predict",), "Missing argument"),  # usage error (typer's vendored click)
+        (("no-such-command",), "No such command"),
+        (("features", "--workload", "nope"), "not a workload id: 'nope'"),  # GpupredError
+    ],
+)
+def test_errors_exit_2_without_traceback(args: tuple[str, ...], needle: str) -> None:
+    out = _gpupred(*args)
+    assert out.returncode == 2
+    assert needle in out.stderr and "Traceback" not in out.stderr
