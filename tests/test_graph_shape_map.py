@@ -48,3 +48,16 @@ def test_stale_map_falls_back_to_inference(tmp_path: Path) -> None:
     fixed.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.ones((196, 10), np.float32), "fc"))
     assert featurize(path, batch_size=3) == featurize(fixed, batch_size=3)
     assert featurize(path, batch_size=3)["macs_fwd"] == 3 * (4 * 49 * 27 + 196 * 10)
+
+
+def test_map_survives_moving_weights_to_external_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights inline at export, then saved as external data (the usual layout): the map still fits the graph."""
+    inline = tmp_path / "inline.onnx"
+    onnx.save(store_batch_shapes(conv_graph()), inline)
+    want = featurize(inline, batch_size=7)
+    external = tmp_path / "external.onnx"
+    onnx.save(onnx.load(str(inline)), external, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="external.onnx.data", size_threshold=0)
+    F.clear_cache()
+    monkeypatch.setattr(F, "_infer", lambda *a, **k: pytest.fail("shape inference ran despite a stored map"))
+    assert featurize(external, batch_size=7) == want

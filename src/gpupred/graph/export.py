@@ -34,7 +34,7 @@ from gpupred.errors import GpupredError
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
 
-EXPORT_VERSION = 2  # bump when the export recipe changes: old cache files are then ignored
+EXPORT_VERSION = 3  # bump when the export recipe changes: old cache files are then ignored
 OPSET = 17
 EXPORT_BATCH = 2  # trace at this batch size; the batch axis is symbolic in the graph
 EXTERNAL_DATA_NAME = "weights-stripped-by-gpupred"  # a file that never exists

@@ -420,9 +420,17 @@ def _load_graph(
     return graph, bs
 
 
-def graph_fingerprint(model: ModelProto) -> int:
-    """CRC-32 of the serialized graph (nodes, attributes, initializer dims, inputs): a stored shape map fits only it."""
-    return zlib.crc32(model.graph.SerializeToString())
+def graph_fingerprint(model: ModelProto, inits: dict[str, _Init] | None = None) -> int:
+    """CRC-32 of the graph's structure (nodes, attributes, inputs, outputs, initializer names, types and dims).
+
+    A stored shape map fits only this structure. Initializer contents and where they are stored (inline,
+    stripped or external data) are left out: moving the weights does not change a shape.
+    """
+    g = model.graph
+    inits = _read_inits(model) if inits is None else inits  # (dims, type, itemsize) by name, in file order
+    parts = [item.SerializeToString() for part in (g.node, g.input, g.output) for item in part]
+    parts.append(repr([(name, et, dims) for name, (dims, et, _) in inits.items()]).encode())
+    return zlib.crc32(b"".join(parts))
 
 
 def _stored_graph(
@@ -431,7 +439,7 @@ def _stored_graph(
     """The graph's shapes at batch ``bs`` from a stored shape map; None if the map does not fit this graph."""
     try:
         data = json.loads(text)
-        if data.get("version") != 1 or data.get("graph_crc32") != graph_fingerprint(model):
+        if data.get("version") != 1 or data.get("graph_crc32") != graph_fingerprint(model, inits):
             return None
         sizes = _ITEMSIZE
         types: list[_Shape] = []  # the distinct (elem_type, dims) of the map, evaluated at this batch size
