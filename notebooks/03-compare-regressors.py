@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 03 · Compare regressors
 # Eleven regressors, each with a small tuning grid, predict steady-state GPU utilization (and memory,

@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 04 · What drives utilization
 # Impurity importance averaged over the tree models (as Horus did), permutation importance on a

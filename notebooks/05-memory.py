@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 05 · GPU memory: Horus's formula, an analytical estimate, and a learned residual
 # Relative error |estimate − measured| / measured of each method, out of sample, under random and

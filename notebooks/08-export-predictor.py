@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 08 · Export the predictor
 # Measures CV+ conformal interval coverage (90 % nominal) under random and leave-one-family-out
@@ -23,18 +21,23 @@
 # library versions, sha256).
 
 # %% tags=["parameters"]
-model: str = "xgboost"  # regressor for every target (fast to predict; see notebook 03 for the comparison)
+model: str = ""  # regressor for every target; "" = notebook 03's choice (reports/metrics.json), else xgboost
 alpha: float = 0.1  # 1 - nominal interval coverage
 n_folds: int = 5  # CV+ folds (family-grouped)
 tune: bool = True  # small grid search inside each fit
 coverage_repeats: int = 3  # random splits for measuring coverage
 
 # %%
+import json
+
 from gpupred import config, dataset, reports
 from gpupred.learn.intervals import interval_coverage, overall_coverage
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
 
 df = dataset.load_dataset()  # MissingInput until real runs are collected and notebook 02 has run
+earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}
+model = model or earlier.get("util_best_model") or "xgboost"
+print(f"model: {model}")
 
 # %%
 coverage = {}
@@ -48,7 +51,8 @@ coverage
 
 # %%
 predictor = train_predictor(df, models=model, alpha=alpha, n_folds=n_folds, tune=tune)
-path = export_predictor(predictor, df, config.PREDICTOR, cv_metrics=coverage)
+rmsle = {k: v for k, v in earlier.items() if "_rmsle_" in k or k.endswith("_best_model")}  # notebook 03's figures
+path = export_predictor(predictor, df, config.PREDICTOR, cv_metrics={**rmsle, **coverage})
 reports.update_metrics(coverage)
 loaded = load_predictor(path)  # the loader's checks pass on what was just written
 loaded.card["sha256"], loaded.card["targets"]

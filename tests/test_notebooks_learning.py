@@ -45,3 +45,14 @@ def test_runs_on_fixture_dataset(name: str, run_notebook, tmp_path: Path) -> Non
     else:
         assert {"util_interval_coverage_random", "util_interval_coverage_lofo"} <= set(metrics)
         assert (tmp_path / "models" / "predictor.joblib").exists() and (tmp_path / "models" / "predictor.json").exists()
+
+
+def test_export_takes_the_model_notebook_03_chose(run_notebook, tmp_path: Path) -> None:
+    """08 with no model named exports 03's choice and carries 03's RMSLE figures in the card (FIXTURE data)."""
+    write_fixture_dataset(tmp_path, n_batch_sizes=2)
+    run_notebook("03-compare-regressors", {**SMALL["03-compare-regressors"], "models": ["ridge", "knn"]})
+    chosen = json.loads((tmp_path / "reports" / "metrics.json").read_text())["util_best_model"]
+    run_notebook("08-export-predictor", {**SMALL["08-export-predictor"], "model": ""})
+    card = json.loads((tmp_path / "models" / "predictor.json").read_text())
+    assert card["targets"]["gpu_util"]["model"] == chosen in ("ridge", "knn")
+    assert "util_rmsle_lofo" in card["cv_metrics"] and "util_interval_coverage_lofo" in card["cv_metrics"]
