@@ -23,12 +23,14 @@ def _register() -> None:
     from gpupred.pipeline import register as pipeline_register
     from gpupred.predictor import cli as predictor_cli
     from gpupred.profile import cli as profile_cli
+    from gpupred.profile import datacard
     from gpupred.workloads import cli as workloads_cli
 
     for register in (
         workloads_cli.register,
         graph_cli.register,
         profile_cli.register,
+        datacard.register,
         predictor_cli.register,
         pipeline_register,
     ):

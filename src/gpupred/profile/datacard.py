@@ -1,0 +1,171 @@
+"""A sweep's sanity check and data card: the figures a person needs before committing a sweep.
+
+``sanity(sweep_dir)`` checks the measured windows (utilization within 0-100 and steady, no ok run
+without samples, memory below the card's size) and summarizes per family; ``datacard_text`` turns
+that and the manifest into the folder's README.md draft (the facts; the person who ran the sweep
+adds what was unusual under "Notes").
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpupred.errors import GpupredError
+from gpupred.profile.schema import read_runs, read_samples
+from gpupred.profile.store import read_manifest
+
+NOTES_HEADING = "## Notes"
+
+
+def run_table(sweep_dir: Path) -> pd.DataFrame:
+    """One row per job of the sweep with its window statistics: utilization mean and CV, samples, peak memory."""
+    runs = read_runs(sweep_dir)
+    if runs.empty:
+        raise GpupredError(f"{sweep_dir}: no finished runs (runs/*.parquet) to check")
+    samples = read_samples(sweep_dir, sorted(set(runs["group_id"])))
+    rows = []
+    for run in runs.itertuples(index=False):
+        s = samples[(samples["group_id"] == run.group_id) & samples["t_s"].between(run.window_start_s, run.window_end_s)]
+        util = s.loc[(s["metric"] == "gpu_util") & (s["source"] == "poll"), "value"]
+        device_mem = s.loc[s["metric"] == "mem_used_mib", "value"]
+        proc_mem = s.loc[(s["metric"] == "proc_mem_mib") & (s["member"] == run.member), "value"]
+        rows.append({
+            "run_id": run.run_id, "workload_id": run.workload_id, "family": run.family, "status": run.status,
+            "group_size": run.group_size, "gpu_name": run.gpu_name, "memory_total_mib": run.gpu_memory_total_mib,
+            "n_util_samples": len(util), "util_mean": util.mean() if len(util) else float("nan"),
+            "util_min": util.min() if len(util) else float("nan"), "util_max": util.max() if len(util) else float("nan"),
+            "util_cv": util.std(ddof=0) / util.mean() if len(util) and util.mean() > 0 else float("nan"),
+            "device_mem_peak_mib": device_mem.max() if len(device_mem) else float("nan"),
+            "proc_mem_peak_mib": proc_mem.max() if len(proc_mem) else float("nan"),
+            "torch_reserved_mib": run.torch_peak_reserved_mib, "iter_time_mean_s": run.iter_time_mean_s,
+            "simulated": bool(run.simulated),
+        })
+    return pd.DataFrame(rows)
+
+
+def _gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
+    """Wall time of the sweep's sessions over the units they ran (the GPU time one profile costs)."""
+    seconds, units = 0.0, 0
+    for session in (manifest or {}).get("sessions", []):
+        try:
+            dt = datetime.fromisoformat(session["ended"]) - datetime.fromisoformat(session["started"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        seconds += dt.total_seconds()
+        units += int(session.get("units_run", 0))
+    return seconds / units if units else float("nan")
+
+
+def sanity(sweep_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The sweep's checks (dict of figures) and its per-family summary of ok solo runs."""
+    table = run_table(sweep_dir)
+    ok = table[table["status"] == "ok"]
+    solo = ok[ok["group_size"] == 1]
+    checks = {
+        "runs": len(table),
+        "status_counts": {str(k): int(v) for k, v in table["status"].value_counts().items()},
+        "families": int(table["family"].nunique()),
+        "simulated": bool(table["simulated"].any()),
+        "ok_runs_without_samples": int((ok["n_util_samples"] == 0).sum()),
+        "util_out_of_range": int(((ok["util_min"] < 0) | (ok["util_max"] > 100)).sum()),
+        "util_cv_median": float(ok["util_cv"].median()),
+        "util_cv_p90": float(ok["util_cv"].quantile(0.9)),
+        "util_cv_max": float(ok["util_cv"].max()),
+        "memory_above_card": int((ok["device_mem_peak_mib"] > ok["memory_total_mib"]).sum()),
+        "gpu_seconds_per_unit": _gpu_seconds_per_unit(read_manifest(sweep_dir)),
+    }
+    per_family = solo.groupby("family").agg(
+        runs=("run_id", "size"),
+        util_median=("util_mean", "median"), util_min=("util_mean", "min"), util_max=("util_mean", "max"),
+        mem_median_mib=("proc_mem_peak_mib", "median"), mem_min_mib=("proc_mem_peak_mib", "min"),
+        mem_max_mib=("proc_mem_peak_mib", "max"),
+    )
+    return checks, per_family
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    """A DataFrame as a GitHub markdown table (index first)."""
+    head = [df.index.name or "", *map(str, df.columns)]
+    rows = [[str(i), *(str(v) for v in row)] for i, row in zip(df.index, df.itertuples(index=False))]
+    return "\n".join("| " + " | ".join(r) + " |" for r in [head, ["---"] * len(head), *rows])
+
+
+def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep: anything unusual)") -> str:
+    """The README.md of a sweep folder: what ran where, with which settings, and the sanity figures."""
+    manifest = read_manifest(sweep_dir) or {}
+    checks, per_family = sanity(sweep_dir)
+    runs = read_runs(sweep_dir)
+    first = runs.iloc[0]
+    settings = manifest.get("settings", {})
+    software = manifest.get("software", {})
+    dates = sorted(runs["started_at"].astype(str))
+    title = f"# Sweep `{sweep_dir.name}`" + (" — SIMULATED (dry run), never data" if checks["simulated"] else "")
+    lines = [
+        title, "",
+        f"- GPU: {', '.join(sorted(set(runs['gpu_name'])))} ({int(first.gpu_sm_count)} SMs, "
+        f"{first.gpu_memory_total_mib:.0f} MiB), driver {first.driver_version}, CUDA {first.cuda_version}",
+        f"- software: torch {first.torch_version}, gpupred {first.gpupred_version}, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(software.items()) if k not in ("torch", "gpupred", "host")),
+        f"- collected: {dates[0][:19]} to {dates[-1][:19]} UTC, plan `{manifest.get('plan', '?')}`",
+        f"- window: >= {settings.get('window_s')} s and {settings.get('min_iters')} iterations (<= {settings.get('max_window_s')} s); "
+        f"warm-up >= {settings.get('warmup_min_s')} s and {settings.get('warmup_min_iters')} iterations (<= {settings.get('warmup_max_s')} s); "
+        f"sampler every {settings.get('interval_ms')} ms; batches {'copied from host' if settings.get('host_batches') else 'resident on the GPU'}",
+        f"- runs: {checks['runs']} ({', '.join(f'{k} {v}' for k, v in sorted(checks['status_counts'].items()))}), "
+        f"{checks['families']} families; GPU time per unit {checks['gpu_seconds_per_unit']:.1f} s",
+        "",
+        "## Sanity checks (ok runs, measured window)", "",
+        f"- runs without samples: {checks['ok_runs_without_samples']}; utilization outside 0-100: {checks['util_out_of_range']}; "
+        f"device memory above the card: {checks['memory_above_card']}",
+        f"- utilization coefficient of variation per run: median {checks['util_cv_median']:.3f}, "
+        f"p90 {checks['util_cv_p90']:.3f}, max {checks['util_cv_max']:.3f}",
+        "",
+        "## Per family (ok solo runs)", "",
+        _markdown(per_family.round(1)) if len(per_family) else "(none)",
+        "",
+        NOTES_HEADING, "",
+        notes,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_datacard(sweep_dir: Path) -> Path:
+    """Write (or refresh) the sweep's README.md, keeping whatever a person wrote under its Notes heading."""
+    path = sweep_dir / "README.md"
+    notes = None
+    if path.exists():
+        old = path.read_text()
+        if NOTES_HEADING in old:
+            notes = old.split(NOTES_HEADING, 1)[1].strip("\n") or None
+    text = datacard_text(sweep_dir, notes) if notes else datacard_text(sweep_dir)
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def register(app: Any) -> None:
+    """Add ``gpupred datacard`` to the CLI."""
+    import typer
+
+    @app.command("datacard")
+    def datacard_cmd(
+        sweep_dir: Path = typer.Argument(..., help="A sweep folder, e.g. data/raw/h100/<sweep-id>."),
+        write: bool = typer.Option(False, "--write", help="Write (refresh) its README.md, keeping the Notes section."),
+        as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object."),
+    ) -> None:
+        """Sanity-check a sweep (utilization range and steadiness, samples, memory) and draft its data card."""
+        if not sweep_dir.is_dir():
+            raise GpupredError(f"{sweep_dir}: no such sweep folder")
+        checks, per_family = sanity(sweep_dir)
+        if as_json:
+            typer.echo(json.dumps({**checks, "per_family": json.loads(per_family.to_json(orient="index"))}))
+        else:
+            typer.echo(datacard_text(sweep_dir))
+        if write:
+            typer.echo(f"wrote {write_datacard(sweep_dir)}")

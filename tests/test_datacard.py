@@ -1,0 +1,46 @@
+"""Sweep sanity checks and data cards, on a FIXTURE raw tree (made up here, never data)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures_learning import write_fixture_raw_tree
+
+from gpupred.profile.datacard import NOTES_HEADING, run_table, sanity, write_datacard
+
+IDS = ["mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w64-d2-bs16-in32-bf16-adam"]
+
+
+def test_sanity_counts_what_is_wrong(tmp_path: Path) -> None:
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS)  # ok, oom, simulated, a pair, no-window, alexnet runs
+    table = run_table(sweep)
+    assert len(table) == 8 and table.loc[table["run_id"] == "fixture-001", "util_mean"].item() == 51.0
+    checks, per_family = sanity(sweep)
+    assert checks["status_counts"] == {"ok": 7, "oom": 1}
+    assert checks["ok_runs_without_samples"] == 1  # fixture-nowin: nothing inside its window
+    assert checks["simulated"] is True  # fixture-sim is flagged, so the card says SIMULATED
+    assert checks["util_out_of_range"] == 0 and checks["memory_above_card"] == 0
+    assert checks["util_cv_max"] == 0.0  # fixture utilization is flat inside the window
+    assert per_family.loc["mlp", "runs"] == 4 and per_family.loc["alexnet", "runs"] == 1  # solo ok runs only
+    assert per_family.loc["mlp", "util_min"] == 50.0 and per_family.loc["mlp", "util_max"] == 51.0
+
+
+def test_datacard_keeps_the_notes_a_person_wrote(tmp_path: Path) -> None:
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS, extras=False)
+    path = write_datacard(sweep)
+    text = path.read_text()
+    assert "NVIDIA H100 80GB HBM3" in text and "runs: 2 (ok 2)" in text and "SIMULATED" not in text
+    path.write_text(text.split(NOTES_HEADING)[0] + NOTES_HEADING + "\n\n- fan noise at 03:00\n")
+    assert "- fan noise at 03:00" in write_datacard(sweep).read_text()
+
+
+def test_cli_json_and_one_line_error(tmp_path: Path) -> None:
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS, extras=False)
+    cmd = [sys.executable, "-m", "gpupred.cli", "datacard"]
+    out = subprocess.run([*cmd, str(sweep), "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout)["per_family"]["mlp"]["runs"] == 2
+    bad = subprocess.run([*cmd, str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such sweep folder" in bad.stderr
