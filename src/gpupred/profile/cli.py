@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 
 def register(app: Any) -> None:
-    """Add ``profile`` and ``sweep`` to the CLI."""
+    """Add ``profile``, ``sweep`` and the ``plan`` group to the CLI."""
     import typer
 
     @app.command("profile")
@@ -54,6 +54,109 @@ def register(app: Any) -> None:
                               "stopped": summary.stopped, "remaining": summary.remaining}))
         else:
             print(summary.line())
+
+    _register_plan(app)
+
+
+def _register_plan(app: Any) -> None:
+    """Add the ``plan`` command group: plan files for sweeps, some chosen from earlier solo runs."""
+    import typer
+
+    from gpupred import config
+
+    plan_app = typer.Typer(name="plan", help="Write sweep plan files (plans/*.txt) for `gpupred sweep --plan FILE`.",
+                           no_args_is_help=True)
+    app.add_typer(plan_app, name="plan")
+    plans_dir = config.ROOT / "plans"
+
+    @plan_app.command("pairs")
+    def pairs_cmd(
+        source: Path = typer.Option(..., "--from", help="Solo sweep of one GPU kind, e.g. data/raw/h100/<sweep-id>."),
+        n: int = typer.Option(110, "--n", help="Number of 2-job pairs."),
+        groups: int = typer.Option(6, "--groups", help="Number of 3- and 4-job groups (alternating)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the (deterministic) choice."),
+        out: Path = typer.Option(plans_dir / "h100-pairs.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Co-located pairs spanning summed solo utilization (<100, 100-150, >150), memory-heavy pairs, 3-4 job groups."""
+        from gpupred.profile.plans import build_pairs, write_plan
+
+        built = build_pairs(source, n, groups, seed)
+        write_plan(out, built.lines, [
+            "Co-located pairs and 3-4 job groups (issue 5 item 1): `gpupred sweep --plan <this file>`.",
+            f"`gpupred plan pairs --from {source} --n {n} --groups {groups} --seed {seed}`",
+            built.summary,
+            "annotations: sum_util = summed solo mean polled gpu_util (%), mem = summed peak solo memory / card memory",
+        ])
+        print(f"{out}: {built.summary}")
+
+    @plan_app.command("subset")
+    def subset_cmd(
+        source: Path = typer.Option(..., "--from", help="Solo sweep of one GPU kind, e.g. data/raw/h100/<sweep-id>."),
+        n: int = typer.Option(90, "--n", help="Number of solo specs."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the (deterministic) choice."),
+        out: Path = typer.Option(plans_dir / "h200-subset.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Solo specs with ok runs, round-robin over every family, to rerun on another GPU kind."""
+        from gpupred.profile.plans import build_subset, write_plan
+
+        built = build_subset(source, n, seed)
+        write_plan(out, built.lines, [
+            "Solo subset to rerun on another GPU kind, paired with the source (issue 5 item 2).",
+            f"`gpupred plan subset --from {source} --n {n} --seed {seed}`",
+            built.summary,
+        ])
+        print(f"{out}: {built.summary}")
+
+    @plan_app.command("solo")
+    def solo_cmd(
+        n: int = typer.Option(180, "--n", help="The first N catalog specs."),
+        out: Path = typer.Option(plans_dir / "h100-solo.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """The first N catalog ids in catalog order (the units of ``catalog:N``), for the solo sweep."""
+        from gpupred.profile.plans import solo_plan, write_plan
+
+        lines = solo_plan(n)
+        write_plan(out, lines, [
+            f"Solo sweep of the catalog (issue 4): the same units as `--plan catalog:{n}`, in catalog order.",
+            f"Why {n}: issue 4 needs >= 150 ok solo runs over every family and some specs will OOM or fail, so spares.",
+            "The catalog is round-robin over its families, so any prefix (a sweep cut short) stays balanced.",
+            f"`gpupred plan solo --n {n}`",
+        ])
+        print(f"{out}: {len(lines)} solo specs over {len({x.split('.', 1)[0] for x in lines})} families")
+
+    @plan_app.command("fused")
+    def fused_cmd(
+        out: Path = typer.Option(plans_dir / "fusion.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Every fused catalog spec (the units of ``fused``), for the inter-trial fusion sweep."""
+        from gpupred.profile.plans import fused_plan, write_plan
+
+        lines = fused_plan()
+        write_plan(out, lines, [
+            "Fused hyper-parameter trials (issue 8 item 2): every fused catalog spec, the same units as `--plan fused`.",
+            "5 small models x F in 1,2,4,8,16,32,64 x fp32/bf16, interleaved by model; large F may OOM (kept as such).",
+            "`gpupred plan fused`",
+        ])
+        print(f"{out}: {len(lines)} fused specs")
+
+    @plan_app.command("fusion-coloc")
+    def fusion_coloc_cmd(
+        out: Path = typer.Option(plans_dir / "fusion-coloc.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Each fused model's F=1 spec co-located F times (F = 2..4), to compare fusion with plain co-location."""
+        from gpupred.profile.plans import fusion_colocation_plan, write_plan
+
+        lines = fusion_colocation_plan()
+        fs = sorted({len(x.split("#")[0].split("+")) for x in lines})
+        summary = f"{len(lines)} co-located groups (" + ", ".join(
+            f"F={f}: {sum(len(x.split('#')[0].split('+')) == f for x in lines)}" for f in fs) + ")"
+        write_plan(out, lines, [
+            "Fusion vs plain co-location (issue 8 item 2): F copies of a fused model's F=1 spec as F processes.",
+            "Only F = 2 and 4 exist in the fused catalog up to the 4-job limit (no F = 3).",
+            "`gpupred plan fusion-coloc`; compare with the fused runs of plans/fusion.txt",
+            summary,
+        ])
+        print(f"{out}: {summary}")
 
 
 def main(argv: list[str] | None = None) -> None:

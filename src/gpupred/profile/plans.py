@@ -1,0 +1,339 @@
+"""Plan files for the GPU sweeps: co-located pairs and cross-GPU subsets chosen from solo runs, fusion groups.
+
+Plans that need earlier measurements (issue 5) are chosen from the ok solo runs of one sweep (or tree of
+sweeps) of ONE GPU kind, never from simulated rows:
+
+- :func:`pairs_plan`: 2-job pairs whose summed solo utilization spans the low (<100), medium (100-150)
+  and high (>150) bins about evenly, precisions mixed, mostly different families with some same-family
+  pairs, memory-heavy pairs (summed peak memory above 70% of the card, some above 100% so they fail
+  together), plus a few 3- and 4-job groups;
+- :func:`subset_plan`: solo specs spread round-robin over every family (to rerun on another GPU kind).
+
+Plans that need none: :func:`solo_plan` (a catalog prefix), :func:`fused_plan` (the fused catalog) and
+:func:`fusion_colocation_plan` (F plain copies of each fused model co-located, F = 2..4). Everything is
+deterministic given the seed. Lines may end in a ``# ...`` annotation, which plan files ignore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpupred.errors import GpupredError
+from gpupred.profile.plan import MAX_GROUP
+
+UTIL_BINS: tuple[str, ...] = ("low", "medium", "high")  # summed solo util <100, 100-150, >150 (%)
+MEM_HEAVY = 0.70  # summed peak memory / card memory above which a pair is memory-heavy
+MEM_OVER = 1.00  # above which the pair is expected to fail together
+GROUP_MEM_MAX = 0.90  # 3-4 job groups are chosen to fit (they measure interference, not OOM)
+
+
+@dataclass
+class PlanBuild:
+    """A generated plan: its lines (ids / groups, annotated) and a one-line summary."""
+
+    lines: list[str]
+    summary: str
+    details: dict[str, object] = field(default_factory=dict)
+
+
+def solo_table(root: Path) -> pd.DataFrame:
+    """One row per workload with an ok solo run under ``root``: family, precision, mean gpu_util, peak memory."""
+    from gpupred.profile.schema import read_runs, read_samples
+    from gpupred.workloads.spec import WorkloadSpec
+
+    root = Path(root)
+    if not root.exists():
+        raise GpupredError(f"{root}: no such folder; pass a sweep folder such as data/raw/h100/<sweep-id>")
+    runs = read_runs(root)
+    solo = runs[(runs["group_size"] == 1) & (runs["status"] == "ok")] if len(runs) else runs
+    if solo.empty:
+        raise GpupredError(f"{root}: no ok solo runs found; pass a sweep folder holding measured solo runs (runs/*.parquet)")
+    sim = solo["simulated"].astype(bool)
+    if sim.any():
+        raise GpupredError(f"{solo.loc[sim, 'sweep_dir'].iloc[0]}: holds simulated (--dry-run) runs; plans come from real "
+                           "measurements only (dry runs belong in data/dryrun)")
+    gpus = sorted(set(solo["gpu_name"]))
+    if len(gpus) != 1:
+        raise GpupredError(f"{root}: ok solo runs from {len(gpus)} GPU kinds ({', '.join(gpus)}); pass the folder of one GPU kind")
+    frames = []
+    for sweep, g in solo.groupby("sweep_dir"):
+        s = read_samples(Path(sweep), sorted(set(g["group_id"])))
+        s = s.merge(g[["group_id", "window_start_s", "window_end_s"]], on="group_id")
+        util = s[(s["metric"] == "gpu_util") & (s["source"] == "poll") & (s["member"] == -1)
+                 & (s["t_s"] >= s["window_start_s"]) & (s["t_s"] <= s["window_end_s"])]
+        util = util.groupby("group_id")["value"].mean().rename("gpu_util")
+        proc = s[(s["metric"] == "proc_mem_mib") & (s["member"] == 0)].groupby("group_id")["value"].max().rename("proc_mem_mib")
+        used = s[(s["metric"] == "mem_used_mib") & (s["member"] == -1)].groupby("group_id")["value"].max().rename("mem_used_mib")
+        frames.append(g.set_index("group_id").join(util).join(proc).join(used).reset_index())
+    t = pd.concat(frames, ignore_index=True)
+    t["mem_mib"] = t["proc_mem_mib"].fillna(t["torch_peak_reserved_mib"]).fillna(t["mem_used_mib"])
+    t = t[t["gpu_util"].notna() & t["mem_mib"].notna()]
+    if t.empty:
+        raise GpupredError(f"{root}: no ok solo run has gpu_util samples in its measured window")
+    out = t.groupby("workload_id", as_index=False, sort=True).agg(
+        family=("family", "first"), gpu_util=("gpu_util", "mean"), mem_mib=("mem_mib", "max"),
+        card_mib=("gpu_memory_total_mib", "max"), n_runs=("run_id", "count"))
+    out["precision"] = [WorkloadSpec.from_id(w).precision for w in out["workload_id"]]
+    out.attrs["gpu_name"] = gpus[0]
+    out.attrs["root"] = str(root)
+    return out
+
+
+def _spread_merge(lists: list[list[str]]) -> list[str]:
+    """Merge lists so each is spread evenly through the result (item j of a list of n at (j + 0.5) / n)."""
+    keyed = [((j + 0.5) / len(lst), i, x) for i, lst in enumerate(lists) for j, x in enumerate(lst)]
+    return [x for _, _, x in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def build_pairs(solo_runs_root: Path, n_pairs: int = 110, n_groups34: int = 6, seed: int = 0,
+                mem_heavy_share: float = 0.15, same_family_share: float = 0.15) -> PlanBuild:
+    """Pairs (and 3-4 job groups) chosen from the ok solo runs under ``solo_runs_root``, with a summary."""
+    w = solo_table(Path(solo_runs_root))
+    if len(w) < 2:
+        raise GpupredError(f"{solo_runs_root}: only {len(w)} workload with an ok solo run; pairs need at least 2")
+    rng = np.random.default_rng(seed)
+    card = float(w["card_mib"].median())
+    util = w["gpu_util"].to_numpy(float)
+    mem = w["mem_mib"].to_numpy(float)
+    fam_codes, fam_names = pd.factorize(w["family"])
+    bf16 = (w["precision"] == "bf16").to_numpy()
+    ids = w["workload_id"].tolist()
+
+    a, b = np.triu_indices(len(w), k=1)
+    su = util[a] + util[b]
+    mf = (mem[a] + mem[b]) / card
+    same = fam_codes[a] == fam_codes[b]
+    combo = bf16[a].astype(int) + bf16[b].astype(int)  # 0 fp32+fp32, 1 mixed, 2 bf16+bf16
+    nf = len(fam_names)
+    fpair = np.minimum(fam_codes[a], fam_codes[b]) * nf + np.maximum(fam_codes[a], fam_codes[b])
+    pbin = np.where(su < 100, 0, np.where(su <= 150, 1, 2))
+    jitter = rng.random(len(a))
+
+    picked = np.zeros(len(a), bool)
+    usage = np.zeros(len(w))
+    fp_used = np.zeros(nf * nf)
+    combo_used = np.zeros(3)
+    n_same = 0
+    order: list[int] = []
+
+    def pick(mask: np.ndarray) -> int | None:
+        """Greedily take the best candidate in ``mask``: family mix, precision mix, spread workloads."""
+        nonlocal n_same
+        cand = mask & ~picked
+        if not cand.any():
+            return None
+        want_same = n_same < round(same_family_share * (len(order) + 1))
+        sub = cand & (same == want_same)
+        cand = sub if sub.any() else cand
+        for c in np.argsort(combo_used, kind="stable"):
+            sub = cand & (combo == c)
+            if sub.any():
+                cand = sub
+                break
+        score = usage[a] + usage[b] + 2.0 * fp_used[fpair] + 0.5 * jitter
+        i = int(np.flatnonzero(cand)[np.argmin(score[cand])])
+        picked[i] = True
+        usage[a[i]] += 1
+        usage[b[i]] += 1
+        fp_used[fpair[i]] += 1
+        combo_used[combo[i]] += 1
+        n_same += bool(same[i])
+        order.append(i)
+        return i
+
+    n_heavy = min(n_pairs, round(mem_heavy_share * n_pairs))
+    n_over = n_heavy // 2
+    heavy: list[int] = []
+    for mask, k in (((mf > MEM_OVER), n_over), ((mf > MEM_HEAVY) & (mf <= MEM_OVER), n_heavy - n_over)):
+        for _ in range(k):
+            i = pick(mask)
+            if i is None:
+                break
+            heavy.append(i)
+    for _ in range(n_heavy - len(heavy)):  # too few of one kind: any memory-heavy pair
+        i = pick(mf > MEM_HEAVY)
+        if i is None:
+            break
+        heavy.append(i)
+
+    target = [n_pairs // 3 + (1 if k < n_pairs % 3 else 0) for k in range(3)]
+    count = [int((pbin[heavy] == k).sum()) for k in range(3)]
+    light = mf <= MEM_HEAVY
+    while len(order) < n_pairs:
+        progressed = False
+        for k in range(3):
+            if len(order) >= n_pairs or count[k] >= target[k]:
+                continue
+            i = pick(light & (pbin == k))
+            if i is None:
+                i = pick(pbin == k)
+            if i is not None:
+                count[k] += 1
+                progressed = True
+        if not progressed:
+            open_bins = [k for k in range(3) if (~picked & (pbin == k)).any()]
+            if not open_bins:
+                break
+            for k in open_bins:  # a bin ran short: the others take its share
+                target[k] += 1
+
+    def line(members: list[int], sum_util: float, mem_frac: float) -> str:
+        note = f"sum_util {sum_util:.0f}, mem {_pct(mem_frac)}"
+        if mem_frac > MEM_OVER:
+            note += " (expected to fail together)"
+        return " + ".join(ids[m] for m in members) + f"  # {note}"
+
+    heavy_set = set(heavy)
+    by_bin: list[list[str]] = []
+    for k in range(3):
+        normal = [line([a[i], b[i]], su[i], mf[i]) for i in order if pbin[i] == k and i not in heavy_set]
+        hv = [line([a[i], b[i]], su[i], mf[i]) for i in order if pbin[i] == k and i in heavy_set]
+        by_bin.append(_spread_merge([x for x in (normal, hv) if x]))
+    pairs_lines = _spread_merge([x for x in by_bin if x])
+
+    groups = _groups34(util, mem, fam_codes, card, n_groups34, rng)
+    group_lines = [line(list(g), float(util[list(g)].sum()), float(mem[list(g)].sum() / card)) for g in groups]
+    lines = _spread_merge([x for x in (pairs_lines, group_lines) if x])
+
+    sel = np.array(order, int)
+    bins = [int((pbin[sel] == k).sum()) for k in range(3)]
+    n3 = sum(len(g) == 3 for g in groups)
+    fams = {fam_names[fam_codes[m]] for i in order for m in (a[i], b[i])}
+    summary = (f"{len(order)} pairs (sum_util <100: {bins[0]}, 100-150: {bins[1]}, >150: {bins[2]}; "
+               f"memory >70%: {int((mf[sel] > MEM_HEAVY).sum())}, >100%: {int((mf[sel] > MEM_OVER).sum())}; "
+               f"same-family {int(same[sel].sum())}; fp32+fp32/mixed/bf16+bf16 "
+               f"{'/'.join(str(int((combo[sel] == c).sum())) for c in range(3))}; {len(fams)} families) "
+               f"+ {len(groups)} groups ({n3} of 3, {len(groups) - n3} of 4) from {len(w)} ok solo workloads on "
+               f"{w.attrs['gpu_name']}")
+    details = {"bins": dict(zip(UTIL_BINS, bins)), "gpu_name": w.attrs["gpu_name"], "n_solo": len(w),
+               "card_mib": card, "groups": len(groups)}
+    return PlanBuild(lines, summary, details)
+
+
+def _groups34(util: np.ndarray, mem: np.ndarray, fam: np.ndarray, card: float, n: int,
+              rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """``n`` groups alternating 3 and 4 jobs, distinct families where possible, fitting in memory, spread in summed util."""
+    out: list[tuple[int, ...]] = []
+    sizes = [3 + (j % 2) for j in range(n) if 3 + (j % 2) <= min(MAX_GROUP, len(util))]
+    for size in (3, 4):
+        k = sizes.count(size)
+        if not k:
+            continue
+        cands: dict[tuple[int, ...], float] = {}
+        for _ in range(600):
+            g = tuple(sorted(int(x) for x in rng.choice(len(util), size, replace=False)))
+            cands[g] = float(util[list(g)].sum())
+        keys = list(cands)
+        ok = [g for g in keys if mem[list(g)].sum() <= GROUP_MEM_MAX * card]
+        distinct = [g for g in ok if len(set(fam[list(g)])) == size]
+        pool = distinct if len(distinct) >= k else (ok if len(ok) >= k else keys)
+        pool = sorted(pool, key=lambda g: (cands[g], g))
+        chosen = {pool[min(len(pool) - 1, int((j + 0.5) * len(pool) / k))] for j in range(k)}
+        out += sorted(chosen, key=lambda g: cands[g])
+    return out
+
+
+def pairs_plan(solo_runs_root: Path, n_pairs: int = 110, n_groups34: int = 6, seed: int = 0) -> list[str]:
+    """Plan lines: co-located pairs spanning summed solo utilization, memory-heavy pairs, and 3-4 job groups."""
+    return build_pairs(Path(solo_runs_root), n_pairs, n_groups34, seed).lines
+
+
+def _spread_order(k: int, offset: float) -> list[int]:
+    """Indices 0..k-1 in an order whose every prefix spreads over the range (van der Corput, rotated)."""
+    def vdc(i: int) -> float:
+        x, denom = 0.0, 1.0
+        while i:
+            denom *= 2
+            i, r = divmod(i, 2)
+            x += r / denom
+        return x
+
+    seen: list[int] = []
+    i = 0
+    while len(seen) < k:
+        j = int(((vdc(i) + offset) % 1.0) * k)
+        if j not in seen:
+            seen.append(j)
+        i += 1
+        if i > 64 * k:  # pragma: no cover - vdc covers every slot long before this
+            seen += [x for x in range(k) if x not in seen]
+    return seen
+
+
+def build_subset(solo_runs_root: Path, n: int = 90, seed: int = 0) -> PlanBuild:
+    """Solo specs with ok runs under ``solo_runs_root``, round-robin over families, spread in utilization."""
+    from gpupred.workloads.spec import FAMILIES
+
+    w = solo_table(Path(solo_runs_root))
+    rng = np.random.default_rng(seed)
+    per_family: list[list[str]] = []
+    for fam in [f for f in FAMILIES if f in set(w["family"])]:
+        g = w[w["family"] == fam].sort_values(["gpu_util", "workload_id"])
+        gids = g["workload_id"].tolist()
+        per_family.append([gids[j] for j in _spread_order(len(gids), float(rng.random()))])
+    chosen: list[str] = []
+    for i in range(max(map(len, per_family))):
+        chosen += [lst[i] for lst in per_family if i < len(lst)]
+    chosen = chosen[:n]
+    counts = pd.Series([c.split(".", 1)[0] for c in chosen]).value_counts()
+    fams = [f for f in FAMILIES if f in counts]
+    summary = (f"{len(chosen)} solo specs over {len(fams)} families ("
+               + ", ".join(f"{f} {counts[f]}" for f in fams)
+               + f") from {len(w)} ok solo workloads on {w.attrs['gpu_name']}")
+    util = w.set_index("workload_id")["gpu_util"]
+    lines = [f"{c}  # solo gpu_util {util[c]:.0f}" for c in chosen]
+    return PlanBuild(lines, summary, {"families": {f: int(counts[f]) for f in fams}, "gpu_name": w.attrs["gpu_name"]})
+
+
+def subset_plan(solo_runs_root: Path, n: int = 90, seed: int = 0) -> list[str]:
+    """Plan lines: ``n`` solo specs with ok runs, spread evenly over every family, to rerun on another GPU kind."""
+    return build_subset(Path(solo_runs_root), n, seed).lines
+
+
+def fusion_colocation_plan() -> list[str]:
+    """Plan lines: each fused model's F=1 spec co-located F times, for every F of the fused catalog in 2..4."""
+    from dataclasses import replace
+
+    from gpupred.workloads.catalog import fused_catalog
+
+    lines = []
+    for s in fused_catalog():
+        if 2 <= s.fused <= MAX_GROUP:
+            base = replace(s, fused=1)
+            lines.append(" + ".join([base.id] * s.fused) + f"  # plain co-location of {s.id}")
+    return lines
+
+
+def solo_plan(n: int = 180) -> list[str]:
+    """Plan lines: the first ``n`` catalog ids, in catalog order (the same units as ``catalog:N``)."""
+    from gpupred.workloads.catalog import catalog
+
+    return [s.id for s in catalog()[:n]]
+
+
+def fused_plan() -> list[str]:
+    """Plan lines: every fused catalog spec (the same units as ``fused``)."""
+    from gpupred.workloads.catalog import fused_catalog
+
+    return [s.id for s in fused_catalog()]
+
+
+def write_plan(path: Path, lines: list[str], header: list[str]) -> Path:
+    """Write a plan file: ``# `` header lines (plus the date), then the lines; check it loads."""
+    from gpupred.profile.plan import load_plan
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = [*header, f"generated {date.today().isoformat()} by gpupred.profile.plans; {len(lines)} run units"]
+    path.write_text("".join(f"# {h}\n" for h in head) + "\n" + "".join(f"{x}\n" for x in lines))
+    load_plan(str(path))
+    return path
