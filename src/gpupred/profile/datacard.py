@@ -17,7 +17,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.profile.schema import read_runs, read_samples
-from gpupred.profile.store import read_manifest
+from gpupred.profile.store import read_manifest, window_samples
 
 NOTES_HEADING = "## Notes"
 
@@ -27,25 +27,20 @@ def run_table(sweep_dir: Path) -> pd.DataFrame:
     runs = read_runs(sweep_dir)
     if runs.empty:
         raise GpupredError(f"{sweep_dir}: no finished runs (runs/*.parquet) to check")
-    samples = read_samples(sweep_dir, sorted(set(runs["group_id"])))
-    rows = []
-    for run in runs.itertuples(index=False):
-        s = samples[(samples["group_id"] == run.group_id) & samples["t_s"].between(run.window_start_s, run.window_end_s)]
-        util = s.loc[(s["metric"] == "gpu_util") & (s["source"] == "poll"), "value"]
-        device_mem = s.loc[s["metric"] == "mem_used_mib", "value"]
-        proc_mem = s.loc[(s["metric"] == "proc_mem_mib") & (s["member"] == run.member), "value"]
-        rows.append({
-            "run_id": run.run_id, "workload_id": run.workload_id, "family": run.family, "status": run.status,
-            "group_size": run.group_size, "gpu_name": run.gpu_name, "memory_total_mib": run.gpu_memory_total_mib,
-            "n_util_samples": len(util), "util_mean": util.mean() if len(util) else float("nan"),
-            "util_min": util.min() if len(util) else float("nan"), "util_max": util.max() if len(util) else float("nan"),
-            "util_cv": util.std(ddof=0) / util.mean() if len(util) and util.mean() > 0 else float("nan"),
-            "device_mem_peak_mib": device_mem.max() if len(device_mem) else float("nan"),
-            "proc_mem_peak_mib": proc_mem.max() if len(proc_mem) else float("nan"),
-            "torch_reserved_mib": run.torch_peak_reserved_mib, "iter_time_mean_s": run.iter_time_mean_s,
-            "simulated": bool(run.simulated),
-        })
-    return pd.DataFrame(rows)
+    s = window_samples(runs, read_samples(sweep_dir, sorted(set(runs["group_id"]))))
+    util = s[(s["metric"] == "gpu_util") & (s["source"] == "poll")].groupby("run_id")["value"]
+    stats = pd.DataFrame({
+        "n_util_samples": util.size(), "util_mean": util.mean(), "util_min": util.min(), "util_max": util.max(),
+        "util_std": util.std(ddof=0),
+        "device_mem_peak_mib": s[s["metric"] == "mem_used_mib"].groupby("run_id")["value"].max(),
+        "proc_mem_peak_mib": s[s["metric"] == "proc_mem_mib"].groupby("run_id")["value"].max(),
+    }).reindex(runs["run_id"])
+    stats["n_util_samples"] = stats["n_util_samples"].fillna(0).astype(int)
+    stats["util_cv"] = (stats["util_std"] / stats["util_mean"]).where(stats["util_mean"] > 0)
+    table = runs[["run_id", "workload_id", "family", "status", "group_size", "gpu_name"]].assign(
+        memory_total_mib=runs["gpu_memory_total_mib"], torch_reserved_mib=runs["torch_peak_reserved_mib"],
+        iter_time_mean_s=runs["iter_time_mean_s"], simulated=runs["simulated"].astype(bool))
+    return table.join(stats.drop(columns="util_std"), on="run_id")
 
 
 def _gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:

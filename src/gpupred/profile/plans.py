@@ -44,6 +44,7 @@ class PlanBuild:
 def solo_table(root: Path) -> pd.DataFrame:
     """One row per workload with an ok solo run under ``root``: family, precision, mean gpu_util, peak memory."""
     from gpupred.profile.schema import read_runs, read_samples
+    from gpupred.profile.store import window_samples
     from gpupred.workloads.spec import WorkloadSpec
 
     root = Path(root)
@@ -63,9 +64,8 @@ def solo_table(root: Path) -> pd.DataFrame:
     frames = []
     for sweep, g in solo.groupby("sweep_dir"):
         s = read_samples(Path(sweep), sorted(set(g["group_id"])))
-        s = s.merge(g[["group_id", "window_start_s", "window_end_s"]], on="group_id")
-        util = s[(s["metric"] == "gpu_util") & (s["source"] == "poll") & (s["member"] == -1)
-                 & (s["t_s"] >= s["window_start_s"]) & (s["t_s"] <= s["window_end_s"])]
+        w = window_samples(g, s)
+        util = w[(w["metric"] == "gpu_util") & (w["source"] == "poll") & (w["member"] == -1)]
         util = util.groupby("group_id")["value"].mean().rename("gpu_util")
         proc = s[(s["metric"] == "proc_mem_mib") & (s["member"] == 0)].groupby("group_id")["value"].max().rename("proc_mem_mib")
         used = s[(s["metric"] == "mem_used_mib") & (s["member"] == -1)].groupby("group_id")["value"].max().rename("mem_used_mib")

@@ -120,20 +120,24 @@ def write_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
     atomic_write_json(manifest, sweep_dir / MANIFEST)
 
 
+def window_samples(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """The samples inside each run's measured window, device-wide or its own member's, keyed by ``run_id``."""
+    win = runs[["run_id", "group_id", "member", "window_start_s", "window_end_s"]]
+    s = samples.merge(win, on="group_id", suffixes=("", "_run"))
+    keep = s["t_s"].between(s["window_start_s"], s["window_end_s"]) & ((s["member"] == -1) | (s["member"] == s["member_run"]))
+    return s[keep]
+
+
 def window_means(sweep_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run: the mean of each device-wide metric (poll and gpm sources) over its measured window."""
     runs = read_runs(sweep_dir) if runs is None else runs
     if runs.empty:
         return pd.DataFrame(columns=["run_id"])
-    samples = read_samples(sweep_dir, sorted(set(runs["group_id"])))
-    rows = []
-    for _, run in runs.iterrows():
-        s = samples[(samples["group_id"] == run["group_id"]) & (samples["t_s"] >= run["window_start_s"])
-                    & (samples["t_s"] <= run["window_end_s"]) & samples["source"].isin(["poll", "gpm"])
-                    & ((samples["member"] == -1) | (samples["member"] == run["member"]))]
-        means = s.groupby("metric")["value"].mean().to_dict()
-        rows.append({"run_id": run["run_id"], **means})
-    return pd.DataFrame(rows)
+    s = window_samples(runs, read_samples(sweep_dir, sorted(set(runs["group_id"]))))
+    s = s[s["source"].isin(["poll", "gpm"])]
+    means = s.pivot_table(index="run_id", columns="metric", values="value", aggfunc="mean")
+    means.columns.name = None
+    return means.reindex(runs["run_id"]).reset_index()
 
 
 def window_means_all(runs: pd.DataFrame) -> pd.DataFrame:
