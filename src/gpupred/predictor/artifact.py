@@ -133,8 +133,9 @@ class Predictor:
                 names = pd.Series(self.gpus[0], index=df.index)
             else:
                 raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
-            cache: dict[tuple[str, str], dict[str, float]] = {}
-            hw = pd.DataFrame([cache.setdefault((n, p), hardware_features(n, p)) for n, p in zip(names, prec)], index=df.index)
+            pairs = list(zip(names, prec))
+            table = {pair: hardware_features(*pair) for pair in set(pairs)}  # once per (GPU, precision)
+            hw = pd.DataFrame([table[pair] for pair in pairs], index=df.index)
         enc = pd.DataFrame([encode(p, o) for p, o in zip(prec, opt)], index=df.index)
         full = pd.concat([out, hw, enc], axis=1)
         return full[self.feature_names]
