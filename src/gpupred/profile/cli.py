@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from gpupred.errors import GpupredError
+
+EXIT_UNITS_LEFT = 3  # `gpupred sweep` stopped cleanly with units left: run the same command to resume
+
+
+def _check_count(value: int | None, flag: str, least: int = 1) -> None:
+    """A one-line GpupredError unless ``value`` (when given) is at least ``least``."""
+    if value is not None and value < least:
+        raise GpupredError(f"{flag} {value}: must be at least {least}")
 
 
 def register(app: Any) -> None:
@@ -39,13 +50,21 @@ def register(app: Any) -> None:
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (ray executor)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="CPU and fake NVML: output is simulated, never data."),
         window_s: Optional[float] = typer.Option(None, "--window-s", help="Measured window in seconds."),
-        limit: Optional[int] = typer.Option(None, "--limit", help="Only the plan's first N units."),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Only the plan's first N units (N >= 1)."),
         host_batches: bool = typer.Option(False, "--host-batches", help="Copy a host batch to the GPU every step."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     ) -> None:
-        """Run or resume a sweep: each finished unit is written atomically; finished units are skipped."""
+        """Run or resume a sweep: each finished unit is written atomically; finished units are skipped.
+
+        Exit codes: 0 every planned unit is finished;
+        3 stopped cleanly with units left (time budget, SIGTERM, SIGINT): run the same command to resume;
+        2 bad input (one line on stderr).
+        """
         from gpupred.profile.sweep import run_sweep
 
+        _check_count(limit, "--limit")
+        if max_minutes is not None and not max_minutes > 0:
+            raise GpupredError(f"--max-minutes {max_minutes:g}: must be more than 0 (leave it out for no time budget)")
         summary = run_sweep(plan, out, max_minutes=max_minutes, executor=executor, address=address, dry_run=dry_run,
                             window_s=window_s, limit=limit, host_batches=host_batches)
         if as_json:
@@ -54,6 +73,11 @@ def register(app: Any) -> None:
                               "stopped": summary.stopped, "remaining": summary.remaining}))
         else:
             print(summary.line())
+        if summary.remaining > 0:  # exit 0 means every planned unit is finished, nothing less
+            why = f" ({' '.join(summary.stopped.split())})" if summary.stopped else ""
+            print(f"gpupred: sweep stopped{why}: {summary.remaining} units left; run the same command to resume",
+                  file=sys.stderr)
+            raise typer.Exit(EXIT_UNITS_LEFT)
 
     _register_plan(app)
 
@@ -80,6 +104,8 @@ def _register_plan(app: Any) -> None:
         """Co-located pairs spanning summed solo utilization (<100, 100-150, >150), memory-heavy pairs, 3-4 job groups."""
         from gpupred.profile.plans import build_pairs, write_plan
 
+        _check_count(n, "--n")
+        _check_count(groups, "--groups", 0)
         built = build_pairs(source, n, groups, seed)
         write_plan(out, built.lines, [
             "Co-located pairs and 3-4 job groups (issue 5 item 1): `gpupred sweep --plan <this file>`.",
@@ -99,6 +125,7 @@ def _register_plan(app: Any) -> None:
         """Solo specs with ok runs, round-robin over every family, to rerun on another GPU kind."""
         from gpupred.profile.plans import build_subset, write_plan
 
+        _check_count(n, "--n")
         built = build_subset(source, n, seed)
         write_plan(out, built.lines, [
             "Solo subset to rerun on another GPU kind, paired with the source (issue 5 item 2).",
@@ -115,6 +142,7 @@ def _register_plan(app: Any) -> None:
         """The first N catalog ids in catalog order (the units of ``catalog:N``), for the solo sweep."""
         from gpupred.profile.plans import solo_plan, write_plan
 
+        _check_count(n, "--n")
         lines = solo_plan(n)
         write_plan(out, lines, [
             f"Solo sweep of the catalog (issue 4): the same units as `--plan catalog:{n}`, in catalog order.",
@@ -123,6 +151,24 @@ def _register_plan(app: Any) -> None:
             f"`gpupred plan solo --n {n}`",
         ])
         print(f"{out}: {len(lines)} solo specs over {len({x.split('.', 1)[0] for x in lines})} families")
+
+    @plan_app.command("sync")
+    def sync_cmd(
+        n: int = typer.Option(180, "--n", help="The solo plan's size (specs are chosen from the first N)."),
+        out: Path = typer.Option(plans_dir / "sync.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Small and large specs of every kind of family, each with sync=step and sync=window."""
+        from gpupred.profile.plans import sync_plan, write_plan
+
+        _check_count(n, "--n")
+        lines = sync_plan(n)
+        write_plan(out, lines, [
+            "Synchronization comparison (profiler correctness issue, item 2): each spec with sync=step (a loop that",
+            "reads its loss every step) and sync=window (CUDA-event timing, one synchronize per window).",
+            "Run it into the solo sweep's folder: its sync=step units are the solo sweep's own and are skipped there.",
+            f"`gpupred plan sync --n {n}`",
+        ])
+        print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
 
     @plan_app.command("fused")
     def fused_cmd(

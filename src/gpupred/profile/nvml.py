@@ -28,6 +28,8 @@ SLOW_EVERY = 10  # pcie + buffered samples every 10th tick (0.5 s at 50 ms)
 GPM_EVERY = 2  # GPM every 2nd tick (0.1 s at 50 ms)
 _FATAL_NAMES = ("NotSupported", "NoPermission", "FunctionNotFound", "ArgumentVersionMismatch", "Deprecated",
                 "LibraryMismatch")
+# errors of a versioned NVML call that mean "use the older call instead" (missing in this driver or binding)
+_FALLBACK_NAMES = ("NotSupported", "FunctionNotFound", "ArgumentVersionMismatch", "Deprecated", "LibraryMismatch")
 
 
 class NvmlUnavailable(GpupredError):
@@ -99,6 +101,11 @@ def _err_text(err: BaseException) -> str:
 
 def _is_permanent(err: BaseException) -> bool:
     return isinstance(err, MetricUnsupported) or any(n in type(err).__name__ for n in _FATAL_NAMES)
+
+
+def _try_older(err: BaseException) -> bool:
+    """Whether a newer NVML call's failure means the older call should be tried (the call is missing or refused)."""
+    return isinstance(err, (AttributeError, TypeError)) or any(n in type(err).__name__ for n in _FALLBACK_NAMES)
 
 
 # ---------------------------------------------------------------------------------------------- pynvml
@@ -185,6 +192,8 @@ class PynvmlBackend:
         self._gpm_primed = False  # the baseline snapshot _gpm[0] holds a sample
         self._gpm_checked: tuple[bool, str] | None = None
         self._buffered_off: set[str] = set()
+        self._temp_versioned: bool | None = None  # nvmlDeviceGetTemperatureV works (None: not known yet)
+        self._mem_v2: bool | None = None  # nvmlDeviceGetMemoryInfo v2 works (None: not known yet)
 
     def _handle_by_uuid(self, uuid: str) -> Any:
         """A handle from a full UUID, or from a unique prefix as CUDA_VISIBLE_DEVICES allows."""
@@ -215,7 +224,7 @@ class PynvmlBackend:
         cuda = self._safe(lambda: nv.nvmlSystemGetCudaDriverVersion_v2(), 0) or self._safe(
             lambda: nv.nvmlSystemGetCudaDriverVersion(), 0)
         cuda_s = f"{cuda // 1000}.{(cuda % 1000) // 10}" if cuda else ""
-        mem = self._safe(lambda: nv.nvmlDeviceGetMemoryInfo(h).total / 2**20, float("nan"))
+        mem = self._safe(lambda: self._memory().total / 2**20, float("nan"))
         index = self.index if self.index >= 0 else self._safe(lambda: nv.nvmlDeviceGetIndex(h), -1)
         return DeviceInfo(
             name=str(self._safe(lambda: nv.nvmlDeviceGetName(h))),
@@ -225,6 +234,45 @@ class PynvmlBackend:
             cuda_version=cuda_s,
             index=int(index),
         )
+
+    # -- versioned calls with a fallback to the older one (CUDA 14 drivers retire the older ones)
+    def _temperature(self) -> float:
+        """GPU temperature (°C): nvmlDeviceGetTemperatureV, else the legacy call; the one that works is remembered."""
+        nv, h = self.nv, self.handle
+        if self._temp_versioned is not False:
+            try:
+                value = nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU, nv.nvmlTemperature_v1)
+            except Exception as err:
+                if self._temp_versioned or not _try_older(err):
+                    raise
+            else:
+                self._temp_versioned = True
+                return float(value)
+        value = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+        self._temp_versioned = False
+        return float(value)
+
+    def _memory(self) -> Any:
+        """Device memory: the v2 struct (``reserved`` apart from ``used``) where it works, else v1; remembered."""
+        nv, h = self.nv, self.handle
+        if self._mem_v2 is not False:
+            try:
+                mem = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
+            except Exception as err:
+                if self._mem_v2 or not _try_older(err):
+                    raise
+            else:
+                self._mem_v2 = True
+                return mem
+        mem = nv.nvmlDeviceGetMemoryInfo(h)
+        self._mem_v2 = False
+        return mem
+
+    def memory_info_mib(self) -> dict[str, float]:
+        """Device memory in MiB: used, total and reserved (NaN where only the v1 query works); raises if NVML fails."""
+        mem = self._memory()
+        reserved = mem.reserved / 2**20 if self._mem_v2 else float("nan")
+        return {"used": mem.used / 2**20, "total": mem.total / 2**20, "reserved": float(reserved)}
 
     # -- polled metrics
     def poll_groups(self) -> dict[str, tuple[tuple[str, ...], Callable[[], dict[str, float]]]]:
@@ -245,13 +293,20 @@ class PynvmlBackend:
                 value = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
             return {"throttle_reasons": float(value)}
 
+        def memory() -> dict[str, float]:
+            info = self.memory_info_mib()
+            out = {"mem_used_mib": info["used"]}
+            if info["reserved"] == info["reserved"]:  # v2 only: v1's used includes the reserved memory
+                out["mem_reserved_mib"] = info["reserved"]
+            return out
+
         return {
             "utilization": (("gpu_util", "mem_util"), util),
-            "memory": (("mem_used_mib",), lambda: {"mem_used_mib": nv.nvmlDeviceGetMemoryInfo(h).used / 2**20}),
+            "memory": (("mem_used_mib", "mem_reserved_mib"), memory),
             "power": (("power_w",), lambda: {"power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0}),
             "sm_clock": (("sm_clock_mhz",), lambda: {"sm_clock_mhz": float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))}),
             "mem_clock": (("mem_clock_mhz",), lambda: {"mem_clock_mhz": float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))}),
-            "temperature": (("temp_c",), lambda: {"temp_c": float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))}),
+            "temperature": (("temp_c",), lambda: {"temp_c": self._temperature()}),
             "throttle": (("throttle_reasons",), throttle),
         }
 
