@@ -62,7 +62,8 @@ def _run_row(group_id: str, member: int, size: int, wid: str, status: str, iter_
         started_at="2000-01-01T00:00:00Z", warmup_s=1.0, warmup_iters=5, window_start_s=1.0, window_end_s=11.0,
         n_iters=10, iter_times_s=[iter_time] * 10, iter_time_mean_s=iter_time, iter_time_median_s=iter_time,
         samples_per_s=1.0, torch_peak_allocated_mib=mem * 0.8, torch_peak_reserved_mib=mem, sampler_interval_ms=100.0,
-        buffered_supported=False, gpm_supported=True,
+        buffered_supported=False, gpm_supported=True, sync="step", mem_baseline_mib=0.0, cuda_context_mib=float("nan"),
+        memory_reserved_mib=float("nan"),
     )
     return row
 
@@ -91,8 +92,12 @@ def _samples(group_id: str, util: float, sm: float, mem: float) -> pd.DataFrame:
 
 
 def write_raw_tree(raw: Path, solo: pd.DataFrame, pairs: list[tuple[int, int]], failed: list[tuple[int, int]] = (),
-                   simulated: bool = False) -> Path:
-    """A FIXTURE sweep under ``raw``: each workload's solo run, co-located pairs slowed by :func:`hidden_slowdown`."""
+                   simulated: bool = False, partner_failed: list[tuple[int, int]] = ()) -> Path:
+    """A FIXTURE sweep under ``raw``: each workload's solo run, co-located pairs slowed by :func:`hidden_slowdown`.
+
+    ``failed`` pairs: both members oom. ``partner_failed`` pairs: the second member oom after the first had
+    measured a window (its row keeps an iteration time, as the profiler writes it, status partner_failed).
+    """
     sweep = raw / "fixture-gpu" / SWEEP
     for k, r in solo.iterrows():
         gid = f"solo{k:03d}"
@@ -111,6 +116,12 @@ def write_raw_tree(raw: Path, solo: pd.DataFrame, pairs: list[tuple[int, int]], 
         gid = f"fail{n:03d}"
         rows = [_run_row(gid, m, 2, solo.iloc[i].workload_id, "oom", float("nan"), solo.iloc[i].mem_mib) for m, i in enumerate((a, b))]
         _write(sweep, gid, rows, _samples(gid, 0.0, 0.0, 100.0))
+    for n, (a, b) in enumerate(partner_failed):
+        gid = f"partner{n:03d}"
+        ra, rb = solo.iloc[a], solo.iloc[b]
+        rows = [_run_row(gid, 0, 2, ra.workload_id, "partner_failed", ra.iter_time_s * 1.01, ra.mem_mib),
+                _run_row(gid, 1, 2, rb.workload_id, "oom", float("nan"), rb.mem_mib)]
+        _write(sweep, gid, rows, _samples(gid, 50.0, 25.0, ra.mem_mib + rb.mem_mib))
     return sweep
 
 

@@ -118,7 +118,8 @@ def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_
                 "memory_mib": lab["memory_mib"], "torch_peak_reserved_mib": lab["memory_mib"] - 500,
                 "torch_peak_allocated_mib": lab["memory_mib"] - 600, "iter_time_mean_s": lab["iter_time_mean_s"],
                 "samples_per_s": f["batch_size"] / lab["iter_time_mean_s"],
-                "memory_source": "proc", "gpu_memory_total_mib": 81559.0, "n_samples": 50.0,
+                "memory_source": "nvml-process", "gpu_memory_total_mib": 81559.0, "n_samples": 50.0,
+                "cuda_context_mib": 500.0, "sync": "step",
             }
             row.update({k: float(f[k]) for k in keys})
             row.update(hardware_features(gpu, f["precision"]))
@@ -130,7 +131,7 @@ def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_
 def _run_row(spec: WorkloadSpec, run_id: str, status: str = "ok", simulated: bool = False,
              gpu: str = "NVIDIA H100 80GB HBM3", group_size: int = 1, member: int = 0, group_id: str | None = None) -> dict:
     return {
-        "schema_version": 1, "run_id": run_id, "group_id": group_id or run_id, "group_size": group_size, "member": member,
+        "schema_version": 2, "run_id": run_id, "group_id": group_id or run_id, "group_size": group_size, "member": member,
         "sweep_id": "FIXTURE", "workload_id": spec.id, "family": spec.family, "spec_json": spec.to_json(),
         "status": status, "message": "" if status == "ok" else "fixture failure", "simulated": simulated,
         "host_batches": False, "gpu_name": gpu, "gpu_uuid": "GPU-fixture", "gpu_sm_count": 132,
@@ -140,14 +141,16 @@ def _run_row(spec: WorkloadSpec, run_id: str, status: str = "ok", simulated: boo
         "window_end_s": 6.0, "n_iters": 4, "iter_times_s": [0.1, 0.1, 0.1, 0.1], "iter_time_mean_s": 0.1,
         "iter_time_median_s": 0.1, "samples_per_s": spec.batch_size / 0.1, "torch_peak_allocated_mib": 900.0,
         "torch_peak_reserved_mib": 1000.0, "sampler_interval_ms": 100.0, "buffered_supported": False,
-        "gpm_supported": True,
+        "gpm_supported": True, "sync": "step", "mem_baseline_mib": 300.0, "cuda_context_mib": 500.0,
+        "memory_reserved_mib": float("nan"),
     }
 
 
-def _samples(group_id: str, util: float, mem: float, with_proc: bool = True, baseline: float = 0.0) -> pd.DataFrame:
-    """FIXTURE samples: util/sm flat in the window, memory ramping up before it."""
+def _samples(group_id: str, util: float, mem: float, with_proc: bool = True, baseline: float = 300.0) -> pd.DataFrame:
+    """FIXTURE samples timed as the harness keeps them (0.5 s either side of the 2-6 s window): util/sm flat in
+    the window, memory already allocated (the pre-launch baseline is the run's ``mem_baseline_mib``)."""
     rows = []
-    for i in range(80):
+    for i in range(15, 66):
         t = i * 0.1
         in_win = 2.0 <= t <= 6.0
         rows.append((group_id, t, "gpu_util", util if in_win else 5.0, -1, "poll"))
@@ -173,7 +176,7 @@ def write_fixture_raw_tree(root: Path, workload_ids: list[str], extras: bool = T
     for i, wid in enumerate(workload_ids):
         spec = WorkloadSpec.from_id(wid)
         rid = f"fixture-{i:03d}"
-        write([_run_row(spec, rid)], _samples(rid, 50.0 + i, 1000.0 + 10 * i, with_proc=(i % 2 == 0), baseline=300.0), rid)
+        write([_run_row(spec, rid)], _samples(rid, 50.0 + i, 1000.0 + 10 * i, with_proc=(i % 2 == 0)), rid)
     if extras:
         spec = WorkloadSpec.from_id(workload_ids[0])
         write([_run_row(spec, "fixture-oom", status="oom")], _samples("fixture-oom", 0, 0), "fixture-oom")
@@ -181,7 +184,7 @@ def write_fixture_raw_tree(root: Path, workload_ids: list[str], extras: bool = T
         g = "fixture-grp"
         write([_run_row(spec, f"{g}.m{m}", group_size=2, member=m, group_id=g) for m in (0, 1)], _samples(g, 90, 2000), g)
         empty = _samples("fixture-nowin", 50, 1000)
-        write([_run_row(spec, "fixture-nowin")], empty[empty["t_s"] < 1.5], "fixture-nowin")
+        write([_run_row(spec, "fixture-nowin")], empty[empty["t_s"] < 1.95], "fixture-nowin")
         write([_run_row(WorkloadSpec.from_id("alexnet.alexnet-bs8-img224-fp32-sgd"), "fixture-nofeat")],
               _samples("fixture-nofeat", 50, 1000), "fixture-nofeat")
     return sweep

@@ -17,7 +17,7 @@ from gpupred.errors import GpupredError
 def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
     raw = tmp_path_factory.mktemp("fixture") / "data" / "raw"
     solo = fixture_solo(10)
-    write_raw_tree(raw, solo, all_pairs(10), failed=[(0, 1)])
+    write_raw_tree(raw, solo, all_pairs(10), failed=[(0, 1)], partner_failed=[(2, 3)])
     return raw, solo
 
 
@@ -37,9 +37,15 @@ def test_join_slowdown_sums_and_failed(tree: tuple[Path, pd.DataFrame]) -> None:
     assert ok.partners.iloc[0] == b.workload_id and ok.partners.iloc[1] == a.workload_id
     assert set(table.precision) == {"fp32", "bf16"}
     failed = co.failed_groups(table)
-    assert list(failed.group_id) == ["fail000"] and failed.statuses.iloc[0] == "oom;oom"
+    assert list(failed.group_id) == ["fail000", "partner000"] and failed.statuses.iloc[0] == "oom;oom"
     assert table.loc[table.group_id == "fail000", "slowdown"].isna().all()
-    assert not table.loc[table.group_id != "fail000", "group_failed"].any()
+    assert not table.loc[~table.group_id.isin(["fail000", "partner000"]), "group_failed"].any()
+    # a member whose partner failed measured a window, but never a co-located one: no slowdown from it
+    part = table[table.group_id == "partner000"]
+    assert part.group_failed.all() and part.slowdown.isna().all() and part.iter_time_coloc_s.notna().iloc[0]
+    assert "partner000" in set(co.failed_groups(table).group_id)
+    # the group's own device memory: peak over the window minus its pre-launch baseline (0 in the fixture)
+    assert part.group_memory_mib.iloc[0] == pytest.approx(solo.mem_mib.iloc[2] + solo.mem_mib.iloc[3])
 
 
 def test_refuses_simulated(tmp_path: Path) -> None:

@@ -50,9 +50,11 @@ def test_build_from_fixture_raw_tree(tmp_path: Path) -> None:
     row = df.set_index("run_id").loc["fixture-001"]
     assert row["gpu_util"] == pytest.approx(51.0)
     assert row["sm_active"] == pytest.approx(0.8 * 51.0)
-    assert row["memory_mib"] == pytest.approx(1010.0)  # device peak minus the idle baseline
+    # samples begin 0.5 s before the window, memory already allocated: the label comes from the pre-launch
+    # baseline the harness recorded, never from the samples (which would give ~0 MiB)
+    assert row["memory_mib"] == pytest.approx(1010.0)
     assert row["memory_source"] == "device-minus-baseline"
-    assert df.set_index("run_id").loc["fixture-000", "memory_source"] == "proc"
+    assert df.set_index("run_id").loc["fixture-000", "memory_source"] == "nvml-process"
     assert np.isnan(row["gpu_util_buffered"])
     assert row["gpu"] == "H100 SXM" and row["gpu_sm_count"] == 132
     assert ds.feature_columns(df)[:2] == ["flops_fwd", "flops_train"] or "flops_fwd" in ds.feature_columns(df)

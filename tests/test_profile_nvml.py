@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -21,7 +22,7 @@ def _run(backend: FakeBackend, seconds: float = 0.6, members: dict[int, int] | N
 
 
 def test_sampler_records_every_metric_with_sources() -> None:
-    s = _run(FakeBackend(), members={4242: 0})
+    s = _run(FakeBackend(), members={os.getpid(): 0})  # the fake attributes memory only to live pids
     got = set(zip(s.samples.metric, s.samples.source))
     assert {m for m, _ in got} == set(METRICS)
     assert ("gpu_util", "buffered") in got and ("sm_active", "gpm") in got and ("gpu_util", "poll") in got

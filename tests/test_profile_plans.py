@@ -90,8 +90,10 @@ def test_pairs_cover_bins_memory_groups_and_are_deterministic(sweep: Path) -> No
     assert fams == {True, False}  # mostly different families, some the same
     precisions = {tuple(sorted(s.precision for s in u.specs)) for u in pairs}
     assert precisions == {("bf16", "bf16"), ("bf16", "fp32"), ("fp32", "fp32")}
-    mem = [int(m) for m in re.findall(r"mem (\d+)%", "\n".join(x for x in lines if len(_ids(x)) == 2))]
-    assert sum(m > 70 for m in mem) >= 6 and sum(m > 100 for m in mem) >= 3
+    pair_lines = [x for x in lines if len(_ids(x)) == 2]
+    mem = [int(m) for m in re.findall(r"mem (\d+)%", "\n".join(pair_lines))]
+    assert sum(m > 70 for m in mem) >= 6  # memory-heavy pairs
+    assert sum("expected to fail together" in x for x in pair_lines) >= 3  # over the card (100.4% prints as 100%)
     assert "expected to fail together" in "\n".join(lines)
     assert "60 pairs" in built.summary and "6 groups" in built.summary
 

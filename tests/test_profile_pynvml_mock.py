@@ -66,11 +66,11 @@ class FakeNvml(types.ModuleType):
         return fn
 
     def _wrap(self, name: str, fn: Any) -> Any:
-        def call(*args: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
             if name in self.fail:
                 raise self.fail[name]
-            return fn(*args)
+            return fn(*args, **kwargs)
 
         return call
 
@@ -112,9 +112,18 @@ class FakeNvml(types.ModuleType):
 
     # -- polled
     def _nvmlDeviceGetMemoryInfo(self, h: Any, version: Any = None) -> Any:
-        m = real.c_nvmlMemory_t()
-        m.total, m.free, m.used = 80 * 2**30, 70 * 2**30, 10 * 2**30
-        return m
+        if not version:  # v1: used = total - free, driver-reserved memory included
+            m = real.c_nvmlMemory_t()
+            m.total, m.free, m.used = 80 * 2**30, 70 * 2**30, 10 * 2**30
+            return m
+        self.calls.append("nvmlDeviceGetMemoryInfo_v2")
+        if "nvmlDeviceGetMemoryInfo_v2" in self.fail:
+            raise self.fail["nvmlDeviceGetMemoryInfo_v2"]
+        assert version == real.nvmlMemory_v2
+        m2 = real.c_nvmlMemory_v2_t()  # v2: reserved apart, used excludes it
+        m2.version, m2.total, m2.reserved = version, 80 * 2**30, 512 * 2**20
+        m2.free, m2.used = 70 * 2**30, 10 * 2**30 - 512 * 2**20
+        return m2
 
     def _nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
         u = real.c_nvmlUtilization_t()
@@ -129,6 +138,10 @@ class FakeNvml(types.ModuleType):
 
     def _nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:
         assert sensor == real.NVML_TEMPERATURE_GPU
+        return 61
+
+    def _nvmlDeviceGetTemperatureV(self, h: Any, sensor: int, version: int = real.nvmlTemperature_v1) -> int:
+        assert sensor == real.NVML_TEMPERATURE_GPU and version == real.nvmlTemperature_v1
         return 61
 
     def _nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
@@ -252,15 +265,78 @@ def test_poll_groups_return_floats_in_contract_units(fake_nvml: Any) -> None:
         values = fn()
         assert set(values) == set(names) and all(isinstance(v, float) for v in values.values())
         got.update(values)
-    assert got == {"gpu_util": 97.0, "mem_util": 41.0, "mem_used_mib": 10240.0, "power_w": 612.345,
-                   "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "temp_c": 61.0, "throttle_reasons": 4.0,
-                   "pcie_tx_kib_s": 1000.0, "pcie_rx_kib_s": 2000.0}
+    assert got == {"gpu_util": 97.0, "mem_util": 41.0, "mem_used_mib": 9728.0, "mem_reserved_mib": 512.0,
+                   "power_w": 612.345, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "temp_c": 61.0,
+                   "throttle_reasons": 4.0, "pcie_tx_kib_s": 1000.0, "pcie_rx_kib_s": 2000.0}
 
 
 def test_throttle_falls_back_to_the_deprecated_name(fake_nvml: Any) -> None:
     fake_nvml(nvmlDeviceGetCurrentClocksEventReasons=_err(real.NVML_ERROR_FUNCTION_NOT_FOUND))
     b = PynvmlBackend(0)
     assert b.poll_groups()["throttle"][1]() == {"throttle_reasons": 8.0}
+
+
+def test_temperature_uses_the_versioned_call_when_present(fake_nvml: Any) -> None:
+    nv = fake_nvml()
+    read = PynvmlBackend(0).poll_groups()["temperature"][1]
+    assert read() == read() == {"temp_c": 61.0}
+    assert nv.calls.count("nvmlDeviceGetTemperatureV") == 2 and "nvmlDeviceGetTemperature" not in nv.calls
+
+
+@pytest.mark.parametrize("error", [None, _err(real.NVML_ERROR_FUNCTION_NOT_FOUND), _err(real.NVML_ERROR_NOT_SUPPORTED),
+                                   _err(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)])
+def test_temperature_falls_back_to_the_legacy_call_and_remembers(fake_nvml: Any, error: Any) -> None:
+    nv = fake_nvml() if error is None else fake_nvml(nvmlDeviceGetTemperatureV=error)
+    if error is None:
+        del nv.nvmlDeviceGetTemperatureV  # an nvidia-ml-py older than the versioned call
+    read = PynvmlBackend(0).poll_groups()["temperature"][1]
+    assert read() == read() == read() == {"temp_c": 61.0}
+    assert nv.calls.count("nvmlDeviceGetTemperature") == 3
+    assert nv.calls.count("nvmlDeviceGetTemperatureV") == (0 if error is None else 1)  # tried once, then cached
+
+
+def test_temperature_transient_error_is_raised_not_fallen_back(fake_nvml: Any) -> None:
+    nv = fake_nvml(nvmlDeviceGetTemperatureV=_err(real.NVML_ERROR_UNKNOWN))
+    read = PynvmlBackend(0).poll_groups()["temperature"][1]
+    with pytest.raises(real.NVMLError_Unknown):
+        read()
+    assert "nvmlDeviceGetTemperature" not in nv.calls
+    del nv.fail["nvmlDeviceGetTemperatureV"]
+    assert read() == {"temp_c": 61.0} and "nvmlDeviceGetTemperature" not in nv.calls
+
+
+def test_memory_v2_reports_reserved_apart_from_used(fake_nvml: Any) -> None:
+    nv = fake_nvml()
+    b = PynvmlBackend(0)
+    read = b.poll_groups()["memory"][1]
+    assert read() == read() == {"mem_used_mib": 9728.0, "mem_reserved_mib": 512.0}  # used excludes reserved
+    assert b.memory_info_mib() == {"used": 9728.0, "total": 81920.0, "reserved": 512.0}
+    assert b.device_info().memory_total_mib == 81920.0
+    assert nv.calls.count("nvmlDeviceGetMemoryInfo_v2") == nv.calls.count("nvmlDeviceGetMemoryInfo") == 4
+
+
+@pytest.mark.parametrize("error", [None, _err(real.NVML_ERROR_FUNCTION_NOT_FOUND), _err(real.NVML_ERROR_NOT_SUPPORTED),
+                                   _err(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)])
+def test_memory_falls_back_to_v1_and_remembers(fake_nvml: Any, error: Any) -> None:
+    nv = fake_nvml() if error is None else fake_nvml(nvmlDeviceGetMemoryInfo_v2=error)
+    if error is None:
+        del nv.nvmlMemory_v2  # an nvidia-ml-py without the v2 struct
+    b = PynvmlBackend(0)
+    read = b.poll_groups()["memory"][1]
+    assert read() == read() == {"mem_used_mib": 10240.0}  # v1: used includes reserved; no reserved metric
+    info = b.memory_info_mib()
+    assert info["used"] == 10240.0 and info["total"] == 81920.0 and math.isnan(info["reserved"])
+    assert b.device_info().memory_total_mib == 81920.0
+    assert nv.calls.count("nvmlDeviceGetMemoryInfo_v2") == (0 if error is None else 1)  # tried once, then cached
+
+
+def test_memory_transient_error_is_raised_not_fallen_back(fake_nvml: Any) -> None:
+    nv = fake_nvml(nvmlDeviceGetMemoryInfo_v2=_err(real.NVML_ERROR_GPU_IS_LOST))
+    b = PynvmlBackend(0)
+    with pytest.raises(real.NVMLError_GpuIsLost):
+        b.poll_groups()["memory"][1]()
+    assert nv.calls == ["nvmlInit", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetMemoryInfo",
+                        "nvmlDeviceGetMemoryInfo_v2"]
 
 
 def test_buffered_samples_use_the_value_union_and_skip_not_found(fake_nvml: Any) -> None:
@@ -386,7 +462,7 @@ def test_container_host_pids_single_process_is_attributed(fake_nvml: Any) -> Non
 
 def test_sampler_thread_survives_junk_and_raising_backend(fake_nvml: Any) -> None:
     nv = fake_nvml(nvmlDeviceGetPowerUsage=_err(real.NVML_ERROR_UNKNOWN),
-                   nvmlDeviceGetTemperature=_err(real.NVML_ERROR_NO_PERMISSION))
+                   nvmlDeviceGetTemperatureV=_err(real.NVML_ERROR_NO_PERMISSION))  # no fallback: dropped
     nv.nvmlDeviceGetClockInfo = lambda h, k: "not a number"  # junk from a broken binding
     b = PynvmlBackend(0)
     s = Sampler(b, interval_ms=10).start()
@@ -460,6 +536,8 @@ _CHILD = textwrap.dedent('''
     assert rx.recv()[0] == "measure"
     w0 = time.monotonic(); time.sleep(0.05); w1 = time.monotonic()
     tx.send(("window", {"window_start": w0, "window_end": w1, "iter_times": [w1 - w0]}))
+    if mode == "die-after-window":
+        os._exit(3)
     assert rx.recv()[0] == "stop"
     tx.send(("result", {"status": "ok", "message": "", "window_start": w0, "window_end": w1, "iter_times": [w1 - w0],
                         "device_props": props}))
@@ -522,11 +600,24 @@ def test_colocated_oom_member_is_recorded_with_the_others(script: Path) -> None:
     launcher = ScriptLauncher(script, ["ok", "oom"], uuid="00000000-fake-0000-0000-000000000000")
     r = run_unit(specs, FakeBackend(), _cfg(), launcher=launcher)  # type: ignore[arg-type]
     rows = r.runs.to_pylist()
-    assert [x["status"] for x in rows] == ["ok", "oom"], [x["message"] for x in rows]
-    assert rows[0]["n_iters"] == 1 and rows[1]["n_iters"] == 0 and "out of memory" in rows[1]["message"]
+    # the group stops at once: the survivor never runs on alone (its window would say "slowdown 1.0")
+    assert [x["status"] for x in rows] == ["partner_failed", "oom"], [x["message"] for x in rows]
+    assert "member 1" in rows[0]["message"] and "oom" in rows[0]["message"]
+    assert rows[0]["n_iters"] == 0 and rows[1]["n_iters"] == 0 and "out of memory" in rows[1]["message"]
     assert rows[1]["torch_peak_allocated_mib"] == 123.0
     assert "is not the sampled NVML device" not in rows[0]["notes"]  # torch's bare UUID matches NVML's GPU-...
     assert all(not c.alive() for c in launcher.children)
+
+
+def test_member_dying_after_its_window_fails_the_whole_group(script: Path) -> None:
+    from gpupred.profile.fake import FakeBackend
+
+    specs = [WorkloadSpec.from_id(TINY), WorkloadSpec.from_id(TINY2)]
+    launcher = ScriptLauncher(script, ["ok", "die-after-window"])
+    r = run_unit(specs, FakeBackend(), _cfg(), launcher=launcher)  # type: ignore[arg-type]
+    rows = r.runs.to_pylist()
+    assert [x["status"] for x in rows] == ["partner_failed", "error"], [x["message"] for x in rows]
+    assert "exited with code 3" in rows[1]["message"]
 
 
 def test_uuid_mismatch_is_noted(script: Path) -> None:

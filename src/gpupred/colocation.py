@@ -5,9 +5,13 @@ Definitions (per job of a co-located group, same GPU kind):
 - ``slowdown`` = co-located mean iteration time / solo mean iteration time of the same workload id on the
   same GPU kind (mean over repeated solo runs), for members whose status is ``ok``;
 - ``sum_util`` / ``sum_mem_mib``: the group's summed solo utilization (mean NVML ``gpu_util``, polled,
-  over each solo run's measured window) and summed solo memory (peak ``mem_used_mib`` in the window,
-  else ``torch_peak_reserved_mib``);
-- a group *failed together* when every member's status is ``oom`` or ``error``.
+  over each solo run's measured window) and summed solo memory (each solo run's memory label, see
+  :mod:`gpupred.profile.labels`, else ``torch_peak_reserved_mib``);
+- a group *failed* when any member's status is not ``ok``: the profiler then stops the whole group
+  (the failed member keeps its own status, the others are ``partner_failed``), and no member of a
+  failed group has a slowdown — a survivor's window would not have been co-located;
+- ``group_memory_mib``: the group's device memory, peak over its windows minus the pre-launch
+  baseline (the only memory figure of a group as a whole; members' own figures are in their rows).
 
 The slowdown model predicts each job's slowdown from all members' solo features *as the predictor gives
 them before running* (a per-workload feature frame: predicted util / SM activity / memory plus graph
@@ -28,7 +32,6 @@ import pandas as pd
 from gpupred.errors import GpupredError
 
 BASE_FEATURES: tuple[str, ...] = ("gpu_util", "sm_active", "mem_mib", "flops_train", "arithmetic_intensity")
-FAILED_STATUSES: tuple[str, ...] = ("oom", "error")
 _PRODUCT = ("gpu_util", "sm_active")  # own x others' sum: the interference terms
 
 
@@ -72,9 +75,13 @@ def solo_measurements(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame
     cols = ["workload_id", "gpu_name", "iter_time_s", "gpu_util", "sm_active", "mem_mib", "n_runs"]
     if solo.empty:
         return pd.DataFrame(columns=cols)
+    from gpupred.profile.labels import memory_label
+
     w = window_means(solo, samples)
     s = solo.merge(w, on="group_id", how="left")
-    s["mem_mib"] = s["mem_used_mib"].fillna(s["torch_peak_reserved_mib"])
+    labels = [memory_label(run, samples) for _, run in solo.iterrows()]
+    s["mem_mib"] = [m if not why else np.nan for m, _, why in labels]
+    s["mem_mib"] = s["mem_mib"].fillna(s["torch_peak_reserved_mib"])
     g = s.groupby(["workload_id", "gpu_name"], as_index=False).agg(
         iter_time_s=("iter_time_mean_s", "mean"), gpu_util=("gpu_util", "mean"), sm_active=("sm_active", "mean"),
         mem_mib=("mem_mib", "mean"), n_runs=("run_id", "count"),
@@ -91,25 +98,30 @@ def read_solo_samples(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SAMPLE_SCHEMA.names)
 
 
-def colocation_table(runs: pd.DataFrame, solo: pd.DataFrame) -> pd.DataFrame:
-    """One row per member of every co-located group, joined to its solo run (same workload, same GPU kind)."""
+def colocation_table(runs: pd.DataFrame, solo: pd.DataFrame, group_memory: pd.Series | None = None) -> pd.DataFrame:
+    """One row per member of every co-located group, joined to its solo run (same workload, same GPU kind).
+
+    ``group_memory`` (group_id -> MiB, from :func:`gpupred.profile.labels.group_device_memory_mib`) fills
+    ``group_memory_mib``; NaN without it.
+    """
     refuse_simulated(runs)
     co = runs[runs["group_size"] > 1].sort_values(["group_id", "member"]).copy()
     cols = ["group_id", "group_size", "member", "workload_id", "gpu_name", "precision", "status", "partners",
             "iter_time_coloc_s", "iter_time_solo_s", "slowdown", "solo_util", "solo_mem_mib", "sum_util",
-            "sum_mem_mib", "has_solo", "group_failed"]
+            "sum_mem_mib", "has_solo", "group_failed", "group_memory_mib"]
     if co.empty:
         return pd.DataFrame(columns=cols)
     co = co.merge(solo[["workload_id", "gpu_name", "iter_time_s", "gpu_util", "mem_mib"]], on=["workload_id", "gpu_name"], how="left")
     co = co.rename(columns={"iter_time_mean_s": "iter_time_coloc_s", "iter_time_s": "iter_time_solo_s",
                             "gpu_util": "solo_util", "mem_mib": "solo_mem_mib"})
     co["has_solo"] = co["iter_time_solo_s"].notna()
-    ok = (co["status"] == "ok") & co["has_solo"]
-    co["slowdown"] = np.where(ok, co["iter_time_coloc_s"] / co["iter_time_solo_s"], np.nan)
     grp = co.groupby("group_id")
+    co["group_failed"] = grp["status"].transform(lambda s: bool((s != "ok").any()))
+    ok = (co["status"] == "ok") & co["has_solo"] & ~co["group_failed"]
+    co["slowdown"] = np.where(ok, co["iter_time_coloc_s"] / co["iter_time_solo_s"], np.nan)
     co["sum_util"] = grp["solo_util"].transform(lambda s: s.sum(min_count=len(s)))
     co["sum_mem_mib"] = grp["solo_mem_mib"].transform(lambda s: s.sum(min_count=len(s)))
-    co["group_failed"] = grp["status"].transform(lambda s: bool(s.isin(FAILED_STATUSES).all()))
+    co["group_memory_mib"] = co["group_id"].map(group_memory) if group_memory is not None else np.nan
     ids = grp["workload_id"].agg(list)
     pos = grp.cumcount().to_numpy()
     co["partners"] = [";".join(w for k, w in enumerate(ids[g]) if k != p) for g, p in zip(co["group_id"], pos)]
@@ -118,7 +130,7 @@ def colocation_table(runs: pd.DataFrame, solo: pd.DataFrame) -> pd.DataFrame:
 
 
 def failed_groups(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per co-located group whose members all failed (oom/error): GPU, workloads, statuses, summed memory."""
+    """One row per co-located group that failed (any member not ok): GPU, workloads, statuses, summed memory."""
     f = table[table["group_failed"].astype(bool)]
     return f.groupby("group_id", as_index=False).agg(
         gpu_name=("gpu_name", "first"), workloads=("workload_id", ";".join), statuses=("status", ";".join),
@@ -130,9 +142,16 @@ def load_colocation(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(co-location table, solo measurements) from every sweep under ``root`` (real runs only)."""
     from gpupred.profile.schema import read_runs
 
+    from gpupred.profile.labels import group_device_memory_mib
+    from gpupred.profile.schema import read_samples
+
     runs = refuse_simulated(read_runs(root))
     solo = solo_measurements(runs, read_solo_samples(runs))
-    return colocation_table(runs, solo), solo
+    co = runs[runs["group_size"] > 1]
+    memory = [group_device_memory_mib(g, read_samples(Path(sweep), sorted(g["group_id"].unique())))
+              for sweep, g in co.groupby("sweep_dir")]
+    group_memory = pd.concat(memory) if memory else None
+    return colocation_table(runs, solo, group_memory), solo
 
 
 def baseline_slowdown(sum_util: np.ndarray | pd.Series) -> np.ndarray:

@@ -27,19 +27,19 @@ DATASET_VERSION = 1
 
 ID_COLUMNS: tuple[str, ...] = (
     "run_id", "sweep_id", "workload_id", "arch_key", "family", "arch", "precision", "optimizer", "fused",
-    "gpu_name", "gpu",
+    "gpu_name", "gpu", "sync",
 )
 LABEL_COLUMNS: tuple[str, ...] = (
     "gpu_util",  # % NVML utilization, mean of polled samples in the window
     "gpu_util_buffered",  # % mean of NVML's own sample buffer in the window (NaN if unsupported)
     "sm_active",  # % GPM SM activity mean (NaN where not recorded)
-    "memory_mib",  # peak NVML memory of the process in the window
+    "memory_mib",  # the run's GPU memory, MiB (gpupred.profile.labels: memory_source says from what)
     "torch_peak_reserved_mib",
     "torch_peak_allocated_mib",
     "iter_time_mean_s",
     "samples_per_s",
 )
-META_COLUMNS: tuple[str, ...] = ("memory_source", "gpu_memory_total_mib", "n_samples")
+META_COLUMNS: tuple[str, ...] = ("memory_source", "gpu_memory_total_mib", "n_samples", "cuda_context_mib")
 ENCODED_COLUMNS: tuple[str, ...] = ("is_bf16", "is_adam")
 REQUIRED_LABELS: tuple[str, ...] = ("gpu_util", "memory_mib")
 FEATURE_ID_COLUMNS: tuple[str, ...] = (
@@ -76,6 +76,8 @@ def feature_columns(df: pd.DataFrame) -> list[str]:
 
 def _window_labels(row: pd.Series, samples: pd.DataFrame) -> tuple[dict[str, float], str]:
     """Labels of one solo run from its samples; returns (labels, exclusion reason or '')."""
+    from gpupred.profile.labels import memory_label
+
     s = samples[samples["group_id"] == row["group_id"]]
     win = s[(s["t_s"] >= row["window_start_s"]) & (s["t_s"] <= row["window_end_s"])]
     util = win[(win["metric"] == "gpu_util") & (win["source"] == "poll")]["value"]
@@ -83,18 +85,9 @@ def _window_labels(row: pd.Series, samples: pd.DataFrame) -> tuple[dict[str, flo
         return {}, "no gpu_util samples in window"
     buffered = win[(win["metric"] == "gpu_util") & (win["source"] == "buffered")]["value"]
     sm = win[win["metric"] == "sm_active"]["value"]
-    proc = win[(win["metric"] == "proc_mem_mib") & (win["member"] == row["member"])]["value"]
-    if not proc.empty:
-        memory, source = float(proc.max()), "proc"
-    else:
-        dev = s[(s["metric"] == "mem_used_mib") & (s["member"] == -1)]
-        in_win = dev[(dev["t_s"] >= row["window_start_s"]) & (dev["t_s"] <= row["window_end_s"])]["value"]
-        before = dev[dev["t_s"] < row["window_start_s"]]["value"]
-        if in_win.empty:
-            return {}, "no memory samples in window"
-        # the idle baseline: the lowest device memory seen before the window (the process not yet allocated)
-        baseline = float(before.min()) if not before.empty else 0.0
-        memory, source = float(in_win.max()) - baseline, "device-minus-baseline"
+    memory, source, reason = memory_label(row, s)
+    if reason:
+        return {}, reason
     labels = {
         "gpu_util": float(util.mean()),
         "gpu_util_buffered": float(buffered.mean()) if not buffered.empty else np.nan,
@@ -169,11 +162,11 @@ def build_dataset(
                 "arch_key": f["arch_key"] if "arch_key" in id_cols else spec.arch_key,
                 "family": run["family"], "arch": spec.arch, "precision": spec.precision,
                 "optimizer": spec.optimizer, "fused": int(spec.fused), "gpu_name": run["gpu_name"],
-                "gpu": gpu_spec(run["gpu_name"]).name,
+                "gpu": gpu_spec(run["gpu_name"]).name, "sync": run["sync"],
             }
             row.update(labels)
             for col in ("torch_peak_reserved_mib", "torch_peak_allocated_mib", "iter_time_mean_s", "samples_per_s",
-                        "gpu_memory_total_mib"):
+                        "gpu_memory_total_mib", "cuda_context_mib"):
                 row[col] = float(run[col]) if pd.notna(run[col]) else np.nan
             row.update({k: float(f[k]) for k in keys})
             row.update(hardware_features(run["gpu_name"], spec.precision))
@@ -224,12 +217,21 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     return df
 
 
-def load_dataset(path: Path | None = None) -> pd.DataFrame:
-    """The dataset (default data/processed/dataset.parquet), checked; MissingInput if not built yet."""
+def load_dataset(path: Path | None = None, sync: str | None = "step") -> pd.DataFrame:
+    """The dataset (default data/processed/dataset.parquet), checked; MissingInput if not built yet.
+
+    ``sync`` keeps the runs of one synchronization mode (default ``step``, the setting the predictor is
+    trained for: a training loop that reads its loss every step); None keeps every run.
+    """
     path = path or config.DATASET
     if not path.exists():
         raise MissingInput(f"no dataset at {path}: collect ok solo runs into data/raw and run notebook 02")
-    return validate_dataset(pd.read_parquet(path), str(path))
+    df = validate_dataset(pd.read_parquet(path), str(path))
+    if sync is not None:
+        df = df[df["sync"] == sync].reset_index(drop=True)
+        if df.empty:
+            raise MissingInput(f"{path}: no runs with sync={sync!r}")
+    return df
 
 
 def summarize(df: pd.DataFrame) -> dict[str, object]:

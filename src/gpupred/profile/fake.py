@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Callable
 
@@ -37,6 +38,9 @@ class FakeBackend:
         self.buffered_period_s = buffered_period_s
         self._gpm_started = False
         self.calls = 0
+        self.idle_mib = 1024.0  # device memory with no process on it
+        self.per_process_mib = 512.0  # what each live process the sampler asked about holds
+        self._pids: set[int] = set()
 
     def device_info(self) -> DeviceInfo:
         """A fake device, named so it cannot be mistaken for a real one."""
@@ -62,7 +66,8 @@ class FakeBackend:
         w = self._wave
         groups = {
             "utilization": (("gpu_util", "mem_util"), lambda: {"gpu_util": round(60 + 30 * w()), "mem_util": round(20 + 10 * w())}),
-            "memory": (("mem_used_mib",), lambda: {"mem_used_mib": 1024.0 + 100 * w()}),
+            "memory": (("mem_used_mib", "mem_reserved_mib"),
+                       lambda: {"mem_used_mib": self.memory_info_mib()["used"], "mem_reserved_mib": 400.0}),
             "power": (("power_w",), lambda: {"power_w": 150.0 + 200 * w()}),
             "sm_clock": (("sm_clock_mhz",), lambda: {"sm_clock_mhz": 1755.0}),
             "mem_clock": (("mem_clock_mhz",), lambda: {"mem_clock_mhz": 2619.0}),
@@ -104,11 +109,28 @@ class FakeBackend:
         w = self._wave()
         return {"sm_active": 50 + 40 * w, "sm_occupancy": 30 + 20 * w, "tensor_active": 10 * w, "dram_bw_util": 25 + 5 * w}
 
+    def _live(self) -> set[int]:
+        alive = set()
+        for pid in self._pids:
+            try:
+                os.kill(pid, 0)
+                alive.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._pids = alive
+        return alive
+
+    def memory_info_mib(self) -> dict[str, float]:
+        """Idle memory plus ``per_process_mib`` for each live process the sampler has asked about."""
+        return {"used": self.idle_mib + self.per_process_mib * len(self._live()), "total": 81559.0, "reserved": 400.0}
+
     def process_memory_mib(self, pids: list[int]) -> dict[int, float]:
-        """Every asked-for process uses a made-up 512 MiB."""
+        """Every asked-for live process uses a made-up ``per_process_mib``."""
         if not self.processes:
             raise FakeNotSupported("fake: process list not supported")
-        return {pid: 512.0 for pid in pids}
+        self._pids |= set(pids)
+        live = self._live()
+        return {pid: self.per_process_mib for pid in pids if pid in live}
 
     def close(self) -> None:
         """Nothing to release."""

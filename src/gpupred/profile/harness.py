@@ -62,6 +62,8 @@ class HarnessConfig:
     max_batch: int = 0  # dry runs: run each spec at no more than this batch size (0 = as specified)
     cpu_fp32: bool = False  # dry runs: bf16 specs run in fp32 (CPU bf16 autocast is slow emulation here)
     slack_s: float = 30.0  # added to the hard timeout (co-located fill, teardown)
+    sync: str = "step"  # "step": synchronize every step; "window": CUDA-event timing, one sync per window
+    idle_wait_s: float = 10.0  # before a unit: wait up to this long for the device to be idle (0: read at once)
 
     @property
     def unit_timeout_s(self) -> float:
@@ -218,6 +220,231 @@ def _fault_for(workload_id: str) -> str:
     return kind if (not match or match in workload_id) else ""
 
 
+# the texts of allocation failures as CUDA, cuBLAS, cuDNN and torch word them (matched case-insensitively)
+OOM_MARKERS: tuple[str, ...] = (
+    "out of memory",  # torch.OutOfMemoryError "CUDA out of memory.", "CUDA error: out of memory", driver errors
+    "out_of_memory",  # CUDA_ERROR_OUT_OF_MEMORY (driver API: Triton, NVRTC, cuda-python)
+    "alloc_failed",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED, CUSPARSE/CUFFT ..._ALLOC_FAILED
+    "cudaerrormemoryallocation",  # the runtime API's name for it
+    "failed to allocate",  # cuDNN v9 frontend / workspace allocation
+    "unable to find a valid cudnn algorithm",  # cuDNN benchmark: no algorithm fits in the memory left
+)
+
+
+def failure_status(error_type: str, message: str) -> str:
+    """``oom`` when an exception's type or text is a GPU allocation failure, else ``error``."""
+    if error_type in ("OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"):
+        return "oom"
+    text = message.lower()
+    return "oom" if any(m in text for m in OOM_MARKERS) else "error"
+
+
+def _memory_info(backend: "Backend") -> dict[str, float]:
+    """Device memory now, {"used", "reserved"} in MiB (NaN where unknown); never raises."""
+    read = getattr(backend, "memory_info_mib", None)
+    try:
+        if read is not None:
+            info = read()
+            return {"used": float(info.get("used", math.nan)), "reserved": float(info.get("reserved", math.nan))}
+        _, fn = backend.poll_groups()["memory"]
+        return {"used": float(fn()["mem_used_mib"]), "reserved": math.nan}
+    except Exception:
+        return {"used": math.nan, "reserved": math.nan}
+
+
+def _compute_processes(backend: "Backend") -> int | None:
+    """How many compute processes NVML lists on the device (None if it cannot tell)."""
+    try:
+        return len(backend.process_memory_mib([]))
+    except Exception:
+        return None
+
+
+@dataclass
+class Baseline:
+    """Device memory before a unit's children touch the GPU."""
+
+    used_mib: float
+    reserved_mib: float
+    note: str = ""
+
+
+def idle_baseline(backend: "Backend", wait_s: float = 10.0, step_s: float = 0.1) -> Baseline:
+    """Wait (up to ``wait_s``) until no compute process is on the device and memory is steady, then read it.
+
+    The previous unit's processes release their memory as they exit; reading before that would
+    shrink this unit's memory label, so a device that never settles is noted.
+    """
+    end = time.monotonic() + wait_s
+    prev = _memory_info(backend)
+    while True:
+        time.sleep(step_s)
+        now = _memory_info(backend)
+        procs = _compute_processes(backend)
+        steady = abs(now["used"] - prev["used"]) <= 1.0 if math.isfinite(now["used"]) else True
+        if steady and not procs:
+            return Baseline(now["used"], now["reserved"])
+        if time.monotonic() >= end:
+            return Baseline(now["used"], now["reserved"],
+                            f"device not idle before launch after {wait_s:.0f} s ({procs} compute processes, "
+                            f"{now['used']:.0f} MiB used): memory baseline may be high")
+        prev = now
+
+
+@dataclass
+class ContextMeasurement:
+    """The GPU memory a bare CUDA context takes, measured with a child that only initializes CUDA."""
+
+    context_mib: float  # device delta minus torch's reserved bytes (NaN when not measured)
+    device_delta_mib: float = math.nan
+    process_mib: float = math.nan  # NVML's per-process figure for the child, when it attributes it
+    torch_reserved_mib: float = math.nan
+    baseline_mib: float = math.nan
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for the manifest (NaN as None)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def measure_cuda_context(backend: "Backend", config: HarnessConfig | None = None, settle_s: float = 1.0) -> ContextMeasurement:
+    """Start a child that only initializes CUDA (one tiny tensor) and measure the device memory it adds."""
+    cfg = config or HarnessConfig()
+    if not cfg.device.startswith("cuda"):
+        return ContextMeasurement(math.nan, note="not measured: no CUDA device (dry run)")
+    base = idle_baseline(backend, cfg.idle_wait_s)
+    child = Child()
+    try:
+        child.send(("context", {"device": cfg.device}))
+        deadline = time.monotonic() + cfg.startup_timeout_s
+        reply: dict[str, Any] | None = None
+        while reply is None and time.monotonic() < deadline and child.alive():
+            if child.rx.poll(0.1):
+                kind, payload = child.rx.recv()
+                if kind == "context":
+                    reply = payload
+        if reply is None or "error" in reply:
+            why = (reply or {}).get("error") or child.log_tail() or "no reply"
+            return ContextMeasurement(math.nan, baseline_mib=base.used_mib, note=f"context child failed: {why}")
+        time.sleep(settle_s)  # let NVML's memory figure catch up with the new context
+        used = max(_memory_info(backend)["used"] for _ in range(3))
+        try:
+            proc = backend.process_memory_mib([child.pid])
+        except Exception:
+            proc = {}
+        delta = used - base.used_mib
+        reserved = float(reply.get("reserved_mib", 0.0))
+        child.send(("stop",))
+        return ContextMeasurement(delta - reserved, delta, float(proc.get(child.pid, math.nan)), reserved,
+                                  base.used_mib, base.note)
+    finally:
+        child.close()
+
+
+def _job(spec: Any, member: int, cfg: HarnessConfig, sync: str) -> dict[str, Any]:
+    """The job message of one member."""
+    return {
+        "spec_json": spec.to_json(), "member": member, "device": cfg.device, "host_batches": cfg.host_batches,
+        "window_s": cfg.window_s, "min_iters": cfg.min_iters, "max_window_s": cfg.max_window_s,
+        "warmup_min_s": cfg.warmup_min_s, "warmup_min_iters": cfg.warmup_min_iters,
+        "warmup_max_s": cfg.warmup_max_s, "cpu_threads": cfg.cpu_threads, "fault": _fault_for(spec.id),
+        "max_batch": cfg.max_batch, "cpu_fp32": cfg.cpu_fp32, "sync": sync,
+    }
+
+
+class _Members:
+    """The parent's view of a unit's children while it runs: phase, reported info and final result of each."""
+
+    PHASES = (("built", "go"), ("warm", "measure"), ("window", "stop"))
+
+    def __init__(self, children: list[Child], specs: list[Any], t0: float) -> None:
+        self.children, self.specs, self.t0 = children, specs, t0
+        k = len(children)
+        self.state = ["starting"] * k
+        self.info: list[dict[str, Any]] = [{} for _ in range(k)]
+        self.final: list[dict[str, Any] | None] = [None] * k
+        self.sent: set[str] = set()
+
+    def live(self) -> list[int]:
+        """Members without a final result."""
+        return [i for i, f in enumerate(self.final) if f is None]
+
+    def receive(self, i: int) -> None:
+        """Read what member ``i`` said; note its death if it exited without a result."""
+        c = self.children[i]
+        try:
+            while c.rx.poll():
+                kind, payload = c.rx.recv()
+                if kind == "result":
+                    self.info[i].update(payload)
+                    self.final[i] = payload
+                    return
+                if kind == "ready":
+                    payload = {"import_s": payload["import_s"], "python_start_s": payload["boot"] - c.started,
+                               "idle_before_job_s": max(0.0, self.t0 - payload["boot"] - payload["import_s"])}
+                else:
+                    self.state[i] = kind
+                self.info[i].update(payload)
+        except (EOFError, OSError):
+            pass
+        if self.final[i] is None and not c.alive():
+            code = c.proc.returncode
+            why = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
+            tail = c.log_tail()
+            self.final[i] = {"status": "error", "message": f"child process exited with {why} before reporting" + (f": {tail}" if tail else "")}
+
+    def advance(self) -> None:
+        """Send the next phase's command once every live member has reached it."""
+        live = self.live()
+        for want, command in self.PHASES:
+            if command not in self.sent and live and all(self.state[i] == want for i in live):
+                for i in live:
+                    self.children[i].send((command,))
+                self.sent.add(command)
+
+    def failed(self) -> list[int]:
+        """Members whose own run failed (oom, error, timeout)."""
+        return [i for i, f in enumerate(self.final) if f is not None and f.get("status", "error") != "ok"]
+
+    def stop_group(self) -> None:
+        """A member failed: kill the others at once and mark every member that did not fail ``partner_failed``."""
+        bad = self.failed()
+        if not bad or len(self.children) == 1:
+            return
+        why = "; ".join(f"member {j} ({self.specs[j].id}) {self.final[j]['status']}" for j in bad)  # type: ignore[index]
+        for i in self.live():
+            self.children[i].kill(wait=False)
+        for i in range(len(self.children)):
+            if i not in bad:
+                own = self.final[i] or {}
+                self.final[i] = {**own, "status": "partner_failed", "message": f"group stopped: {why}"}
+
+    def time_out(self, now: float) -> None:
+        """The hard timeout: kill every live member (all at once) and record it as timed out."""
+        for i in self.live():
+            self.children[i].kill(wait=False)  # each dying CUDA process may take seconds to exit
+            self.final[i] = {"status": "timeout",
+                             "message": f"hard timeout after {now - self.t0:.0f} s (last phase: {self.state[i]})"}
+
+
+def _drive(members: _Members, hard_at: float) -> bool:
+    """Run the unit's protocol until every member has a final result; True if the hard limit was hit."""
+    while members.live():
+        now = time.monotonic()
+        if now >= hard_at:
+            members.time_out(now)
+            return True
+        live = members.live()
+        ready = wait([members.children[i].rx for i in live], timeout=0.05)
+        for i in live:
+            if members.children[i].rx in ready or not members.children[i].alive():
+                members.receive(i)
+        if members.failed():
+            members.stop_group()  # a co-located group never runs on without a member
+        members.advance()
+    return False
+
+
 def run_unit(
     specs: list[Any],
     backend: "Backend",
@@ -226,24 +453,28 @@ def run_unit(
     sweep_id: str = "",
     deadline: float | None = None,
     launcher: Launcher | None = None,
+    sync: str | None = None,
+    context_mib: float = math.nan,
 ) -> UnitResult:
     """Run one unit (1 workload solo, or 2-4 co-located) and return its rows and samples.
 
     ``deadline`` (time.monotonic) is the sweep's own limit: reaching it raises :class:`UnitInterrupted`.
+    ``sync`` overrides the config's synchronization mode; ``context_mib`` is the sweep's measured bare
+    CUDA context size, recorded with every row. If one member of a group fails, the group stops.
     """
-    import pyarrow as pa
-
-    from gpupred import __version__
     from gpupred.profile.nvml import Sampler
-    from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
 
     cfg = config or HarnessConfig()
+    sync = sync or cfg.sync
     k = len(specs)
     if not 1 <= k <= 4:
         raise GpupredError(f"a run unit holds 1 to 4 workloads, got {k}")
+    if sync not in ("step", "window"):
+        raise GpupredError(f"unknown sync mode {sync!r}; use step or window")
     group_id = group_id or (specs[0].id if k == 1 else "+".join(s.id for s in specs))
     own_launcher = launcher is None
     launcher = launcher or Launcher()
+    baseline = idle_baseline(backend, cfg.idle_wait_s) if cfg.idle_wait_s > 0 else Baseline(*_memory_info(backend).values())
     t0 = time.monotonic()
     started_at = _utc_now()
     timeout_at = t0 + cfg.unit_timeout_s
@@ -251,75 +482,19 @@ def run_unit(
     device = backend.device_info()
     sampler = Sampler(backend, cfg.interval_ms, t0=t0).start()
     children: list[Child] = []
-    notes: list[str] = [
-        f"member {i}: dry run at batch {min(sp.batch_size, cfg.max_batch)}"
-        f"{' in fp32' if cfg.cpu_fp32 and sp.precision != 'fp32' else ''}, not as specified"
-        for i, sp in enumerate(specs)
-        if (cfg.max_batch and sp.batch_size > cfg.max_batch) or (cfg.cpu_fp32 and sp.precision != "fp32")
-    ]
-    state = ["starting"] * k
-    info: list[dict[str, Any]] = [{} for _ in range(k)]
-    final: list[dict[str, Any] | None] = [None] * k
-    sent: set[str] = set()
-    interrupted = completed = False
+    completed = False
     try:
         children = launcher.take(k)
         sampler.set_members({c.pid: i for i, c in enumerate(children)})
         if not own_launcher:
             launcher.prefill()  # the next unit's children import torch while this one runs
         for i, (c, spec) in enumerate(zip(children, specs)):
-            job = {
-                "spec_json": spec.to_json(), "member": i, "device": cfg.device, "host_batches": cfg.host_batches,
-                "window_s": cfg.window_s, "min_iters": cfg.min_iters, "max_window_s": cfg.max_window_s,
-                "warmup_min_s": cfg.warmup_min_s, "warmup_min_iters": cfg.warmup_min_iters,
-                "warmup_max_s": cfg.warmup_max_s, "cpu_threads": cfg.cpu_threads, "fault": _fault_for(spec.id),
-                "max_batch": cfg.max_batch, "cpu_fp32": cfg.cpu_fp32,
-            }
-            c.send(("job", job))
-        phases = [("built", "go"), ("warm", "measure"), ("window", "stop")]
-        while any(f is None for f in final):
-            now = time.monotonic()
-            if now >= hard_at:
-                interrupted = deadline is not None and hard_at == deadline and deadline < timeout_at
-                for i, c in enumerate(children):
-                    if final[i] is None:
-                        c.kill(wait=False)  # all at once: each dying CUDA process may take seconds to exit
-                        final[i] = {"status": "timeout", "message": f"hard timeout after {now - t0:.0f} s (last phase: {state[i]})"}
-                break
-            ready = wait([c.rx for i, c in enumerate(children) if final[i] is None], timeout=0.05)
-            for i, c in enumerate(children):
-                if final[i] is not None:
-                    continue
-                if c.rx in ready:
-                    try:
-                        while c.rx.poll():
-                            kind, payload = c.rx.recv()
-                            if kind == "result":
-                                info[i].update(payload)
-                                final[i] = payload
-                                break
-                            if kind == "ready":
-                                payload = {"import_s": payload["import_s"],
-                                           "python_start_s": payload["boot"] - c.started,
-                                           "idle_before_job_s": max(0.0, t0 - payload["boot"] - payload["import_s"])}
-                            else:
-                                state[i] = kind
-                            info[i].update(payload)
-                    except (EOFError, OSError):
-                        pass
-                if final[i] is None and not c.alive():
-                    code = c.proc.returncode
-                    why = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
-                    tail = c.log_tail()
-                    final[i] = {"status": "error", "message": f"child process exited with {why} before reporting" + (f": {tail}" if tail else "")}
-            live = [i for i in range(k) if final[i] is None]
-            for want, command in phases:
-                if command not in sent and live and all(state[i] == want for i in live):
-                    for i in live:
-                        children[i].send((command,))
-                    sent.add(command)
+            c.send(("job", _job(spec, i, cfg, sync)))
+        members = _Members(children, specs, t0)
+        hit = _drive(members, hard_at)
+        members.stop_group()  # after a timeout too: members that had finished are partner_failed
         completed = True
-        if interrupted:
+        if hit and deadline is not None and hard_at == deadline and deadline < timeout_at:
             raise UnitInterrupted(group_id)
     finally:
         t_end = time.monotonic()
@@ -336,15 +511,48 @@ def run_unit(
             c.close()
         if own_launcher:
             launcher.close()
-    notes += sampler.notes
-    wall = time.monotonic() - t0
-    teardown_s = time.monotonic() - t_end
+    notes = _dry_run_notes(specs, cfg) + ([baseline.note] if baseline.note else []) + sampler.notes
+    context = {"mem_baseline_mib": baseline.used_mib, "memory_reserved_mib": baseline.reserved_mib,
+               "cuda_context_mib": float(context_mib), "sync": sync}
+    rows, timings, windows = _member_rows(specs, members, backend, cfg, sampler, device, group_id, sweep_id,
+                                          started_at, t_end, context, notes)
+    from gpupred.profile.schema import RUN_SCHEMA
 
+    runs = pa_table(rows, RUN_SCHEMA)
+    return UnitResult(group_id, runs, _kept_samples(samples, windows, cfg.margin_s, group_id), notes,
+                      time.monotonic() - t0, timings)
+
+
+def pa_table(rows: list[dict[str, Any]], schema: "pa.Schema") -> "pa.Table":
+    """A pyarrow table of ``rows`` under ``schema``."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _dry_run_notes(specs: list[Any], cfg: HarnessConfig) -> list[str]:
+    return [
+        f"member {i}: dry run at batch {min(sp.batch_size, cfg.max_batch)}"
+        f"{' in fp32' if cfg.cpu_fp32 and sp.precision != 'fp32' else ''}, not as specified"
+        for i, sp in enumerate(specs)
+        if (cfg.max_batch and sp.batch_size > cfg.max_batch) or (cfg.cpu_fp32 and sp.precision != "fp32")
+    ]
+
+
+def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: HarnessConfig, sampler: Any,
+                 device: Any, group_id: str, sweep_id: str, started_at: str, t_end: float,
+                 context: dict[str, Any], notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, float]], list[tuple[float, float]]]:
+    """One RUN_SCHEMA row per member, each member's timings, and the measured windows (unit clock)."""
+    from gpupred import __version__
+    from gpupred.profile.schema import SCHEMA_VERSION
+
+    k, t0 = len(specs), members.t0
     rows: list[dict[str, Any]] = []
     timings: list[dict[str, float]] = []
     windows: list[tuple[float, float]] = []
+    teardown_s = time.monotonic() - t_end
     for i, spec in enumerate(specs):
-        r = {**info[i], **(final[i] or {})}
+        r = {**members.info[i], **(members.final[i] or {})}
         props = r.get("device_props", {})
         child_uuid = str(props.get("uuid", "") or "")
         if uuid_hex(child_uuid) and uuid_hex(device.uuid) and uuid_hex(child_uuid) != uuid_hex(device.uuid):
@@ -377,16 +585,24 @@ def run_unit(
             "torch_peak_allocated_mib": float(r.get("peak_allocated_mib", math.nan)),
             "torch_peak_reserved_mib": float(r.get("peak_reserved_mib", math.nan)),
             "sampler_interval_ms": cfg.interval_ms, "buffered_supported": sampler.buffered_supported,
-            "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes),
+            "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes), **context,
         })
-    runs = pa.Table.from_pylist(rows, schema=RUN_SCHEMA)
+    return rows, timings, windows
+
+
+def _kept_samples(samples: Any, windows: list[tuple[float, float]], margin_s: float, group_id: str) -> "pa.Table":
+    """The samples within ``margin_s`` of the measured windows (all of them when no window was measured)."""
+    import pyarrow as pa
+
+    from gpupred.profile.schema import SAMPLE_SCHEMA
+
     if windows:
-        lo = min(w[0] for w in windows) - cfg.margin_s
-        hi = max(w[1] for w in windows) + cfg.margin_s
+        lo = min(w[0] for w in windows) - margin_s
+        hi = max(w[1] for w in windows) + margin_s
         keep = [j for j, t in enumerate(samples.t_s) if lo <= t <= hi]
     else:  # a failed unit keeps everything it saw (memory at an OOM, say)
         keep = list(range(len(samples)))
-    samples_table = pa.Table.from_pydict(
+    return pa.Table.from_pydict(
         {
             "group_id": [group_id] * len(keep),
             "t_s": [samples.t_s[j] for j in keep],
@@ -397,7 +613,6 @@ def run_unit(
         },
         schema=SAMPLE_SCHEMA,
     )
-    return UnitResult(group_id, runs, samples_table, notes, wall, timings)
 
 
 # -------------------------------------------------------------------------------------------- child
@@ -420,6 +635,168 @@ class _Stop(Exception):
     pass
 
 
+class _Loop:
+    """A child's training loop: one step function, synchronized every step or once per window (``sync``)."""
+
+    def __init__(self, torch: Any, step: Any, cuda: bool, sync: str, rx: Connection) -> None:
+        self.torch, self.step, self.cuda, self.rx = torch, step, cuda, rx
+        self.per_step = sync == "step" or not cuda  # the CPU has nothing to synchronize
+
+    def command(self, block: bool = False) -> str | None:
+        """The next command from the parent, if any (EOF means the parent is gone)."""
+        if block or self.rx.poll():
+            return self.rx.recv()[0]
+        return None
+
+    def sync(self) -> None:
+        """Wait for the device to finish everything queued."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def one(self) -> None:
+        """One training step (synchronized after it in ``step`` mode)."""
+        self.step()
+        if self.per_step:
+            self.sync()
+
+    def warm_up(self, job: dict[str, Any]) -> tuple[float, int]:
+        """Train until the warm-up bounds are met; the queue is drained at the end. Returns (seconds, iterations)."""
+        t_start, n = time.monotonic(), 0
+        while True:
+            self.one()
+            n += 1
+            el = time.monotonic() - t_start
+            if (n >= job["warmup_min_iters"] and el >= job["warmup_min_s"]) or el >= job["warmup_max_s"]:
+                break
+        self.sync()
+        return time.monotonic() - t_start, n
+
+    def busy_until(self, wanted: str) -> None:
+        """Keep training until the parent sends ``wanted``; raise _Stop on ``stop`` (or anything else)."""
+        while (c := self.command()) != wanted:
+            if c is not None:
+                raise _Stop()
+            self.one()
+
+    def window(self, job: dict[str, Any]) -> tuple[float, float, list[float]]:
+        """The measured window: (start, end, iteration times). ``step`` mode times each synchronized step on the
+        host clock; ``window`` mode records a CUDA event after each step and synchronizes once at the end."""
+        self.sync()
+        w0 = prev = time.monotonic()
+        times: list[float] = []
+        events = [self._event()] if not self.per_step else []
+        n = 0
+        while True:
+            self.one()
+            n += 1
+            now = time.monotonic()
+            if self.per_step:
+                times.append(now - prev)
+                prev = now
+            else:
+                events.append(self._event())
+            el = now - w0
+            if (n >= job["min_iters"] and el >= job["window_s"]) or el >= job["max_window_s"]:
+                break
+        if not self.per_step:
+            self.sync()
+            prev = time.monotonic()  # the window ends when the device has done its last step
+            times = [a.elapsed_time(b) / 1000.0 for a, b in zip(events, events[1:])]
+        return w0, prev, times
+
+    def _event(self) -> Any:
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+
+def _init_device(torch: Any, job: dict[str, Any], result: dict[str, Any]) -> bool:
+    """Initialize the job's device and record its properties; True for CUDA."""
+    t = time.monotonic()
+    cuda = job["device"].startswith("cuda")
+    if cuda:
+        torch.cuda.init()
+        torch.cuda.set_device(0)
+        props = torch.cuda.get_device_properties(0)
+        result["device_props"] = {
+            "name": props.name, "sm_count": int(props.multi_processor_count),
+            "total_mib": props.total_memory / 2**20, "uuid": str(getattr(props, "uuid", "")),
+        }
+        torch.backends.cudnn.benchmark = True
+    else:
+        torch.set_num_threads(int(job.get("cpu_threads", 1)))
+        result["device_props"] = {"name": "cpu", "sm_count": 0}
+    result["cuda_init_s"] = time.monotonic() - t
+    result["torch_version"] = torch.__version__
+    result["cuda_version"] = torch.version.cuda or ""
+    return cuda
+
+
+def _build_step(job: dict[str, Any], result: dict[str, Any]) -> Any:
+    """Build the job's workload (dry runs: at a small batch, in fp32 if asked) and return its train step."""
+    from gpupred.workloads.builders import build
+    from gpupred.workloads.spec import WorkloadSpec
+
+    t = time.monotonic()
+    spec = WorkloadSpec.from_json(job["spec_json"])
+    if job.get("max_batch") and spec.batch_size > job["max_batch"]:  # dry run: validate, don't measure
+        spec = dataclasses.replace(spec, batch_size=int(job["max_batch"]))
+    if job.get("cpu_fp32") and spec.precision != "fp32":
+        spec = dataclasses.replace(spec, precision="fp32")
+    built = build(spec, job["device"])
+    step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]))
+    result["build_s"] = time.monotonic() - t
+    return step
+
+
+def _inject_fault(torch: Any, fault: str) -> None:
+    """Tests only: the failure GPUPRED_FAULT asked for."""
+    if fault == "oom":
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. (injected by GPUPRED_FAULT=oom)")
+    if fault == "crash":
+        os._exit(3)
+    if fault == "hang":
+        time.sleep(3600)
+    if fault == "error":
+        raise RuntimeError("injected by GPUPRED_FAULT=error")
+
+
+def _run_job(torch: Any, job: dict[str, Any], rx: Connection, tx: Connection, result: dict[str, Any]) -> None:
+    """Build, warm up, measure and keep company, following the parent's commands; failures raise."""
+    cuda = _init_device(torch, job, result)
+    step = _build_step(job, result)
+    tx.send(("built", {"pid": os.getpid(), **{k: result[k] for k in ("device_props", "cuda_init_s", "build_s")}}))
+    loop = _Loop(torch, step, cuda, job.get("sync", "step"), rx)
+    if loop.command(block=True) != "go":
+        raise _Stop()
+    _inject_fault(torch, job.get("fault", ""))
+    result["warmup_s"], result["warmup_iters"] = loop.warm_up(job)
+    tx.send(("warm", {"warmup_s": result["warmup_s"], "warmup_iters": result["warmup_iters"]}))
+    loop.busy_until("measure")  # keep the GPU busy until every member is warm
+    w0, w1, times = loop.window(job)
+    result.update(window_start=w0, window_end=w1, iter_times=times)
+    tx.send(("window", {"window_start": w0, "window_end": w1, "iter_times": times}))
+    loop.busy_until("stop")  # keep co-located members company until every window is done
+
+
+def _context_only(torch: Any, job: dict[str, Any], rx: Connection, tx: Connection) -> None:
+    """Initialize CUDA and hold one tiny tensor until told to stop (the bare-context measurement)."""
+    try:
+        torch.cuda.init()
+        torch.cuda.set_device(0)
+        x = torch.ones(1, device=job.get("device", "cuda"))
+        torch.cuda.synchronize()
+        tx.send(("context", {"pid": os.getpid(), "reserved_mib": torch.cuda.memory_reserved() / 2**20}))
+    except Exception as err:
+        tx.send(("context", {"error": f"{type(err).__name__}: {' '.join(str(err).split())}"[:300]}))
+        return
+    try:
+        rx.recv()
+    except EOFError:
+        pass
+    del x
+
+
 def _child_main(fd_in: int, fd_out: int) -> None:
     """The child's whole life: import, wait for a job, run it, report, exit."""
     rx = Connection(fd_in, writable=False)
@@ -429,8 +806,7 @@ def _child_main(fd_in: int, fd_out: int) -> None:
     t = time.monotonic()
     import torch
 
-    from gpupred.workloads.builders import build
-    from gpupred.workloads.spec import WorkloadSpec
+    import gpupred.workloads.builders  # noqa: F401 - imported here so the parent's wait hides it
 
     import_s = time.monotonic() - t
     tx.send(("ready", {"import_s": import_s, "boot": boot}))
@@ -438,104 +814,18 @@ def _child_main(fd_in: int, fd_out: int) -> None:
         kind, job = rx.recv()
     except EOFError:
         return
+    if kind == "context":
+        _context_only(torch, job, rx, tx)
+        return
     result: dict[str, Any] = {"status": "ok", "message": "", "import_s": import_s}
-    cuda = job["device"].startswith("cuda")
-    pending: list[str] = []
-
-    def command(block: bool = False) -> str | None:
-        """The next command from the parent, if any (EOF means the parent is gone)."""
-        if pending:
-            return pending.pop(0)
-        if block or rx.poll():
-            msg = rx.recv()
-            return msg[0]
-        return None
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-
     try:
-        t = time.monotonic()
-        if cuda:
-            torch.cuda.init()
-            torch.cuda.set_device(0)
-            props = torch.cuda.get_device_properties(0)
-            result["device_props"] = {
-                "name": props.name, "sm_count": int(props.multi_processor_count),
-                "total_mib": props.total_memory / 2**20, "uuid": str(getattr(props, "uuid", "")),
-            }
-            torch.backends.cudnn.benchmark = True
-        else:
-            torch.set_num_threads(int(job.get("cpu_threads", 1)))
-            result["device_props"] = {"name": "cpu", "sm_count": 0}
-        result["cuda_init_s"] = time.monotonic() - t
-        result["torch_version"] = torch.__version__
-        result["cuda_version"] = torch.version.cuda or ""
-        t = time.monotonic()
-        spec = WorkloadSpec.from_json(job["spec_json"])
-        if job.get("max_batch") and spec.batch_size > job["max_batch"]:  # dry run: validate, don't measure
-            spec = dataclasses.replace(spec, batch_size=int(job["max_batch"]))
-        if job.get("cpu_fp32") and spec.precision != "fp32":
-            spec = dataclasses.replace(spec, precision="fp32")
-        built = build(spec, job["device"])
-        step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]))
-        result["build_s"] = time.monotonic() - t
-        tx.send(("built", {"pid": os.getpid(), **{k: result[k] for k in ("device_props", "cuda_init_s", "build_s")}}))
-        if command(block=True) != "go":
-            raise _Stop()
-        fault = job.get("fault", "")
-        if fault == "oom":
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. (injected by GPUPRED_FAULT=oom)")
-        if fault == "crash":
-            os._exit(3)
-        if fault == "hang":
-            time.sleep(3600)
-        if fault == "error":
-            raise RuntimeError("injected by GPUPRED_FAULT=error")
-        # warm-up
-        t_start = time.monotonic()
-        n = 0
-        while True:
-            step()
-            sync()
-            n += 1
-            el = time.monotonic() - t_start
-            if (n >= job["warmup_min_iters"] and el >= job["warmup_min_s"]) or el >= job["warmup_max_s"]:
-                break
-        result["warmup_s"], result["warmup_iters"] = time.monotonic() - t_start, n
-        tx.send(("warm", {"warmup_s": result["warmup_s"], "warmup_iters": n}))
-        while (c := command()) != "measure":  # keep the GPU busy until every member is warm
-            if c == "stop":
-                raise _Stop()
-            step()
-            sync()
-        # measured window
-        times: list[float] = []
-        w0 = prev = time.monotonic()
-        while True:
-            step()
-            sync()
-            now = time.monotonic()
-            times.append(now - prev)
-            prev = now
-            el = now - w0
-            if (len(times) >= job["min_iters"] and el >= job["window_s"]) or el >= job["max_window_s"]:
-                break
-        result.update(window_start=w0, window_end=prev, iter_times=times)
-        tx.send(("window", {"window_start": w0, "window_end": prev, "iter_times": times}))
-        while command() != "stop":  # keep co-located members company until every window is done
-            step()
-            sync()
+        _run_job(torch, job, rx, tx, result)
     except _Stop:
         pass
-    except torch.cuda.OutOfMemoryError as err:
-        result.update(status="oom", message=" ".join(str(err).split())[:500])
     except Exception as err:
         text = " ".join(str(err).split())
-        oom = "out of memory" in text.lower() or "ALLOC_FAILED" in text
-        result.update(status="oom" if oom else "error", message=f"{type(err).__name__}: {text}"[:500])
-    if cuda:
+        result.update(status=failure_status(type(err).__name__, text), message=f"{type(err).__name__}: {text}"[:500])
+    if job["device"].startswith("cuda"):
         try:
             result["peak_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
             result["peak_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20

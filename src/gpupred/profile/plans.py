@@ -61,17 +61,19 @@ def solo_table(root: Path) -> pd.DataFrame:
     gpus = sorted(set(solo["gpu_name"]))
     if len(gpus) != 1:
         raise GpupredError(f"{root}: ok solo runs from {len(gpus)} GPU kinds ({', '.join(gpus)}); pass the folder of one GPU kind")
+    from gpupred.profile.labels import memory_label
+
+    solo = solo[solo["sync"] == "step"]  # the default setting; sync=window runs are a separate study
     frames = []
     for sweep, g in solo.groupby("sweep_dir"):
         s = read_samples(Path(sweep), sorted(set(g["group_id"])))
         w = window_samples(g, s)
         util = w[(w["metric"] == "gpu_util") & (w["source"] == "poll") & (w["member"] == -1)]
         util = util.groupby("group_id")["value"].mean().rename("gpu_util")
-        proc = s[(s["metric"] == "proc_mem_mib") & (s["member"] == 0)].groupby("group_id")["value"].max().rename("proc_mem_mib")
-        used = s[(s["metric"] == "mem_used_mib") & (s["member"] == -1)].groupby("group_id")["value"].max().rename("mem_used_mib")
-        frames.append(g.set_index("group_id").join(util).join(proc).join(used).reset_index())
-    t = pd.concat(frames, ignore_index=True)
-    t["mem_mib"] = t["proc_mem_mib"].fillna(t["torch_peak_reserved_mib"]).fillna(t["mem_used_mib"])
+        g = g.assign(label_mib=[m if not why else np.nan for m, _, why in (memory_label(r, s) for _, r in g.iterrows())])
+        frames.append(g.set_index("group_id").join(util).reset_index())
+    t = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*solo.columns, "gpu_util", "label_mib"])
+    t["mem_mib"] = t["label_mib"].fillna(t["torch_peak_reserved_mib"])
     t = t[t["gpu_util"].notna() & t["mem_mib"].notna()]
     if t.empty:
         raise GpupredError(f"{root}: no ok solo run has gpu_util samples in its measured window")
@@ -318,6 +320,27 @@ def solo_plan(n: int = 180) -> list[str]:
     from gpupred.workloads.catalog import catalog
 
     return [s.id for s in catalog()[:n]]
+
+
+SYNC_FAMILIES: tuple[str, ...] = ("resnet", "mobilenet", "vgg", "vit", "mlp", "lstm", "bert", "gpt", "dcgan", "neumf")
+
+
+def sync_plan(n_solo: int = 180, families: tuple[str, ...] = SYNC_FAMILIES) -> list[str]:
+    """Plan lines: per family (CNNs, ViT, MLP, RNN, transformers, GAN, recommender) the smallest and the
+    largest batch of the solo plan's specs, each as ``sync=step`` and ``sync=window`` (interleaved)."""
+    from gpupred.workloads.catalog import catalog
+
+    specs = catalog()[:n_solo]  # the solo sweep's specs: their sync=step units are already in that sweep
+    lines = []
+    for fam in families:
+        mine = [s for s in specs if s.family == fam]
+        if not mine:
+            raise GpupredError(f"family {fam!r} has no spec among the first {n_solo} catalog specs")
+        small = min(mine, key=lambda s: (s.batch_size, s.id))
+        large = max(mine, key=lambda s: (s.batch_size, s.id))
+        for spec in dict.fromkeys([small, large]):
+            lines += [f"{spec.id} sync=step", f"{spec.id} sync=window"]
+    return lines
 
 
 def fused_plan() -> list[str]:

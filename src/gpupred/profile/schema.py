@@ -24,8 +24,11 @@ import pyarrow.parquet as pq
 
 from gpupred.errors import GpupredError
 
-SCHEMA_VERSION = 1
-STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout")
+SCHEMA_VERSION = 2
+# a co-located member's own failure is oom/error/timeout; the members it took down are partner_failed
+STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "partner_failed")
+FAILED_STATUSES: tuple[str, ...] = ("oom", "error", "timeout")
+SYNC_MODES: tuple[str, ...] = ("step", "window")  # see RUN_SCHEMA's ``sync``
 
 RUN_SCHEMA = pa.schema(
     [
@@ -42,6 +45,10 @@ RUN_SCHEMA = pa.schema(
         ("message", pa.string()),  # error / OOM text, "" when ok
         ("simulated", pa.bool_()),  # True for --dry-run output (CPU, fake NVML): never data
         ("host_batches", pa.bool_()),  # batches copied from host every step instead of resident
+        # "step": synchronize after every step (like a script reading the loss each step), iteration times
+        # from host timestamps; "window": no per-step sync, iteration times from CUDA events, one
+        # synchronize at the end of the window
+        ("sync", pa.string()),
         ("gpu_name", pa.string()),
         ("gpu_uuid", pa.string()),
         ("gpu_sm_count", pa.int32()),
@@ -63,6 +70,15 @@ RUN_SCHEMA = pa.schema(
         ("samples_per_s", pa.float64()),  # training examples per second (x fused copies)
         ("torch_peak_allocated_mib", pa.float64()),
         ("torch_peak_reserved_mib", pa.float64()),
+        # device memory used (NVML) just before the unit's children touched the GPU, with no compute process
+        # on it if NVML could tell; NaN when unknown. Solo memory label = device peak in window - this.
+        ("mem_baseline_mib", pa.float64()),
+        # memory a bare CUDA context takes on this GPU (device delta of a child that only initializes CUDA,
+        # minus torch's reserved bytes), measured once per sweep session; NaN when not measured (dry runs)
+        ("cuda_context_mib", pa.float64()),
+        # driver-reserved device memory (NVML v2 memory query); NaN where only the v1 query works, in
+        # which case mem_used_mib includes it
+        ("memory_reserved_mib", pa.float64()),
         ("sampler_interval_ms", pa.float64()),
         ("buffered_supported", pa.bool_()),
         ("gpm_supported", pa.bool_()),
@@ -85,7 +101,8 @@ SAMPLE_SCHEMA = pa.schema(
 METRICS: dict[str, str] = {
     "gpu_util": "%",  # nvmlDeviceGetUtilizationRates().gpu: time a kernel was running
     "mem_util": "%",  # memory-controller busy
-    "mem_used_mib": "MiB",
+    "mem_used_mib": "MiB",  # NVML v2: excludes driver-reserved memory; v1: includes it
+    "mem_reserved_mib": "MiB",  # NVML v2 only
     "power_w": "W",
     "sm_clock_mhz": "MHz",
     "mem_clock_mhz": "MHz",

@@ -19,13 +19,21 @@ from typing import Any, Callable
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.profile import store
-from gpupred.profile.harness import HarnessConfig, Launcher, UnitInterrupted, UnitResult, run_unit
+from gpupred.profile.harness import (
+    ContextMeasurement,
+    HarnessConfig,
+    Launcher,
+    UnitInterrupted,
+    UnitResult,
+    measure_cuda_context,
+    run_unit,
+)
 from gpupred.profile.nvml import open_backend, require_gpu
-from gpupred.profile.plan import Unit, load_plan
+from gpupred.profile.plan import Unit, check_sync, load_plan
 
 # settings that must match when a sweep folder is resumed (they change what is measured)
 _PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",
-           "host_batches", "device", "interval_ms", "margin_s")
+           "host_batches", "device", "interval_ms", "margin_s", "sync")
 
 
 @dataclass
@@ -81,9 +89,10 @@ def check_out(out: Path, dry_run: bool) -> None:
         raise GpupredError(f"{out} is a dry-run folder; real measurements go under {config.RAW}/<gpu>/<sweep-id>")
 
 
-def harness_config(dry_run: bool, window_s: float | None = None, host_batches: bool = False, **overrides: Any) -> HarnessConfig:
+def harness_config(dry_run: bool, window_s: float | None = None, host_batches: bool = False, sync: str = "step",
+                   **overrides: Any) -> HarnessConfig:
     """The harness settings of a sweep (a dry run uses the CPU and short windows)."""
-    cfg = HarnessConfig(host_batches=host_batches, **overrides)
+    cfg = HarnessConfig(host_batches=host_batches, sync=check_sync(sync, "--sync"), **overrides)
     if dry_run:
         cfg.device = "cpu"
         cfg.window_s, cfg.min_iters, cfg.warmup_min_s, cfg.warmup_min_iters = 0.5, 5, 0.2, 2
@@ -137,8 +146,12 @@ def run_sweep(
     harness: HarnessConfig | None = None,
     progress: bool = True,
     ray_num_gpus: float | None = None,
+    sync: str = "step",
 ) -> SweepSummary:
-    """Run (or resume) a sweep of ``plan`` into ``out``; stop before ``max_minutes`` would be exceeded."""
+    """Run (or resume) a sweep of ``plan`` into ``out``; stop before ``max_minutes`` would be exceeded.
+
+    ``sync`` is the default synchronization mode of units whose plan line does not set one.
+    """
     if executor not in ("local", "ray"):
         raise GpupredError(f"unknown executor {executor!r}; use local or ray")
     if not dry_run and executor == "local":
@@ -149,8 +162,8 @@ def run_sweep(
         out = config.DRYRUN / "cpu" / f"dry-{time.strftime('%Y%m%d-%H%M%S')}"
     out = Path(out)
     check_out(out, dry_run)
-    units = load_plan(plan, limit)
-    cfg = harness or harness_config(dry_run, window_s, host_batches)
+    cfg = harness or harness_config(dry_run, window_s, host_batches, sync)
+    units = load_plan(plan, limit, cfg.sync)
     start = time.monotonic()
     deadline = start + max_minutes * 60 if max_minutes else None
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +199,7 @@ def run_sweep(
 
                 summary.stopped = run_on_ray(todo, cfg, dry_run, sweep_id, deadline, address, record, ray_num_gpus)
             else:
-                summary.stopped = _run_local(todo, cfg, dry_run, sweep_id, deadline, record)
+                summary.stopped = _run_local(todo, cfg, dry_run, sweep_id, deadline, record, manifest)
     except KeyboardInterrupt:
         summary.stopped = "interrupted (the unit in flight was not written)"
     finally:
@@ -228,21 +241,32 @@ def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
     return max(walls) * 1.25 + 5.0 if walls else cfg.unit_timeout_s
 
 
+def record_context(manifest: dict[str, Any], ctx: ContextMeasurement) -> None:
+    """Keep this session's bare CUDA context measurement in the manifest (latest on top, every session's in it)."""
+    manifest["cuda_context"] = ctx.to_dict()
+    if manifest.get("sessions"):
+        manifest["sessions"][-1]["cuda_context"] = ctx.to_dict()
+
+
 def _run_local(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: str, deadline: float | None,
-               record: Callable[[UnitResult], None]) -> str:
+               record: Callable[[UnitResult], None], manifest: dict[str, Any] | None = None) -> str:
     if not todo:
         return ""
     backend = open_backend(dry_run)
     launcher = Launcher(spares=max(len(u.workload_ids) for u in todo[:2]))
     walls: list[float] = []
     try:
+        ctx = measure_cuda_context(backend, cfg)  # once per session, before any unit: the fallback memory label
+        if manifest is not None:
+            record_context(manifest, ctx)
         for i, unit in enumerate(todo):
             if deadline is not None and deadline - time.monotonic() < estimate_unit_s(walls, cfg):
                 return f"time budget (next unit needs ~{estimate_unit_s(walls, cfg):.0f} s)"
             nxt = todo[i + 1] if i + 1 < len(todo) else None
             launcher.spares_wanted = len(nxt.workload_ids) if nxt else 0
             try:
-                result = run_unit(unit.specs, backend, cfg, unit.group_id, sweep_id, deadline, launcher)
+                result = run_unit(unit.specs, backend, cfg, unit.group_id, sweep_id, deadline, launcher,
+                                  sync=unit.sync, context_mib=ctx.context_mib)
             except UnitInterrupted:
                 return "time budget reached during a unit (not written; it runs again on resume)"
             walls.append(result.wall_s)
@@ -253,18 +277,20 @@ def _run_local(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: st
         backend.close()
 
 
-def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool = False, host_batches: bool = False) -> dict[str, Any]:
+def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool = False, host_batches: bool = False,
+                sync: str = "step") -> dict[str, Any]:
     """Profile one workload (nothing written) and return a summary of its run."""
     from gpupred.workloads.spec import WorkloadSpec
 
     if not dry_run:
         require_gpu()
     spec = WorkloadSpec.from_id(workload_id)
-    cfg = harness_config(dry_run, window_s, host_batches)
+    cfg = harness_config(dry_run, window_s, host_batches, sync)
     backend = open_backend(dry_run)
     try:
         with _SigtermAsInterrupt():
-            result = run_unit([spec], backend, cfg, spec.id)
+            ctx = measure_cuda_context(backend, cfg)
+            result = run_unit([spec], backend, cfg, spec.id, context_mib=ctx.context_mib)
     finally:
         backend.close()
     return summarize_unit(result)
