@@ -125,10 +125,11 @@ class FakeBackend:
         return {"used": self.idle_mib + self.per_process_mib * len(self._live()), "total": 81559.0, "reserved": 400.0}
 
     def process_memory_mib(self, pids: list[int]) -> dict[int, float]:
-        """Every asked-for live process uses a made-up ``per_process_mib``."""
+        """Every asked-for live process uses a made-up ``per_process_mib`` (on the device even when the
+        fake cannot attribute it, like NVML in a container)."""
+        self._pids |= set(pids)
         if not self.processes:
             raise FakeNotSupported("fake: process list not supported")
-        self._pids |= set(pids)
         live = self._live()
         return {pid: self.per_process_mib for pid in pids if pid in live}
 

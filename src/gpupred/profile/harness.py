@@ -635,7 +635,7 @@ class _Stop(Exception):
     pass
 
 
-class _Loop:
+class TrainLoop:
     """A child's training loop: one step function, synchronized every step or once per window (``sync``)."""
 
     def __init__(self, torch: Any, step: Any, cuda: bool, sync: str, rx: Connection) -> None:
@@ -766,7 +766,7 @@ def _run_job(torch: Any, job: dict[str, Any], rx: Connection, tx: Connection, re
     cuda = _init_device(torch, job, result)
     step = _build_step(job, result)
     tx.send(("built", {"pid": os.getpid(), **{k: result[k] for k in ("device_props", "cuda_init_s", "build_s")}}))
-    loop = _Loop(torch, step, cuda, job.get("sync", "step"), rx)
+    loop = TrainLoop(torch, step, cuda, job.get("sync", "step"), rx)
     if loop.command(block=True) != "go":
         raise _Stop()
     _inject_fault(torch, job.get("fault", ""))
