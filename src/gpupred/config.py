@@ -30,6 +30,7 @@ PROCESSED: Path = DATA / "processed"  # derived tables, rebuilt by the pipeline
 GRAPH_FEATURES: Path = PROCESSED / "graph_features.parquet"
 DATASET: Path = PROCESSED / "dataset.parquet"
 COLOCATION: Path = PROCESSED / "colocation.parquet"
+OOF_PREDICTIONS: Path = PROCESSED / "oof_predictions.parquet"  # gpupred.learn.oof: what downstream stages read
 
 MODELS: Path = ROOT / "models"
 PREDICTOR: Path = MODELS / "predictor.joblib"

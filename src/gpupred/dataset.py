@@ -12,6 +12,7 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from pathlib import Path
 
@@ -232,6 +233,17 @@ def load_dataset(path: Path | None = None, sync: str | None = "step") -> pd.Data
         if df.empty:
             raise MissingInput(f"{path}: no runs with sync={sync!r}")
     return df
+
+
+def fingerprint(df: pd.DataFrame, columns: list[str]) -> str:
+    """A sha256 of the rows (sorted by run_id) over ``run_id`` and the given columns."""
+    data = df.sort_values("run_id")[["run_id", *columns]].reset_index(drop=True)
+    return hashlib.sha256(pd.util.hash_pandas_object(data, index=False).to_numpy().tobytes()).hexdigest()
+
+
+def dataset_fingerprint(df: pd.DataFrame) -> str:
+    """The fingerprint of a whole dataset frame: its feature columns and every label it has."""
+    return fingerprint(df, [*feature_columns(df), *(c for c in LABEL_COLUMNS if c in df.columns)])
 
 
 def summarize(df: pd.DataFrame) -> dict[str, object]:

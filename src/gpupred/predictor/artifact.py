@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred import config
+from gpupred.dataset import fingerprint
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
@@ -52,12 +53,6 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def fingerprint(df: pd.DataFrame, columns: list[str]) -> str:
-    """A sha256 of the training rows (sorted by run_id) over the given columns."""
-    data = df.sort_values("run_id")[["run_id", *columns]].reset_index(drop=True)
-    return hashlib.sha256(pd.util.hash_pandas_object(data, index=False).to_numpy().tobytes()).hexdigest()
 
 
 class Predictor:
