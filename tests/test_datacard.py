@@ -44,3 +44,26 @@ def test_cli_json_and_one_line_error(tmp_path: Path) -> None:
     assert out.returncode == 0 and json.loads(out.stdout)["per_family"]["mlp"]["runs"] == 2
     bad = subprocess.run([*cmd, str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such sweep folder" in bad.stderr
+
+
+def test_memory_from_fallback_sources_is_flagged(tmp_path: Path) -> None:
+    """FIXTURE: fixture-000 has per-process NVML memory, fixture-001 only the device total (like a container)."""
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS, extras=False)
+    table = run_table(sweep)
+    assert list(table["memory_source"]) == ["nvml-process", "device-minus-baseline"]
+    assert list(table["memory_mib"]) == [1000.0, 1010.0]  # the label, not the device total and not ~0
+    checks, per_family = sanity(sweep)
+    assert checks["memory_sources"] == {"device-minus-baseline": 1, "nvml-process": 1}
+    assert checks["memory_fallback_runs"] == ["fixture-001"] and checks["memory_unlabelled_runs"] == []
+    assert per_family.loc["mlp", "mem_median_mib"] == 1005.0  # both runs, whatever their source
+    text = write_datacard(sweep).read_text()
+    assert "memory from a fallback source: 1 of 2" in text and "fixture-001 (device-minus-baseline)" in text
+    assert "sync: step 2" in text and "CUDA context" in text
+
+
+def test_a_run_without_window_samples_falls_back_to_torch_and_is_flagged(tmp_path: Path) -> None:
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS)  # fixture-nowin has no sample inside its window
+    table = run_table(sweep).set_index("run_id")
+    assert table.loc["fixture-nowin", "memory_source"] == "torch-reserved-plus-context"
+    assert table.loc["fixture-nowin", "memory_mib"] == 1500.0  # reserved 1000 + measured context 500
+    assert "fixture-nowin" in sanity(sweep)[0]["memory_fallback_runs"]

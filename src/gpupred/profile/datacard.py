@@ -1,9 +1,11 @@
 """A sweep's sanity check and data card: the figures a person needs before committing a sweep.
 
 ``sanity(sweep_dir)`` checks the measured windows (utilization within 0-100 and steady, no ok run
-without samples, memory below the card's size) and summarizes per family; ``datacard_text`` turns
-that and the manifest into the folder's README.md draft (the facts; the person who ran the sweep
-adds what was unusual under "Notes").
+without samples, memory below the card's size), says where each run's memory label came from
+(:mod:`gpupred.profile.labels`; runs labelled from a fallback source are named) and summarizes per
+family; ``datacard_text`` turns that and the manifest into the folder's README.md draft (the facts,
+the settings: synchronization, measured CUDA context; the person who ran the sweep adds what was
+unusual under "Notes").
 """
 
 from __future__ import annotations
@@ -16,18 +18,29 @@ from typing import Any
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.profile.labels import FALLBACK_SOURCES, memory_label
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import read_manifest, window_samples
 
 NOTES_HEADING = "## Notes"
 
 
+def memory_labels(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """Per run (index ``run_id``): its memory label, the label's source and, when it has none, why not."""
+    by_group = dict(tuple(samples.groupby("group_id")))
+    empty = samples.iloc[:0]
+    rows = [memory_label(run, by_group.get(run["group_id"], empty)) for _, run in runs.iterrows()]
+    return pd.DataFrame(rows, columns=["memory_mib", "memory_source", "memory_reason"], index=runs["run_id"])
+
+
 def run_table(sweep_dir: Path) -> pd.DataFrame:
-    """One row per job of the sweep with its window statistics: utilization mean and CV, samples, peak memory."""
+    """One row per job of the sweep: window statistics (utilization mean and CV, samples, peak memory) and its
+    memory label with the label's source."""
     runs = read_runs(sweep_dir)
     if runs.empty:
         raise GpupredError(f"{sweep_dir}: no finished runs (runs/*.parquet) to check")
-    s = window_samples(runs, read_samples(sweep_dir, sorted(set(runs["group_id"]))))
+    samples = read_samples(sweep_dir, sorted(set(runs["group_id"])))
+    s = window_samples(runs, samples)
     util = s[(s["metric"] == "gpu_util") & (s["source"] == "poll")].groupby("run_id")["value"]
     stats = pd.DataFrame({
         "n_util_samples": util.size(), "util_mean": util.mean(), "util_min": util.min(), "util_max": util.max(),
@@ -37,10 +50,10 @@ def run_table(sweep_dir: Path) -> pd.DataFrame:
     }).reindex(runs["run_id"])
     stats["n_util_samples"] = stats["n_util_samples"].fillna(0).astype(int)
     stats["util_cv"] = (stats["util_std"] / stats["util_mean"]).where(stats["util_mean"] > 0)
-    table = runs[["run_id", "workload_id", "family", "status", "group_size", "gpu_name"]].assign(
+    table = runs[["run_id", "workload_id", "family", "status", "group_size", "gpu_name", "sync"]].assign(
         memory_total_mib=runs["gpu_memory_total_mib"], torch_reserved_mib=runs["torch_peak_reserved_mib"],
         iter_time_mean_s=runs["iter_time_mean_s"], simulated=runs["simulated"].astype(bool))
-    return table.join(stats.drop(columns="util_std"), on="run_id")
+    return table.join(stats.drop(columns="util_std"), on="run_id").join(memory_labels(runs, samples), on="run_id")
 
 
 def _gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
@@ -58,7 +71,11 @@ def _gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
 
 def sanity(sweep_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     """The sweep's checks (dict of figures) and its per-family summary of ok solo runs."""
-    table = run_table(sweep_dir)
+    return table_sanity(run_table(sweep_dir), read_manifest(sweep_dir))
+
+
+def table_sanity(table: pd.DataFrame, manifest: dict[str, Any] | None) -> tuple[dict[str, Any], pd.DataFrame]:
+    """:func:`sanity` of an already-read :func:`run_table` and manifest."""
     ok = table[table["status"] == "ok"]
     solo = ok[ok["group_size"] == 1]
     checks = {
@@ -72,14 +89,19 @@ def sanity(sweep_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
         "util_cv_p90": float(ok["util_cv"].quantile(0.9)),
         "util_cv_max": float(ok["util_cv"].max()),
         "memory_above_card": int((ok["device_mem_peak_mib"] > ok["memory_total_mib"]).sum()),
-        "gpu_seconds_per_unit": _gpu_seconds_per_unit(read_manifest(sweep_dir)),
+        "memory_sources": {str(k): int(v) for k, v in ok.loc[ok["memory_reason"] == "", "memory_source"].value_counts().items()},
+        "memory_fallback_runs": sorted(ok.loc[(ok["memory_reason"] == "") & ok["memory_source"].isin(FALLBACK_SOURCES), "run_id"]),
+        "memory_unlabelled_runs": sorted(ok.loc[ok["memory_reason"] != "", "run_id"]),
+        "sync_counts": {str(k): int(v) for k, v in table["sync"].value_counts().items()},
+        "gpu_seconds_per_unit": _gpu_seconds_per_unit(manifest),
     }
+    labelled = solo[solo["memory_reason"] == ""]
     per_family = solo.groupby("family").agg(
         runs=("run_id", "size"),
         util_median=("util_mean", "median"), util_min=("util_mean", "min"), util_max=("util_mean", "max"),
-        mem_median_mib=("proc_mem_peak_mib", "median"), mem_min_mib=("proc_mem_peak_mib", "min"),
-        mem_max_mib=("proc_mem_peak_mib", "max"),
-    )
+    ).join(labelled.groupby("family").agg(
+        mem_median_mib=("memory_mib", "median"), mem_min_mib=("memory_mib", "min"), mem_max_mib=("memory_mib", "max"),
+    ))
     return checks, per_family
 
 
@@ -90,10 +112,33 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in [head, ["---"] * len(head), *rows])
 
 
+def _context_text(manifest: dict[str, Any]) -> str:
+    """The sweep's measured bare CUDA context, as the manifest records it."""
+    ctx = manifest.get("cuda_context") or {}
+    if ctx.get("context_mib") is None:
+        return f"CUDA context: {ctx.get('note') or 'not recorded'}"
+    return f"CUDA context: {ctx['context_mib']:.0f} MiB measured (a child that only initializes CUDA)"
+
+
+def _memory_lines(checks: dict[str, Any], n_ok: int) -> list[str]:
+    """Where the ok runs' memory labels came from, naming the runs labelled from a fallback source."""
+    fallback, unlabelled = checks["memory_fallback_runs"], checks["memory_unlabelled_runs"]
+    sources = ", ".join(f"{k} {v}" for k, v in sorted(checks["memory_sources"].items())) or "none"
+    named = "; ".join(fallback[:20]) + (f"; ... {len(fallback) - 20} more" if len(fallback) > 20 else "")
+    lines = [f"- memory labels by source (gpupred.profile.labels): {sources}",
+             f"- memory from a fallback source: {len(fallback)} of {n_ok} ok runs" + (f" ({named})" if fallback else "")]
+    if unlabelled:
+        lines.append(f"- ok runs without a usable memory label (not in the dataset): {'; '.join(unlabelled[:20])}")
+    return lines
+
+
 def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep: anything unusual)") -> str:
     """The README.md of a sweep folder: what ran where, with which settings, and the sanity figures."""
     manifest = read_manifest(sweep_dir) or {}
-    checks, per_family = sanity(sweep_dir)
+    table = run_table(sweep_dir)
+    checks, per_family = table_sanity(table, manifest)
+    sources = table.set_index("run_id")["memory_source"]
+    checks["memory_fallback_runs"] = [f"{r} ({sources[r]})" for r in checks["memory_fallback_runs"]]
     runs = read_runs(sweep_dir)
     first = runs.iloc[0]
     settings = manifest.get("settings", {})
@@ -110,6 +155,9 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         f"- window: >= {settings.get('window_s')} s and {settings.get('min_iters')} iterations (<= {settings.get('max_window_s')} s); "
         f"warm-up >= {settings.get('warmup_min_s')} s and {settings.get('warmup_min_iters')} iterations (<= {settings.get('warmup_max_s')} s); "
         f"sampler every {settings.get('interval_ms')} ms; batches {'copied from host' if settings.get('host_batches') else 'resident on the GPU'}",
+        f"- sync: {', '.join(f'{k} {v}' for k, v in sorted(checks['sync_counts'].items()))} runs "
+        "(step: the loss is read every step; window: CUDA events, one synchronization per window); "
+        + _context_text(manifest),
         f"- runs: {checks['runs']} ({', '.join(f'{k} {v}' for k, v in sorted(checks['status_counts'].items()))}), "
         f"{checks['families']} families; GPU time per unit {checks['gpu_seconds_per_unit']:.1f} s",
         "",
@@ -118,6 +166,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         f"device memory above the card: {checks['memory_above_card']}",
         f"- utilization coefficient of variation per run: median {checks['util_cv_median']:.3f}, "
         f"p90 {checks['util_cv_p90']:.3f}, max {checks['util_cv_max']:.3f}",
+        *_memory_lines(checks, int((table["status"] == "ok").sum())),
         "",
         "## Per family (ok solo runs)", "",
         _markdown(per_family.round(1)) if len(per_family) else "(none)",
