@@ -205,3 +205,46 @@ def fixture_workload_table(n: int = 6, seed: int = 0) -> pd.DataFrame:
     })
     t.attrs["fixture"] = True
     return t
+
+
+def write_notebook_tree(root: Path, pairs: bool = True, stale_oof: bool = False, n: int = 10) -> list[str]:
+    """A FIXTURE GPUPRED_ROOT for notebooks 06/07: raw co-located sweep, dataset and its out-of-fold predictions.
+
+    The dataset is :func:`fixtures_learning.fixture_dataset` (made up); ``n`` of its workloads also get FIXTURE
+    solo and co-located runs under ``data/raw`` on the dataset's GPU name. ``stale_oof`` writes predictions
+    computed from another dataset (labels shifted), which readers must refuse. Returns the co-located ids.
+    """
+    from fixtures_learning import fixture_dataset
+
+    from gpupred.dataset import load_dataset
+    from gpupred.learn.oof import write_oof_predictions
+
+    processed = root / "data" / "processed"
+    processed.mkdir(parents=True, exist_ok=True)
+    fixture_dataset().to_parquet(processed / "dataset.parquet", index=False)
+    ds = load_dataset(processed / "dataset.parquet")
+    ids = sorted(ds["workload_id"].unique())[:: max(1, ds["workload_id"].nunique() // n)][:n]
+    solo = fixture_solo(n, seed=3, ids=ids, gpu=str(ds["gpu_name"].iloc[0]))
+    write_raw_tree(root / "data" / "raw", solo, all_pairs(n) if pairs else [], failed=[(0, 1)] if pairs else [])
+    rng = np.random.default_rng(5)
+    util = ds["workload_id"].map(solo.set_index("workload_id")["gpu_util"]).fillna(ds["gpu_util"]).to_numpy()
+    util = np.clip(util + rng.normal(0, 4, len(ds)), 0, 100)
+    mem = ds["workload_id"].map(solo.set_index("workload_id")["mem_mib"]).fillna(ds["memory_mib"]).to_numpy()
+    mem = mem * rng.uniform(0.9, 1.1, len(ds))
+    oof = pd.DataFrame({"run_id": ds["run_id"], "workload_id": ds["workload_id"], "gpu": ds["gpu"], "source": "gpupred",
+                        "fold": np.arange(len(ds)) % 5, "gpu_util": util, "gpu_util_low": np.clip(util - 12, 0, 100),
+                        "gpu_util_high": np.clip(util + 12, 0, 100), "memory_mib": mem, "memory_mib_low": mem * 0.8,
+                        "memory_mib_high": mem * 1.25})
+    source = ds.assign(gpu_util=ds["gpu_util"] + 1.0) if stale_oof else ds
+    write_oof_predictions(oof, source, processed / "oof_predictions.parquet")
+    return ids
+
+
+def write_fixture_trace_csv(path: Path, n: int = 60, seed: int = 0) -> Path:
+    """A FIXTURE job trace in the Philly/Helios export format (made-up jobs: id, submit time, duration, GPUs)."""
+    rng = np.random.default_rng(seed)
+    submit = pd.Timestamp("2020-10-01") + pd.to_timedelta(np.cumsum(rng.exponential(60, n)), unit="s")
+    pd.DataFrame({"job_id": [f"fixture-{k}" for k in range(n)], "submit_time": submit.strftime("%Y-%m-%d %H:%M:%S"),
+                  "duration": rng.lognormal(np.log(300), 0.8, n).round(), "gpu_num": rng.choice([1, 1, 1, 2], n),
+                  "state": "COMPLETED"}).to_csv(path, index=False)
+    return path

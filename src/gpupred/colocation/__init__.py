@@ -10,6 +10,7 @@ from gpupred.colocation.heldout import (
     baseline_slowdown,
     crossfit,
     evaluate_heldout,
+    heldout_by_source,
     measured_features,
     predicted_features,
     usable_groups,
@@ -31,14 +32,15 @@ from gpupred.colocation.table import (
     read_solo_samples,
     refuse_simulated,
     solo_measurements,
+    source_summary,
     window_means,
 )
 
 __all__ = [
     "FEATURE_KEYS", "LUCID_PAIR_COLUMNS", "LUCID_SOLO_COLUMNS", "MEASURED_BASE", "PREDICTED_BASE", "SOLO_COLUMNS",
     "TABLE_COLUMNS", "CrossFit", "SlowdownModel", "align", "assign_folds", "baseline_slowdown", "colocation_table",
-    "crossfit", "derive", "evaluate_heldout", "failed_groups", "group_features", "load_colocation",
+    "crossfit", "derive", "evaluate_heldout", "failed_groups", "group_features", "heldout_by_source", "load_colocation",
     "load_pair_sources", "lucid_solo_truth", "lucid_table", "measured_features", "own_solo_truth",
-    "pair_slowdown_matrix", "predicted_features", "read_solo_samples", "refuse_simulated", "solo_measurements",
+    "pair_slowdown_matrix", "predicted_features", "read_solo_samples", "refuse_simulated", "solo_measurements", "source_summary",
     "usable_groups", "window_means",
 ]

@@ -190,7 +190,9 @@ def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "wor
     keep = usable_groups(table, member)
     t, m = table[keep].reset_index(drop=True), member[keep].reset_index(drop=True)
     if t["group_id"].nunique() < 4:
-        raise GpupredError(f"only {t['group_id'].nunique()} usable co-located groups (measured slowdown, predicted "
+        from gpupred.pipeline import MissingInput
+
+        raise MissingInput(f"only {t['group_id'].nunique()} usable co-located groups (measured slowdown, predicted "
                            "features, no failed member); need at least 4")
     _, held = crossfit(t, m, unit=unit, n_folds=n_folds, seed=seed, **params)
     held["baseline_predicted"] = baseline_slowdown(m.groupby(t["group_id"])["gpu_util"].transform("sum"))
@@ -211,3 +213,14 @@ def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "wor
         f"slowdown_excluded_jobs{suffix}": int((~keep).sum() + len(held) - len(p)),
     }
     return metrics, p
+
+
+def heldout_by_source(held: pd.DataFrame) -> pd.DataFrame:
+    """Spearman of the model and both baselines against the measured slowdown, per source of the held-out pairs."""
+    rows = []
+    for source, d in held.groupby("source", sort=True):
+        y = d["slowdown"].to_numpy(float)
+        rows.append({"source": source, "members": len(d), "spearman_model": _rho(y, d["predicted"].to_numpy(float)),
+                     "spearman_baseline_predicted": _rho(y, d["baseline_predicted"].to_numpy(float)),
+                     "spearman_baseline_measured": _rho(y, d["baseline_measured"].to_numpy(float))})
+    return pd.DataFrame(rows)

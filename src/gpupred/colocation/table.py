@@ -309,3 +309,15 @@ def pair_slowdown_matrix(table: pd.DataFrame, keys: list[str], key: str = "job_k
     out = np.full((len(keys), len(keys)), np.nan)
     out[mean["a"].map(index).to_numpy(int), mean["b"].map(index).to_numpy(int)] = mean["s"].to_numpy()
     return out
+
+
+def source_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per source and GPU kind: groups, failed groups, members with a measured slowdown, its median and range."""
+    rows = []
+    for (source, gpu), t in table.groupby(["source", "gpu_name"], sort=True):
+        s = t["slowdown"].astype(float)
+        rows.append({"source": source, "gpu_name": gpu, "groups": t["group_id"].nunique(),
+                     "failed_groups": t.loc[t["group_failed"].astype(bool), "group_id"].nunique(),
+                     "measured_members": int(np.isfinite(s).sum()), "slowdown_median": s.median(),
+                     "slowdown_min": s.min(), "slowdown_max": s.max()})
+    return pd.DataFrame(rows)

@@ -18,7 +18,7 @@ from gpupred.sim.experiment import (
     run_seeds,
 )
 from gpupred.sim.metrics import (
-    ci_halfwidth, metrics_table, paired_differences, report_metrics, summarize_seeds, util_timeseries,
+    REPORT_KEYS, ci_halfwidth, metrics_table, paired_differences, report_metrics, summarize_seeds, util_timeseries,
 )
 from gpupred.sim.policies import (
     POLICIES, HorusClasses, HorusPolicy, OursPolicy, Policy, ReactivePolicy, SlotPolicy, horus_cost, make_policy,
@@ -27,7 +27,7 @@ from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trac
 from gpupred.sim.world import World, build_world
 
 __all__ = [
-    "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
+    "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",
     "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World",
     "build_world", "check_workload_table", "ci_halfwidth", "history_classes", "horus_cost", "load_trace_csv",
