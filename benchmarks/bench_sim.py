@@ -13,14 +13,23 @@ import argparse
 import resource
 import time
 import tracemalloc
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from gpupred.sim import (
-    Cluster, HorusClasses, HorusPolicy, OursPolicy, PairSlowdown, Policy, PredictedSlowdown, ReactivePolicy, SlotPolicy,
-    simulate, synthetic_trace,
+    Cluster,
+    HorusClasses,
+    HorusPolicy,
+    OursPolicy,
+    PairSlowdown,
+    Policy,
+    PredictedSlowdown,
+    ReactivePolicy,
+    SlotPolicy,
+    simulate,
+    synthetic_trace,
 )
 
 

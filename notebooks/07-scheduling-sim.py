@@ -59,7 +59,6 @@ bin_s: float = 1800.0  # utilization-over-time bin width
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 

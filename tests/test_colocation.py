@@ -7,11 +7,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures_coloc import (
+    GPU,
+    all_pairs,
+    fixture_lucid,
+    fixture_predicted_features,
+    fixture_solo,
+    hidden_slowdown,
+    write_raw_tree,
+)
 from scipy.stats import spearmanr
 
-from fixtures_coloc import (
-    GPU, all_pairs, fixture_lucid, fixture_predicted_features, fixture_solo, hidden_slowdown, write_raw_tree,
-)
 from gpupred import colocation as co
 from gpupred.colocation import table as co_table
 from gpupred.errors import GpupredError
@@ -69,7 +75,7 @@ def test_missing_solo_leaves_slowdown_nan(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     solo = fixture_solo(3)
     write_raw_tree(raw, solo, [(0, 1)])
-    table, measured = co.load_colocation(raw)
+    _, measured = co.load_colocation(raw)
     runs = pd.concat([pd.read_parquet(p) for p in sorted((raw / "fixture-gpu" / "fixture-coloc" / "runs").glob("pair*.parquet"))])
     table2 = co.colocation_table(runs.assign(sweep_dir=""), measured[measured.workload_id != solo.workload_id[1]])
     assert table2.has_solo.tolist() == [True, False]
@@ -124,7 +130,7 @@ def test_load_pair_sources_joins_both(tree, lucid, monkeypatch: pytest.MonkeyPat
 
 def test_fixture_hides_its_generating_variable(lucid) -> None:
     """The slowdown is driven by a latent the model never gets; what it gets is noisy (unlike the old fixture)."""
-    pairs, solo, latent = lucid
+    _, _, latent = lucid
     feats = fixture_predicted_features(latent[latent.workload_id.notna()], seed=1)
     assert "pressure" not in feats.columns
     lat = latent.set_index("workload_id").loc[feats.workload_id]

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fixtures_coloc import write_fixture_trace_csv, write_notebook_tree
+
 from gpupred.errors import GpupredError
 
 pytestmark = pytest.mark.notebook

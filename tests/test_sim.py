@@ -7,14 +7,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from fixtures_coloc import fixture_lucid, fixture_predicted_features, fixture_workload_table
+
 from gpupred import colocation as co
 from gpupred import sim
 from gpupred.errors import GpupredError
 from gpupred.sim import (
-    BaselineSlowdown, Cluster, HorusClasses, HorusPolicy, MatrixSlowdown, OursPolicy, PairSlowdown, PredictedSlowdown,
-    ReactivePolicy, Simulator, Slowdown, SlotPolicy, TruthLeak, horus_cost, load_trace_csv, make_policy, simulate,
+    BaselineSlowdown,
+    Cluster,
+    HorusClasses,
+    HorusPolicy,
+    MatrixSlowdown,
+    OursPolicy,
+    PairSlowdown,
+    PredictedSlowdown,
+    ReactivePolicy,
+    Simulator,
+    SlotPolicy,
+    Slowdown,
+    TruthLeak,
+    horus_cost,
+    load_trace_csv,
+    make_policy,
+    simulate,
     synthetic_trace,
 )
 

@@ -17,8 +17,9 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -79,7 +80,7 @@ def usable_groups(table: pd.DataFrame, member: pd.DataFrame, need: str = "gpu_ut
 
 def assign_folds(units: Iterable[str], n_folds: int, seed: int) -> dict[str, int]:
     """A balanced random fold per distinct unit (sorted, then shuffled with ``seed``)."""
-    u = np.array(sorted(set(str(x) for x in units)), dtype=object)
+    u = np.array(sorted({str(x) for x in units}), dtype=object)
     rng = np.random.default_rng(seed)
     u = u[rng.permutation(len(u))]
     return {str(k): i % n_folds for i, k in enumerate(u)}
@@ -208,7 +209,7 @@ def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "wor
         f"slowdown_mae_heldout_baseline_predicted{suffix}": float(np.mean(np.abs(y - p["baseline_predicted"]))),
         f"slowdown_spearman_heldout_baseline_measured{suffix}": _rho(y, p["baseline_measured"].to_numpy()),
         f"slowdown_mae_heldout_baseline_measured{suffix}": float(np.mean(np.abs(y - p["baseline_measured"]))),
-        f"slowdown_heldout_jobs{suffix}": int(len(p)),
+        f"slowdown_heldout_jobs{suffix}": len(p),
         f"slowdown_heldout_pairs{suffix}": int(p["group_id"].nunique()),
         f"slowdown_excluded_jobs{suffix}": int((~keep).sum() + len(held) - len(p)),
     }

@@ -84,7 +84,7 @@ class SlowdownModel:
 
     @classmethod
     def fit(cls, table: pd.DataFrame, member: pd.DataFrame, base: list[str] | tuple[str, ...], seed: int = 0,
-            **params: Any) -> "SlowdownModel":
+            **params: Any) -> SlowdownModel:
         """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -96,8 +96,10 @@ class SlowdownModel:
         if not use:
             raise GpupredError(f"none of the features {list(base)} has a value; nothing to fit the slowdown on")
         x = group_features(table, member, use)
-        settings = dict(max_iter=100, learning_rate=0.08, max_leaf_nodes=7,
-                        min_samples_leaf=max(2, min(40, len(table) // 20)), l2_regularization=1.0, random_state=seed)
+        settings: dict[str, Any] = {
+            "max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 7, "l2_regularization": 1.0, "random_state": seed,
+            "min_samples_leaf": max(2, min(40, len(table) // 20)),
+        }
         settings.update(params)
         with single_thread():
             model = HistGradientBoostingRegressor(**settings).fit(x, np.log(np.maximum(y, 1e-3)))

@@ -14,14 +14,35 @@ from gpupred.sim.cluster import (
     simulate,
 )
 from gpupred.sim.experiment import (
-    HISTORY_SEED, POLICY_ORDER, Settings, history_classes, loads_sweep, make_policies, measured_share, run_policies,
+    HISTORY_SEED,
+    POLICY_ORDER,
+    Settings,
+    history_classes,
+    loads_sweep,
+    make_policies,
+    measured_share,
+    run_policies,
     run_seeds,
 )
 from gpupred.sim.metrics import (
-    REPORT_KEYS, ci_halfwidth, metrics_table, paired_differences, report_metrics, summarize_seeds, util_timeseries,
+    REPORT_KEYS,
+    ci_halfwidth,
+    metrics_table,
+    paired_differences,
+    report_metrics,
+    summarize_seeds,
+    util_timeseries,
 )
 from gpupred.sim.policies import (
-    POLICIES, HorusClasses, HorusPolicy, OursPolicy, Policy, ReactivePolicy, SlotPolicy, horus_cost, make_policy,
+    POLICIES,
+    HorusClasses,
+    HorusPolicy,
+    OursPolicy,
+    Policy,
+    ReactivePolicy,
+    SlotPolicy,
+    horus_cost,
+    make_policy,
 )
 from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trace_csv, synthetic_trace
 from gpupred.sim.world import World, build_world

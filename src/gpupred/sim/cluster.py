@@ -26,8 +26,9 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -64,7 +65,7 @@ def _sealed_reader(raw: Callable[..., np.ndarray], what: str) -> Callable[..., n
     """``raw`` that raises TruthLeak while its instance is a running simulator's truth and a policy decides."""
 
     @functools.wraps(raw)
-    def guarded(self: "Slowdown", a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def guarded(self: Slowdown, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if self._seal_depth > 0:
             raise TruthLeak(f"a policy read the simulator's truth ({what}) while deciding; "
                             "policies may use predictions or what their own profiling measured")
@@ -228,7 +229,7 @@ class Simulator:
         self.table = jobs.reset_index(drop=True)
         self.cluster = cluster
         n = len(self.table)
-        col = lambda c: self.table[c].to_numpy(dtype=float).copy()  # noqa: E731
+        col = lambda c: self.table[c].to_numpy(dtype=float).copy()
         self.arrival, self.work = col("arrival_s"), col("work_s")
         self._true_util, self._true_mem = col("true_util"), col("true_mem_mib")
         self.known_util = {"pred": col("pred_util"), "high": col("pred_util_high"), "measured": np.full(n, np.nan)}
@@ -443,7 +444,7 @@ class Simulator:
         self.known_util["measured"][j] = self._true_util[j]
         self.known_mem["measured"][j] = self._true_mem[j]
 
-    def _event(self, policy: "Policy", t: float, ev: int, a: int, b: int) -> None:
+    def _event(self, policy: Policy, t: float, ev: int, a: int, b: int) -> None:
         self.now = t
         if ev == EV_FINISH:
             if b != self.version[a]:
@@ -458,7 +459,7 @@ class Simulator:
         else:
             self._call(policy.on_check, a, b)
 
-    def run(self, policy: "Policy") -> SimResult:
+    def run(self, policy: Policy) -> SimResult:
         """Simulate every job to completion under ``policy``."""
         try:
             self._call(policy.attach, self)
@@ -519,7 +520,7 @@ class Simulator:
         return SimResult(name, jobs, t, u, metrics)
 
 
-def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: "Policy", truth: Slowdown | None = None,
+def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: Policy, truth: Slowdown | None = None,
              oom_restart_s: float = 30.0) -> SimResult:
     """Simulate ``jobs`` on ``cluster`` under ``policy``; co-located jobs progress at the ``truth`` slowdown."""
     return Simulator(jobs, cluster, truth, oom_restart_s).run(policy)

@@ -251,7 +251,7 @@ class HorusClasses:
         return np.column_stack([np.asarray(util, float) / 100.0, np.log1p(np.maximum(np.asarray(mem, float), 0.0)) / 10.0])
 
     @classmethod
-    def fit(cls, util: np.ndarray, mem: np.ndarray, k: int = 3, seed: int = 0) -> "HorusClasses":
+    def fit(cls, util: np.ndarray, mem: np.ndarray, k: int = 3, seed: int = 0) -> HorusClasses:
         """Fit on a history's predicted utilization and memory (never the trace to be scheduled)."""
         from sklearn.cluster import KMeans
 

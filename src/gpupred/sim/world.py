@@ -19,7 +19,13 @@ import numpy as np
 import pandas as pd
 
 from gpupred.colocation import (
-    MEASURED_BASE, PREDICTED_BASE, SlowdownModel, align, crossfit, measured_features, usable_groups,
+    MEASURED_BASE,
+    PREDICTED_BASE,
+    SlowdownModel,
+    align,
+    crossfit,
+    measured_features,
+    usable_groups,
 )
 from gpupred.colocation.table import pair_slowdown_matrix
 from gpupred.errors import GpupredError
