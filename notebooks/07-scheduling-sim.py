@@ -59,7 +59,6 @@ bin_s: float = 1800.0  # utilization-over-time bin width
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import pandas as pd
 import seaborn as sns
 
 from gpupred import colocation, config, sim
@@ -88,13 +87,8 @@ print(f"{world.gpu_name}: {len(world.workloads)} workloads, {world.gpu_memory_mi
 # seeds with 95 % confidence half-widths (Student t); the differences are paired by seed.
 
 # %%
-def synthetic(seed: int, at: float = load) -> pd.DataFrame:
-    """The synthetic trace of one seed."""
-    return sim.synthetic_trace(world.workloads, n_jobs, cluster.n_gpus, load=at, seed=seed,
-                               median_duration_s=median_duration_s)
-
-
-runs, results = sim.run_seeds(world, cluster, synthetic, seeds, settings)
+runs, results = sim.run_seeds(world, cluster, lambda s: sim.synthetic_trace(
+    world.workloads, n_jobs, cluster.n_gpus, load=load, seed=s, median_duration_s=median_duration_s), seeds, settings)
 summary, diffs = sim.summarize_seeds(runs), sim.paired_differences(runs)
 update_metrics({**sim.report_metrics(summary, diffs), "sim_seeds": len(seeds),
                 "sim_pairs_measured_frac": sim.measured_share(runs)})
