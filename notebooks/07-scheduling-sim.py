@@ -14,115 +14,142 @@
 # ---
 
 # %% [markdown]
-# # 07 — Scheduling simulation: slot, reactive, proactive (Horus) and ours
+# # 07 — Scheduling simulation: slot, reactive, Horus and ours, on measured co-location
 #
-# A discrete-event simulation of a GPU cluster (`gpupred.sim`). Jobs take their attributes from the real
-# per-workload table: measured solo iteration time, utilization and memory (the truth the simulator runs
-# on) and the predictor's outputs with interval upper bounds (what the proactive policies believe).
-# Co-located jobs progress at the learned slowdown (notebook 06) when co-location data exists, else at
-# the additive baseline. "Ours" decides with the same learned model it is simulated with, so its
-# numbers are an optimistic bound on what the model's errors allow.
+# A discrete-event simulation of a GPU cluster (`gpupred.sim`). **The truth is measured**: jobs are
+# workloads with measured solo runs on one GPU kind (Lucid's solo jobs on the RTX 3090, or this
+# project's own), and two jobs sharing a GPU progress at the *measured* slowdown of that pair where it
+# was measured, else at a model fitted on measured solo features (each run counts which). **The
+# policies' knowledge is predicted**: out-of-fold utilization and memory with interval upper bounds
+# (notebook 03), and for ours pair slowdowns cross-fitted so that no prediction came from a model that
+# saw that pair's workloads. The simulator seals its truth while a policy decides (any read fails).
+#
+# Rules shared by every policy: one FIFO queue with the same look-ahead, at most two jobs per GPU, a
+# job joins a GPU only where the memory the policy believes in fits (an OOM otherwise, counted).
+# Where a policy's definition departs from these, it says so: **slot** never packs; **reactive** first
+# profiles each job alone for one minute (measuring its utilization and memory), then packs while the
+# measured utilizations sum to at most 100 %, and moves a job off a GPU whose observed slowdown stays
+# above 1.5; **Horus** places each job on the GPU of least cost, `1.3 × (used memory fraction + job
+# memory / capacity) + |GPU util + job util − 100| / 100 (× 1.6 above 100) + jobs there`, from
+# predicted utilization and memory, and serves per-class queues (k-means classes fitted on a *separate
+# history* of jobs, never the trace scheduled) by weighted fair queueing when `horus_queue="wfq"`;
+# **ours** takes an empty GPU when one is free, else the partner whose predicted upper-bound pair
+# slowdown is smallest if it is at most `max_slowdown`, with memory upper bounds.
 
 # %% tags=["parameters"]
-predictions_path: str = ""  # parquet of per-workload predictor outputs (e.g. out-of-fold); "" = the exported predictor
-gpu_name: str = ""  # GPU kind whose measurements drive the simulation; "" = the dataset's most common
-gpu_memory_mib: float = 0.0  # GPU memory capacity; 0 = from the raw runs of that GPU kind
+gpu_name: str = ""  # GPU kind whose measured pairs drive the simulation; empty: the kind with most measured pairs
+gpu_memory_mib: float = 0.0  # GPU memory capacity in MiB; 0: the vendor size of that GPU (gpupred.hardware)
 nodes: int = 4  # cluster nodes
 gpus_per_node: int = 8  # GPUs per node
-n_jobs: int = 3000  # jobs in the synthetic trace
-load: float = 1.0  # offered load: arriving solo work per second / GPU count
-loads: list = [0.5, 0.8, 1.0, 1.3]  # offered loads for the sensitivity sweep
-median_duration_s: float = 1800.0  # median solo job duration of the synthetic trace
-trace_csv: str = ""  # optional Philly/Helios-style job-trace CSV to simulate instead of the synthetic trace
-profile_s: float = 60.0  # reactive policy's profiling time per job
-bin_s: float = 600.0  # utilization-over-time bin width
-seed: int = 0  # trace seed
+n_jobs: int = 3000  # jobs in each synthetic trace
+load: float = 1.2  # offered load of the synthetic trace: arriving solo work per second / GPU count
+loads: list = [0.6, 1.0, 1.4]  # offered loads for the sensitivity sweep (an empty list skips it)
+seeds: list = [0, 1, 2, 3, 4]  # trace seeds: the spread behind every interval (at least 5)
+median_duration_s: float = 1800.0  # median solo job duration of the synthetic traces
+trace_csv: str = ""  # a Philly/Helios-format job-trace CSV; empty or a missing file skips that section
+n_folds: int = 5  # workload folds for the cross-fitted pair slowdowns of ours
+max_slowdown: float = 1.5  # ours: the largest upper-bound pair slowdown it packs
+profile_s: float = 60.0  # reactive: profiling time per job
+horus_queue: str = "wfq"  # Horus queue: wfq (classes from a separate history) or fifo (the shared queue)
+lucid: bool = True  # use the published Lucid pairs when gpupred.importers.lucid has imported them
+sync: str = "step"  # dataset rows to read (gpupred.dataset.load_dataset): the frame notebook 03 predicted
+bin_s: float = 1800.0  # utilization-over-time bin width
 
 # %%
-import numpy as np
-import pandas as pd
+from pathlib import Path
+
+import matplotlib.pyplot as plt
 import seaborn as sns
 
 from gpupred import colocation, config, sim
-from gpupred.pipeline import MissingInput
-from gpupred.profile.schema import read_runs
+from gpupred.dataset import load_dataset
+from gpupred.learn.oof import read_oof_predictions
 from gpupred.reports import save_figure, update_metrics
 
-from gpupred.predictor import dataset_predictions
-
-dataset, predictions = dataset_predictions(predictions_path)
-table = sim.workload_table(dataset, predictions, gpu_name or None)
-gpu = table.attrs["gpu_name"]
-if gpu_memory_mib <= 0:
-    runs = read_runs(config.RAW)
-    caps = runs.loc[runs["gpu_name"] == gpu, "gpu_memory_total_mib"].dropna()
-    if caps.empty:
-        raise MissingInput(f"no raw runs of {gpu!r} to read its memory capacity from; pass gpu_memory_mib")
-    gpu_memory_mib = float(caps.max())
-fits = table["true_mem_mib"] <= gpu_memory_mib
-table = table[fits].reset_index(drop=True)
-cluster = sim.Cluster(nodes, gpus_per_node, gpu_memory_mib=gpu_memory_mib)
-print(f"{gpu}: {len(table)} workloads ({int((~fits).sum())} too big for {gpu_memory_mib:.0f} MiB dropped), "
-      f"{cluster.n_gpus} GPUs")
-
-# %%
-features = colocation.predicted_features(dataset, predictions)
-features = features[features["gpu_name"] == gpu].set_index("workload_id").loc[table["workload_id"]].reset_index()
-coloc = pd.read_parquet(config.COLOCATION) if config.COLOCATION.exists() else None  # written by notebook 06
-if coloc is not None:
-    coloc = coloc[(coloc["gpu_name"] == gpu) & np.isfinite(coloc["slowdown"].astype(float))]
-if coloc is not None and len(coloc) >= 4:
-    model = colocation.SlowdownModel.fit(coloc, colocation.predicted_features(dataset, predictions))
-    matrix = model.pair_matrix(features)
-    slowdown_source = f"learned slowdown model ({len(coloc)} co-located jobs)"
-else:
-    u = table["true_util"].to_numpy()
-    matrix = colocation.baseline_slowdown(u[:, None] + u[None, :])
-    slowdown_source = "additive baseline max(1, summed util / 100) (no co-location data for this GPU)"
-print("co-located jobs progress at:", slowdown_source)
-
-
-def make_trace(at_load: float) -> pd.DataFrame:
-    """The job trace at a given load (or the CSV trace)."""
-    if trace_csv:
-        return sim.load_trace_csv(trace_csv, table)
-    return sim.synthetic_trace(table, n_jobs, cluster.n_gpus, load=at_load, seed=seed, median_duration_s=median_duration_s)
-
-
-def run_all(trace: pd.DataFrame) -> list:
-    """The four policies on one trace."""
-    sd = sim.MatrixSlowdown(matrix, trace["kind"].to_numpy())
-    policies = [sim.SlotPolicy(), sim.ReactivePolicy(profile_s=profile_s), sim.ProactivePolicy(), sim.OursPolicy()]
-    return [sim.simulate(trace, cluster, p, sd) for p in policies]
-
-
-results = run_all(make_trace(load))
-table_m = sim.metrics_table(results)
-update_metrics(sim.report_metrics(results))
-table_m
+table, solo, notes = colocation.load_pair_sources(config.RAW, lucid=lucid)  # MissingInput when no source has pairs
+for note in notes:
+    print("note:", note)
+dataset = load_dataset(sync=sync or None)
+features = colocation.predicted_features(dataset, read_oof_predictions(dataset))  # out-of-fold, fingerprint-checked
+world = sim.build_world(table, solo, features, gpu_name or None, gpu_memory_mib or None, n_folds=n_folds)
+for note in world.notes:
+    print("note:", note)
+cluster = sim.Cluster(nodes, gpus_per_node, gpu_memory_mib=world.gpu_memory_mib)
+classes = sim.history_classes(world, cluster.n_gpus) if horus_queue == "wfq" else None
+settings = sim.Settings(profile_s=profile_s, max_slowdown=max_slowdown, horus_classes=classes)
+print(f"{world.gpu_name}: {len(world.workloads)} workloads, {world.gpu_memory_mib:.0f} MiB per GPU, {cluster.n_gpus} GPUs; "
+      f"{world.measured_fraction:.0%} of workload pairs measured, the rest from the measured-feature model")
 
 # %% [markdown]
-# ## Cluster GPU utilization over time (HotCloud'20 evaluation figure)
+# ## Synthetic trace: every policy over the same seeds
+#
+# Poisson arrivals at the offered load, lognormal durations, workloads drawn uniformly. Means over the
+# seeds with 95 % confidence half-widths (Student t); the differences are paired by seed.
 
 # %%
-ts = sim.util_timeseries(results, bin_s)
+runs, results = sim.run_seeds(world, cluster, lambda s: sim.synthetic_trace(
+    world.workloads, n_jobs, cluster.n_gpus, load=load, seed=s, median_duration_s=median_duration_s), seeds, settings)
+summary, diffs = sim.summarize_seeds(runs), sim.paired_differences(runs)
+update_metrics({**sim.report_metrics(summary, diffs), "sim_seeds": len(seeds),
+                "sim_pairs_measured_frac": sim.measured_share(runs)})
+print(f"{sim.measured_share(runs):.0%} of co-locations ran at a measured slowdown")
+summary.round(1)
+
+# %%
+diffs.round(1)
+
+# %% [markdown]
+# Per policy, the mean over seeds with its 95 % interval. Slot never shares a GPU, so its utilization is
+# bounded by the solo utilizations; the packing policies differ in which jobs they put together.
+
+# %%
+fig, axes = plt.subplots(1, len(sim.REPORT_KEYS), figsize=(3.2 * len(sim.REPORT_KEYS), 3.0))
+s = summary.set_index("policy").loc[[p for p in sim.POLICY_ORDER if p in set(summary["policy"])]]
+for ax, key in zip(axes, sim.REPORT_KEYS):
+    ax.bar(s.index, s[key], yerr=s[f"{key}_ci"], capsize=3, color="tab:blue")
+    ax.set_title(key)
+    ax.tick_params(axis="x", rotation=30)
+fig.tight_layout()
+save_figure(fig, "07-policies-synthetic")
+
+# %% [markdown]
+# ## Cluster GPU utilization over time (first seed)
+
+# %%
+ts = sim.util_timeseries(results[seeds[0]], bin_s)
 ts["t_h"] = ts["t_s"] / 3600
-ax = sns.lineplot(data=ts, x="t_h", y="util", hue="policy")
-ax.set(xlabel="time (h)", ylabel="cluster GPU utilization (%)", title=f"{gpu}, load {load}")
+ax = sns.lineplot(data=ts, x="t_h", y="util", hue="policy", hue_order=list(sim.POLICY_ORDER))
+ax.set(xlabel="time (h)", ylabel="cluster GPU utilization (%)", title=f"{world.gpu_name}, load {load}, seed {seeds[0]}")
 save_figure(ax.figure, "07-util-over-time")
+plt.show()
 
 # %% [markdown]
 # ## Sensitivity to load
+#
+# The same comparison at other offered loads (means over the seeds; bands: bootstrap 95 % over seeds).
 
 # %%
-rows = []
-for at in ([] if trace_csv else loads):
-    for r in run_all(make_trace(at)):
-        rows.append({"load": at, "policy": r.policy, **r.metrics})
-sens = pd.DataFrame(rows)
+sens = sim.loads_sweep(world, cluster, list(loads), list(seeds), n_jobs, median_duration_s, settings)
 if len(sens):
-    long = sens.melt(id_vars=["load", "policy"], value_vars=["avg_util", "mean_jct_s", "mean_wait_s"])
+    long = sens.melt(id_vars=["load", "seed", "policy"], value_vars=["avg_util", "mean_jct_s", "mean_wait_s"])
     g = sns.relplot(data=long, x="load", y="value", hue="policy", col="variable", kind="line", marker="o",
-                    facet_kws={"sharey": False}, height=3.2)
+                    errorbar=("ci", 95), facet_kws={"sharey": False}, height=3.2, hue_order=list(sim.POLICY_ORDER))
     save_figure(g.figure, "07-sensitivity-to-load")
-sens
+    plt.show()
+
+# %% [markdown]
+# ## A public trace format (Philly / Helios)
+#
+# Arrivals and durations from a job-trace CSV; single-GPU jobs only; each seed maps the trace's jobs onto
+# the measured workloads differently. The repository ships no such trace: set `trace_csv`.
+
+# %%
+trace_path = Path(trace_csv) if trace_csv else None
+if trace_path is None or not trace_path.is_file():
+    print(f"No Philly/Helios trace at {trace_csv or '(trace_csv not set)'}: public-trace section skipped.")
+else:
+    runs_t, _ = sim.run_seeds(world, cluster, lambda s: sim.load_trace_csv(trace_path, world.workloads, seed=s),
+                              seeds, settings)
+    summary_t, diffs_t = sim.summarize_seeds(runs_t), sim.paired_differences(runs_t)
+    update_metrics(sim.report_metrics(summary_t, diffs_t, prefix="sim_trace"))
+    display(summary_t.round(1), diffs_t.round(1))  # noqa: F821 (IPython)

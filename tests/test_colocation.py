@@ -1,4 +1,4 @@
-"""gpupred.colocation on FIXTURE raw trees (made-up numbers, never measurements)."""
+"""gpupred.colocation on FIXTURE raw trees and FIXTURE Lucid-contract frames (made-up numbers, never measurements)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures_coloc import (
+    GPU,
+    all_pairs,
+    fixture_lucid,
+    fixture_predicted_features,
+    fixture_solo,
+    hidden_slowdown,
+    write_raw_tree,
+)
+from scipy.stats import spearmanr
 
-from fixtures_coloc import GPU, all_pairs, fixture_predictions, fixture_solo, hidden_slowdown, write_raw_tree
 from gpupred import colocation as co
+from gpupred.colocation import table as co_table
 from gpupred.errors import GpupredError
+from gpupred.pipeline import MissingInput
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +30,11 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
     solo = fixture_solo(10)
     write_raw_tree(raw, solo, all_pairs(10), failed=[(0, 1)], partner_failed=[(2, 3)])
     return raw, solo
+
+
+@pytest.fixture(scope="module")
+def lucid() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return fixture_lucid(30, seed=0)
 
 
 def test_join_slowdown_sums_and_failed(tree: tuple[Path, pd.DataFrame]) -> None:
@@ -31,11 +47,12 @@ def test_join_slowdown_sums_and_failed(tree: tuple[Path, pd.DataFrame]) -> None:
     np.testing.assert_allclose(m.loc[solo.workload_id, "sm_active"], solo.sm_active)
     ok = table[table.group_id == "pair001"].sort_values("member")  # workloads 0 and 1
     a, b = solo.iloc[0], solo.iloc[1]
-    assert ok.slowdown.iloc[0] == pytest.approx(hidden_slowdown(a.gpu_util, b.gpu_util, a.sm_active, b.sm_active))
+    assert ok.slowdown.iloc[0] == pytest.approx(hidden_slowdown(a.gpu_util, b.gpu_util, a.pressure, b.pressure))
     assert ok.sum_util.iloc[0] == pytest.approx(a.gpu_util + b.gpu_util)
     assert ok.sum_mem_mib.iloc[1] == pytest.approx(a.mem_mib + b.mem_mib)
     assert ok.partners.iloc[0] == b.workload_id and ok.partners.iloc[1] == a.workload_id
-    assert set(table.precision) == {"fp32", "bf16"}
+    assert set(table.precision) == {"fp32", "bf16"} and set(table.source) == {"gpupred"}
+    assert (table.job_key == table.workload_id).all() and set(table.model_group) == {"mlp"}
     failed = co.failed_groups(table)
     assert list(failed.group_id) == ["fail000", "partner000"] and failed.statuses.iloc[0] == "oom;oom"
     assert table.loc[table.group_id == "fail000", "slowdown"].isna().all()
@@ -43,7 +60,6 @@ def test_join_slowdown_sums_and_failed(tree: tuple[Path, pd.DataFrame]) -> None:
     # a member whose partner failed measured a window, but never a co-located one: no slowdown from it
     part = table[table.group_id == "partner000"]
     assert part.group_failed.all() and part.slowdown.isna().all() and part.iter_time_coloc_s.notna().iloc[0]
-    assert "partner000" in set(co.failed_groups(table).group_id)
     # the group's own device memory: peak over the window minus its pre-launch baseline (0 in the fixture)
     assert part.group_memory_mib.iloc[0] == pytest.approx(solo.mem_mib.iloc[2] + solo.mem_mib.iloc[3])
 
@@ -59,62 +75,167 @@ def test_missing_solo_leaves_slowdown_nan(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     solo = fixture_solo(3)
     write_raw_tree(raw, solo, [(0, 1)])
-    table, measured = co.load_colocation(raw)
-    table2 = co.colocation_table(
-        pd.concat([pd.read_parquet(p) for p in sorted((raw / "fixture-gpu" / "fixture-coloc" / "runs").glob("pair*.parquet"))]).assign(sweep_dir=""),
-        measured[measured.workload_id != solo.workload_id[1]],
-    )
+    _, measured = co.load_colocation(raw)
+    runs = pd.concat([pd.read_parquet(p) for p in sorted((raw / "fixture-gpu" / "fixture-coloc" / "runs").glob("pair*.parquet"))])
+    table2 = co.colocation_table(runs.assign(sweep_dir=""), measured[measured.workload_id != solo.workload_id[1]])
     assert table2.has_solo.tolist() == [True, False]
     assert np.isfinite(table2.slowdown.iloc[0]) and np.isnan(table2.slowdown.iloc[1])
 
 
-def test_heldout_splits_never_leak(tree: tuple[Path, pd.DataFrame]) -> None:
-    table, _ = co.load_colocation(tree[0])
-    rows = table[np.isfinite(table.slowdown)].reset_index(drop=True)
-    tested = 0
-    for tr, te in co.heldout_splits(rows, n_splits=3, seed=4):
-        train_w = set(rows.workload_id.iloc[tr])
-        test = rows.iloc[te]
-        assert not train_w & set(test.workload_id)
-        assert not set(rows.group_id.iloc[tr]) & set(test.group_id)
-        # whole groups only
-        assert (test.groupby("group_id").size() == 2).all()
-        tested += len(te)
-    assert tested > 0
+def test_lucid_table_follows_the_contract(lucid: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -> None:
+    pairs, solo, _ = lucid
+    bad = pairs.copy()
+    bad.loc[bad.pair_id == 3, "speed_norm"] = 0.0  # a member that did not run
+    table = co.lucid_table(bad, solo)
+    assert list(table.columns) == list(co.TABLE_COLUMNS) and len(table) == len(pairs)
+    first = table[table.group_id == "lucid-1"]  # jobs 0 and 1
+    np.testing.assert_allclose(first.slowdown, pairs[pairs.pair_id == 1].slowdown)
+    assert first.sum_util.iloc[0] == pytest.approx(solo.gpu_util[0] + solo.gpu_util[1])
+    assert first.partners.tolist() == [solo.job_key[1], solo.job_key[0]]
+    assert first.precision.tolist() == ["fp32", "fp16"] and (first.source == "lucid").all()
+    failed = table[table.group_id == "lucid-3"]
+    assert failed.group_failed.all() and failed.slowdown.isna().all() and "error" in set(failed.status)
+    assert table.workload_id.isna().any()  # jobs not rebuilt keep no workload id
 
 
-def test_model_beats_baseline_on_fixture(tree: tuple[Path, pd.DataFrame]) -> None:
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda p, s: (p.drop(columns="speed_norm"), s), "Lucid pairs: missing columns \\['speed_norm'\\]"),
+    (lambda p, s: (p, s.drop(columns="gmem_util")), "Lucid solo jobs: missing columns"),
+    (lambda p, s: (p[p.job_key != s.job_key[0]].iloc[1:], s), "has 1 members"),
+    (lambda p, s: (p, s[s.job_key != s.job_key[5]]), "has no solo run"),
+])
+def test_lucid_table_bad_frames_named(lucid, edit, match: str) -> None:
+    pairs, solo, _ = lucid
+    with pytest.raises(GpupredError, match=match) as err:
+        co.lucid_table(*edit(pairs, solo))
+    assert "\n" not in str(err.value)
+
+
+def test_load_pair_sources_says_what_is_missing(tmp_path: Path, tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(co_table, "lucid_frames", lambda: "Lucid importer (gpupred.importers.lucid) not installed")
+    with pytest.raises(MissingInput, match="no measured co-located pairs: no co-located runs under .*; Lucid importer") as err:
+        co.load_pair_sources(tmp_path / "empty")
+    assert "\n" not in str(err.value)
+    table, solo, notes = co.load_pair_sources(tree[0])  # our own sweeps alone still work
+    assert set(table.source) == {"gpupred"} and len(solo) == 10 and notes == ["Lucid importer (gpupred.importers.lucid) not installed"]
+
+
+def test_load_pair_sources_joins_both(tree, lucid, monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs, solo, _ = lucid
+    monkeypatch.setattr(co_table, "lucid_frames", lambda: (pairs, solo))
+    table, truth, notes = co.load_pair_sources(tree[0])
+    assert set(table.source) == {"gpupred", "lucid"} and not notes
+    assert set(truth.source) == {"gpupred", "lucid"} and list(truth.columns) == list(co.SOLO_COLUMNS)
+
+
+def test_fixture_hides_its_generating_variable(lucid) -> None:
+    """The slowdown is driven by a latent the model never gets; what it gets is noisy (unlike the old fixture)."""
+    _, _, latent = lucid
+    feats = fixture_predicted_features(latent[latent.workload_id.notna()], seed=1)
+    assert "pressure" not in feats.columns
+    lat = latent.set_index("workload_id").loc[feats.workload_id]
+    for col in feats.select_dtypes("number").columns:
+        rho = spearmanr(feats[col], lat["pressure"], nan_policy="omit").statistic
+        assert not abs(rho) > 0.9, f"feature {col} nearly equals the latent that generates the slowdowns"
+    assert abs(np.corrcoef(feats.gpu_util, lat.gpu_util)[0, 1]) < 0.999  # predicted, not measured, utilization
+
+
+def test_crossfit_never_trains_on_a_heldout_workload(lucid) -> None:
+    pairs, solo, latent = lucid
+    table = co.lucid_table(pairs, solo)
+    feats = fixture_predicted_features(latent[latent.workload_id.notna()])
+    member = co.align(table, feats)
+    keep = co.usable_groups(table, member)
+    t, m = table[keep].reset_index(drop=True), member[keep].reset_index(drop=True)
+    rows = feats.merge(solo[["workload_id", "model"]].rename(columns={"model": "model_group"}), on="workload_id")
+    for unit in ("workload_id", "model_group"):
+        cf, held = co.crossfit(t, m, unit=unit, n_folds=4, seed=3)
+        assert np.isfinite(held.predicted).mean() > 0.9
+        for cell, units in cf.train_units.items():
+            tested = set(t.loc[held.cell.to_numpy() == cell[0] * 4 + cell[1], unit].astype(str))
+            assert tested and not tested & units, (unit, cell)
+        # the interval's upper bound sits above the point
+        point, high = cf.pair_matrices(rows)
+        assert (high[np.isfinite(point)] > point[np.isfinite(point)]).all()
+
+
+def test_model_beats_both_baselines_on_fixture(lucid) -> None:
+    pairs, solo, latent = lucid
+    table = co.lucid_table(pairs, solo)
+    member = co.align(table, fixture_predicted_features(latent[latent.workload_id.notna()], seed=1))
+    metrics, held = co.evaluate_heldout(table, member, n_folds=4, seed=0)
+    keys = {"slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
+            "slowdown_spearman_heldout_baseline_measured", "slowdown_mae_heldout_baseline_predicted",
+            "slowdown_mae_heldout_baseline_measured"}
+    assert keys <= set(metrics) and all(np.isfinite(metrics[k]) for k in keys)
+    # pairs with a member not rebuilt (no workload id, so no prediction) are left out and counted
+    assert metrics["slowdown_excluded_jobs"] == int(table.workload_id.isna().groupby(table.group_id).transform("any").sum())
+    assert metrics["slowdown_heldout_jobs"] == len(held) and held.workload_id.notna().all()
+    # the hidden slowdown is a pressure product the sum of utilizations cannot see; the model learns it
+    assert metrics["slowdown_mae_heldout"] < 0.75 * metrics["slowdown_mae_heldout_baseline_measured"]
+    assert metrics["slowdown_mae_heldout"] < 0.75 * metrics["slowdown_mae_heldout_baseline_predicted"]
+    assert metrics["slowdown_spearman_heldout"] > metrics["slowdown_spearman_heldout_baseline_predicted"]
+
+
+def test_model_learns_from_the_proxy_not_the_latent(lucid) -> None:
+    """Control: take the noisy graph proxy away and the held-out error grows (the model learns from it)."""
+    pairs, solo, latent = lucid
+    table = co.lucid_table(pairs, solo)
+    feats = fixture_predicted_features(latent[latent.workload_id.notna()], seed=1)
+    with_proxy, _ = co.evaluate_heldout(table, co.align(table, feats), n_folds=4, seed=0)
+    without, _ = co.evaluate_heldout(table, co.align(table, feats.drop(columns="arithmetic_intensity")), n_folds=4, seed=0)
+    assert with_proxy["slowdown_mae_heldout"] < 0.85 * without["slowdown_mae_heldout"]
+    assert with_proxy["slowdown_spearman_heldout"] > without["slowdown_spearman_heldout"] + 0.1
+
+
+def test_failed_pairs_are_excluded(tree: tuple[Path, pd.DataFrame]) -> None:
     raw, solo = tree
     table, _ = co.load_colocation(raw)
-    feats = co.predicted_features(solo, fixture_predictions(solo))
-    metrics, preds = co.evaluate_heldout(table, feats, n_splits=2, seed=0)
-    assert set(metrics) >= {"slowdown_spearman_heldout", "slowdown_mae_heldout", "baseline_slowdown_spearman_heldout",
-                            "baseline_slowdown_mae_heldout"}
-    assert (preds.predicted >= 1).all() and len(preds) == metrics["slowdown_heldout_jobs"]
-    # the fixture's hidden slowdown is not additive in util; the model should do better than the baseline
-    assert metrics["slowdown_mae_heldout"] < metrics["baseline_slowdown_mae_heldout"]
+    member = co.align(table, fixture_predicted_features(solo))
+    keep = co.usable_groups(table, member)
+    assert not keep[table.group_id.isin(["fail000", "partner000"]).to_numpy()].any()
+    _, held = co.evaluate_heldout(table, member, n_folds=3, seed=0)
+    assert not set(held.group_id) & {"fail000", "partner000"}
 
 
-def test_pair_matrix_matches_predict(tree: tuple[Path, pd.DataFrame]) -> None:
-    raw, solo = tree
-    table, _ = co.load_colocation(raw)
-    feats = co.predicted_features(solo, fixture_predictions(solo))
-    model = co.SlowdownModel.fit(table, feats)
-    mat = model.pair_matrix(feats)
-    assert mat.shape == (10, 10) and (mat >= 1).all()
-    rows = table[table.group_id == "pair001"].sort_values("member")
-    got = model.predict(rows, feats)
+def test_pair_matrix_matches_predict(lucid) -> None:
+    pairs, solo, latent = lucid
+    table = co.lucid_table(pairs, solo)
+    feats = fixture_predicted_features(latent[latent.workload_id.notna()])
+    member = co.align(table, feats)
+    keep = co.usable_groups(table, member)
+    model = co.SlowdownModel.fit(table[keep].reset_index(drop=True), member[keep].reset_index(drop=True), co.PREDICTED_BASE)
+    rows = table[table.group_id == "lucid-1"]
+    got = model.predict(rows.reset_index(drop=True), co.align(rows, feats))
+    mat = model.pair_matrix(feats.reset_index(drop=True))
     idx = {w: i for i, w in enumerate(feats.workload_id)}
     i, j = idx[rows.workload_id.iloc[0]], idx[rows.workload_id.iloc[1]]
     np.testing.assert_allclose(got, [mat[i, j], mat[j, i]], rtol=1e-9)
 
 
-def test_missing_features_named(tree: tuple[Path, pd.DataFrame]) -> None:
-    raw, solo = tree
-    table, _ = co.load_colocation(raw)
-    feats = co.predicted_features(solo, fixture_predictions(solo)).iloc[1:]
-    with pytest.raises(GpupredError, match="no solo features for workload"):
-        co.SlowdownModel.fit(table, feats)
+def test_predicted_features_from_oof() -> None:
+    ds = pd.DataFrame({"run_id": ["r1", "r2", "r3"], "workload_id": ["w1", "w1", "w2"], "gpu_name": GPU,
+                       "flops_train": [1.0, 1.0, 2.0], "arithmetic_intensity": [5.0, 5.0, 9.0]})
+    oof = pd.DataFrame({"run_id": ["r1", "r2", "r3"], "workload_id": ["w1", "w1", "w2"], "gpu": "g", "source": "fixture",
+                        "fold": [0, 0, 1], "gpu_util": [40.0, 60.0, 10.0], "gpu_util_low": 0.0, "gpu_util_high": 99.0,
+                        "memory_mib": [100.0, 300.0, 5.0], "memory_mib_low": 1.0, "memory_mib_high": 900.0})
+    f = co.predicted_features(ds, oof).set_index("workload_id")
+    assert f.loc["w1", "gpu_util"] == 50.0 and f.loc["w1", "mem_mib"] == 200.0 and f.loc["w2", "mem_mib_high"] == 900.0
+    assert f.loc["w2", "arithmetic_intensity"] == 9.0
+    with pytest.raises(GpupredError, match="gpu_util and memory_mib"):
+        co.predicted_features(ds, oof.drop(columns=["memory_mib"]))
+    with pytest.raises(GpupredError, match="not in the dataset"):
+        co.predicted_features(ds.iloc[:2], oof)
+
+
+def test_pair_slowdown_matrix(lucid) -> None:
+    pairs, solo, _ = lucid
+    table = co.lucid_table(pairs[pairs.pair_id.isin([1, 2])], solo)  # (0, 1) and (0, 2)
+    keys = solo.job_key[:4].tolist()
+    mat = co.pair_slowdown_matrix(table, keys)
+    s = pairs.set_index(["pair_id", "member"]).slowdown
+    assert mat[0, 1] == pytest.approx(s[1, 0]) and mat[1, 0] == pytest.approx(s[1, 1]) and mat[2, 0] == pytest.approx(s[2, 1])
+    assert np.isnan(mat[0, 3]) and np.isnan(mat[1, 2]) and np.isfinite(mat).sum() == 4
 
 
 def test_baseline() -> None:

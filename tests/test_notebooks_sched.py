@@ -6,59 +6,72 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures_coloc import write_fixture_trace_csv, write_notebook_tree
 
-from gpupred.colocation import load_colocation
-
-from fixtures_coloc import all_pairs, fixture_dataset, fixture_predictions, fixture_solo, write_raw_tree
+from gpupred.errors import GpupredError
 
 pytestmark = pytest.mark.notebook
 
-
-def _fixture_tree(root: Path, pairs: bool = True) -> Path:
-    """data/raw (solo + co-located FIXTURE runs), data/processed/dataset.parquet and a predictions parquet."""
-    solo = fixture_solo(8)
-    write_raw_tree(root / "data" / "raw", solo, all_pairs(8) if pairs else [], failed=[(0, 1)] if pairs else [])
-    (root / "data" / "processed").mkdir(parents=True, exist_ok=True)
-    fixture_dataset(solo).to_parquet(root / "data" / "processed" / "dataset.parquet")
-    preds = root / "fixture-predictions.parquet"
-    fixture_predictions(solo).to_parquet(preds)
-    return preds
+POLICIES = ("slot", "reactive", "horus", "ours")
+SIM_METRICS = ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s")
+SMALL_07 = {"nodes": 1, "gpus_per_node": 4, "n_jobs": 120, "loads": [], "seeds": [0, 1, 2, 3, 4],
+            "median_duration_s": 300.0, "bin_s": 300.0, "n_folds": 3, "lucid": False}
 
 
 def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
-    preds = _fixture_tree(tmp_path)
-    run_notebook("06-colocation", {"predictions_path": str(preds), "n_splits": 2})
+    write_notebook_tree(tmp_path)
+    run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
-    for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "baseline_slowdown_spearman_heldout",
-                "baseline_slowdown_mae_heldout"):
+    for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
+                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model"):
         assert key in metrics
-    assert (tmp_path / "reports" / "figures" / "06-slowdown-vs-summed-util.png").exists()
+    assert metrics["slowdown_heldout_pairs"] > 0 and metrics["slowdown_excluded_jobs"] >= 2  # the failed pair
+    for fig in ("06-slowdown-vs-summed-util", "06-slowdown-model-vs-baselines"):
+        assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
     assert (tmp_path / "data" / "processed" / "colocation.parquet").exists()
 
 
-def test_06_missing_input_without_colocated_runs(tmp_path: Path, run_notebook) -> None:
-    _fixture_tree(tmp_path, pairs=False)
-    run_notebook("06-colocation", allow_missing_input=True)
+def test_06_refuses_stale_predictions(tmp_path: Path, run_notebook) -> None:
+    write_notebook_tree(tmp_path, stale_oof=True)
+    with pytest.raises(GpupredError, match="stale"):
+        run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
+
+
+def test_06_missing_input_without_pairs(tmp_path: Path, run_notebook) -> None:
+    write_notebook_tree(tmp_path, pairs=False)
+    run_notebook("06-colocation", {"lucid": False}, allow_missing_input=True)
     html = (tmp_path / "reports" / "06-colocation.html").read_text()
-    assert "MissingInput" in html and "no co-located runs" in html
+    assert "MissingInput" in html and "no measured co-located pairs" in html
     assert not (tmp_path / "reports" / "metrics.json").exists()
 
 
 def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
-    preds = _fixture_tree(tmp_path)
-    params = {"predictions_path": str(preds), "nodes": 1, "gpus_per_node": 4, "n_jobs": 150, "loads": [0.6, 1.2],
-              "median_duration_s": 300.0, "bin_s": 300.0}
-    table, _ = load_colocation(tmp_path / "data" / "raw")  # what notebook 06 writes
-    table.to_parquet(tmp_path / "data" / "processed" / "colocation.parquet")
-    run_notebook("07-scheduling-sim", params)
+    write_notebook_tree(tmp_path)
+    trace = write_fixture_trace_csv(tmp_path / "fixture-trace.csv")
+    run_notebook("07-scheduling-sim", {**SMALL_07, "trace_csv": str(trace)})
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
-    for policy in ("slot", "reactive", "proactive", "ours"):
-        for m in ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s"):
-            assert f"sim_{policy}_{m}" in metrics
-    assert (tmp_path / "reports" / "figures" / "07-util-over-time.png").exists()
+    for prefix in ("sim", "sim_trace"):
+        for policy in POLICIES:
+            for m in SIM_METRICS:
+                assert f"{prefix}_{policy}_{m}" in metrics and f"{prefix}_{policy}_{m}_ci" in metrics
+        for other in ("slot", "horus"):
+            assert f"{prefix}_ours_minus_{other}_mean_jct_s_ci" in metrics
+    assert metrics["sim_seeds"] == 5 and 0 <= metrics["sim_pairs_measured_frac"] <= 1
+    for fig in ("07-policies-synthetic", "07-util-over-time"):
+        assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
+
+
+def test_07_skips_the_public_trace_when_absent(tmp_path: Path, run_notebook) -> None:
+    write_notebook_tree(tmp_path)
+    run_notebook("07-scheduling-sim", {**SMALL_07, "seeds": [0, 1], "trace_csv": str(tmp_path / "none.csv"),
+                                       "loads": [0.8]})
+    html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
+    assert "public-trace section skipped" in html
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    assert "sim_ours_avg_util" in metrics and not any(k.startswith("sim_trace_") for k in metrics)
     assert (tmp_path / "reports" / "figures" / "07-sensitivity-to-load.png").exists()
 
 
 def test_07_missing_input_without_dataset(tmp_path: Path, run_notebook) -> None:
-    result = run_notebook("07-scheduling-sim", allow_missing_input=True)
+    result = run_notebook("07-scheduling-sim", {"lucid": False}, allow_missing_input=True)
     assert "MissingInput" in result.with_suffix(".html").read_text()

@@ -7,19 +7,37 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures_coloc import fixture_lucid, fixture_predicted_features, fixture_workload_table
 
-from fixtures_coloc import fixture_workload_table
+from gpupred import colocation as co
+from gpupred import sim
 from gpupred.errors import GpupredError
 from gpupred.sim import (
-    BaselineSlowdown, Cluster, MatrixSlowdown, OursPolicy, ProactivePolicy, ReactivePolicy, SlotPolicy, Simulator,
-    load_trace_csv, make_policy, metrics_table, report_metrics, simulate, synthetic_trace, util_timeseries,
+    BaselineSlowdown,
+    Cluster,
+    HorusClasses,
+    HorusPolicy,
+    MatrixSlowdown,
+    OursPolicy,
+    PairSlowdown,
+    PredictedSlowdown,
+    ReactivePolicy,
+    Simulator,
+    SlotPolicy,
+    Slowdown,
+    TruthLeak,
+    horus_cost,
+    load_trace_csv,
+    make_policy,
+    simulate,
+    synthetic_trace,
 )
 
 CAP = 80_000.0
 
 
-class Const:
-    """A constant slowdown for every co-located job."""
+class Const(Slowdown):
+    """FIXTURE truth: a constant slowdown for every co-located job."""
 
     def __init__(self, s: float) -> None:
         self.s = s
@@ -28,17 +46,23 @@ class Const:
         return np.full(len(a), self.s)
 
 
+def predicted(s: float, n: int = 2) -> PredictedSlowdown:
+    """FIXTURE knowledge: every pair of ``n`` jobs (kinds 0..n-1) predicted at ``s`` (upper bound too)."""
+    m = np.full((n, n), s)
+    return PredictedSlowdown(m, m, np.arange(n))
+
+
 def jobs(*specs: dict) -> pd.DataFrame:
-    """FIXTURE jobs: each spec overrides arrival_s, work_s, util, mem, pred_mem..."""
+    """FIXTURE jobs: each spec overrides arrival, work, util, mem, pred_util, pred_mem, pred_mem_high..."""
     rows = []
     for k, s in enumerate(specs):
         util, mem = s.get("util", 40.0), s.get("mem", 10_000.0)
-        rows.append(
-            {"job_id": f"j{k}", "arrival_s": s.get("arrival", 0.0), "work_s": s.get("work", 100.0), "kind": k,
-             "true_util": util, "true_mem_mib": mem, "pred_util": s.get("pred_util", util),
-             "pred_util_high": s.get("pred_util_high", util), "pred_mem_mib": s.get("pred_mem", mem),
-             "pred_mem_mib_high": s.get("pred_mem_high", s.get("pred_mem", mem))}
-        )
+        rows.append({
+            "job_id": f"j{k}", "arrival_s": s.get("arrival", 0.0), "work_s": s.get("work", 100.0), "kind": k,
+            "true_util": util, "true_mem_mib": mem, "pred_util": s.get("pred_util", util),
+            "pred_util_high": s.get("pred_util_high", s.get("pred_util", util)), "pred_mem_mib": s.get("pred_mem", mem),
+            "pred_mem_mib_high": s.get("pred_mem_high", s.get("pred_mem", mem)),
+        })
     return pd.DataFrame(rows)
 
 
@@ -50,76 +74,217 @@ def jct(res) -> list[float]:
     return res.jobs.sort_values("job_id").jct_s.round(6).tolist()
 
 
+# --- two-job cases, computed by hand, for each policy ------------------------------------------------------
+
+
 def test_slot_serializes_two_jobs() -> None:
-    res = simulate(jobs({}, {}), one_gpu(), SlotPolicy())
+    res = simulate(jobs({}, {}), one_gpu(), SlotPolicy(), Const(1.0))
     assert jct(res) == [100.0, 200.0]
     assert res.metrics["makespan_s"] == 200.0 and res.metrics["mean_wait_s"] == 50.0
     assert res.metrics["avg_util"] == pytest.approx(40.0)
+    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), SlotPolicy(), Const(1.0))
+    assert jct(res) == [100.0, 100.0] and res.metrics["avg_util"] == pytest.approx(40.0)
 
 
-@pytest.mark.parametrize("policy", [OursPolicy(max_slowdown=2.0), ProactivePolicy()])
-def test_packing_overlaps_with_given_slowdown(policy) -> None:
-    res = simulate(jobs({}, {}), one_gpu(), policy, slowdown=Const(1.5))
-    assert jct(res) == [150.0, 150.0]  # t x s
+def test_ours_packs_when_the_predicted_upper_bound_allows() -> None:
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.4), max_slowdown=1.5), Const(1.5))
+    assert jct(res) == [150.0, 150.0]  # work x true slowdown
     assert res.metrics["mean_wait_s"] == 0.0
-    # GPU util while shared: min(100, 40/1.5 + 40/1.5)
-    assert res.metrics["avg_util"] == pytest.approx(80 / 1.5)
+    assert res.metrics["avg_util"] == pytest.approx(80 / 1.5)  # min(100, 40/1.5 + 40/1.5)
+    assert res.metrics["pairs_modelled"] == 1 and res.metrics["pairs_measured"] == 0
+
+
+def test_ours_refuses_pair_above_its_bound() -> None:
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.6), max_slowdown=1.5), Const(1.1))
+    assert jct(res) == [100.0, 200.0]
+    # the upper bound decides, not the point: point 1.2 but upper 1.7
+    knowledge = PredictedSlowdown(np.full((2, 2), 1.2), np.full((2, 2), 1.7), np.arange(2))
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(knowledge, max_slowdown=1.5), Const(1.1))
+    assert jct(res) == [100.0, 200.0]
+
+
+def test_ours_prefers_an_empty_gpu() -> None:
+    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), OursPolicy(predicted(1.0)), Const(1.5))
+    assert jct(res) == [100.0, 100.0]
+    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), OursPolicy(predicted(1.0), prefer_empty=False), Const(1.5))
+    assert jct(res) == [150.0, 150.0]
 
 
 def test_partner_speeds_up_when_other_finishes() -> None:
-    res = simulate(jobs({"work": 100.0}, {"work": 200.0}), one_gpu(), OursPolicy(max_slowdown=2.0), slowdown=Const(1.5))
+    res = simulate(jobs({"work": 100.0}, {"work": 200.0}), one_gpu(), OursPolicy(predicted(1.0)), Const(1.5))
     # A: 100 / (1/1.5) = 150; B did 100 by then, 100 left alone: 250
     assert jct(res) == [150.0, 250.0]
 
 
-def test_ours_refuses_pair_above_slowdown_cap() -> None:
-    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(max_slowdown=1.4), slowdown=Const(1.5))
+def test_horus_cost_matches_the_published_formula() -> None:
+    # GPU with a 60 % job using 8 of 24 GB; a 30 % job of 6 GB: 1.3 x (8/24 + 6/24) + |60 + 30 - 100| / 100 + 1
+    assert horus_cost(np.array([60.0]), np.array([8 / 24]), np.array([1.0]), 30.0, 6 / 24)[0] == pytest.approx(1.858333, abs=1e-6)
+    # over 100 %: |90 + 30 - 100| x 1.6 / 100 = 0.32
+    assert horus_cost(np.array([90.0]), np.array([0.25]), np.array([1.0]), 30.0, 0.25)[0] == pytest.approx(1.3 * 0.5 + 0.32 + 1)
+    # an empty GPU: 1.3 x 0.25 + |30 - 100| / 100
+    assert horus_cost(np.array([0.0]), np.array([0.0]), np.array([0.0]), 30.0, 0.25)[0] == pytest.approx(1.025)
+
+
+def test_horus_two_jobs_pack_on_one_gpu_and_wait_when_memory_is_short() -> None:
+    res = simulate(jobs({}, {}), one_gpu(), HorusPolicy(), Const(1.5))
+    assert jct(res) == [150.0, 150.0]
+    # predicted memory 2 x 45 GB > 80 GB: the second job waits for the first
+    res = simulate(jobs({"mem": 45_000.0}, {"mem": 45_000.0}), one_gpu(), HorusPolicy(), Const(1.5))
     assert jct(res) == [100.0, 200.0]
 
 
-def test_memory_never_overcommitted_in_policy_view() -> None:
-    table = jobs(*({"arrival": float(k), "mem": 30_000.0, "util": 20.0} for k in range(12)))
-    cluster = Cluster(1, 3, gpu_memory_mib=CAP, max_per_gpu=2)
-    for policy in (OursPolicy(max_slowdown=3.0), ProactivePolicy(), ReactivePolicy(profile_s=5.0)):
-        sim = Simulator(table, cluster, Const(1.2))
-        res = sim.run(policy)
-        assert sim.max_view_mem_frac <= 1.0 and res.metrics["ooms"] == 0
-        assert res.jobs.finish_s.notna().all()
-    # 3 x 30 GB would not fit; pairs (60 GB) do: the policies did pack
-    assert sim.max_view_mem_frac == pytest.approx(0.75)
+def test_horus_picks_the_cheapest_partner() -> None:
+    # A (90 %) and B (20 %) take the two empty GPUs; C (30 %) then costs 0.32 beside A, 0.50 beside B: A's GPU.
+    table = jobs({"util": 90.0}, {"util": 20.0}, {"util": 30.0, "arrival": 1.0})
+    res = simulate(table, Cluster(1, 2, CAP), HorusPolicy(), Const(1.0))
+    gpu = res.jobs.set_index("job_id").gpu
+    assert gpu["j0"] != gpu["j1"] and gpu["j2"] == gpu["j0"]
 
 
-def test_oom_counted_when_prediction_said_it_fits() -> None:
-    table = jobs({"mem": 50_000.0, "pred_mem": 30_000.0}, {"mem": 50_000.0, "pred_mem": 30_000.0})
-    res = simulate(table, one_gpu(), ProactivePolicy(), slowdown=Const(1.0), oom_restart_s=30.0)
-    assert res.metrics["ooms"] == 1
-    # the newcomer OOMs at 0, runs alone after the first (100 s) with 30 s restart cost: 230
-    assert jct(res) == [100.0, 230.0]
-    assert res.jobs.sort_values("job_id").ooms.tolist() == [0, 1]
-    # the upper bound protects "ours": 2 x 60 GB > 80 GB, so no pairing and no OOM
-    hi = table.assign(pred_mem_mib_high=60_000.0)
-    res = simulate(hi, one_gpu(), OursPolicy(max_slowdown=3.0), slowdown=Const(1.0))
-    assert res.metrics["ooms"] == 0 and jct(res) == [100.0, 200.0]
+def test_horus_fair_queueing_over_classes_from_a_history() -> None:
+    # One GPU, nothing packs (2 x 50 GB > 80 GB). L runs 0-100; a (class 0) waits from 1; b, c, d (class 1) from
+    # 50, 55, 60. At 100: class 0 weight (100 - 1) x 1 = 99, class 1 (100 - 55) x 3 = 135: b starts, not a.
+    big = {"mem": 50_000.0}
+    table = jobs({**big, "util": 20.0}, {**big, "util": 20.0, "arrival": 1.0}, {**big, "util": 90.0, "arrival": 50.0},
+                 {**big, "util": 90.0, "arrival": 55.0}, {**big, "util": 90.0, "arrival": 60.0})
+    x = np.log1p(50_000.0) / 10
+    classes = HorusClasses(np.array([[0.2, x], [0.9, x]]))  # as if fitted on a separate history
+    res = simulate(table, one_gpu(), HorusPolicy(classes), Const(1.0))
+    start = res.jobs.set_index("job_id").start_s
+    assert start["j2"] == 100.0 and start["j1"] > 100.0
+    fifo = simulate(table, one_gpu(), HorusPolicy(), Const(1.0)).jobs.set_index("job_id").start_s
+    assert fifo["j1"] == 100.0
+    # fitting takes a history, never the trace being scheduled: the policy only assigns
+    fitted = HorusClasses.fit(np.array([20.0, 22.0, 90.0, 88.0]), np.array([5e4, 5e4, 5e4, 5e4]), k=2)
+    policy = HorusPolicy(fitted)
+    before = fitted.centers.copy()
+    simulate(table, one_gpu(), policy, Const(1.0))
+    np.testing.assert_array_equal(policy.classes.centers, before)
+
+
+def test_reactive_profiles_then_packs_by_measurement() -> None:
+    # Two GPUs: A and B profile alone 0-60 (util 30 % each, measured); at 60 A resumes on an empty GPU and B,
+    # measured 30 + 30 <= 100, joins it. Shared at slowdown 1.5 (not > 1.5: no migration): 140 x 1.5 = 210 more.
+    table = jobs({"work": 200.0, "util": 30.0}, {"work": 200.0, "util": 30.0})
+    res = simulate(table, Cluster(1, 2, CAP), ReactivePolicy(profile_s=60.0), Const(1.5))
+    assert jct(res) == [270.0, 270.0]
+    assert res.metrics["avg_util"] == pytest.approx((30 * 60 + 20 * 210) / 270)  # (2 x 30 %, then 40 % and 0 %) / 2 GPUs
 
 
 def test_reactive_profiling_delay() -> None:
     # B arrives at 1 but needs an empty GPU to profile: it waits for A (done at 1000), profiles 60 s, goes on.
     table = jobs({"work": 1000.0}, {"arrival": 1.0, "work": 100.0})
-    res = simulate(table, one_gpu(), ReactivePolicy(profile_s=60.0), slowdown=Const(1.0))
+    res = simulate(table, one_gpu(), ReactivePolicy(profile_s=60.0), Const(1.0))
     assert jct(res) == [1000.0, 1099.0]
     assert res.jobs.sort_values("job_id").wait_s.tolist() == [0.0, 999.0]
-    # proactive packs B at once (slowdown 1)
-    res = simulate(table, one_gpu(), ProactivePolicy(), slowdown=Const(1.0))
+    # horus packs B at once (slowdown 1)
+    res = simulate(table, one_gpu(), HorusPolicy(), Const(1.0))
     assert jct(res) == [1000.0, 100.0]
 
 
 def test_reactive_migrates_when_slowdown_crosses_threshold() -> None:
     table = jobs({"work": 200.0, "util": 30.0}, {"work": 200.0, "util": 30.0})
     res = simulate(table, Cluster(1, 2, CAP), ReactivePolicy(profile_s=60.0, migrate_slowdown=1.5, observe_s=60.0,
-                                                             migration_cost_s=10.0), slowdown=Const(2.0))
+                                                             migration_cost_s=10.0), Const(2.0))
     # both profile 0-60 alone; B packs with A at 60; at 120 (s=2 > 1.5) B migrates to the free GPU, +10 s
     assert res.metrics["migrations"] == 1
     assert jct(res) == [230.0, 240.0]
+
+
+# --- the truth stays the simulator's ----------------------------------------------------------------------
+
+
+class PeekingOurs(OursPolicy):
+    """A CHEAT: decides with the simulator's truth slowdown instead of its predictions."""
+
+    def choose(self, j: int) -> int:
+        gpus, mates = self._mates(j)
+        if len(gpus) and self.sim.truth.pair(np.full(len(mates), j), mates).min() <= self.max_slowdown:
+            return int(gpus[0])
+        return self._empty_gpu()
+
+
+class PeekingHorus(HorusPolicy):
+    """A CHEAT: reads true utilization while deciding."""
+
+    def choose(self, j: int) -> int:
+        _ = self.sim.true_util[j]
+        return super().choose(j)
+
+
+@pytest.mark.parametrize("policy", [PeekingOurs(predicted(1.0)), PeekingHorus()], ids=["truth-slowdown", "true-util"])
+def test_a_policy_that_reads_the_truth_is_caught(policy) -> None:
+    with pytest.raises(TruthLeak, match="read the simulator's truth") as err:
+        simulate(jobs({}, {}), one_gpu(), policy, Const(1.2))
+    assert "\n" not in str(err.value)
+
+
+def test_ours_handed_the_truth_matrix_is_caught() -> None:
+    measured = np.array([[1.1, 1.3], [1.2, 1.05]])
+    truth = PairSlowdown(measured, np.ones((2, 2)), np.arange(2))
+    cheat = PredictedSlowdown(measured.copy(), measured * 1.1, np.arange(2))  # the "prediction" is the measurement
+    with pytest.raises(TruthLeak, match="equal the simulator's measured truth"):
+        simulate(jobs({}, {}), one_gpu(), OursPolicy(cheat), truth)
+    # the same object as truth and knowledge: caught the moment ours asks it
+    shared = PredictedSlowdown(np.full((2, 2), 1.2), np.full((2, 2), 1.3), np.arange(2))
+    with pytest.raises(TruthLeak):
+        simulate(jobs({}, {}), one_gpu(), OursPolicy(shared), shared)
+    with pytest.raises(GpupredError, match="PredictedSlowdown"):
+        OursPolicy(truth)  # type: ignore[arg-type]
+    # after a caught run, the truth is usable again by the simulator (seals released)
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.3)), truth)
+    # job 0 at 1/1.3 and job 1 at 1/1.2 (measured): job 1 ends at 120, job 0 then runs alone: 120 + 100 - 120 / 1.3
+    assert jct(res) == [pytest.approx(120 + 100 - 120 / 1.3), 120.0] and res.metrics["pairs_measured"] == 1
+
+
+def test_measured_truth_or_fallback_counted() -> None:
+    measured = np.array([[np.nan, 1.3], [1.2, np.nan]])
+    truth = PairSlowdown(measured, np.full((2, 2), 2.0), np.array([0, 1, 0]))
+    np.testing.assert_allclose(truth.pair(np.array([0, 1, 0]), np.array([1, 0, 2])), [1.3, 1.2, 2.0])
+    np.testing.assert_array_equal(truth.measured(np.array([0, 0]), np.array([1, 2])), [True, False])
+    # two jobs of kinds 0 and 1: measured; kinds 0 and 0: the fallback model's 2.0
+    same = PairSlowdown(measured, np.full((2, 2), 2.0), np.array([0, 0]))
+    res = simulate(jobs({}, {}).assign(kind=[0, 0]), one_gpu(), OursPolicy(predicted(1.0)), same)
+    assert res.metrics["pairs_modelled"] == 1 and jct(res) == [200.0, 200.0]
+    with pytest.raises(GpupredError, match="fallback"):
+        PairSlowdown(measured, np.full((2, 2), np.nan), np.arange(2))
+
+
+# --- memory --------------------------------------------------------------------------------------------------
+
+
+def test_memory_never_overcommitted_in_policy_view() -> None:
+    table = jobs(*({"arrival": float(k), "mem": 30_000.0, "util": 20.0} for k in range(12)))
+    cluster = Cluster(1, 3, gpu_memory_mib=CAP, max_per_gpu=2)
+    knowledge = PredictedSlowdown(np.ones((12, 12)), np.ones((12, 12)), np.arange(12))
+    for policy in (OursPolicy(knowledge, max_slowdown=3.0), HorusPolicy(), ReactivePolicy(profile_s=5.0)):
+        s = Simulator(table, cluster, Const(1.2))
+        res = s.run(policy)
+        assert s.max_view_mem_frac <= 1.0 and res.metrics["ooms"] == 0
+        assert res.jobs.finish_s.notna().all()
+    # 3 x 30 GB would not fit; pairs (60 GB) do: the policies did pack
+    assert s.max_view_mem_frac == pytest.approx(0.75)
+
+
+def test_oom_counted_when_prediction_said_it_fits() -> None:
+    table = jobs({"mem": 50_000.0, "pred_mem": 30_000.0}, {"mem": 50_000.0, "pred_mem": 30_000.0})
+    res = simulate(table, one_gpu(), HorusPolicy(), Const(1.0), oom_restart_s=30.0)
+    assert res.metrics["ooms"] == 1
+    # the newcomer OOMs at 0, runs alone after the first (100 s) with 30 s restart cost: 230
+    assert jct(res) == [100.0, 230.0]
+    assert res.jobs.sort_values("job_id").ooms.tolist() == [0, 1]
+    # the upper bound protects "ours": 2 x 60 GB > 80 GB, so no pairing and no OOM
+    hi = table.assign(pred_mem_mib_high=60_000.0)
+    res = simulate(hi, one_gpu(), OursPolicy(predicted(1.0), max_slowdown=3.0), Const(1.0))
+    assert res.metrics["ooms"] == 0 and jct(res) == [100.0, 200.0]
+
+
+def test_job_too_big_for_gpu_rejected() -> None:
+    with pytest.raises(GpupredError, match="need more memory"):
+        simulate(jobs({"mem": 90_000.0}), one_gpu(), SlotPolicy())
+
+
+# --- slowdown sources, metrics, traces ----------------------------------------------------------------------
 
 
 def test_baseline_and_matrix_slowdowns() -> None:
@@ -134,17 +299,49 @@ def test_baseline_and_matrix_slowdowns() -> None:
 def test_metrics_and_timeseries() -> None:
     res = simulate(jobs({"util": 60.0}), Cluster(1, 2, CAP), SlotPolicy())
     assert res.metrics["avg_util"] == pytest.approx(30.0)  # one of two GPUs at 60 %
-    ts = res.util_over_time(50.0)
-    np.testing.assert_allclose(ts.util, [30.0, 30.0])
-    flat = report_metrics([res])
-    assert flat["sim_slot_avg_util"] == pytest.approx(30.0) and "sim_slot_mean_wait_s" in flat
-    assert list(metrics_table([res]).policy) == ["slot"]
-    assert set(util_timeseries([res], 50.0).policy) == {"slot"}
+    np.testing.assert_allclose(res.util_over_time(50.0).util, [30.0, 30.0])
+    assert list(sim.metrics_table([res]).policy) == ["slot"]
+    assert set(sim.util_timeseries([res], 50.0).policy) == {"slot"}
 
 
-def test_job_too_big_for_gpu_rejected() -> None:
-    with pytest.raises(GpupredError, match="need more memory"):
-        simulate(jobs({"mem": 90_000.0}), one_gpu(), SlotPolicy())
+def test_seed_summary_ci_and_report_keys() -> None:
+    runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "policy": ["slot"] * 3 + ["ours"] * 3,
+                         "avg_util": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "makespan_s": 10.0, "mean_jct_s": 5.0,
+                         "mean_wait_s": [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]})
+    summary = sim.summarize_seeds(runs).set_index("policy")
+    assert summary.loc["slot", "avg_util"] == 2.0
+    assert summary.loc["slot", "avg_util_ci"] == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) x sd 1 / sqrt 3
+    assert summary.loc["slot", "makespan_s_ci"] == 0.0 and summary.loc["slot", "seeds"] == 3
+    diff = sim.paired_differences(runs, others=("slot",)).set_index("comparison")
+    assert diff.loc["ours_minus_slot", "avg_util"] == 2.0 and diff.loc["ours_minus_slot", "mean_wait_s"] == -1.0
+    flat = sim.report_metrics(sim.summarize_seeds(runs), sim.paired_differences(runs, others=("slot",)))
+    for key in ("sim_slot_avg_util", "sim_slot_avg_util_ci", "sim_ours_mean_wait_s_ci", "sim_ours_minus_slot_avg_util",
+                "sim_ours_minus_slot_avg_util_ci"):
+        assert key in flat
+    assert "sim_trace_ours_avg_util" in sim.report_metrics(sim.summarize_seeds(runs), prefix="sim_trace")
+    assert np.isnan(sim.ci_halfwidth(np.array([1.0])))
+
+
+def test_world_from_measured_pairs(tmp_path: Path) -> None:
+    pairs, solo, latent = fixture_lucid(24, seed=1)
+    table = co.lucid_table(pairs[pairs.pair_id % 7 != 0], solo)  # some pairs never measured
+    truth = co.lucid_solo_truth(solo)
+    feats = fixture_predicted_features(latent[latent.workload_id.notna()])
+    world = sim.build_world(table, truth, feats, gpu_memory_mib=24_000.0, n_folds=4)
+    assert len(world.workloads) == latent.workload_id.notna().sum()  # jobs without predictions left out
+    assert world.notes and "no out-of-fold prediction" in world.notes[0]
+    assert 0.5 < world.measured_fraction < 1.0 and np.isfinite(world.fallback).all()
+    k = {key: i for i, key in enumerate(world.workloads.job_key)}
+    first = table[table.group_id == "lucid-1"]
+    assert world.measured[k[first.job_key.iloc[0]], k[first.job_key.iloc[1]]] == pytest.approx(first.slowdown.iloc[0])
+    both = np.isfinite(world.measured) & np.isfinite(world.predicted)
+    assert not np.allclose(world.predicted[both], world.measured[both])  # predictions, not the measurements
+    trace = synthetic_trace(world.workloads, 200, 4, load=1.2, seed=0, median_duration_s=300)
+    runs, _ = sim.run_seeds(world, Cluster(1, 4, world.gpu_memory_mib), lambda s: synthetic_trace(
+        world.workloads, 200, 4, load=1.2, seed=s, median_duration_s=300), [0, 1], sim.Settings())
+    assert set(runs.policy) == {"slot", "reactive", "horus", "ours"} and len(runs) == 8
+    assert runs.pairs_measured.sum() > 0 and 0 < sim.measured_share(runs) < 1
+    assert trace.kind.max() < len(world.workloads)
 
 
 def test_all_policies_on_small_synthetic_trace() -> None:
@@ -152,23 +349,26 @@ def test_all_policies_on_small_synthetic_trace() -> None:
     trace = synthetic_trace(table, 400, n_gpus=8, load=1.3, seed=3, median_duration_s=600)
     assert trace.equals(synthetic_trace(table, 400, n_gpus=8, load=1.3, seed=3, median_duration_s=600))
     cluster = Cluster(2, 4, gpu_memory_mib=24_000.0)
+    u = table.true_util.to_numpy()
+    knowledge = PredictedSlowdown(co.baseline_slowdown(u[:, None] + u[None, :] + 5), co.baseline_slowdown(u[:, None] + u[None, :] + 15),
+                                  trace.kind.to_numpy())
     results = []
-    for name in ("slot", "reactive", "proactive", "ours"):
-        sim = Simulator(trace, cluster, BaselineSlowdown(trace.true_util.to_numpy()))
-        res = sim.run(make_policy(name))
+    for policy in (SlotPolicy(), ReactivePolicy(), HorusPolicy(), OursPolicy(knowledge)):
+        s = Simulator(trace, cluster, BaselineSlowdown(trace.true_util.to_numpy()))
+        res = s.run(policy)
         assert res.jobs.finish_s.notna().all()
         assert (res.jobs.jct_s >= trace.work_s.to_numpy() - 1e-6).all()
-        assert sim.max_view_mem_frac <= 1.0 + 1e-9
+        assert s.max_view_mem_frac <= 1.0 + 1e-9
         assert 0 < res.metrics["avg_util"] <= 100
         results.append(res)
-    # packing helps queueing on an overloaded cluster
-    m = metrics_table(results).set_index("policy")
-    assert m.loc["ours", "mean_wait_s"] < m.loc["slot", "mean_wait_s"]
+    m = sim.metrics_table(results).set_index("policy")
+    assert m.loc["ours", "mean_wait_s"] < m.loc["slot", "mean_wait_s"]  # packing helps an overloaded cluster
     with pytest.raises(GpupredError, match="unknown policy"):
         make_policy("fifo")
 
 
 def test_trace_csv_loader(tmp_path: Path) -> None:
+    """A FIXTURE trace in the Philly/Helios export format (made-up jobs)."""
     table = fixture_workload_table(5)
     csv = tmp_path / "trace.csv"
     csv.write_text(
@@ -177,7 +377,9 @@ def test_trace_csv_loader(tmp_path: Path) -> None:
     )
     t = load_trace_csv(csv, table)
     assert list(t.job_id) == ["b", "a"] and t.arrival_s.tolist() == [0.0, 10.0] and t.work_s.tolist() == [50.0, 100.0]
-    assert t.kind.equals(load_trace_csv(csv, table).kind)  # deterministic mapping
+    assert t.kind.equals(load_trace_csv(csv, table).kind)  # deterministic mapping for a seed
+    kinds = {tuple(load_trace_csv(csv, table, seed=s).kind) for s in range(8)}
+    assert len(kinds) > 1  # seeds map the jobs onto other workloads
     assert set(t.workload_id) <= set(table.workload_id)
     split = load_trace_csv(csv, table, multi_gpu="split")
     assert len(split) == 6 and split.job_id.str.startswith("c.g").sum() == 4

@@ -3,10 +3,9 @@
 from gpupred.predictor.artifact import (
     SCHEMA_VERSION,
     Predictor,
-    dataset_predictions,
     export_predictor,
     load_predictor,
     train_predictor,
 )
 
-__all__ = ["SCHEMA_VERSION", "Predictor", "dataset_predictions", "export_predictor", "load_predictor", "train_predictor"]
+__all__ = ["SCHEMA_VERSION", "Predictor", "export_predictor", "load_predictor", "train_predictor"]

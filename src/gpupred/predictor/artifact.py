@@ -244,24 +244,3 @@ def load_predictor(path: str | Path | None = None) -> Predictor:
         raise GpupredError(f"{_display(path)}: not a gpupred Predictor")
     predictor.card = card
     return predictor
-
-
-def dataset_predictions(predictions_path: str | Path = "") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The learning dataset and, row for row, the predictions a scheduler would have had for it.
-
-    Predictions come from ``predictions_path`` (a parquet of per-workload predictor outputs, e.g.
-    out-of-fold) when given, else from the exported predictor; a missing input raises MissingInput.
-    """
-    from gpupred.pipeline import MissingInput
-
-    if not config.DATASET.exists():
-        raise MissingInput(f"{config.DATASET} missing; build the dataset (notebook 02) from real measurements first")
-    dataset = pd.read_parquet(config.DATASET)
-    if predictions_path:
-        return dataset, pd.read_parquet(predictions_path)
-    if not config.PREDICTOR.exists():
-        raise MissingInput(f"no predictor at {config.PREDICTOR} and no predictions_path; export the predictor (notebook 08) first")
-    predictions = load_predictor().predict(dataset).reset_index(drop=True)
-    predictions["workload_id"] = dataset["workload_id"].to_numpy()
-    predictions["gpu_name"] = dataset["gpu_name"].to_numpy()
-    return dataset, predictions

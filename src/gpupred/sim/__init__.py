@@ -1,22 +1,57 @@
-"""A discrete-event GPU cluster simulator for interference-aware scheduling (slot, reactive, proactive, ours)."""
+"""A discrete-event GPU cluster simulator: measured truth, predicted knowledge, four policies (slot, reactive, horus, ours)."""
 
 from gpupred.sim.cluster import (
     JOB_COLUMNS,
     BaselineSlowdown,
     Cluster,
     MatrixSlowdown,
+    PairSlowdown,
+    PredictedSlowdown,
     SimResult,
     Simulator,
     Slowdown,
+    TruthLeak,
     simulate,
 )
-from gpupred.sim.metrics import metrics_table, report_metrics, util_timeseries
-from gpupred.sim.policies import POLICIES, OursPolicy, Policy, ProactivePolicy, ReactivePolicy, SlotPolicy, make_policy
-from gpupred.sim.traces import WORKLOAD_COLUMNS, load_trace_csv, synthetic_trace, workload_table
+from gpupred.sim.experiment import (
+    HISTORY_SEED,
+    POLICY_ORDER,
+    Settings,
+    history_classes,
+    loads_sweep,
+    make_policies,
+    measured_share,
+    run_policies,
+    run_seeds,
+)
+from gpupred.sim.metrics import (
+    REPORT_KEYS,
+    ci_halfwidth,
+    metrics_table,
+    paired_differences,
+    report_metrics,
+    summarize_seeds,
+    util_timeseries,
+)
+from gpupred.sim.policies import (
+    POLICIES,
+    HorusClasses,
+    HorusPolicy,
+    OursPolicy,
+    Policy,
+    ReactivePolicy,
+    SlotPolicy,
+    horus_cost,
+    make_policy,
+)
+from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trace_csv, synthetic_trace
+from gpupred.sim.world import World, build_world
 
 __all__ = [
-    "JOB_COLUMNS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster", "MatrixSlowdown", "SimResult", "Simulator",
-    "Slowdown", "simulate", "metrics_table", "report_metrics", "util_timeseries", "POLICIES", "OursPolicy", "Policy",
-    "ProactivePolicy", "ReactivePolicy", "SlotPolicy", "make_policy", "load_trace_csv", "synthetic_trace",
-    "workload_table",
+    "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
+    "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",
+    "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World",
+    "build_world", "check_workload_table", "ci_halfwidth", "history_classes", "horus_cost", "load_trace_csv",
+    "loads_sweep", "make_policies", "make_policy", "measured_share", "metrics_table", "paired_differences",
+    "report_metrics", "run_policies", "run_seeds", "simulate", "summarize_seeds", "synthetic_trace", "util_timeseries",
 ]

@@ -2,26 +2,33 @@
 
 Model (documented once, here):
 
-- A job is single-GPU. Its ``work_s`` is its solo run time (iterations x solo iteration time). Alone on a
-  GPU it progresses at rate 1; sharing a GPU with another job it progresses at ``1 / slowdown``, where
-  the slowdown comes from the :class:`Slowdown` passed to the simulator (the learned model, or the
-  baseline ``max(1, summed utilization / 100)``). At most ``max_per_gpu`` (2) jobs share a GPU.
-- A GPU's utilization is ``min(100, sum of true util_i / slowdown_i)``: a job slowed ``s`` times keeps
-  the GPU busy ``1/s`` as often. Cluster utilization is the mean over GPUs.
-- Memory: a policy places a job only where the memory it believes in (true after profiling, point
-  prediction, or interval upper bound) fits the GPU's capacity. If the *true* memory of the GPU's jobs
-  then exceeds the capacity, the newcomer fails at start with an OOM: it is counted, leaves the GPU,
-  pays ``oom_restart_s`` of extra work (restart from its last checkpoint), is marked never-pack and is
-  requeued at the head of the queue. Jobs already on the GPU keep running.
+- **Truth is measured, knowledge is predicted.** A job is single-GPU. Its ``work_s`` is its solo run
+  time. Alone on a GPU it progresses at rate 1; sharing a GPU with one other job it progresses at
+  ``1 / slowdown``, where the slowdown is the simulator's *truth* (:class:`Slowdown`): the measured
+  slowdown of that pair where it was measured, else a model fitted on separate data
+  (:class:`PairSlowdown` says which and the run counts both). Truth below 1 (measurement noise) runs at 1.
+  At most ``max_per_gpu`` (2) jobs share a GPU.
+- Policies never read the truth while deciding: the simulator *seals* its truth slowdown (and its true
+  utilization and memory) around every policy callback, and any read raises :class:`TruthLeak`. What a
+  policy may know sits in ``known_util`` / ``known_mem``: ``"pred"`` (point predictions), ``"high"``
+  (interval upper bounds), and ``"measured"`` (NaN until the job's profiling window measured it).
+  Running jobs' progress rates are observable (:meth:`Simulator.observed_slowdown`).
+- A GPU's utilization is ``min(100, sum of true util_i / slowdown_i)``: a job slowed ``s`` times keeps the
+  GPU busy ``1/s`` as often. Cluster utilization is the mean over GPUs.
+- Memory: a policy places a job only where the memory it believes in fits the GPU's capacity. If the
+  *true* memory of the GPU's jobs then exceeds the capacity, the newcomer fails at start with an OOM: it
+  is counted, leaves the GPU, pays ``oom_restart_s`` of extra work, is marked never-pack and is requeued.
 - Queueing delay of a job is the total time it spent waiting in a queue (JCT minus running time).
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -37,28 +44,64 @@ JOB_COLUMNS: tuple[str, ...] = (
     "arrival_s",
     "work_s",
     "kind",  # integer index of the job's workload in the per-workload table (slowdown matrices use it)
-    "true_util",  # % solo GPU utilization (ground truth the simulator runs on)
-    "true_mem_mib",
-    "pred_util",  # the predictor's point prediction
+    "true_util",  # % measured solo GPU utilization (the truth the simulator runs on)
+    "true_mem_mib",  # measured solo GPU memory
+    "pred_util",  # the predictor's point prediction (out-of-fold)
     "pred_util_high",  # upper bound of its interval
     "pred_mem_mib",
     "pred_mem_mib_high",
 )
+VIEWS: tuple[str, ...] = ("pred", "high", "measured")
 
 QUEUED, PROFILING, RUNNING, DONE = 0, 1, 2, 3
-_EV_FINISH, _EV_PROFILE, _EV_CHECK = 0, 1, 2
+EV_FINISH, EV_PROFILE, EV_CHECK = 0, 1, 2
 
 
-class Slowdown(Protocol):
-    """How much job ``a`` slows down sharing a GPU with job ``b`` (indices into the job table)."""
+class TruthLeak(GpupredError):
+    """A policy read the simulator's truth (measured slowdowns, true utilization or memory) while deciding."""
+
+
+def _sealed_reader(raw: Callable[..., np.ndarray], what: str) -> Callable[..., np.ndarray]:
+    """``raw`` that raises TruthLeak while its instance is a running simulator's truth and a policy decides."""
+
+    @functools.wraps(raw)
+    def guarded(self: Slowdown, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if self._seal_depth > 0:
+            raise TruthLeak(f"a policy read the simulator's truth ({what}) while deciding; "
+                            "policies may use predictions or what their own profiling measured")
+        return raw(self, a, b)
+
+    return guarded
+
+
+class Slowdown:
+    """How much job ``a`` slows down sharing a GPU with job ``b`` (indices into the job table).
+
+    Subclasses implement :meth:`pair`; it (and any other reader in ``READERS``) is guarded: while an instance is
+    the truth of a running simulator and a policy is deciding, calling it raises :class:`TruthLeak`.
+    """
+
+    _seal_depth = 0
+    READERS: tuple[str, ...] = ("pair", "upper")  # the methods that read slowdowns: sealed while a policy decides
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in Slowdown.READERS:
+            raw = cls.__dict__.get(name)
+            if raw is not None:
+                setattr(cls, name, _sealed_reader(raw, f"{cls.__name__}.{name}"))
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Slowdowns (>= 1) of jobs ``a`` each sharing with the matching job of ``b``."""
-        ...
+        """Slowdowns (>= 1 in effect) of jobs ``a`` each sharing with the matching job of ``b``."""
+        raise NotImplementedError
+
+    def measured(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether each (a, b) slowdown is a measurement (False: a model's)."""
+        return np.zeros(len(np.atleast_1d(a)), dtype=bool)
 
 
-class BaselineSlowdown:
-    """The additive baseline: both jobs slow down by ``max(1, (util_a + util_b) / 100)``."""
+class BaselineSlowdown(Slowdown):
+    """The additive rule: both jobs slow down by ``max(1, (util_a + util_b) / 100)``."""
 
     def __init__(self, util: np.ndarray) -> None:
         self.util = np.asarray(util, dtype=float)
@@ -68,18 +111,67 @@ class BaselineSlowdown:
         return np.maximum(1.0, (self.util[a] + self.util[b]) / 100.0)
 
 
-class MatrixSlowdown:
-    """Slowdowns looked up in a workload x workload matrix: ``matrix[kind[a], kind[b]]``."""
+class MatrixSlowdown(Slowdown):
+    """Slowdowns looked up in a workload x workload matrix: ``matrix[kind[a], kind[b]]`` (NaN: unknown)."""
 
     def __init__(self, matrix: np.ndarray, kind: np.ndarray) -> None:
-        self.matrix = np.maximum(1.0, np.asarray(matrix, dtype=float))
+        self.matrix = np.asarray(matrix, dtype=float)
         self.kind = np.asarray(kind, dtype=np.int64)
+        if self.matrix.ndim != 2 or self.matrix.shape[0] != self.matrix.shape[1]:
+            raise GpupredError(f"slowdown matrix must be square, got shape {self.matrix.shape}")
         if self.kind.size and (self.kind.min() < 0 or self.kind.max() >= self.matrix.shape[0]):
             raise GpupredError(f"slowdown matrix is {self.matrix.shape}, but job kinds reach {int(self.kind.max())}")
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Slowdowns of ``a`` sharing with ``b``."""
         return self.matrix[self.kind[a], self.kind[b]]
+
+
+class PairSlowdown(Slowdown):
+    """The simulator's truth: measured pair slowdowns where measured, else a fitted model's (both per workload)."""
+
+    def __init__(self, measured: np.ndarray, fallback: np.ndarray, kind: np.ndarray) -> None:
+        measured = np.asarray(measured, dtype=float)
+        fallback = np.asarray(fallback, dtype=float)
+        if measured.shape != fallback.shape:
+            raise GpupredError(f"measured {measured.shape} and fallback {fallback.shape} slowdown matrices differ in shape")
+        if not np.isfinite(fallback[~np.isfinite(measured)]).all():
+            raise GpupredError("the fallback slowdown model leaves a pair without a slowdown (NaN)")
+        both = np.isfinite(measured) & np.isfinite(measured.T)  # a pair counts as measured when both members were
+        self.is_measured = both
+        self.matrix = np.where(both, measured, fallback)
+        self.kind = np.asarray(kind, dtype=np.int64)
+        if self.kind.size and (self.kind.min() < 0 or self.kind.max() >= self.matrix.shape[0]):
+            raise GpupredError(f"slowdown matrices are {self.matrix.shape}, but job kinds reach {int(self.kind.max())}")
+
+    def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Slowdowns of ``a`` sharing with ``b``."""
+        return self.matrix[self.kind[a], self.kind[b]]
+
+    def measured(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether each (a, b) slowdown was measured."""
+        return self.is_measured[self.kind[a], self.kind[b]]
+
+
+class PredictedSlowdown(Slowdown):
+    """A policy's knowledge of pair slowdowns: point predictions and interval upper bounds per workload pair."""
+
+    def __init__(self, point: np.ndarray, high: np.ndarray, kind: np.ndarray) -> None:
+        self.point = np.asarray(point, dtype=float)
+        self.high = np.fmax(np.asarray(high, dtype=float), self.point)
+        if self.point.shape != self.high.shape or self.point.ndim != 2:
+            raise GpupredError(f"predicted slowdown matrices differ in shape: {self.point.shape} vs {self.high.shape}")
+        self.kind = np.asarray(kind, dtype=np.int64)
+        if self.kind.size and (self.kind.min() < 0 or self.kind.max() >= self.point.shape[0]):
+            raise GpupredError(f"predicted slowdown matrix is {self.point.shape}, but job kinds reach {int(self.kind.max())}")
+
+    def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Predicted slowdowns of ``a`` sharing with ``b`` (NaN: no prediction)."""
+        return self.point[self.kind[a], self.kind[b]]
+
+    def upper(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Upper bounds of the predicted slowdowns of ``a`` sharing with ``b`` (NaN: no prediction)."""
+        return self.high[self.kind[a], self.kind[b]]
 
 
 @dataclass
@@ -119,15 +211,10 @@ class SimResult:
 
 
 class Simulator:
-    """Runs one policy over one job table on one cluster; the slowdown decides how co-located jobs progress."""
+    """Runs one policy over one job table on one cluster; the truth slowdown decides how co-located jobs progress."""
 
-    def __init__(
-        self,
-        jobs: pd.DataFrame,
-        cluster: Cluster,
-        slowdown: Slowdown | None = None,
-        oom_restart_s: float = 30.0,
-    ) -> None:
+    def __init__(self, jobs: pd.DataFrame, cluster: Cluster, truth: Slowdown | None = None,
+                 oom_restart_s: float = 30.0) -> None:
         missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
         if missing:
             raise GpupredError(f"job table lacks columns {missing}; build it with gpupred.sim.traces")
@@ -142,14 +229,19 @@ class Simulator:
         self.table = jobs.reset_index(drop=True)
         self.cluster = cluster
         n = len(self.table)
-        col = lambda c: self.table[c].to_numpy(dtype=float).copy()  # noqa: E731
+        col = lambda c: self.table[c].to_numpy(dtype=float).copy()
         self.arrival, self.work = col("arrival_s"), col("work_s")
-        self.util = {"true": col("true_util"), "pred": col("pred_util"), "high": col("pred_util_high")}
-        self.mem = {"true": col("true_mem_mib"), "pred": col("pred_mem_mib"), "high": col("pred_mem_mib_high")}
+        self._true_util, self._true_mem = col("true_util"), col("true_mem_mib")
+        self.known_util = {"pred": col("pred_util"), "high": col("pred_util_high"), "measured": np.full(n, np.nan)}
+        self.known_mem = {"pred": col("pred_mem_mib"), "high": col("pred_mem_mib_high"), "measured": np.full(n, np.nan)}
         self.kind = self.table["kind"].to_numpy(dtype=np.int64)
-        self.slowdown: Slowdown = slowdown if slowdown is not None else BaselineSlowdown(self.util["true"])
+        self.truth: Slowdown = truth if truth is not None else BaselineSlowdown(self._true_util)
         self.oom_restart_s = oom_restart_s
-        # per job state
+        self._deciding = 0
+        self._init_state(n, cluster.n_gpus)
+
+    def _init_state(self, n: int, g: int) -> None:
+        """Per-job and per-GPU state at time 0."""
         self.n = n
         self.rem = self.work.copy()
         self.rate = np.zeros(n)
@@ -157,6 +249,7 @@ class Simulator:
         self.version = np.zeros(n, dtype=np.int64)
         self.state = np.full(n, QUEUED, dtype=np.int8)
         self.gpu_of = np.full(n, -1, dtype=np.int64)
+        self.last_gpu = np.full(n, -1, dtype=np.int64)  # the GPU a job last ran on
         self.first_start = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.enqueued_at = np.zeros(n)
@@ -165,14 +258,9 @@ class Simulator:
         self.migrations = np.zeros(n, dtype=np.int64)
         self.no_pack = np.zeros(n, dtype=bool)  # run alone from now on (after an OOM or a migration)
         self.profiled = np.zeros(n, dtype=bool)
-        self.placed_at = np.zeros(n)
         self.placements = np.zeros(n, dtype=np.int64)  # times placed; profile-end events carry it
-        # per GPU state
-        g = cluster.n_gpus
         self.gpu_jobs: list[list[int]] = [[] for _ in range(g)]
         self.gpu_n = np.zeros(g, dtype=np.int64)
-        self.load_util = {k: np.zeros(g) for k in self.util}
-        self.load_mem = {k: np.zeros(g) for k in self.mem}
         self.gpu_busy = np.zeros(g)  # actual utilization of each GPU, %
         self.mate = np.full(g, -1, dtype=np.int64)  # the job alone on a GPU (-1 if empty or shared)
         self.busy_sum = 0.0
@@ -182,12 +270,65 @@ class Simulator:
         self._seq = 0
         self.n_ooms = 0
         self.n_migrations = 0
+        self.n_pairs_measured = 0
+        self.n_pairs_modelled = 0
         self.max_view_mem_frac = 0.0  # largest (believed memory on a shared GPU) / capacity seen
         self.now = 0.0
-        self.epoch = 0  # bumps on every change of any GPU's jobs
-        # bumps whenever a job leaves a GPU: a job that found no GPU (so no GPU was empty) cannot find one
-        # before that, so policies cache failed placements by it
+        # bumps whenever a job leaves a GPU: a job that found no GPU cannot find one before that
         self.freed = 0
+
+    # --- what policies may and may not read -------------------------------------------------------------
+    @property
+    def true_util(self) -> np.ndarray:
+        """True solo utilization of every job (the simulator's truth; sealed while a policy decides)."""
+        self._check_open("true utilization")
+        return self._true_util
+
+    @property
+    def true_mem(self) -> np.ndarray:
+        """True solo memory of every job (the simulator's truth; sealed while a policy decides)."""
+        self._check_open("true memory")
+        return self._true_mem
+
+    def _check_open(self, what: str) -> None:
+        if self._deciding:
+            raise TruthLeak(f"a policy read the simulator's truth ({what}) while deciding; "
+                            "policies may use predictions or what their own profiling measured")
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a policy callback with the truth sealed."""
+        self._deciding += 1
+        self.truth._seal_depth += 1
+        try:
+            return fn(*args)
+        finally:
+            self._deciding -= 1
+            self.truth._seal_depth -= 1
+
+    def _truth_pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The simulator's own read of the truth slowdown (unsealed for the call)."""
+        depth = self.truth._seal_depth
+        self.truth._seal_depth = 0
+        try:
+            return self.truth.pair(a, b)
+        finally:
+            self.truth._seal_depth = depth
+
+    def _refuse_copy_of_truth(self, policy: str, name: str, matrix: np.ndarray) -> None:
+        """TruthLeak if a policy's slowdown knowledge equals the truth on every measured pair."""
+        truth = getattr(self.truth, "matrix", None)
+        matrix = np.asarray(matrix, dtype=float)
+        if truth is None or matrix.shape != truth.shape:
+            return
+        mask = getattr(self.truth, "is_measured", np.isfinite(truth))
+        if mask.any() and np.array_equal(matrix[mask], truth[mask]):
+            raise TruthLeak(f"policy {policy}: its {name} slowdowns equal the simulator's measured truth on all "
+                            f"{int(mask.sum())} measured pairs; predictions must come from a cross-fitted model")
+
+    def observed_slowdown(self, g: int) -> float:
+        """The largest slowdown the jobs on GPU ``g`` show now (observable from their progress)."""
+        jobs = self.gpu_jobs[g]
+        return max((1.0 / self.rate[j] for j in jobs if self.rate[j] > 0), default=1.0)
 
     # --- events -------------------------------------------------------------------------------------
     def push(self, t: float, kind: int, a: int, b: int = 0) -> None:
@@ -209,19 +350,17 @@ class Simulator:
             rates = [1.0]
         elif len(jobs) == 2:
             a, b = jobs
-            s = self.slowdown.pair(np.array([a, b]), np.array([b, a]))
+            s = self._truth_pair(np.array([a, b]), np.array([b, a]))
             rates = [1.0 / max(1.0, float(s[0])), 1.0 / max(1.0, float(s[1]))]
         else:
             rates = []
         busy = 0.0
-        ut = self.util["true"]
+        ut = self._true_util
         for j, r in zip(jobs, rates):
             self.rate[j] = r
             self.version[j] += 1
             busy += ut[j] * r
-            if self.state[j] == RUNNING or self.state[j] == PROFILING:
-                self.push(now + max(self.rem[j], 0.0) / r, _EV_FINISH, j, int(self.version[j]))
-        self.epoch += 1
+            self.push(now + max(self.rem[j], 0.0) / r, EV_FINISH, j, int(self.version[j]))
         busy = min(100.0, busy)
         self.busy_sum += busy - self.gpu_busy[g]
         self.gpu_busy[g] = busy
@@ -233,55 +372,57 @@ class Simulator:
             self.tl_t.append(now)
             self.tl_u.append(u)
 
-    def _load(self, g: int, j: int, sign: float) -> None:
-        for k in self.load_util:
-            self.load_util[k][g] += sign * self.util[k][j]
-            self.load_mem[k][g] += sign * self.mem[k][j]
-        self.gpu_n[g] += int(sign)
-
-    def place(self, j: int, g: int, view: str = "true", profiling: bool = False) -> bool:
+    def place(self, j: int, g: int, view: str = "pred", profiling: bool = False) -> bool:
         """Start job ``j`` on GPU ``g``; False (and an OOM counted) if the true memory overflows."""
         now = self.now
         if self.gpu_n[g] >= self.cluster.max_per_gpu:
             raise GpupredError(f"policy bug: GPU {g} already holds {self.gpu_n[g]} jobs")
         cap = self.cluster.gpu_memory_mib
+        self.wait[j] += now - self.enqueued_at[j]
+        self.enqueued_at[j] = now
         if self.gpu_n[g] > 0:
-            believed = (self.load_mem[view][g] + self.mem[view][j]) / cap
-            self.max_view_mem_frac = max(self.max_view_mem_frac, believed)
-            if self.load_mem["true"][g] + self.mem["true"][j] > cap:  # mispredicted overflow: the newcomer OOMs
+            others = self.gpu_jobs[g]
+            known = self.known_mem[view]
+            self.max_view_mem_frac = max(self.max_view_mem_frac, (sum(known[o] for o in others) + known[j]) / cap)
+            if sum(self._true_mem[o] for o in others) + self._true_mem[j] > cap:  # mispredicted: the newcomer OOMs
                 self.n_ooms += 1
                 self.ooms[j] += 1
-                self.wait[j] += now - self.enqueued_at[j]
-                self.enqueued_at[j] = now
                 self.no_pack[j] = True
                 self.rem[j] += self.oom_restart_s
                 return False
-        self.wait[j] += now - self.enqueued_at[j]
+            if bool(self.truth.measured(np.array([j]), np.array([others[0]]))[0]):
+                self.n_pairs_measured += 1
+            else:
+                self.n_pairs_modelled += 1
         if math.isnan(self.first_start[j]):
             self.first_start[j] = now
         self._advance(g)
         self.gpu_jobs[g].append(j)
-        self._load(g, j, 1.0)
+        self.gpu_n[g] += 1
         self.gpu_of[j] = g
+        self.last_gpu[j] = g
         self.state[j] = PROFILING if profiling else RUNNING
         self.last_t[j] = now
-        self.placed_at[j] = now
         self.placements[j] += 1
         self._rerate(g)
         return True
 
-    def remove(self, j: int) -> int:
+    def _leave(self, j: int) -> int:
         """Take job ``j`` off its GPU (progress kept); return the GPU."""
         g = int(self.gpu_of[j])
         self._advance(g)
         self.gpu_jobs[g].remove(j)
+        self.gpu_n[g] -= 1
         self.freed += 1
-        self._load(g, j, -1.0)
         self.gpu_of[j] = -1
         self.version[j] += 1
         self.rate[j] = 0.0
         self._rerate(g)
         return g
+
+    def remove(self, j: int) -> int:
+        """Take running job ``j`` off its GPU (progress kept; the policy requeues it); return the GPU."""
+        return self._leave(j)
 
     def requeue(self, j: int, extra_work_s: float = 0.0) -> None:
         """Mark job ``j`` as waiting again (the policy puts it in its queue)."""
@@ -289,54 +430,62 @@ class Simulator:
         self.enqueued_at[j] = self.now
         self.rem[j] += extra_work_s
 
-    def slowdown_on(self, g: int) -> float:
-        """The largest current slowdown among the jobs on GPU ``g``."""
-        jobs = self.gpu_jobs[g]
-        return max((1.0 / self.rate[j] for j in jobs if self.rate[j] > 0), default=1.0)
-
     # --- the loop -------------------------------------------------------------------------------------
-    def run(self, policy: "Policy") -> SimResult:
+    def _finish(self, j: int) -> int:
+        g = self._leave(j)
+        self.state[j] = DONE
+        self.finish[j] = self.now
+        self.rem[j] = 0.0
+        return g
+
+    def _profile_end(self, j: int) -> None:
+        """The profiling window of ``j`` measured its solo utilization and memory."""
+        self.profiled[j] = True
+        self.known_util["measured"][j] = self._true_util[j]
+        self.known_mem["measured"][j] = self._true_mem[j]
+
+    def _event(self, policy: Policy, t: float, ev: int, a: int, b: int) -> None:
+        self.now = t
+        if ev == EV_FINISH:
+            if b != self.version[a]:
+                return  # stale: the job's rate changed since
+            g = self._finish(a)
+            self._call(policy.on_free, g)
+        elif ev == EV_PROFILE:
+            if self.state[a] != PROFILING or b != self.placements[a]:
+                return
+            self._profile_end(a)
+            self._call(policy.on_profile_end, a)
+        else:
+            self._call(policy.on_check, a, b)
+
+    def run(self, policy: Policy) -> SimResult:
         """Simulate every job to completion under ``policy``."""
-        policy.attach(self)
-        order = np.argsort(self.arrival, kind="stable")
-        arrivals = self.arrival[order]
-        i, n = 0, self.n
-        heap = self.heap
-        inf = math.inf
-        while i < n or heap:
-            next_arrival = arrivals[i] if i < n else inf
-            if heap and heap[0][0] <= next_arrival:
-                t, _, ev, a, b = heapq.heappop(heap)
-                self.now = t
-                if ev == _EV_FINISH:
-                    if b != self.version[a]:
-                        continue  # stale: the job's rate changed since
-                    g = int(self.gpu_of[a])
-                    self._advance(g)
-                    self.gpu_jobs[g].remove(a)
-                    self.freed += 1
-                    self._load(g, a, -1.0)
-                    self.gpu_of[a] = -1
-                    self.state[a] = DONE
-                    self.finish[a] = t
-                    self.rem[a] = 0.0
-                    self._rerate(g)
-                    policy.on_free(g)
-                elif ev == _EV_PROFILE:
-                    if self.state[a] != PROFILING or b != self.placements[a]:
-                        continue
-                    policy.on_profile_end(a)
+        try:
+            self._call(policy.attach, self)
+            for name, matrix in policy.knowledge().items():
+                self._refuse_copy_of_truth(policy.name, name, matrix)
+            order = np.argsort(self.arrival, kind="stable")
+            arrivals = self.arrival[order]
+            i, n = 0, self.n
+            heap = self.heap
+            while i < n or heap:
+                next_arrival = arrivals[i] if i < n else math.inf
+                if heap and heap[0][0] <= next_arrival:
+                    t, _, ev, a, b = heapq.heappop(heap)
+                    self._event(policy, t, ev, a, b)
                 else:
-                    policy.on_check(a, b)
-            else:
-                j = int(order[i])
-                i += 1
-                self.now = float(arrivals[i - 1])
-                self.enqueued_at[j] = self.now
-                policy.submit(j)
-            policy.schedule()
-            if not heap and i >= n and policy.pending():
-                raise GpupredError(f"{policy.name}: {policy.pending()} jobs can never be placed (scheduler stalled)")
+                    j = int(order[i])
+                    i += 1
+                    self.now = float(arrivals[i - 1])
+                    self.enqueued_at[j] = self.now
+                    self._call(policy.submit, j)
+                self._call(policy.schedule)
+                if not heap and i >= n and policy.pending():
+                    raise GpupredError(f"{policy.name}: {policy.pending()} jobs can never be placed (scheduler stalled)")
+        finally:
+            self._deciding = 0
+            self.truth._seal_depth = 0
         return self._result(policy.name)
 
     def _result(self, name: str) -> SimResult:
@@ -351,18 +500,11 @@ class Simulator:
             avg_util = float(np.sum(u * seg) / span)
         else:
             avg_util = 0.0
-        jobs = pd.DataFrame(
-            {
-                "job_id": self.table["job_id"].to_numpy(),
-                "arrival_s": self.arrival,
-                "start_s": self.first_start,
-                "finish_s": self.finish,
-                "jct_s": jct,
-                "wait_s": self.wait,
-                "ooms": self.ooms,
-                "migrations": self.migrations,
-            }
-        )
+        jobs = pd.DataFrame({
+            "job_id": self.table["job_id"].to_numpy(), "arrival_s": self.arrival, "start_s": self.first_start,
+            "finish_s": self.finish, "jct_s": jct, "wait_s": self.wait, "ooms": self.ooms, "migrations": self.migrations,
+            "gpu": self.last_gpu,
+        })
         metrics = {
             "n_jobs": int(self.n),
             "avg_util": avg_util,
@@ -372,11 +514,13 @@ class Simulator:
             "mean_wait_s": float(np.mean(self.wait)) if self.n else 0.0,
             "ooms": int(self.n_ooms),
             "migrations": int(self.n_migrations),
+            "pairs_measured": int(self.n_pairs_measured),
+            "pairs_modelled": int(self.n_pairs_modelled),
         }
         return SimResult(name, jobs, t, u, metrics)
 
 
-def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: "Policy", slowdown: Slowdown | None = None,
+def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: Policy, truth: Slowdown | None = None,
              oom_restart_s: float = 30.0) -> SimResult:
-    """Simulate ``jobs`` on ``cluster`` under ``policy``; co-located jobs progress at ``slowdown``."""
-    return Simulator(jobs, cluster, slowdown, oom_restart_s).run(policy)
+    """Simulate ``jobs`` on ``cluster`` under ``policy``; co-located jobs progress at the ``truth`` slowdown."""
+    return Simulator(jobs, cluster, truth, oom_restart_s).run(policy)

@@ -1,24 +1,52 @@
-"""Scheduling policies: slot-based, reactive (profile then pack, Gandiva-like), proactive (Horus) and ours.
+"""Scheduling policies: slot-based, reactive (profile, then pack), Horus (proactive, its published cost) and ours.
 
-Every policy places a job on an empty GPU or next to exactly one running job (pairs only). What a policy
-believes about a job's memory decides where it may go; the simulator then checks the job's true memory
-and counts an OOM if the belief was wrong (see :mod:`gpupred.sim.cluster`).
+Shared rules (every policy, unless its definition below says otherwise):
+
+- one FIFO queue with the same look-ahead (``lookahead`` jobs from the head may start out of order when
+  the ones ahead of them cannot start);
+- a job goes to an empty GPU or next to exactly one *running* job (pairs only);
+- memory: a job may join a GPU only where the memory the policy believes in (its ``view``: predicted,
+  upper bound, or measured) fits the capacity; the simulator checks the true memory and counts an OOM.
+
+Definitions:
+
+- **slot**: one job per GPU, FIFO (Kubernetes' device plugin). Never packs, so it needs no knowledge.
+- **reactive**: each new job first runs alone for ``profile_s`` (one minute) on an empty GPU, which
+  measures its solo utilization and memory; then it is packed next to a measured running job when the
+  measured utilizations sum to at most ``util_cap`` and the measured memory fits, else it runs alone. A
+  job whose observed slowdown exceeds ``migrate_slowdown`` after ``observe_s`` is moved off (paying
+  ``migration_cost_s``) and runs alone from then on (Gandiva-style introspection).
+- **horus**: predicted (point) utilization and memory; each fitting GPU costs
+  ``1.3 x (used-memory fraction + job memory / capacity) + u / 100 + jobs running there`` with
+  ``u = |GPU util + job util - 100|``, times 1.6 when the sum exceeds 100 (the authors' public simulator,
+  ``matthewygf/GPUSchedule``, ``core/scheduling/horus.py``); the cheapest GPU wins. With ``classes``
+  (k-means on predicted utilization and memory, fitted on a *separate history*, never the scheduled
+  trace) it serves per-class queues by weighted fair queueing (weight: median wait x queue length), as
+  the paper describes; without, the shared FIFO queue.
+- **ours**: predicted utilization, memory and pair slowdown with intervals: an empty GPU when one is
+  free (``prefer_empty``), else the running partner whose *upper-bound* pair slowdown (the larger of
+  the two directions) is smallest, if it is at most ``max_slowdown`` and the memory upper bounds fit.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpupred.sim.cluster import PROFILING, RUNNING, Simulator, Slowdown, _EV_CHECK, _EV_PROFILE
+from gpupred.errors import GpupredError
+from gpupred.sim.cluster import EV_CHECK, EV_PROFILE, PROFILING, RUNNING, PredictedSlowdown, Simulator
+
+HORUS_MEMCOST = 1.3  # weight of the memory term (horus.py: MEMCOST)
+HORUS_UTILCOST = 1.6  # multiplier of the utilization term above 100 % (horus.py: UTILCOST)
 
 
 class Policy:
-    """A FIFO scheduler with a small look-ahead; subclasses say where a job may go (``choose``)."""
+    """A FIFO scheduler with a look-ahead; subclasses say where a job may go (``choose``)."""
 
     name = "policy"
-    view = "true"  # which memory/utilization the policy believes: "true", "pred" or "high"
+    view = "pred"  # which knowledge of memory/utilization the policy uses: "pred", "high" or "measured"
 
     def __init__(self, lookahead: int = 8) -> None:
         self.lookahead = lookahead
@@ -30,7 +58,11 @@ class Policy:
         """Bind to a simulator before its run."""
         self.sim = sim
         self.queue = deque()
-        self._failed_at: dict[int, int] = {}
+        self._failed_at = {}
+
+    def knowledge(self) -> dict[str, np.ndarray]:
+        """The slowdown matrices this policy decides with (the simulator refuses copies of its truth)."""
+        return {}
 
     def submit(self, j: int) -> None:
         """A job arrives."""
@@ -44,7 +76,7 @@ class Policy:
         """A job finished on GPU ``g``."""
 
     def on_profile_end(self, j: int) -> None:
-        """Job ``j``'s profiling period ended."""
+        """Job ``j``'s profiling window ended (its measurements are in ``known_*["measured"]``)."""
 
     def on_check(self, g: int, j: int) -> None:
         """A delayed check of GPU ``g`` after job ``j`` joined it."""
@@ -59,13 +91,14 @@ class Policy:
         return g if self.sim.gpu_n[g] == 0 else -1
 
     def _mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """GPUs holding exactly one running, packable job (and those jobs), if ``j`` may share at all."""
+        """GPUs holding exactly one running, packable job whose believed memory fits beside ``j`` (and those jobs)."""
         sim = self.sim
         if sim.no_pack[j] or sim.cluster.max_per_gpu < 2:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         gpus = np.flatnonzero(sim.mate >= 0)
         mates = sim.mate[gpus]
-        ok = (~sim.no_pack[mates]) & (sim.state[mates] == RUNNING)
+        mem = sim.known_mem[self.view]
+        ok = (~sim.no_pack[mates]) & (sim.state[mates] == RUNNING) & (mem[mates] + mem[j] <= sim.cluster.gpu_memory_mib)
         return gpus[ok], mates[ok]
 
     def choose(self, j: int) -> int:
@@ -103,19 +136,22 @@ class Policy:
         """Cheap test: ``j`` needs an empty GPU and there is none (placements never create one)."""
         return self.needs_empty(j) and self.sim.gpu_n.min() > 0
 
-    def schedule(self) -> None:
-        """Start whatever waiting jobs fit now."""
-        q = self.queue
+    def _serve(self, q: deque[int]) -> bool:
+        """Start the first job among the first ``lookahead`` of ``q`` that finds a GPU; whether one started."""
         i = 0
-        while q and i < min(len(q), self.lookahead) and not self._full():
+        while i < min(len(q), self.lookahead):
             j = q[i]
             outcome = None if self._skip(j) else self._try(j)
-            if outcome is None:
-                i += 1
-            elif outcome:
+            if outcome:
                 del q[i]
-            else:  # OOM: stays in the queue at its place, now never-pack
-                i += 1
+                return True
+            i += 1  # nothing suits, or an OOM (the job stays in place, now never-pack)
+        return False
+
+    def schedule(self) -> None:
+        """Start whatever waiting jobs fit now (FIFO with look-ahead)."""
+        while self.queue and not self._full() and self._serve(self.queue):
+            pass
 
 
 class SlotPolicy(Policy):
@@ -128,21 +164,20 @@ class SlotPolicy(Policy):
         return self._empty_gpu()
 
     def schedule(self) -> None:
-        """FIFO: nothing behind the head can go where the head cannot."""
+        """FIFO: any job fits any empty GPU, so the head goes first."""
         q = self.queue
         while q:
             g = self._empty_gpu()
             if g < 0:
                 return
-            j = q.popleft()
-            self.sim.place(j, g, self.view)
+            self.sim.place(q.popleft(), g, self.view)
 
 
 class ReactivePolicy(Policy):
     """Profile each job alone for ``profile_s``, then pack by measured utilization; migrate on high slowdown."""
 
     name = "reactive"
-    view = "true"  # measured during profiling
+    view = "measured"
 
     def __init__(self, profile_s: float = 60.0, util_cap: float = 100.0, migrate_slowdown: float = 1.5,
                  observe_s: float = 60.0, migration_cost_s: float = 10.0, lookahead: int = 8) -> None:
@@ -157,15 +192,14 @@ class ReactivePolicy(Policy):
         return not self.sim.profiled[j] and self.profile_s > 0
 
     def choose(self, j: int) -> int:
-        """Unprofiled: an empty GPU. Profiled: the best-fitting partner by measured util, else an empty GPU."""
+        """Unprofiled: an empty GPU. Profiled: the best-filling measured partner within the cap, else an empty GPU."""
         sim = self.sim
         if self._profiling(j):
             return self._empty_gpu()
         gpus, mates = self._mates(j)
         if len(gpus):
-            u = sim.load_util["true"][gpus] + sim.util["true"][j]
-            m = sim.load_mem["true"][gpus] + sim.mem["true"][j]
-            ok = (u <= self.util_cap) & (m <= sim.cluster.gpu_memory_mib)
+            u = sim.known_util["measured"][mates] + sim.known_util["measured"][j]
+            ok = u <= self.util_cap  # NaN (never measured) is not <= anything
             if ok.any():
                 return int(gpus[ok][np.argmax(u[ok])])
         return self._empty_gpu()
@@ -174,22 +208,21 @@ class ReactivePolicy(Policy):
         """Start the profiling clock, or the interference watch on a shared GPU."""
         sim = self.sim
         if sim.state[j] == PROFILING:
-            sim.push(sim.now + self.profile_s, _EV_PROFILE, j, int(sim.placements[j]))
+            sim.push(sim.now + self.profile_s, EV_PROFILE, j, int(sim.placements[j]))
         elif shared:
-            sim.push(sim.now + self.observe_s, _EV_CHECK, g, j)
+            sim.push(sim.now + self.observe_s, EV_CHECK, g, j)
 
     def on_profile_end(self, j: int) -> None:
         """Measured: leave the profiling GPU and queue (at the head) for packing."""
         sim = self.sim
-        sim.profiled[j] = True
         sim.remove(j)
         sim.requeue(j)
         self.queue.appendleft(j)
 
     def on_check(self, g: int, j: int) -> None:
-        """Migrate ``j`` off ``g`` if the pair still shares it and its slowdown crossed the threshold."""
+        """Migrate ``j`` off ``g`` if the pair still shares it and its observed slowdown crossed the threshold."""
         sim = self.sim
-        if sim.gpu_of[j] != g or sim.gpu_n[g] < 2 or sim.slowdown_on(g) <= self.migrate_slowdown:
+        if sim.gpu_of[j] != g or sim.gpu_n[g] < 2 or sim.observed_slowdown(g) <= self.migrate_slowdown:
             return
         sim.remove(j)
         sim.migrations[j] += 1
@@ -199,37 +232,64 @@ class ReactivePolicy(Policy):
         self.queue.appendleft(j)
 
 
-class ProactivePolicy(Policy):
-    """Horus: predicted util/memory, a cost on over-100% util and interference, WFQ over k-means classes."""
+def horus_cost(gpu_util: np.ndarray, gpu_mem_frac: np.ndarray, n_jobs: np.ndarray, job_util: float,
+               job_mem_frac: float) -> np.ndarray:
+    """Horus's placement cost of a job on each GPU (see the module doc); lower is better."""
+    over = np.asarray(gpu_util, dtype=float) + job_util - 100.0
+    util_cost = np.where(over > 0, over * HORUS_UTILCOST, -over)
+    return HORUS_MEMCOST * (np.asarray(gpu_mem_frac, dtype=float) + job_mem_frac) + util_cost / 100.0 + n_jobs
 
-    name = "proactive"
+
+@dataclass
+class HorusClasses:
+    """Job classes for Horus's fair queueing: k-means centres on (util / 100, log1p(memory MiB) / 10)."""
+
+    centers: np.ndarray
+
+    @staticmethod
+    def _x(util: np.ndarray, mem: np.ndarray) -> np.ndarray:
+        return np.column_stack([np.asarray(util, float) / 100.0, np.log1p(np.maximum(np.asarray(mem, float), 0.0)) / 10.0])
+
+    @classmethod
+    def fit(cls, util: np.ndarray, mem: np.ndarray, k: int = 3, seed: int = 0) -> HorusClasses:
+        """Fit on a history's predicted utilization and memory (never the trace to be scheduled)."""
+        from sklearn.cluster import KMeans
+
+        x = cls._x(util, mem)
+        k = int(min(k, len(np.unique(x, axis=0))))
+        if k < 1:
+            raise GpupredError("Horus classes need a non-empty history")
+        if k == 1:
+            return cls(x.mean(axis=0, keepdims=True))
+        return cls(KMeans(n_clusters=k, n_init=3, random_state=seed).fit(x).cluster_centers_)
+
+    def assign(self, util: np.ndarray, mem: np.ndarray) -> np.ndarray:
+        """The class of each job (nearest centre)."""
+        x = self._x(util, mem)
+        return np.argmin(((x[:, None, :] - self.centers[None, :, :]) ** 2).sum(axis=2), axis=1).astype(np.int64)
+
+
+class HorusPolicy(Policy):
+    """Horus: predicted util/memory, the published cost, cheapest GPU; per-class fair queues when given classes."""
+
+    name = "horus"
     view = "pred"
 
-    def __init__(self, k: int = 3, over_weight: float = 1.0, interference_weight: float = 1.0, empty_cost: float = 0.5,
-                 kmeans_fit_jobs: int = 2000, lookahead: int = 4) -> None:
+    def __init__(self, classes: HorusClasses | None = None, lookahead: int = 8) -> None:
         super().__init__(lookahead)
-        self.k = k
-        self.over_weight = over_weight
-        self.interference_weight = interference_weight
-        self.empty_cost = empty_cost
-        self.kmeans_fit_jobs = kmeans_fit_jobs
+        self.classes = classes
         self.queues: list[deque[int]] = []
         self.cls = np.zeros(0, dtype=np.int64)
 
     def attach(self, sim: Simulator) -> None:
-        """Fit the job classes (k-means on predicted util and log memory of the first arrivals)."""
-        from sklearn.cluster import KMeans
-
+        """Assign every job its class (from centres fitted on a separate history)."""
         super().attach(sim)
-        x = np.column_stack([sim.util["pred"] / 100.0, np.log1p(np.maximum(sim.mem["pred"], 0.0)) / 10.0])
-        first = np.argsort(sim.arrival, kind="stable")[: self.kmeans_fit_jobs]
-        k = int(min(self.k, len(np.unique(x[first], axis=0)))) if len(first) else 1
-        if k >= 2:
-            km = KMeans(n_clusters=k, n_init=3, random_state=0).fit(x[first])
-            self.cls = km.predict(x).astype(np.int64)
-        else:
+        if self.classes is None:
             self.cls = np.zeros(sim.n, dtype=np.int64)
-        self.queues = [deque() for _ in range(max(k, 1))]
+            self.queues = [self.queue]
+        else:
+            self.cls = self.classes.assign(sim.known_util["pred"], sim.known_mem["pred"])
+            self.queues = [deque() for _ in range(len(self.classes.centers))]
 
     def submit(self, j: int) -> None:
         """Queue the job in its class."""
@@ -239,97 +299,83 @@ class ProactivePolicy(Policy):
         """Jobs waiting in all classes."""
         return sum(len(q) for q in self.queues)
 
-    def cost(self, j: int, gpus: np.ndarray) -> np.ndarray:
-        """Horus's cost of adding ``j`` to each GPU: over-100% predicted util plus pairwise interference."""
-        sim = self.sim
-        u_g = sim.load_util["pred"][gpus]
-        u = sim.util["pred"][j]
-        over = np.maximum(0.0, u_g + u - 100.0) / 100.0
-        return self.over_weight * over + self.interference_weight * (u_g * u) / 1e4
-
     def choose(self, j: int) -> int:
-        """The cheapest feasible partner if cheaper than an empty GPU, else an empty GPU."""
+        """The cheapest fitting GPU (an empty one, or one beside a running partner)."""
         sim = self.sim
-        gpus, _ = self._mates(j)
+        cap = sim.cluster.gpu_memory_mib
+        util, mem = sim.known_util["pred"], sim.known_mem["pred"]
+        gpus, mates = self._mates(j)
         empty = self._empty_gpu()
-        if len(gpus):
-            fits = sim.load_mem["pred"][gpus] + sim.mem["pred"][j] <= sim.cluster.gpu_memory_mib
-            gpus = gpus[fits]
-            if len(gpus):
-                c = self.cost(j, gpus)
-                b = int(np.argmin(c))
-                if c[b] <= self.empty_cost:
-                    return int(gpus[b])
-        return empty
+        if empty >= 0:
+            gpus, mates = np.append(empty, gpus), np.append(-1, mates)
+        if not len(gpus):
+            return -1
+        shared = mates >= 0
+        mate = np.where(shared, mates, 0)
+        cost = horus_cost(np.where(shared, util[mate], 0.0), np.where(shared, mem[mate], 0.0) / cap,
+                          shared.astype(float), float(util[j]), float(mem[j]) / cap)
+        return int(gpus[int(np.argmin(cost))])
 
     def schedule(self) -> None:
-        """Serve class heads by weight (median wait x queue length) until none fits."""
+        """Serve the queues (one: FIFO; per class: highest weight first) until none can start a job."""
         sim = self.sim
         while not self._full():
             live = [q for q in self.queues if q]
             if not live:
                 return
-            now = sim.now
-            weights = [((now - sim.arrival[q[len(q) // 2]]) + 1e-9) * len(q) for q in live]
-            placed = False
-            for idx in np.argsort(weights)[::-1]:
-                q = live[idx]
-                for pos in range(min(len(q), self.lookahead)):
-                    outcome = None if self._skip(q[pos]) else self._try(q[pos])
-                    if outcome:
-                        del q[pos]
-                        placed = True
-                        break
-                if placed:
-                    break
-            if not placed:
+            if len(live) > 1:
+                now = sim.now
+                weights = np.array([((now - sim.arrival[q[len(q) // 2]]) + 1e-9) * len(q) for q in live])
+                live = [live[i] for i in np.argsort(-weights, kind="stable")]
+            if not any(self._serve(q) for q in live):
                 return
 
 
 class OursPolicy(Policy):
-    """Pack on the prediction intervals' upper bounds and the learned slowdown."""
+    """Pack on predicted pair slowdowns (upper bounds) and memory upper bounds; an empty GPU first."""
 
     name = "ours"
     view = "high"
 
-    def __init__(self, predicted_slowdown: Slowdown | None = None, max_slowdown: float = 1.5,
-                 util_cap: float = 150.0, lookahead: int = 8) -> None:
+    def __init__(self, predicted: PredictedSlowdown, max_slowdown: float = 1.5, prefer_empty: bool = True,
+                 lookahead: int = 8) -> None:
         super().__init__(lookahead)
-        self.predicted_slowdown = predicted_slowdown
+        if not isinstance(predicted, PredictedSlowdown):
+            raise GpupredError(f"ours needs a PredictedSlowdown (cross-fitted predictions), got {type(predicted).__name__}")
+        self.predicted = predicted
         self.max_slowdown = max_slowdown
-        self.util_cap = util_cap
+        self.prefer_empty = prefer_empty
+
+    def knowledge(self) -> dict[str, np.ndarray]:
+        """The predicted slowdown matrices (point and upper bound)."""
+        return {"point": self.predicted.point, "upper-bound": self.predicted.high}
 
     def choose(self, j: int) -> int:
-        """The partner with the smallest predicted pair slowdown if within bounds, else an empty GPU."""
-        sim = self.sim
+        """An empty GPU if preferred and free, else the partner with the smallest upper-bound slowdown within bounds."""
+        empty = self._empty_gpu()
+        if empty >= 0 and self.prefer_empty:
+            return empty
         gpus, mates = self._mates(j)
         if len(gpus):
-            ok = (sim.load_mem["high"][gpus] + sim.mem["high"][j] <= sim.cluster.gpu_memory_mib) & (
-                sim.load_util["high"][gpus] + sim.util["high"][j] <= self.util_cap
-            )
-            gpus, mates = gpus[ok], mates[ok]
-            if len(gpus):
-                sd = self.predicted_slowdown or sim.slowdown
-                jj = np.full(len(mates), j)
-                score = np.maximum(sd.pair(jj, mates), sd.pair(mates, jj))
-                b = int(np.argmin(score))
-                if score[b] <= self.max_slowdown:
-                    return int(gpus[b])
-        return self._empty_gpu()
+            jj = np.full(len(mates), j)
+            s = np.maximum(self.predicted.upper(jj, mates), self.predicted.upper(mates, jj))
+            s = np.where(np.isnan(s), np.inf, s)  # no prediction: never pack
+            b = int(np.argmin(s))
+            if s[b] <= self.max_slowdown:
+                return int(gpus[b])
+        return empty
 
 
 POLICIES: dict[str, type[Policy]] = {
     "slot": SlotPolicy,
     "reactive": ReactivePolicy,
-    "proactive": ProactivePolicy,
+    "horus": HorusPolicy,
     "ours": OursPolicy,
 }
 
 
 def make_policy(name: str, **kwargs: object) -> Policy:
-    """A policy by name (slot, reactive, proactive, ours) with its keyword settings."""
-    from gpupred.errors import GpupredError
-
+    """A policy by name (slot, reactive, horus, ours) with its keyword settings."""
     if name not in POLICIES:
         raise GpupredError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     return POLICIES[name](**kwargs)  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
 """Job traces for the simulator: Poisson arrivals over a per-workload table, or a Philly/Helios-style CSV.
 
-A per-workload table (:data:`WORKLOAD_COLUMNS`) says, for each workload a job may be, its solo iteration
-time, its true utilization and memory, and the predictor's point predictions and interval upper bounds.
-In the notebook it comes from the real dataset and predictor (:func:`workload_table`); tests pass fixtures.
+A per-workload table (:data:`WORKLOAD_COLUMNS`) says, for each workload a job may be, its *measured*
+solo utilization and memory (the truth the simulator runs on) and the predictor's out-of-fold point
+predictions and interval upper bounds (what policies know). :func:`gpupred.sim.world.build_world`
+makes it from measured solo jobs; tests pass fixtures. ``iter_time_s`` (solo iteration time) is optional:
+where known, synthetic durations are whole iterations.
 """
 
 from __future__ import annotations
@@ -18,16 +20,15 @@ from gpupred.sim.cluster import JOB_COLUMNS
 
 WORKLOAD_COLUMNS: tuple[str, ...] = (
     "workload_id",
-    "iter_time_s",  # solo mean iteration time
     "true_util",  # measured solo GPU utilization, %
     "true_mem_mib",  # measured solo GPU memory
-    "pred_util",
-    "pred_util_high",
+    "pred_util",  # out-of-fold point prediction
+    "pred_util_high",  # its interval's upper bound
     "pred_mem_mib",
     "pred_mem_mib_high",
 )
 
-# Accepted CSV column names (lower-case) for each field of a job-trace CSV.
+# Accepted CSV column names (lower-case) for each field of a job-trace CSV (Philly / Helios exports).
 CSV_ALIASES: dict[str, tuple[str, ...]] = {
     "job_id": ("job_id", "jobid", "id", "job"),
     "submit": ("submit_time", "submitted_time", "submit", "submit_s", "arrival_s", "timestamp"),
@@ -37,7 +38,7 @@ CSV_ALIASES: dict[str, tuple[str, ...]] = {
 
 
 def check_workload_table(table: pd.DataFrame, source: str = "workload table") -> pd.DataFrame:
-    """The table, reset and checked: every column present, positive times, no NaN."""
+    """The table, reset and checked: every column present, no NaN, positive iteration times where given."""
     missing = [c for c in WORKLOAD_COLUMNS if c not in table.columns]
     if missing:
         raise GpupredError(f"{source}: missing columns {missing} (expected {list(WORKLOAD_COLUMNS)})")
@@ -46,48 +47,9 @@ def check_workload_table(table: pd.DataFrame, source: str = "workload table") ->
     num = table[list(WORKLOAD_COLUMNS[1:])]
     if num.isna().any().any():
         raise GpupredError(f"{source}: NaN in {[c for c in num if num[c].isna().any()]}")
-    if (table["iter_time_s"] <= 0).any():
+    if "iter_time_s" in table.columns and (table["iter_time_s"] <= 0).any():
         raise GpupredError(f"{source}: iteration times must be positive")
     return table.reset_index(drop=True)
-
-
-def workload_table(dataset: pd.DataFrame, predictions: pd.DataFrame, gpu_name: str | None = None) -> pd.DataFrame:
-    """Per-workload table from the dataset's labels and the predictor's outputs (one GPU kind).
-
-    The dataset gives ``gpu_util``, ``memory_mib`` (or ``mem_mib``) and ``iter_time_mean_s`` (or ``iter_time_s``);
-    the predictions give ``gpu_util``, ``gpu_util_high``, ``memory_mib``, ``memory_mib_high`` per ``workload_id``.
-    """
-    dataset = dataset.rename(columns={"memory_mib": "mem_mib", "iter_time_mean_s": "iter_time_s"})  # dataset names
-    need_d = ["workload_id", "gpu_name", "gpu_util", "mem_mib", "iter_time_s"]
-    need_p = ["workload_id", "gpu_util", "gpu_util_high", "memory_mib", "memory_mib_high"]
-    for name, df, need in (("dataset", dataset, need_d), ("predictions", predictions, need_p)):
-        miss = [c for c in need if c not in df.columns]
-        if miss:
-            raise GpupredError(f"{name}: missing columns {miss} needed for the simulator's workload table")
-    d = dataset
-    if gpu_name is None:
-        gpu_name = d["gpu_name"].value_counts().index[0]
-    d = d[d["gpu_name"] == gpu_name]
-    truth = d.groupby("workload_id", as_index=False)[["gpu_util", "mem_mib", "iter_time_s"]].mean()
-    p = predictions
-    if "gpu_name" in p.columns:
-        p = p[p["gpu_name"] == gpu_name]
-    pred = p.groupby("workload_id", as_index=False)[need_p[1:]].mean()
-    t = truth.merge(pred, on="workload_id", suffixes=("", "_pred"))
-    out = pd.DataFrame(
-        {
-            "workload_id": t["workload_id"],
-            "iter_time_s": t["iter_time_s"],
-            "true_util": t["gpu_util"],
-            "true_mem_mib": t["mem_mib"],
-            "pred_util": t["gpu_util_pred"],
-            "pred_util_high": np.maximum(t["gpu_util_high"], t["gpu_util_pred"]),
-            "pred_mem_mib": t["memory_mib"],
-            "pred_mem_mib_high": np.maximum(t["memory_mib_high"], t["memory_mib"]),
-        }
-    )
-    out.attrs["gpu_name"] = gpu_name
-    return check_workload_table(out, f"workload table for {gpu_name}")
 
 
 def jobs_from(table: pd.DataFrame, kind: np.ndarray, arrival_s: np.ndarray, work_s: np.ndarray,
@@ -116,10 +78,11 @@ def synthetic_trace(table: pd.DataFrame, n_jobs: int, n_gpus: int, load: float =
         raise GpupredError(f"synthetic trace needs load > 0, n_jobs >= 1, n_gpus >= 1 (got {load}, {n_jobs}, {n_gpus})")
     rng = np.random.default_rng(seed)
     kind = rng.integers(0, len(table), size=n_jobs)
-    it = table["iter_time_s"].to_numpy(float)[kind]
-    target = rng.lognormal(np.log(median_duration_s), duration_sigma, size=n_jobs)
-    iters = np.maximum(1, np.round(target / it))
-    work = iters * it
+    work = rng.lognormal(np.log(median_duration_s), duration_sigma, size=n_jobs)
+    if "iter_time_s" in table.columns:  # whole iterations where the solo iteration time is known
+        it = table["iter_time_s"].to_numpy(float)[kind]
+        known = np.isfinite(it)
+        work[known] = np.maximum(1, np.round(work[known] / it[known])) * it[known]
     rate = load * n_gpus / float(work.mean())  # jobs per second keeping `load` GPUs' worth of solo work arriving
     arrival = np.cumsum(rng.exponential(1.0 / rate, size=n_jobs))
     arrival -= arrival[0]
@@ -133,10 +96,11 @@ def _column(cols: dict[str, str], field: str, path: Path) -> str:
     raise GpupredError(f"{path}: no {field} column (one of {', '.join(CSV_ALIASES[field])})")
 
 
-def load_trace_csv(path: str | Path, table: pd.DataFrame, multi_gpu: str = "drop") -> pd.DataFrame:
+def load_trace_csv(path: str | Path, table: pd.DataFrame, multi_gpu: str = "drop", seed: int = 0) -> pd.DataFrame:
     """Jobs of a Philly/Helios-style CSV (job id, submit time, duration, GPU count) mapped onto the table's workloads.
 
-    Each job becomes the workload ``crc32(job id) mod len(table)`` (deterministic); its work is its duration.
+    Each job becomes the workload ``crc32("<seed>:<job id>") mod len(table)`` (deterministic for a seed; the
+    seeds give the spread); its work is its duration.
     Jobs using several GPUs are dropped (``multi_gpu="drop"``) or split into single-GPU jobs (``"split"``);
     zero-GPU (CPU) jobs are dropped.
     """
@@ -178,7 +142,7 @@ def load_trace_csv(path: str | Path, table: pd.DataFrame, multi_gpu: str = "drop
     reps = gpus.to_numpy(np.int64)[keep.to_numpy()] if multi_gpu == "split" else np.ones(len(ids), dtype=np.int64)
     if len(ids) == 0:
         raise GpupredError(f"{path}: no single-GPU jobs with a positive duration")
-    kind = np.repeat(np.array([zlib.crc32(i.encode()) % len(table) for i in ids], dtype=np.int64), reps)
+    kind = np.repeat(np.array([zlib.crc32(f"{seed}:{i}".encode()) % len(table) for i in ids], dtype=np.int64), reps)
     ids = np.array([f"{i}" if r == 1 else f"{i}.g{k}" for i, r in zip(ids, reps) for k in range(r)], dtype=object)
     sub_s, dur_s = np.repeat(sub_s, reps), np.repeat(dur_s, reps)
     order = np.argsort(sub_s, kind="stable")

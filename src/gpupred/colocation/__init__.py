@@ -1,0 +1,46 @@
+"""Co-location: measured pairs from every source, the slowdown model, and its honest (held-out) evaluation."""
+
+from gpupred.colocation.heldout import (
+    FEATURE_KEYS,
+    MEASURED_BASE,
+    PREDICTED_BASE,
+    CrossFit,
+    align,
+    assign_folds,
+    baseline_slowdown,
+    crossfit,
+    evaluate_heldout,
+    heldout_by_source,
+    measured_features,
+    predicted_features,
+    usable_groups,
+)
+from gpupred.colocation.model import SlowdownModel, derive, group_features
+from gpupred.colocation.table import (
+    LUCID_PAIR_COLUMNS,
+    LUCID_SOLO_COLUMNS,
+    SOLO_COLUMNS,
+    TABLE_COLUMNS,
+    colocation_table,
+    failed_groups,
+    load_colocation,
+    load_pair_sources,
+    lucid_solo_truth,
+    lucid_table,
+    own_solo_truth,
+    pair_slowdown_matrix,
+    read_solo_samples,
+    refuse_simulated,
+    solo_measurements,
+    source_summary,
+    window_means,
+)
+
+__all__ = [
+    "FEATURE_KEYS", "LUCID_PAIR_COLUMNS", "LUCID_SOLO_COLUMNS", "MEASURED_BASE", "PREDICTED_BASE", "SOLO_COLUMNS",
+    "TABLE_COLUMNS", "CrossFit", "SlowdownModel", "align", "assign_folds", "baseline_slowdown", "colocation_table",
+    "crossfit", "derive", "evaluate_heldout", "failed_groups", "group_features", "heldout_by_source", "load_colocation",
+    "load_pair_sources", "lucid_solo_truth", "lucid_table", "measured_features", "own_solo_truth",
+    "pair_slowdown_matrix", "predicted_features", "read_solo_samples", "refuse_simulated", "solo_measurements", "source_summary",
+    "usable_groups", "window_means",
+]

@@ -1,0 +1,127 @@
+"""The slowdown model: each member's slowdown from its own and its partners' solo features.
+
+The features of a member are symmetric group features of a per-member frame aligned with the
+co-location table (own value, others' sum and max, group sum and max, own x others for the
+utilization-like columns, and the summed utilization over 100). Which solo features go in is the
+caller's choice: *predicted* ones (out-of-fold predictions plus graph features) for the model a
+scheduler would have, *measured* ones for the simulator's fallback truth. The model is gradient
+boosting on log slowdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpupred.errors import GpupredError
+
+PRODUCT_COLUMNS: tuple[str, ...] = ("gpu_util", "sm_active", "gmem_util")  # own x others: interference terms
+
+
+def single_thread() -> Any:
+    """A context that keeps OpenMP to one thread: small fits run far faster than with threads on a shared CPU."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
+
+
+def usable_base(member: pd.DataFrame, base: list[str] | tuple[str, ...]) -> list[str]:
+    """The base columns present in ``member`` with at least one value."""
+    return [c for c in base if c in member.columns and member[c].notna().any()]
+
+
+def derive(own: np.ndarray, osum: np.ndarray, omax: np.ndarray, n_others: np.ndarray, base: list[str]) -> pd.DataFrame:
+    """Symmetric group features from own, others' sum and others' max (arrays: rows x base)."""
+    cols: dict[str, np.ndarray] = {"n_others": n_others.astype(float)}
+    for k, name in enumerate(base):
+        o, s, mx = own[:, k], osum[:, k], omax[:, k]
+        cols[f"own_{name}"] = o
+        cols[f"others_{name}"] = s
+        cols[f"others_max_{name}"] = mx
+        cols[f"sum_{name}"] = o + s
+        cols[f"max_{name}"] = np.fmax(o, mx)
+        if name in PRODUCT_COLUMNS:
+            cols[f"prod_{name}"] = o * s
+    if "gpu_util" in base:
+        cols["over_100"] = np.maximum(0.0, cols["sum_gpu_util"] - 100.0)
+    return pd.DataFrame(cols)
+
+
+def group_features(table: pd.DataFrame, member: pd.DataFrame, base: list[str]) -> pd.DataFrame:
+    """Model inputs for each row of a co-location table from the aligned per-member frame ``member``."""
+    if len(member) != len(table):
+        raise GpupredError(f"member features have {len(member)} rows for a table of {len(table)}; align them first")
+    vals = member[base].to_numpy(float)
+    groups = table["group_id"].to_numpy()
+    osum = np.zeros_like(vals)
+    omax = np.full_like(vals, np.nan)
+    n_others = np.zeros(len(table))
+    for idx in pd.Series(np.arange(len(groups))).groupby(groups).indices.values():
+        block = vals[idx]
+        if len(idx) == 2:  # the common case: the partner is the other row
+            osum[idx[0]], osum[idx[1]] = block[1], block[0]
+            omax[idx[0]], omax[idx[1]] = block[1], block[0]
+        else:
+            for r, i in enumerate(idx):
+                others = np.delete(block, r, axis=0)
+                if len(others):
+                    osum[i] = np.nansum(others, axis=0)
+                    omax[i] = np.nanmax(others, axis=0)
+        n_others[idx] = len(idx) - 1
+    return derive(vals, osum, omax, n_others, base)
+
+
+@dataclass
+class SlowdownModel:
+    """A gradient-boosted model of log slowdown from symmetric group features."""
+
+    base: list[str]
+    columns: list[str]
+    model: Any = field(repr=False)
+
+    @classmethod
+    def fit(cls, table: pd.DataFrame, member: pd.DataFrame, base: list[str] | tuple[str, ...], seed: int = 0,
+            **params: Any) -> SlowdownModel:
+        """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features."""
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        y = table["slowdown"].to_numpy(float)
+        if len(table) < 4 or not np.isfinite(y).all():
+            raise GpupredError(f"{len(table)} co-located jobs, {int((~np.isfinite(y)).sum())} without a slowdown: "
+                               "fit on at least 4 jobs with measured slowdowns")
+        use = usable_base(member, base)
+        if not use:
+            raise GpupredError(f"none of the features {list(base)} has a value; nothing to fit the slowdown on")
+        x = group_features(table, member, use)
+        settings: dict[str, Any] = {
+            "max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 7, "l2_regularization": 1.0, "random_state": seed,
+            "min_samples_leaf": max(2, min(40, len(table) // 20)),
+        }
+        settings.update(params)
+        with single_thread():
+            model = HistGradientBoostingRegressor(**settings).fit(x, np.log(np.maximum(y, 1e-3)))
+        return cls(use, list(x.columns), model)
+
+    def predict(self, table: pd.DataFrame, member: pd.DataFrame) -> np.ndarray:
+        """Predicted slowdown of each row of a co-location table (aligned ``member`` features)."""
+        x = group_features(table, member, self.base)[self.columns]
+        with single_thread():
+            return np.exp(self.model.predict(x))
+
+    def pair_values(self, rows: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Slowdowns of workload ``rows[a[k]]`` sharing a GPU with ``rows[b[k]]`` (rows: per-workload features)."""
+        v = rows[self.base].to_numpy(float)
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        if len(a) == 0:
+            return np.empty(0)
+        x = derive(v[a], v[b], v[b], np.ones(len(a)), self.base)[self.columns]
+        with single_thread():
+            return np.exp(self.model.predict(x))
+
+    def pair_matrix(self, rows: pd.DataFrame) -> np.ndarray:
+        """Slowdown of workload ``rows[i]`` sharing a GPU with ``rows[j]``, for every ordered pair."""
+        w = len(rows)
+        return self.pair_values(rows, np.repeat(np.arange(w), w), np.tile(np.arange(w), w)).reshape(w, w)
