@@ -125,10 +125,12 @@ for target in [t for t in targets if t in results.get("grouped_random", {})]:
         plt.show()
 
 # %% [markdown]
-# Measured against out-of-fold predicted utilization (log axes) with each row's 90 % interval in grey.
-# GPUMemNet's networks crowd 20–60 %; Lucid's jobs spread from about 5 % (PointNet, NeuMF) to 100 %
-# (ResNet-50, BERT). Under leave-one-family-out the points scatter far more and the intervals widen:
-# an unseen family is much harder than an unseen batch size or width of a known one.
+# Measured against out-of-fold predicted values (log axes) with each row's 90 % interval in grey.
+# GPUMemNet's networks mostly sit at 15–60 % utilization; Lucid's jobs spread from 5–10 % (PointNet,
+# NeuMF) to 100 % (ResNet-50, BERT). Under leave-one-family-out the points scatter far more and the
+# intervals widen: an unseen family is much harder than an unseen width or batch size of a known one.
+# Holding out the fully connected group leaves only Lucid's 60 jobs to learn from, so every GPUMemNet
+# network gets nearly the same prediction there.
 
 # %%
 for target in [t for t in ("gpu_util", "memory_mib") if any(t in r for r in results.values())]:

@@ -70,9 +70,11 @@ for feature in perm.index[:top]:
 # %% [markdown]
 # SHAP values are on the model's log1p(target) scale, and feature values on its signed-log scale.
 # Agreement between the three rankings is what to look for; where they differ, permutation
-# importance (held-out workloads, model-agnostic) is the one to trust. With GPUMemNet's 3,000 fully
-# connected networks the larger part of the rows, what separates their utilization (width, batch
-# size, FLOPs per iteration) weighs most; Lucid's 60 jobs move the ranking less.
+# importance (held-out workloads, model-agnostic) is the one to trust. GPUMemNet's 3,000 fully
+# connected networks are most of the rows, so the knobs along which they vary lead: the parameter
+# count (with `flops_optimizer`, a fixed multiple of it under one optimizer) and the batch size. The GPU
+# and protocol columns are constant within a source and rank low: they separate the two sources, not
+# the runs within one.
 
 # %%
 reports.update_metrics({f"{target}_top_features_permutation": perm.index[:5].tolist()})

@@ -76,6 +76,7 @@ ENCODED_COLUMNS: tuple[str, ...] = (
     "util_nonzero_only",  # utilization averaged over non-zero samples only (GPUMemNet's DCGM cleaning)
 )
 REQUIRED_LABELS: tuple[str, ...] = ("gpu_util", "memory_mib")
+PERCENT_LABELS: tuple[str, ...] = ("gpu_util", "gpu_util_buffered", "sm_active")  # bounded by 100
 FEATURE_ID_COLUMNS: tuple[str, ...] = (
     "workload_id", "arch_key", "family", "arch", "precision", "optimizer", "fused", "unknown_op_types",
 )

@@ -96,7 +96,7 @@ def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: d
 
 def _outer_fold(X: np.ndarray, y: np.ndarray, labelled: np.ndarray, groups: np.ndarray, strata: np.ndarray | None,
                 split: Split, candidates: dict[str, Any], n_inner: int, alpha: float, n_cal: int, seed: int,
-                compare: bool, n_jobs: int) -> dict[str, Any]:
+                compare: bool, n_jobs: int, percent: bool = False) -> dict[str, Any]:
     """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows."""
     train, test, label = split
     train = train[labelled[train]]
@@ -104,6 +104,8 @@ def _outer_fold(X: np.ndarray, y: np.ndarray, labelled: np.ndarray, groups: np.n
     cr = ConformalRegressor(clone(candidates[chosen]), alpha, n_cal, seed)
     cr.fit(X[train], y[train], groups=groups[train], strata=None if strata is None else strata[train])
     point, low, high = cr.predict(X[test], None if strata is None else strata[test])
+    if percent:  # a utilization is at most 100 %: so are its prediction and interval
+        point, low, high = (np.clip(a, 0, 100) for a in (point, low, high))
     others: dict[str, float] = {}
     if compare:
         z = np.log1p(y)
@@ -141,7 +143,7 @@ def nested_cv(
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
-    from gpupred.dataset import feature_columns
+    from gpupred.dataset import PERCENT_LABELS, feature_columns
 
     cols = features or feature_columns(df)
     X = df[cols].to_numpy(float)
@@ -159,7 +161,7 @@ def nested_cv(
             if not labelled[split[0]].any():
                 continue
             outs.append(_outer_fold(X, y, labelled, groups, strata, split, candidates, n_inner, alpha, n_cal, seed, compare,
-                                    n_jobs))
+                                    n_jobs, percent=target in PERCENT_LABELS))
     return _collect(df, target, scheme, y, outs)
 
 
@@ -237,11 +239,14 @@ def plot_outer(results: dict[str, NestedResult], title: str = "") -> Any:
     import seaborn as sns
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.6), squeeze=False)
+    sources = sorted({s for r in results.values() for s in r.predictions.get("source", [])})
+    palette = dict(zip(sources, sns.color_palette(n_colors=max(len(sources), 1))))
     for ax, (name, res) in zip(axes[0], results.items()):
         p = res.predictions[res.predictions["y"].notna()]
         ax.errorbar(p["y"], p["pred"], yerr=[p["pred"] - p["low"], p["high"] - p["pred"]], fmt="none", ecolor="0.85",
                     lw=0.6, zorder=0)
-        sns.scatterplot(data=p, x="y", y="pred", hue="source", s=14, alpha=0.7, ax=ax, linewidth=0)
+        sns.scatterplot(data=p, x="y", y="pred", hue="source", hue_order=sources, palette=palette, s=14, alpha=0.7, ax=ax,
+                        linewidth=0)
         lo, hi = max(0.5, float(p[["y", "pred"]].min().min())), float(p[["y", "pred"]].max().max()) * 1.1
         ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured {res.target}", ylabel="out-of-fold prediction",
