@@ -64,7 +64,11 @@ def workload_table(dataset: pd.DataFrame, predictions: pd.DataFrame, gpu_name: s
         miss = [c for c in need if c not in df.columns]
         if miss:
             raise GpupredError(f"{name}: missing columns {miss} needed for the simulator's workload table")
-    d = dataset
+    d = dataset[dataset["iter_time_s"].notna()]  # runs without a measured iteration time cannot be simulated
+    if d.empty:
+        from gpupred.pipeline import MissingInput
+
+        raise MissingInput("no dataset run has a measured iteration time (GPUMemNet publishes none): nothing to simulate")
     if gpu_name is None:
         gpu_name = d["gpu_name"].value_counts().index[0]
     d = d[d["gpu_name"] == gpu_name]
