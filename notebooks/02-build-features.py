@@ -17,22 +17,29 @@
 # # 02 · Build graph features
 # Every catalog workload is exported to ONNX once per architecture (structure only, symbolic batch)
 # and featurized at its batch size, precision and optimizer: FLOPs (forward, training), parameters,
-# activation and moved bytes, arithmetic intensity, op mix and graph depth. The table is the graph
-# half of the learning dataset: `data/processed/graph_features.parquet`.
+# activation and moved bytes, arithmetic intensity, op mix and graph depth. Published measurements of
+# other groups (Lucid on an RTX 3090, GPUMemNet on an A100) are imported at their pinned commits and
+# their workloads featurized too: Lucid's rebuilt jobs from the committed structure-only graphs in
+# `data/graphs/`, GPUMemNet's 3,000 fully connected networks built directly with `onnx.helper`. The
+# table is the graph half of the learning dataset: `data/processed/graph_features.parquet`.
 
 # %% tags=["parameters"]
 limit: int = 0  # number of catalog specs to featurize (a balanced prefix); 0 = the whole catalog
 families: str = ""  # comma-separated families to keep (e.g. "mlp,lstm"); "" = all
 workers: int = 2  # parallel export processes
 include_measured: bool = True  # also featurize every workload measured in data/raw (fused specs, custom plans)
+published: str = "lucid,gpumemnet"  # published sources to import (if not yet) and featurize; "" = none
+import_published: bool = True  # try to import missing sources: download at the pinned commit, else the local copy
 
 # %%
 import matplotlib
 import matplotlib.pyplot as plt
+import pandas as pd
 import seaborn as sns
 
-from gpupred import config, reports
+from gpupred import config, importers, reports
 from gpupred.graph import build_feature_table, write_feature_table
+from gpupred.importers import graphs
 from gpupred.profile.schema import read_runs
 from gpupred.workloads.catalog import catalog
 from gpupred.workloads.spec import WorkloadSpec
@@ -49,7 +56,27 @@ if include_measured:
     specs += [WorkloadSpec.from_id(w) for w in measured]
     print(f"{len(measured)} measured workloads outside the selected catalog slice added")
 df = build_feature_table(specs, workers=workers, progress=True)
+
+# %% [markdown]
+# ## Published measurements
+# Each source is imported once into `data/external/<source>/` (never `data/raw/`, never committed) with
+# its provenance: the file is downloaded from the upstream repository at the pinned commit and its
+# sha256 checked; offline, the local copy (`GPUPRED_EXTERNAL_LOCAL`, or `../shared/external` beside
+# the checkout) is used. A source that cannot be had is skipped, with the reason.
+
+# %%
+sources = [s.strip() for s in published.split(",") if s.strip()]
+available = []
+for name in sources:
+    src = importers.get_source(name)
+    ok, how = importers.ensure_imported(src) if import_published else (importers.is_imported(src), "import_published=False")
+    print(how if ok else f"{name}: skipped: {how}")
+    if ok:
+        available.append(name)
+imported = graphs.feature_rows(graphs.imported_specs(available), progress=True)
+df = pd.concat([df, imported[~imported["workload_id"].isin(df["workload_id"])]], ignore_index=True)
 path = write_feature_table(df)
+print(f"{len(imported)} imported workloads featurized ({', '.join(available) or 'none'})")
 print(f"{len(df)} workloads, {df['arch_key'].nunique()} architectures -> {path.relative_to(config.ROOT)}")
 print(f"ops without a cost rule: {int(df['unknown_ops'].sum())} ({', '.join(sorted(set(','.join(df['unknown_op_types']).split(',')) - {''})) or 'none'})")
 
@@ -57,7 +84,9 @@ print(f"ops without a cost rule: {int(df['unknown_ops'].sum())} ({', '.join(sort
 # Training FLOPs, parameters and arithmetic intensity per family (log scale): families spread over
 # orders of magnitude. Intensity separates the bandwidth-bound (depthwise CNNs such as MobileNet,
 # EfficientNet, ShuffleNet, and the NeuMF recommender, under ~10 FLOPs/byte) from the dense ones
-# (VGG, AlexNet, MLPs, RNN language models, ~100 and above); bf16 raises it by halving activation bytes.
+# (VGG, AlexNet, MLPs, RNN language models, ~100 and above); bf16 and fp16 raise it by halving
+# activation bytes. GPUMemNet's fully connected networks (`fcnet`) span five orders of magnitude of
+# parameters on their own.
 
 # %%
 sns.set_theme(style="whitegrid")
@@ -76,18 +105,26 @@ reports.update_metrics({"graph_features_rows": len(df), "graph_features_unknown_
 
 # %% [markdown]
 # ## The learning dataset
-# One row per ok solo run in `data/raw` (never dry-run output): labels from the NVML samples of the
-# measured window, joined to the graph features above and the GPU's hardware features. Excluded runs
-# are listed by reason.
+# One row per measured solo run, from every source: this project's ok solo runs in `data/raw` (never
+# dry-run output; labels from the NVML samples of the measured window) and the imported published runs
+# (their labels as published). Each joins the graph features above, the GPU's hardware features and how
+# its source measured (`sampler`, `sync`). Excluded runs are listed by reason — the published jobs that
+# are not rebuilt (Lucid's reinforcement-learning jobs) among them.
 
 # %%
 from gpupred.dataset import build_dataset
 from gpupred.pipeline import MissingInput
 
 try:
-    dataset, exclusions = build_dataset(features=df)
-    print(f"{len(dataset)} runs, {dataset['family'].nunique()} families, GPUs: {sorted(dataset['gpu_name'].unique())} "
+    dataset, exclusions = build_dataset(features=df, sources=available)
+    print(f"{len(dataset)} runs, {dataset['workload_id'].nunique()} workloads, {dataset['family'].nunique()} families "
           f"-> {config.DATASET.relative_to(config.ROOT)}")
-    print(exclusions.groupby("reason").size().rename("runs excluded").to_string() if len(exclusions) else "no run excluded")
+    display(dataset.groupby(["source", "gpu", "sampler", "sync"]).agg(
+        runs=("run_id", "size"), workloads=("workload_id", "nunique"), families=("family", "nunique"),
+        gpu_util_median=("gpu_util", "median"), memory_mib_median=("memory_mib", "median")).round(1))
+    if len(exclusions):
+        print(exclusions.groupby("reason").size().rename("runs excluded").to_string())
+    else:
+        print("no run excluded")
 except MissingInput as err:
     print(f"dataset not built: {err}")

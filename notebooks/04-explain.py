@@ -15,24 +15,34 @@
 
 # %% [markdown]
 # # 04 · What drives utilization
-# Impurity importance averaged over the tree models (as Horus did), permutation importance on a
-# held-out split, and SHAP (beeswarm, then dependence plots of the top features).
+# Impurity importance averaged over the tree models (as Horus did), permutation importance on held-out
+# workloads (a grouped split: no run of a test workload is in training), and SHAP (beeswarm, then
+# dependence plots of the top features), on every source's runs together. The protocol features
+# (`sync_kernel`, `util_nonzero_only`, `host_batches`) and the GPU's hardware features are in the
+# ranking like any other: where they rank high, part of what the model learned is how a source measured.
 
 # %% tags=["parameters"]
 target: str = "gpu_util"  # label to explain
 tree_models: list = ["decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost", "lightgbm"]  # averaged
-explain_model: str = "xgboost"  # model for permutation importance and SHAP
+explain_model: str = ""  # model for permutation importance and SHAP; "" = notebook 03's choice if it is a tree model, else xgboost
 n_permutations: int = 10  # permutation repeats
 top: int = 3  # dependence plots for this many top features
 
 # %%
+import json
+
 import matplotlib.pyplot as plt
 import shap
 
-from gpupred import dataset, reports
+from gpupred import config, dataset, reports
 from gpupred.learn import importance
+from gpupred.learn.regressors import TREE_MODELS
 
-df = dataset.load_dataset()  # MissingInput until real runs are collected and notebook 02 has run
+df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
+earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}
+key = "util_best_model" if target == "gpu_util" else f"{target}_best_model"
+explain_model = explain_model or (earlier.get(key) if earlier.get(key) in TREE_MODELS else "xgboost")
+print(f"explaining {target} with {explain_model}; {len(df)} runs from {', '.join(sorted(df['source'].unique()))}")
 
 # %%
 imp = importance.impurity_importance(df, target, models=tree_models)
@@ -41,7 +51,8 @@ imp.head(15).round(3)
 
 # %%
 perm = importance.permutation(df, target, model=explain_model, n_repeats=n_permutations)
-reports.save_figure(importance.plot_importance(perm, title=f"{target}: permutation importance ({explain_model})"), f"04-permutation-{target}")
+reports.save_figure(importance.plot_importance(perm, title=f"{target}: permutation importance on held-out workloads ({explain_model})"),
+                    f"04-permutation-{target}")
 perm.head(15).round(4)
 
 # %%
@@ -59,4 +70,11 @@ for feature in perm.index[:top]:
 # %% [markdown]
 # SHAP values are on the model's log1p(target) scale, and feature values on its signed-log scale.
 # Agreement between the three rankings is what to look for; where they differ, permutation
-# importance (held-out, model-agnostic) is the one to trust.
+# importance (held-out workloads, model-agnostic) is the one to trust. GPUMemNet's 3,000 fully
+# connected networks are most of the rows, so the knobs along which they vary lead: the parameter
+# count (with `flops_optimizer`, a fixed multiple of it under one optimizer) and the batch size. The GPU
+# and protocol columns are constant within a source and rank low: they separate the two sources, not
+# the runs within one.
+
+# %%
+reports.update_metrics({f"{target}_top_features_permutation": perm.index[:5].tolist()})

@@ -98,8 +98,13 @@ def _fixture_labels(f: pd.Series, gpu: str, rng: np.random.Generator) -> dict[st
     }
 
 
-def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_sizes: int = 3, seed: int = 0) -> pd.DataFrame:
-    """A FIXTURE dataset frame with the columns of gpupred.dataset's contract."""
+def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_sizes: int = 3, seed: int = 0,
+                    sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """A FIXTURE dataset frame with the columns of gpupred.dataset's contract.
+
+    Every workload is "measured" once per GPU, so a workload's runs span GPUs (what grouped splits must keep
+    together); ``sources`` maps a GPU name to the source its rows claim (default ``gpupred``).
+    """
     from gpupred import dataset as ds
 
     rng = np.random.default_rng(seed)
@@ -119,7 +124,8 @@ def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_
                 "torch_peak_allocated_mib": lab["memory_mib"] - 600, "iter_time_mean_s": lab["iter_time_mean_s"],
                 "samples_per_s": f["batch_size"] / lab["iter_time_mean_s"],
                 "memory_source": "nvml-process", "gpu_memory_total_mib": 81559.0, "n_samples": 50.0,
-                "cuda_context_mib": 500.0, "sync": "step",
+                "cuda_context_mib": 500.0, "sync": "step", "source": (sources or {}).get(gpu, "gpupred"),
+                "sampler": "nvml-poll-50ms",
             }
             row.update({k: float(f[k]) for k in keys})
             row.update(hardware_features(gpu, f["precision"]))

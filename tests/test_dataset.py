@@ -25,6 +25,17 @@ def test_hardware_names() -> None:
     assert gpu_spec("NVIDIA L4").name == "L4"
     hw = hardware_features("h100", "bf16")
     assert set(hw) == set(HARDWARE_COLUMNS) and hw["gpu_tflops_peak"] == hw["gpu_tflops_bf16"]
+    assert gpu_spec("NVIDIA GeForce RTX 3090").name == "RTX 3090" and gpu_spec("NVIDIA A100 40GB").mem_bw_gbs == 1555
+
+
+def test_fp16_peak_rates() -> None:
+    """fp16 autocast runs on FP16 tensor cores: as fast as BF16 from Ampere on, far faster than FP32 on V100/T4."""
+    v100 = hardware_features("Tesla V100-SXM2-16GB", "fp16")
+    assert v100["gpu_tflops_peak"] == 125.0 and v100["gpu_tflops_bf16"] == 15.7
+    assert hardware_features("T4", "fp16")["gpu_tflops_peak"] == 65.0
+    rtx = hardware_features("NVIDIA GeForce RTX 3090", "fp16")
+    assert rtx["gpu_tflops_peak"] == rtx["gpu_tflops_bf16"] == 71.0 and rtx["gpu_tflops_fp16"] == 71.0
+    assert hardware_features("NVIDIA GeForce RTX 3090", "fp32")["gpu_tflops_peak"] == 35.6
 
 
 def test_unknown_gpu_names_it() -> None:
@@ -38,7 +49,7 @@ def test_build_from_fixture_raw_tree(tmp_path: Path) -> None:
     write_fixture_raw_tree(tmp_path / "raw", ids)
     out = tmp_path / "dataset.parquet"
     with pytest.warns(UserWarning, match="simulated"):
-        df, excl = ds.build_dataset(tmp_path / "raw", features=feats, out=out)
+        df, excl = ds.build_dataset(tmp_path / "raw", features=feats, out=out, sources=())
     assert out.exists() and len(df) == 4
     assert sorted(df["workload_id"]) == sorted(ids)
     reasons = excl.groupby("reason").size().to_dict()
@@ -63,7 +74,7 @@ def test_build_from_fixture_raw_tree(tmp_path: Path) -> None:
 
 def test_no_ok_runs_is_missing_input(tmp_path: Path) -> None:
     with pytest.raises(MissingInput, match="no ok solo runs"):
-        ds.build_dataset(tmp_path / "raw", features=fixture_features(1), write=False)
+        ds.build_dataset(tmp_path / "raw", features=fixture_features(1), write=False, sources=())
 
 
 def test_only_simulated_is_missing_input(tmp_path: Path) -> None:
@@ -73,13 +84,13 @@ def test_only_simulated_is_missing_input(tmp_path: Path) -> None:
         if p.stem != "fixture-sim":
             p.unlink()
     with pytest.warns(UserWarning), pytest.raises(MissingInput):
-        ds.build_dataset(tmp_path / "raw", features=feats, write=False)
+        ds.build_dataset(tmp_path / "raw", features=feats, write=False, sources=())
 
 
 def test_missing_features_file_is_missing_input(tmp_path: Path) -> None:
     write_fixture_raw_tree(tmp_path / "raw", fixture_features(1)["workload_id"].tolist()[:1], extras=False)
     with pytest.raises(MissingInput, match="graph features"):
-        ds.build_dataset(tmp_path / "raw", features=tmp_path / "nope.parquet", write=False)
+        ds.build_dataset(tmp_path / "raw", features=tmp_path / "nope.parquet", write=False, sources=())
 
 
 def test_validate_refuses_broken_frames(tmp_path: Path) -> None:
@@ -94,3 +105,62 @@ def test_validate_refuses_broken_frames(tmp_path: Path) -> None:
     with pytest.raises(MissingInput):
         ds.load_dataset(tmp_path / "absent.parquet")
     assert ds.summarize(df)["n_families"] == 5
+
+
+def _imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import FIXTURE Lucid and GPUMemNet files (made up, repinned) into a temporary data/external."""
+    from fixtures_external import FIXTURE_GPUMEMNET, FIXTURE_LICENSE, FIXTURE_LUCID_PAIRS, FIXTURE_LUCID_SOLO, repin
+    from fixtures_external import write_local_copy
+
+    from gpupred import config, importers
+    from gpupred.importers.source import import_source
+
+    monkeypatch.setattr(config, "EXTERNAL", tmp_path / "external")
+    files = {"lucid": {"single_data.csv": FIXTURE_LUCID_SOLO, "colocate_info.csv": FIXTURE_LUCID_PAIRS,
+                       "LICENSE.txt": FIXTURE_LICENSE},
+             "gpumemnet": {"mlp_data_step1.csv": FIXTURE_GPUMEMNET}}
+    for name, module in (("lucid", importers.lucid), ("gpumemnet", importers.gpumemnet)):
+        src = repin(module.SOURCE, files[name])
+        monkeypatch.setattr(module, "SOURCE", src)
+        monkeypatch.setitem(importers.SOURCES, name, src)
+        import_source(src, from_dir=write_local_copy(tmp_path / "copy", src, files[name]))
+
+
+def test_build_from_every_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Own FIXTURE runs + FIXTURE Lucid and GPUMemNet imports: one dataset with source, sampler, sync and encodings."""
+    from gpupred.importers import graphs
+
+    _imports(tmp_path, monkeypatch)
+    feats = fixture_features(n_batch_sizes=1)
+    own_ids = feats["workload_id"].tolist()[:2]
+    write_fixture_raw_tree(tmp_path / "raw", own_ids, extras=False)
+    imported = graphs.feature_rows(graphs.imported_specs(), progress=False)  # committed graphs + onnx.helper: no torch
+    assert len(imported) == 4 and set(imported["family"]) == {"resnet", "bert", "fcnet"}
+    df, excl = ds.build_dataset(tmp_path / "raw", features=pd.concat([feats, imported]), out=tmp_path / "d.parquet")
+    assert df.groupby("source").size().to_dict() == {"gpumemnet": 1, "gpupred": 2, "lucid": 3}
+    by = df.set_index("run_id")
+    lucid = by.loc["lucid:ResNet18/CIFAR-10/bs64/amp1"]
+    assert (lucid["gpu"], lucid["precision"], lucid["sync"], lucid["sampler"]) == ("RTX 3090", "fp16", "kernel", "nvidia-smi-0.2s")
+    assert lucid["is_fp16"] == 1 and lucid["is_bf16"] == 0 and lucid["sync_kernel"] == 1 and lucid["host_batches"] == 1
+    assert lucid["gpu_tflops_peak"] == 71.0 and lucid["memory_mib"] == 2100.0 and np.isnan(lucid["sm_active"])
+    gmn = by.loc["gpumemnet:input:8_output:2_depth:2_arch:pyramid_batch:16"]
+    assert gmn["gpu"] == "A100 40GB" and gmn["util_nonzero_only"] == 1 and gmn["sync_kernel"] == 0 and gmn["sm_active"] == 20.0
+    own = df[df["source"] == "gpupred"]
+    assert set(own["sampler"]) == {"nvml-poll-100ms"} and (own[["sync_kernel", "util_nonzero_only", "is_fp16"]] == 0).all().all()
+    reasons = excl.groupby("reason").size()
+    assert any("reinforcement" in r for r in reasons.index) and any("width rule" in r for r in reasons.index)
+    loaded = ds.load_dataset(tmp_path / "d.parquet")
+    assert len(loaded) == 6 and len(ds.load_dataset(tmp_path / "d.parquet", sources=["lucid"])) == 3
+    assert ds.summarize(df)["sources"] == ["gpumemnet", "gpupred", "lucid"] and ds.summarize(df)["n_workloads"] == 6
+
+
+def test_imported_sources_alone_make_a_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No run in data/raw: the imported sources are enough (the fresh-clone-with-published-data case)."""
+    from gpupred.importers import graphs
+
+    _imports(tmp_path, monkeypatch)
+    df, _ = ds.build_dataset(tmp_path / "raw", features=graphs.feature_rows(graphs.imported_specs(), progress=False),
+                             write=False)
+    assert set(df["source"]) == {"lucid", "gpumemnet"}
+    with pytest.raises(MissingInput, match="gpupred import lucid"):
+        ds.build_dataset(tmp_path / "raw", features=fixture_features(1), write=False, sources=())

@@ -8,7 +8,9 @@ import pytest
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.learn import REGRESSORS, ConformalRegressor, evaluate, make_regressor, rmsle, summarize
-from gpupred.learn.evaluate import choose_model, cross_gpu_splits, lofo_splits, random_splits
+from gpupred.learn.evaluate import (
+    check_grouped, choose_model, cross_gpu_splits, lofo_splits, random_splits, sibling_group, splits_for,
+)
 from gpupred.learn.importance import impurity_importance, permutation
 from gpupred.learn.intervals import interval_coverage, overall_coverage
 
@@ -31,6 +33,34 @@ def test_splits() -> None:
     assert [(list(te), lab) for _, te, lab in lofo_splits(fam)] == [([0, 1], "a"), ([2], "b"), ([3], "c")]
     assert cross_gpu_splits(["x", "x"]) == []
     assert [lab for *_, lab in cross_gpu_splits(["x", "y"])] == ["x->y", "y->x"]
+    # with workloads, the test GPU's workloads are removed from training
+    splits = cross_gpu_splits(["x", "x", "y"], workloads=["w1", "w2", "w1"])
+    assert [(list(tr), list(te), lab) for tr, te, lab in splits] == [([1], [2], "x->y")]  # y->x: no unseen training rows
+
+
+def test_grouped_splits_keep_every_run_of_a_workload_on_one_side(df) -> None:
+    """Each FIXTURE workload ran on two GPUs (and, here, two sources): no split may straddle it."""
+    two = df.assign(source=np.where(df["gpu"] == "H100 SXM", "gpupred", "lucid"))
+    for scheme in ("grouped_random", "lofo", "cross_gpu"):
+        for train, test, label in splits_for(two, scheme, n_repeats=5):
+            assert not set(two["workload_id"].iloc[train]) & set(two["workload_id"].iloc[test]), (scheme, label)
+    folds = splits_for(two, "grouped_random", n_repeats=5)
+    assert sorted(np.concatenate([te for _, te, _ in folds]).tolist()) == list(range(len(two)))  # a partition
+    for _, test, _ in folds:  # stratified by source: every fold tests both sources
+        assert set(two["source"].iloc[test]) == {"gpupred", "lucid"}
+    # the papers' ungrouped split puts a workload's other GPU run in training: check_grouped catches it
+    with pytest.raises(GpupredError, match="both sides"):
+        check_grouped(random_splits(len(two), 3, seed=1), two["workload_id"])
+
+
+def test_lofo_holds_out_sibling_families_together() -> None:
+    fams = ["lstm", "gru", "bert", "gpt", "seq2seq", "resnet", "mlp", "fcnet", "pointnet", "mobilenet", "efficientnet"]
+    held = {label: {fams[i] for i in test} for _, test, label in lofo_splits(fams)}
+    assert held["rnn"] == {"lstm", "gru"} and held["transformer"] == {"bert", "gpt", "seq2seq"}
+    assert held["fully-connected"] == {"mlp", "fcnet"} and held["inverted-residual"] == {"mobilenet", "efficientnet"}
+    assert held["pointnet"] == {"pointnet"} and held["resnet"] == {"resnet"}
+    assert sibling_group("resnet") == "resnet"  # resnet18_cifar is an architecture of the resnet family
+    assert {frozenset(v) for v in held.values()} != {frozenset([f]) for f in fams}  # not one split per family
 
 
 def test_zoo_has_the_required_models() -> None:
@@ -44,17 +74,18 @@ def test_zoo_has_the_required_models() -> None:
 
 def test_evaluate_all_schemes(df) -> None:
     res = evaluate(df, "gpu_util", models=["ridge", "knn"], n_repeats=2, tune=False, n_jobs=1)
-    assert set(res["scheme"]) == {"random", "lofo", "cross_gpu"}
-    assert len(res) == 2 * (2 + 5 + 2)
+    # every FIXTURE workload ran on both GPUs: no cross-GPU split keeps the test GPU's workloads unseen
+    assert set(res["scheme"]) == {"grouped_random", "lofo"}
+    assert len(res) == 2 * (2 + 5)  # 2 grouped folds; lofo: resnet, plain-convnet (vgg), fully-connected, rnn, transformer
     assert (res["rmsle"] >= 0).all() and {"mae", "r2"} <= set(res.columns)
     table = summarize(res)
-    assert "random_mean" in table.columns and "lofo_std" in table.columns
+    assert "grouped_random_mean" in table.columns and "lofo_std" in table.columns
     assert choose_model(res) in {"ridge", "knn"}
 
 
 @pytest.mark.slow
 def test_every_regressor_fits(df) -> None:
-    res = evaluate(df, "memory_mib", models=REGRESSORS, schemes=("random",), n_repeats=1, tune=True, n_jobs=2)
+    res = evaluate(df, "memory_mib", models=REGRESSORS, schemes=("grouped_random",), n_repeats=2, tune=True, n_jobs=2)
     assert set(res["model"]) == set(REGRESSORS)
     assert res["rmsle"].notna().all()
 
@@ -79,7 +110,7 @@ def test_conformal_interval_contains_point_and_covers(df) -> None:
 
 
 def test_interval_coverage_table(df) -> None:
-    cov = interval_coverage(df, "gpu_util", model="ridge", n_repeats=1, n_folds=3)
-    assert set(cov["scheme"]) == {"random", "lofo"}
+    cov = interval_coverage(df, "gpu_util", model="ridge", n_repeats=2, n_folds=3)
+    assert set(cov["scheme"]) == {"grouped_random", "lofo"}
     pooled = overall_coverage(cov)
-    assert 0 <= pooled["lofo"] <= 1 and 0 <= pooled["random"] <= 1
+    assert 0 <= pooled["lofo"] <= 1 and 0 <= pooled["grouped_random"] <= 1

@@ -13,8 +13,11 @@ from gpupred.memory import METHODS, MemoryModel, analytical_bytes, evaluate_memo
 
 def test_analytical_by_hand() -> None:
     row = pd.DataFrame([{"param_bytes": 400.0, "params": 100.0, "activation_bytes": 1000.0, "precision": "bf16", "optimizer": "adam"}])
-    # weights 400 + grads 400 + adam 2x400 + activations (already sized for bf16 by gpupred.graph)
-    assert analytical_bytes(row)[0] == 400 + 400 + 800 + 1000
+    # weights 400 + grads 400 + adam 2x400 + autocast's 16-bit weight copies 200 + activations (already sized
+    # for bf16 by gpupred.graph)
+    assert analytical_bytes(row)[0] == 400 + 400 + 800 + 200 + 1000
+    row["precision"] = "fp16"
+    assert analytical_bytes(row)[0] == 400 + 400 + 800 + 200 + 1000
     row["optimizer"], row["precision"] = "sgd", "fp32"
     assert analytical_bytes(row)[0] == 400 + 400 + 400 + 1000
     assert horus_mib(row)[0] == pytest.approx((400 + 1000) / 2**20)
@@ -33,9 +36,15 @@ def test_memory_model_fits_overhead_and_residual() -> None:
 
 
 def test_evaluate_memory_table() -> None:
-    df = fixture_dataset(n_batch_sizes=2)
-    errors = evaluate_memory(df, n_repeats=1)
+    df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
+                         sources={"NVIDIA GeForce RTX 3090": "lucid"})
+    errors = evaluate_memory(df, n_repeats=2)
     table = summarize_memory(errors)
-    assert set(errors["method"]) == set(METHODS)
-    assert ("median", "lofo") in table.columns and ("p90", "random") in table.columns
-    assert table.loc["analytical", ("median", "random")] < table.loc["horus", ("median", "random")]
+    assert set(errors["method"]) == set(METHODS) and set(errors["source"]) == {"gpupred", "lucid"}
+    assert ("median", "lofo") in table.columns and ("p90", "grouped_random") in table.columns
+    assert table.loc["analytical", ("median", "grouped_random")] < table.loc["horus", ("median", "grouped_random")]
+    by = summarize_memory(errors, by_source=True)
+    assert ("analytical+residual", "lucid") in by.index and by[("n", "grouped_random")].sum() == len(METHODS) * len(df)
+    # every run is estimated exactly once per scheme, by a model that did not see its workload
+    assert errors[errors["method"] == "horus"].groupby("scheme")["run_id"].nunique().to_dict() == {
+        "grouped_random": len(df), "lofo": len(df)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fixtures_learning import write_fixture_dataset
@@ -13,46 +14,63 @@ pytestmark = pytest.mark.notebook
 
 NOTEBOOKS = ["03-compare-regressors", "04-explain", "05-memory", "08-export-predictor"]
 SMALL = {
-    "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn", "xgboost"], "n_repeats": 1,
-                              "tune": False, "n_jobs": 1},
+    "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
+                              "n_jobs": 1},
     "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1},
-    "05-memory": {"n_repeats": 1},
-    "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False, "coverage_repeats": 1},
+    "05-memory": {"n_folds": 2, "residual_model": "ridge"},
+    "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False},
 }
+TWO_SOURCES = {"gpus": ("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), "n_batch_sizes": 2,
+               "sources": {"NVIDIA GeForce RTX 3090": "lucid"}}
+ITEM_6_FROM_03 = {"util_rmsle_grouped_random", "util_rmsle_lofo", "util_rmsle_by_source", "util_interval_coverage_grouped_random",
+                  "util_interval_coverage_lofo", "n_runs", "n_workloads", "sources"}
+ITEM_6_FROM_05 = {"memory_median_rel_err", "memory_p90_rel_err", "memory_median_rel_err_horus"}
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_missing_input_skips(name: str, run_notebook, tmp_path: Path) -> None:
     run_notebook(name, SMALL[name], allow_missing_input=True)
     summary = json.loads((tmp_path / "reports" / f"{name}.ipynb").read_text())
-    assert "MissingInput" in json.dumps(summary)
+    assert "MissingInput" in json.dumps(summary) and "gpupred import" in json.dumps(summary)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_runs_on_fixture_dataset(name: str, run_notebook, tmp_path: Path) -> None:
-    write_fixture_dataset(tmp_path, gpus=("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), n_batch_sizes=2)
+    write_fixture_dataset(tmp_path, **TWO_SOURCES)
     run_notebook(name, SMALL[name])
     metrics_path = tmp_path / "reports" / "metrics.json"
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
-    figures = list((tmp_path / "reports" / "figures").glob("*.png")) if name != "08-export-predictor" else []
+    figures = {f.name for f in (tmp_path / "reports" / "figures").glob("*.png")} if name != "08-export-predictor" else set()
     if name == "03-compare-regressors":
-        assert {"util_rmsle_random", "util_rmsle_lofo", "util_rmsle_cross_gpu", "n_runs", "n_families", "gpus"} <= set(metrics)
-        assert figures
+        assert ITEM_6_FROM_03 <= set(metrics) and metrics["sources"] == ["gpupred", "lucid"]
+        assert set(metrics["util_rmsle_by_source"]) == {"gpupred", "lucid"}
+        assert set(metrics["util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
+        assert 0 <= metrics["util_interval_coverage_lofo"] <= 1 and metrics["util_best_model"] in ("ridge", "knn")
+        assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png"} <= figures
+        from gpupred.learn.oof import read_oof_predictions
+
+        dataset = pd.read_parquet(tmp_path / "data" / "processed" / "dataset.parquet")
+        oof = read_oof_predictions(dataset, tmp_path / "data" / "processed" / "oof_predictions.parquet")
+        assert len(oof) == len(dataset) and {"gpu_util_low", "memory_mib_high"} <= set(oof.columns)
     elif name == "04-explain":
-        assert any("shap-beeswarm" in f.name for f in figures) and any("shap-dependence" in f.name for f in figures)
+        assert any("shap-beeswarm" in f for f in figures) and any("shap-dependence" in f for f in figures)
     elif name == "05-memory":
-        assert {"memory_median_rel_err", "memory_p90_rel_err"} <= set(metrics)
+        assert ITEM_6_FROM_05 <= set(metrics) and set(metrics["memory_median_rel_err_by_source"]) == {"gpupred", "lucid"}
+        assert {"05-memory-rel-err.png", "05-memory-estimate-vs-measured.png"} <= figures
     else:
-        assert {"util_interval_coverage_random", "util_interval_coverage_lofo"} <= set(metrics)
-        assert (tmp_path / "models" / "predictor.joblib").exists() and (tmp_path / "models" / "predictor.json").exists()
+        assert (tmp_path / "models" / "predictor.joblib").exists()
+        card = json.loads((tmp_path / "models" / "predictor.json").read_text())
+        assert "non-commercial" in card["usage_restriction"].lower() and set(card["sources"]) == {"gpupred", "lucid"}
 
 
 def test_export_takes_the_model_notebook_03_chose(run_notebook, tmp_path: Path) -> None:
-    """08 with no model named exports 03's choice and carries 03's RMSLE figures in the card (FIXTURE data)."""
-    write_fixture_dataset(tmp_path, n_batch_sizes=2)
-    run_notebook("03-compare-regressors", {**SMALL["03-compare-regressors"], "models": ["ridge", "knn"]})
-    chosen = json.loads((tmp_path / "reports" / "metrics.json").read_text())["util_best_model"]
+    """08 with no model named exports 03's choice and carries 03's outer-fold figures in the card (FIXTURE data)."""
+    write_fixture_dataset(tmp_path, **TWO_SOURCES)
+    run_notebook("03-compare-regressors", SMALL["03-compare-regressors"])
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
     run_notebook("08-export-predictor", {**SMALL["08-export-predictor"], "model": ""})
     card = json.loads((tmp_path / "models" / "predictor.json").read_text())
-    assert card["targets"]["gpu_util"]["model"] == chosen in ("ridge", "knn")
-    assert "util_rmsle_lofo" in card["cv_metrics"] and "util_interval_coverage_lofo" in card["cv_metrics"]
+    assert card["targets"]["gpu_util"]["model"] == metrics["util_best_model"] in ("ridge", "knn")
+    assert card["targets"]["memory_mib"]["model"] == metrics["memory_mib_best_model"]
+    assert card["cv_metrics"]["util_rmsle_lofo"] == metrics["util_rmsle_lofo"]
+    assert "util_interval_coverage_grouped_random" in card["cv_metrics"]

@@ -179,3 +179,27 @@ def test_predict_from_onnx_and_cli_json(fixture_artifact: Path, tmp_path: Path) 
     result = _cli("predict", str(onnx_path), "--batch-size", "8", "--json", "--predictor", str(fixture_artifact))
     assert result.returncode == 0, result.stderr
     assert set(KEYS) <= set(json.loads(result.stdout))
+
+
+def test_card_lists_sources_licences_and_the_inherited_restriction(tmp_path: Path) -> None:
+    """A predictor trained on (FIXTURE rows claiming to be) Lucid rows says non-commercial in its card."""
+    df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=1,
+                         sources={"NVIDIA GeForce RTX 3090": "lucid"})
+    df.loc[df["source"] == "lucid", ["sync", "sync_kernel"]] = ["kernel", 1.0]
+    path = export_predictor(train_predictor(df, models="ridge", tune=False, n_folds=3), df, tmp_path / "p.joblib")
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert "non-commercial" in card["usage_restriction"].lower() and "S-Lab" in card["usage_restriction"]
+    assert card["sources"]["lucid"]["n_runs"] == (df["source"] == "lucid").sum()
+    assert "S-Lab License 1.0" in card["sources"]["lucid"]["licence"] and len(card["sources"]["lucid"]["commit"]) == 40
+    assert "own measurements" in card["sources"]["gpupred"]["licence"]
+    assert "workload-grouped" in card["targets"]["gpu_util"]["interval"]
+    p = load_predictor(path)
+    rows = df[df["source"] == "lucid"].head(3)
+    as_measured = p.features(rows)
+    assert (as_measured["sync_kernel"] == 1).all()  # dataset rows keep how their source measured
+    as_new_job = p.features(rows[p.graph_features], gpu="NVIDIA GeForce RTX 3090", precision="fp32")
+    assert (as_new_job["sync_kernel"] == 0).all() and (as_new_job["is_fp16"] == 0).all()  # a new job: our protocol
+    own_only = fixture_dataset(n_batch_sizes=1)
+    card2 = json.loads(export_predictor(train_predictor(own_only, models="ridge", tune=False, n_folds=3), own_only,
+                                        tmp_path / "q.joblib").with_suffix(".json").read_text())
+    assert card2["usage_restriction"] == ""

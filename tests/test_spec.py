@@ -17,6 +17,8 @@ from gpupred.workloads.spec import WorkloadSpec
         "mlp.mlp-w1024-d4-bs256-in784-fp32-sgd",
         "neumf.neumf-u100000-i50000-e64-l3-bs1024-bf16-adam",
         "mlp.mlp-w256-d2-bs64-in784-fp32-sgd-x8",
+        "resnet.resnet50-bs64-img224-fp16-sgd",
+        "pointnet.pointnet_cls-c16-bs32-pts2500-fp16-adam",
     ],
 )
 def test_id_round_trip(wid: str) -> None:
@@ -40,7 +42,7 @@ def test_fields_and_arch_key() -> None:
     [
         "",
         "resnet50",
-        "resnet.resnet50-bs64-img224-fp16-sgd",  # unknown precision
+        "resnet.resnet50-bs64-img224-fp8-sgd",  # unknown precision
         "resnet.resnet50-bs64-img224-fp32-lamb",  # unknown optimizer
         "resnet.vgg16-bs64-img224-fp32-sgd",  # arch of another family
         "cnn.resnet50-bs64-img224-fp32-sgd",  # unknown family

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gpupred.errors import GpupredError
 from gpupred.workloads import FAMILIES, WorkloadSpec
+from gpupred.workloads.spec import CATALOG_FAMILIES
 from gpupred.workloads.catalog import by_family, catalog, fused_catalog, get
 
 
@@ -34,7 +35,7 @@ def test_every_catalog_id_round_trips() -> None:
 
 def test_family_coverage() -> None:
     groups = by_family(catalog())
-    assert set(groups) == set(FAMILIES)
+    assert set(groups) == set(CATALOG_FAMILIES)
     for fam, specs in groups.items():
         assert len(specs) >= 12, fam
         assert {s.precision for s in specs} == {"fp32", "bf16"}, fam
@@ -53,11 +54,11 @@ def test_family_coverage() -> None:
 
 def test_any_prefix_is_balanced() -> None:
     specs = catalog()
-    n = len(FAMILIES)
-    assert Counter(s.family for s in specs[: 2 * n]) == Counter({f: 2 for f in FAMILIES})
+    n = len(CATALOG_FAMILIES)
+    assert Counter(s.family for s in specs[: 2 * n]) == Counter({f: 2 for f in CATALOG_FAMILIES})
     for k in (5, 17, 50, 100, 200):
         counts = Counter(s.family for s in specs[:k])
-        assert max(counts.values()) - min(counts.get(f, 0) for f in FAMILIES) <= 1, k
+        assert max(counts.values()) - min(counts.get(f, 0) for f in CATALOG_FAMILIES) <= 1, k
 
 
 def test_fused_catalog() -> None:
@@ -72,6 +73,26 @@ def test_fused_catalog() -> None:
     assert get("mlp.mlp-w1024-d4-bs256-in784-fp32-sgd-x8").fused == 8
 
 
+def test_catalog_keeps_its_families_precisions_and_archs() -> None:
+    """Families, architectures and fp16 added for published workloads never enter the sweep catalog."""
+    specs = catalog() + fused_catalog()
+    assert {s.precision for s in specs} == {"fp32", "bf16"}
+    assert not {s.family for s in specs} & {"seq2seq", "pointnet", "fcnet"}
+    extra = {a for f in FAMILIES.values() for a in f.extra_archs}
+    assert extra and not {s.arch for s in specs} & extra
+    assert len(catalog()) == 20 * len(CATALOG_FAMILIES)
+
+
+def test_published_workload_ids_round_trip() -> None:
+    for wid in ("resnet.resnet18_cifar-bs32-img32-fp16-sgd", "bert.bert_qa-v30522-m768-h12-l12-bs32-seq384-fp16-adam",
+                "seq2seq.transformer-v3000-t3000-m512-h8-l6-bs32-seq52-fp32-adam", "pointnet.pointnet_cls-c16-bs32-pts2500-fp16-adam",
+                "fcnet.fc_pyramid-o79-d8-bs717-in1259-fp32-adam", "mobilenet.mobilenet_v3_small-bs64-img224-fp16-sgd"):
+        spec = get(wid)
+        assert spec.id == wid and WorkloadSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(GpupredError, match="fp16"):
+        get("mlp.mlp-w1024-d4-bs256-in784-fp16-sgd-x8")  # no loss scaler for fused copies
+
+
 def test_uncatalogued_id_is_valid() -> None:
     spec = get("resnet.resnet18-bs3-img40-fp32-adam")
     assert spec not in catalog() and spec.batch_size == 3
@@ -83,7 +104,7 @@ def test_uncatalogued_id_is_valid() -> None:
         "",
         "resnet50",
         "resnet.resnet50-bs64-img224-fp32",
-        "resnet.resnet50-bs64-img224-fp16-sgd",
+        "resnet.resnet50-bs64-img224-fp8-sgd",
         "resnet.resnet50-bs64-seq224-fp32-sgd",
         "resnet.resnet51-bs64-img224-fp32-sgd",
         "nope.resnet50-bs64-img224-fp32-sgd",

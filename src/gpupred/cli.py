@@ -20,6 +20,7 @@ app = typer.Typer(
 def _register() -> None:
     """Attach every stage's commands (modules whose import stays free of torch)."""
     from gpupred.graph import cli as graph_cli
+    from gpupred.importers import cli as importers_cli
     from gpupred.pipeline import register as pipeline_register
     from gpupred.predictor import cli as predictor_cli
     from gpupred.profile import cli as profile_cli
@@ -31,6 +32,7 @@ def _register() -> None:
         graph_cli.register,
         profile_cli.register,
         datacard.register,
+        importers_cli.register,
         predictor_cli.register,
         pipeline_register,
     ):

@@ -42,5 +42,26 @@ METRICS: Path = REPORTS / "metrics.json"
 
 NOTEBOOKS: Path = ROOT / "notebooks"
 
+# Published measurements of other groups (gpupred.importers): imported copies live here, never under
+# data/raw and never committed (gitignored), each folder with its provenance.json.
+EXTERNAL: Path = DATA / "external"
+# Upstream files are fetched from <base>/<owner>/<repo>/<commit>/<path> (tests point it at a loopback server).
+EXTERNAL_BASE_URL: str = os.environ.get("GPUPRED_EXTERNAL_BASE_URL", "https://raw.githubusercontent.com").rstrip("/")
+EXTERNAL_TIMEOUT_S: float = float(os.environ.get("GPUPRED_EXTERNAL_TIMEOUT_S", "5"))  # per request; offline fails fast
+
+
+def _default_external_local() -> Path | None:
+    """A local copy of the published files to fall back on: $GPUPRED_EXTERNAL_LOCAL, else ../shared/external."""
+    if os.environ.get("GPUPRED_EXTERNAL_LOCAL"):
+        return Path(os.environ["GPUPRED_EXTERNAL_LOCAL"]).expanduser().resolve()
+    candidate = ROOT.parent / "shared" / "external"
+    return candidate if candidate.is_dir() else None
+
+
+EXTERNAL_LOCAL: Path | None = _default_external_local()
+
+# Committed structure-only ONNX graphs (one per architecture), so featurizing needs no torch.
+GRAPHS: Path = DATA / "graphs"
+
 # ONNX exports (structure only, weights stripped), cached per architecture.
 ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onnx"

@@ -1,13 +1,38 @@
-"""The learning dataset: one row per ok solo run, labels from its measured window + graph + GPU features.
+"""The learning dataset: one row per measured solo run, from every source, labels + graph + GPU features.
+
+Sources (column ``source``): ``gpupred`` (this project's NVML sweeps in data/raw), and published
+measurements imported by :mod:`gpupred.importers` (``lucid``: RTX 3090; ``gpumemnet``: A100 40 GB).
 
 Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_dataset`):
 
-- ``ID_COLUMNS``: run and workload identity (``family`` is the leave-one-family-out group,
-  ``gpu`` the short GPU model name of :mod:`gpupred.hardware`);
-- ``LABEL_COLUMNS``: steady-state labels (``gpu_util`` and ``memory_mib`` never missing; ``sm_active``
-  and ``gpu_util_buffered`` NaN where not recorded);
+- ``ID_COLUMNS``: run and workload identity (``family`` is the leave-one-family-out group, ``gpu`` the
+  short GPU model name of :mod:`gpupred.hardware`), ``source``, and how the source measured: ``sampler``
+  (``nvml-poll-<ms>ms``, ``nvidia-smi-0.2s``, ``dcgm-1s-nonzero``) and ``sync`` (``step``: the loop reads
+  its loss every step; ``window``: one synchronize per window; ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``);
+- ``LABEL_COLUMNS``: steady-state labels (``gpu_util`` and ``memory_mib`` never missing; the others NaN
+  where a source did not record them);
 - features: the graph features (``gpupred.graph.FEATURE_KEYS``), ``HARDWARE_COLUMNS`` and
   ``ENCODED_COLUMNS``; :func:`feature_columns` lists them in order.
+
+Labels across sources (decided here, repeated in notebook 03):
+
+- ``gpu_util`` is pooled. Every source reads the same NVML counter (percent of the sample period in which
+  a kernel ran: gpupred polls NVML, Lucid polls nvidia-smi, GPUMemNet's DCGM GPUTL is that field), but
+  the protocols differ in ways that move it: Lucid ran with ``CUDA_LAUNCH_BLOCKING=1`` (the host waits for
+  each kernel, so gaps between kernels grow) and GPUMemNet averaged only non-zero 1 s samples (idle
+  seconds dropped). Those are features a model sees (``sync_kernel``, ``sync_window``,
+  ``util_nonzero_only``, ``host_batches``), so it can learn the protocol's offset instead of blaming the
+  GPU; a prediction for a new job uses this project's protocol (``step``, NVML poll, all samples).
+  Within the imported data protocol and GPU kind coincide (one GPU per source), so the split between the
+  two is not identified until gpupred's own sweeps on those GPUs exist: the figures are per source too.
+- ``memory_mib`` is pooled: the job's GPU memory with its CUDA context (gpupred: the process's NVML
+  figure; Lucid: mean of device memory used over the window; GPUMemNet: maximum of device memory used,
+  each on an otherwise idle GPU). Mean vs maximum differ little for a training loop whose caching
+  allocator holds steady; ``memory_source`` says which.
+- ``sm_active`` (%) is pooled where recorded (gpupred's GPM SM activity, GPUMemNet's DCGM SMACT x 100;
+  Lucid has none); GPUMemNet's non-zero-only average is marked by ``util_nonzero_only``.
+- Lucid's memory-controller utilization (``gmem_util``) and GPUMemNet's GRACT/SMOCC/FP32A stay in the
+  importers' own tables (no other source records them).
 """
 
 from __future__ import annotations
@@ -15,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -24,28 +50,37 @@ from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.pipeline import MissingInput
 
-DATASET_VERSION = 1
+DATASET_VERSION = 2
 
+SOURCE_OWN = "gpupred"
 ID_COLUMNS: tuple[str, ...] = (
     "run_id", "sweep_id", "workload_id", "arch_key", "family", "arch", "precision", "optimizer", "fused",
-    "gpu_name", "gpu", "sync",
+    "gpu_name", "gpu", "sync", "source", "sampler",
 )
 LABEL_COLUMNS: tuple[str, ...] = (
     "gpu_util",  # % NVML utilization, mean of polled samples in the window
     "gpu_util_buffered",  # % mean of NVML's own sample buffer in the window (NaN if unsupported)
-    "sm_active",  # % GPM SM activity mean (NaN where not recorded)
-    "memory_mib",  # the run's GPU memory, MiB (gpupred.profile.labels: memory_source says from what)
+    "sm_active",  # % SM activity mean (GPM or DCGM SMACT; NaN where not recorded)
+    "memory_mib",  # the run's GPU memory, MiB (memory_source says from what)
     "torch_peak_reserved_mib",
     "torch_peak_allocated_mib",
     "iter_time_mean_s",
     "samples_per_s",
 )
 META_COLUMNS: tuple[str, ...] = ("memory_source", "gpu_memory_total_mib", "n_samples", "cuda_context_mib")
-ENCODED_COLUMNS: tuple[str, ...] = ("is_bf16", "is_adam")
+ENCODED_COLUMNS: tuple[str, ...] = (
+    "is_bf16", "is_fp16", "is_adam",
+    "host_batches",  # batches copied from host memory every step (a DataLoader) rather than resident on the GPU
+    "sync_kernel",  # CUDA_LAUNCH_BLOCKING=1: the host waits for every kernel (Lucid)
+    "sync_window",  # one synchronize per measured window (gpupred sync=window)
+    "util_nonzero_only",  # utilization averaged over non-zero samples only (GPUMemNet's DCGM cleaning)
+)
 REQUIRED_LABELS: tuple[str, ...] = ("gpu_util", "memory_mib")
+PERCENT_LABELS: tuple[str, ...] = ("gpu_util", "gpu_util_buffered", "sm_active")  # bounded by 100
 FEATURE_ID_COLUMNS: tuple[str, ...] = (
     "workload_id", "arch_key", "family", "arch", "precision", "optimizer", "fused", "unknown_op_types",
 )
+OWN_SAMPLER = "nvml-poll"  # gpupred's sampler; the dataset column adds the interval, e.g. nvml-poll-50ms
 
 
 def _graph_keys(features: pd.DataFrame) -> list[str]:
@@ -62,9 +97,18 @@ def _graph_keys(features: pd.DataFrame) -> list[str]:
     return keys
 
 
-def encode(precision: str, optimizer: str) -> dict[str, float]:
-    """The ``ENCODED_COLUMNS`` for a precision and optimizer."""
-    return {"is_bf16": float(precision == "bf16"), "is_adam": float(optimizer == "adam")}
+def encode(precision: str, optimizer: str, host_batches: bool | float = False, sync: str = "step",
+           sampler: str = OWN_SAMPLER) -> dict[str, float]:
+    """The ``ENCODED_COLUMNS`` of a run: precision, optimizer, input feeding and how it was measured.
+
+    The defaults describe this project's protocol (device-resident batches, a sync every step, all NVML
+    samples): what a prediction for a new job assumes.
+    """
+    return {
+        "is_bf16": float(precision == "bf16"), "is_fp16": float(precision == "fp16"), "is_adam": float(optimizer == "adam"),
+        "host_batches": float(bool(host_batches)), "sync_kernel": float(sync == "kernel"),
+        "sync_window": float(sync == "window"), "util_nonzero_only": float(str(sampler).endswith("-nonzero")),
+    }
 
 
 def feature_columns(df: pd.DataFrame) -> list[str]:
@@ -109,13 +153,8 @@ def _read_features(features: pd.DataFrame | Path | None) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def build_dataset(
-    raw_root: Path | None = None,
-    features: pd.DataFrame | Path | None = None,
-    out: Path | None = None,
-    write: bool = True,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Build the dataset from raw runs + graph features; return (dataset, exclusions) and write it."""
+def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(label rows, exclusions) of this project's ok solo runs in data/raw (label rows without features)."""
     from gpupred.profile.schema import read_runs, read_samples
 
     raw_root = Path(raw_root) if raw_root is not None else config.RAW
@@ -129,56 +168,134 @@ def build_dataset(
 
     keep = runs
     for column, reason in (("simulated", "simulated (dry-run output, never data)"), ("group_size", "co-located member")):
+        if column not in keep.columns:
+            continue
         mask = keep[column].astype(bool) if column == "simulated" else keep[column] > 1
         exclude(keep[mask], reason)
         keep = keep[~mask]
-    for status in sorted(set(keep["status"]) - {"ok"}):
-        exclude(keep[keep["status"] == status], f"status {status}")
-    keep = keep[keep["status"] == "ok"]
+    if "status" in keep.columns:
+        for status in sorted(set(keep["status"]) - {"ok"}):
+            exclude(keep[keep["status"] == status], f"status {status}")
+        keep = keep[keep["status"] == "ok"]
     if excluded and any(e["reason"].startswith("simulated") for e in excluded):
-        warnings.warn(f"{raw_root}: simulated (dry-run) runs found and refused; they belong in data/dryrun", stacklevel=2)
-    if keep.empty:
-        raise MissingInput(f"no ok solo runs measured on a GPU under {raw_root}: collect data first (notebook 01)")
-
-    feats = _read_features(features)
-    keys = _graph_keys(feats)
-    id_cols = [c for c in ("workload_id", "arch_key", "arch") if c in feats.columns]
-    feats = feats.drop_duplicates("workload_id").set_index("workload_id")
-
+        warnings.warn(f"{raw_root}: simulated (dry-run) runs found and refused; they belong in data/dryrun", stacklevel=3)
     rows = []
     for sweep_dir, group in keep.groupby("sweep_dir", sort=True):
         samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
         for _, run in group.iterrows():
-            if run["workload_id"] not in feats.index:
-                exclude(run.to_frame().T, "no graph features for workload")
-                continue
             labels, reason = _window_labels(run, samples)
             if reason:
                 exclude(run.to_frame().T, reason)
                 continue
-            spec = _spec(run)
-            f = feats.loc[run["workload_id"]]
+            interval = run.get("sampler_interval_ms")
             row: dict[str, object] = {
                 "run_id": run["run_id"], "sweep_id": run["sweep_id"], "workload_id": run["workload_id"],
-                "arch_key": f["arch_key"] if "arch_key" in id_cols else spec.arch_key,
-                "family": run["family"], "arch": spec.arch, "precision": spec.precision,
-                "optimizer": spec.optimizer, "fused": int(spec.fused), "gpu_name": run["gpu_name"],
-                "gpu": gpu_spec(run["gpu_name"]).name, "sync": run["sync"],
+                "spec_json": run.get("spec_json"), "gpu_name": run["gpu_name"], "source": SOURCE_OWN,
+                "sampler": f"{OWN_SAMPLER}-{int(interval)}ms" if pd.notna(interval) else OWN_SAMPLER,
+                "sync": run["sync"], "host_batches": int(bool(run.get("host_batches", False))),
             }
             row.update(labels)
             for col in ("torch_peak_reserved_mib", "torch_peak_allocated_mib", "iter_time_mean_s", "samples_per_s",
                         "gpu_memory_total_mib", "cuda_context_mib"):
-                row[col] = float(run[col]) if pd.notna(run[col]) else np.nan
-            row.update({k: float(f[k]) for k in keys})
-            row.update(hardware_features(run["gpu_name"], spec.precision))
-            row.update(encode(spec.precision, spec.optimizer))
+                row[col] = float(run[col]) if col in run and pd.notna(run[col]) else np.nan
             rows.append(row)
+    return pd.DataFrame(rows), pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
+
+
+def _spec(workload_id: str, spec_json: object = None):  # -> WorkloadSpec
+    from gpupred.workloads.spec import WorkloadSpec
+
+    if isinstance(spec_json, str) and spec_json:
+        try:
+            return WorkloadSpec.from_json(spec_json)
+        except Exception:
+            pass
+    return WorkloadSpec.from_id(workload_id)
+
+
+def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Join label rows (any source) with graph features, GPU hardware features and encodings.
+
+    ``labels`` has per run at least ``run_id, sweep_id, workload_id, gpu_name, source, sampler, sync`` and
+    the labels it has; returns (dataset rows in contract order, exclusions of runs without graph features).
+    """
+    keys = _graph_keys(features)
+    feats = features.drop_duplicates("workload_id").set_index("workload_id")
+    hw_cache: dict[tuple[str, str], dict[str, float]] = {}
+    rows, excluded = [], []
+    for rec in labels.to_dict("records"):
+        wid = rec["workload_id"]
+        if wid not in feats.index:
+            excluded.append({"run_id": rec["run_id"], "workload_id": wid, "reason": "no graph features for workload"})
+            continue
+        spec = _spec(wid, rec.get("spec_json"))
+        f = feats.loc[wid]
+        hw_key = (str(rec["gpu_name"]), spec.precision)
+        if hw_key not in hw_cache:
+            hw_cache[hw_key] = hardware_features(*hw_key)
+        row = {c: rec.get(c, np.nan) for c in (*LABEL_COLUMNS, *META_COLUMNS)}
+        row.update({
+            "run_id": rec["run_id"], "sweep_id": rec["sweep_id"], "workload_id": wid,
+            "arch_key": f["arch_key"] if "arch_key" in feats.columns else spec.arch_key, "family": spec.family,
+            "arch": spec.arch, "precision": spec.precision, "optimizer": spec.optimizer, "fused": int(spec.fused),
+            "gpu_name": rec["gpu_name"], "gpu": gpu_spec(str(rec["gpu_name"])).name, "sync": rec["sync"],
+            "source": rec["source"], "sampler": rec["sampler"],
+        })
+        row.update({k: float(f[k]) for k in keys})
+        row.update(hw_cache[hw_key])
+        hb = rec.get("host_batches")
+        row.update(encode(spec.precision, spec.optimizer, bool(hb) if hb is not None and pd.notna(hb) else False,
+                          rec["sync"], rec["sampler"]))
+        rows.append(row)
     exclusions = pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
     if not rows:
-        raise MissingInput(f"no usable ok solo runs under {raw_root} ({len(exclusions)} excluded): see the exclusions")
+        return pd.DataFrame(columns=[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys]), exclusions
     df = pd.DataFrame(rows)
-    label_order = [c for c in LABEL_COLUMNS if c in df.columns]
-    df = df[[*ID_COLUMNS, *label_order, *META_COLUMNS, *keys, *HARDWARE_COLUMNS, *(c for c in ENCODED_COLUMNS if c not in keys)]]
+    df["memory_source"] = df["memory_source"].fillna("").astype(str)
+    df = df[[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *HARDWARE_COLUMNS, *(c for c in ENCODED_COLUMNS if c not in keys)]]
+    return df, exclusions
+
+
+def source_label_rows(sources: Iterable[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(label rows, exclusions) of the imported published sources (default: every one imported)."""
+    from gpupred import importers
+
+    names = importers.imported_sources() if sources is None else list(sources)
+    modules = {"lucid": importers.lucid, "gpumemnet": importers.gpumemnet}
+    parts, excluded = [], []
+    for name in names:
+        importers.get_source(name)
+        runs, excl = modules[name].dataset_rows()
+        parts.append(runs)
+        excluded.append(excl)
+    labels = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    exclusions = pd.concat(excluded, ignore_index=True) if excluded else pd.DataFrame(columns=["run_id", "workload_id", "reason"])
+    return labels, exclusions
+
+
+def build_dataset(
+    raw_root: Path | None = None,
+    features: pd.DataFrame | Path | None = None,
+    out: Path | None = None,
+    write: bool = True,
+    sources: Iterable[str] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Build the dataset from this project's raw runs and imported sources (default: those imported) + features.
+
+    Returns (dataset, exclusions) and writes the dataset; MissingInput when no source has a usable run.
+    """
+    own, own_excl = own_label_rows(raw_root)
+    imported, imp_excl = source_label_rows(sources)
+    labels = pd.concat([p for p in (own, imported) if len(p)], ignore_index=True) if len(own) or len(imported) else own
+    exclusions = pd.concat([own_excl, imp_excl], ignore_index=True)
+    if labels.empty:
+        raise MissingInput(f"no ok solo runs measured on a GPU under {raw_root or config.RAW} and no imported published "
+                           f"data ({len(exclusions)} runs excluded): collect data (notebook 01) or run "
+                           "`gpupred import lucid` / `gpupred import gpumemnet`")
+    df, feat_excl = assemble(labels, _read_features(features))
+    exclusions = pd.concat([exclusions, feat_excl], ignore_index=True)
+    if df.empty:
+        raise MissingInput(f"no usable runs ({len(exclusions)} excluded, e.g. {exclusions['reason'].iloc[0]!r}): see the exclusions")
     df = df.sort_values("run_id").reset_index(drop=True)
     validate_dataset(df)
     if write:
@@ -186,15 +303,6 @@ def build_dataset(
         out.parent.mkdir(parents=True, exist_ok=True)
         df.to_parquet(out, index=False)
     return df, exclusions
-
-
-def _spec(run: pd.Series):  # -> WorkloadSpec
-    from gpupred.workloads.spec import WorkloadSpec
-
-    try:
-        return WorkloadSpec.from_json(run["spec_json"])
-    except Exception:
-        return WorkloadSpec.from_id(run["workload_id"])
 
 
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
@@ -215,23 +323,29 @@ def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
         raise GpupredError(f"{source}: feature columns with missing values {bad}; rebuild it")
     if df["run_id"].duplicated().any():
         raise GpupredError(f"{source}: duplicate run_id values")
+    if df["source"].isna().any() or (df["source"] == "").any():
+        raise GpupredError(f"{source}: rows without a source")
     return df
 
 
-def load_dataset(path: Path | None = None, sync: str | None = "step") -> pd.DataFrame:
+def load_dataset(path: Path | None = None, sync: str | None = None, sources: Iterable[str] | None = None) -> pd.DataFrame:
     """The dataset (default data/processed/dataset.parquet), checked; MissingInput if not built yet.
 
-    ``sync`` keeps the runs of one synchronization mode (default ``step``, the setting the predictor is
-    trained for: a training loop that reads its loss every step); None keeps every run.
+    Every source and synchronization mode by default (the protocol is a feature: see the module notes);
+    ``sync`` / ``sources`` keep a subset. Stages that exchange per-row files (out-of-fold predictions) must
+    load the same rows: use the defaults.
     """
     path = path or config.DATASET
     if not path.exists():
-        raise MissingInput(f"no dataset at {path}: collect ok solo runs into data/raw and run notebook 02")
+        raise MissingInput(f"no dataset at {path}: import published data (`gpupred import lucid|gpumemnet`) or "
+                           "collect solo runs into data/raw, then run notebook 02")
     df = validate_dataset(pd.read_parquet(path), str(path))
     if sync is not None:
         df = df[df["sync"] == sync].reset_index(drop=True)
-        if df.empty:
-            raise MissingInput(f"{path}: no runs with sync={sync!r}")
+    if sources is not None:
+        df = df[df["source"].isin(list(sources))].reset_index(drop=True)
+    if df.empty:
+        raise MissingInput(f"{path}: no runs with sync={sync!r} from sources {sources!r}")
     return df
 
 
@@ -247,5 +361,7 @@ def dataset_fingerprint(df: pd.DataFrame) -> str:
 
 
 def summarize(df: pd.DataFrame) -> dict[str, object]:
-    """Run count, families and GPUs of a dataset, for reports/metrics.json."""
-    return {"n_runs": int(len(df)), "n_families": int(df["family"].nunique()), "gpus": sorted(df["gpu"].unique().tolist())}
+    """Run, workload and family counts, GPUs and sources of a dataset, for reports/metrics.json."""
+    return {"n_runs": int(len(df)), "n_workloads": int(df["workload_id"].nunique()),
+            "n_families": int(df["family"].nunique()), "gpus": sorted(df["gpu"].unique().tolist()),
+            "sources": sorted(df["source"].unique().tolist())}

@@ -3,6 +3,9 @@
 Peak TFLOP/s are dense figures (NVIDIA datasheets quote tensor-core rates "with sparsity", which are
 twice the dense rate; we halve those). ``tflops_tf32``/``tflops_bf16`` equal ``tflops_fp32`` on GPUs
 without TF32/BF16 tensor cores (V100, T4), where those dtypes run no faster than fp32.
+``tflops_fp16`` is the dense FP16 tensor-core rate with FP32 accumulation (what fp16 autocast runs): the
+same as BF16 on Ampere and later; V100 and T4 have FP16 tensor cores but no BF16 ones. GeForce cards
+(RTX 3090/4090) accumulate in FP32 at half their FP16-accumulate rate; the FP32-accumulate figure is used.
 Memory is the vendor's marketed size in GB; bandwidth in GB/s.
 """
 
@@ -27,6 +30,12 @@ class GpuSpec:
     tflops_fp32: float
     tflops_tf32: float
     tflops_bf16: float
+    tflops_fp16: float = 0.0  # 0 = same as tflops_bf16 (every GPU here with BF16 tensor cores)
+
+    @property
+    def fp16(self) -> float:
+        """Dense FP16 tensor-core TFLOP/s with FP32 accumulation."""
+        return self.tflops_fp16 or self.tflops_bf16
 
 
 # (pattern on the normalized NVML name, spec). Order matters: the first match wins.
@@ -53,12 +62,13 @@ _TABLE: list[tuple[str, GpuSpec]] = [
     (r"\bl4\b", GpuSpec("L4", 58, 24, 300, 30.3, 60.0, 121.0)),
     # NVIDIA A10 datasheet: 72 SMs, 24 GB, 600 GB/s, FP32 31.2 TF, TF32 62.5 TF, BF16 125 TF (dense).
     (r"\ba10\b", GpuSpec("A10", 72, 24, 600, 31.2, 62.5, 125.0)),
-    # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores.
-    (r"v100.*pcie", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0)),
-    (r"v100.*16", GpuSpec("V100 SXM2 16GB", 80, 16, 900, 15.7, 15.7, 15.7)),
-    (r"v100", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7)),
-    # NVIDIA T4 datasheet: 40 SMs, 16 GB, 320 GB/s, FP32 8.1 TF; no TF32/BF16 cores.
-    (r"\bt4\b", GpuSpec("T4", 40, 16, 320, 8.1, 8.1, 8.1)),
+    # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores;
+    # FP16 tensor 125 TF (SXM2) / 112 TF (PCIe).
+    (r"v100.*pcie", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0, 112.0)),
+    (r"v100.*16", GpuSpec("V100 SXM2 16GB", 80, 16, 900, 15.7, 15.7, 15.7, 125.0)),
+    (r"v100", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7, 125.0)),
+    # NVIDIA T4 datasheet: 40 SMs, 16 GB, 320 GB/s, FP32 8.1 TF; no TF32/BF16 cores; FP16 tensor 65 TF.
+    (r"\bt4\b", GpuSpec("T4", 40, 16, 320, 8.1, 8.1, 8.1, 65.0)),
     # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): 128 SMs, 24 GB, 1,008 GB/s, FP32 82.6 TF,
     # TF32 82.6 TF dense, BF16 (FP32 accumulate) 165.2 TF dense.
     (r"rtx 4090", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2)),
@@ -74,7 +84,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "gpu_tflops_fp32",
     "gpu_tflops_tf32",
     "gpu_tflops_bf16",
-    "gpu_tflops_peak",  # the peak for the run's precision: bf16 -> bf16, fp32 -> fp32
+    "gpu_tflops_fp16",
+    "gpu_tflops_peak",  # the peak for the run's precision: bf16 -> bf16, fp16 -> fp16, fp32 -> fp32
 )
 
 
@@ -109,5 +120,6 @@ def hardware_features(name: str, precision: str = "fp32") -> dict[str, float]:
         "gpu_tflops_fp32": s.tflops_fp32,
         "gpu_tflops_tf32": s.tflops_tf32,
         "gpu_tflops_bf16": s.tflops_bf16,
-        "gpu_tflops_peak": s.tflops_bf16 if precision == "bf16" else s.tflops_fp32,
+        "gpu_tflops_fp16": s.fp16,
+        "gpu_tflops_peak": {"bf16": s.tflops_bf16, "fp16": s.fp16}.get(precision, s.tflops_fp32),
     }

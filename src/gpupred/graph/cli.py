@@ -31,7 +31,7 @@ def _print_table(title: str, row: dict[str, Any]) -> None:
 def features_cmd(
     model: Annotated[Optional[str], typer.Argument(help="An ONNX file (weights are never read).", show_default=False)] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Batch size for a symbolic batch axis.")] = None,
-    precision: Annotated[str, typer.Option("--precision", help="fp32 or bf16 (autocast).")] = "fp32",
+    precision: Annotated[str, typer.Option("--precision", help="fp32, bf16 or fp16 (autocast).")] = "fp32",
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
     workload: Annotated[Optional[str], typer.Option("--workload", "-w", help="A catalog workload id instead of a file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

@@ -13,8 +13,9 @@ Rules beyond the per-op table in :mod:`gpupred.graph.costs`:
   its data input is a graph input (no input gradient); every other op costs 1x its forward FLOPs.
   Optimizer update per trainable parameter: SGD with momentum 4 FLOPs (weight decay, momentum,
   update), Adam 12 (two moment updates, bias corrections, sqrt, divide, update).
-- Precision: activations take the graph's dtype size (fp32: 4 bytes). Under ``bf16`` (autocast)
-  contraction ops read bf16 copies of their inputs and weights and write bf16 outputs; the outputs of
+- Precision: activations take the graph's dtype size (fp32: 4 bytes). Under ``bf16`` or ``fp16`` (autocast;
+  both halve the same ops, only the 16-bit format differs) contraction ops read 16-bit copies of their inputs
+  and weights and write 16-bit outputs; the outputs of
   ops that autocast runs in fp32 (Softmax, LogSoftmax, normalizations, Exp, Log, Pow, reductions)
   stay fp32, and every other op's output takes the wider of its activation inputs. Parameters stay
   fp32 master weights (``param_bytes``).
@@ -55,7 +56,7 @@ from gpupred.graph.costs import (
 )
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {"sgd": 4, "adam": 12}
-PRECISION_ACT_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
+PRECISION_ACT_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
 COUNT_CATEGORIES: tuple[str, ...] = ("conv", "matmul", "recurrent", "norm", "act", "pool", "elementwise")
 FP32_UNDER_AUTOCAST: frozenset[str] = frozenset({
     "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -465,7 +466,7 @@ def _stored_graph(
 def _graph_features(
     graph: _Graph, bs: int, precision: str, optimizer: str, per_op: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    bf16 = precision == "bf16"
+    bf16 = precision in ("bf16", "fp16")  # autocast to a 16-bit float: the same ops run at 2 bytes
     shapes = graph.shapes
     inits = graph.inits
     folded = graph.folded

@@ -1,10 +1,16 @@
-"""Learning: regressors compared by RMSLE, feature importance, conformal intervals."""
+"""Learning: regressors compared by RMSLE under grouped splits, nested model selection, feature importance,
+conformal intervals, and the out-of-fold predictions downstream stages read."""
 
-from gpupred.learn.evaluate import cross_gpu_splits, evaluate, lofo_splits, random_splits, rmsle, summarize
+from gpupred.learn.evaluate import (
+    SIBLINGS, cross_gpu_splits, evaluate, grouped_random_splits, lofo_splits, random_splits, rmsle, sibling_group,
+    splits_for, summarize,
+)
 from gpupred.learn.intervals import ConformalRegressor, interval_coverage
+from gpupred.learn.nested import NestedResult, nested_cv
 from gpupred.learn.regressors import REGRESSORS, TARGETS, make_regressor
 
 __all__ = [
-    "REGRESSORS", "TARGETS", "ConformalRegressor", "cross_gpu_splits", "evaluate", "interval_coverage", "lofo_splits",
-    "make_regressor", "random_splits", "rmsle", "summarize",
+    "REGRESSORS", "SIBLINGS", "TARGETS", "ConformalRegressor", "NestedResult", "cross_gpu_splits", "evaluate",
+    "grouped_random_splits", "interval_coverage", "lofo_splits", "make_regressor", "nested_cv", "random_splits", "rmsle",
+    "sibling_group", "splits_for", "summarize",
 ]

@@ -38,14 +38,15 @@ def impurity_importance(df: pd.DataFrame, target: str, models: Iterable[str] = T
 
 def permutation(df: pd.DataFrame, target: str, model: str = "lightgbm", n_repeats: int = 5, seed: int = 0,
                 test_size: float = 0.2) -> pd.DataFrame:
-    """Permutation importance (drop in R² on log1p target) on a held-out random split."""
+    """Permutation importance (drop in R² on log1p target) on held-out workloads (a grouped split)."""
     from sklearn.inspection import permutation_importance
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import GroupShuffleSplit
 
     X, z = _xy(df, target)
-    Xtr, Xte, ztr, zte = train_test_split(X.to_numpy(), z, test_size=test_size, random_state=seed)
-    fitted = make_regressor(model, tune=False, seed=seed).fit(Xtr, ztr)
-    r = permutation_importance(fitted, Xte, zte, n_repeats=n_repeats, random_state=seed, n_jobs=1)
+    groups = df.loc[df[target].notna(), "workload_id"].astype(str).to_numpy()
+    train, test = next(GroupShuffleSplit(1, test_size=test_size, random_state=seed).split(X, z, groups))
+    fitted = make_regressor(model, tune=False, seed=seed).fit(X.to_numpy()[train], z[train])
+    r = permutation_importance(fitted, X.to_numpy()[test], z[test], n_repeats=n_repeats, random_state=seed, n_jobs=1)
     return (pd.DataFrame({"mean": r.importances_mean, "std": r.importances_std}, index=X.columns)
             .sort_values("mean", ascending=False))
 

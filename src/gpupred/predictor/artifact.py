@@ -107,7 +107,7 @@ class Predictor:
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
-        from gpupred.dataset import encode
+        from gpupred.dataset import ENCODED_COLUMNS, encode
 
         df = self._frame(x, batch_size, precision, optimizer)
         missing = [f for f in self.graph_features if f not in df.columns]
@@ -131,18 +131,26 @@ class Predictor:
             pairs = list(zip(names, prec))
             table = {pair: hardware_features(*pair) for pair in set(pairs)}  # once per (GPU, precision)
             hw = pd.DataFrame([table[pair] for pair in pairs], index=df.index)
-        enc = pd.DataFrame([encode(p, o) for p, o in zip(prec, opt)], index=df.index)
+        if all(c in df.columns for c in ENCODED_COLUMNS):  # dataset rows carry their own protocol encodings
+            enc = df[list(ENCODED_COLUMNS)].astype(float)
+        else:  # a new job: this project's protocol (device-resident batches, a sync per step, every NVML sample)
+            enc = pd.DataFrame([encode(p, o) for p, o in zip(prec, opt)], index=df.index)
         full = pd.concat([out, hw, enc], axis=1)
         return full[self.feature_names]
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                 gpu: str | None = None) -> pd.DataFrame:
-        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``."""
+        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``.
+
+        Rows that name their ``source`` (dataset rows) get intervals calibrated on that source's residuals;
+        anything else gets intervals from every training residual.
+        """
         X = self.features(x, batch_size, precision, optimizer, gpu)
         arr = X.to_numpy(float)
+        strata = x["source"].to_numpy() if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         out = {}
         for name, model in self.targets.items():
-            point, lo, hi = model.predict(arr)
+            point, lo, hi = model.predict(arr, strata)
             if name in PERCENT_TARGETS:
                 point, lo, hi = (np.clip(a, 0, 100) for a in (point, lo, hi))
             out[name], out[f"{name}_low"], out[f"{name}_high"] = point, lo, hi
@@ -151,20 +159,56 @@ class Predictor:
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
                     tune: bool = True, seed: int = 0, min_sm_rows: int = 10) -> Predictor:
-    """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded)."""
+    """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded) on every row.
+
+    CV+ folds are grouped by workload (as the grouped-random coverage notebook 03 measures) and residuals
+    are kept per source for source-calibrated intervals on dataset rows.
+    """
+    from threadpoolctl import threadpool_limits
+
     from gpupred.dataset import feature_columns, validate_dataset
     from gpupred.learn.regressors import make_regressor
 
     validate_dataset(df)
     feats = feature_columns(df)
     names = ["gpu_util", "memory_mib"] + (["sm_active"] if df.get("sm_active", pd.Series(dtype=float)).notna().sum() >= min_sm_rows else [])
-    chosen = {t: (models if isinstance(models, str) else models.get(t, "xgboost")) for t in names}
+    chosen = {t: (models if isinstance(models, str) else models.get(t) or "xgboost") for t in names}
     targets = {}
-    for t in names:
-        data = df[df[t].notna()]
-        targets[t] = ConformalRegressor(make_regressor(chosen[t], tune=tune, seed=seed), alpha, n_folds, seed).fit(
-            data[feats].to_numpy(float), data[t].to_numpy(float), groups=data["family"].to_numpy())
+    with threadpool_limits(limits=1):
+        for t in names:
+            data = df[df[t].notna()]
+            targets[t] = ConformalRegressor(make_regressor(chosen[t], tune=tune, seed=seed), alpha, n_folds, seed).fit(
+                data[feats].to_numpy(float), data[t].to_numpy(float), groups=data["workload_id"].astype(str).to_numpy(),
+                strata=data["source"].astype(str).to_numpy())
     return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha)
+
+
+def source_cards(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per source in the training data: runs, and for imported sources where and under what licence they came from."""
+    from gpupred import importers
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, n in df["source"].value_counts().sort_index().items():
+        entry: dict[str, Any] = {"n_runs": int(n), "gpus": sorted(df.loc[df["source"] == name, "gpu_name"].unique().tolist())}
+        if name in importers.SOURCES:
+            src = importers.SOURCES[name]
+            entry.update({"upstream_repo": src.repo, "commit": src.commit, "licence": src.licence,
+                          "measured": src.measured, "citation": src.citation,
+                          "files": {f.path: f.sha256 for f in src.files}})
+        else:
+            entry.update({"licence": "this project's own measurements (MIT, as the package)", "measured": "gpupred sweeps (NVML)"})
+        out[str(name)] = entry
+    return out
+
+
+NON_COMMERCIAL = ("Non-commercial use only: trained on Lucid's measurements (S-Lab License 1.0: redistribution and use for "
+                  "non-commercial purposes only, notice retained) and GPUMemNet's (no licence file at the pinned commit; "
+                  "later upstream READMEs state CC BY-NC 4.0). The restriction passes to this artifact and its predictions.")
+
+
+def usage_restriction(df: pd.DataFrame) -> str:
+    """The licence restriction a predictor trained on ``df`` inherits ('' when it holds only unrestricted data)."""
+    return NON_COMMERCIAL if set(df["source"]) & {"lucid", "gpumemnet"} else ""
 
 
 def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None = None,
@@ -185,12 +229,18 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "feature_names": predictor.feature_names,
         "targets": {t: {"transform": "log1p", "model": predictor.model_names[t],
-                        "interval": f"CV+ conformal, {1 - predictor.alpha:.0%} nominal, family-grouped folds"}
+                        "interval": f"CV+ conformal, {1 - predictor.alpha:.0%} nominal, workload-grouped folds; "
+                                    "calibrated per source for rows that name their source, pooled otherwise"}
                     for t in predictor.targets},
         "model_names": sorted(set(predictor.model_names.values())),
         "gpus": predictor.gpus,
+        "usage_restriction": usage_restriction(df),
+        "sources": source_cards(df),
+        "protocol_of_predictions": "a new job is predicted as this project's sweeps measure: NVML polled every 50 ms, "
+                                   "a sync every step, device-resident batches (encodings at their defaults)",
         "cv_metrics": cv_metrics or {},
-        "training_data": {"n_runs": int(len(df)), "families": sorted(df["family"].unique().tolist()),
+        "training_data": {"n_runs": int(len(df)), "n_workloads": int(df["workload_id"].nunique()),
+                          "families": sorted(df["family"].unique().tolist()),
                           "fingerprint_sha256": fingerprint(df, [*predictor.feature_names, *predictor.targets])},
         "library_versions": library_versions(),
         "sha256": sha256(path),

@@ -15,7 +15,7 @@ def register(app: Any) -> None:
     def predict_cmd(
         model: Path = typer.Argument(..., help="An ONNX model file (or a workload id, which needs torch)."),
         batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16 (autocast)."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 (autocast)."),
         optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
         gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (default: the one it was trained on)."),
         predictor_path: Path = typer.Option(None, "--predictor", help="Predictor artifact (default models/predictor.joblib)."),
@@ -25,8 +25,10 @@ def register(app: Any) -> None:
         from gpupred.errors import GpupredError
         from gpupred.predictor.artifact import load_predictor
 
-        if precision not in ("fp32", "bf16"):
-            raise GpupredError(f"unknown precision {precision!r}; use fp32 or bf16")
+        from gpupred.workloads.spec import PRECISIONS
+
+        if precision not in PRECISIONS:
+            raise GpupredError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         predictor = load_predictor(predictor_path)
         row = predictor.predict(str(model), batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu).iloc[0]
         values = {k: round(float(v), 3) for k, v in row.items()}

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from gpupred.errors import GpupredError
 from gpupred.workloads import models
-from gpupred.workloads.spec import WorkloadSpec
+from gpupred.workloads.spec import HALF_PRECISIONS, WorkloadSpec
 
 LossFn = Callable[[Any, tuple[Tensor, ...]], Tensor]
 
@@ -71,18 +71,53 @@ class BuiltWorkload:
         opt = make_optimizer(self.spec.optimizer, model.parameters(), self.lrs[0])
         batch = _Batches(self.export_inputs + self.targets, device, host_batches)
         n_in, loss_fn = len(self.export_inputs), self.loss_fn
-        dev_type, bf16 = torch.device(device).type, self.spec.precision == "bf16"
+        amp = Amp(self.spec.precision, device)
 
         def step() -> Tensor:
             data = batch()
             opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=bf16):
+            with amp.autocast():
                 loss = loss_fn(model(*data[:n_in]), data[n_in:])
-            loss.backward()
-            opt.step()
+            amp.backward_step(loss, opt)
             return loss.detach()
 
         return step
+
+
+class Amp:
+    """Mixed precision of one training step: autocast (bf16 or fp16) and, for fp16, a dynamic loss scaler.
+
+    fp16 follows ``torch.cuda.amp`` as the AMP training scripts of the published workloads use it:
+    ``scaler.scale(loss).backward(); scaler.step(opt); scaler.update()``. fp32 and bf16 use no scaler.
+    """
+
+    def __init__(self, precision: str, device: str) -> None:
+        self.dev_type = torch.device(device).type
+        self.enabled = precision in HALF_PRECISIONS
+        self.dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+        self.scaler = torch.amp.GradScaler(self.dev_type, enabled=precision == "fp16")
+
+    def autocast(self) -> Any:
+        """The autocast context of the forward pass (a no-op in fp32)."""
+        return torch.autocast(self.dev_type, dtype=self.dtype, enabled=self.enabled)
+
+    def backward(self, loss: Tensor) -> None:
+        """Backward of the (scaled, under fp16) loss."""
+        self.scaler.scale(loss).backward()
+
+    def step(self, opt: torch.optim.Optimizer) -> None:
+        """An optimizer step (unscaled and skipped on inf/NaN gradients under fp16)."""
+        self.scaler.step(opt)
+
+    def update(self) -> None:
+        """Update the loss scale after every optimizer of the iteration has stepped."""
+        self.scaler.update()
+
+    def backward_step(self, loss: Tensor, opt: torch.optim.Optimizer) -> None:
+        """Backward, step and scale update of a one-optimizer iteration."""
+        self.backward(loss)
+        self.step(opt)
+        self.update()
 
 
 class _Batches:
@@ -118,6 +153,12 @@ def _ce(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
     return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), targets[0].reshape(-1), ignore_index=-100)
 
 
+def _span_ce(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
+    """Mean of the start and end cross-entropies of a span head ``[B, S, 2]`` (targets ``[B, 2]``)."""
+    logits = out.float()
+    return (F.cross_entropy(logits[..., 0], targets[0][:, 0]) + F.cross_entropy(logits[..., 1], targets[0][:, 1])) / 2
+
+
 def _bce(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
     """Binary cross-entropy on logits."""
     return F.binary_cross_entropy_with_logits(out.float(), targets[0])
@@ -129,7 +170,9 @@ def _num_classes(image_size: int) -> int:
 
 
 def _torchvision(spec: WorkloadSpec) -> nn.Module:
-    """A torchvision classifier with random weights (never downloads)."""
+    """A torchvision classifier with random weights (never downloads), or a CIFAR variant (``*_cifar``)."""
+    if spec.arch in models.CIFAR_MODELS:
+        return models.CIFAR_MODELS[spec.arch](num_classes=_num_classes(spec.input_size))
     import torchvision.models as tvm
 
     kw: dict[str, Any] = {"weights": None, "num_classes": _num_classes(spec.input_size)}
@@ -167,9 +210,14 @@ def _task(spec: WorkloadSpec, seed: int) -> _Task:
             model = models.RNNLM(fam, k["v"], k["e"], k["h"], k["l"])
             tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
             return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+        if fam in ("bert", "gpt", "seq2seq") and k["m"] % k["h"]:
+            raise GpupredError(f"workload {spec.id!r}: d_model m{k['m']} is not divisible by heads h{k['h']}")
+        if spec.arch == "bert_qa":  # SQuAD fine-tuning: start/end logits per token, two cross-entropies
+            model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=False, out_features=2)
+            x = torch.randint(0, k["v"], (b, s), generator=g)
+            span = torch.randint(0, s, (b, 2), generator=g)
+            return _Task(model, (x,), ["tokens"], (span,), _span_ce)
         if fam in ("bert", "gpt"):
-            if k["m"] % k["h"]:
-                raise GpupredError(f"workload {spec.id!r}: d_model m{k['m']} is not divisible by heads h{k['h']}")
             model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=fam == "gpt")
             tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
             if fam == "gpt":
@@ -186,6 +234,23 @@ def _task(spec: WorkloadSpec, seed: int) -> _Task:
             z = torch.randn(b, k["z"], 1, 1, generator=g)
             real = torch.rand(b, 3, s, s, generator=g) * 2 - 1
             return _Task(model, (z, real), ["latent", "images"], (), _bce)
+        if fam == "seq2seq":
+            model = models.Seq2SeqTransformer(k["v"], k["t"], k["m"], k["h"], k["l"], s)
+            src = torch.randint(0, k["v"], (b, s), generator=g)
+            tgt = torch.randint(0, k["t"], (b, s + 1), generator=g)
+            return _Task(model, (src, tgt[:, :-1].contiguous()), ["source", "target"], (tgt[:, 1:].contiguous(),), _ce)
+        if fam == "pointnet":
+            model = models.PointNetCls(k["c"])
+            points = torch.randn(b, 3, s, generator=g)
+            return _Task(model, (points,), ["points"], (torch.randint(0, k["c"], (b,), generator=g),), _ce)
+        if fam == "fcnet":
+            from gpupred.workloads.fcnet import fc_widths
+
+            model = models.FCNet(s, fc_widths(s, k["o"], k["d"], spec.arch))
+            x = torch.randn(b, s, generator=g)
+            if k["o"] == 1:  # GPUMemNet: BCE-with-logits for one output, cross-entropy otherwise
+                return _Task(model, (x,), ["features"], (torch.randint(0, 2, (b, 1), generator=g).float(),), _bce)
+            return _Task(model, (x,), ["features"], (torch.randint(0, k["o"], (b,), generator=g),), _ce)
         if fam == "neumf":
             model = models.NeuMF(k["u"], k["i"], k["e"], k["l"])
             users = torch.randint(0, k["u"], (b,), generator=g)
@@ -255,23 +320,24 @@ def _dcgan_step(built: BuiltWorkload, device: str, host_batches: bool) -> Callab
     opt_d = make_optimizer(built.spec.optimizer, gan.D.parameters(), lr)
     opt_g = make_optimizer(built.spec.optimizer, gan.G.parameters(), lr)
     batch = _Batches(built.export_inputs, device, host_batches)
-    dev_type, bf16 = torch.device(device).type, built.spec.precision == "bf16"
+    amp = Amp(built.spec.precision, device)
     ones = torch.ones(built.spec.batch_size, device=device)
     zeros = torch.zeros(built.spec.batch_size, device=device)
 
     def step() -> Tensor:
         z, real = batch()
         opt_d.zero_grad(set_to_none=True)
-        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=bf16):
+        with amp.autocast():
             fake = gan.G(z)
             loss_d = _bce(gan.D(real), (ones,)) + _bce(gan.D(fake.detach()), (zeros,))
-        loss_d.backward()
-        opt_d.step()
+        amp.backward(loss_d)
+        amp.step(opt_d)
         opt_g.zero_grad(set_to_none=True)
-        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=bf16):
+        with amp.autocast():
             loss_g = _bce(gan.D(fake), (ones,))
-        loss_g.backward()
-        opt_g.step()
+        amp.backward(loss_g)
+        amp.step(opt_g)
+        amp.update()  # one scale update per iteration, after both optimizers (as the AMP DCGAN script does)
         return (loss_d + loss_g).detach()
 
     return step

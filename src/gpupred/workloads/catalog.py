@@ -16,9 +16,10 @@ from functools import lru_cache
 from typing import Any
 
 from gpupred.errors import GpupredError
-from gpupred.workloads.spec import FAMILIES, OPTIMIZERS, PRECISIONS, WorkloadSpec
+from gpupred.workloads.spec import CATALOG_FAMILIES, FAMILIES, OPTIMIZERS, WorkloadSpec
 
 PER_FAMILY = 20  # specs drawn per family (fewer only if a family's grid is smaller)
+CATALOG_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")  # fp16 is for published AMP workloads, not sampled
 FUSED_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 BS_STEPS: tuple[int, ...] = (0, 1, 2, 3, 4)  # batch size = base * 2**step: a 16x span per input size
 
@@ -38,7 +39,7 @@ class _Plan:
 
 def _common() -> dict[str, tuple[Any, ...]]:
     """Factors every family shares: batch-size step, precision, optimizer."""
-    return {"step": BS_STEPS, "precision": PRECISIONS, "optimizer": OPTIMIZERS}
+    return {"step": BS_STEPS, "precision": CATALOG_PRECISIONS, "optimizer": OPTIMIZERS}
 
 
 def _cnn(family: str, sizes: tuple[int, ...], base: dict[int, int] | None = None) -> _Plan:
@@ -94,7 +95,7 @@ def _neumf(d: dict[str, Any]) -> WorkloadSpec:
 
 
 def _plans() -> list[_Plan]:
-    """One plan per family, in FAMILIES order."""
+    """One plan per catalog family, in FAMILIES order."""
     imagenet = (224, 160, 128)
     plans = {
         "resnet": _cnn("resnet", (32, 224, 128)),
@@ -122,7 +123,7 @@ def _plans() -> list[_Plan]:
         "neumf": _knobbed("neumf", {"data": ((6040, 3706), (138493, 26744), (162541, 59047)), "e": (8, 16, 32, 64),
                                     "l": (1, 2, 3, 4)}, _neumf),
     }
-    assert list(plans) == list(FAMILIES)
+    assert tuple(plans) == CATALOG_FAMILIES
     return list(plans.values())
 
 
@@ -181,7 +182,7 @@ def fused_catalog() -> list[WorkloadSpec]:
     for b in bases:
         groups.append([
             WorkloadSpec(b.family, b.arch, b.batch_size, b.input_size, p, b.optimizer, b.knobs, f)  # type: ignore[arg-type]
-            for f in FUSED_COUNTS for p in PRECISIONS
+            for f in FUSED_COUNTS for p in CATALOG_PRECISIONS
         ])
     return _interleave(groups)
 

@@ -2,11 +2,18 @@
 
 Id grammar (the join key everywhere)::
 
-    <family>.<arch>[-<knob><int>...]-bs<int>[-<img|seq|in><int>]-<fp32|bf16>-<sgd|adam>[-x<int>]
+    <family>.<arch>[-<knob><int>...]-bs<int>[-<img|seq|in|pts><int>]-<fp32|bf16|fp16>-<sgd|adam>[-x<int>]
 
 e.g. ``resnet.resnet50-bs64-img224-bf16-sgd`` or ``lstm.lstm-v10000-e256-h512-l2-bs32-seq64-fp32-adam``.
 ``x<F>`` marks F fused copies (inter-trial fusion) and is left out when F is 1. ``family`` is the
 architecture family used by leave-one-family-out evaluation (resnet18/50/101 are one family).
+
+Precisions: ``fp32``; ``bf16`` and ``fp16`` are autocast mixed precision (fp32 master weights; fp16 adds
+a dynamic loss scaler, as ``torch.amp.GradScaler`` does). The sweep catalog uses fp32 and bf16 only; fp16
+is there for published workloads trained with AMP (Lucid's ``amp`` column, :mod:`gpupred.importers`).
+Families and architectures marked ``in_catalog=False`` / ``extra_archs`` are not sampled by the catalog:
+they rebuild workloads that other groups measured (CIFAR variants of torchvision models, PointNet, the
+encoder-decoder Transformer, GPUMemNet's fully connected networks...).
 """
 
 from __future__ import annotations
@@ -18,49 +25,74 @@ from typing import Literal
 
 from gpupred.errors import GpupredError
 
-Precision = Literal["fp32", "bf16"]
+Precision = Literal["fp32", "bf16", "fp16"]
 Optimizer = Literal["sgd", "adam"]
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+HALF_PRECISIONS: tuple[str, ...] = ("bf16", "fp16")  # autocast mixed precision
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
 class Family:
-    """What a family is: its kind, the input token of its ids, and its knobs in id order."""
+    """What a family is: its kind, the input token of its ids, its knobs in id order, its architectures.
+
+    ``archs`` are the ones the sweep catalog samples; ``extra_archs`` are valid too but rebuilt only for
+    published measurements; a family with ``in_catalog=False`` is not in the catalog at all.
+    """
 
     name: str
-    kind: Literal["cnn", "mlp", "rnn", "transformer", "gan", "recsys"]
-    input_token: Literal["img", "seq", "in", ""]
+    kind: Literal["cnn", "mlp", "rnn", "transformer", "gan", "recsys", "pointcloud"]
+    input_token: Literal["img", "seq", "in", "pts", ""]
     knobs: tuple[str, ...] = ()
     archs: tuple[str, ...] = ()
+    extra_archs: tuple[str, ...] = ()
+    in_catalog: bool = True
+
+    @property
+    def all_archs(self) -> tuple[str, ...]:
+        """Catalog and extra architectures."""
+        return self.archs + self.extra_archs
 
 
 # knob letters: w width, d depth, v vocab, e embedding, h hidden (rnn) / heads (transformer),
 # l layers, m d_model, f feed-forward, z latent, g generator width, k discriminator width,
-# u users, i items.
+# u users, i items, c classes, o output features, t target vocabulary.
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("resnet", "cnn", "img", archs=("resnet18", "resnet50", "resnet101")),
-        Family("vgg", "cnn", "img", archs=("vgg11", "vgg16")),
+        # *_cifar: the CIFAR-10 variants (3x3 stem, no early downsampling) that Lucid trained
+        Family("resnet", "cnn", "img", archs=("resnet18", "resnet50", "resnet101"), extra_archs=("resnet18_cifar",)),
+        Family("vgg", "cnn", "img", archs=("vgg11", "vgg16"), extra_archs=("vgg11_cifar",)),
         Family("alexnet", "cnn", "img", archs=("alexnet",)),
         Family("googlenet", "cnn", "img", archs=("googlenet",)),
         Family("inception", "cnn", "img", archs=("inception_v3",)),
-        Family("mobilenet", "cnn", "img", archs=("mobilenet_v2", "mobilenet_v3_large")),
+        Family("mobilenet", "cnn", "img", archs=("mobilenet_v2", "mobilenet_v3_large"),
+               extra_archs=("mobilenet_v2_cifar", "mobilenet_v3_small")),
         Family("densenet", "cnn", "img", archs=("densenet121",)),
-        Family("efficientnet", "cnn", "img", archs=("efficientnet_b0",)),
+        Family("efficientnet", "cnn", "img", archs=("efficientnet_b0",), extra_archs=("efficientnet_b0_cifar",)),
         Family("squeezenet", "cnn", "img", archs=("squeezenet1_1",)),
         Family("shufflenet", "cnn", "img", archs=("shufflenet_v2_x1_0",)),
         Family("vit", "transformer", "img", archs=("vit_b_16",)),
         Family("mlp", "mlp", "in", knobs=("w", "d"), archs=("mlp",)),
         Family("lstm", "rnn", "seq", knobs=("v", "e", "h", "l"), archs=("lstm",)),
         Family("gru", "rnn", "seq", knobs=("v", "e", "h", "l"), archs=("gru",)),
-        Family("bert", "transformer", "seq", knobs=("v", "m", "h", "l"), archs=("bert",)),
+        # bert_qa: the encoder with a span (start/end) head instead of the vocabulary head (SQuAD fine-tuning)
+        Family("bert", "transformer", "seq", knobs=("v", "m", "h", "l"), archs=("bert",), extra_archs=("bert_qa",)),
         Family("gpt", "transformer", "seq", knobs=("v", "m", "h", "l"), archs=("gpt",)),
         Family("dcgan", "gan", "img", knobs=("z", "g", "k"), archs=("dcgan",)),
         Family("neumf", "recsys", "", knobs=("u", "i", "e", "l"), archs=("neumf",)),
+        # published workloads only (not in the sweep catalog)
+        # encoder-decoder Transformer (Vaswani et al.): v source vocab, t target vocab, l layers each side, ff = 4m
+        Family("seq2seq", "transformer", "seq", knobs=("v", "t", "m", "h", "l"), archs=("transformer",), in_catalog=False),
+        # PointNet classifier (Qi et al. 2017) over pts points, c classes, no feature transform
+        Family("pointnet", "pointcloud", "pts", knobs=("c",), archs=("pointnet_cls",), in_catalog=False),
+        # GPUMemNet's fully connected networks: in input features, o output features, d hidden layers; the
+        # architecture names the width rule (gpupred.workloads.models.fc_widths)
+        Family("fcnet", "mlp", "in", knobs=("o", "d"), archs=("fc_pyramid", "fc_uniform", "fc_bottleneck", "fc_gradual"),
+               in_catalog=False),
     )
 }
+CATALOG_FAMILIES: tuple[str, ...] = tuple(f for f, fam in FAMILIES.items() if fam.in_catalog)
 
 _TOKEN = re.compile(r"^([a-z]+)(\d+)$")
 
@@ -82,8 +114,9 @@ class WorkloadSpec:
         fam = FAMILIES.get(self.family)
         if fam is None:
             raise GpupredError(f"unknown workload family {self.family!r}; known: {', '.join(FAMILIES)}")
-        if self.arch not in fam.archs:
-            raise GpupredError(f"unknown architecture {self.arch!r} for family {self.family!r}; known: {', '.join(fam.archs)}")
+        if self.arch not in fam.all_archs:
+            raise GpupredError(
+                f"unknown architecture {self.arch!r} for family {self.family!r}; known: {', '.join(fam.all_archs)}")
         if tuple(k for k, _ in self.knobs) != fam.knobs:
             raise GpupredError(f"family {self.family!r} needs knobs {fam.knobs}, got {tuple(k for k, _ in self.knobs)}")
         if self.precision not in PRECISIONS:
@@ -92,6 +125,8 @@ class WorkloadSpec:
             raise GpupredError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
         if self.batch_size < 1 or self.fused < 1 or (fam.input_token and self.input_size < 1):
             raise GpupredError(f"batch size, fused count and input size must be positive: {self!r}")
+        if self.fused > 1 and self.precision == "fp16":
+            raise GpupredError(f"fused copies train in fp32 or bf16, not fp16 (no loss scaler for stacked copies): {self!r}")
 
     @property
     def kind(self) -> str:
@@ -168,6 +203,6 @@ class WorkloadSpec:
             raise GpupredError(f"workload id {workload_id!r}: {err}") from None
         except (ValueError, IndexError, KeyError):
             raise GpupredError(
-                f"not a workload id: {workload_id!r} (expected <family>.<arch>[-knobs]-bs<N>[-img|seq|in<N>]-<fp32|bf16>-<sgd|adam>; "
+                f"not a workload id: {workload_id!r} (expected <family>.<arch>[-knobs]-bs<N>[-img|seq|in|pts<N>]-<fp32|bf16|fp16>-<sgd|adam>; "
                 "`gpupred zoo list` shows the catalog)"
             ) from None

@@ -1,0 +1,42 @@
+"""Importers for published GPU measurements of other groups (Lucid, GPUMemNet): fetched at a pinned commit,
+sha256-checked, kept under data/external/ (never data/raw, never committed) with their provenance.
+
+``gpupred import lucid|gpumemnet [--from DIR]`` on the command line; in Python::
+
+    from gpupred import importers
+    importers.import_source("lucid")            # download, or fall back to config.EXTERNAL_LOCAL
+    importers.import_source("gpumemnet", from_dir="../shared/external")
+    importers.lucid.read_solo(), importers.lucid.read_pairs(), importers.gpumemnet.read_runs()
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpupred.errors import GpupredError
+from gpupred.importers import gpumemnet, lucid
+from gpupred.importers import source as _source_module
+from gpupred.importers.source import Source, ensure_imported, is_imported, read_provenance
+
+SOURCES: dict[str, Source] = {lucid.SOURCE.name: lucid.SOURCE, gpumemnet.SOURCE.name: gpumemnet.SOURCE}
+
+__all__ = ["SOURCES", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source", "imported_sources",
+           "is_imported", "lucid", "read_provenance"]
+
+
+def get_source(name: str) -> Source:
+    """The source called ``name`` (lucid, gpumemnet)."""
+    if name not in SOURCES:
+        raise GpupredError(f"unknown source {name!r}; known: {', '.join(SOURCES)}")
+    return SOURCES[name]
+
+
+def import_source(name: str, from_dir: str | os.PathLike[str] | None = None, **kwargs: object) -> Path:
+    """Import one source by name (see :func:`gpupred.importers.source.import_source`); return its folder."""
+    return _source_module.import_source(get_source(name), from_dir, **kwargs)  # type: ignore[arg-type]
+
+
+def imported_sources() -> list[str]:
+    """The sources imported at their pinned commits."""
+    return [name for name, src in SOURCES.items() if is_imported(src)]

@@ -1,0 +1,85 @@
+"""Graph features of the imported workloads: GPUMemNet networks built with onnx.helper, Lucid jobs from the
+committed structure-only graphs (``config.GRAPHS``) or, where one is missing, exported with torch.
+
+The rows have the columns of ``data/processed/graph_features.parquet`` (:data:`gpupred.graph.table.COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from gpupred import config
+from gpupred.workloads.spec import WorkloadSpec
+
+
+def committed_graph(spec: WorkloadSpec) -> Path:
+    """Where the committed structure-only graph of a spec's architecture lives."""
+    return config.GRAPHS / f"{spec.arch_key}.onnx"
+
+
+def graph_for(spec: WorkloadSpec) -> Any:
+    """An ONNX graph (ModelProto or path) for ``spec``: built (fcnet), committed, or exported (torch)."""
+    if spec.family == "fcnet":
+        from gpupred.importers.gpumemnet import fcnet_onnx
+
+        return fcnet_onnx(spec)
+    path = committed_graph(spec)
+    if path.is_file():
+        return path
+    from gpupred.graph.export import export_onnx  # imports torch: only when no committed graph exists
+
+    return export_onnx(spec)
+
+
+def feature_rows(specs: Iterable[WorkloadSpec], progress: bool = True) -> pd.DataFrame:
+    """One graph-feature row per spec (columns of gpupred.graph.table.COLUMNS), one graph per architecture."""
+    from tqdm.auto import tqdm
+
+    from gpupred.graph.features import featurize
+    from gpupred.graph.table import COLUMNS
+
+    specs = list(specs)
+    graphs: dict[str, Any] = {}
+    rows = []
+    for spec in tqdm(specs, desc="imported graph features", unit="spec", disable=not progress):
+        if spec.arch_key not in graphs:
+            graphs[spec.arch_key] = graph_for(spec)
+        row = featurize(graphs[spec.arch_key], batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
+        rows.append({"workload_id": spec.id, "arch_key": spec.arch_key, "family": spec.family, "arch": spec.arch,
+                     "precision": spec.precision, "optimizer": spec.optimizer, "fused": spec.fused, **row})
+        if spec.family == "fcnet":
+            graphs.pop(spec.arch_key)  # one spec per network: keep memory flat
+    df = pd.DataFrame(rows)
+    return df.reindex(columns=COLUMNS) if len(df) else pd.DataFrame(columns=COLUMNS)
+
+
+def imported_specs(sources: Iterable[str] | None = None) -> list[WorkloadSpec]:
+    """Every rebuilt workload of the imported sources (default: those imported)."""
+    from gpupred import importers
+
+    names = importers.imported_sources() if sources is None else list(sources)
+    out: list[WorkloadSpec] = []
+    for name in names:
+        out += {"lucid": importers.lucid, "gpumemnet": importers.gpumemnet}[name].specs()
+    return out
+
+
+def export_graphs(specs: Iterable[WorkloadSpec], folder: Path | None = None) -> list[Path]:
+    """Export (torch) and copy each architecture's structure-only graph into the committed store."""
+    from gpupred.graph.export import export_onnx
+
+    folder = folder or config.GRAPHS
+    folder.mkdir(parents=True, exist_ok=True)
+    out, seen = [], set()
+    for spec in specs:
+        if spec.family == "fcnet" or spec.arch_key in seen:
+            continue
+        seen.add(spec.arch_key)
+        target = folder / f"{spec.arch_key}.onnx"
+        shutil.copyfile(export_onnx(spec), target)
+        out.append(target)
+    return out

@@ -1,0 +1,273 @@
+"""Nested cross-validation: the model is chosen inside each outer fold's training rows, scored on its test rows.
+
+For each outer fold (grouped random or leave-one-family-out, :func:`gpupred.learn.evaluate.splits_for`):
+
+1. **select** — every candidate regressor is scored by grouped K-fold CV on the outer *training* rows only
+   (groups: workloads, or sibling families under ``lofo``); the lowest inner RMSLE wins;
+2. **predict** — a CV+ conformal regressor (:class:`gpupred.learn.intervals.ConformalRegressor`) with the
+   winner is fitted on the outer training rows and predicts every outer test row (point and interval).
+
+Reported figures come from step 2 only: the outer rows were never seen by selection or fitting, so the
+RMSLE and the interval coverage are honest estimates of the *whole procedure*, winner choice included.
+The inner RMSLE that picked a winner is kept in :attr:`NestedResult.folds` for inspection and must not be
+reported as performance. Optionally every candidate is also scored on the outer folds (``compare``): a
+table of how each regressor does on unseen workloads, which is information, not a second selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+from sklearn.model_selection import GroupKFold
+
+from gpupred.errors import GpupredError
+from gpupred.learn.evaluate import Split, fold_groups, rmsle, splits_for
+from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.regressors import make_regressor
+
+
+@dataclass
+class NestedResult:
+    """What a nested cross-validation produced for one target and split scheme."""
+
+    target: str
+    scheme: str
+    predictions: pd.DataFrame  # one row per dataset row in an outer test fold: keys, fold, y, pred, low, high, model
+    folds: pd.DataFrame  # one row per outer fold: chosen model, its inner RMSLE (selection only), outer RMSLE, coverage
+    comparison: pd.DataFrame  # one row per (outer fold, candidate): outer RMSLE of each candidate (when compare)
+
+    def rmsle(self, by: str | None = None) -> float | dict[str, float]:
+        """Outer-fold RMSLE over every labelled row (pooled), or per value of column ``by`` (e.g. source)."""
+        p = self.predictions[self.predictions["y"].notna()]
+        if by is None:
+            return rmsle(p["y"], p["pred"])
+        return {str(k): rmsle(g["y"], g["pred"]) for k, g in p.groupby(by)}
+
+    def coverage(self, by: str | None = None) -> float | dict[str, float]:
+        """Share of labelled outer rows whose interval holds the measured value (pooled, or per ``by``)."""
+        p = self.predictions[self.predictions["y"].notna()]
+        inside = (p["y"] >= p["low"]) & (p["y"] <= p["high"])
+        if by is None:
+            return float(inside.mean())
+        return {str(k): float(v) for k, v in inside.groupby(p[by]).mean().items()}
+
+
+def make_candidates(models: Iterable[str] | dict[str, Any], tune: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Unfitted candidates by name: names go through make_regressor, a dict passes estimators as they are."""
+    if isinstance(models, dict):
+        return dict(models)
+    return {name: make_regressor(name, tune=tune, seed=seed) for name in models}
+
+
+def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Fit a clone on log1p targets of ``train`` rows; predictions (original scale) for ``test`` rows."""
+    fitted = clone(model).fit(X[train], z[train])
+    return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
+
+
+def inner_splits(groups: np.ndarray, n_inner: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Grouped K-fold over (outer training) rows: no group on both sides."""
+    k = min(n_inner, len(set(groups)))
+    if k < 2:
+        raise GpupredError(f"only {len(set(groups))} group(s) in the training rows: too few for an inner cross-validation")
+    return list(GroupKFold(k, shuffle=True, random_state=seed).split(groups, groups=groups))
+
+
+def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: dict[str, Any], n_inner: int = 3,
+                 seed: int = 0, n_jobs: int = 1) -> tuple[str, dict[str, float]]:
+    """(winner, mean inner-fold RMSLE per candidate) by grouped K-fold CV on the rows given (and only those)."""
+    from joblib import Parallel, delayed
+
+    z = np.log1p(y)
+    folds = inner_splits(groups, n_inner, seed)
+    tasks = [(name, tr, te) for name in candidates for tr, te in folds]
+    preds = Parallel(n_jobs=n_jobs)(delayed(_fit_predict)(candidates[n], X, z, tr, te) for n, tr, te in tasks)
+    per_fold: dict[str, list[float]] = {n: [] for n in candidates}
+    for (name, _, te), pred in zip(tasks, preds):
+        per_fold[name].append(rmsle(y[te], pred))
+    # the mean over inner folds weighs each held-out group equally (a 3,000-run family does not drown the rest)
+    scores = {n: float(np.mean(v)) for n, v in per_fold.items()}
+    return min(scores, key=lambda n: (scores[n], n)), scores
+
+
+def _outer_fold(X: np.ndarray, y: np.ndarray, labelled: np.ndarray, groups: np.ndarray, strata: np.ndarray | None,
+                split: Split, candidates: dict[str, Any], n_inner: int, alpha: float, n_cal: int, seed: int,
+                compare: bool, n_jobs: int, percent: bool = False) -> dict[str, Any]:
+    """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows."""
+    train, test, label = split
+    train = train[labelled[train]]
+    chosen, inner = select_model(X[train], y[train], groups[train], candidates, n_inner, seed, n_jobs)
+    cr = ConformalRegressor(clone(candidates[chosen]), alpha, n_cal, seed)
+    cr.fit(X[train], y[train], groups=groups[train], strata=None if strata is None else strata[train])
+    point, low, high = cr.predict(X[test], None if strata is None else strata[test])
+    if percent:  # a utilization is at most 100 %: so are its prediction and interval
+        point, low, high = (np.clip(a, 0, 100) for a in (point, low, high))
+    others: dict[str, float] = {}
+    if compare:
+        z = np.log1p(y)
+        scored = test[labelled[test]]
+        for name, model in candidates.items():
+            if len(scored):
+                others[name] = rmsle(y[scored], _fit_predict(model, X, z, train, scored))
+    return {"label": label, "train": train, "test": test, "chosen": chosen, "inner": inner, "point": point,
+            "low": low, "high": high, "compare": others}
+
+
+def nested_cv(
+    df: pd.DataFrame,
+    target: str,
+    models: Iterable[str] | dict[str, Any],
+    scheme: str = "grouped_random",
+    splits: list[Split] | None = None,
+    n_outer: int = 5,
+    n_inner: int = 3,
+    alpha: float = 0.1,
+    n_cal: int = 5,
+    tune: bool = False,
+    compare: bool = True,
+    features: list[str] | None = None,
+    mondrian: str | None = "source",
+    seed: int = 0,
+    n_jobs: int = 2,
+) -> NestedResult:
+    """Nested CV of ``target``: per outer fold, choose a model by inner CV, predict the fold with CV+ intervals.
+
+    ``splits`` (default ``splits_for(df, scheme, n_outer, seed)``) are over all rows of ``df``; models train on
+    the labelled rows of each training side and predict every row of the test side, labelled or not.
+    ``mondrian`` names the column whose values get their own interval calibration (default the source).
+    """
+    from threadpoolctl import threadpool_limits
+    from tqdm.auto import tqdm
+
+    from gpupred.dataset import PERCENT_LABELS, feature_columns
+
+    cols = features or feature_columns(df)
+    X = df[cols].to_numpy(float)
+    y = df[target].to_numpy(float)
+    labelled = ~np.isnan(y)
+    if labelled.sum() < 10:
+        raise GpupredError(f"only {int(labelled.sum())} rows with label {target!r}: too few for nested cross-validation")
+    groups = fold_groups(df, scheme)
+    strata = df[mondrian].astype(str).to_numpy() if mondrian and mondrian in df.columns else None
+    splits = splits if splits is not None else splits_for(df, scheme, n_outer, seed)
+    candidates = make_candidates(models, tune, seed)
+    outs = []
+    with threadpool_limits(limits=1):  # one BLAS/OpenMP thread per fit: parallel fits oversubscribe 2 cores otherwise
+        for split in tqdm(splits, desc=f"nested CV {target} ({scheme})", leave=False):
+            if not labelled[split[0]].any():
+                continue
+            outs.append(_outer_fold(X, y, labelled, groups, strata, split, candidates, n_inner, alpha, n_cal, seed, compare,
+                                    n_jobs, percent=target in PERCENT_LABELS))
+    return _collect(df, target, scheme, y, outs)
+
+
+def _collect(df: pd.DataFrame, target: str, scheme: str, y: np.ndarray, outs: list[dict[str, Any]]) -> NestedResult:
+    """Assemble per-row predictions, per-fold choices and the comparison table."""
+    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in df.columns]
+    preds, folds, comp = [], [], []
+    for k, o in enumerate(outs):
+        t = o["test"]
+        frame = df.iloc[t][keys].copy()
+        frame["fold"], frame["fold_label"], frame["y"] = k, o["label"], y[t]
+        frame["pred"], frame["low"], frame["high"], frame["model"] = o["point"], o["low"], o["high"], o["chosen"]
+        preds.append(frame)
+        lab = ~np.isnan(y[t])
+        inside = (y[t][lab] >= o["low"][lab]) & (y[t][lab] <= o["high"][lab])
+        folds.append({"fold": k, "fold_label": o["label"], "n_train": len(o["train"]), "n_test": int(lab.sum()),
+                      "model": o["chosen"], "inner_rmsle_of_choice": o["inner"][o["chosen"]],
+                      "outer_rmsle": rmsle(y[t][lab], o["point"][lab]) if lab.any() else np.nan,
+                      "coverage": float(inside.mean()) if lab.any() else np.nan})
+        comp += [{"fold": k, "fold_label": o["label"], "model": m, "outer_rmsle": v} for m, v in o["compare"].items()]
+    predictions = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()
+    return NestedResult(target, scheme, predictions, pd.DataFrame(folds), pd.DataFrame(comp))
+
+
+def choose_for_export(df: pd.DataFrame, target: str, models: Iterable[str] | dict[str, Any], n_inner: int = 3,
+                      tune: bool = False, seed: int = 0, n_jobs: int = 2) -> str:
+    """The model a predictor trained on every row should use: grouped inner CV over all labelled rows.
+
+    The score that picks it is a selection score, not an estimate of the exported model's error (the
+    nested outer-fold figures are).
+    """
+    from threadpoolctl import threadpool_limits
+
+    from gpupred.dataset import feature_columns
+
+    data = df[df[target].notna()].reset_index(drop=True)
+    with threadpool_limits(limits=1):
+        chosen, _ = select_model(data[feature_columns(data)].to_numpy(float), data[target].to_numpy(float),
+                                 fold_groups(data, "grouped_random"), make_candidates(models, tune, seed), n_inner, seed,
+                                 n_jobs)
+    return chosen
+
+
+def oof_frame(results: dict[str, NestedResult], dataset: pd.DataFrame) -> pd.DataFrame:
+    """The out-of-fold predictions file (gpupred.learn.oof contract) from grouped nested CV results per target.
+
+    Every result must cover every dataset row exactly once, with the same folds for every target.
+    """
+    from gpupred.learn.oof import KEY_COLUMNS
+
+    base: pd.DataFrame | None = None
+    for target, res in results.items():
+        p = res.predictions
+        if len(p) != len(dataset) or p["run_id"].duplicated().any() or set(p["run_id"]) != set(dataset["run_id"]):
+            raise GpupredError(f"{target}: out-of-fold predictions must cover every dataset row once "
+                               f"({len(p)} predictions for {len(dataset)} rows)")
+        p = p.set_index("run_id")
+        if base is None:
+            base = dataset[["run_id", "workload_id", "gpu", "source"]].copy()
+            base["fold"] = p.loc[base["run_id"], "fold"].to_numpy().astype(int)
+        elif not np.array_equal(p.loc[base["run_id"], "fold"].to_numpy(), base["fold"].to_numpy()):
+            raise GpupredError(f"{target}: folds differ from the other targets'; use the same splits for every target")
+        base[target] = p.loc[base["run_id"], "pred"].to_numpy()
+        base[f"{target}_low"] = p.loc[base["run_id"], "low"].to_numpy()
+        base[f"{target}_high"] = p.loc[base["run_id"], "high"].to_numpy()
+        base[f"{target}_model"] = p.loc[base["run_id"], "model"].to_numpy()
+    if base is None:
+        raise GpupredError("no nested CV results to write")
+    return base[[*KEY_COLUMNS, *(c for c in base.columns if c not in KEY_COLUMNS)]].reset_index(drop=True)
+
+
+def plot_outer(results: dict[str, NestedResult], title: str = "") -> Any:
+    """Measured vs out-of-fold predicted values per scheme (log axes), coloured by source, with intervals."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.6), squeeze=False)
+    sources = sorted({s for r in results.values() for s in r.predictions.get("source", [])})
+    palette = dict(zip(sources, sns.color_palette(n_colors=max(len(sources), 1))))
+    for ax, (name, res) in zip(axes[0], results.items()):
+        p = res.predictions[res.predictions["y"].notna()]
+        ax.errorbar(p["y"], p["pred"], yerr=[p["pred"] - p["low"], p["high"] - p["pred"]], fmt="none", ecolor="0.85",
+                    lw=0.6, zorder=0)
+        sns.scatterplot(data=p, x="y", y="pred", hue="source", hue_order=sources, palette=palette, s=14, alpha=0.7, ax=ax,
+                        linewidth=0)
+        lo, hi = max(0.5, float(p[["y", "pred"]].min().min())), float(p[["y", "pred"]].max().max()) * 1.1
+        ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {res.target}", ylabel="out-of-fold prediction",
+               title=f"{name}: RMSLE {res.rmsle():.3f}, coverage {res.coverage():.0%}")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_comparison(results: dict[str, NestedResult], title: str = "") -> Any:
+    """Each candidate's outer-fold RMSLE per scheme (mean and spread over folds): a table of information."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    frames = [r.comparison.assign(scheme=name) for name, r in results.items() if len(r.comparison)]
+    data = pd.concat(frames, ignore_index=True)
+    order = data.groupby("model")["outer_rmsle"].mean().sort_values().index
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(order) + 1.5))
+    sns.pointplot(data=data, y="model", x="outer_rmsle", hue="scheme", order=order, errorbar="sd",
+                  dodge=0.4 if data["scheme"].nunique() > 1 else False, linestyle="none", ax=ax)
+    ax.set_xlabel("RMSLE on outer folds (mean ± sd over folds)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,121 @@
+"""Nested cross-validation, source-calibrated (Mondrian) CV+ intervals and the out-of-fold file, on FIXTURE frames.
+
+The FIXTURE dataset's labels come from a toy formula (tests/fixtures_learning.py); never data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.linear_model import Ridge
+
+from fixtures_learning import fixture_dataset
+from gpupred.dataset import feature_columns
+from gpupred.errors import GpupredError
+from gpupred.learn import ConformalRegressor, nested_cv
+from gpupred.learn.evaluate import splits_for
+from gpupred.learn.nested import choose_for_export, oof_frame
+from gpupred.learn.oof import read_oof_predictions, write_oof_predictions
+
+ROW_ID = "row_index_FIXTURE"  # a feature column holding each row's index, so a spy model can see which rows it got
+
+
+class SpyRegressor(BaseEstimator, RegressorMixin):
+    """A ridge that records which rows (by the ROW_ID column, the last feature) every fit saw."""
+
+    fits: list[set[int]] = []
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "SpyRegressor":
+        SpyRegressor.fits.append(set(X[:, -1].astype(int).tolist()))
+        self.model_ = Ridge().fit(X[:, :-1], y)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.predict(X[:, :-1])
+
+
+@pytest.fixture(scope="module")
+def df():
+    data = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
+                           sources={"NVIDIA GeForce RTX 3090": "lucid"})
+    return data
+
+
+def test_outer_test_rows_never_reach_model_selection_or_fitting(df) -> None:
+    """Every fit (inner selection, CV+ calibration, comparison) sees only one outer fold's training rows."""
+    data = df.assign(**{ROW_ID: np.arange(len(df), dtype=float)})
+    cols = [c for c in feature_columns(data) if c != ROW_ID] + [ROW_ID]
+    SpyRegressor.fits = []
+    splits = splits_for(data, "grouped_random", n_repeats=4)
+    res = nested_cv(data, "gpu_util", {"spy": SpyRegressor(), "spy2": SpyRegressor()}, splits=splits, features=cols,
+                    n_inner=3, n_cal=3, n_jobs=1, compare=True)
+    trains = [set(train.tolist()) for train, _, _ in splits]
+    tests = [set(test.tolist()) for _, test, _ in splits]
+    assert len(SpyRegressor.fits) == 4 * (2 * 3 + 3 + 1 + 2)  # per fold: 2 candidates x 3 inner, CV+ 3 + 1, compare 2
+    for seen in SpyRegressor.fits:  # a selection over all rows would fit on rows of every fold's test side
+        assert any(seen <= tr for tr in trains)
+        assert all(not seen <= te for te in tests)
+    # fits are in fold order: each fold's fits avoid that fold's test rows
+    per_fold = len(SpyRegressor.fits) // 4
+    for k, test in enumerate(tests):
+        assert all(not (seen & test) for seen in SpyRegressor.fits[k * per_fold:(k + 1) * per_fold])
+    assert set(res.predictions["fold"]) == {0, 1, 2, 3} and len(res.predictions) == len(data)
+
+
+def test_nested_result_figures_and_choice(df) -> None:
+    res = nested_cv(df, "gpu_util", ["ridge", "knn"], "grouped_random", n_outer=3, n_cal=3, n_jobs=1)
+    assert set(res.folds["model"]) <= {"ridge", "knn"} and len(res.folds) == 3
+    assert {"inner_rmsle_of_choice", "outer_rmsle", "coverage"} <= set(res.folds.columns)
+    assert set(res.comparison["model"]) == {"ridge", "knn"} and len(res.comparison) == 6
+    assert 0 < res.rmsle() < 1 and set(res.rmsle("source")) == {"gpupred", "lucid"}
+    assert 0 <= res.coverage() <= 1 and set(res.coverage("source")) == {"gpupred", "lucid"}
+    p = res.predictions
+    assert ((p["low"] <= p["pred"]) & (p["pred"] <= p["high"])).all()
+    lofo = nested_cv(df, "gpu_util", ["ridge"], "lofo", n_cal=3, n_jobs=1, compare=False)
+    assert set(lofo.folds["fold_label"]) == {"resnet", "plain-convnet", "fully-connected", "rnn", "transformer"}
+    assert lofo.comparison.empty
+    assert choose_for_export(df, "gpu_util", ["ridge", "knn"], n_jobs=1) in {"ridge", "knn"}
+
+
+def test_out_of_fold_file_for_every_row(df, tmp_path: Path) -> None:
+    splits = splits_for(df, "grouped_random", n_repeats=3)
+    data = df.copy()
+    data.loc[data.index[::3], "sm_active"] = np.nan  # a label some rows lack: still predicted for every row
+    results = {t: nested_cv(data, t, ["ridge"], splits=splits, n_cal=3, n_jobs=1, compare=False)
+               for t in ("gpu_util", "memory_mib", "sm_active")}
+    oof = oof_frame(results, data)
+    assert list(oof.columns[:5]) == ["run_id", "workload_id", "gpu", "source", "fold"]
+    assert len(oof) == len(data) and oof["sm_active"].notna().all() and {"memory_mib_low", "sm_active_high"} <= set(oof.columns)
+    assert oof.groupby("workload_id")["fold"].nunique().max() == 1  # a workload's runs share a fold
+    path = write_oof_predictions(oof, data, tmp_path / "oof.parquet")
+    assert read_oof_predictions(data, path)["gpu_util"].tolist() == oof["gpu_util"].tolist()
+    other = nested_cv(data, "memory_mib", ["ridge"], splits=splits_for(df, "grouped_random", n_repeats=3, seed=5),
+                      n_cal=3, n_jobs=1, compare=False)
+    with pytest.raises(GpupredError, match="folds differ"):
+        oof_frame({"gpu_util": results["gpu_util"], "memory_mib": other}, data)
+
+
+def test_mondrian_intervals_follow_each_source() -> None:
+    """FIXTURE: one stratum has 10x the noise of the other; per-stratum calibration widens only its intervals
+    and covers both near nominal, where pooled calibration under-covers the noisy one."""
+    rng = np.random.default_rng(0)
+    n = 1200
+    X = rng.uniform(0, 1, (n, 3))
+    strata = np.where(np.arange(n) % 4 == 0, "noisy", "quiet")
+    noise = np.where(strata == "noisy", 0.5, 0.05)
+    y = np.expm1(2 + X[:, 0] + rng.normal(0, 1, n) * noise)
+    train, test = np.arange(n) < 800, np.arange(n) >= 800
+    cr = ConformalRegressor(Ridge(), alpha=0.1, n_folds=5).fit(X[train], y[train], strata=strata[train])
+    _, lo_m, hi_m = cr.predict(X[test], strata[test])
+    _, lo_p, hi_p = cr.predict(X[test])
+    yt, st = y[test], strata[test]
+    cover = lambda lo, hi, s: float(((yt >= lo) & (yt <= hi))[st == s].mean())  # noqa: E731
+    assert 0.8 <= cover(lo_m, hi_m, "noisy") <= 0.97 and 0.8 <= cover(lo_m, hi_m, "quiet") <= 0.97
+    assert cover(lo_p, hi_p, "noisy") < 0.75  # pooled residuals are mostly quiet ones
+    width = np.log1p(hi_m) - np.log1p(lo_m)
+    assert width[st == "noisy"].mean() > 5 * width[st == "quiet"].mean()
+    _, lo_u, _ = cr.predict(X[test][:3], np.array(["unseen"] * 3))  # a stratum never trained on: pooled residuals
+    np.testing.assert_allclose(lo_u, lo_p[:3])
