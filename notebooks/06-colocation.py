@@ -29,7 +29,6 @@
 n_folds: int = 5  # workload folds for cross-fitting (cell (a, b) trains on pairs touching neither fold)
 seed: int = 0  # fold assignment and model seed
 lucid: bool = True  # include the published Lucid pairs when gpupred.importers.lucid has imported them
-sync: str = "step"  # dataset rows to read (gpupred.dataset.load_dataset): the frame notebook 03 predicted
 
 # %%
 import matplotlib.pyplot as plt
@@ -47,7 +46,7 @@ for note in notes:
     print("note:", note)
 config.COLOCATION.parent.mkdir(parents=True, exist_ok=True)
 table.to_parquet(config.COLOCATION, index=False)
-dataset = load_dataset(sync=sync or None)  # MissingInput until the dataset is built
+dataset = load_dataset()  # every row, as notebook 03 predicted them; MissingInput until the dataset is built
 oof = read_oof_predictions(dataset)  # refuses predictions computed from another dataset (stale)
 features = colocation.predicted_features(dataset, oof)
 measured = table[np.isfinite(table["slowdown"].astype(float))]

@@ -52,7 +52,6 @@ max_slowdown: float = 1.5  # ours: the largest upper-bound pair slowdown it pack
 profile_s: float = 60.0  # reactive: profiling time per job
 horus_queue: str = "wfq"  # Horus queue: wfq (classes from a separate history) or fifo (the shared queue)
 lucid: bool = True  # use the published Lucid pairs when gpupred.importers.lucid has imported them
-sync: str = "step"  # dataset rows to read (gpupred.dataset.load_dataset): the frame notebook 03 predicted
 bin_s: float = 1800.0  # utilization-over-time bin width
 
 # %%
@@ -69,7 +68,7 @@ from gpupred.reports import save_figure, update_metrics
 table, solo, notes = colocation.load_pair_sources(config.RAW, lucid=lucid)  # MissingInput when no source has pairs
 for note in notes:
     print("note:", note)
-dataset = load_dataset(sync=sync or None)
+dataset = load_dataset()  # every row, as notebook 03 predicted them
 features = colocation.predicted_features(dataset, read_oof_predictions(dataset))  # out-of-fold, fingerprint-checked
 world = sim.build_world(table, solo, features, gpu_name or None, gpu_memory_mib or None, n_folds=n_folds)
 for note in world.notes:
