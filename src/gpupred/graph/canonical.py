@@ -272,6 +272,7 @@ class _Reducer:
             p = self._prod(x, BN_FOLD_INTO)
             if p is None or self._sole(x) != i:
                 node[5] = {**node[5], "training_mode": 1}
+                node[3] = tuple(node[3][:1])  # the running statistics a training-mode export also outputs
                 continue
             prod = self.nodes[p]
             if len(prod[2]) < 3 or not prod[2][2]:

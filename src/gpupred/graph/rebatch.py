@@ -50,10 +50,11 @@ def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
 def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tuple[int, ...], old: int) -> list[int]:
     """The dimensions of a reshape's old output that may carry the batch, most likely first (empty: none can).
 
-    In the flattened order the input's batch axis covers [lo, hi] (prefix products at the old batch); a
-    candidate output dimension overlaps that span. A dimension that held exactly the old batch comes
-    first (an explicit batch dimension, outermost first); then later dimensions before earlier ones (at
-    batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of the batch x heads dimension).
+    In the flattened order the input's batch axis covers [lo, hi] (prefix products at the old batch); when
+    that axis merges the batch with something else (batch x heads) the batch is its outer or its inner
+    factor. A candidate output dimension overlaps where the batch can be. A dimension that held exactly
+    the old batch comes first (an explicit batch dimension, outermost first); then later dimensions before
+    earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads).
     """
     diff = [i for i, (a, b) in enumerate(zip(x_old, x_new)) if a != b]
     if len(diff) != 1 or len(x_old) != len(x_new):
@@ -61,6 +62,7 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     axis = diff[0]
     lo = _numel(x_old[:axis])
     hi = lo * x_old[axis]
+    spans = [(lo, hi)] if x_old[axis] == old else [(lo, lo * old), (hi // old, hi)]
     prefix = [1]
     for d in y_old:
         prefix.append(prefix[-1] * d)
@@ -69,11 +71,10 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
         start, end = prefix[j], prefix[j + 1]
         if d % old:
             continue
-        if lo == hi or start == end:  # a point: touching is enough
-            if start <= hi and lo <= end:
+        for a, b in spans:
+            if (start < b and a < end) if (a != b and start != end) else (start <= b and a <= end):
                 found.append(j)
-        elif start < hi and lo < end:
-            found.append(j)
+                break
     explicit = [j for j in found if y_old[j] == old]
     return explicit + [j for j in reversed(found) if j not in explicit]
 
