@@ -42,5 +42,8 @@ METRICS: Path = REPORTS / "metrics.json"
 
 NOTEBOOKS: Path = ROOT / "notebooks"
 
-# ONNX exports (structure only, weights stripped), cached per architecture.
+# The graph store: one structure-only ONNX export per catalog architecture, committed, so that the notebook
+# pipeline featurizes the catalog without torch (`gpupred export --store` rebuilds it).
+GRAPHS: Path = DATA / "graphs"
+# ONNX exports (structure only, weights stripped) of architectures outside the store, cached per architecture.
 ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onnx"

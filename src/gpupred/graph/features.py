@@ -108,7 +108,7 @@ def _load_unchecked(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple
         label = "<ModelProto>"
     else:
         path = Path(path_or_proto)
-        label = str(path)
+        label = os.fspath(path_or_proto)  # as the caller wrote it (a Path would drop a leading ./)
         if not path.is_file():
             raise GpupredError(f"{label}: no such file; give the path of an .onnx model")
         try:

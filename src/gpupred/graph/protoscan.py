@@ -14,6 +14,7 @@ GraphProto.initializer = 5, TensorProto.dims = 1, data_type = 2, name = 8, the d
 
 from __future__ import annotations
 
+import gzip
 import mmap
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ from onnx import ModelProto
 STRIPPED_LOCATION = "weights-not-read-by-gpupred"  # external-data location of the tensors skipped here
 KEEP_DATA_BYTES = 64 * 1024  # initializers with at most this many data bytes are kept whole (shape constants)
 SCAN_MIN_BYTES = 1 << 20  # files smaller than this are parsed by protobuf directly
+GZIP_MAGIC = b"\x1f\x8b"
 
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER = 5
@@ -139,10 +141,15 @@ def structure_bytes(data: memoryview | bytes) -> bytes:
 
 
 def load_without_weights(path: str | os.PathLike[str]) -> ModelProto:
-    """The ONNX model in ``path`` with large initializers' data left unread (raises ScanError or DecodeError on bad files)."""
+    """The ONNX model in ``path`` (plain or gzip-compressed, as the graph store keeps them) with large initializers'
+    data left unread; raises ScanError, DecodeError or OSError on bad files."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
+        if f.read(2) == GZIP_MAGIC:
+            f.seek(0)
+            return ModelProto.FromString(structure_bytes(gzip.decompress(f.read())))
+        f.seek(0)
         if size < SCAN_MIN_BYTES:
             return ModelProto.FromString(f.read())
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:

@@ -54,21 +54,124 @@ class ConformalRegressor:
     def predict_log(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(point, low, high) on the log1p scale."""
         X = np.asarray(X, dtype=float)
-        point = np.asarray(self.full_model_.predict(X), dtype=float)
-        fold_pred = np.stack([np.asarray(m.predict(X), dtype=float) for m in self.fold_models_])  # (K, m)
-        per_row = fold_pred[self.fold_of_]  # (n, m)
+        point = np.asarray(fast_predict(self.full_model_, X), dtype=float)
+        fold_pred = np.stack([np.asarray(fast_predict(m, X), dtype=float) for m in self.fold_models_])  # (K, m)
         n = len(self.residuals_)
         k_lo = int(np.floor(self.alpha * (n + 1))) - 1
         k_hi = int(np.ceil((1 - self.alpha) * (n + 1))) - 1
-        lower = per_row - self.residuals_[:, None]
-        upper = per_row + self.residuals_[:, None]
-        lo = np.partition(lower, max(k_lo, 0), axis=0)[max(k_lo, 0)] if k_lo >= 0 else np.full(len(point), -np.inf)
-        hi = np.partition(upper, min(k_hi, n - 1), axis=0)[min(k_hi, n - 1)] if k_hi < n else np.full(len(point), np.inf)
+        lo = cvplus_kth(fold_pred, self._offsets(-1.0), k_lo) if k_lo >= 0 else np.full(len(point), -np.inf)
+        if k_hi < n:
+            hi = cvplus_kth(fold_pred, self._offsets(1.0), min(k_hi, n - 1))
+        else:
+            hi = np.full(len(point), np.inf)
         return point, np.minimum(lo, point), np.maximum(hi, point)
+
+    def _offsets(self, sign: float) -> list[np.ndarray]:
+        """Each fold's out-of-fold residuals times ``sign``, sorted ascending."""
+        cache = self.__dict__.setdefault("_offsets_cache", {})
+        if sign not in cache:
+            cache[sign] = [np.sort(sign * self.residuals_[self.fold_of_ == k]) for k in range(len(self.fold_models_))]
+        return cache[sign]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the sorted-residual cache (rebuilt on first use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_offsets_cache"}
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(point, low, high) on the original scale, floored at 0."""
         return tuple(np.clip(np.expm1(a), 0, None) for a in self.predict_log(X))  # type: ignore[return-value]
+
+
+def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_width: int = 64) -> np.ndarray:
+    """For every row i, the ``kth`` smallest (0-based) of ``centers[k, i] + offsets[k][j]`` over all folds k and j.
+
+    The same numbers as sorting all n values of every row (CV+'s definition), without building the n x rows
+    matrix. ``offsets[k]`` is sorted ascending. Rounding is monotone, so the answer lies between
+    ``min_k centers[k, i] + a`` and ``max_k centers[k, i] + a``, ``a`` the ``kth`` smallest of all offsets
+    pooled. Per fold, ``searchsorted`` splits the values into those below that bracket (minus a margin far
+    larger than rounding), inside it, and above it; only the few inside are gathered and sorted, and the
+    answer is the (kth - number below)-th of them. Rows with more than ``max_width`` values inside (fold
+    models that disagree a lot) are computed the direct way.
+    """
+    centers = np.asarray(centers, dtype=float)
+    n_folds, m = centers.shape
+    merged = np.sort(np.concatenate(offsets))
+    a = merged[kth]
+    c_min, c_max = centers.min(axis=0), centers.max(axis=0)
+    lo, hi = c_min + a, c_max + a
+    scale = np.abs(centers).max(axis=0) + np.abs(merged[[0, -1]]).max() + np.abs(lo) + np.abs(hi)
+    margin = 16 * np.finfo(float).eps * scale + np.finfo(float).tiny
+    lo, hi = lo - margin, hi + margin
+    starts, counts = [], []
+    for k in range(n_folds):
+        s = np.searchsorted(offsets[k], lo - centers[k], side="left")
+        e = np.searchsorted(offsets[k], hi - centers[k], side="right")
+        starts.append(s)
+        counts.append(e - s)
+    below = np.sum(starts, axis=0)
+    inside = np.sum(counts, axis=0)
+    rank = kth - below
+    out = np.empty(m)
+    wide = inside > max_width
+    narrow = ~wide
+    if narrow.any():
+        out[narrow] = _gather_kth(centers[:, narrow], offsets, [s[narrow] for s in starts], [c[narrow] for c in counts],
+                                  rank[narrow], int(inside[narrow].max(initial=1)))
+    if wide.any():
+        rows = np.flatnonzero(wide)
+        values = np.concatenate([centers[k][rows][None, :] + offsets[k][:, None] for k in range(n_folds)])  # (n, rows)
+        out[rows] = np.partition(values, kth, axis=0)[kth]
+    return out
+
+
+def _gather_kth(centers: np.ndarray, offsets: list[np.ndarray], starts: list[np.ndarray], counts: list[np.ndarray],
+                rank: np.ndarray, width: int) -> np.ndarray:
+    """The rank-th smallest of each row's values inside the bracket (a row x width matrix padded with +inf)."""
+    m = centers.shape[1]
+    table = np.full((m, max(width, 1)), np.inf)
+    filled = np.zeros(m, dtype=np.int64)
+    for k, (s, c) in enumerate(zip(starts, counts)):
+        total = int(c.sum())
+        if not total:
+            continue
+        rows = np.repeat(np.arange(m), c)
+        step = np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+        table[rows, filled[rows] + step] = centers[k][rows] + offsets[k][s[rows] + step]
+        filled += c
+    table.sort(axis=1)
+    return table[np.arange(m), rank]
+
+
+def fast_predict(model: Any, X: np.ndarray) -> np.ndarray:
+    """``model.predict(X)`` for a fitted regressor, without scikit-learn's per-call checks where that is safe.
+
+    A (grid-searched) Pipeline of FunctionTransformers ending in XGBoost or LightGBM is evaluated step by
+    step, the booster called directly (the numbers are those of ``predict``); anything else goes through
+    ``predict``.
+    """
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    inner = getattr(model, "best_estimator_", model)
+    if not isinstance(inner, Pipeline):
+        return model.predict(X)
+    steps = [step for _, step in inner.steps]
+    Z = X
+    for step in steps[:-1]:
+        if not isinstance(step, FunctionTransformer) or step.func is None or step.kw_args:
+            return model.predict(X)
+        Z = step.func(Z)
+    last = steps[-1]
+    kind = type(last).__name__
+    if kind == "XGBRegressor":
+        best = getattr(last, "best_iteration", None)  # set only when trained with early stopping
+        rng = (0, best + 1) if best is not None else (0, 0)
+        out = last.get_booster().inplace_predict(Z, iteration_range=rng, predict_type="value", missing=last.missing,
+                                                 validate_features=False)
+        return np.asarray(out, dtype=float).reshape(len(Z), -1)[:, 0] if np.ndim(out) > 1 else np.asarray(out, dtype=float)
+    if kind == "LGBMRegressor":
+        return np.asarray(last.booster_.predict(Z), dtype=float)
+    return last.predict(Z)
 
 
 def interval_coverage(

@@ -206,21 +206,30 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def read_card(path: Path) -> dict[str, Any]:
-    """The predictor card beside ``path``, checked for schema version and the artifact's sha256."""
+def _card_label(shown: str) -> str:
+    return shown[: -len(".joblib")] + ".json" if shown.endswith(".joblib") else f"{shown} card"
+
+
+def read_card(path: Path, shown: str | None = None) -> dict[str, Any]:
+    """The predictor card beside ``path``, checked for schema version and the artifact's sha256.
+
+    ``shown`` is how messages name the artifact (the path as the user typed it); default: relative to the project.
+    """
+    shown = shown or _display(path)
     card_path = path.with_suffix(".json")
+    card_shown = _card_label(shown)
     if not card_path.is_file():
-        raise GpupredError(f"{_display(card_path)}: predictor card missing; refusing to load {_display(path)} (re-export with notebook 08)")
+        raise GpupredError(f"{card_shown}: predictor card missing; refusing to load {shown} (re-export with notebook 08)")
     try:
         card = json.loads(card_path.read_text())
     except json.JSONDecodeError as err:
-        raise GpupredError(f"{_display(card_path)}: not valid JSON ({err}); re-export with notebook 08") from None
+        raise GpupredError(f"{card_shown}: not valid JSON ({err}); re-export with notebook 08") from None
     if not isinstance(card, dict) or card.get("schema_version") != SCHEMA_VERSION:
         got = card.get("schema_version") if isinstance(card, dict) else None
-        raise GpupredError(f"{_display(card_path)}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
+        raise GpupredError(f"{card_shown}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
                            "re-export with notebook 08 or install the matching gpupred")
     if sha256(path) != card.get("sha256"):
-        raise GpupredError(f"{_display(path)}: sha256 does not match its card (tampered or corrupted); refusing to unpickle it")
+        raise GpupredError(f"{shown}: sha256 does not match its card (tampered or corrupted); refusing to unpickle it")
     return card
 
 
@@ -229,19 +238,20 @@ def load_predictor(path: str | Path | None = None) -> Predictor:
     import joblib
 
     default = path is None
+    shown = _display(config.PREDICTOR) if default else str(path)  # messages name the path as the user typed it
     path = Path(path) if path is not None else config.PREDICTOR
     if not path.is_file():
-        raise GpupredError(MISSING_DEFAULT if default else f"no predictor at {_display(path)}")
-    card = read_card(path)
+        raise GpupredError(MISSING_DEFAULT if default else f"{shown}: no predictor there (no such file)")
+    card = read_card(path, shown)
     installed = library_versions()
     for lib in CHECKED_LIBRARIES:
         built = card.get("library_versions", {}).get(lib)
         if built is None or not _versions_match(lib, built, installed[lib]):
-            raise GpupredError(f"{_display(path)}: built with {lib} {built}, installed {installed[lib]}; "
+            raise GpupredError(f"{shown}: built with {lib} {built}, installed {installed[lib]}; "
                                "install the versions in its card or re-export with notebook 08")
     predictor = joblib.load(path)
     if not isinstance(predictor, Predictor):
-        raise GpupredError(f"{_display(path)}: not a gpupred Predictor")
+        raise GpupredError(f"{shown}: not a gpupred Predictor")
     predictor.card = card
     return predictor
 
