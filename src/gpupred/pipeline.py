@@ -105,8 +105,12 @@ def _tidy(executed: Path, reason: str | None) -> None:
 
 def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: Path | None = None) -> NotebookResult:
     """Execute one notebook with papermill into ``out_dir`` (.ipynb and .html)."""
+    import logging
+
     import papermill as pm
 
+    # papermill logs a warning per typed parameter line it cannot parse for --help (harmless): keep the console readable
+    logging.getLogger("papermill").setLevel(logging.ERROR)
     out_dir = out_dir or config.REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / path.name

@@ -68,3 +68,18 @@ def progress_enabled() -> bool:
         return value.strip() not in ("", "0", "false", "no")
     stream = sys.stderr
     return bool(getattr(stream, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+
+
+def progress_bar(**kwargs: Any) -> Any:
+    """A tqdm bar: a widget in a notebook that can draw one, text on a terminal, nothing when progress is off.
+
+    Unlike ``tqdm.auto`` it never warns (``TqdmWarning: IProgress not found``) in a kernel without ipywidgets.
+    """
+    import importlib.util
+    import sys
+
+    if progress_enabled() and "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.notebook import tqdm
+    else:
+        from tqdm.std import tqdm
+    return tqdm(**kwargs) if progress_enabled() else tqdm(disable=True, **{k: v for k, v in kwargs.items() if k != "disable"})

@@ -316,9 +316,7 @@ def _shown(path: Path) -> str:
 def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, force: bool = False,
                 progress: bool = True) -> list[Path]:
     """Export every architecture of ``specs`` into the graph store (skipping current ones unless ``force``); update its index."""
-    from tqdm.auto import tqdm
-
-    from gpupred.reports import progress_enabled
+    from gpupred.reports import progress_bar
 
     store = Path(store or config.GRAPHS)
     index = read_index(store)
@@ -329,7 +327,7 @@ def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, forc
         first.setdefault(spec.arch_key, spec)
     written = []
     todo = [s for key, s in first.items() if force or stored_graph(s, store) is None]
-    for spec in tqdm(todo, desc="graph store", unit="arch", disable=not (progress and progress_enabled())):
+    for spec in progress_bar(iterable=todo, desc="graph store", unit="arch", disable=not progress):
         path = store_path(spec, store)
         plain = _export_spec(spec, path.with_suffix(""))
         _atomic_write(path, gzip.compress(plain.read_bytes(), compresslevel=9, mtime=0))  # same bytes every time

@@ -48,10 +48,9 @@ def _arch_rows(specs: list["WorkloadSpec"], threads: int = 1) -> list[dict[str, 
 def build_feature_table(specs: Iterable["WorkloadSpec"], workers: int = 2, progress: bool = True) -> "pd.DataFrame":
     """Featurize every spec from the graph store (exporting, with torch, only architectures it lacks); rows in spec order."""
     import pandas as pd
-    from tqdm.auto import tqdm
 
     from gpupred.graph.export import stored_graph
-    from gpupred.reports import progress_enabled
+    from gpupred.reports import progress_bar
 
     specs = list(specs)
     groups: dict[str, list[WorkloadSpec]] = {}
@@ -60,7 +59,7 @@ def build_feature_table(specs: Iterable["WorkloadSpec"], workers: int = 2, progr
     stored = {k: g for k, g in groups.items() if stored_graph(g[0]) is not None}
     to_export = {k: g for k, g in groups.items() if k not in stored}
     rows: dict[str, dict[str, Any]] = {}
-    bar = tqdm(total=len(specs), desc="graph features", unit="spec", disable=not (progress and progress_enabled()))
+    bar = progress_bar(total=len(specs), desc="graph features", unit="spec", disable=not progress)
     try:
         for group in stored.values():  # no torch: the committed graphs
             for row in _arch_rows(group, threads=0):

@@ -107,46 +107,66 @@ class Predictor:
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
-        from gpupred.dataset import encode
+        matrix, index = self._matrix(x, batch_size, precision, optimizer, gpu)
+        return pd.DataFrame(matrix, index=index, columns=self.feature_names)
+
+    def _matrix(self, x: Any, batch_size: int | None, precision: str, optimizer: str,
+                gpu: str | None) -> tuple[np.ndarray, pd.Index]:
+        """The model inputs as one float array (rows x ``feature_names``) and the rows' index."""
+        from gpupred.dataset import ENCODED_COLUMNS, encode
 
         df = self._frame(x, batch_size, precision, optimizer)
-        missing = [f for f in self.graph_features if f not in df.columns]
+        graph = self.graph_features
+        missing = [f for f in graph if f not in df.columns]
         if missing:
             raise GpupredError(f"input lacks graph features {missing[:5]}{'...' if len(missing) > 5 else ''}: "
                                "use gpupred.featurize output or dataset rows")
-        out = df[self.graph_features].astype(float).copy()
-        prec = df["precision"] if "precision" in df.columns else pd.Series(precision, index=df.index)
-        opt = df["optimizer"] if "optimizer" in df.columns else pd.Series(optimizer, index=df.index)
-        if gpu is None and all(c in df.columns for c in HARDWARE_COLUMNS):
-            hw = df[list(HARDWARE_COLUMNS)].astype(float)
+        n = len(df)
+        columns: dict[str, np.ndarray] = dict(zip(graph, df[graph].to_numpy(dtype=float).T))
+        prec = df["precision"].to_numpy() if "precision" in df.columns else np.full(n, precision, dtype=object)
+        opt = df["optimizer"].to_numpy() if "optimizer" in df.columns else np.full(n, optimizer, dtype=object)
+        hardware = list(HARDWARE_COLUMNS)
+        if gpu is None and all(c in df.columns for c in hardware):
+            columns.update(zip(hardware, df[hardware].to_numpy(dtype=float).T))
         else:
-            if gpu is not None:
-                names = pd.Series(gpu, index=df.index)
-            elif "gpu_name" in df.columns:
-                names = df["gpu_name"]
-            elif len(self.gpus) == 1:
-                names = pd.Series(self.gpus[0], index=df.index)
-            else:
-                raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
-            pairs = list(zip(names, prec))
-            table = {pair: hardware_features(*pair) for pair in set(pairs)}  # once per (GPU, precision)
-            hw = pd.DataFrame([table[pair] for pair in pairs], index=df.index)
-        enc = pd.DataFrame([encode(p, o) for p, o in zip(prec, opt)], index=df.index)
-        full = pd.concat([out, hw, enc], axis=1)
-        return full[self.feature_names]
+            names = self._gpu_names(df, gpu, n)
+            columns.update(_by_key(names, prec, hardware_features, hardware))  # looked up once per (GPU, precision)
+        columns.update(_by_key(prec, opt, encode, list(ENCODED_COLUMNS)))
+        matrix = np.column_stack([columns[f] for f in self.feature_names]) if n else np.empty((0, len(self.feature_names)))
+        return matrix, df.index
+
+    def _gpu_names(self, df: pd.DataFrame, gpu: str | None, n: int) -> np.ndarray:
+        if gpu is not None:
+            return np.full(n, gpu, dtype=object)
+        if "gpu_name" in df.columns:
+            return df["gpu_name"].to_numpy()
+        if len(self.gpus) == 1:
+            return np.full(n, self.gpus[0], dtype=object)
+        raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                 gpu: str | None = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``."""
-        X = self.features(x, batch_size, precision, optimizer, gpu)
-        arr = X.to_numpy(float)
+        arr, index = self._matrix(x, batch_size, precision, optimizer, gpu)
         out = {}
         for name, model in self.targets.items():
             point, lo, hi = model.predict(arr)
             if name in PERCENT_TARGETS:
                 point, lo, hi = (np.clip(a, 0, 100) for a in (point, lo, hi))
             out[name], out[f"{name}_low"], out[f"{name}_high"] = point, lo, hi
-        return pd.DataFrame(out, index=X.index)
+        return pd.DataFrame(out, index=index)
+
+
+def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict[str, np.ndarray]:
+    """Columns ``names`` of ``lookup(a_i, b_i)`` for every row, calling ``lookup`` once per distinct (a, b)."""
+    codes_a, uniq_a = pd.factorize(a)
+    codes_b, uniq_b = pd.factorize(b)
+    key = codes_a * max(len(uniq_b), 1) + codes_b
+    distinct, inverse = np.unique(key, return_inverse=True)
+    table = np.array([[float(lookup(uniq_a[k // max(len(uniq_b), 1)], uniq_b[k % max(len(uniq_b), 1)])[c]) for c in names]
+                      for k in distinct]).reshape(len(distinct), len(names))
+    rows = table[inverse.reshape(-1)]
+    return {c: rows[:, i] for i, c in enumerate(names)}
 
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
