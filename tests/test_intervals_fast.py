@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fixtures_learning import fixture_dataset
@@ -58,3 +59,46 @@ def test_conformal_predictions_unchanged(model: str) -> None:
         np.testing.assert_array_equal(got, want)
     for m in [cr.full_model_, *cr.fold_models_]:
         np.testing.assert_array_equal(fast_predict(m, X), m.predict(X))
+
+
+@pytest.mark.parametrize("model", ["xgboost", "lightgbm"])
+def test_numpy_forest_equals_the_library(model: str) -> None:
+    from gpupred.dataset import feature_columns
+    from gpupred.learn.forest import Forest
+    from gpupred.learn.regressors import make_regressor
+
+    df = fixture_dataset(n_batch_sizes=3)
+    X, y = df[feature_columns(df)].to_numpy(float, copy=True), np.log1p(df["memory_mib"].to_numpy(float))
+    rng = np.random.default_rng(1)
+    X[rng.random(X.shape) < 0.05] = np.nan  # missing values take each split's default direction
+    models = [make_regressor(model, tune=False, seed=s).fit(X[s::2], y[s::2]) for s in (0, 1)]
+    forest = Forest.from_models(models)
+    assert forest is not None
+    probe = np.vstack([X, X * rng.uniform(0.5, 2.0, X.shape)])
+    np.testing.assert_array_equal(forest.predict(probe), np.stack([m.predict(probe) for m in models]))
+    np.testing.assert_array_equal(forest.predict(probe[:1]), np.stack([m.predict(probe[:1]) for m in models]))
+    assert Forest.from_models([make_regressor("ridge", tune=False).fit(np.nan_to_num(X), y)]) is None  # not a forest
+
+
+def test_predictor_paths_agree_exactly() -> None:
+    """A few rows (numpy forest), many rows (libraries), repeated rows (predicted once): the same numbers."""
+    import gpupred.learn.intervals as intervals
+    from gpupred.predictor import train_predictor
+    from gpupred.predictor.artifact import distinct_rows
+
+    p = train_predictor(fixture_dataset(gpus=("NVIDIA H100 80GB HBM3",), n_batch_sizes=2), models="xgboost", tune=False)
+    rows = fixture_dataset(n_batch_sizes=2).head(6)
+    fast = p.predict(rows)
+    limit = intervals.FOREST_MAX_ROWS
+    try:
+        intervals.FOREST_MAX_ROWS = 0
+        slow = p.predict(rows)
+    finally:
+        intervals.FOREST_MAX_ROWS = limit
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    repeated = pd.concat([rows] * 3, ignore_index=True)
+    np.testing.assert_array_equal(p.predict(repeated).to_numpy(), np.vstack([fast.to_numpy()] * 3))
+    one = p.predict({k: v for k, v in rows.iloc[2].items()})
+    np.testing.assert_array_equal(one.to_numpy()[0], fast.to_numpy()[2])
+    unique, inverse = distinct_rows(np.array([[1.0, np.nan], [2.0, 0.0], [1.0, np.nan]]))
+    assert len(unique) == 2 and inverse.tolist() == [0, 1, 0]

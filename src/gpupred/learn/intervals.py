@@ -13,12 +13,18 @@ honestly for them.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, KFold
+
+
+FOREST_MAX_ROWS = 32  # up to this many rows the numpy forest beats the libraries' per-call overhead
+THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core
+DIRECT_MAX_VALUES = 200_000  # cvplus_kth sorts rows x n values directly up to this many
 
 
 class ConformalRegressor:
@@ -49,13 +55,29 @@ class ConformalRegressor:
             self.fold_of_[test] = k
             self.residuals_[test] = np.abs(z[test] - m.predict(X[test]))
         self.full_model_ = clone(self.model).fit(X, z)
+        from gpupred.learn.forest import Forest
+
+        self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless XGBoost/LightGBM
         return self
 
-    def predict_log(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(point, low, high) on the log1p scale."""
+    def model_predictions(self, X: np.ndarray) -> np.ndarray:
+        """Predictions of the full model and each fold model, shape (1 + K, rows), on the log1p scale.
+
+        A few rows go through the numpy forest (the same numbers, without each library's per-call overhead);
+        more go to the libraries, several threads each.
+        """
+        forest = getattr(self, "forest_", None)
+        if forest is not None and len(X) <= FOREST_MAX_ROWS:
+            return forest.predict(X)
+        models = [self.full_model_, *self.fold_models_]
+        threads = (os.cpu_count() or 1) if len(X) >= THREADED_MIN_ROWS else 1
+        return np.stack([np.asarray(fast_predict(m, X, threads), dtype=float) for m in models])
+
+    def predict_log(self, X: np.ndarray, preds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(point, low, high) on the log1p scale; ``preds``: :meth:`model_predictions` of ``X`` when already known."""
         X = np.asarray(X, dtype=float)
-        point = np.asarray(fast_predict(self.full_model_, X), dtype=float)
-        fold_pred = np.stack([np.asarray(fast_predict(m, X), dtype=float) for m in self.fold_models_])  # (K, m)
+        preds = self.model_predictions(X) if preds is None else preds
+        point, fold_pred = preds[0], preds[1:]  # (K, m)
         n = len(self.residuals_)
         k_lo = int(np.floor(self.alpha * (n + 1))) - 1
         k_hi = int(np.ceil((1 - self.alpha) * (n + 1))) - 1
@@ -73,13 +95,18 @@ class ConformalRegressor:
             cache[sign] = [np.sort(sign * self.residuals_[self.fold_of_ == k]) for k in range(len(self.fold_models_))]
         return cache[sign]
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Artifacts pickled before the numpy forest existed load without one (the libraries predict)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("forest_", None)
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the sorted-residual cache (rebuilt on first use)."""
         return {k: v for k, v in self.__dict__.items() if k != "_offsets_cache"}
 
-    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict(self, X: np.ndarray, preds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(point, low, high) on the original scale, floored at 0."""
-        return tuple(np.clip(np.expm1(a), 0, None) for a in self.predict_log(X))  # type: ignore[return-value]
+        return tuple(np.clip(np.expm1(a), 0, None) for a in self.predict_log(X, preds))  # type: ignore[return-value]
 
 
 def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_width: int = 64) -> np.ndarray:
@@ -95,6 +122,9 @@ def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_wid
     """
     centers = np.asarray(centers, dtype=float)
     n_folds, m = centers.shape
+    if m * sum(len(o) for o in offsets) <= DIRECT_MAX_VALUES:  # few rows: the definition is cheapest
+        values = np.concatenate([centers[k][None, :] + offsets[k][:, None] for k in range(n_folds)])
+        return np.partition(values, kth, axis=0)[kth]
     merged = np.sort(np.concatenate(offsets))
     a = merged[kth]
     c_min, c_max = centers.min(axis=0), centers.max(axis=0)
@@ -142,7 +172,7 @@ def _gather_kth(centers: np.ndarray, offsets: list[np.ndarray], starts: list[np.
     return table[np.arange(m), rank]
 
 
-def fast_predict(model: Any, X: np.ndarray) -> np.ndarray:
+def fast_predict(model: Any, X: np.ndarray, threads: int = 1) -> np.ndarray:
     """``model.predict(X)`` for a fitted regressor, without scikit-learn's per-call checks where that is safe.
 
     A (grid-searched) Pipeline of FunctionTransformers ending in XGBoost or LightGBM is evaluated step by
@@ -166,11 +196,18 @@ def fast_predict(model: Any, X: np.ndarray) -> np.ndarray:
     if kind == "XGBRegressor":
         best = getattr(last, "best_iteration", None)  # set only when trained with early stopping
         rng = (0, best + 1) if best is not None else (0, 0)
-        out = last.get_booster().inplace_predict(Z, iteration_range=rng, predict_type="value", missing=last.missing,
-                                                 validate_features=False)
+        booster = last.get_booster()
+        if threads > 1:
+            booster.set_param({"nthread": threads})
+        try:
+            out = booster.inplace_predict(Z, iteration_range=rng, predict_type="value", missing=last.missing,
+                                          validate_features=False)
+        finally:
+            if threads > 1:
+                booster.set_param({"nthread": last.n_jobs or 1})
         return np.asarray(out, dtype=float).reshape(len(Z), -1)[:, 0] if np.ndim(out) > 1 else np.asarray(out, dtype=float)
     if kind == "LGBMRegressor":
-        return np.asarray(last.booster_.predict(Z), dtype=float)
+        return np.asarray(last.booster_.predict(Z, num_threads=threads), dtype=float)
     return last.predict(Z)
 
 

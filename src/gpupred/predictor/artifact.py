@@ -74,12 +74,10 @@ class Predictor:
 
         return [f for f in self.feature_names if f not in HARDWARE_COLUMNS and f not in ENCODED_COLUMNS]
 
-    def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame:
-        """Turn a DataFrame / dict / ONNX path / workload id into feature rows."""
-        if isinstance(x, pd.DataFrame):
+    def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame | dict[str, Any]:
+        """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
+        if isinstance(x, (pd.DataFrame, dict)):
             return x
-        if isinstance(x, dict):
-            return pd.DataFrame([x])
         if isinstance(x, (str, Path)):
             text = str(x)
             if text.endswith(".onnx") or Path(text).is_file():
@@ -90,7 +88,7 @@ class Predictor:
                 from gpupred.graph import featurize
 
                 row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer)
-                return pd.DataFrame([{**row, "precision": precision, "optimizer": optimizer}])
+                return {**row, "precision": precision, "optimizer": optimizer}
             from gpupred.workloads.spec import WorkloadSpec
 
             try:
@@ -101,7 +99,7 @@ class Predictor:
             from gpupred.graph.export import export_onnx  # imports torch: only this path
 
             row = featurize(export_onnx(spec), batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
-            return pd.DataFrame([{**row, "precision": spec.precision, "optimizer": spec.optimizer}])
+            return {**row, "precision": spec.precision, "optimizer": spec.optimizer}
         raise GpupredError(f"cannot predict from a {type(x).__name__}: pass a DataFrame of features, an ONNX path or a workload id")
 
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
@@ -115,31 +113,63 @@ class Predictor:
         """The model inputs as one float array (rows x ``feature_names``) and the rows' index."""
         from gpupred.dataset import ENCODED_COLUMNS, encode
 
-        df = self._frame(x, batch_size, precision, optimizer)
+        data = self._frame(x, batch_size, precision, optimizer)
+        if isinstance(data, dict):  # one row: no DataFrame on the way (it costs more than the prediction)
+            present, n, index = set(data), 1, pd.RangeIndex(1)
+
+            def column(name: str) -> np.ndarray:
+                return np.asarray([data[name]])
+
+            def block(names: list[str]) -> np.ndarray:
+                return np.asarray([[data[c] for c in names]], dtype=float)
+        else:
+            present, n, index = set(data.columns), len(data), data.index
+
+            def column(name: str) -> np.ndarray:
+                return data[name].to_numpy()
+
+            def block(names: list[str]) -> np.ndarray:
+                return data[names].to_numpy(dtype=float)
         graph = self.graph_features
-        missing = [f for f in graph if f not in df.columns]
+        missing = [f for f in graph if f not in present]
         if missing:
             raise GpupredError(f"input lacks graph features {missing[:5]}{'...' if len(missing) > 5 else ''}: "
                                "use gpupred.featurize output or dataset rows")
-        n = len(df)
-        columns: dict[str, np.ndarray] = dict(zip(graph, df[graph].to_numpy(dtype=float).T))
-        prec = df["precision"].to_numpy() if "precision" in df.columns else np.full(n, precision, dtype=object)
-        opt = df["optimizer"].to_numpy() if "optimizer" in df.columns else np.full(n, optimizer, dtype=object)
+        columns: dict[str, np.ndarray] = dict(zip(graph, block(graph).T))
+        prec = column("precision") if "precision" in present else np.full(n, precision, dtype=object)
+        opt = column("optimizer") if "optimizer" in present else np.full(n, optimizer, dtype=object)
         hardware = list(HARDWARE_COLUMNS)
-        if gpu is None and all(c in df.columns for c in hardware):
-            columns.update(zip(hardware, df[hardware].to_numpy(dtype=float).T))
+        if gpu is None and all(c in present for c in hardware):
+            columns.update(zip(hardware, block(hardware).T))
         else:
-            names = self._gpu_names(df, gpu, n)
+            names = self._gpu_names(present, column, gpu, n)
             columns.update(_by_key(names, prec, hardware_features, hardware))  # looked up once per (GPU, precision)
         columns.update(_by_key(prec, opt, encode, list(ENCODED_COLUMNS)))
         matrix = np.column_stack([columns[f] for f in self.feature_names]) if n else np.empty((0, len(self.feature_names)))
-        return matrix, df.index
+        return matrix, index
 
-    def _gpu_names(self, df: pd.DataFrame, gpu: str | None, n: int) -> np.ndarray:
+    def _few_rows(self, X: np.ndarray) -> dict[str, np.ndarray] | None:
+        """Every target's model predictions from one numpy forest of all their trees, for a few rows (else None)."""
+        from gpupred.learn.forest import Forest
+        from gpupred.learn.intervals import FOREST_MAX_ROWS
+
+        if len(X) > FOREST_MAX_ROWS:
+            return None
+        if "_forest" not in self.__dict__:
+            forests = [getattr(m, "forest_", None) for m in self.targets.values()]
+            self.__dict__["_forest"] = None if any(f is None for f in forests) else Forest.combine(forests)
+        forest = self.__dict__["_forest"]
+        return None if forest is None else _split_models(forest.predict(X), self.targets)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the combined forest (rebuilt from the targets' on first use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_forest"}
+
+    def _gpu_names(self, present: set[str], column: Any, gpu: str | None, n: int) -> np.ndarray:
         if gpu is not None:
             return np.full(n, gpu, dtype=object)
-        if "gpu_name" in df.columns:
-            return df["gpu_name"].to_numpy()
+        if "gpu_name" in present:
+            return column("gpu_name")
         if len(self.gpus) == 1:
             return np.full(n, self.gpus[0], dtype=object)
         raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
@@ -148,17 +178,47 @@ class Predictor:
                 gpu: str | None = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``."""
         arr, index = self._matrix(x, batch_size, precision, optimizer, gpu)
-        out = {}
+        unique, inverse = distinct_rows(arr)  # identical rows (a trace repeats its workloads) are predicted once
+        preds = self._few_rows(unique)
+        names, columns = [], []
         for name, model in self.targets.items():
-            point, lo, hi = model.predict(arr)
+            bounds = model.predict(unique, None if preds is None else preds[name])
             if name in PERCENT_TARGETS:
-                point, lo, hi = (np.clip(a, 0, 100) for a in (point, lo, hi))
-            out[name], out[f"{name}_low"], out[f"{name}_high"] = point, lo, hi
-        return pd.DataFrame(out, index=index)
+                bounds = tuple(np.clip(a, 0, 100) for a in bounds)
+            names += [name, f"{name}_low", f"{name}_high"]
+            columns += list(bounds)
+        return pd.DataFrame(np.column_stack(columns)[inverse], index=index, columns=names)
+
+
+def _split_models(preds: np.ndarray, targets: dict[str, ConformalRegressor]) -> dict[str, np.ndarray]:
+    out, start = {}, 0
+    for name, model in targets.items():
+        k = 1 + len(model.fold_models_)
+        out[name] = preds[start:start + k]
+        start += k
+    return out
+
+
+def distinct_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``arr`` and, for every row, the index of its distinct row (exact: checked, not hashed only)."""
+    if len(arr) <= 1:
+        return arr, np.arange(len(arr))
+    hashes = pd.util.hash_pandas_object(pd.DataFrame(arr), index=False).to_numpy()
+    codes, firsts = pd.factorize(hashes)
+    first_row = np.full(len(firsts), -1)
+    first_row[codes[::-1]] = np.arange(len(arr))[::-1]  # the first row of each hash
+    unique = arr[first_row]
+    same = (unique[codes] == arr) | (np.isnan(unique[codes]) & np.isnan(arr))
+    if not same.all():  # a hash collision (never seen): predict every row
+        return arr, np.arange(len(arr))
+    return unique, codes
 
 
 def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict[str, np.ndarray]:
     """Columns ``names`` of ``lookup(a_i, b_i)`` for every row, calling ``lookup`` once per distinct (a, b)."""
+    if len(a) == 1:
+        row = lookup(a[0], b[0])
+        return {c: np.asarray([float(row[c])]) for c in names}
     codes_a, uniq_a = pd.factorize(a)
     codes_b, uniq_b = pd.factorize(b)
     key = codes_a * max(len(uniq_b), 1) + codes_b
