@@ -5,7 +5,7 @@ For five torchvision CNNs and the catalog's BERT-style transformer (random weigh
 (b) ``torch.onnx.export`` with its legacy defaults in eval mode (BatchNorm folded, Dropout gone, weights inline,
 batch fixed at 1), (c) the dynamo exporter in eval mode (weights in external data, batch fixed at 1), and
 (d) the fixed-batch-1 files (b) and (c) asked at batch 8. Predictions come from a FIXTURE predictor trained on the
-toy-formula rows of fixtures_learning. Takes about 3-4 minutes on the project's 2-core machine (dynamo exports dominate).
+toy-formula rows of fixtures_learning. Takes about 2 minutes on the project's 2-core machine (dynamo exports dominate).
 """
 
 from __future__ import annotations
