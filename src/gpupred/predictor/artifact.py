@@ -34,9 +34,14 @@ def library_versions() -> dict[str, str]:
     """Installed versions of the libraries the artifact depends on."""
     from importlib.metadata import version
 
+    from importlib.metadata import PackageNotFoundError
+
     out = {"python": platform.python_version()}
     for lib in (*CHECKED_LIBRARIES, "pandas", "joblib", "gpupred"):
-        out[lib] = version(lib)
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:  # xgboost's CPU-only wheel is the distribution xgboost-cpu (same module)
+            out[lib] = version(f"{lib}-cpu")
     return out
 
 
