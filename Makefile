@@ -1,33 +1,47 @@
-# gpupred: `make all` sets up .venv and runs the notebook pipeline on the committed data; `make test` runs the tests.
+# gpupred: `make all` sets up .venv with what the notebooks need (no torch, no Ray, no CUDA libraries) and runs the
+# notebook pipeline on the committed data and graph store; `make test` adds the torch, Ray and test extras and runs the tests.
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.gpupred-installed
+PIP := $(BIN)/python -m pip install --quiet -c constraints.txt
+LIGHT := $(VENV)/.gpupred-notebooks
+FULL := $(VENV)/.gpupred-dev
 
-.PHONY: all setup test test-fast bench clean
+.PHONY: all setup setup-dev test test-fast bench clean
 
-all: $(STAMP)
+all: $(LIGHT)
 	$(BIN)/gpupred pipeline
 
-setup: $(STAMP)
+setup: $(LIGHT)
 
-$(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+setup-dev: $(FULL)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
-	touch $(STAMP)
 
-test: $(STAMP)
+# the analyst's install: the predictor runtime + the notebooks extra
+$(LIGHT): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e ".[notebooks]"
+	touch $(LIGHT)
+
+# everything the tests need: torch (exports, the profiler), Ray, onnx-tool, pytest...
+$(FULL): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e ".[dev]"
+	touch $(LIGHT) $(FULL)
+
+test: $(FULL)
 	$(BIN)/python -m pytest
 
-test-fast: $(STAMP)
+test-fast: $(FULL)
 	$(BIN)/python -m pytest -m "not slow and not notebook"
 
-bench: $(STAMP)
+bench: $(FULL)
 	$(BIN)/python benchmarks/bench_featurize.py
 	$(BIN)/python benchmarks/bench_predict.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_profile_overhead.py
 
 clean:
-	rm -rf data/processed .cache reports/*.ipynb reports/*.html
+	find data/processed -mindepth 1 ! -name README.md -exec rm -rf {} + 2>/dev/null || true
+	rm -rf .cache reports/*.ipynb reports/*.html

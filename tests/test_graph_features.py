@@ -38,7 +38,9 @@ def test_feature_keys_numeric_and_fixed() -> None:
     assert all(isinstance(f[k], (int, float)) for k in FEATURE_KEYS)
     assert f["macs_fwd"] == 4 * 8 * 16 * 2
     assert f["params"] == 8 * 16 + 16 + 16 * 8
-    assert f["n_residual"] == 1 and f["n_layers"] == 2 and f["depth"] == 5
+    # canonical form: MatMul + Add(bias) is one contraction with a bias, so the chain is MatMul, Relu, MatMul, Add
+    assert f["n_residual"] == 1 and f["n_layers"] == 2 and f["depth"] == 4 and f["n_nodes"] == 4
+    assert featurize(mlp_graph(), batch_size=4, canonical=False)["depth"] == 5
     assert f["input_bytes"] == 4 * 8 * 4 and f["batch_size"] == 4
 
 
@@ -50,8 +52,12 @@ def test_batch_scales_linearly() -> None:
 
 def test_static_batch_used_when_none_given() -> None:
     assert featurize(mlp_graph(batch=3))["batch_size"] == 3
-    with pytest.raises(GpupredError, match="fixed at 3"):
-        featurize(mlp_graph(batch=3), batch_size=5)
+
+
+def test_fixed_batch_is_rebatched() -> None:
+    """A graph exported at a fixed batch of 3, asked at 5, is featurized as the symbolic graph at 5."""
+    fixed, symbolic = featurize(mlp_graph(batch=3), batch_size=5), featurize(mlp_graph(), batch_size=5)
+    assert fixed == symbolic and fixed["batch_size"] == 5
 
 
 def test_symbolic_batch_needs_batch_size() -> None:
@@ -120,5 +126,8 @@ def test_export_tiny_module_symbolic_batch(tmp_path: Path) -> None:
     conv_macs = 8 * 36 * 27
     assert f1["macs_fwd"] == conv_macs + 288 * 10
     assert f7["macs_fwd"] == 7 * f1["macs_fwd"]
-    assert f1["params"] == sum(p.numel() for p in Tiny().parameters())
-    assert f1["unknown_ops"] == 0 and f1["n_norm"] == 1
+    # canonical form: the BatchNorm after the conv folds into it (its scale and shift become the conv's bias)
+    assert f1["params"] == sum(p.numel() for p in Tiny().parameters()) - 2 * 8
+    assert f1["unknown_ops"] == 0 and f1["n_norm"] == 0
+    raw = featurize(path, batch_size=1, canonical=False)
+    assert raw["params"] == sum(p.numel() for p in Tiny().parameters()) and raw["n_norm"] == 1

@@ -116,7 +116,7 @@ def test_refuses_version_mismatch(fixture_artifact: Path, tmp_path: Path) -> Non
 def test_refusals_are_one_line(fixture_artifact: Path, tmp_path: Path) -> None:
     path = _copy(fixture_artifact, tmp_path)
     path.write_bytes(b"tampered")
-    result = _cli("predict", "x.onnx", "--batch-size", "8", "--predictor", str(path))
+    result = _cli("predict", str(_tiny_onnx(tmp_path / "x.onnx")), "--batch-size", "8", "--predictor", str(path))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "sha256 does not match" in result.stderr
 

@@ -3,6 +3,7 @@
 The public face is small and never imports torch::
 
     import gpupred
+    gpupred.export_model(model, example_input, "resnet50.onnx")   # needs torch; the rest never imports it
     features = gpupred.featurize("resnet50.onnx", batch_size=64)
     predictor = gpupred.load_predictor()          # the committed models/predictor.joblib
     predictor.predict("resnet50.onnx", batch_size=64, precision="bf16")
@@ -13,14 +14,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
+__all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.graph import featurize
+    from gpupred.graph.export import export_model
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
 
 _LAZY = {
+    "export_model": "gpupred.graph.export",
     "featurize": "gpupred.graph",
     "load_predictor": "gpupred.predictor",
     "Predictor": "gpupred.predictor",

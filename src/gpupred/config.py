@@ -60,8 +60,8 @@ def _default_external_local() -> Path | None:
 
 EXTERNAL_LOCAL: Path | None = _default_external_local()
 
-# Committed structure-only ONNX graphs (one per architecture), so featurizing needs no torch.
+# The graph store: one structure-only ONNX export per catalog architecture, committed, so that the notebook
+# pipeline featurizes the catalog without torch (`gpupred export --store` rebuilds it).
 GRAPHS: Path = DATA / "graphs"
-
-# ONNX exports (structure only, weights stripped), cached per architecture.
+# ONNX exports (structure only, weights stripped) of architectures outside the store, cached per architecture.
 ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onnx"

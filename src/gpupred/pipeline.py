@@ -2,15 +2,25 @@
 
 A notebook whose input does not exist yet (no real measurements in data/raw, say) raises
 :class:`MissingInput` in its first cells; the pipeline records it as skipped, with the reason, and
-goes on. Any other failure stops the pipeline with the notebook's name and the error.
+goes on. Its executed copy then shows one line (``Skipped: <reason>``) where papermill would leave an
+exception banner and a traceback. Any other failure stops the pipeline with the notebook's name and
+the error.
+
+Re-running on unchanged inputs changes nothing that is committed: every notebook starts from the same
+random state (a seeding cell is run first and removed from the executed copy, so jittered plots redraw
+identically), :func:`gpupred.reports.save_figure` leaves a figure file alone when its bytes would not
+change, and ``reports/pipeline.json`` holds statuses and reasons with paths relative to the project
+root (no timings: they differ on every run; the console line shows them). Progress bars are off inside
+the notebooks (``GPUPRED_PROGRESS=0``), so saved outputs hold no bar debris.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +41,10 @@ class NotebookResult:
     seconds: float
     reason: str = ""
 
+    def summary(self) -> dict[str, str]:
+        """What ``reports/pipeline.json`` keeps: name, status, reason (no timing, which differs on every run)."""
+        return {"notebook": self.notebook, "status": self.status, "reason": self.reason}
+
 
 def notebooks(folder: Path | None = None) -> list[Path]:
     """The numbered notebooks (``NN-name.ipynb``) in numeric order."""
@@ -47,25 +61,80 @@ def _to_html(executed: Path) -> None:
     executed.with_suffix(".html").write_text(body)
 
 
+SEED_TAG = "gpupred-seed"  # the seeding cell the pipeline runs first and removes from the executed copy
+SEED_SOURCE = "import random as _r, numpy as _np\n_r.seed(0); _np.random.seed(0); del _r, _np"
+PAPERMILL_ERROR_TAG = "papermill-error-cell-tag"
+
+
+def relative_paths(text: str) -> str:
+    """``text`` with absolute paths under the project root written relative to it."""
+    root = str(config.ROOT)
+    return text.replace(root + os.sep, "").replace(root, ".")
+
+
+def _seeded(path: Path) -> Any:
+    """The notebook with a seeding cell in front (tagged, removed again after execution)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    cell = nbformat.v4.new_code_cell(SEED_SOURCE)
+    cell.metadata["tags"] = [SEED_TAG]
+    nb.cells.insert(0, cell)
+    return nb
+
+
+def _tidy(executed: Path, reason: str | None) -> None:
+    """Drop the seeding cell; for a skipped notebook, replace papermill's banners and traceback by one line."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    cells = []
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if SEED_TAG in tags or (reason is not None and PAPERMILL_ERROR_TAG in tags):
+            continue
+        if reason is not None and cell.cell_type == "code":
+            outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
+            if len(outputs) != len(cell.get("outputs", [])):
+                outputs.append(nbformat.v4.new_output("stream", name="stdout", text=f"Skipped: {reason}\n"))
+                cell.outputs = outputs
+        cells.append(cell)
+    nb.cells = cells
+    nbformat.write(nb, executed)
+
+
 def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: Path | None = None) -> NotebookResult:
     """Execute one notebook with papermill into ``out_dir`` (.ipynb and .html)."""
+    import logging
+
     import papermill as pm
 
+    # papermill logs a warning per typed parameter line it cannot parse for --help (harmless): keep the console readable
+    logging.getLogger("papermill").setLevel(logging.ERROR)
     out_dir = out_dir or config.REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / path.name
     start = time.perf_counter()
+    saved = os.environ.get("GPUPRED_PROGRESS")
+    os.environ["GPUPRED_PROGRESS"] = "0"  # the kernel inherits it: no progress-bar debris in saved outputs
     try:
         pm.execute_notebook(
-            str(path), str(executed), parameters=parameters or {}, cwd=str(path.parent), progress_bar=False,
+            _seeded(path), str(executed), parameters=parameters or {}, cwd=str(path.parent), progress_bar=False,
             kernel_name="python3",
         )
         status, reason = "ok", ""
     except pm.PapermillExecutionError as err:
         if err.ename != "MissingInput":
+            _tidy(executed, None)
             _to_html(executed)
             raise GpupredError(f"{path.name} failed: {err.ename}: {err.evalue} (executed copy: {executed})") from None
-        status, reason = "skipped", str(err.evalue)
+        status, reason = "skipped", relative_paths(str(err.evalue))
+    finally:
+        if saved is None:
+            os.environ.pop("GPUPRED_PROGRESS", None)
+        else:
+            os.environ["GPUPRED_PROGRESS"] = saved
+    _tidy(executed, reason if status == "skipped" else None)
     _to_html(executed)
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)
 
@@ -83,7 +152,9 @@ def run_pipeline(
         print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
         results.append(result)
     summary = out_dir / "pipeline.json"
-    summary.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    text = json.dumps([r.summary() for r in results], indent=2) + "\n"
+    if not summary.is_file() or summary.read_text() != text:
+        summary.write_text(text)
     return results
 
 

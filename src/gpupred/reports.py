@@ -11,11 +11,19 @@ from gpupred import config
 
 
 def save_figure(fig: Any, name: str, folder: Path | None = None) -> Path:
-    """Save a matplotlib/seaborn figure as ``reports/figures/<name>.png`` and return its path."""
+    """Save a matplotlib/seaborn figure as ``reports/figures/<name>.png`` (left alone if unchanged); return its path."""
+    import io
+
     folder = folder or config.FIGURES
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})  # no version stamp
+    data = buf.getvalue()
+    if not path.is_file() or path.read_bytes() != data:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
     return path
 
 
@@ -36,9 +44,42 @@ def update_metrics(values: dict[str, Any], path: Path | None = None) -> dict[str
     """Merge ``values`` into reports/metrics.json (keys from other notebooks are kept); return the whole."""
     path = path or config.METRICS
     path.parent.mkdir(parents=True, exist_ok=True)
-    current = json.loads(path.read_text()) if path.exists() else {}
+    old = path.read_text() if path.exists() else ""
+    current = json.loads(old) if old else {}
     current.update(_clean(values))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    text = json.dumps(current, indent=2, sort_keys=True) + "\n"
+    if text != old:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     return current
+
+
+def progress_enabled() -> bool:
+    """Whether to draw progress bars: ``GPUPRED_PROGRESS`` (0/1) when set, else only on a terminal.
+
+    ``gpupred pipeline`` sets it to 0 for the notebooks it runs, so saved notebooks hold no bar debris.
+    """
+    import os
+    import sys
+
+    value = os.environ.get("GPUPRED_PROGRESS")
+    if value is not None:
+        return value.strip() not in ("", "0", "false", "no")
+    stream = sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+
+
+def progress_bar(**kwargs: Any) -> Any:
+    """A tqdm bar: a widget in a notebook that can draw one, text on a terminal, nothing when progress is off.
+
+    Unlike ``tqdm.auto`` it never warns (``TqdmWarning: IProgress not found``) in a kernel without ipywidgets.
+    """
+    import importlib.util
+    import sys
+
+    if progress_enabled() and "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.notebook import tqdm
+    else:
+        from tqdm.std import tqdm
+    return tqdm(**kwargs) if progress_enabled() else tqdm(disable=True, **{k: v for k, v in kwargs.items() if k != "disable"})

@@ -1,7 +1,8 @@
 """Graph features: export a workload to ONNX (structure only) and featurize any ONNX graph for a batch size.
 
-``featurize`` and ``FEATURE_KEYS`` need only onnx and numpy; ``export_onnx`` (torch) and
-``build_feature_table`` (pandas) are imported on first use.
+``featurize`` and ``FEATURE_KEYS`` need only onnx and numpy; ``export_model`` / ``export_onnx`` (torch) and
+``build_feature_table`` (pandas) are imported on first use. Every graph is featurized in the canonical form
+of :mod:`gpupred.graph.canonical`, so a model's features do not depend on how it was exported.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred.graph.features import FEATURE_KEYS, featurize
 
-__all__ = ["FEATURE_KEYS", "featurize", "export_onnx", "export_module", "build_feature_table", "write_feature_table"]
+__all__ = [
+    "FEATURE_KEYS", "featurize", "export_model", "export_onnx", "export_module", "build_feature_table", "write_feature_table",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpupred.graph.export import export_module, export_onnx
+    from gpupred.graph.export import export_model, export_module, export_onnx
     from gpupred.graph.table import build_feature_table, write_feature_table
 
 _LAZY = {
+    "export_model": "gpupred.graph.export",
     "export_onnx": "gpupred.graph.export",
     "export_module": "gpupred.graph.export",
     "build_feature_table": "gpupred.graph.table",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -60,6 +61,36 @@ def features_cmd(
         _print_table(title, row)
 
 
+def export_cmd(
+    workload: Annotated[Optional[str], typer.Argument(help="A catalog workload id (its architecture is exported).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write the .onnx (default: <arch>.onnx here).")] = None,
+    store: Annotated[bool, typer.Option("--store", help="Export every catalog architecture missing from the graph store (data/graphs/).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --store: re-export every architecture, not only missing ones.")] = False,
+) -> None:
+    """Write the structure-only ONNX graph (symbolic batch) the predictor expects for a catalog workload.
+
+    For your own torch model use the Python API: ``gpupred.export_model(model, example_input, "model.onnx")``.
+    """
+    from gpupred.graph.export import build_store, copy_graph, export_onnx
+
+    if store == (workload is not None):
+        raise GpupredError("give either WORKLOAD_ID or --store (not both, not neither)")
+    if store:
+        from gpupred.workloads.catalog import catalog, fused_catalog
+
+        written = build_store([*catalog(), *fused_catalog()], force=force)
+        typer.echo(f"{len(written)} graphs exported into the store")
+        return
+    from gpupred.workloads.spec import WorkloadSpec
+
+    spec = WorkloadSpec.from_id(workload)  # type: ignore[arg-type]
+    target = out or Path(f"{spec.arch_key}.onnx")
+    copy_graph(export_onnx(spec), target)
+    typer.echo(f"{target} ({spec.arch_key}, symbolic batch, structure only): "
+               f"gpupred predict {target} --batch-size {spec.batch_size} --precision {spec.precision}")
+
+
 def register(app: typer.Typer) -> None:
-    """Attach ``gpupred features`` to the main app."""
+    """Attach ``gpupred features`` and ``gpupred export`` to the main app."""
     app.command("features")(features_cmd)
+    app.command("export")(export_cmd)

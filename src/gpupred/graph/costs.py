@@ -161,10 +161,11 @@ def gemm_rule(n: NodeInfo) -> OpCost:
 
 
 def matmul_rule(n: NodeInfo) -> OpCost:
-    """MatMul (numpy semantics, batched and broadcast): MACs = elements of the output x K."""
+    """MatMul (numpy semantics, batched and broadcast): MACs = elements of the output x K (+ a bias add when fused)."""
     a, y = _in(n, 0), _out(n)
     macs = y.numel * a.shape[-1]
-    return _cost(n, macs, 2 * macs)
+    bias = y.numel if _has(n, 2) else 0  # the canonical form fuses MatMul + Add(bias) into one contraction
+    return _cost(n, macs, 2 * macs + bias)
 
 
 def einsum_rule(n: NodeInfo) -> OpCost:

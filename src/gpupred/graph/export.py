@@ -17,7 +17,9 @@ This module imports torch inside its functions only.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
+import json
 import os
 import sys
 import tempfile
@@ -38,6 +40,7 @@ EXPORT_VERSION = 3  # bump when the export recipe changes: old cache files are t
 OPSET = 17
 EXPORT_BATCH = 2  # trace at this batch size; the batch axis is symbolic in the graph
 EXTERNAL_DATA_NAME = "weights-stripped-by-gpupred"  # a file that never exists
+INDEX_NAME = "index.json"  # the graph store's index (export version, torch version, sha256 per graph)
 KEEP_FLOAT_NUMEL = 16  # float initializers up to this size keep their values
 _FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 
@@ -246,15 +249,201 @@ def _dynamo_export(
         raise GpupredError(f"{path.name}: ONNX export failed: {errors[0]}; {errors[-1]}") from None
 
 
+def store_path(spec: "WorkloadSpec", store: Path | None = None) -> Path:
+    """Where the graph store keeps the structure-only export of a spec's architecture (gzip-compressed ONNX)."""
+    return Path(store or config.GRAPHS) / f"{spec.arch_key}.onnx.gz"
+
+
+def _index_path(store: Path | None = None) -> Path:
+    return Path(store or config.GRAPHS) / INDEX_NAME
+
+
+def read_index(store: Path | None = None) -> dict[str, Any]:
+    """The graph store's index: export recipe version, the torch that exported it, each graph's sha256."""
+    path = _index_path(store)
+    if not path.is_file():
+        return {"export_version": EXPORT_VERSION, "graphs": {}}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`") from None
+
+
+def stored_graph(spec: "WorkloadSpec", store: Path | None = None) -> Path | None:
+    """The store's graph of a spec's architecture when it holds one made by this export recipe, else None."""
+    path = store_path(spec, store)
+    if not path.is_file():
+        return None
+    index = read_index(store)
+    if index.get("export_version") != EXPORT_VERSION or spec.arch_key not in index.get("graphs", {}):
+        return None
+    return path
+
+
 def export_onnx(spec: "WorkloadSpec") -> Path:
-    """Structure-only ONNX graph of a spec's architecture, exported once and cached per ``arch_key``."""
+    """Structure-only ONNX graph of a spec's architecture: the store's (no torch needed), else exported once and cached."""
+    stored = stored_graph(spec)
+    if stored is not None:
+        return stored
     path = cache_path(spec)
     if path.is_file():
         return path
-    import torch
+    return _export_spec(spec, path)
 
+
+def _export_spec(spec: "WorkloadSpec", path: Path) -> Path:
+    try:
+        import torch
+    except ImportError:
+        raise GpupredError(
+            f"{spec.arch_key}: no graph in the store ({_shown(config.GRAPHS)}) and torch is not installed to export one; "
+            "install the torch extra (`pip install -e \".[torch]\"`, or `make test` sets it up)"
+        ) from None
     from gpupred.workloads.builders import build
 
     with torch.random.fork_rng():
         built = build(spec, device="cpu")
     return export_module(built.export_model, built.export_inputs, path, built.input_names, built.batch_axes)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(config.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, force: bool = False,
+                progress: bool = True) -> list[Path]:
+    """Export every architecture of ``specs`` into the graph store (skipping current ones unless ``force``); update its index."""
+    from gpupred.reports import progress_bar
+
+    store = Path(store or config.GRAPHS)
+    index = read_index(store)
+    if index.get("export_version") != EXPORT_VERSION:
+        index = {"export_version": EXPORT_VERSION, "graphs": {}}
+    first: dict[str, "WorkloadSpec"] = {}
+    for spec in specs:
+        first.setdefault(spec.arch_key, spec)
+    written = []
+    todo = [s for key, s in first.items() if force or stored_graph(s, store) is None]
+    for spec in progress_bar(iterable=todo, desc="graph store", unit="arch", disable=not progress):
+        path = store_path(spec, store)
+        plain = _export_spec(spec, path.with_suffix(""))
+        _atomic_write(path, gzip.compress(plain.read_bytes(), compresslevel=9, mtime=0))  # same bytes every time
+        plain.unlink()
+        index["graphs"][spec.arch_key] = _sha256(path)
+        written.append(path)
+    import torch
+
+    index["torch"] = torch.__version__.split("+")[0]
+    index["graphs"] = dict(sorted(index["graphs"].items()))
+    _index_path(store).write_text(json.dumps(index, indent=1) + "\n")
+    return written
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def copy_graph(source: Path, target: Path) -> Path:
+    """Copy a graph to ``target`` as a plain .onnx file (decompressing one from the store)."""
+    data = source.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(target, data)
+    return target
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- a user's own model
+
+
+def _flatten_outputs(out: Any) -> tuple[Any, ...]:
+    """The tensors of a model's output, in order: a tensor, a tuple/list, a dict or a ModelOutput-like object."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if out is None:
+        return ()
+    if hasattr(out, "to_tuple") and callable(out.to_tuple):  # transformers' ModelOutput
+        out = out.to_tuple()
+    elif isinstance(out, dict):
+        out = list(out.values())
+    elif hasattr(out, "__dataclass_fields__"):
+        out = [getattr(out, f) for f in out.__dataclass_fields__]
+    if isinstance(out, (tuple, list)):
+        return tuple(t for item in out for t in _flatten_outputs(item))
+    return ()
+
+
+def _adapter(model: Any, keys: Sequence[str] | None, constants: dict[str, Any]) -> Any:
+    """A module taking the example's tensors positionally and returning a flat tuple of tensors."""
+    import torch
+
+    class Adapter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> tuple[Any, ...]:
+            out = self.model(**dict(zip(keys, args)), **constants) if keys is not None else self.model(*args)
+            flat = _flatten_outputs(out)
+            if not flat:
+                raise GpupredError(f"{type(model).__name__} returned no tensor; export_model needs tensor outputs")
+            return flat
+
+    return Adapter()
+
+
+def export_model(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    keep_weights: bool = False,
+    batch_axis: int = 0,
+) -> Path:
+    """Export a torch module to the ONNX file the predictor expects: symbolic batch, structure only (unless asked).
+
+    ``example_input`` is one tensor, a tuple of tensors (positional inputs) or a dict of keyword inputs
+    (``{"input_ids": ids, "attention_mask": mask}``; non-tensor values are passed through as constants).
+    Every tensor input's ``batch_axis`` becomes the symbolic ``batch`` axis. Outputs may be tensors,
+    tuples, dicts or ModelOutput-like objects. The model is exported in training mode, as the catalog is
+    (BatchNorm keeps its batch statistics, Dropout stays), with the catalog's recipe
+    (:func:`export_module`); weights are left out unless ``keep_weights``.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise GpupredError(f"export_model needs a torch.nn.Module, got {type(model).__name__}")
+    keys: list[str] | None = None
+    constants: dict[str, Any] = {}
+    if isinstance(example_input, torch.Tensor):
+        tensors: list[Any] = [example_input]
+        names = ["input"]
+    elif isinstance(example_input, (tuple, list)):
+        tensors = list(example_input)
+        names = [f"input_{i}" for i in range(len(tensors))] if len(tensors) > 1 else ["input"]
+    elif isinstance(example_input, dict):
+        keys = [k for k, v in example_input.items() if isinstance(v, torch.Tensor)]
+        tensors = [example_input[k] for k in keys]
+        constants = {k: v for k, v in example_input.items() if not isinstance(v, torch.Tensor)}
+        names = list(keys)
+    else:
+        raise GpupredError(f"example_input must be a tensor, a tuple of tensors or a dict, got {type(example_input).__name__}")
+    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise GpupredError("example_input must hold at least one tensor, and only tensors when it is a tuple")
+    for name, t in zip(names, tensors):
+        if t.dim() <= batch_axis:
+            raise GpupredError(f"example input {name!r} has shape {tuple(t.shape)}: no batch axis {batch_axis}")
+    return export_module(_adapter(model, keys, constants), tensors, path, names, [batch_axis] * len(tensors),
+                         keep_weights=keep_weights)

@@ -44,6 +44,9 @@ import onnx
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from gpupred.errors import GpupredError
+from gpupred.graph.protoscan import load_without_weights
+from gpupred.graph.rebatch import rebatch
+from gpupred.graph.canonical import CanonicalGraph, canonicalize, raw_graph
 from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
 from gpupred.graph.costs import (
     COST_TABLE,
@@ -106,12 +109,12 @@ def _load_unchecked(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple
         label = "<ModelProto>"
     else:
         path = Path(path_or_proto)
-        label = str(path)
+        label = os.fspath(path_or_proto)  # as the caller wrote it (a Path would drop a leading ./)
         if not path.is_file():
             raise GpupredError(f"{label}: no such file; give the path of an .onnx model")
         try:
-            model = onnx.load(str(path), load_external_data=False)
-        except Exception as err:  # DecodeError, ValueError...
+            model = load_without_weights(path)
+        except Exception as err:  # DecodeError, ScanError, ValueError...
             kind = "truncated or not an ONNX protobuf"
             raise GpupredError(f"{label}: not a readable ONNX file ({kind}: {type(err).__name__}); re-export it") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.node:
@@ -179,11 +182,19 @@ def _resolve_batch(model: ModelProto, label: str, batch_size: int | None) -> tup
     if static0 is None:
         raise GpupredError(f"{label}: no input has a batch dimension; give a model whose inputs have a leading batch axis")
     if batch_size is not None and int(batch_size) != static0:
-        raise GpupredError(
-            f"{label}: the graph's batch size is fixed at {static0}, not {batch_size}; re-export it with a symbolic "
-            "batch dimension or leave out --batch-size"
-        )
+        return int(batch_size), None  # a fixed batch asked at another size: _load_graph re-batches the graph
     return static0, None
+
+
+def fixed_batch(model: ModelProto) -> int | None:
+    """The batch size a graph is exported with when every input's leading dimension is fixed (else None)."""
+    dims = []
+    for inp in _real_inputs(model):
+        shape = inp.type.tensor_type.shape.dim if inp.type.tensor_type.HasField("shape") else []
+        if not shape or not shape[0].HasField("dim_value"):
+            return None
+        dims.append(int(shape[0].dim_value))
+    return dims[0] if dims else None
 
 
 def _substitute(model: ModelProto, name: str | None, value: int) -> None:
@@ -286,13 +297,14 @@ def _read_nodes(model: ModelProto, label: str | None = None, inits: dict[str, _I
 class _Graph:
     """An inferred graph as plain Python: nodes, tensor shapes, initializers, graph inputs, folded constants."""
 
-    __slots__ = ("nodes", "shapes", "known", "inits", "graph_inputs", "folded")
+    __slots__ = ("nodes", "shapes", "known", "inits", "graph_inputs", "graph_outputs", "folded", "forms")
 
     def __init__(
         self, model: ModelProto | None, nodes: list[_Node], folded: set[str], inits: dict[str, _Init] | None = None
     ) -> None:
         self.nodes = nodes
         self.folded = folded
+        self.forms: dict[bool, CanonicalGraph] = {}  # canonical (True) and as-exported (False) views, made on demand
         if model is None:  # filled in by _stored_graph
             return
         g = model.graph
@@ -329,6 +341,19 @@ class _Graph:
         self.known = known
         self.inits = inits
         self.graph_inputs = [i.name for i in g.input if i.name not in inits]
+        self.graph_outputs = [o.name for o in g.output]
+
+    def form(self, canonical: bool) -> CanonicalGraph:
+        """The canonical form (:mod:`gpupred.graph.canonical`) or the graph as exported, computed once."""
+        cg = self.forms.get(canonical)
+        if cg is None:
+            args = (self.nodes, self.shapes, self.inits, self.graph_inputs)
+            if canonical:
+                cg = canonicalize(*args, self.graph_outputs, self.folded, _FLOAT_TYPES)
+            else:
+                cg = raw_graph(*args, self.folded, _FLOAT_TYPES)
+            self.forms[canonical] = cg
+        return cg
 
     def missing_shapes(self) -> bool:
         """Whether some node output has no static shape."""
@@ -361,10 +386,14 @@ def featurize(
     precision: str = "fp32",
     optimizer: str = "sgd",
     per_op: dict[str, dict[str, int]] | None = None,
+    canonical: bool = True,
 ) -> dict[str, Any]:
     """One flat feature row for an ONNX graph at a batch size, precision and optimizer.
 
-    ``per_op``, if given, is filled with each op type's count, MACs, FLOPs and output elements.
+    The graph is first reduced to the canonical form of :mod:`gpupred.graph.canonical` (so the row does
+    not depend on how the model was exported); ``canonical=False`` featurizes it as exported (for
+    checking the per-op cost rules against other counters). ``per_op``, if given, is filled with each op
+    type's count, MACs, FLOPs and output elements.
     The inferred graph of a file is kept in-process per (path, mtime, size, batch size), so
     featurizing the same file again at another precision or optimizer skips loading and inference.
     """
@@ -385,7 +414,7 @@ def featurize(
             _CACHE[key] = (graph, bs)
             if len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
-    return _graph_features(graph, bs, precision, optimizer, per_op)
+    return _graph_features(graph.form(canonical), bs, precision, optimizer, per_op)
 
 
 def _load_graph(
@@ -406,6 +435,11 @@ def _load_graph(
         graph = _stored_graph(meta[SHAPES_KEY], bs, model, nodes, folded, inits)
         if graph is not None:
             return graph, bs
+    fixed = fixed_batch(model) if batch_name is None else None
+    if fixed is not None and fixed != bs:
+        rebatch(model, label, fixed, bs, lambda m: _infer(m, label))
+        inits = _read_inits(model)
+        nodes = _read_nodes(model, None, inits)
     _substitute(model, batch_name, bs)
     if meta.get(AFFINE_KEY):
         values = decode_affine(meta[AFFINE_KEY], bs)
@@ -460,16 +494,17 @@ def _stored_graph(
     graph.known = known
     graph.inits = inits
     graph.graph_inputs = [i.name for i in model.graph.input if i.name not in inits]
+    graph.graph_outputs = [o.name for o in model.graph.output]
     return None if graph.missing_shapes() else graph
 
 
 def _graph_features(
-    graph: _Graph, bs: int, precision: str, optimizer: str, per_op: dict[str, dict[str, int]] | None = None,
+    graph: CanonicalGraph, bs: int, precision: str, optimizer: str, per_op: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
     bf16 = precision in ("bf16", "fp16")  # autocast to a 16-bit float: the same ops run at 2 bytes
     shapes = graph.shapes
-    inits = graph.inits
-    folded = graph.folded
+    param_of = graph.params
+    param_sizes = graph.param_sizes
     graph_inputs = set(graph.graph_inputs)
     float_types = _FLOAT_TYPES
     fp32 = TensorProto.FLOAT
@@ -477,7 +512,6 @@ def _graph_features(
     no_shape: _Shape = (None, 0, 4)
     new_tuple = tuple.__new__  # TensorInfo(shape, size, is_param) without the named tuple's Python-level __new__
 
-    param_alias: dict[str, str] = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
     act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
     dynamic: set[str] = set(graph_inputs)
     producer: dict[str, int] = {}
@@ -489,7 +523,7 @@ def _graph_features(
     cat_flops: Counter[str] = Counter()
     unknown: Counter[str] = Counter()
     macs = flops = flops_bwd = bytes_moved = activation_bytes = 0
-    n_layers = n_residual = 0
+    n_layers = n_residual = n_work = 0
     depth = 0
 
     for idx, (op, domain, ins, outs, node_name, attrs, entry) in enumerate(graph.nodes):
@@ -505,8 +539,6 @@ def _graph_features(
             if not is_dyn and n in dynamic:
                 is_dyn = True
         if entry is not None and entry.rule is view_rule:  # views and metadata: no cost, no depth
-            if op == "Identity" and ins[0] in param_alias:
-                param_alias[outs[0]] = param_alias[ins[0]]
             cat_count[category] += 1
             src_size = act_size.get(ins[0]) if ins else None
             for out in outs:
@@ -517,7 +549,8 @@ def _graph_features(
                 if is_dyn:
                     dynamic.add(out)
             continue
-        in_params = [name in param_alias for name in ins]
+        n_work += 1
+        in_params = [name in param_of for name in ins]
         mac_op = category in mac_categories
         # dtype sizes under the precision
         if bf16:
@@ -586,14 +619,12 @@ def _graph_features(
             skip = NON_TRAINABLE_INPUTS.get(op, ())
             has_weight = False
             for pos, (name, is_p) in enumerate(zip(ins, in_params)):
-                if not is_p:
+                if not is_p or pos in skip:
                     continue
-                base = param_alias[name]
-                if pos in skip:
-                    continue
-                numel = math.prod(inits[base][0])
+                base = param_of[name]
+                numel, itemsize = param_sizes[base]
                 has_weight = has_weight or numel > 1
-                trainable[base] = numel * inits[base][2]
+                trainable[base] = numel
             if has_weight and (mac_op or category == "norm" or op == "Gather"):
                 n_layers += 1
         # graph structure: residual joins, depth, dynamic tensors
@@ -612,8 +643,8 @@ def _graph_features(
             if is_dyn:
                 dynamic.add(out)
 
-    params = sum(math.prod(inits[b][0]) for b in trainable)
-    param_bytes = sum(trainable.values())
+    params = sum(trainable.values())
+    param_bytes = sum(trainable[b] * param_sizes[b][1] for b in trainable)
     input_bytes = 0
     for name in graph_inputs:
         shp = shapes.get(name)
@@ -635,7 +666,7 @@ def _graph_features(
         "input_bytes": int(input_bytes),
         "bytes_moved": int(bytes_moved),
         "arithmetic_intensity": float(flops / bytes_moved) if bytes_moved else 0.0,
-        "n_nodes": len(graph.nodes),
+        "n_nodes": n_work,
         **{f"n_{c}": int(cat_count[c]) for c in COUNT_CATEGORIES},
         "n_layers": n_layers,
         "depth": depth,

@@ -122,10 +122,22 @@ def _static_shapes(model: ModelProto) -> dict[str, list[int]]:
     return out
 
 
+MAX_FLOAT_NUMEL = 16  # float tensors above this size are weights, never shape arithmetic: left unread
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE})
+
+
+def _readable(t: onnx.TensorProto) -> bool:
+    """Whether a tensor's value may be used: small, inline, and not a weight (so inline and stripped files agree)."""
+    numel = np.prod(t.dims)
+    if t.data_location == onnx.TensorProto.EXTERNAL or numel > MAX_NUMEL:
+        return False
+    return t.data_type not in _FLOATS or numel <= MAX_FLOAT_NUMEL
+
+
 def _initial_values(model: ModelProto) -> dict[str, np.ndarray]:
     values: dict[str, np.ndarray] = {}
     for t in model.graph.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL and np.prod(t.dims) <= MAX_NUMEL:
+        if _readable(t):
             values[t.name] = numpy_helper.to_array(t)
     return values
 
@@ -141,7 +153,7 @@ def evaluate(model: ModelProto, shapes: dict[str, list[int]]) -> dict[str, np.nd
         try:
             if op == "Constant":
                 a = node.attribute[0]
-                if a.name == "value" and a.t.data_location != onnx.TensorProto.EXTERNAL and np.prod(a.t.dims) <= MAX_NUMEL:
+                if a.name == "value" and _readable(a.t):
                     values[node.output[0]] = numpy_helper.to_array(a.t)
                 elif a.name in ("value_int", "value_ints", "value_float", "value_floats"):
                     values[node.output[0]] = np.asarray(onnx.helper.get_attribute_value(a))

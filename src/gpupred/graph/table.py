@@ -1,7 +1,8 @@
 """The graph feature table: one row per workload spec, written to data/processed/graph_features.parquet.
 
-Columns (the contract): ``ID_COLUMNS`` + ``FEATURE_KEYS`` + ``unknown_op_types``. Each architecture is
-exported once (cached per ``arch_key``) in a worker process, which then featurizes every spec of it.
+Columns (the contract): ``ID_COLUMNS`` + ``FEATURE_KEYS`` + ``unknown_op_types``. Each architecture's graph
+comes from the committed graph store (``config.GRAPHS``, no torch needed); an architecture missing from it
+is exported once (torch, cached per ``arch_key``) in a worker process, which then featurizes its specs.
 """
 
 from __future__ import annotations
@@ -25,15 +26,14 @@ COLUMNS: list[str] = [*ID_COLUMNS, *FEATURE_KEYS, "unknown_op_types"]
 
 
 def _arch_rows(specs: list["WorkloadSpec"], threads: int = 1) -> list[dict[str, Any]]:
-    """Export one architecture (cached) and featurize each of its specs."""
+    """Featurize each spec of one architecture from its graph (the store's, else exported once and cached)."""
+    from gpupred.graph.export import export_onnx, stored_graph
     from gpupred.graph.features import featurize
 
-    if threads:
-        import torch
+    if threads and stored_graph(specs[0]) is None:
+        import torch  # exporting: this worker process may use ``threads`` cores
 
         torch.set_num_threads(threads)
-    from gpupred.graph.export import export_onnx
-
     path = export_onnx(specs[0])
     rows = []
     for spec in specs:
@@ -46,43 +46,56 @@ def _arch_rows(specs: list["WorkloadSpec"], threads: int = 1) -> list[dict[str, 
 
 
 def build_feature_table(specs: Iterable["WorkloadSpec"], workers: int = 2, progress: bool = True) -> "pd.DataFrame":
-    """Export each architecture once, featurize every spec, and return the table (rows in spec order)."""
+    """Featurize every spec from the graph store (exporting, with torch, only architectures it lacks); rows in spec order."""
     import pandas as pd
-    from tqdm.auto import tqdm
+
+    from gpupred.graph.export import stored_graph
+    from gpupred.reports import progress_bar
 
     specs = list(specs)
     groups: dict[str, list[WorkloadSpec]] = {}
     for spec in specs:
         groups.setdefault(spec.arch_key, []).append(spec)
+    stored = {k: g for k, g in groups.items() if stored_graph(g[0]) is not None}
+    to_export = {k: g for k, g in groups.items() if k not in stored}
     rows: dict[str, dict[str, Any]] = {}
-    bar = tqdm(total=len(specs), desc="graph features", unit="spec", disable=not progress)
+    bar = progress_bar(total=len(specs), desc="graph features", unit="spec", disable=not progress)
     try:
-        if workers <= 1 or len(groups) <= 1:
-            for group in groups.values():
-                for row in _arch_rows(group, threads=0):
-                    rows[row["workload_id"]] = row
-                bar.update(len(group))
-        else:
-            import multiprocessing as mp
-
-            ctx = mp.get_context("spawn")  # torch and fork do not mix
-            threads = max(1, (os.cpu_count() or 1) // workers)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futures = {pool.submit(_arch_rows, group, threads): key for key, group in groups.items()}
-                for fut in as_completed(futures):
-                    try:
-                        result = fut.result()
-                    except GpupredError:
-                        raise
-                    except Exception as err:
-                        raise GpupredError(f"{futures[fut]}: export or featurize failed: {type(err).__name__}: {err}") from None
-                    for row in result:
-                        rows[row["workload_id"]] = row
-                    bar.update(len(result))
+        for group in stored.values():  # no torch: the committed graphs
+            for row in _arch_rows(group, threads=0):
+                rows[row["workload_id"]] = row
+            bar.update(len(group))
+        _export_and_featurize(to_export, workers, rows, bar)
     finally:
         bar.close()
     df = pd.DataFrame([rows[s.id] for s in specs if s.id in rows])
     return df.reindex(columns=COLUMNS) if len(df) else pd.DataFrame(columns=COLUMNS)
+
+
+def _export_and_featurize(groups: dict[str, list["WorkloadSpec"]], workers: int, rows: dict[str, dict[str, Any]], bar: Any) -> None:
+    """Architectures missing from the store: export each once (torch), in worker processes when several."""
+    if workers <= 1 or len(groups) <= 1:
+        for group in groups.values():
+            for row in _arch_rows(group, threads=0):
+                rows[row["workload_id"]] = row
+            bar.update(len(group))
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # torch and fork do not mix
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(_arch_rows, group, threads): key for key, group in groups.items()}
+        for fut in as_completed(futures):
+            try:
+                result = fut.result()
+            except GpupredError:
+                raise
+            except Exception as err:
+                raise GpupredError(f"{futures[fut]}: export or featurize failed: {type(err).__name__}: {err}") from None
+            for row in result:
+                rows[row["workload_id"]] = row
+            bar.update(len(result))
 
 
 def write_feature_table(df: "pd.DataFrame", path: Path | None = None) -> Path:

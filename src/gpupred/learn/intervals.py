@@ -18,12 +18,18 @@ a stratum with fewer than ``ceil(1/alpha) - 1`` training rows falls back to ever
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, KFold
+
+
+FOREST_MAX_ROWS = 32  # up to this many rows the numpy forest beats the libraries' per-call overhead
+THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core
+DIRECT_MAX_VALUES = 200_000  # cvplus_kth sorts rows x n values directly up to this many
 
 
 class ConformalRegressor:
@@ -56,42 +62,183 @@ class ConformalRegressor:
             self.fold_of_[test] = k
             self.residuals_[test] = np.abs(z[test] - m.predict(X[test]))
         self.full_model_ = clone(self.model).fit(X, z)
+        from gpupred.learn.forest import Forest
+
+        self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless XGBoost/LightGBM
         return self
 
-    def _bounds(self, fold_pred: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """CV+ lower and upper quantiles for test columns of ``fold_pred`` from the residuals of training ``rows``."""
-        per_row = fold_pred[self.fold_of_[rows]]  # (n, m)
-        res = self.residuals_[rows][:, None]
-        n = len(rows)
-        k_lo = int(np.floor(self.alpha * (n + 1))) - 1
-        k_hi = int(np.ceil((1 - self.alpha) * (n + 1))) - 1
-        m = fold_pred.shape[1]
-        lo = np.partition(per_row - res, k_lo, axis=0)[k_lo] if k_lo >= 0 else np.full(m, -np.inf)
-        hi = np.partition(per_row + res, k_hi, axis=0)[k_hi] if k_hi < n else np.full(m, np.inf)
-        return lo, hi
+    def model_predictions(self, X: np.ndarray) -> np.ndarray:
+        """Predictions of the full model and each fold model, shape (1 + K, rows), on the log1p scale.
 
-    def predict_log(self, X: np.ndarray, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(point, low, high) on the log1p scale; with ``strata`` (and strata given at fit) Mondrian quantiles."""
+        A few rows go through the numpy forest (the same numbers, without each library's per-call overhead);
+        more go to the libraries, several threads each.
+        """
+        forest = getattr(self, "forest_", None)
+        if forest is not None and len(X) <= FOREST_MAX_ROWS:
+            return forest.predict(X)
+        models = [self.full_model_, *self.fold_models_]
+        threads = (os.cpu_count() or 1) if len(X) >= THREADED_MIN_ROWS else 1
+        return np.stack([np.asarray(fast_predict(m, X, threads), dtype=float) for m in models])
+
+    def predict_log(self, X: np.ndarray, strata: np.ndarray | None = None,
+                    preds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(point, low, high) on the log1p scale; with ``strata`` (and strata given at fit) Mondrian quantiles.
+
+        ``preds``: :meth:`model_predictions` of ``X`` when already known.
+        """
         X = np.asarray(X, dtype=float)
-        point = np.asarray(self.full_model_.predict(X), dtype=float)
-        fold_pred = np.stack([np.asarray(m.predict(X), dtype=float) for m in self.fold_models_])  # (K, m)
-        everyone = np.arange(len(self.residuals_))
+        preds = self.model_predictions(X) if preds is None else preds
+        point, fold_pred = preds[0], preds[1:]  # (K, m)
         lo, hi = np.empty(len(point)), np.empty(len(point))
         fitted_strata = getattr(self, "strata_", None)
         if strata is None or fitted_strata is None:
-            lo[:], hi[:] = self._bounds(fold_pred, everyone)
+            lo[:], hi[:] = self._bounds(fold_pred, None)
         else:
             strata = np.asarray(strata).astype(str)
             need = int(np.ceil(1 / self.alpha)) - 1  # fewer training rows give an infinite upper quantile
             for s in np.unique(strata):
                 cols = np.flatnonzero(strata == s)
-                rows = np.flatnonzero(fitted_strata == s)
-                lo[cols], hi[cols] = self._bounds(fold_pred[:, cols], rows if len(rows) >= need else everyone)
+                own = int((fitted_strata == s).sum()) >= need
+                lo[cols], hi[cols] = self._bounds(fold_pred[:, cols], s if own else None)
         return point, np.minimum(lo, point), np.maximum(hi, point)
 
-    def predict(self, X: np.ndarray, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _bounds(self, fold_pred: np.ndarray, stratum: str | None) -> tuple[np.ndarray, np.ndarray]:
+        """CV+ lower and upper quantiles for the columns of ``fold_pred`` from the residuals of the training rows
+        of ``stratum`` (None: every training row)."""
+        lower, upper = self._offsets(-1.0, stratum), self._offsets(1.0, stratum)
+        n = sum(len(o) for o in lower)
+        k_lo = int(np.floor(self.alpha * (n + 1))) - 1
+        k_hi = int(np.ceil((1 - self.alpha) * (n + 1))) - 1
+        m = fold_pred.shape[1]
+        lo = cvplus_kth(fold_pred, lower, k_lo) if k_lo >= 0 else np.full(m, -np.inf)
+        hi = cvplus_kth(fold_pred, upper, k_hi) if k_hi < n else np.full(m, np.inf)
+        return lo, hi
+
+    def _offsets(self, sign: float, stratum: str | None = None) -> list[np.ndarray]:
+        """Each fold's out-of-fold residuals (of ``stratum``'s training rows, or all) times ``sign``, sorted."""
+        cache = self.__dict__.setdefault("_offsets_cache", {})
+        if (sign, stratum) not in cache:
+            rows = np.ones(len(self.residuals_), bool) if stratum is None else self.strata_ == stratum
+            cache[(sign, stratum)] = [np.sort(sign * self.residuals_[rows & (self.fold_of_ == k)])
+                                      for k in range(len(self.fold_models_))]
+        return cache[(sign, stratum)]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Artifacts pickled before the numpy forest existed load without one (the libraries predict)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("forest_", None)
+        self.__dict__.setdefault("strata_", None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the sorted-residual cache (rebuilt on first use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_offsets_cache"}
+
+    def predict(self, X: np.ndarray, strata: np.ndarray | None = None,
+                preds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(point, low, high) on the original scale, floored at 0."""
-        return tuple(np.clip(np.expm1(a), 0, None) for a in self.predict_log(X, strata))  # type: ignore[return-value]
+        return tuple(np.clip(np.expm1(a), 0, None) for a in self.predict_log(X, strata, preds))  # type: ignore[return-value]
+
+
+def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_width: int = 64) -> np.ndarray:
+    """For every row i, the ``kth`` smallest (0-based) of ``centers[k, i] + offsets[k][j]`` over all folds k and j.
+
+    The same numbers as sorting all n values of every row (CV+'s definition), without building the n x rows
+    matrix. ``offsets[k]`` is sorted ascending. Rounding is monotone, so the answer lies between
+    ``min_k centers[k, i] + a`` and ``max_k centers[k, i] + a``, ``a`` the ``kth`` smallest of all offsets
+    pooled. Per fold, ``searchsorted`` splits the values into those below that bracket (minus a margin far
+    larger than rounding), inside it, and above it; only the few inside are gathered and sorted, and the
+    answer is the (kth - number below)-th of them. Rows with more than ``max_width`` values inside (fold
+    models that disagree a lot) are computed the direct way.
+    """
+    centers = np.asarray(centers, dtype=float)
+    n_folds, m = centers.shape
+    if m * sum(len(o) for o in offsets) <= DIRECT_MAX_VALUES:  # few rows: the definition is cheapest
+        values = np.concatenate([centers[k][None, :] + offsets[k][:, None] for k in range(n_folds)])
+        return np.partition(values, kth, axis=0)[kth]
+    merged = np.sort(np.concatenate(offsets))
+    a = merged[kth]
+    c_min, c_max = centers.min(axis=0), centers.max(axis=0)
+    lo, hi = c_min + a, c_max + a
+    scale = np.abs(centers).max(axis=0) + np.abs(merged[[0, -1]]).max() + np.abs(lo) + np.abs(hi)
+    margin = 16 * np.finfo(float).eps * scale + np.finfo(float).tiny
+    lo, hi = lo - margin, hi + margin
+    starts, counts = [], []
+    for k in range(n_folds):
+        s = np.searchsorted(offsets[k], lo - centers[k], side="left")
+        e = np.searchsorted(offsets[k], hi - centers[k], side="right")
+        starts.append(s)
+        counts.append(e - s)
+    below = np.sum(starts, axis=0)
+    inside = np.sum(counts, axis=0)
+    rank = kth - below
+    out = np.empty(m)
+    wide = inside > max_width
+    narrow = ~wide
+    if narrow.any():
+        out[narrow] = _gather_kth(centers[:, narrow], offsets, [s[narrow] for s in starts], [c[narrow] for c in counts],
+                                  rank[narrow], int(inside[narrow].max(initial=1)))
+    if wide.any():
+        rows = np.flatnonzero(wide)
+        values = np.concatenate([centers[k][rows][None, :] + offsets[k][:, None] for k in range(n_folds)])  # (n, rows)
+        out[rows] = np.partition(values, kth, axis=0)[kth]
+    return out
+
+
+def _gather_kth(centers: np.ndarray, offsets: list[np.ndarray], starts: list[np.ndarray], counts: list[np.ndarray],
+                rank: np.ndarray, width: int) -> np.ndarray:
+    """The rank-th smallest of each row's values inside the bracket (a row x width matrix padded with +inf)."""
+    m = centers.shape[1]
+    table = np.full((m, max(width, 1)), np.inf)
+    filled = np.zeros(m, dtype=np.int64)
+    for k, (s, c) in enumerate(zip(starts, counts)):
+        total = int(c.sum())
+        if not total:
+            continue
+        rows = np.repeat(np.arange(m), c)
+        step = np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+        table[rows, filled[rows] + step] = centers[k][rows] + offsets[k][s[rows] + step]
+        filled += c
+    table.sort(axis=1)
+    return table[np.arange(m), rank]
+
+
+def fast_predict(model: Any, X: np.ndarray, threads: int = 1) -> np.ndarray:
+    """``model.predict(X)`` for a fitted regressor, without scikit-learn's per-call checks where that is safe.
+
+    A (grid-searched) Pipeline of FunctionTransformers ending in XGBoost or LightGBM is evaluated step by
+    step, the booster called directly (the numbers are those of ``predict``); anything else goes through
+    ``predict``.
+    """
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    inner = getattr(model, "best_estimator_", model)
+    if not isinstance(inner, Pipeline):
+        return model.predict(X)
+    steps = [step for _, step in inner.steps]
+    Z = X
+    for step in steps[:-1]:
+        if not isinstance(step, FunctionTransformer) or step.func is None or step.kw_args:
+            return model.predict(X)
+        Z = step.func(Z)
+    last = steps[-1]
+    kind = type(last).__name__
+    if kind == "XGBRegressor":
+        best = getattr(last, "best_iteration", None)  # set only when trained with early stopping
+        rng = (0, best + 1) if best is not None else (0, 0)
+        booster = last.get_booster()
+        if threads > 1:
+            booster.set_param({"nthread": threads})
+        try:
+            out = booster.inplace_predict(Z, iteration_range=rng, predict_type="value", missing=last.missing,
+                                          validate_features=False)
+        finally:
+            if threads > 1:
+                booster.set_param({"nthread": last.n_jobs or 1})
+        return np.asarray(out, dtype=float).reshape(len(Z), -1)[:, 0] if np.ndim(out) > 1 else np.asarray(out, dtype=float)
+    if kind == "LGBMRegressor":
+        return np.asarray(last.booster_.predict(Z, num_threads=threads), dtype=float)
+    return last.predict(Z)
 
 
 def interval_coverage(

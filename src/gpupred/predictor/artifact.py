@@ -34,9 +34,14 @@ def library_versions() -> dict[str, str]:
     """Installed versions of the libraries the artifact depends on."""
     from importlib.metadata import version
 
+    from importlib.metadata import PackageNotFoundError
+
     out = {"python": platform.python_version()}
     for lib in (*CHECKED_LIBRARIES, "pandas", "joblib", "gpupred"):
-        out[lib] = version(lib)
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:  # xgboost's CPU-only wheel is the distribution xgboost-cpu (same module)
+            out[lib] = version(f"{lib}-cpu")
     return out
 
 
@@ -74,12 +79,10 @@ class Predictor:
 
         return [f for f in self.feature_names if f not in HARDWARE_COLUMNS and f not in ENCODED_COLUMNS]
 
-    def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame:
-        """Turn a DataFrame / dict / ONNX path / workload id into feature rows."""
-        if isinstance(x, pd.DataFrame):
+    def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame | dict[str, Any]:
+        """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
+        if isinstance(x, (pd.DataFrame, dict)):
             return x
-        if isinstance(x, dict):
-            return pd.DataFrame([x])
         if isinstance(x, (str, Path)):
             text = str(x)
             if text.endswith(".onnx") or Path(text).is_file():
@@ -90,7 +93,7 @@ class Predictor:
                 from gpupred.graph import featurize
 
                 row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer)
-                return pd.DataFrame([{**row, "precision": precision, "optimizer": optimizer}])
+                return {**row, "precision": precision, "optimizer": optimizer}
             from gpupred.workloads.spec import WorkloadSpec
 
             try:
@@ -101,42 +104,84 @@ class Predictor:
             from gpupred.graph.export import export_onnx  # imports torch: only this path
 
             row = featurize(export_onnx(spec), batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
-            return pd.DataFrame([{**row, "precision": spec.precision, "optimizer": spec.optimizer}])
+            return {**row, "precision": spec.precision, "optimizer": spec.optimizer}
         raise GpupredError(f"cannot predict from a {type(x).__name__}: pass a DataFrame of features, an ONNX path or a workload id")
 
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
+        matrix, index = self._matrix(x, batch_size, precision, optimizer, gpu)
+        return pd.DataFrame(matrix, index=index, columns=self.feature_names)
+
+    def _matrix(self, x: Any, batch_size: int | None, precision: str, optimizer: str,
+                gpu: str | None) -> tuple[np.ndarray, pd.Index]:
+        """The model inputs as one float array (rows x ``feature_names``) and the rows' index."""
         from gpupred.dataset import ENCODED_COLUMNS, encode
 
-        df = self._frame(x, batch_size, precision, optimizer)
-        missing = [f for f in self.graph_features if f not in df.columns]
+        data = self._frame(x, batch_size, precision, optimizer)
+        if isinstance(data, dict):  # one row: no DataFrame on the way (it costs more than the prediction)
+            present, n, index = set(data), 1, pd.RangeIndex(1)
+
+            def column(name: str) -> np.ndarray:
+                return np.asarray([data[name]])
+
+            def block(names: list[str]) -> np.ndarray:
+                return np.asarray([[data[c] for c in names]], dtype=float)
+        else:
+            present, n, index = set(data.columns), len(data), data.index
+
+            def column(name: str) -> np.ndarray:
+                return data[name].to_numpy()
+
+            def block(names: list[str]) -> np.ndarray:
+                return data[names].to_numpy(dtype=float)
+        graph = self.graph_features
+        missing = [f for f in graph if f not in present]
         if missing:
             raise GpupredError(f"input lacks graph features {missing[:5]}{'...' if len(missing) > 5 else ''}: "
                                "use gpupred.featurize output or dataset rows")
-        out = df[self.graph_features].astype(float).copy()
-        prec = df["precision"] if "precision" in df.columns else pd.Series(precision, index=df.index)
-        opt = df["optimizer"] if "optimizer" in df.columns else pd.Series(optimizer, index=df.index)
-        if gpu is None and all(c in df.columns for c in HARDWARE_COLUMNS):
-            hw = df[list(HARDWARE_COLUMNS)].astype(float)
+        columns: dict[str, np.ndarray] = dict(zip(graph, block(graph).T))
+        prec = column("precision") if "precision" in present else np.full(n, precision, dtype=object)
+        opt = column("optimizer") if "optimizer" in present else np.full(n, optimizer, dtype=object)
+        hardware = list(HARDWARE_COLUMNS)
+        if gpu is None and all(c in present for c in hardware):
+            columns.update(zip(hardware, block(hardware).T))
         else:
-            if gpu is not None:
-                names = pd.Series(gpu, index=df.index)
-            elif "gpu_name" in df.columns:
-                names = df["gpu_name"]
-            elif len(self.gpus) == 1:
-                names = pd.Series(self.gpus[0], index=df.index)
-            else:
-                raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
-            pairs = list(zip(names, prec))
-            table = {pair: hardware_features(*pair) for pair in set(pairs)}  # once per (GPU, precision)
-            hw = pd.DataFrame([table[pair] for pair in pairs], index=df.index)
-        if all(c in df.columns for c in ENCODED_COLUMNS):  # dataset rows carry their own protocol encodings
-            enc = df[list(ENCODED_COLUMNS)].astype(float)
+            names = self._gpu_names(present, column, gpu, n)
+            columns.update(_by_key(names, prec, hardware_features, hardware))  # looked up once per (GPU, precision)
+        encoded = list(ENCODED_COLUMNS)
+        if all(c in present for c in encoded):  # dataset rows carry their own protocol encodings
+            columns.update(zip(encoded, block(encoded).T))
         else:  # a new job: this project's protocol (device-resident batches, a sync per step, every NVML sample)
-            enc = pd.DataFrame([encode(p, o) for p, o in zip(prec, opt)], index=df.index)
-        full = pd.concat([out, hw, enc], axis=1)
-        return full[self.feature_names]
+            columns.update(_by_key(prec, opt, encode, encoded))
+        matrix = np.column_stack([columns[f] for f in self.feature_names]) if n else np.empty((0, len(self.feature_names)))
+        return matrix, index
+
+    def _few_rows(self, X: np.ndarray) -> dict[str, np.ndarray] | None:
+        """Every target's model predictions from one numpy forest of all their trees, for a few rows (else None)."""
+        from gpupred.learn.forest import Forest
+        from gpupred.learn.intervals import FOREST_MAX_ROWS
+
+        if len(X) > FOREST_MAX_ROWS:
+            return None
+        if "_forest" not in self.__dict__:
+            forests = [getattr(m, "forest_", None) for m in self.targets.values()]
+            self.__dict__["_forest"] = None if any(f is None for f in forests) else Forest.combine(forests)
+        forest = self.__dict__["_forest"]
+        return None if forest is None else _split_models(forest.predict(X), self.targets)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the combined forest (rebuilt from the targets' on first use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_forest"}
+
+    def _gpu_names(self, present: set[str], column: Any, gpu: str | None, n: int) -> np.ndarray:
+        if gpu is not None:
+            return np.full(n, gpu, dtype=object)
+        if "gpu_name" in present:
+            return column("gpu_name")
+        if len(self.gpus) == 1:
+            return np.full(n, self.gpus[0], dtype=object)
+        raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                 gpu: str | None = None) -> pd.DataFrame:
@@ -145,16 +190,60 @@ class Predictor:
         Rows that name their ``source`` (dataset rows) get intervals calibrated on that source's residuals;
         anything else gets intervals from every training residual.
         """
-        X = self.features(x, batch_size, precision, optimizer, gpu)
-        arr = X.to_numpy(float)
-        strata = x["source"].to_numpy() if isinstance(x, pd.DataFrame) and "source" in x.columns else None
-        out = {}
+        arr, index = self._matrix(x, batch_size, precision, optimizer, gpu)
+        strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
+        keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
+        unique, inverse = distinct_rows(keyed)  # identical rows (a trace repeats its workloads) are predicted once
+        first = np.unique(inverse, return_index=True)[1]  # a row of each distinct row, in distinct-row order
+        unique, unique_strata = arr[first], None if strata is None else strata[first]
+        preds = self._few_rows(unique)
+        names, columns = [], []
         for name, model in self.targets.items():
-            point, lo, hi = model.predict(arr, strata)
+            bounds = model.predict(unique, unique_strata, None if preds is None else preds[name])
             if name in PERCENT_TARGETS:
-                point, lo, hi = (np.clip(a, 0, 100) for a in (point, lo, hi))
-            out[name], out[f"{name}_low"], out[f"{name}_high"] = point, lo, hi
-        return pd.DataFrame(out, index=X.index)
+                bounds = tuple(np.clip(a, 0, 100) for a in bounds)
+            names += [name, f"{name}_low", f"{name}_high"]
+            columns += list(bounds)
+        return pd.DataFrame(np.column_stack(columns)[inverse], index=index, columns=names)
+
+
+def _split_models(preds: np.ndarray, targets: dict[str, ConformalRegressor]) -> dict[str, np.ndarray]:
+    out, start = {}, 0
+    for name, model in targets.items():
+        k = 1 + len(model.fold_models_)
+        out[name] = preds[start:start + k]
+        start += k
+    return out
+
+
+def distinct_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``arr`` and, for every row, the index of its distinct row (exact: checked, not hashed only)."""
+    if len(arr) <= 1:
+        return arr, np.arange(len(arr))
+    hashes = pd.util.hash_pandas_object(pd.DataFrame(arr), index=False).to_numpy()
+    codes, firsts = pd.factorize(hashes)
+    first_row = np.full(len(firsts), -1)
+    first_row[codes[::-1]] = np.arange(len(arr))[::-1]  # the first row of each hash
+    unique = arr[first_row]
+    same = (unique[codes] == arr) | (np.isnan(unique[codes]) & np.isnan(arr))
+    if not same.all():  # a hash collision (never seen): predict every row
+        return arr, np.arange(len(arr))
+    return unique, codes
+
+
+def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict[str, np.ndarray]:
+    """Columns ``names`` of ``lookup(a_i, b_i)`` for every row, calling ``lookup`` once per distinct (a, b)."""
+    if len(a) == 1:
+        row = lookup(a[0], b[0])
+        return {c: np.asarray([float(row[c])]) for c in names}
+    codes_a, uniq_a = pd.factorize(a)
+    codes_b, uniq_b = pd.factorize(b)
+    key = codes_a * max(len(uniq_b), 1) + codes_b
+    distinct, inverse = np.unique(key, return_inverse=True)
+    table = np.array([[float(lookup(uniq_a[k // max(len(uniq_b), 1)], uniq_b[k % max(len(uniq_b), 1)])[c]) for c in names]
+                      for k in distinct]).reshape(len(distinct), len(names))
+    rows = table[inverse.reshape(-1)]
+    return {c: rows[:, i] for i, c in enumerate(names)}
 
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
@@ -256,21 +345,30 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def read_card(path: Path) -> dict[str, Any]:
-    """The predictor card beside ``path``, checked for schema version and the artifact's sha256."""
+def _card_label(shown: str) -> str:
+    return shown[: -len(".joblib")] + ".json" if shown.endswith(".joblib") else f"{shown} card"
+
+
+def read_card(path: Path, shown: str | None = None) -> dict[str, Any]:
+    """The predictor card beside ``path``, checked for schema version and the artifact's sha256.
+
+    ``shown`` is how messages name the artifact (the path as the user typed it); default: relative to the project.
+    """
+    shown = shown or _display(path)
     card_path = path.with_suffix(".json")
+    card_shown = _card_label(shown)
     if not card_path.is_file():
-        raise GpupredError(f"{_display(card_path)}: predictor card missing; refusing to load {_display(path)} (re-export with notebook 08)")
+        raise GpupredError(f"{card_shown}: predictor card missing; refusing to load {shown} (re-export with notebook 08)")
     try:
         card = json.loads(card_path.read_text())
     except json.JSONDecodeError as err:
-        raise GpupredError(f"{_display(card_path)}: not valid JSON ({err}); re-export with notebook 08") from None
+        raise GpupredError(f"{card_shown}: not valid JSON ({err}); re-export with notebook 08") from None
     if not isinstance(card, dict) or card.get("schema_version") != SCHEMA_VERSION:
         got = card.get("schema_version") if isinstance(card, dict) else None
-        raise GpupredError(f"{_display(card_path)}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
+        raise GpupredError(f"{card_shown}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
                            "re-export with notebook 08 or install the matching gpupred")
     if sha256(path) != card.get("sha256"):
-        raise GpupredError(f"{_display(path)}: sha256 does not match its card (tampered or corrupted); refusing to unpickle it")
+        raise GpupredError(f"{shown}: sha256 does not match its card (tampered or corrupted); refusing to unpickle it")
     return card
 
 
@@ -279,18 +377,19 @@ def load_predictor(path: str | Path | None = None) -> Predictor:
     import joblib
 
     default = path is None
+    shown = _display(config.PREDICTOR) if default else str(path)  # messages name the path as the user typed it
     path = Path(path) if path is not None else config.PREDICTOR
     if not path.is_file():
-        raise GpupredError(MISSING_DEFAULT if default else f"no predictor at {_display(path)}")
-    card = read_card(path)
+        raise GpupredError(MISSING_DEFAULT if default else f"{shown}: no predictor there (no such file)")
+    card = read_card(path, shown)
     installed = library_versions()
     for lib in CHECKED_LIBRARIES:
         built = card.get("library_versions", {}).get(lib)
         if built is None or not _versions_match(lib, built, installed[lib]):
-            raise GpupredError(f"{_display(path)}: built with {lib} {built}, installed {installed[lib]}; "
+            raise GpupredError(f"{shown}: built with {lib} {built}, installed {installed[lib]}; "
                                "install the versions in its card or re-export with notebook 08")
     predictor = joblib.load(path)
     if not isinstance(predictor, Predictor):
-        raise GpupredError(f"{_display(path)}: not a gpupred Predictor")
+        raise GpupredError(f"{shown}: not a gpupred Predictor")
     predictor.card = card
     return predictor

@@ -1,0 +1,422 @@
+"""The canonical form every graph is reduced to before it is featurized, so that the features do not depend on
+how a model was exported.
+
+One torchvision ResNet-50 exported three ways (the catalog's training-mode TorchScript recipe, torch's
+legacy exporter in eval mode, the dynamo exporter) gives three different ONNX graphs: BatchNorm kept or
+folded into the convolutions, Dropout and stochastic depth present or gone, GELU as one op or five,
+a linear layer as Gemm or MatMul + Add, global pooling as GlobalAveragePool or ReduceMean, weights
+transposed by nodes or pre-transposed, shape arithmetic as nodes or folded constants, equal weights
+deduplicated behind Identity nodes. The predictor learns from the catalog's exports and is asked
+about files made any other way, so all of them are reduced to one form, that of an **eval-mode
+export with BatchNorm folded into the preceding contraction**: the form every exporter can reach.
+The training-mode graph can be folded down to it; the folded graph cannot be unfolded (a Conv with
+a bias is the same whether or not a BatchNorm was folded into it).
+
+The rules, in order (each keeps the graph's cost-bearing work and its shapes):
+
+1. **Static subgraphs are constants.** A node none of whose inputs carries data from a graph input
+   (only initializers, constants and shapes of tensors) computes a constant: shape arithmetic, weight
+   transposes and casts, causal masks. It is dropped. A view, transpose, cast, slice or Identity of one
+   weight is that weight (its parameters counted once per Identity, since exporters deduplicate equal
+   weights behind Identity nodes).
+2. **Training-only regularisation is dropped.** Dropout, and stochastic depth (a product or quotient of
+   an activation with a tensor derived from Random* ops), become the identity; the random ops go too.
+   Identity, single-input Concat/Sum and same-type Cast on activations become the identity.
+3. **Bias adds fuse into their contraction.** MatMul (or Conv, or Gemm without C) followed only by an
+   Add of a per-output-channel constant is one contraction with a bias, as Gemm is.
+4. **BatchNorm folds into the contraction before it.** A BatchNormalization whose input is produced
+   only for it by a Conv, ConvTranspose or Gemm disappears; the contraction gains the bias that folding
+   produces (C parameters, one add per output element), as in an eval-mode export. A BatchNormalization
+   that follows anything else (DenseNet's pre-activation BatchNorms) stays and is always charged its
+   training-mode cost (statistics, normalize, affine: 7 FLOPs per element), whatever mode it was
+   exported in: the predictor is about training jobs.
+5. **Decompositions are recomposed.** GELU written with Erf (x * 0.5 * (1 + erf(x / sqrt 2))) becomes
+   one Gelu; LayerNorm written as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (and the affine Mul/Add)
+   becomes one LayerNormalization; ReduceMean over every spatial axis of a feature map is
+   GlobalAveragePool. Reshape and Flatten are both views (free, not counted as nodes).
+
+What the canonical features lose, and where that cost goes: a training step runs the BatchNorms that
+rule 4 folds away (statistics over the batch, normalize, affine, and a stored output for backward;
+ResNet-50: +42% activation bytes, +26% bytes moved) and the Dropout masks that rule 2 drops. A folded
+export shows neither, so no feature may depend on them, or the same model would look different
+depending on how it was exported. That cost is still in what the predictor learns: its labels are
+measured training runs, which executed every BatchNorm and Dropout, and in the architectures that carry
+them it follows the contraction outputs (every folded BatchNorm sits on a Conv output, whose size the
+features keep), so a regressor fitted on measured runs charges it through those features. Models whose
+training forward differs in structure from their eval forward (GoogLeNet and Inception v3 with their
+auxiliary heads) cannot be reduced this way: export them with :func:`gpupred.export_model`, which
+exports in training mode like the catalog.
+
+Torch-free: works on the plain-Python node tuples of :mod:`gpupred.graph.features`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpupred.graph.costs import COST_TABLE, CostEntry
+
+# a node: (op_type, domain, inputs, outputs, name, attributes, cost entry or None)
+Node = tuple[str, str, tuple[str, ...], tuple[str, ...], str, dict[str, Any], Any]
+Shape = tuple[tuple[int, ...] | None, int, int]  # (dims or None, elem_type, itemsize)
+
+RANDOM_OPS: frozenset[str] = frozenset({
+    "RandomUniformLike", "RandomNormalLike", "RandomUniform", "RandomNormal", "Bernoulli", "Multinomial",
+})
+META_OPS: frozenset[str] = frozenset({"Shape", "Size", "Constant"})
+WEIGHT_VIEWS: frozenset[str] = frozenset({
+    "Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast", "CastLike", "Slice", "Gather", "Expand",
+})
+VARIADIC: frozenset[str] = frozenset({"Concat", "Sum", "Max", "Min", "Mean"})
+CONTRACTIONS_WITH_BIAS: dict[str, int] = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "MatMul": 2}  # op -> bias slot
+BN_FOLD_INTO: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm"})
+_DEFAULT_DOMAINS: frozenset[str] = frozenset({"", "ai.onnx"})
+
+
+@dataclass
+class CanonicalGraph:
+    """A graph in canonical form: the nodes that do work, their shapes, and which tensors are which parameters."""
+
+    nodes: list[Node]
+    shapes: dict[str, Shape]
+    params: dict[str, str]  # tensor name -> parameter key (an initializer, or an Identity copy of one)
+    param_sizes: dict[str, tuple[int, int]]  # parameter key -> (elements, item size)
+    graph_inputs: list[str]
+    dropped: Counter[str] = field(default_factory=Counter)  # what the reduction removed, by rule
+
+
+def _numel(dims: tuple[int, ...] | None) -> int:
+    n = 1
+    for d in dims or ():
+        n *= d
+    return n
+
+
+def raw_graph(
+    nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
+    graph_inputs: list[str], folded: set[str], float_types: frozenset[int],
+) -> CanonicalGraph:
+    """The graph as exported (no reduction): every node, weights through Identity counted once."""
+    params = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
+    sizes = {n: (_numel(inits[n][0]), inits[n][2]) for n in params}
+    for op, _, ins, outs, _, _, _ in nodes:
+        if op == "Identity" and ins and ins[0] in params:
+            params[outs[0]] = params[ins[0]]
+    return CanonicalGraph(list(nodes), shapes, params, sizes, list(graph_inputs))
+
+
+class _Reducer:
+    """Rules 1-5 over a node list, in topological order."""
+
+    def __init__(self, nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
+                 graph_inputs: list[str], graph_outputs: list[str], folded: set[str], float_types: frozenset[int]) -> None:
+        self.shapes = dict(shapes)
+        self.graph_inputs = list(graph_inputs)
+        self.outputs = set(graph_outputs)
+        self.params = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
+        self.sizes = {n: (_numel(inits[n][0]), inits[n][2]) for n in self.params}
+        self.data: set[str] = set(graph_inputs)
+        self.noise: set[str] = set()
+        self.rename: dict[str, str] = {}
+        self.dropped: Counter[str] = Counter()
+        self.nodes = self._classify(nodes)
+
+    # ------------------------------------------------------------ rules 1 and 2
+    def _classify(self, nodes: list[Node]) -> list[list[Any]]:
+        kept: list[list[Any]] = []
+        data, noise, params, rename, dropped = self.data, self.noise, self.params, self.rename, self.dropped
+        for op, domain, ins, outs, name, attrs, entry in nodes:
+            ins = tuple(rename.get(n, n) for n in ins)
+            data_ins = [n for n in ins if n in data]
+            if domain not in _DEFAULT_DOMAINS and domain != "com.microsoft":
+                if data_ins:  # an unknown custom op on activations: kept (and counted unknown)
+                    data.update(o for o in outs if o)
+                    kept.append([op, domain, ins, outs, name, attrs, entry])
+                continue
+            if op in RANDOM_OPS:
+                noise.update(outs)
+                dropped["random"] += 1
+                continue
+            if not data_ins or op in META_OPS:
+                self._static(op, ins, outs)
+                continue
+            if self._passes_through(op, ins, outs, data_ins):
+                continue
+            data.update(o for o in outs if o)
+            kept.append([op, domain, ins, outs, name, attrs, entry])
+        return kept
+
+    def _static(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...]) -> None:
+        """Rule 1: a node computing a constant (or noise, or a view of one weight) is dropped."""
+        if any(n in self.noise for n in ins):
+            self.noise.update(outs)
+            self.dropped["random"] += 1
+            return
+        self.dropped["static"] += 1
+        weights = [n for n in ins if n in self.params]
+        if len(weights) == 1 and op in WEIGHT_VIEWS and outs:
+            key = self.params[weights[0]]
+            if op == "Identity":  # an exporter's copy of an equal-valued weight: its own parameter
+                self.sizes[outs[0]] = self.sizes[key]
+                key = outs[0]
+            self.params[outs[0]] = key
+
+    def _passes_through(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...], data_ins: list[str]) -> bool:
+        """Rule 2: identity-like nodes on activations are replaced by their input."""
+        src = data_ins[0]
+        real = [n for n in ins if n]
+        if op == "Dropout":
+            reason = "dropout"
+        elif op == "Identity" or (op in VARIADIC and len(real) == 1):
+            reason = "identity"
+        elif op in ("Mul", "Div", "Where") and len(data_ins) == 1 and any(n in self.noise for n in ins):
+            reason = "stochastic depth"
+        elif op == "Cast" and self.shapes.get(src, (None, -1, 0))[1] == self.shapes.get(outs[0], (None, -2, 0))[1]:
+            reason = "identity"
+        else:
+            return False
+        self.rename[outs[0]] = src
+        self.noise.update(o for o in outs[1:] if o)  # Dropout's mask
+        if outs[0] in self.outputs:
+            self.outputs.add(src)
+        self.dropped[reason] += 1
+        return True
+
+    # ------------------------------------------------------------ helpers for rules 3-5
+    def _index(self) -> None:
+        self.producer: dict[str, int] = {}
+        self.readers: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            if node is None:
+                continue
+            for o in node[3]:
+                self.producer[o] = i
+            for n in set(node[2]):
+                self.readers.setdefault(n, []).append(i)
+
+    def _sole(self, tensor: str) -> int | None:
+        """The index of the only node reading ``tensor`` (None if several, none, or it is a graph output)."""
+        readers = [j for j in self.readers.get(tensor, ()) if self.nodes[j] is not None]
+        if len(readers) != 1 or tensor in self.outputs:
+            return None
+        return readers[0]
+
+    def _prod(self, tensor: str, ops: tuple[str, ...] | frozenset[str] | dict[str, int]) -> int | None:
+        i = self.producer.get(tensor)
+        if i is None or self.nodes[i] is None or self.nodes[i][0] not in ops or tensor not in self.nodes[i][3]:
+            return None
+        return i
+
+    def _other(self, node: list[Any], tensor: str) -> str | None:
+        """The other input of a binary node that also reads ``tensor``."""
+        ins = [n for n in node[2] if n]
+        if len(ins) != 2 or tensor not in ins:
+            return None
+        return ins[1] if ins[0] == tensor else ins[0]
+
+    def _is_const(self, tensor: str | None) -> bool:
+        return tensor is not None and tensor not in self.data and tensor not in self.noise
+
+    def _drop(self, *idx: int, reason: str) -> None:
+        for i in idx:
+            self.nodes[i] = None
+        self.dropped[reason] += len(idx)
+
+    # ------------------------------------------------------------ rule 3
+    def fuse_bias(self) -> None:
+        """MatMul/Conv/Gemm followed only by an Add of a per-channel constant: one contraction with a bias."""
+        self._index()
+        for i, node in enumerate(self.nodes):
+            if node is None or node[0] != "Add":
+                continue
+            for d in node[2]:
+                p = self._prod(d, CONTRACTIONS_WITH_BIAS)
+                if p is None or self._sole(d) != i:
+                    continue
+                prod = self.nodes[p]
+                slot = CONTRACTIONS_WITH_BIAS[prod[0]]
+                if len(prod[2]) > slot and prod[2][slot]:
+                    continue
+                bias = self._other(node, d)
+                if not self._is_const(bias) or not self._per_channel(prod[0], bias, d):
+                    continue
+                prod[2] = tuple(prod[2][:slot]) + ("",) * (slot - len(prod[2])) + (bias,)
+                prod[3] = (node[3][0],)
+                self.producer[node[3][0]] = p
+                self._drop(i, reason="bias add")
+                break
+
+    def _per_channel(self, op: str, bias: str, y: str) -> bool:
+        bdims, ydims = self.shapes.get(bias, (None, 0, 0))[0], self.shapes.get(y, (None, 0, 0))[0]
+        if bdims is None or ydims is None or not ydims:
+            return False
+        axis = 1 if op in ("Conv", "ConvTranspose") else len(ydims) - 1
+        if len(ydims) <= axis:
+            return False
+        channels = ydims[axis]
+        if _numel(bdims) != channels or len(bdims) > len(ydims):
+            return False
+        pad = (1,) * (len(ydims) - len(bdims)) + tuple(bdims)  # numpy broadcasting aligns from the right
+        return all(d == (channels if k == axis else 1) for k, d in enumerate(pad)) or channels == 1
+
+    # ------------------------------------------------------------ rule 4
+    def fold_batchnorm(self) -> None:
+        """BatchNorm right after a Conv/ConvTranspose/Gemm folds into it; any other BatchNorm is charged as in training."""
+        self._index()
+        for i, node in enumerate(self.nodes):
+            if node is None or node[0] != "BatchNormalization":
+                continue
+            x = node[2][0]
+            p = self._prod(x, BN_FOLD_INTO)
+            if p is None or self._sole(x) != i:
+                node[5] = {**node[5], "training_mode": 1}
+                node[3] = tuple(node[3][:1])  # the running statistics a training-mode export also outputs
+                continue
+            prod = self.nodes[p]
+            if len(prod[2]) < 3 or not prod[2][2]:
+                scale = node[2][1] if len(node[2]) > 1 else ""
+                bias = f"{prod[3][0]}::folded_batchnorm_bias"
+                channels, itemsize = self.sizes.get(self.params.get(scale, ""), (0, 4))
+                if not channels:
+                    channels = _numel(self.shapes.get(scale, ((0,), 0, 4))[0])
+                self.shapes[bias] = ((channels,), 1, itemsize)
+                self.params[bias] = bias
+                self.sizes[bias] = (channels, itemsize)
+                prod[2] = tuple(prod[2][:2]) + ("",) * (2 - len(prod[2][:2])) + (bias,)
+            prod[3] = (node[3][0],)
+            self.producer[node[3][0]] = p
+            self._drop(i, reason="batchnorm folded")
+
+    # ------------------------------------------------------------ rule 5
+    def recompose(self) -> None:
+        """GELU and LayerNorm decompositions become one op; ReduceMean over all spatial axes is GlobalAveragePool."""
+        self._index()
+        for i, node in enumerate(self.nodes):
+            if node is None:
+                continue
+            if node[0] == "Erf":
+                self._gelu(i)
+            elif node[0] == "Sub":
+                self._layernorm(i)
+        for i, node in enumerate(self.nodes):
+            if node is not None and node[0] == "ReduceMean" and self._is_global_pool(node):
+                node[0], node[2], node[6] = "GlobalAveragePool", node[2][:1], COST_TABLE["GlobalAveragePool"]
+                self.dropped["reduce-mean as pooling"] += 1
+
+    def _sole_op(self, tensor: str, ops: tuple[str, ...]) -> int | None:
+        j = self._sole(tensor)
+        return j if j is not None and self.nodes[j][0] in ops else None
+
+    def _gelu(self, e: int) -> None:
+        """x * 0.5 * (1 + erf(x / sqrt(2))) in any of the orders exporters write it."""
+        erf = self.nodes[e]
+        d = self._prod(erf[2][0], ("Div", "Mul"))
+        if d is None or self._sole(erf[2][0]) != e:
+            return
+        x = next((n for n in self.nodes[d][2] if n in self.data), None)
+        if x is None or not self._is_const(self._other(self.nodes[d], x)):
+            return
+        a = self._sole_op(erf[3][0], ("Add",))
+        if a is None or not self._is_const(self._other(self.nodes[a], erf[3][0])):
+            return
+        one_plus = self.nodes[a][3][0]
+        m1 = self._sole_op(one_plus, ("Mul",))
+        if m1 is None:
+            return
+        other = self._other(self.nodes[m1], one_plus)
+        cluster = [d, e, a, m1]
+        if other == x or self._is_const(other):  # (x * (1 + erf)) * 0.5  or  x * ((1 + erf) * 0.5)
+            m2 = self._sole_op(self.nodes[m1][3][0], ("Mul",))
+            want = x if self._is_const(other) else None
+            last = None if m2 is None else self._other(self.nodes[m2], self.nodes[m1][3][0])
+            if m2 is None or (last != want if want is not None else not self._is_const(last)):
+                return
+            cluster.append(m2)
+            out = self.nodes[m2][3][0]
+        else:  # (x * 0.5) * (1 + erf)
+            h = self._prod(other, ("Mul",)) if other is not None else None
+            if h is None or self._sole(other) != m1 or not self._is_const(self._other(self.nodes[h], x)):
+                return
+            cluster.append(h)
+            out = self.nodes[m1][3][0]
+        self._replace(cluster, "Gelu", (x,), out, erf[4])
+
+    def _layernorm(self, s: int) -> None:
+        """ReduceMean, Sub, Pow (or Mul), ReduceMean, Add, Sqrt, Div, then an optional Mul and Add: LayerNormalization."""
+        sub = self.nodes[s]
+        x, m = sub[2][0], sub[2][1] if len(sub[2]) > 1 else ""
+        r1 = self._prod(m, ("ReduceMean",))
+        if r1 is None or self.nodes[r1][2][0] != x or self._sole(m) != s:
+            return
+        dev = sub[3][0]
+        readers = [j for j in self.readers.get(dev, ()) if self.nodes[j] is not None]
+        if len(readers) != 2 or dev in self.outputs:
+            return
+        p = next((j for j in readers if self.nodes[j][0] in ("Pow", "Mul")), None)
+        div = next((j for j in readers if self.nodes[j][0] == "Div"), None)
+        if p is None or div is None or self.nodes[div][2][0] != dev:
+            return
+        r2 = self._sole_op(self.nodes[p][3][0], ("ReduceMean",))
+        add = None if r2 is None else self._sole_op(self.nodes[r2][3][0], ("Add",))
+        sqrt = None if add is None else self._sole_op(self.nodes[add][3][0], ("Sqrt",))
+        if sqrt is None or self.nodes[div][2][1] != self.nodes[sqrt][3][0] or self._sole(self.nodes[sqrt][3][0]) != div:
+            return
+        cluster, out, inputs = [r1, s, p, r2, add, sqrt, div], self.nodes[div][3][0], [x]
+        for op in ("Mul", "Add"):  # the affine scale and shift, when present
+            j = self._sole_op(out, (op,))
+            w = None if j is None else self._other(self.nodes[j], out)
+            if j is None or not self._is_const(w):
+                break
+            cluster.append(j)
+            inputs.append(w)
+            out = self.nodes[j][3][0]
+        self._replace(cluster, "LayerNormalization", tuple(inputs), out, sub[4])
+
+    def _replace(self, cluster: list[int], op: str, ins: tuple[str, ...], out: str, name: str) -> None:
+        first = min(cluster)
+        for j in cluster:
+            self.nodes[j] = None
+        self.nodes[first] = [op, "", ins, (out,), name, {}, COST_TABLE[op]]
+        self.dropped[f"{op} recomposed"] += len(cluster) - 1
+        self._index()
+
+    def _is_global_pool(self, node: list[Any]) -> bool:
+        xin = self.shapes.get(node[2][0], (None, 0, 0))[0]
+        yout = self.shapes.get(node[3][0], (None, 0, 0))[0]
+        if xin is None or yout is None or len(xin) < 3:
+            return False
+        return tuple(yout) in (tuple(xin[:2]) + (1,) * (len(xin) - 2), tuple(xin[:2])) and _numel(xin[2:]) > 1
+
+    def result(self) -> CanonicalGraph:
+        """The reduced graph, inputs renamed through every dropped identity."""
+        rename = self.rename
+
+        def resolve(n: str) -> str:
+            while n in rename:
+                n = rename[n]
+            return n
+
+        nodes: list[Node] = []
+        for node in self.nodes:
+            if node is None:
+                continue
+            op, domain, ins, outs, name, attrs, entry = node
+            nodes.append((op, domain, tuple(resolve(n) for n in ins), tuple(outs), name, attrs, entry))
+        return CanonicalGraph(nodes, self.shapes, self.params, self.sizes, self.graph_inputs, self.dropped)
+
+
+def canonicalize(
+    nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
+    graph_inputs: list[str], graph_outputs: list[str], folded: set[str], float_types: frozenset[int],
+) -> CanonicalGraph:
+    """Reduce a graph to the canonical form (rules 1-5 of this module's docstring)."""
+    r = _Reducer(nodes, shapes, inits, graph_inputs, graph_outputs, folded, float_types)
+    r.fuse_bias()
+    r.fold_batchnorm()
+    r.recompose()
+    return r.result()
+
+
+__all__ = ["CanonicalGraph", "CostEntry", "canonicalize", "raw_graph"]

@@ -1,0 +1,237 @@
+"""Re-batch a graph exported with a fixed batch size (most exported files have batch 1) to another batch size.
+
+The inputs' leading dimension is set to the new batch and shapes are inferred again. That is all a graph
+needs when its reshapes compute their target shapes (or use Flatten). Exporters often fold those targets
+into constants, which bakes the export's batch in: ``Reshape(x, [128, 4, 64])`` in an attention layer
+exported at batch 1 means ``[seq, batch x heads, head_dim]``. Such a reshape is repaired when the batch can
+be placed: the output dimensions that overlap the input's batch axis in the flattened order are the
+candidates (:func:`batch_candidates`), the most likely one becomes -1 in a copy of the target, and
+shape inference checks the result. At batch 1 a reshape can be ambiguous (``[seq, 1, 256] -> [seq, 256]``
+may mean seq x batch or batch x 256); when a node downstream then breaks (its shapes no longer fit, or
+its size changes by other than the batch ratio), the next candidate is tried. A reshape that cannot be
+repaired, or a node whose shapes still do not fit, is named in a one-line
+:class:`~gpupred.errors.GpupredError`. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from onnx import ModelProto, TensorProto, numpy_helper
+
+from gpupred.errors import GpupredError
+
+Infer = Callable[[ModelProto], ModelProto]
+MAX_ROUNDS = 256
+_FIX_HINT = "re-export it with a symbolic batch (gpupred export, or gpupred.export_model)"
+
+
+def _numel(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
+    """Every fully known tensor shape of an inferred model (initializers included)."""
+    out: dict[str, tuple[int, ...]] = {}
+    g = model.graph
+    for vi in (*g.input, *g.value_info, *g.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    for t in g.initializer:
+        out[t.name] = tuple(t.dims)
+    return out
+
+
+def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tuple[int, ...], old: int) -> list[int]:
+    """The dimensions of a reshape's old output that may carry the batch, most likely first (empty: none can).
+
+    In the flattened order the input's batch axis covers [lo, hi] (prefix products at the old batch); when
+    that axis merges the batch with something else (batch x heads) the batch is its outer or its inner
+    factor. A candidate output dimension overlaps where the batch can be. A dimension that held exactly
+    the old batch comes first (an explicit batch dimension, outermost first); then later dimensions before
+    earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads).
+    """
+    diff = [i for i, (a, b) in enumerate(zip(x_old, x_new)) if a != b]
+    if len(diff) != 1 or len(x_old) != len(x_new):
+        return []
+    axis = diff[0]
+    lo = _numel(x_old[:axis])
+    hi = lo * x_old[axis]
+    spans = [(lo, hi)] if x_old[axis] == old else [(lo, lo * old), (hi // old, hi)]
+    prefix = [1]
+    for d in y_old:
+        prefix.append(prefix[-1] * d)
+    found = []
+    for j, d in enumerate(y_old):
+        start, end = prefix[j], prefix[j + 1]
+        if d % old:
+            continue
+        for a, b in spans:
+            if (start < b and a < end) if (a != b and start != end) else (start <= b and a <= end):
+                found.append(j)
+                break
+    explicit = [j for j in found if y_old[j] == old]
+    return explicit + [j for j in reversed(found) if j not in explicit]
+
+
+def _constant_targets(model: ModelProto) -> dict[str, np.ndarray]:
+    """Values of the initializers and Constant nodes that feed a Reshape's shape input."""
+    g = model.graph
+    wanted = {n.input[1] for n in g.node if n.op_type == "Reshape" and len(n.input) > 1}
+    values: dict[str, np.ndarray] = {}
+    for t in g.initializer:
+        if t.name in wanted and t.data_location != TensorProto.EXTERNAL:
+            values[t.name] = numpy_helper.to_array(t)
+    for n in g.node:
+        if n.op_type == "Constant" and n.output[0] in wanted and n.attribute and n.attribute[0].name == "value":
+            values[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return values
+
+
+def _set_inputs(model: ModelProto, old: int, new: int) -> None:
+    inits = {t.name for t in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value == old:
+            dims[0].dim_value = new
+
+
+class _Choice:
+    """A repaired reshape: its node, the candidate batch dimensions, and which one is in use."""
+
+    def __init__(self, node: Any, target: str, y_old: tuple[int, ...], candidates: list[int], new: int) -> None:
+        self.node, self.target, self.y_old, self.candidates, self.used, self.new = node, target, y_old, candidates, 0, new
+
+    def apply(self, model: ModelProto, targets: dict[str, np.ndarray]) -> None:
+        """Point the reshape at a copy of its target with the chosen dimension set to -1."""
+        value = np.asarray(self.y_old, dtype=np.int64)
+        value[self.candidates[self.used]] = -1
+        name = f"{self.target}::batch{self.new}::{self.node.name or id(self.node)}::{self.used}"
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
+        self.node.input[1] = name
+        targets[name] = value
+
+    def flip(self, model: ModelProto, targets: dict[str, np.ndarray]) -> bool:
+        """Use the next candidate, if there is one."""
+        if self.used + 1 >= len(self.candidates):
+            return False
+        self.used += 1
+        self.apply(model, targets)
+        return True
+
+
+def _repair_round(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
+                  old: int, new: int, targets: dict[str, np.ndarray], chosen: dict[int, _Choice]) -> list[_Choice]:
+    """Repair every reshape whose input now carries the new batch but whose output is not the expected one."""
+    made: list[_Choice] = []
+    for node in model.graph.node:
+        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in targets:
+            continue
+        x, y = node.input[0], node.output[0]
+        x_new, x_old, y_old = now.get(x), before.get(x), before.get(y)
+        if x_new is None or x_old is None or y_old is None or _numel(x_new) == _numel(x_old):
+            continue
+        candidates = batch_candidates(x_old, x_new, y_old, old)
+        if _numel(x_new) * old != _numel(x_old) * new or not candidates:
+            raise GpupredError(
+                f"{label}: cannot change the batch size from {old} to {new}: node {node.name or 'Reshape'!r} bakes the "
+                f"batch into its target shape {list(y_old)}; {_FIX_HINT}"
+            )
+        previous = chosen.get(id(node))
+        pick = previous.candidates[previous.used] if previous is not None and previous.candidates == candidates else candidates[0]
+        want = tuple(d * new // old if i == pick else d for i, d in enumerate(y_old))
+        if now.get(y) == want:
+            continue
+        choice = chosen[id(node)] = _Choice(node, previous.target if previous else node.input[1], y_old, candidates, new)
+        choice.used = candidates.index(pick)
+        choice.apply(model, targets)
+        made.append(choice)
+    return made
+
+
+def _first_broken(inferred: ModelProto, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
+                  old: int, new: int) -> Any:
+    """The first node whose output lost its shape, or whose size changed by neither 1 nor new/old."""
+    for node in inferred.graph.node:
+        for o in node.output:
+            if not o or o not in before:
+                continue
+            shape = now.get(o)
+            if shape is None:
+                return node
+            a, b = _numel(before[o]), _numel(shape)
+            if a != b and a * new != b * old:
+                return node
+    return None
+
+
+def _flip_upstream(model: ModelProto, broken: Any, pending: list[_Choice], targets: dict[str, np.ndarray]) -> bool:
+    """Try the next candidate of the latest reshape repaired in the last round that feeds the broken node."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    seen: set[str] = set()
+    stack = list(broken.input)
+    ancestors: set[int] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in producer:
+            continue
+        seen.add(name)
+        node = producer[name]
+        ancestors.add(id(node))
+        stack.extend(node.input)
+    for choice in reversed(pending):
+        if id(choice.node) in ancestors and choice.flip(model, targets):
+            return True
+    return False
+
+
+def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tuple[int, ...]]]:
+    """Shapes by inference, shape arithmetic folded on a copy (folding at a half-repaired batch must not stick)."""
+    from gpupred.graph.fold import fold_shapes
+
+    work = ModelProto()
+    work.CopyFrom(model)
+    inferred, _ = fold_shapes(work, infer)
+    return inferred, static_shapes(inferred)
+
+
+def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> ModelProto:
+    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model."""
+    _, before = _shapes(model, infer)
+    del model.graph.value_info[:]  # shapes stored at the old batch would be kept by inference
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    _set_inputs(model, old, new)
+    targets = _constant_targets(model)
+    pending: list[_Choice] = []
+    chosen: dict[int, _Choice] = {}
+    for _ in range(MAX_ROUNDS):
+        inferred, now = _shapes(model, infer)
+        broken = _first_broken(inferred, before, now, old, new)
+        if broken is not None and _flip_upstream(model, broken, pending, targets):
+            continue
+        pending = _repair_round(model, label, before, now, old, new, targets, chosen)
+        if not pending:
+            break
+    _check(inferred, label, before, now, old, new)
+    return model
+
+
+def _check(inferred: ModelProto, label: str, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
+           old: int, new: int) -> None:
+    """Every tensor known at the old batch must be known at the new one, else name the first node that broke."""
+    for node in inferred.graph.node:
+        for o in node.output:
+            if o and o in before and o not in now:
+                raise GpupredError(
+                    f"{label}: cannot change the batch size from {old} to {new}: the shapes of node "
+                    f"{node.name or node.op_type!r} ({node.op_type}) no longer fit (a batch of {old} is baked into "
+                    f"the graph around it); {_FIX_HINT}"
+                )

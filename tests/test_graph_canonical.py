@@ -1,0 +1,207 @@
+"""The canonical form (gpupred.graph.canonical): pairs of FIXTURE graphs that write the same model two ways
+(as a training-mode export and as an eval-mode or other exporter would) featurize identically.
+
+Every graph here is built by hand with onnx.helper; none is a real model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gpupred.graph import FEATURE_KEYS, featurize
+
+F = TensorProto.FLOAT
+
+
+def graph(nodes: list[onnx.NodeProto], inputs: dict[str, list[Any]], inits: dict[str, Any], out: str,
+          opset: int = 17) -> onnx.ModelProto:
+    """A FIXTURE model: float inputs, initializers from numpy arrays (zeros of a shape, or given values)."""
+    tensors = []
+    for name, value in inits.items():
+        arr = value if isinstance(value, np.ndarray) else np.zeros(value, np.float32)
+        tensors.append(numpy_helper.from_array(arr, name))
+    g = helper.make_graph(
+        nodes, "fixture", [helper.make_tensor_value_info(k, F, v) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(out, F, None)], tensors,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def same(a: onnx.ModelProto, b: onnx.ModelProto, batch: int = 4) -> dict[str, Any]:
+    """Assert two graphs featurize identically (every feature) and return the row."""
+    fa, fb = featurize(a, batch_size=batch), featurize(b, batch_size=batch)
+    diff = {k: (fa[k], fb[k]) for k in FEATURE_KEYS if fa[k] != fb[k]}
+    assert not diff, diff
+    return fa
+
+
+def differs_as_exported(a: onnx.ModelProto, b: onnx.ModelProto, batch: int = 4) -> None:
+    """The pair really is written differently: featurized as exported, the rows differ."""
+    assert featurize(a, batch_size=batch, canonical=False) != featurize(b, batch_size=batch, canonical=False)
+
+
+X = {"x": ["batch", 3, 8, 8]}
+CONV = {"w": (4, 3, 3, 3)}
+
+
+def test_batchnorm_after_conv_folds_like_an_eval_export() -> None:
+    bn_inits = {**CONV, "s": (4,), "b": (4,), "m": (4,), "v": (4,)}
+    training = graph([
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n", "rm", "rv"], training_mode=1),
+        helper.make_node("Relu", ["n"], ["y"]),
+    ], X, bn_inits, "y")
+    folded = graph([
+        helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ], X, {**CONV, "cb": (4,)}, "y")
+    differs_as_exported(training, folded)
+    row = same(training, folded)
+    assert row["n_norm"] == 0 and row["params"] == 4 * 27 + 4 and row["n_layers"] == 1
+
+
+def test_batchnorm_elsewhere_stays_and_costs_training_flops_in_any_mode() -> None:
+    """DenseNet's pre-activation BatchNorm follows a Concat/Relu, not a contraction: kept, 7 FLOPs per element."""
+    def pre_activation(training: bool) -> onnx.ModelProto:
+        bn = helper.make_node("BatchNormalization", ["r", "s", "b", "m", "v"], ["n", "rm", "rv"] if training else ["n"],
+                              **({"training_mode": 1} if training else {}))
+        return graph([helper.make_node("Relu", ["x"], ["r"]), bn, helper.make_node("Conv", ["n", "w"], ["y"])],
+                     X, {**CONV, "s": (3,), "b": (3,), "m": (3,), "v": (3,)}, "y")
+
+    differs_as_exported(pre_activation(True), pre_activation(False))
+    row = same(pre_activation(True), pre_activation(False))
+    assert row["n_norm"] == 1 and row["frac_flops_norm"] > 0
+    per_op: dict[str, dict[str, int]] = {}
+    featurize(pre_activation(False), batch_size=4, per_op=per_op)
+    assert per_op["BatchNormalization"]["flops"] == 7 * 4 * 3 * 64
+
+
+def test_dropout_and_stochastic_depth_are_dropped() -> None:
+    inputs = {"x": ["batch", 16]}
+    inits = {"w": (16, 16), "ratio": np.array(0.1, np.float32), "half": np.array(0.5, np.float32)}
+    training = graph([
+        helper.make_node("Gemm", ["x", "w"], ["h"]),
+        helper.make_node("Dropout", ["h", "ratio"], ["d", "mask"]),
+        # stochastic depth: a per-sample random mask scales the branch
+        helper.make_node("RandomUniformLike", ["d"], ["u"]),
+        helper.make_node("Less", ["u", "half"], ["keep"]),
+        helper.make_node("Cast", ["keep"], ["keepf"], to=F),
+        helper.make_node("Div", ["keepf", "half"], ["scale"]),
+        helper.make_node("Mul", ["d", "scale"], ["sd"]),
+        helper.make_node("Add", ["sd", "x"], ["y"]),
+    ], inputs, inits, "y")
+    plain = graph([helper.make_node("Gemm", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "x"], ["y"])],
+                  inputs, {"w": (16, 16)}, "y")
+    differs_as_exported(training, plain)
+    assert same(training, plain)["n_residual"] == 1
+
+
+def test_matmul_plus_bias_is_a_gemm() -> None:
+    inputs = {"x": ["batch", 16]}
+    matmul = graph([helper.make_node("MatMul", ["x", "wt"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+                   inputs, {"wt": (16, 8), "b": (8,)}, "y")
+    gemm = graph([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], inputs, {"w": (8, 16), "b": (8,)}, "y")
+    differs_as_exported(matmul, gemm)
+    row = same(matmul, gemm)
+    assert row["flops_fwd"] == 4 * 8 * (2 * 16 + 1) and row["n_elementwise"] == 0
+
+
+def test_weight_transposed_by_a_node_is_the_weight() -> None:
+    """Training-mode exports transpose weights with nodes; eval exports store them transposed."""
+    inputs = {"x": ["batch", 5, 16]}
+    by_node = graph([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["y"])],
+                    inputs, {"w": (8, 16)}, "y")
+    stored = graph([helper.make_node("MatMul", ["x", "wt"], ["y"])], inputs, {"wt": (16, 8)}, "y")
+    differs_as_exported(by_node, stored)
+    row = same(by_node, stored)
+    assert row["params"] == 128 and row["n_layers"] == 1
+
+
+def test_shape_arithmetic_is_not_work() -> None:
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape computes a constant: same as Flatten."""
+    computed = graph([
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["f"]),
+        helper.make_node("Gemm", ["f", "w"], ["y"]),
+    ], X, {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64), "minus1": np.array([-1], np.int64), "w": (192, 10)}, "y")
+    flatten = graph([helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("Gemm", ["f", "w"], ["y"])], X, {"w": (192, 10)}, "y")
+    differs_as_exported(computed, flatten)
+    assert same(computed, flatten)["n_nodes"] == 1
+
+
+def test_gelu_decompositions_are_one_gelu() -> None:
+    inputs = {"x": ["batch", 32]}
+    consts = {"sqrt2": np.array(1.4142135, np.float32), "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    head = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["a"])]
+    variants = [
+        [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])],  # torch legacy
+        [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["x", "m"], ["y"])],
+        [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["h", "a"], ["y"])],
+    ]
+    op = graph([helper.make_node("Gelu", ["x"], ["y"])], inputs, {}, "y", opset=20)
+    for tail in variants:
+        decomposed = graph(head + tail, inputs, consts, "y")
+        differs_as_exported(decomposed, op)
+        row = same(decomposed, op)
+        assert row["n_act"] == 1 and row["n_elementwise"] == 0 and row["depth"] == 1
+
+
+def test_layernorm_decomposition_is_one_layernorm() -> None:
+    inputs = {"x": ["batch", 5, 16]}
+    decomposed = graph([
+        helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+        helper.make_node("Sub", ["x", "mu"], ["dev"]),
+        helper.make_node("Pow", ["dev", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Div", ["dev", "std"], ["n"]),
+        helper.make_node("Mul", ["n", "g"], ["ng"]),
+        helper.make_node("Add", ["ng", "b"], ["y"]),
+    ], inputs, {"two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32), "g": (16,), "b": (16,)}, "y", opset=17)
+    fused = graph([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)],
+                  inputs, {"g": (16,), "b": (16,)}, "y")
+    differs_as_exported(decomposed, fused)
+    row = same(decomposed, fused)
+    assert row["n_norm"] == 1 and row["params"] == 32 and row["n_layers"] == 1
+
+
+def test_reduce_mean_over_feature_map_is_global_pooling() -> None:
+    reduce = graph([helper.make_node("ReduceMean", ["x"], ["p"], axes=[2, 3], keepdims=1),
+                    helper.make_node("Flatten", ["p"], ["y"])], X, {}, "y")
+    pool = graph([helper.make_node("GlobalAveragePool", ["x"], ["p"]), helper.make_node("Reshape", ["p", "t"], ["y"])],
+                 X, {"t": np.array([0, -1], np.int64)}, "y")
+    differs_as_exported(reduce, pool)
+    assert same(reduce, pool)["n_pool"] == 1
+
+
+def test_weights_deduplicated_behind_identity_still_count() -> None:
+    """The legacy exporter replaces equal-valued weights by Identity nodes; each is still a parameter."""
+    inputs = {"x": ["batch", 8]}
+    dedup = graph([helper.make_node("Identity", ["w1"], ["w2"]), helper.make_node("MatMul", ["x", "w1"], ["h"]),
+                   helper.make_node("Relu", ["h"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])],
+                  inputs, {"w1": (8, 8)}, "y")
+    distinct = graph([helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                      helper.make_node("MatMul", ["r", "w2"], ["y"])], inputs, {"w1": (8, 8), "w2": (8, 8)}, "y")
+    differs_as_exported(dedup, distinct)
+    assert same(dedup, distinct)["params"] == 128
+    tied = graph([helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                  helper.make_node("MatMul", ["r", "w1"], ["y"])], inputs, {"w1": (8, 8)}, "y")
+    assert featurize(tied, batch_size=4)["params"] == 64  # one weight used twice (tied) counts once
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_canonical_form_keeps_plain_graphs_unchanged(precision: str) -> None:
+    """A graph already in canonical form featurizes the same either way."""
+    plain = graph([helper.make_node("Conv", ["x", "w", "cb"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                  X, {**CONV, "cb": (4,)}, "y")
+    assert featurize(plain, batch_size=3, precision=precision) == featurize(plain, batch_size=3, precision=precision, canonical=False)

@@ -1,0 +1,128 @@
+"""Re-batching fixed-batch graphs (gpupred.graph.rebatch) and reading big files without their weights
+(gpupred.graph.protoscan), on FIXTURE graphs built here with onnx.helper.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gpupred.errors import GpupredError
+from gpupred.graph import featurize
+from gpupred.graph.protoscan import STRIPPED_LOCATION, load_without_weights
+from gpupred.graph.rebatch import batch_candidates
+
+F = TensorProto.FLOAT
+S, H, D = 6, 2, 8  # sequence, heads, model width of the attention fixture
+
+
+def attention(batch: int | str, baked: bool) -> onnx.ModelProto:
+    """FIXTURE: seq-first multi-head attention as torch's MultiheadAttention exports it.
+
+    With ``baked`` the reshape targets are constants at batch 1 (``[S, H, D/H]`` for ``[S, B*H, D/H]`` and
+    ``[S, D]`` for ``[S*B, D]``), as exporters fold them; otherwise they use 0/-1 and work at any batch.
+    """
+    x = helper.make_tensor_value_info("x", F, [batch, S, D])
+    t1 = [S, H, D // H] if baked else [0, -1, D // H]
+    t2 = [S, D] if baked else [-1, D]
+    inits = [numpy_helper.from_array(np.asarray(t1, np.int64), "t1"), numpy_helper.from_array(np.asarray(t2, np.int64), "t2"),
+             numpy_helper.from_array(np.zeros((D, D), np.float32), "w")]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["sx"], perm=[1, 0, 2]),  # [S, B, D]
+        helper.make_node("Reshape", ["sx", "t1"], ["heads"], name="split_heads"),  # [S, B*H, d]
+        helper.make_node("Transpose", ["heads"], ["q"], perm=[1, 0, 2]),  # [B*H, S, d]
+        helper.make_node("Transpose", ["heads"], ["kt"], perm=[1, 2, 0]),  # [B*H, d, S]
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),  # [B*H, S, S]
+        helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "q"], ["o"]),  # [B*H, S, d]
+        helper.make_node("Transpose", ["o"], ["so"], perm=[1, 0, 2]),  # [S, B*H, d]
+        helper.make_node("Reshape", ["so", "t2"], ["merged"], name="merge_heads"),  # [S*B, D]
+        helper.make_node("MatMul", ["merged", "w"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "fixture", [x], [helper.make_tensor_value_info("y", F, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_baked_attention_is_rebatched_like_the_symbolic_graph() -> None:
+    baked = attention(1, baked=True)
+    for batch in (1, 3, 8):
+        assert featurize(baked, batch_size=batch) == featurize(attention("batch", baked=False), batch_size=batch)
+    row = featurize(baked, batch_size=3)
+    assert row["macs_fwd"] == 3 * (2 * H * S * S * (D // H) + S * D * D)  # linear in the batch, no batch x batch term
+
+
+def test_candidates_prefer_an_explicit_batch_dimension_then_later_dimensions() -> None:
+    assert batch_candidates((4, 128, 64), (32, 128, 64), (1, 4, 128, 64), 1)[0] == 0  # [B*H, S, d] -> [B, H, S, d]
+    assert batch_candidates((128, 1, 256), (128, 8, 256), (128, 4, 64), 1) == [1, 0]  # B*H, else S*B
+    assert batch_candidates((2, 6), (3, 6), (3, 4), 2) == []  # 3 x 4 cannot hold a batch of 2
+
+
+def test_unrepairable_reshape_is_named() -> None:
+    x = helper.make_tensor_value_info("x", F, [2, 6])
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["r"], name="odd_view"), helper.make_node("Relu", ["r"], ["y"])],
+                          "fixture", [x], [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(np.asarray([3, 4], np.int64), "t")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert featurize(model)["batch_size"] == 2
+    with pytest.raises(GpupredError, match=r"from 2 to 3: node 'odd_view' bakes the batch into its target shape \[3, 4\]"):
+        featurize(model, batch_size=3)
+
+
+def test_broken_node_is_named_in_one_line(tmp_path: Path) -> None:
+    """A class token expanded to a baked batch of 1 and concatenated (ViT-style): the Concat no longer fits."""
+    x = helper.make_tensor_value_info("x", F, [1, 4, 8])
+    inits = [numpy_helper.from_array(np.zeros((1, 1, 8), np.float32), "cls"),
+             numpy_helper.from_array(np.asarray([1, 1, 8], np.int64), "shape")]
+    g = helper.make_graph([
+        helper.make_node("Expand", ["cls", "shape"], ["c"]),
+        helper.make_node("Concat", ["c", "x"], ["y"], axis=1, name="add_class_token"),
+    ], "fixture", [x], [helper.make_tensor_value_info("y", F, None)], inits)
+    path = tmp_path / "vit_like.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(GpupredError) as err:
+        featurize(path, batch_size=4)
+    text = str(err.value)
+    assert text.startswith(f"{path}: cannot change the batch size from 1 to 4") and "'add_class_token'" in text
+    assert "\n" not in text and "symbolic batch" in text
+
+
+def _big_mlp(path: Path, width: int = 640) -> onnx.ModelProto:
+    """A FIXTURE MLP whose inline weights (random) make a file over the scan threshold."""
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", F, ["batch", width])
+    inits = [numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((width,)).astype(np.float32), "b1"),
+             numpy_helper.from_array(np.asarray([0, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "fixture", [x], [helper.make_tensor_value_info("y", F, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return model
+
+
+def test_big_file_read_without_weight_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "big.onnx"
+    model = _big_mlp(path)
+    assert path.stat().st_size > 1 << 20
+    slim = load_without_weights(path)
+    by_name = {t.name: t for t in slim.graph.initializer}
+    assert by_name["w1"].raw_data == b"" and by_name["w1"].data_location == TensorProto.EXTERNAL
+    assert by_name["w1"].external_data[0].value == STRIPPED_LOCATION and list(by_name["w1"].dims) == [640, 640]
+    assert numpy_helper.to_array(by_name["shape"]).tolist() == [0, -1]  # small constants keep their values
+    assert by_name["b1"].raw_data == model.graph.initializer[1].raw_data
+    assert slim.graph.node == model.graph.node and slim.graph.input == model.graph.input
+    assert featurize(path, batch_size=5) == featurize(model, batch_size=5)
+
+
+def test_truncated_big_file_is_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "big.onnx"
+    _big_mlp(path)
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(path.read_bytes()[: (1 << 20) + 1000])
+    with pytest.raises(GpupredError, match=r"cut.onnx: not a readable ONNX file"):
+        featurize(cut, batch_size=1)

@@ -1,0 +1,104 @@
+"""The fast CV+ quantile (gpupred.learn.intervals.cvplus_kth) gives exactly CV+'s numbers, and fast_predict exactly
+``predict``'s, on FIXTURE data (random numbers and the toy-formula frames of fixtures_learning).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fixtures_learning import fixture_dataset
+from gpupred.learn.intervals import ConformalRegressor, cvplus_kth, fast_predict
+
+
+def reference_bounds(cr: ConformalRegressor, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CV+ by its definition: every training row's fold prediction +- its residual, then order statistics."""
+    point = cr.full_model_.predict(X)
+    fold_pred = np.stack([m.predict(X) for m in cr.fold_models_])
+    per_row = fold_pred[cr.fold_of_]
+    n = len(cr.residuals_)
+    k_lo = int(np.floor(cr.alpha * (n + 1))) - 1
+    k_hi = int(np.ceil((1 - cr.alpha) * (n + 1))) - 1
+    lo = np.partition(per_row - cr.residuals_[:, None], k_lo, axis=0)[k_lo]
+    hi = np.partition(per_row + cr.residuals_[:, None], k_hi, axis=0)[k_hi]
+    return point, np.minimum(lo, point), np.maximum(hi, point)
+
+
+def brute(centers: np.ndarray, offsets: list[np.ndarray], kth: int) -> np.ndarray:
+    values = np.concatenate([centers[k][None, :] + offsets[k][:, None] for k in range(len(offsets))])
+    return np.sort(values, axis=0)[kth]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cvplus_kth_equals_sorting_everything(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    folds, rows = 5, 400
+    sizes = rng.integers(1, 60, folds)
+    offsets = [np.sort(rng.standard_normal(s) * rng.uniform(0.01, 2)) for s in sizes]
+    if seed % 2:  # ties: repeated residuals within and across folds
+        offsets = [np.sort(np.round(o, 1)) for o in offsets]
+    spread = [1e-6, 0.01, 0.3, 5.0][seed % 4]  # fold models that agree closely ... or not at all
+    centers = rng.standard_normal(rows)[None, :] * 3 + rng.standard_normal((folds, rows)) * spread
+    n = int(sizes.sum())
+    for kth in {0, 1, n // 10, n // 2, n - n // 10, n - 2, n - 1}:
+        np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth), brute(centers, offsets, kth))
+        np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth, max_width=2), brute(centers, offsets, kth))
+
+
+@pytest.mark.parametrize("model", ["xgboost", "lightgbm", "ridge"])
+def test_conformal_predictions_unchanged(model: str) -> None:
+    from gpupred.dataset import feature_columns
+    from gpupred.learn.regressors import make_regressor
+
+    df = fixture_dataset(n_batch_sizes=2)
+    X, y = df[feature_columns(df)].to_numpy(float), df["gpu_util"].to_numpy(float)
+    cr = ConformalRegressor(make_regressor(model, tune=model == "ridge"), alpha=0.1, n_folds=5).fit(X[:150], y[:150],
+                                                                                                  groups=df["family"][:150].to_numpy())
+    for got, want in zip(cr.predict_log(X), reference_bounds(cr, X)):
+        np.testing.assert_array_equal(got, want)
+    for m in [cr.full_model_, *cr.fold_models_]:
+        np.testing.assert_array_equal(fast_predict(m, X), m.predict(X))
+
+
+@pytest.mark.parametrize("model", ["xgboost", "lightgbm"])
+def test_numpy_forest_equals_the_library(model: str) -> None:
+    from gpupred.dataset import feature_columns
+    from gpupred.learn.forest import Forest
+    from gpupred.learn.regressors import make_regressor
+
+    df = fixture_dataset(n_batch_sizes=3)
+    X, y = df[feature_columns(df)].to_numpy(float, copy=True), np.log1p(df["memory_mib"].to_numpy(float))
+    rng = np.random.default_rng(1)
+    X[rng.random(X.shape) < 0.05] = np.nan  # missing values take each split's default direction
+    models = [make_regressor(model, tune=False, seed=s).fit(X[s::2], y[s::2]) for s in (0, 1)]
+    forest = Forest.from_models(models)
+    assert forest is not None
+    probe = np.vstack([X, X * rng.uniform(0.5, 2.0, X.shape)])
+    np.testing.assert_array_equal(forest.predict(probe), np.stack([m.predict(probe) for m in models]))
+    np.testing.assert_array_equal(forest.predict(probe[:1]), np.stack([m.predict(probe[:1]) for m in models]))
+    assert Forest.from_models([make_regressor("ridge", tune=False).fit(np.nan_to_num(X), y)]) is None  # not a forest
+
+
+def test_predictor_paths_agree_exactly() -> None:
+    """A few rows (numpy forest), many rows (libraries), repeated rows (predicted once): the same numbers."""
+    import gpupred.learn.intervals as intervals
+    from gpupred.predictor import train_predictor
+    from gpupred.predictor.artifact import distinct_rows
+
+    p = train_predictor(fixture_dataset(gpus=("NVIDIA H100 80GB HBM3",), n_batch_sizes=2), models="xgboost", tune=False)
+    rows = fixture_dataset(n_batch_sizes=2).head(6)
+    fast = p.predict(rows)
+    limit = intervals.FOREST_MAX_ROWS
+    try:
+        intervals.FOREST_MAX_ROWS = 0
+        slow = p.predict(rows)
+    finally:
+        intervals.FOREST_MAX_ROWS = limit
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    repeated = pd.concat([rows] * 3, ignore_index=True)
+    np.testing.assert_array_equal(p.predict(repeated).to_numpy(), np.vstack([fast.to_numpy()] * 3))
+    one = p.predict({k: v for k, v in rows.iloc[2].items()})
+    np.testing.assert_array_equal(one.to_numpy()[0], fast.to_numpy()[2])
+    unique, inverse = distinct_rows(np.array([[1.0, np.nan], [2.0, 0.0], [1.0, np.nan]]))
+    assert len(unique) == 2 and inverse.tolist() == [0, 1, 0]
