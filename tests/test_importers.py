@@ -234,25 +234,10 @@ def test_import_cli(tmp_path: Path) -> None:
     assert importers.get_source("gpumemnet").repo == "itu-rad/GPUMemNet"
 
 
-def test_every_rebuilt_lucid_job_has_a_committed_graph() -> None:
+def test_every_rebuilt_lucid_job_is_in_the_graph_store() -> None:
     """The notebook pipeline featurizes Lucid's jobs without torch: every rebuilt architecture is in data/graphs."""
-    from gpupred.importers.graphs import committed_graph
+    from gpupred.graph.export import stored_graph
 
     for job in lucid.JOBS.values():
         for bs, amp in ((32, 0), (128, 1)):
-            assert committed_graph(job.spec(bs, amp)).is_file(), job.model
-
-
-@pytest.mark.slow
-def test_committed_graphs_match_a_fresh_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stale committed graph (builder changed since) would featurize differently from a fresh export."""
-    pytest.importorskip("torch")
-    from gpupred.graph import featurize
-    from gpupred.graph.export import export_onnx
-    from gpupred.importers.graphs import committed_graph
-
-    monkeypatch.setattr(config, "ONNX_CACHE", tmp_path / "onnx")
-    for job in lucid.JOBS.values():
-        spec = job.spec(32, 1)
-        fresh = featurize(export_onnx(spec), batch_size=32, precision="fp16", optimizer=spec.optimizer)
-        assert featurize(committed_graph(spec), batch_size=32, precision="fp16", optimizer=spec.optimizer) == fresh, job.model
+            assert stored_graph(job.spec(bs, amp)) is not None, job.model

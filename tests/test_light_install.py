@@ -75,14 +75,14 @@ def test_notebook_02_runs_without_torch(tmp_path: Path) -> None:
 
 def test_graph_store_is_complete_and_matches_its_index() -> None:
     from gpupred.graph.export import EXPORT_VERSION, read_index, store_path
-    from gpupred.workloads.catalog import catalog, fused_catalog
+    from gpupred.importers.graphs import store_specs
 
     store = REPO / "data" / "graphs"
     index = read_index(store)
     assert index["export_version"] == EXPORT_VERSION
-    keys = {s.arch_key for s in [*catalog(), *fused_catalog()]}
+    keys = {s.arch_key for s in store_specs()}  # the catalog, the fused catalog and Lucid's rebuilt jobs
     assert set(index["graphs"]) == keys
-    for spec in {s.arch_key: s for s in [*catalog(), *fused_catalog()]}.values():
+    for spec in {s.arch_key: s for s in store_specs()}.values():
         path = store_path(spec, store)
         assert hashlib.sha256(path.read_bytes()).hexdigest() == index["graphs"][spec.arch_key], path
     assert config.GRAPHS == config.DATA / "graphs"

@@ -64,7 +64,7 @@ def features_cmd(
 def export_cmd(
     workload: Annotated[Optional[str], typer.Argument(help="A catalog workload id (its architecture is exported).", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write the .onnx (default: <arch>.onnx here).")] = None,
-    store: Annotated[bool, typer.Option("--store", help="Export every catalog architecture missing from the graph store (data/graphs/).")] = False,
+    store: Annotated[bool, typer.Option("--store", help="Export every catalog and Lucid architecture missing from the graph store (data/graphs/).")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --store: re-export every architecture, not only missing ones.")] = False,
 ) -> None:
     """Write the structure-only ONNX graph (symbolic batch) the predictor expects for a catalog workload.
@@ -76,9 +76,9 @@ def export_cmd(
     if store == (workload is not None):
         raise GpupredError("give either WORKLOAD_ID or --store (not both, not neither)")
     if store:
-        from gpupred.workloads.catalog import catalog, fused_catalog
+        from gpupred.importers.graphs import store_specs
 
-        written = build_store([*catalog(), *fused_catalog()], force=force)
+        written = build_store(store_specs(), force=force)
         typer.echo(f"{len(written)} graphs exported into the store")
         return
     from gpupred.workloads.spec import WorkloadSpec

@@ -1,12 +1,11 @@
 """Graph features of the imported workloads: GPUMemNet networks built with onnx.helper, Lucid jobs from the
-committed structure-only graphs (``config.GRAPHS``) or, where one is missing, exported with torch.
+graph store (``config.GRAPHS``, committed) or, where one is missing, exported with torch.
 
 The rows have the columns of ``data/processed/graph_features.parquet`` (:data:`gpupred.graph.table.COLUMNS`).
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -16,21 +15,27 @@ from gpupred import config
 from gpupred.workloads.spec import WorkloadSpec
 
 
-def committed_graph(spec: WorkloadSpec) -> Path:
-    """Where the committed structure-only graph of a spec's architecture lives."""
-    return config.GRAPHS / f"{spec.arch_key}.onnx"
+def lucid_store_specs() -> list[WorkloadSpec]:
+    """One spec per architecture of every rebuilt Lucid job (no imported data needed): what the store must hold."""
+    from gpupred.importers.lucid import JOBS
+
+    return [job.spec(32, 0) for job in JOBS.values()]
+
+
+def store_specs() -> list[WorkloadSpec]:
+    """Every spec whose architecture the graph store holds: the catalog, the fused catalog and Lucid's jobs."""
+    from gpupred.workloads.catalog import catalog, fused_catalog
+
+    return [*catalog(), *fused_catalog(), *lucid_store_specs()]
 
 
 def graph_for(spec: WorkloadSpec) -> Any:
-    """An ONNX graph (ModelProto or path) for ``spec``: built (fcnet), committed, or exported (torch)."""
+    """An ONNX graph (ModelProto or path) for ``spec``: built (fcnet), from the store, or exported (torch)."""
     if spec.family == "fcnet":
         from gpupred.importers.gpumemnet import fcnet_onnx
 
         return fcnet_onnx(spec)
-    path = committed_graph(spec)
-    if path.is_file():
-        return path
-    from gpupred.graph.export import export_onnx  # imports torch: only when no committed graph exists
+    from gpupred.graph.export import export_onnx  # the store's graph; torch only when the store has none
 
     return export_onnx(spec)
 
@@ -65,21 +70,4 @@ def imported_specs(sources: Iterable[str] | None = None) -> list[WorkloadSpec]:
     out: list[WorkloadSpec] = []
     for name in names:
         out += {"lucid": importers.lucid, "gpumemnet": importers.gpumemnet}[name].specs()
-    return out
-
-
-def export_graphs(specs: Iterable[WorkloadSpec], folder: Path | None = None) -> list[Path]:
-    """Export (torch) and copy each architecture's structure-only graph into the committed store."""
-    from gpupred.graph.export import export_onnx
-
-    folder = folder or config.GRAPHS
-    folder.mkdir(parents=True, exist_ok=True)
-    out, seen = [], set()
-    for spec in specs:
-        if spec.family == "fcnet" or spec.arch_key in seen:
-            continue
-        seen.add(spec.arch_key)
-        target = folder / f"{spec.arch_key}.onnx"
-        shutil.copyfile(export_onnx(spec), target)
-        out.append(target)
     return out

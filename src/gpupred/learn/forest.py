@@ -40,7 +40,6 @@ class _Trees:
     default_left: list[np.ndarray]
     value: list[np.ndarray]
     base: float
-    nan_as_zero: bool = False  # LightGBM with missing_type None reads NaN as 0; otherwise NaN takes default_left
 
 
 def _xgboost_trees(model: Any) -> _Trees | None:
@@ -80,7 +79,6 @@ def _lightgbm_trees(model: Any) -> _Trees | None:
     if getattr(model, "best_iteration_", None):
         return None
     out = _Trees([], [], [], [], [], [], 0.0)
-    kinds: set[str] = set()
     for info in dump["tree_info"]:
         nodes: list[dict[str, Any]] = []
         left: list[int] = []
@@ -106,13 +104,11 @@ def _lightgbm_trees(model: Any) -> _Trees | None:
         out.right.append(np.asarray(right, dtype=np.int64))
         out.feature.append(np.asarray([n.get("split_feature", 0) for n in nodes], dtype=np.int64))
         out.threshold.append(np.asarray([n.get("threshold", 0.0) for n in nodes], dtype=np.float64))
-        # LightGBM sends NaN left only where missing_type is NaN and default_left; with missing_type None NaN is 0
-        out.default_left.append(np.asarray([bool(n.get("default_left")) and n.get("missing_type") == "NaN" for n in nodes]))
+        # LightGBM sends NaN by default_left where missing_type is NaN; where it is None it reads NaN as 0, which
+        # goes left exactly when 0 <= threshold: each node's NaN direction, so one tree may mix both kinds
+        out.default_left.append(np.asarray([bool(n.get("default_left")) if n.get("missing_type") == "NaN"
+                                            else 0.0 <= n.get("threshold", 0.0) for n in nodes]))
         out.value.append(np.asarray([n.get("leaf_value", 0.0) for n in nodes], dtype=np.float64))
-        kinds.update(n.get("missing_type", "None") for n in nodes if "leaf_value" not in n)
-    if len(kinds) > 1:
-        return None  # NaN read as 0 by some splits and as missing by others: not reproduced here
-    out.nan_as_zero = kinds != {"NaN"}
     return out
 
 
@@ -137,7 +133,6 @@ class Forest:
     def __init__(self, transform: list[Callable[[np.ndarray], np.ndarray]], models: list[_Trees], float32: bool) -> None:
         self.transform = transform
         self.float32 = float32
-        self.nan_as_zero = any(m.nan_as_zero for m in models)
         self.n_models = len(models)
         lefts, rights, feats, thrs, defaults, values, roots, owner = [], [], [], [], [], [], [], []
         offset = 0
@@ -191,7 +186,7 @@ class Forest:
             float32 = False
         else:
             return None
-        if any(t is None for t in trees) or len({t.nan_as_zero for t in trees}) > 1:  # type: ignore[union-attr]
+        if any(t is None for t in trees):
             return None
         return cls(funcs, trees, float32)  # type: ignore[arg-type]
 
@@ -199,11 +194,11 @@ class Forest:
     def combine(cls, forests: list["Forest"]) -> "Forest | None":
         """One forest holding the models of several (same input transform and arithmetic), in order; None if they differ."""
         first = forests[0] if forests else None
-        if first is None or any((f.transform, f.float32, f.nan_as_zero) != (first.transform, first.float32, first.nan_as_zero)
+        if first is None or any((f.transform, f.float32) != (first.transform, first.float32)
                                 for f in forests):
             return None
         out = cls.__new__(cls)
-        out.transform, out.float32, out.nan_as_zero = first.transform, first.float32, first.nan_as_zero
+        out.transform, out.float32 = first.transform, first.float32
         out.n_models = sum(f.n_models for f in forests)
         nodes = np.cumsum([0] + [len(f.left) for f in forests[:-1]])
         models = np.cumsum([0] + [f.n_models for f in forests[:-1]])
@@ -223,8 +218,6 @@ class Forest:
         for f in self.transform:
             Z = f(Z)
         Z = np.ascontiguousarray(Z, dtype=np.float32 if self.float32 else np.float64)
-        if self.nan_as_zero:
-            Z = np.where(np.isnan(Z), 0.0, Z)  # LightGBM with missing_type None reads NaN as 0
         m, width = Z.shape
         flat = Z.ravel()
         base_index = (np.arange(m) * width)[:, None] if m > 1 else 0
