@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupred import config
+from gpupred.files import atomic_write_bytes
 
 
 def save_figure(fig: Any, name: str, folder: Path | None = None) -> Path:
@@ -21,22 +22,20 @@ def save_figure(fig: Any, name: str, folder: Path | None = None) -> Path:
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})  # no version stamp
     data = buf.getvalue()
     if not path.is_file() or path.read_bytes() != data:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        atomic_write_bytes(path, data)
     return path
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
+def json_safe(value: Any) -> Any:
+    """``value`` made JSON-safe: numpy scalars to Python, NaN/inf to None, recursively."""
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -46,12 +45,10 @@ def update_metrics(values: dict[str, Any], path: Path | None = None) -> dict[str
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_text() if path.exists() else ""
     current = json.loads(old) if old else {}
-    current.update(_clean(values))
+    current.update(json_safe(values))
     text = json.dumps(current, indent=2, sort_keys=True) + "\n"
     if text != old:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomic_write_bytes(path, text.encode())
     return current
 
 

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -32,6 +31,7 @@ from onnx import ModelProto, TensorProto
 
 from gpupred import config
 from gpupred.errors import GpupredError
+from gpupred.files import atomic_write_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
@@ -125,18 +125,6 @@ def fold_batch_shapes(model: ModelProto) -> ModelProto:
     return model
 
 
-def _atomic_save(model: ModelProto, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _params_to_initializers(model: ModelProto, input_names: Sequence[str]) -> None:
     """With ``export_params=False`` weights arrive as graph inputs: make them (data-less) initializers again."""
     g = model.graph
@@ -225,7 +213,7 @@ def export_module(
     from gpupred.graph.fold import store_batch_shapes
 
     store_batch_shapes(proto)  # every tensor's shape as a + b x batch: featurize then skips shape inference
-    _atomic_save(proto, path)
+    atomic_write_bytes(path, proto.SerializeToString())
     return path
 
 
@@ -330,7 +318,7 @@ def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, forc
     for spec in progress_bar(iterable=todo, desc="graph store", unit="arch", disable=not progress):
         path = store_path(spec, store)
         plain = _export_spec(spec, path.with_suffix(""))
-        _atomic_write(path, gzip.compress(plain.read_bytes(), compresslevel=9, mtime=0))  # same bytes every time
+        atomic_write_bytes(path, gzip.compress(plain.read_bytes(), compresslevel=9, mtime=0))  # same bytes every time
         plain.unlink()
         index["graphs"][spec.arch_key] = _sha256(path)
         written.append(path)
@@ -342,19 +330,13 @@ def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, forc
     return written
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def copy_graph(source: Path, target: Path) -> Path:
     """Copy a graph to ``target`` as a plain .onnx file (decompressing one from the store)."""
     data = source.read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(target, data)
+    atomic_write_bytes(target, data)
     return target
 
 

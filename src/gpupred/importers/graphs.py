@@ -42,7 +42,7 @@ def graph_for(spec: WorkloadSpec) -> Any:
 
 def feature_rows(specs: Iterable[WorkloadSpec], progress: bool = True) -> pd.DataFrame:
     """One graph-feature row per spec (columns of gpupred.graph.table.COLUMNS), one graph per architecture."""
-    from tqdm.auto import tqdm
+    from gpupred.reports import progress_bar
 
     from gpupred.graph.features import featurize
     from gpupred.graph.table import COLUMNS
@@ -50,7 +50,7 @@ def feature_rows(specs: Iterable[WorkloadSpec], progress: bool = True) -> pd.Dat
     specs = list(specs)
     graphs: dict[str, Any] = {}
     rows = []
-    for spec in tqdm(specs, desc="imported graph features", unit="spec", disable=not progress):
+    for spec in progress_bar(iterable=specs, desc="imported graph features", unit="spec", disable=not progress):
         if spec.arch_key not in graphs:
             graphs[spec.arch_key] = graph_for(spec)
         row = featurize(graphs[spec.arch_key], batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +25,7 @@ from typing import Any
 
 from gpupred import config
 from gpupred.errors import GpupredError
+from gpupred.files import atomic_write_bytes
 from gpupred.pipeline import MissingInput
 
 PROVENANCE = "provenance.json"
@@ -137,20 +137,6 @@ def _from_upstream(source: Source, base: str | None, timeout: float, local: Path
     return out
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder (never half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def provenance_record(source: Source, obtained: dict[str, tuple[bytes, str]]) -> dict[str, Any]:
     """The provenance.json content for files just obtained."""
     from gpupred import __version__
@@ -182,9 +168,9 @@ def import_source(source: Source, from_dir: str | os.PathLike[str] | None = None
         fallback = local if local is not None else config.EXTERNAL_LOCAL
         obtained = _from_upstream(source, base_url, config.EXTERNAL_TIMEOUT_S if timeout is None else timeout, fallback)
     for f in source.files:
-        _write_atomic(source.folder / f.name, obtained[f.name][0])
+        atomic_write_bytes(source.folder / f.name, obtained[f.name][0])
     record = provenance_record(source, obtained)
-    _write_atomic(source.folder / PROVENANCE, (json.dumps(record, indent=2) + "\n").encode())
+    atomic_write_bytes(source.folder / PROVENANCE, (json.dumps(record, indent=2) + "\n").encode())
     return source.folder
 
 

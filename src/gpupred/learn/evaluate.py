@@ -179,7 +179,7 @@ def evaluate(
 ) -> pd.DataFrame:
     """Score every model under every split scheme; one row per (model, split) with RMSLE, MAE, R²."""
     from joblib import Parallel, delayed
-    from tqdm.auto import tqdm
+    from gpupred.reports import progress_bar
 
     from gpupred.dataset import feature_columns
 
@@ -196,7 +196,7 @@ def evaluate(
     rows = Parallel(n_jobs=n_jobs, return_as="generator")(
         delayed(_score)(name, make_regressor(name, tune=tune, seed=seed), X, y, split, scheme) for name, scheme, split in tasks
     )
-    out = [r for r in tqdm(rows, total=len(tasks), desc=f"evaluate {target}", leave=False)]
+    out = [r for r in progress_bar(iterable=rows, total=len(tasks), desc=f"evaluate {target}", leave=False)]
     return pd.DataFrame(out)
 
 

@@ -141,7 +141,7 @@ def nested_cv(
     ``mondrian`` names the column whose values get their own interval calibration (default the source).
     """
     from threadpoolctl import threadpool_limits
-    from tqdm.auto import tqdm
+    from gpupred.reports import progress_bar
 
     from gpupred.dataset import PERCENT_LABELS, feature_columns
 
@@ -157,7 +157,7 @@ def nested_cv(
     candidates = make_candidates(models, tune, seed)
     outs = []
     with threadpool_limits(limits=1):  # one BLAS/OpenMP thread per fit: parallel fits oversubscribe 2 cores otherwise
-        for split in tqdm(splits, desc=f"nested CV {target} ({scheme})", leave=False):
+        for split in progress_bar(iterable=splits, desc=f"nested CV {target} ({scheme})", leave=False):
             if not labelled[split[0]].any():
                 continue
             outs.append(_outer_fold(X, y, labelled, groups, strata, split, candidates, n_inner, alpha, n_cal, seed, compare,

@@ -21,6 +21,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.dataset import dataset_fingerprint
 from gpupred.errors import GpupredError
+from gpupred.files import atomic_write
 
 KEY_COLUMNS: tuple[str, ...] = ("run_id", "workload_id", "gpu", "source", "fold")
 FINGERPRINT_KEY = b"gpupred.dataset_fingerprint"
@@ -54,12 +55,9 @@ def write_oof_predictions(predictions: pd.DataFrame, dataset: pd.DataFrame, path
     if extra:
         raise GpupredError(f"out-of-fold predictions name {len(extra)} runs not in the dataset, e.g. {sorted(extra)[0]!r}")
     path = Path(path) if path is not None else config.OOF_PREDICTIONS
-    path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(predictions.reset_index(drop=True), preserve_index=False)
     meta = {**(table.schema.metadata or {}), FINGERPRINT_KEY: dataset_fingerprint(dataset).encode()}
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table.replace_schema_metadata(meta), tmp)
-    tmp.replace(path)
+    atomic_write(path, lambda fh: pq.write_table(table.replace_schema_metadata(meta), fh))
     return path
 
 

@@ -305,14 +305,13 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
     """Write the joblib artifact and its JSON card beside it; return the joblib path."""
     import joblib
 
-    from gpupred.reports import _clean
+    from gpupred.files import atomic_write, atomic_write_bytes
+    from gpupred.reports import json_safe
 
     path = Path(path) if path is not None else config.PREDICTOR
     path.parent.mkdir(parents=True, exist_ok=True)
     predictor.card = {}
-    tmp = path.with_suffix(".joblib.tmp")
-    joblib.dump(predictor, tmp, compress=3)
-    tmp.replace(path)
+    atomic_write(path, lambda fh: joblib.dump(predictor, fh, compress=3))
     card = {
         "schema_version": SCHEMA_VERSION,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -334,7 +333,7 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
         "library_versions": library_versions(),
         "sha256": sha256(path),
     }
-    path.with_suffix(".json").write_text(json.dumps(_clean(card), indent=2) + "\n")
+    atomic_write_bytes(path.with_suffix(".json"), (json.dumps(json_safe(card), indent=2) + "\n").encode())
     return path
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,51 +19,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpupred.errors import GpupredError
+from gpupred.files import TMP_PREFIX, atomic_write
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, read_runs, read_samples, unit_paths
 
-TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.json"
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - some filesystems refuse
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 def atomic_write_parquet(table: pa.Table, path: Path) -> None:
     """Write a parquet file (zstd) atomically: temp file, fsync, rename, fsync the folder."""
-    _atomic_write(path, lambda fh: pq.write_table(table, fh, compression="zstd", compression_level=9))
+    atomic_write(path, lambda fh: pq.write_table(table, fh, compression="zstd", compression_level=9))
 
 
 def atomic_write_json(obj: Any, path: Path) -> None:
     """Write a JSON file atomically."""
-    _atomic_write(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
+    atomic_write(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
 
 def finished_units(sweep_dir: Path) -> set[str]:

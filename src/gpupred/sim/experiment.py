@@ -55,10 +55,10 @@ def run_policies(world: World, trace: pd.DataFrame, cluster: Cluster, settings: 
 def run_seeds(world: World, cluster: Cluster, make_trace: Callable[[int], pd.DataFrame], seeds: list[int],
               settings: Settings) -> tuple[pd.DataFrame, dict[int, list[SimResult]]]:
     """Every policy on the trace of each seed: one row per (seed, policy) with every metric; and the results."""
-    from tqdm.auto import tqdm
+    from gpupred.reports import progress_bar
 
     rows, results = [], {}
-    for seed in tqdm(list(seeds), desc="seeds", leave=False):
+    for seed in progress_bar(iterable=list(seeds), desc="seeds", leave=False):
         res = run_policies(world, make_trace(seed), cluster, settings)
         results[seed] = res
         rows.extend({"seed": seed, "policy": r.policy, **{k: r.metrics[k] for k in METRIC_KEYS}} for r in res)

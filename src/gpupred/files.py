@@ -1,0 +1,48 @@
+"""Writing a file whole or not at all: a temporary file in the same folder, flushed and fsync'd, renamed over
+the target, then the folder fsync'd. A crash at any instant leaves the old file or the new one, never half."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+TMP_PREFIX = ".tmp-"  # temporary files start with this; a reader may remove strays left by a crash
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename inside it) to disk, where the filesystem allows."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - some filesystems refuse
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[Any], object], mode: int = 0o644) -> None:
+    """Write ``path`` atomically; ``write(fh)`` fills the temporary file (a binary file object)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes it private; the file is as readable as any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    atomic_write(path, lambda fh: fh.write(data))
