@@ -18,7 +18,10 @@
 # Eleven regressors predict steady-state GPU utilization, memory and SM activity from graph + GPU +
 # protocol features on log1p targets. The model is **chosen inside an inner cross-validation** on each
 # outer fold's training rows and **scored on the outer fold**, so every figure below is the error of the
-# whole procedure (choice included) on workloads it never saw. Two outer schemes:
+# whole procedure (choice included) on workloads it never saw. The procedure chooses among the nine
+# regressors whose fitted size stays small (`gpupred.learn.EXPORTABLE`: the predictor it exports is
+# committed and imported by schedulers); the two full-depth forests, which grow with the rows (an 82 MB
+# artifact here), are scored beside them for comparison but never chosen. Two outer schemes:
 #
 # - **grouped random** — K folds over whole workloads (every run of a workload, on any GPU or from any
 #   source, falls on one side), stratified by source;
@@ -34,14 +37,15 @@
 
 # %% tags=["parameters"]
 targets: list = ["gpu_util", "memory_mib", "sm_active"]  # labels to model (skipped when fewer than 10 rows have them)
-models: list | None = None  # candidate regressors; None = all of gpupred.learn.REGRESSORS
+models: list | None = None  # regressors the procedure chooses from (and exports); None = gpupred.learn.EXPORTABLE
+compared: list | None = None  # regressors scored on the outer folds for the comparison table; None = all REGRESSORS
 schemes: list = ["grouped_random", "lofo"]  # outer split schemes (the out-of-fold file needs grouped_random)
 n_outer: int = 5  # grouped random outer folds
 n_inner: int = 3  # inner (model-selection) folds
 n_cal: int = 5  # CV+ calibration folds inside each outer training side
 alpha: float = 0.1  # 1 - nominal interval coverage
 tune: bool = False  # small grid search inside every fit (slower: each candidate then runs its own CV)
-compare_lofo: bool = False  # also score every candidate on the leave-one-family-out folds (slower)
+compare_lofo: bool = False  # also score the compared regressors on the leave-one-family-out folds (slower)
 n_jobs: int = 2  # parallel fits
 seed: int = 0  # fold assignment and model seeds
 
@@ -56,7 +60,8 @@ from gpupred.learn.nested import choose_for_export, nested_cv, oof_frame, plot_c
 from gpupred.learn.oof import write_oof_predictions
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-candidates = list(models or learn.REGRESSORS)
+candidates = list(models or learn.EXPORTABLE)  # full-depth forests are compared below but never exported (size)
+comparison = list(compared or learn.REGRESSORS)
 info = dataset.summarize(df)
 df.groupby(["source", "gpu", "sampler", "sync"]).agg(runs=("run_id", "size"), workloads=("workload_id", "nunique"),
                                                      families=("family", "nunique"))
@@ -86,7 +91,8 @@ for target in targets:
             continue
         results[scheme][target] = nested_cv(
             df, target, candidates, scheme, splits=folds if scheme == "grouped_random" else None, n_outer=n_outer,
-            n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, compare=scheme == "grouped_random" or compare_lofo,
+            n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune,
+            compare=comparison if scheme == "grouped_random" or compare_lofo else False,
             seed=seed, n_jobs=n_jobs)
 
 # %% [markdown]
@@ -112,7 +118,7 @@ per_fold = {s: r["gpu_util"].folds.drop(columns=["fold"]) for s, r in results.it
 pd.concat(per_fold, names=["scheme"]).round(3) if per_fold else "no gpu_util results"
 
 # %% [markdown]
-# Each candidate regressor on the grouped-random outer folds (mean ± sd over folds). This is a table of
+# Each compared regressor on the grouped-random outer folds (mean ± sd over folds). This is a table of
 # information, not a selection: the inner cross-validations chose the models above without seeing
 # these folds.
 
@@ -120,7 +126,7 @@ pd.concat(per_fold, names=["scheme"]).round(3) if per_fold else "no gpu_util res
 for target in [t for t in targets if t in results.get("grouped_random", {})]:
     per_scheme = {s: r[target] for s, r in results.items() if target in r and len(r[target].comparison)}
     if per_scheme:
-        fig = plot_comparison(per_scheme, title=f"{target}: outer-fold RMSLE of each candidate")
+        fig = plot_comparison(per_scheme, title=f"{target}: outer-fold RMSLE of each regressor")
         reports.save_figure(fig, f"03-rmsle-{target}")
         plt.show()
 

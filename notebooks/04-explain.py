@@ -32,7 +32,6 @@ top: int = 3  # dependence plots for this many top features
 import json
 
 import matplotlib.pyplot as plt
-import shap
 
 from gpupred import config, dataset, reports
 from gpupred.learn import importance
@@ -57,14 +56,12 @@ perm.head(15).round(4)
 
 # %%
 explanation = importance.shap_explanation(df, target, model=explain_model)
-shap.plots.beeswarm(explanation, max_display=15, show=False)
-reports.save_figure(plt.gcf(), f"04-shap-beeswarm-{target}")
+reports.save_figure(importance.plot_shap_summary(explanation), f"04-shap-beeswarm-{target}")
 plt.show()
 
 # %%
 for feature in perm.index[:top]:
-    shap.plots.scatter(explanation[:, feature], color=explanation, show=False)
-    reports.save_figure(plt.gcf(), f"04-shap-dependence-{target}-{feature}")
+    reports.save_figure(importance.plot_shap_dependence(explanation, feature), f"04-shap-dependence-{target}-{feature}")
     plt.show()
 
 # %% [markdown]

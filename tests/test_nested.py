@@ -80,6 +80,20 @@ def test_nested_result_figures_and_choice(df) -> None:
     assert choose_for_export(df, "gpu_util", ["ridge", "knn"], n_jobs=1) in {"ridge", "knn"}
 
 
+def test_compared_regressors_are_scored_but_never_chosen(df) -> None:
+    """A regressor in the comparison table only (e.g. a forest too large to export) is never the procedure's choice."""
+    res = nested_cv(df, "gpu_util", ["ridge"], "grouped_random", n_outer=3, n_cal=3, n_jobs=1,
+                    compare=["ridge", "decision_tree"])
+    assert set(res.folds["model"]) == {"ridge"}
+    assert set(res.comparison["model"]) == {"ridge", "decision_tree"} and len(res.comparison) == 6
+
+
+def test_exportable_regressors_leave_out_the_forests_that_grow_with_the_rows() -> None:
+    from gpupred.learn import EXPORTABLE, REGRESSORS
+
+    assert set(REGRESSORS) - set(EXPORTABLE) == {"random_forest", "extra_trees"}
+
+
 def test_out_of_fold_file_for_every_row(df, tmp_path: Path) -> None:
     splits = splits_for(df, "grouped_random", n_repeats=3)
     data = df.copy()

@@ -7,10 +7,10 @@ from gpupred.learn.evaluate import (
 )
 from gpupred.learn.intervals import ConformalRegressor, interval_coverage
 from gpupred.learn.nested import NestedResult, nested_cv
-from gpupred.learn.regressors import REGRESSORS, TARGETS, make_regressor
+from gpupred.learn.regressors import EXPORTABLE, REGRESSORS, TARGETS, make_regressor
 
 __all__ = [
-    "REGRESSORS", "SIBLINGS", "TARGETS", "ConformalRegressor", "NestedResult", "cross_gpu_splits", "evaluate",
+    "EXPORTABLE", "REGRESSORS", "SIBLINGS", "TARGETS", "ConformalRegressor", "NestedResult", "cross_gpu_splits", "evaluate",
     "grouped_random_splits", "interval_coverage", "lofo_splits", "make_regressor", "nested_cv", "random_splits", "rmsle",
     "sibling_group", "splits_for", "summarize",
 ]

@@ -51,9 +51,35 @@ def permutation(df: pd.DataFrame, target: str, model: str = "lightgbm", n_repeat
             .sort_values("mean", ascending=False))
 
 
+def _shap() -> Any:
+    """The shap module, imported quietly: it imports tqdm.auto, which warns in a kernel without ipywidgets."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import shap
+    return shap
+
+
+def plot_shap_summary(explanation: Any, max_display: int = 15) -> Any:
+    """SHAP's beeswarm summary of an explanation, as a figure."""
+    import matplotlib.pyplot as plt
+
+    _shap().plots.beeswarm(explanation, max_display=max_display, show=False)
+    return plt.gcf()
+
+
+def plot_shap_dependence(explanation: Any, feature: str) -> Any:
+    """SHAP's dependence scatter of one feature (coloured by its strongest interaction), as a figure."""
+    import matplotlib.pyplot as plt
+
+    _shap().plots.scatter(explanation[:, feature], color=explanation, show=False)
+    return plt.gcf()
+
+
 def shap_explanation(df: pd.DataFrame, target: str, model: str = "lightgbm", seed: int = 0, max_rows: int = 500) -> Any:
     """A ``shap.Explanation`` of a tree model fitted on the whole dataset (features on the model's log scale)."""
-    import shap
+    shap = _shap()
 
     from gpupred.learn.regressors import signed_log1p
 

@@ -96,7 +96,7 @@ def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: d
 
 def _outer_fold(X: np.ndarray, y: np.ndarray, labelled: np.ndarray, groups: np.ndarray, strata: np.ndarray | None,
                 split: Split, candidates: dict[str, Any], n_inner: int, alpha: float, n_cal: int, seed: int,
-                compare: bool, n_jobs: int, percent: bool = False) -> dict[str, Any]:
+                compare: dict[str, Any], n_jobs: int, percent: bool = False) -> dict[str, Any]:
     """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows."""
     train, test, label = split
     train = train[labelled[train]]
@@ -110,7 +110,7 @@ def _outer_fold(X: np.ndarray, y: np.ndarray, labelled: np.ndarray, groups: np.n
     if compare:
         z = np.log1p(y)
         scored = test[labelled[test]]
-        for name, model in candidates.items():
+        for name, model in compare.items():
             if len(scored):
                 others[name] = rmsle(y[scored], _fit_predict(model, X, z, train, scored))
     return {"label": label, "train": train, "test": test, "chosen": chosen, "inner": inner, "point": point,
@@ -128,7 +128,7 @@ def nested_cv(
     alpha: float = 0.1,
     n_cal: int = 5,
     tune: bool = False,
-    compare: bool = True,
+    compare: bool | Iterable[str] = True,
     features: list[str] | None = None,
     mondrian: str | None = "source",
     seed: int = 0,
@@ -139,6 +139,8 @@ def nested_cv(
     ``splits`` (default ``splits_for(df, scheme, n_outer, seed)``) are over all rows of ``df``; models train on
     the labelled rows of each training side and predict every row of the test side, labelled or not.
     ``mondrian`` names the column whose values get their own interval calibration (default the source).
+    ``compare``: score each candidate (True), these regressors (a list: may hold more than the candidates), or
+    none on the outer folds, for a comparison table that selects nothing.
     """
     from threadpoolctl import threadpool_limits
     from gpupred.reports import progress_bar
@@ -155,13 +157,14 @@ def nested_cv(
     strata = df[mondrian].astype(str).to_numpy() if mondrian and mondrian in df.columns else None
     splits = splits if splits is not None else splits_for(df, scheme, n_outer, seed)
     candidates = make_candidates(models, tune, seed)
+    compared = candidates if compare is True else make_candidates(compare, tune, seed) if compare else {}
     outs = []
     with threadpool_limits(limits=1):  # one BLAS/OpenMP thread per fit: parallel fits oversubscribe 2 cores otherwise
         for split in progress_bar(iterable=splits, desc=f"nested CV {target} ({scheme})", leave=False):
             if not labelled[split[0]].any():
                 continue
-            outs.append(_outer_fold(X, y, labelled, groups, strata, split, candidates, n_inner, alpha, n_cal, seed, compare,
-                                    n_jobs, percent=target in PERCENT_LABELS))
+            outs.append(_outer_fold(X, y, labelled, groups, strata, split, candidates, n_inner, alpha, n_cal, seed,
+                                    compared, n_jobs, percent=target in PERCENT_LABELS))
     return _collect(df, target, scheme, y, outs)
 
 
