@@ -75,7 +75,7 @@ def test_missing_default_artifact_message(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(config, "PREDICTOR", tmp_path / "models" / "predictor.joblib")
     with pytest.raises(GpupredError) as err:
         load_predictor()
-    assert str(err.value) == "no predictor at models/predictor.joblib yet: run notebook 08 after collecting data"
+    assert str(err.value) == "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
 
 
 def test_refuses_tampered_file(fixture_artifact: Path, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The README's "Use" section runs as written: its Python blocks are executed verbatim in a temporary folder.
 
 ``load_predictor()`` there reads models/predictor.joblib; this test points it at a FIXTURE predictor (trained on
-the toy-formula frames of fixtures_learning, meaningless predictions) since no real one is committed yet.
+the toy-formula frames of fixtures_learning, meaningless predictions) so that it does not depend on the committed one.
 """
 
 from __future__ import annotations
@@ -48,6 +48,6 @@ def test_without_a_predictor_the_snippet_says_what_it_needs(tmp_path: Path, monk
     monkeypatch.setattr(config, "PREDICTOR", tmp_path / "models" / "predictor.joblib")
     import gpupred
 
-    with pytest.raises(GpupredError, match="run notebook 08 after collecting data"):
+    with pytest.raises(GpupredError, match="make all. exports one"):
         gpupred.load_predictor()
-    assert "exists once GPU measurements are committed" in (REPO / "README.md").read_text()
+    assert "`make all` exports it" in (REPO / "README.md").read_text()

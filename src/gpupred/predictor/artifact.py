@@ -27,7 +27,7 @@ SCHEMA_VERSION = 1
 # libraries whose pickles must be read by the very version that wrote them
 CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
 PERCENT_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active")
-MISSING_DEFAULT = "no predictor at models/predictor.joblib yet: run notebook 08 after collecting data"
+MISSING_DEFAULT = "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
 
 
 def library_versions() -> dict[str, str]:
