@@ -37,7 +37,7 @@ from gpupred.errors import GpupredError
 if TYPE_CHECKING:  # the child process imports this module: keep its top level to the standard library
     import pyarrow as pa
 
-    from gpupred.profile.nvml import Backend
+    from gpupred.profile.backend import Backend
 
 FAULT_ENV = "GPUPRED_FAULT"
 DEFAULT_INTERVAL_MS = 50.0  # = gpupred.profile.nvml.DEFAULT_INTERVAL_MS
