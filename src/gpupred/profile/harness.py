@@ -75,6 +75,11 @@ class HarnessConfig:
         return asdict(self)
 
 
+def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
+    """Time to reserve for the next unit: 1.25x the longest seen so far + 5 s, or the hard timeout before any."""
+    return max(walls) * 1.25 + 5.0 if walls else cfg.unit_timeout_s
+
+
 class UnitInterrupted(Exception):
     """The sweep's own deadline stopped a unit: it is not written and runs again on resume."""
 

@@ -25,6 +25,7 @@ from gpupred.profile.harness import (
     Launcher,
     UnitInterrupted,
     UnitResult,
+    estimate_unit_s,
     measure_cuda_context,
     run_unit,
 )
@@ -234,11 +235,6 @@ class _SigtermAsInterrupt:
 
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
-
-
-def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
-    """Time to reserve for the next unit: 1.25x the longest seen so far + 5 s, or the hard timeout before any."""
-    return max(walls) * 1.25 + 5.0 if walls else cfg.unit_timeout_s
 
 
 def record_context(manifest: dict[str, Any], ctx: ContextMeasurement) -> None:
