@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from gpupred.errors import GpupredError
 from gpupred.workloads import models
+from gpupred.workloads.batches import Batches
 from gpupred.workloads.spec import HALF_PRECISIONS, WorkloadSpec
 
 LossFn = Callable[[Any, tuple[Tensor, ...]], Tensor]
@@ -69,7 +70,7 @@ class BuiltWorkload:
         assert self.loss_fn is not None
         model = self.model.to(device).train()
         opt = make_optimizer(self.spec.optimizer, model.parameters(), self.lrs[0])
-        batch = _Batches(self.export_inputs + self.targets, device, host_batches)
+        batch = Batches(self.export_inputs + self.targets, device, host_batches)
         n_in, loss_fn = len(self.export_inputs), self.loss_fn
         amp = Amp(self.spec.precision, device)
 
@@ -118,25 +119,6 @@ class Amp:
         self.backward(loss)
         self.step(opt)
         self.update()
-
-
-class _Batches:
-    """Synthetic batch source: resident on the device, or a pinned host batch copied every call."""
-
-    def __init__(self, tensors: tuple[Tensor, ...], device: str, host: bool) -> None:
-        self.host = host
-        self.device = torch.device(device)
-        if host:
-            pin = self.device.type == "cuda" and torch.cuda.is_available()
-            self.tensors = tuple(t.pin_memory() if pin else t.clone() for t in tensors)
-        else:
-            self.tensors = tuple(t.to(self.device) for t in tensors)
-
-    def __call__(self) -> tuple[Tensor, ...]:
-        """This iteration's batch on the device."""
-        if self.host:
-            return tuple(t.to(self.device, non_blocking=True) for t in self.tensors)
-        return self.tensors
 
 
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -319,7 +301,7 @@ def _dcgan_step(built: BuiltWorkload, device: str, host_batches: bool) -> Callab
     lr = built.lrs[0]
     opt_d = make_optimizer(built.spec.optimizer, gan.D.parameters(), lr)
     opt_g = make_optimizer(built.spec.optimizer, gan.G.parameters(), lr)
-    batch = _Batches(built.export_inputs, device, host_batches)
+    batch = Batches(built.export_inputs, device, host_batches)
     amp = Amp(built.spec.precision, device)
     ones = torch.ones(built.spec.batch_size, device=device)
     zeros = torch.zeros(built.spec.batch_size, device=device)
