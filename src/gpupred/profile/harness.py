@@ -548,7 +548,7 @@ def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: H
                  device: Any, group_id: str, sweep_id: str, started_at: str, t_end: float,
                  context: dict[str, Any], notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, float]], list[tuple[float, float]]]:
     """One RUN_SCHEMA row per member, each member's timings, and the measured windows (unit clock)."""
-    from gpupred import __version__
+    from gpupred.version import __version__
     from gpupred.profile.schema import SCHEMA_VERSION
 
     k, t0 = len(specs), members.t0

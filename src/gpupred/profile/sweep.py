@@ -66,7 +66,7 @@ def _version(dist: str) -> str:
 
 def software() -> dict[str, str]:
     """Versions that shape a measurement (read without importing torch)."""
-    from gpupred import __version__
+    from gpupred.version import __version__
 
     return {"python": platform.python_version(), "gpupred": __version__, "torch": _version("torch"),
             "torchvision": _version("torchvision"), "nvidia-ml-py": _version("nvidia-ml-py"), "host": platform.node()}
