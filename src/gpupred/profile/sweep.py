@@ -194,7 +194,7 @@ def run_sweep(
         bar.update(1)
 
     try:
-        with _SigtermAsInterrupt():
+        with SigtermAsInterrupt():
             if executor == "ray":
                 from gpupred.profile.ray_executor import run_on_ray
 
@@ -212,10 +212,10 @@ def run_sweep(
     return summary
 
 
-class _SigtermAsInterrupt:
+class SigtermAsInterrupt:
     """In the main thread, turn SIGTERM into KeyboardInterrupt so children are killed and the manifest is written."""
 
-    def __enter__(self) -> "_SigtermAsInterrupt":
+    def __enter__(self) -> "SigtermAsInterrupt":
         import signal
         import threading
 
@@ -284,7 +284,7 @@ def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool =
     cfg = harness_config(dry_run, window_s, host_batches, sync)
     backend = open_backend(dry_run)
     try:
-        with _SigtermAsInterrupt():
+        with SigtermAsInterrupt():
             ctx = measure_cuda_context(backend, cfg)
             result = run_unit([spec], backend, cfg, spec.id, context_mib=ctx.context_mib)
     finally:
