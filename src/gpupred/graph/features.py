@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from onnx import ModelProto, TensorProto
@@ -54,8 +55,9 @@ from gpupred.graph.costs import (
     NON_TRAINABLE_INPUTS,
     MissingShape,
     NodeInfo,
-    view_rule,
+    OpCost,
     TensorInfo,
+    view_rule,
 )
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {"sgd": 4, "adam": 12}
@@ -136,32 +138,23 @@ def featurize(
 def _graph_features(
     graph: CanonicalGraph, bs: int, precision: str, optimizer: str, per_op: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
+    """The feature row of a canonical graph: its structure and per-op costs at a precision, summed up."""
     bf16 = precision in ("bf16", "fp16")  # autocast to a 16-bit float: the same ops run at 2 bytes
-    shapes = graph.shapes
-    param_of = graph.params
-    param_sizes = graph.param_sizes
-    graph_inputs = set(graph.graph_inputs)
-    float_types = FLOAT_TYPES
-    fp32 = TensorProto.FLOAT
-    mac_categories = MAC_CATEGORIES
-    no_shape: Shape = (None, 0, 4)
-    new_tuple = tuple.__new__  # TensorInfo(shape, size, is_param) without the named tuple's Python-level __new__
+    depth, n_residual = _structure(graph)
+    totals = _costs(graph, bf16, per_op)
+    return _feature_row(graph, bs, precision, optimizer, totals, depth, n_residual)
 
-    act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
-    dynamic: set[str] = set(graph_inputs)
+
+def _structure(graph: CanonicalGraph) -> tuple[int, int]:
+    """The longest chain of compute ops (views and metadata do not count) and the residual joins of a graph."""
+    shapes = graph.shapes
+    float_types = FLOAT_TYPES
+    dynamic: set[str] = set(graph.graph_inputs)  # tensors that carry data from a graph input
     producer: dict[str, int] = {}
     tensor_depth: dict[str, int] = {}
     depth_of = tensor_depth.get
-    trainable: dict[str, int] = {}
-
-    cat_count: Counter[str] = Counter()
-    cat_flops: Counter[str] = Counter()
-    unknown: Counter[str] = Counter()
-    macs = flops = flops_bwd = bytes_moved = activation_bytes = 0
-    n_layers = n_residual = n_work = 0
-    depth = 0
-
-    for idx, (op, domain, ins, outs, node_name, attrs, entry) in enumerate(graph.nodes):
+    depth = n_residual = 0
+    for idx, (op, _, ins, outs, _, _, entry) in enumerate(graph.nodes):
         category = entry.category if entry else "other"
         # depth of the deepest input and whether any input is an activation (not a constant)
         d_in = 0
@@ -173,141 +166,206 @@ def _graph_features(
                     d_in = dn
             if not is_dyn and n in dynamic:
                 is_dyn = True
-        if entry is not None and entry.rule is view_rule:  # views and metadata: no cost, no depth
-            cat_count[category] += 1
-            src_size = act_size.get(ins[0]) if ins else None
-            for out in outs:
-                producer[out] = idx
-                tensor_depth[out] = d_in
-                if src_size is not None:
-                    act_size[out] = src_size
-                if is_dyn:
-                    dynamic.add(out)
-            continue
-        n_work += 1
-        in_params = [name in param_of for name in ins]
-        mac_op = category in mac_categories
-        # dtype sizes under the precision
-        if bf16:
-            in_sizes = [act_size.get(n) or shapes.get(n, no_shape)[2] for n, p in zip(ins, in_params) if n and not p]
-            for out in outs:
-                shp = shapes.get(out)
-                if shp is None or shp[1] not in float_types or shp[2] != 4:
-                    continue
-                if mac_op:
-                    act_size[out] = 2
-                elif op in FP32_UNDER_AUTOCAST or not in_sizes:
-                    act_size[out] = 4
-                else:
-                    act_size[out] = max(in_sizes)
-
-        cost = None
-        if entry is None:
-            unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
+        if entry is not None and entry.rule is view_rule:  # views and metadata: no depth
+            d = d_in
         else:
-            in_infos: list[TensorInfo | None] = []
-            for name, is_p in zip(ins, in_params):
-                shp = shapes.get(name) if name else None
-                if shp is None or shp[0] is None:
-                    in_infos.append(None)
-                    continue
-                size = shp[2]
-                if bf16 and shp[1] == fp32:
-                    size = 2 if mac_op else (size if is_p else act_size.get(name, size))
-                in_infos.append(new_tuple(TensorInfo, (shp[0], size, is_p)))
-            out_infos: list[TensorInfo | None] = []
-            for name in outs:
-                shp = shapes.get(name) if name else None
-                if shp is None or shp[0] is None:
-                    out_infos.append(None)
-                    continue
-                size = shp[2]
-                if bf16 and shp[1] == fp32:
-                    size = 2 if mac_op else act_size.get(name, size)
-                out_infos.append(new_tuple(TensorInfo, (shp[0], size, False)))
-            ninfo = NodeInfo(op, attrs, in_infos, out_infos, node_name)
-            try:
-                cost = entry.rule(ninfo)
-            except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
-                unknown[f"{op}(no shape)"] += 1
-        if cost is not None:
-            if per_op is not None:
-                slot = per_op.setdefault(op, {"count": 0, "macs": 0, "flops": 0, "elements": 0})
-                slot["count"] += 1
-                slot["macs"] += cost.macs
-                slot["flops"] += cost.flops
-                out0 = ninfo.outputs[0] if ninfo.outputs else None
-                slot["elements"] += out0.numel if out0 is not None else 0
-            cat_count[category] += 1
-            cat_flops[category] += cost.flops
-            macs += cost.macs
-            flops += cost.flops
-            bytes_moved += cost.bytes_read + cost.bytes_written
-            if mac_op:
-                data_from_input = bool(ins) and ins[0] in graph_inputs
-                flops_bwd += cost.flops * (1 if data_from_input else 2)
-            else:
-                flops_bwd += cost.flops
-            activation_bytes += cost.bytes_written
-        # parameters
-        if True in in_params:
-            skip = NON_TRAINABLE_INPUTS.get(op, ())
-            has_weight = False
-            for pos, (name, is_p) in enumerate(zip(ins, in_params)):
-                if not is_p or pos in skip:
-                    continue
-                base = param_of[name]
-                numel, itemsize = param_sizes[base]
-                has_weight = has_weight or numel > 1
-                trainable[base] = numel
-            if has_weight and (mac_op or category == "norm" or op == "Gather"):
-                n_layers += 1
-        # graph structure: residual joins, depth, dynamic tensors
-        if (op == "Add" or op == "Sum") and len(ins) >= 2:
-            a, b = ins[0], ins[1]
-            if a in dynamic and b in dynamic and producer.get(a, a) != producer.get(b, b):
-                sa, sb = shapes.get(a), shapes.get(b)
-                if sa is not None and sb is not None and sa[0] is not None and sa[0] == sb[0] and sa[1] in float_types:
-                    n_residual += 1
-        d = (0 if category == "reshape" or category == "other" else 1) + d_in
-        if d > depth:
-            depth = d
+            if (op == "Add" or op == "Sum") and len(ins) >= 2:  # residual joins
+                a, b = ins[0], ins[1]
+                if a in dynamic and b in dynamic and producer.get(a, a) != producer.get(b, b):
+                    sa, sb = shapes.get(a), shapes.get(b)
+                    if sa is not None and sb is not None and sa[0] is not None and sa[0] == sb[0] and sa[1] in float_types:
+                        n_residual += 1
+            d = (0 if category == "reshape" or category == "other" else 1) + d_in
+            if d > depth:
+                depth = d
         for out in outs:
             producer[out] = idx
             tensor_depth[out] = d
             if is_dyn:
                 dynamic.add(out)
+    return depth, n_residual
 
+
+@dataclass
+class _CostTotals:
+    """What the cost pass sums over a graph's nodes."""
+
+    cat_count: Counter[str] = field(default_factory=Counter)
+    cat_flops: Counter[str] = field(default_factory=Counter)
+    unknown: Counter[str] = field(default_factory=Counter)
+    trainable: dict[str, int] = field(default_factory=dict)  # parameter key -> elements
+    macs: int = 0
+    flops: int = 0
+    flops_bwd: int = 0
+    bytes_moved: int = 0
+    activation_bytes: int = 0
+    n_layers: int = 0
+    n_work: int = 0
+
+
+def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] | None) -> _CostTotals:
+    """Every node's cost under the precision, op counts, unknown ops and trainable parameters, summed."""
+    shapes = graph.shapes
+    param_of = graph.params
+    graph_inputs = set(graph.graph_inputs)
+    mac_categories = MAC_CATEGORIES
+    act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
+    t = _CostTotals()
+    for op, domain, ins, outs, node_name, attrs, entry in graph.nodes:
+        category = entry.category if entry else "other"
+        if entry is not None and entry.rule is view_rule:  # views and metadata: no cost
+            t.cat_count[category] += 1
+            src_size = act_size.get(ins[0]) if ins else None
+            if src_size is not None:
+                for out in outs:
+                    act_size[out] = src_size
+            continue
+        t.n_work += 1
+        in_params = [name in param_of for name in ins]
+        mac_op = category in mac_categories
+        if bf16:
+            _half_sizes(op, ins, outs, in_params, mac_op, shapes, act_size)
+        if entry is None:
+            t.unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
+        else:
+            ninfo = _node_info(op, attrs, ins, outs, node_name, in_params, mac_op, shapes, act_size, bf16)
+            try:
+                cost = entry.rule(ninfo)
+            except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
+                t.unknown[f"{op}(no shape)"] += 1
+            else:
+                if cost is not None:
+                    _add_cost(t, op, category, mac_op, bool(ins) and ins[0] in graph_inputs, cost, ninfo, per_op)
+        if True in in_params:
+            has_weight = _add_params(op, ins, in_params, param_of, graph.param_sizes, t.trainable)
+            if has_weight and (mac_op or category == "norm" or op == "Gather"):
+                t.n_layers += 1
+    return t
+
+
+_NO_SHAPE: Shape = (None, 0, 4)
+
+
+def _half_sizes(op: str, ins: tuple[str, ...], outs: tuple[str, ...], in_params: list[bool], mac_op: bool,
+                shapes: dict[str, Shape], act_size: dict[str, int]) -> None:
+    """Under 16-bit autocast, the item size of each float output of a node (into ``act_size``)."""
+    in_sizes = [act_size.get(n) or shapes.get(n, _NO_SHAPE)[2] for n, p in zip(ins, in_params) if n and not p]
+    float_types = FLOAT_TYPES
+    for out in outs:
+        shp = shapes.get(out)
+        if shp is None or shp[1] not in float_types or shp[2] != 4:
+            continue
+        if mac_op:
+            act_size[out] = 2
+        elif op in FP32_UNDER_AUTOCAST or not in_sizes:
+            act_size[out] = 4
+        else:
+            act_size[out] = max(in_sizes)
+
+
+def _node_info(op: str, attrs: dict[str, Any], ins: tuple[str, ...], outs: tuple[str, ...], node_name: str,
+               in_params: list[bool], mac_op: bool, shapes: dict[str, Shape], act_size: dict[str, int],
+               bf16: bool) -> NodeInfo:
+    """What a cost rule reads about a node: its inputs' and outputs' shapes and item sizes under the precision."""
+    fp32 = TensorProto.FLOAT
+    new_tuple = tuple.__new__  # TensorInfo(shape, size, is_param) without the named tuple's Python-level __new__
+    in_infos: list[TensorInfo | None] = []
+    for name, is_p in zip(ins, in_params):
+        shp = shapes.get(name) if name else None
+        if shp is None or shp[0] is None:
+            in_infos.append(None)
+            continue
+        size = shp[2]
+        if bf16 and shp[1] == fp32:
+            size = 2 if mac_op else (size if is_p else act_size.get(name, size))
+        in_infos.append(new_tuple(TensorInfo, (shp[0], size, is_p)))
+    out_infos: list[TensorInfo | None] = []
+    for name in outs:
+        shp = shapes.get(name) if name else None
+        if shp is None or shp[0] is None:
+            out_infos.append(None)
+            continue
+        size = shp[2]
+        if bf16 and shp[1] == fp32:
+            size = 2 if mac_op else act_size.get(name, size)
+        out_infos.append(new_tuple(TensorInfo, (shp[0], size, False)))
+    return NodeInfo(op, attrs, in_infos, out_infos, node_name)
+
+
+def _add_cost(t: _CostTotals, op: str, category: str, mac_op: bool, data_from_input: bool, cost: OpCost,
+              ninfo: NodeInfo, per_op: dict[str, dict[str, int]] | None) -> None:
+    """Add one node's cost to the totals (and to ``per_op``): backward is 2x a contraction's FLOPs, else 1x."""
+    if per_op is not None:
+        slot = per_op.setdefault(op, {"count": 0, "macs": 0, "flops": 0, "elements": 0})
+        slot["count"] += 1
+        slot["macs"] += cost.macs
+        slot["flops"] += cost.flops
+        out0 = ninfo.outputs[0] if ninfo.outputs else None
+        slot["elements"] += out0.numel if out0 is not None else 0
+    t.cat_count[category] += 1
+    t.cat_flops[category] += cost.flops
+    t.macs += cost.macs
+    t.flops += cost.flops
+    t.bytes_moved += cost.bytes_read + cost.bytes_written
+    if mac_op:
+        t.flops_bwd += cost.flops * (1 if data_from_input else 2)  # no input gradient for a graph input
+    else:
+        t.flops_bwd += cost.flops
+    t.activation_bytes += cost.bytes_written
+
+
+def _add_params(op: str, ins: tuple[str, ...], in_params: list[bool], param_of: dict[str, str],
+                param_sizes: dict[str, tuple[int, int]], trainable: dict[str, int]) -> bool:
+    """Record the trainable parameters a node consumes; whether one of them is a weight (more than one element)."""
+    skip = NON_TRAINABLE_INPUTS.get(op, ())
+    has_weight = False
+    for pos, (name, is_p) in enumerate(zip(ins, in_params)):
+        if not is_p or pos in skip:
+            continue
+        base = param_of[name]
+        numel, itemsize = param_sizes[base]
+        has_weight = has_weight or numel > 1
+        trainable[base] = numel
+    return has_weight
+
+
+def _feature_row(graph: CanonicalGraph, bs: int, precision: str, optimizer: str, t: _CostTotals, depth: int,
+                 n_residual: int) -> dict[str, Any]:
+    """The flat feature row (:data:`FEATURE_KEYS` and ``unknown_op_types``) from the summed costs and structure."""
+    shapes = graph.shapes
+    param_sizes = graph.param_sizes
+    trainable = t.trainable
     params = sum(trainable.values())
     param_bytes = sum(trainable[b] * param_sizes[b][1] for b in trainable)
     input_bytes = 0
-    for name in graph_inputs:
+    for name in set(graph.graph_inputs):
         shp = shapes.get(name)
         if shp is not None and shp[0] is not None:
             input_bytes += math.prod(shp[0]) * shp[2]
+    flops, bytes_moved, cat_count, cat_flops = t.flops, t.bytes_moved, t.cat_count, t.cat_flops
     flops_opt = params * OPTIMIZER_FLOPS_PER_PARAM[optimizer]
     row: dict[str, Any] = {
         "batch_size": bs,
         "is_bf16": int(precision == "bf16"),
         "is_adam": int(optimizer == "adam"),
         "flops_fwd": int(flops),
-        "flops_bwd": int(flops_bwd),
+        "flops_bwd": int(t.flops_bwd),
         "flops_optimizer": int(flops_opt),
-        "flops_train": int(flops + flops_bwd + flops_opt),
-        "macs_fwd": int(macs),
+        "flops_train": int(flops + t.flops_bwd + flops_opt),
+        "macs_fwd": int(t.macs),
         "params": int(params),
         "param_bytes": int(param_bytes),
-        "activation_bytes": int(activation_bytes),
+        "activation_bytes": int(t.activation_bytes),
         "input_bytes": int(input_bytes),
         "bytes_moved": int(bytes_moved),
         "arithmetic_intensity": float(flops / bytes_moved) if bytes_moved else 0.0,
-        "n_nodes": n_work,
+        "n_nodes": t.n_work,
         **{f"n_{c}": int(cat_count[c]) for c in COUNT_CATEGORIES},
-        "n_layers": n_layers,
+        "n_layers": t.n_layers,
         "depth": depth,
         "n_residual": n_residual,
-        "unknown_ops": int(sum(unknown.values())),
+        "unknown_ops": int(sum(t.unknown.values())),
         **{f"frac_flops_{c}": (cat_flops[c] / flops if flops else 0.0) for c in COUNT_CATEGORIES},
     }
-    row["unknown_op_types"] = ",".join(sorted(unknown))
+    row["unknown_op_types"] = ",".join(sorted(t.unknown))
     return row
