@@ -157,12 +157,7 @@ def run_sweep(
         raise GpupredError(f"unknown executor {executor!r}; use local or ray")
     if not dry_run and executor == "local":
         require_gpu()  # one line at once: no NVIDIA GPU/driver found (...)
-    if out is None:
-        if not dry_run:
-            raise GpupredError("--out is required: data/raw/<gpu>/<sweep-id>")
-        out = config.DRYRUN / "cpu" / f"dry-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(out)
-    check_out(out, dry_run)
+    out = _sweep_folder(out, dry_run)
     cfg = harness or harness_config(dry_run, window_s, host_batches, sync)
     units = load_plan(plan, limit, cfg.sync)
     start = time.monotonic()
@@ -176,23 +171,7 @@ def run_sweep(
     _count(manifest, out)
     store.write_manifest(out, manifest)
     sweep_id = out.name
-
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(units), initial=summary.already_done, desc=f"sweep {sweep_id}", unit="unit",
-               disable=not progress, dynamic_ncols=True, file=sys.stderr)
-
-    def record(result: UnitResult) -> None:
-        store.write_unit(out, result.group_id, result.runs, result.samples)
-        summary.done_now += 1
-        for s in result.statuses:
-            summary.statuses[s] += 1
-            manifest["status_counts"][s] = manifest.get("status_counts", {}).get(s, 0) + 1
-        _count(manifest, out)
-        store.write_manifest(out, manifest)
-        bar.set_postfix_str(f"{result.group_id[:40]} {'/'.join(result.statuses)}")
-        bar.update(1)
-
+    record = _Recorder(out, summary, manifest, len(units), progress)
     try:
         with SigtermAsInterrupt():
             if executor == "ray":
@@ -204,12 +183,56 @@ def run_sweep(
     except KeyboardInterrupt:
         summary.stopped = "interrupted (the unit in flight was not written)"
     finally:
-        bar.close()
-        summary.remaining = len([u for u in units if u.group_id not in store.finished_units(out)])
-        manifest["sessions"][-1].update(ended=store.now_utc(), units_run=summary.done_now, stopped=summary.stopped)
+        record.close()
+        _end_session(out, units, summary, manifest)
+    return summary
+
+
+def _sweep_folder(out: Path | None, dry_run: bool) -> Path:
+    """The sweep's folder: ``out``, or a new dry-run folder; refused where its kind of output does not belong."""
+    if out is None:
+        if not dry_run:
+            raise GpupredError("--out is required: data/raw/<gpu>/<sweep-id>")
+        out = config.DRYRUN / "cpu" / f"dry-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(out)
+    check_out(out, dry_run)
+    return out
+
+
+class _Recorder:
+    """Writes each finished unit atomically, counts it in the summary and the manifest, and moves the progress bar."""
+
+    def __init__(self, out: Path, summary: SweepSummary, manifest: dict[str, Any], total: int, progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.out, self.summary, self.manifest = out, summary, manifest
+        self.bar = tqdm(total=total, initial=summary.already_done, desc=f"sweep {out.name}", unit="unit",
+                        disable=not progress, dynamic_ncols=True, file=sys.stderr)
+
+    def __call__(self, result: UnitResult) -> None:
+        """Record one finished unit."""
+        out, summary, manifest = self.out, self.summary, self.manifest
+        store.write_unit(out, result.group_id, result.runs, result.samples)
+        summary.done_now += 1
+        for s in result.statuses:
+            summary.statuses[s] += 1
+            manifest["status_counts"][s] = manifest.get("status_counts", {}).get(s, 0) + 1
         _count(manifest, out)
         store.write_manifest(out, manifest)
-    return summary
+        self.bar.set_postfix_str(f"{result.group_id[:40]} {'/'.join(result.statuses)}")
+        self.bar.update(1)
+
+    def close(self) -> None:
+        """Close the progress bar."""
+        self.bar.close()
+
+
+def _end_session(out: Path, units: list[Unit], summary: SweepSummary, manifest: dict[str, Any]) -> None:
+    """Count the units left and close this session in the manifest (written whatever stopped the sweep)."""
+    summary.remaining = len([u for u in units if u.group_id not in store.finished_units(out)])
+    manifest["sessions"][-1].update(ended=store.now_utc(), units_run=summary.done_now, stopped=summary.stopped)
+    _count(manifest, out)
+    store.write_manifest(out, manifest)
 
 
 class SigtermAsInterrupt:
