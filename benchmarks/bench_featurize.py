@@ -15,7 +15,7 @@ the weight bytes is what featurize no longer does.
 each call loads, checks, infers and featurizes the file; they are the figures compared with onnx-tool.
 "warm" is a repeat call on the same file and batch size (a cache hit: only the feature pass runs), shown
 for reference, never used in the ratio. Every timing is a median after one untimed warm-up call.
-"+map" is (a) with :func:`gpupred.graph.fold.store_batch_shapes` applied (the per-tensor batch shape map
+"+map" is (a) with :func:`gpupred.graph.shapemap.store_batch_shapes` applied (the per-tensor batch shape map
 in the metadata, which lets featurize skip ONNX shape inference), when the exporter has not stored it.
 
     python benchmarks/bench_featurize.py [--skip-catalog] [--skip-models] [--repeats N]
@@ -79,7 +79,8 @@ def export_models(folder: Path) -> dict[str, tuple[Path, Path]]:
 
 def with_shape_map(ext: Path) -> tuple[Path, bool]:
     """``ext`` itself if its export stored a batch shape map, else a copy beside it with one (weights stay external)."""
-    from gpupred.graph.fold import SHAPES_KEY, store_batch_shapes
+    from gpupred.graph.fold import SHAPES_KEY
+    from gpupred.graph.shapemap import store_batch_shapes
 
     proto = onnx.load(str(ext), load_external_data=False)
     if any(p.key == SHAPES_KEY for p in proto.metadata_props):
@@ -126,7 +127,7 @@ def bench_models(repeats: int) -> None:
                   f"{theirs / ours_ext:6.1f}x {data_mb:12.0f} {stripped.stat().st_size / 1e3:11.0f} {warm * 1e3:7.2f} ms"
                   f" {ours_map * 1e3:7.2f} ms {theirs / ours_map:6.1f}x{stripped_note}")
         print("+map: " + ("the exporter stores the shape map" if exported_map else
-                          "shape map added here with fold.store_batch_shapes (the exporter does not store it yet)"))
+                          "shape map added here with shapemap.store_batch_shapes (the exporter does not store it yet)"))
 
 
 def bench_legacy(repeats: int) -> None:

@@ -1,4 +1,4 @@
-"""Stored batch shape maps (fold.store_batch_shapes): same features as shape inference, stale maps ignored (fixtures)."""
+"""Stored batch shape maps (shapemap.store_batch_shapes): same features as shape inference, stale maps ignored (fixtures)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpupred.graph import featurize
 from gpupred.graph import features as F
-from gpupred.graph.fold import SHAPES_KEY, store_batch_shapes
+from gpupred.graph import loader
+from gpupred.graph.fold import SHAPES_KEY
+from gpupred.graph.shapemap import store_batch_shapes
 
 
 def conv_graph() -> onnx.ModelProto:
@@ -31,7 +33,7 @@ def test_stored_map_matches_inference_and_skips_it(tmp_path: Path, monkeypatch: 
     onnx.save(store_batch_shapes(conv_graph()), stored)
     want = {(bs, p): featurize(plain, batch_size=bs, precision=p) for bs in (1, 5, 64) for p in ("fp32", "bf16")}
     F.clear_cache()
-    monkeypatch.setattr(F, "_infer", lambda *a, **k: pytest.fail("shape inference ran despite a stored map"))
+    monkeypatch.setattr(loader, "infer", lambda *a, **k: pytest.fail("shape inference ran despite a stored map"))
     for (bs, p), row in want.items():
         assert featurize(stored, batch_size=bs, precision=p) == row
 
@@ -59,5 +61,5 @@ def test_map_survives_moving_weights_to_external_data(tmp_path: Path, monkeypatc
     onnx.save(onnx.load(str(inline)), external, save_as_external_data=True, all_tensors_to_one_file=True,
               location="external.onnx.data", size_threshold=0)
     F.clear_cache()
-    monkeypatch.setattr(F, "_infer", lambda *a, **k: pytest.fail("shape inference ran despite a stored map"))
+    monkeypatch.setattr(loader, "infer", lambda *a, **k: pytest.fail("shape inference ran despite a stored map"))
     assert featurize(external, batch_size=7) == want

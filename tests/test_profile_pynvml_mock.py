@@ -674,11 +674,11 @@ def test_interrupt_in_the_parent_kills_children_at_once(script: Path, monkeypatc
 
 
 def test_sigterm_becomes_keyboard_interrupt_in_sweeps() -> None:
-    from gpupred.profile.sweep import _SigtermAsInterrupt
+    from gpupred.profile.sweep import SigtermAsInterrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        with _SigtermAsInterrupt():
+        with SigtermAsInterrupt():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) == before

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from gpupred.version import __version__
+
 __all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover

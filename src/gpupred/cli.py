@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
-from gpupred.errors import GpupredError
+from gpupred.cliapp import run_app  # re-exported: tests and other entry points run typer apps through it
 
 app = typer.Typer(
     name="gpupred",
@@ -37,25 +35,6 @@ def _register() -> None:
         pipeline_register,
     ):
         register(app)
-
-
-def run_app(typer_app: typer.Typer, argv: list[str] | None = None) -> None:
-    """Run a typer app, turning a :class:`GpupredError` into one line on stderr and exit 2."""
-    try:
-        code = typer_app(args=argv, standalone_mode=False)
-    except GpupredError as err:
-        print(f"gpupred: error: {err}", file=sys.stderr)
-        raise SystemExit(err.exit_code) from None
-    except typer.Abort:
-        print("gpupred: aborted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as err:  # usage errors (click's, or the copy typer vendors) carry their own exit code
-        if any(c.__name__ == "ClickException" for c in type(err).__mro__):
-            err.show()  # type: ignore[attr-defined]
-            raise SystemExit(err.exit_code) from None  # type: ignore[attr-defined]
-        raise
-    if isinstance(code, int) and code:
-        raise SystemExit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

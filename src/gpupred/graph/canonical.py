@@ -47,7 +47,7 @@ training forward differs in structure from their eval forward (GoogLeNet and Inc
 auxiliary heads) cannot be reduced this way: export them with :func:`gpupred.export_model`, which
 exports in training mode like the catalog.
 
-Torch-free: works on the plain-Python node tuples of :mod:`gpupred.graph.features`.
+Torch-free: works on the plain-Python node tuples of :mod:`gpupred.graph.loader`.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def cache_path(spec: "WorkloadSpec") -> Path:
 
 
 def _itemsize(elem_type: int) -> int:
-    from gpupred.graph.features import _itemsize as size
+    from gpupred.graph.loader import itemsize as size
 
     return size(elem_type) or 1
 
@@ -96,16 +96,16 @@ def strip_weights(model: ModelProto) -> ModelProto:
 
 def fold_batch_shapes(model: ModelProto) -> ModelProto:
     """Fold (in place) shape arithmetic: constants become initializers, batch-affine values go to metadata."""
-    from gpupred.graph.features import _infer, _resolve_batch, _substitute
+    from gpupred.graph.loader import infer, resolve_batch, substitute
     from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, batch_affine_folds, encode_affine, fold_shapes
     from gpupred.graph.fold import replace_with_constants
 
     def run(m: ModelProto, probe: int) -> dict[str, Any]:
         work = ModelProto()
         work.CopyFrom(m)
-        _, name = _resolve_batch(work, "<export>", probe)
-        _substitute(work, name, probe)
-        return fold_shapes(work, lambda w: _infer(w, "<export>"))[1]
+        _, name = resolve_batch(work, "<export>", probe)
+        substitute(work, name, probe)
+        return fold_shapes(work, lambda w: infer(w, "<export>"))[1]
 
     constants, affine = batch_affine_folds(model, run)
     # affine values become initializers too (their value at batch 1 as a placeholder; featurize overwrites it)
@@ -210,7 +210,7 @@ def export_module(
     if not keep_weights:
         strip_weights(proto)
     fold_batch_shapes(proto)
-    from gpupred.graph.fold import store_batch_shapes
+    from gpupred.graph.shapemap import store_batch_shapes
 
     store_batch_shapes(proto)  # every tensor's shape as a + b x batch: featurize then skips shape inference
     atomic_write_bytes(path, proto.SerializeToString())

@@ -226,7 +226,6 @@ def fold_shapes(
 AFFINE_KEY = "gpupred.batch_affine"  # metadata: folded shape values as intercept + slope x batch
 FOLDED_KEY = "gpupred.folded"  # metadata: names of initializers that are folded constants, not weights
 SHAPES_KEY = "gpupred.batch_shapes"  # metadata: every tensor's shape, each dim a constant or intercept + slope x batch
-SHAPE_PROBES = (1, 2, 3, 64, 7901, 7907, 7919)  # batch sizes a shape map is fitted (last two) and checked at
 
 
 def batch_affine_folds(
@@ -273,77 +272,3 @@ def decode_affine(text: str, batch: int) -> dict[str, np.ndarray]:
         a, b = np.asarray(d["a"], np.int64), np.asarray(d["b"], np.int64)
         out[k] = (a + b * batch).astype(d["dtype"]).reshape(d["shape"])
     return out
-
-
-def batch_shape_map(model: ModelProto) -> str | None:
-    """JSON for the model's metadata (:data:`SHAPES_KEY`): every tensor's type and shape as a function of the batch.
-
-    Runs featurize's own load + shape inference at each of :data:`SHAPE_PROBES`, fits each dimension as
-    intercept + slope x batch on the two largest and checks the fit at every probe. Returns None (store
-    nothing: featurize then infers shapes) when any shape is unknown, not affine in the batch, or needs
-    folding at featurize time. Call it on the finished export, after :func:`fold_batch_shapes`.
-    """
-    import json
-
-    from gpupred.errors import GpupredError
-    from gpupred.graph.features import _load_graph, _read_nodes, graph_fingerprint
-
-    graphs = []
-    for probe in SHAPE_PROBES:
-        try:
-            graphs.append(_load_graph(model, probe, stored=False)[0])
-        except GpupredError:
-            return None
-    nodes = [n[:4] for n in _read_nodes(model)]
-    if any([n[:4] for n in g.nodes] != nodes or g.missing_shapes() for g in graphs):
-        return None  # shapes need folding at featurize time, which changes the nodes
-    names = [n for n in graphs[-1].shapes if n not in graphs[-1].inits]
-    (p1, g1), (p2, g2) = zip(SHAPE_PROBES[-2:], graphs[-2:])
-    tensors: dict[str, Any] = {}
-    for name in names:
-        d1, et, _ = g1.shapes.get(name, (None, -1, 0))
-        d2, et2, _ = g2.shapes[name]
-        if et != et2:
-            return None
-        if d1 is None or d2 is None:
-            if d1 is not None or d2 is not None:
-                return None
-            entry: Any = None
-        else:
-            if len(d1) != len(d2):
-                return None
-            entry = []
-            for a1, a2 in zip(d1, d2):
-                slope, rest = divmod(a2 - a1, p2 - p1)
-                if rest:
-                    return None
-                entry.append(a1 if slope == 0 else [a1 - slope * p1, slope])
-        for probe, g in zip(SHAPE_PROBES, graphs):
-            shp = g.shapes.get(name)
-            want = None if entry is None else tuple(d if isinstance(d, int) else d[0] + d[1] * probe for d in entry)
-            if shp is None or shp[1] != et or shp[0] != want:
-                return None
-        tensors[name] = [et, entry]
-    if any(set(n for n in g.shapes if n not in g.inits) != set(names) for g in graphs):
-        return None
-    types: dict[str, int] = {}  # distinct [elem_type, dims] entries, each stored once
-    index = {name: types.setdefault(json.dumps(spec), len(types)) for name, spec in tensors.items()}
-    return json.dumps({
-        "version": 1, "graph_crc32": graph_fingerprint(model),
-        "types": [json.loads(t) for t in types], "tensors": index,
-    }, separators=(",", ":"))
-
-
-def store_batch_shapes(model: ModelProto) -> ModelProto:
-    """Write :func:`batch_shape_map` into the model's metadata in place (nothing when there is no map)."""
-    text = batch_shape_map(model)
-    meta = {p.key: p for p in model.metadata_props}
-    if text is None:
-        if SHAPES_KEY in meta:
-            keep = [p for p in model.metadata_props if p.key != SHAPES_KEY]
-            del model.metadata_props[:]
-            model.metadata_props.extend(keep)
-        return model
-    entry = meta.get(SHAPES_KEY) or model.metadata_props.add()
-    entry.key, entry.value = SHAPES_KEY, text
-    return model

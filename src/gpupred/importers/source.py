@@ -139,7 +139,7 @@ def _from_upstream(source: Source, base: str | None, timeout: float, local: Path
 
 def provenance_record(source: Source, obtained: dict[str, tuple[bytes, str]]) -> dict[str, Any]:
     """The provenance.json content for files just obtained."""
-    from gpupred import __version__
+    from gpupred.version import __version__
 
     return {
         "source": source.name, "upstream_repo": source.repo, "commit": source.commit, "licence": source.licence,

@@ -20,6 +20,13 @@ def _check_count(value: int | None, flag: str, least: int = 1) -> None:
 
 def register(app: Any) -> None:
     """Add ``profile``, ``sweep`` and the ``plan`` group to the CLI."""
+    _register_profile(app)
+    _register_sweep(app)
+    _register_plan(app)
+
+
+def _register_profile(app: Any) -> None:
+    """Add ``profile``: one workload on this machine's GPU, summary printed."""
     import typer
 
     @app.command("profile")
@@ -40,6 +47,11 @@ def register(app: Any) -> None:
         for key, value in summary.items():
             if value not in (None, ""):
                 print(f"{key:26s} {value}")
+
+
+def _register_sweep(app: Any) -> None:
+    """Add ``sweep``: run or resume a sweep plan into a sweep folder."""
+    import typer
 
     @app.command("sweep")
     def sweep_cmd(
@@ -79,8 +91,6 @@ def register(app: Any) -> None:
                   file=sys.stderr)
             raise typer.Exit(EXIT_UNITS_LEFT)
 
-    _register_plan(app)
-
 
 def _register_plan(app: Any) -> None:
     """Add the ``plan`` command group: plan files for sweeps, some chosen from earlier solo runs."""
@@ -92,6 +102,13 @@ def _register_plan(app: Any) -> None:
                            no_args_is_help=True)
     app.add_typer(plan_app, name="plan")
     plans_dir = config.ROOT / "plans"
+    for add in (_plan_pairs, _plan_subset, _plan_solo, _plan_sync, _plan_fused, _plan_fusion_coloc):
+        add(plan_app, plans_dir)
+
+
+def _plan_pairs(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan pairs``."""
+    import typer
 
     @plan_app.command("pairs")
     def pairs_cmd(
@@ -115,6 +132,11 @@ def _register_plan(app: Any) -> None:
         ])
         print(f"{out}: {built.summary}")
 
+
+def _plan_subset(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan subset``."""
+    import typer
+
     @plan_app.command("subset")
     def subset_cmd(
         source: Path = typer.Option(..., "--from", help="Solo sweep of one GPU kind, e.g. data/raw/h100/<sweep-id>."),
@@ -134,6 +156,11 @@ def _register_plan(app: Any) -> None:
         ])
         print(f"{out}: {built.summary}")
 
+
+def _plan_solo(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan solo``."""
+    import typer
+
     @plan_app.command("solo")
     def solo_cmd(
         n: int = typer.Option(180, "--n", help="The first N catalog specs."),
@@ -151,6 +178,11 @@ def _register_plan(app: Any) -> None:
             f"`gpupred plan solo --n {n}`",
         ])
         print(f"{out}: {len(lines)} solo specs over {len({x.split('.', 1)[0] for x in lines})} families")
+
+
+def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan sync``."""
+    import typer
 
     @plan_app.command("sync")
     def sync_cmd(
@@ -170,6 +202,11 @@ def _register_plan(app: Any) -> None:
         ])
         print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
 
+
+def _plan_fused(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan fused``."""
+    import typer
+
     @plan_app.command("fused")
     def fused_cmd(
         out: Path = typer.Option(plans_dir / "fusion.txt", "--out", help="Plan file to write."),
@@ -184,6 +221,11 @@ def _register_plan(app: Any) -> None:
             "`gpupred plan fused`",
         ])
         print(f"{out}: {len(lines)} fused specs")
+
+
+def _plan_fusion_coloc(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan fusion-coloc``."""
+    import typer
 
     @plan_app.command("fusion-coloc")
     def fusion_coloc_cmd(
@@ -209,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m gpupred.profile.cli``: the profiler's commands alone (same one-line errors, exit 2)."""
     import typer
 
-    from gpupred.cli import run_app
+    from gpupred.cliapp import run_app
 
     app = typer.Typer(name="gpupred-profile", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
     register(app)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.profile.harness import HarnessConfig, Launcher, UnitResult, run_unit
-from gpupred.profile.nvml import Backend
+from gpupred.profile.backend import Backend
 from gpupred.profile.plan import Unit
 
 

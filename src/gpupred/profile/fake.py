@@ -7,7 +7,7 @@ import os
 import time
 from typing import Callable
 
-from gpupred.profile.nvml import DeviceInfo, MetricUnsupported
+from gpupred.profile.backend import DeviceInfo, MetricUnsupported
 
 
 class FakeNotSupported(MetricUnsupported):

@@ -37,7 +37,7 @@ from gpupred.errors import GpupredError
 if TYPE_CHECKING:  # the child process imports this module: keep its top level to the standard library
     import pyarrow as pa
 
-    from gpupred.profile.nvml import Backend
+    from gpupred.profile.backend import Backend
 
 FAULT_ENV = "GPUPRED_FAULT"
 DEFAULT_INTERVAL_MS = 50.0  # = gpupred.profile.nvml.DEFAULT_INTERVAL_MS
@@ -73,6 +73,11 @@ class HarnessConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain settings for the manifest."""
         return asdict(self)
+
+
+def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
+    """Time to reserve for the next unit: 1.25x the longest seen so far + 5 s, or the hard timeout before any."""
+    return max(walls) * 1.25 + 5.0 if walls else cfg.unit_timeout_s
 
 
 class UnitInterrupted(Exception):
@@ -477,14 +482,33 @@ def run_unit(
     baseline = idle_baseline(backend, cfg.idle_wait_s) if cfg.idle_wait_s > 0 else Baseline(*_memory_info(backend).values())
     t0 = time.monotonic()
     started_at = _utc_now()
-    timeout_at = t0 + cfg.unit_timeout_s
-    hard_at = min(timeout_at, deadline) if deadline is not None else timeout_at
     device = backend.device_info()
     sampler = Sampler(backend, cfg.interval_ms, t0=t0).start()
+    members, samples, t_end = _run_members(specs, cfg, sync, group_id, launcher, own_launcher, sampler, t0, deadline)
+    notes = _dry_run_notes(specs, cfg) + ([baseline.note] if baseline.note else []) + sampler.notes
+    context = {"mem_baseline_mib": baseline.used_mib, "memory_reserved_mib": baseline.reserved_mib,
+               "cuda_context_mib": float(context_mib), "sync": sync}
+    rows, timings, windows = _member_rows(specs, members, backend, cfg, sampler, device, group_id, sweep_id,
+                                          started_at, t_end, context, notes)
+    from gpupred.profile.schema import RUN_SCHEMA
+
+    runs = pa_table(rows, RUN_SCHEMA)
+    return UnitResult(group_id, runs, _kept_samples(samples, windows, cfg.margin_s, group_id), notes,
+                      time.monotonic() - t0, timings)
+
+
+def _run_members(specs: list[Any], cfg: HarnessConfig, sync: str, group_id: str, launcher: Launcher, own_launcher: bool,
+                 sampler: Any, t0: float, deadline: float | None) -> tuple[_Members, Any, float]:
+    """Drive the unit's members to their end, timeout or deadline: (members, samples, end time).
+
+    The sampler stops and every child is reaped (killed first on an exception) whatever happens.
+    """
+    timeout_at = t0 + cfg.unit_timeout_s
+    hard_at = min(timeout_at, deadline) if deadline is not None else timeout_at
     children: list[Child] = []
     completed = False
     try:
-        children = launcher.take(k)
+        children = launcher.take(len(specs))
         sampler.set_members({c.pid: i for i, c in enumerate(children)})
         if not own_launcher:
             launcher.prefill()  # the next unit's children import torch while this one runs
@@ -511,16 +535,7 @@ def run_unit(
             c.close()
         if own_launcher:
             launcher.close()
-    notes = _dry_run_notes(specs, cfg) + ([baseline.note] if baseline.note else []) + sampler.notes
-    context = {"mem_baseline_mib": baseline.used_mib, "memory_reserved_mib": baseline.reserved_mib,
-               "cuda_context_mib": float(context_mib), "sync": sync}
-    rows, timings, windows = _member_rows(specs, members, backend, cfg, sampler, device, group_id, sweep_id,
-                                          started_at, t_end, context, notes)
-    from gpupred.profile.schema import RUN_SCHEMA
-
-    runs = pa_table(rows, RUN_SCHEMA)
-    return UnitResult(group_id, runs, _kept_samples(samples, windows, cfg.margin_s, group_id), notes,
-                      time.monotonic() - t0, timings)
+    return members, samples, t_end
 
 
 def pa_table(rows: list[dict[str, Any]], schema: "pa.Schema") -> "pa.Table":
@@ -543,7 +558,7 @@ def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: H
                  device: Any, group_id: str, sweep_id: str, started_at: str, t_end: float,
                  context: dict[str, Any], notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, float]], list[tuple[float, float]]]:
     """One RUN_SCHEMA row per member, each member's timings, and the measured windows (unit clock)."""
-    from gpupred import __version__
+    from gpupred.version import __version__
     from gpupred.profile.schema import SCHEMA_VERSION
 
     k, t0 = len(specs), members.t0

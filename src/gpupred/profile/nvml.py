@@ -1,7 +1,7 @@
 """The NVML sampler: a background thread recording every metric of the raw-data contract.
 
-The NVML layer sits behind :class:`Backend` (a small protocol): :class:`PynvmlBackend` talks to the
-driver through nvidia-ml-py (``pynvml``, imported lazily), :class:`gpupred.profile.fake.FakeBackend`
+The NVML layer sits behind :class:`gpupred.profile.backend.Backend` (a small protocol): :class:`PynvmlBackend`
+talks to the driver through nvidia-ml-py (``pynvml``, imported lazily), :class:`gpupred.profile.fake.FakeBackend`
 makes up values for tests and ``--dry-run``. Every call that can fail is guarded on its own: a metric
 whose call fails is dropped for the run with a note (at once for NotSupported/NoPermission/missing
 functions, after three failures in a row otherwise), never fatal.
@@ -19,9 +19,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from gpupred.errors import GpupredError
+from gpupred.profile.backend import Backend, DeviceInfo, MetricUnsupported  # re-exported: the sampler's types
 
 DEFAULT_INTERVAL_MS = 50.0
 SLOW_EVERY = 10  # pcie + buffered samples every 10th tick (0.5 s at 50 ms)
@@ -37,61 +38,6 @@ class NvmlUnavailable(GpupredError):
 
     def __init__(self, nvml_message: str) -> None:
         super().__init__(f"no NVIDIA GPU/driver found ({nvml_message})")
-
-
-class MetricUnsupported(Exception):
-    """A backend's way to say a metric is not available on this device."""
-
-
-@dataclass
-class DeviceInfo:
-    """What NVML says about the device."""
-
-    name: str
-    uuid: str
-    memory_total_mib: float
-    driver_version: str
-    cuda_version: str  # the driver's CUDA version (NVML); the child records torch's CUDA too
-    index: int = 0
-
-
-class Backend(Protocol):
-    """The NVML layer the sampler needs."""
-
-    name: str
-    simulated: bool
-
-    def device_info(self) -> DeviceInfo:
-        """The device's identity (never raises; unknown fields are '')."""
-        ...
-
-    def poll_groups(self) -> dict[str, tuple[tuple[str, ...], Callable[[], dict[str, float]]]]:
-        """Reader groups: group name -> (metric names, function returning {metric: value})."""
-        ...
-
-    def slow_groups(self) -> dict[str, tuple[tuple[str, ...], Callable[[], dict[str, float]]]]:
-        """Like :meth:`poll_groups`, read every ``SLOW_EVERY`` ticks (slow calls such as PCIe)."""
-        ...
-
-    def buffered_samples(self, since_us: int) -> list[tuple[int, str, float]]:
-        """NVML's buffered samples newer than ``since_us``: (epoch µs, metric, value); raises if unsupported."""
-        ...
-
-    def gpm_support(self) -> tuple[bool, str]:
-        """Whether GPM metrics can be read, and why not."""
-        ...
-
-    def gpm_read(self) -> dict[str, float]:
-        """GPM metrics since the previous call ({} on the first call); raises if unavailable."""
-        ...
-
-    def process_memory_mib(self, pids: list[int]) -> dict[int, float]:
-        """GPU memory used per process id on this device (the pids are a hint for fakes)."""
-        ...
-
-    def close(self) -> None:
-        """Release NVML resources."""
-        ...
 
 
 def _err_text(err: BaseException) -> str:

@@ -107,118 +107,164 @@ def build_pairs(solo_runs_root: Path, n_pairs: int = 110, n_groups34: int = 6, s
     util = w["gpu_util"].to_numpy(float)
     mem = w["mem_mib"].to_numpy(float)
     fam_codes, fam_names = pd.factorize(w["family"])
-    bf16 = (w["precision"] == "bf16").to_numpy()
     ids = w["workload_id"].tolist()
+    c = _pair_candidates(util, mem, fam_codes, len(fam_names), (w["precision"] == "bf16").to_numpy(), card, rng)
+    picker = _PairPicker(c, len(w), len(fam_names), same_family_share)
+    heavy = _pick_heavy(picker, n_pairs, mem_heavy_share)
+    _pick_by_util_bin(picker, n_pairs, heavy)
+    pairs_lines = _pairs_lines(c, picker.order, set(heavy), ids)
+    groups = _groups34(util, mem, fam_codes, card, n_groups34, rng)
+    group_lines = [_plan_line(ids, list(g), float(util[list(g)].sum()), float(mem[list(g)].sum() / card)) for g in groups]
+    lines = _spread_merge([x for x in (pairs_lines, group_lines) if x])
+    sel = np.array(picker.order, int)
+    bins = [int((c.pbin[sel] == k).sum()) for k in range(3)]
+    fams = {fam_names[fam_codes[m]] for i in picker.order for m in (c.a[i], c.b[i])}
+    summary = _pairs_summary(c, sel, bins, len(fams), groups, len(w), w.attrs["gpu_name"])
+    details = {"bins": dict(zip(UTIL_BINS, bins)), "gpu_name": w.attrs["gpu_name"], "n_solo": len(w),
+               "card_mib": card, "groups": len(groups)}
+    return PlanBuild(lines, summary, details)
 
-    a, b = np.triu_indices(len(w), k=1)
+
+@dataclass
+class _PairCandidates:
+    """Every 2-job pair ``a[i] < b[i]`` of the solo table and what the choice looks at."""
+
+    a: np.ndarray
+    b: np.ndarray
+    su: np.ndarray  # summed solo utilization (%)
+    mf: np.ndarray  # summed peak memory / card memory
+    same: np.ndarray  # both of one family
+    combo: np.ndarray  # 0 fp32+fp32, 1 mixed, 2 bf16+bf16
+    fpair: np.ndarray  # the (unordered) family pair as one code
+    pbin: np.ndarray  # utilization bin: 0 low, 1 medium, 2 high
+    jitter: np.ndarray  # seeded tie-breaker
+
+
+def _pair_candidates(util: np.ndarray, mem: np.ndarray, fam_codes: np.ndarray, nf: int, bf16: np.ndarray, card: float,
+                     rng: np.random.Generator) -> _PairCandidates:
+    """Every pair of workloads with its summed utilization and memory, family and precision mix."""
+    a, b = np.triu_indices(len(util), k=1)
     su = util[a] + util[b]
-    mf = (mem[a] + mem[b]) / card
-    same = fam_codes[a] == fam_codes[b]
-    combo = bf16[a].astype(int) + bf16[b].astype(int)  # 0 fp32+fp32, 1 mixed, 2 bf16+bf16
-    nf = len(fam_names)
-    fpair = np.minimum(fam_codes[a], fam_codes[b]) * nf + np.maximum(fam_codes[a], fam_codes[b])
-    pbin = np.where(su < 100, 0, np.where(su <= 150, 1, 2))
-    jitter = rng.random(len(a))
+    return _PairCandidates(
+        a=a, b=b, su=su, mf=(mem[a] + mem[b]) / card, same=fam_codes[a] == fam_codes[b],
+        combo=bf16[a].astype(int) + bf16[b].astype(int),
+        fpair=np.minimum(fam_codes[a], fam_codes[b]) * nf + np.maximum(fam_codes[a], fam_codes[b]),
+        pbin=np.where(su < 100, 0, np.where(su <= 150, 1, 2)), jitter=rng.random(len(a)),
+    )
 
-    picked = np.zeros(len(a), bool)
-    usage = np.zeros(len(w))
-    fp_used = np.zeros(nf * nf)
-    combo_used = np.zeros(3)
-    n_same = 0
-    order: list[int] = []
 
-    def pick(mask: np.ndarray) -> int | None:
-        """Greedily take the best candidate in ``mask``: family mix, precision mix, spread workloads."""
-        nonlocal n_same
-        cand = mask & ~picked
+class _PairPicker:
+    """Greedy choice among the candidates: family mix, precision mix, workloads spread; keeps the picks in order."""
+
+    def __init__(self, c: _PairCandidates, n_workloads: int, nf: int, same_family_share: float) -> None:
+        self.c = c
+        self.same_family_share = same_family_share
+        self.picked = np.zeros(len(c.a), bool)
+        self.usage = np.zeros(n_workloads)
+        self.fp_used = np.zeros(nf * nf)
+        self.combo_used = np.zeros(3)
+        self.n_same = 0
+        self.order: list[int] = []
+
+    def pick(self, mask: np.ndarray) -> int | None:
+        """Take the best candidate in ``mask`` not picked yet (None when there is none)."""
+        c = self.c
+        cand = mask & ~self.picked
         if not cand.any():
             return None
-        want_same = n_same < round(same_family_share * (len(order) + 1))
-        sub = cand & (same == want_same)
+        want_same = self.n_same < round(self.same_family_share * (len(self.order) + 1))
+        sub = cand & (c.same == want_same)
         cand = sub if sub.any() else cand
-        for c in np.argsort(combo_used, kind="stable"):
-            sub = cand & (combo == c)
+        for k in np.argsort(self.combo_used, kind="stable"):
+            sub = cand & (c.combo == k)
             if sub.any():
                 cand = sub
                 break
-        score = usage[a] + usage[b] + 2.0 * fp_used[fpair] + 0.5 * jitter
+        score = self.usage[c.a] + self.usage[c.b] + 2.0 * self.fp_used[c.fpair] + 0.5 * c.jitter
         i = int(np.flatnonzero(cand)[np.argmin(score[cand])])
-        picked[i] = True
-        usage[a[i]] += 1
-        usage[b[i]] += 1
-        fp_used[fpair[i]] += 1
-        combo_used[combo[i]] += 1
-        n_same += bool(same[i])
-        order.append(i)
+        self.picked[i] = True
+        self.usage[c.a[i]] += 1
+        self.usage[c.b[i]] += 1
+        self.fp_used[c.fpair[i]] += 1
+        self.combo_used[c.combo[i]] += 1
+        self.n_same += bool(c.same[i])
+        self.order.append(i)
         return i
 
+
+def _pick_heavy(picker: _PairPicker, n_pairs: int, mem_heavy_share: float) -> list[int]:
+    """The memory-heavy pairs: half expected to fail together (over the card), half heavy but fitting."""
+    mf = picker.c.mf
     n_heavy = min(n_pairs, round(mem_heavy_share * n_pairs))
     n_over = n_heavy // 2
     heavy: list[int] = []
     for mask, k in (((mf > MEM_OVER), n_over), ((mf > MEM_HEAVY) & (mf <= MEM_OVER), n_heavy - n_over)):
         for _ in range(k):
-            i = pick(mask)
+            i = picker.pick(mask)
             if i is None:
                 break
             heavy.append(i)
     for _ in range(n_heavy - len(heavy)):  # too few of one kind: any memory-heavy pair
-        i = pick(mf > MEM_HEAVY)
+        i = picker.pick(mf > MEM_HEAVY)
         if i is None:
             break
         heavy.append(i)
+    return heavy
 
+
+def _pick_by_util_bin(picker: _PairPicker, n_pairs: int, heavy: list[int]) -> None:
+    """Fill up to ``n_pairs`` round-robin over the utilization bins (light pairs first), about evenly."""
+    pbin, mf = picker.c.pbin, picker.c.mf
     target = [n_pairs // 3 + (1 if k < n_pairs % 3 else 0) for k in range(3)]
     count = [int((pbin[heavy] == k).sum()) for k in range(3)]
     light = mf <= MEM_HEAVY
-    while len(order) < n_pairs:
+    while len(picker.order) < n_pairs:
         progressed = False
         for k in range(3):
-            if len(order) >= n_pairs or count[k] >= target[k]:
+            if len(picker.order) >= n_pairs or count[k] >= target[k]:
                 continue
-            i = pick(light & (pbin == k))
+            i = picker.pick(light & (pbin == k))
             if i is None:
-                i = pick(pbin == k)
+                i = picker.pick(pbin == k)
             if i is not None:
                 count[k] += 1
                 progressed = True
         if not progressed:
-            open_bins = [k for k in range(3) if (~picked & (pbin == k)).any()]
+            open_bins = [k for k in range(3) if (~picker.picked & (pbin == k)).any()]
             if not open_bins:
                 break
             for k in open_bins:  # a bin ran short: the others take its share
                 target[k] += 1
 
-    def line(members: list[int], sum_util: float, mem_frac: float) -> str:
-        note = f"sum_util {sum_util:.0f}, mem {_pct(mem_frac)}"
-        if mem_frac > MEM_OVER:
-            note += " (expected to fail together)"
-        return " + ".join(ids[m] for m in members) + f"  # {note}"
 
-    heavy_set = set(heavy)
+def _plan_line(ids: list[str], members: list[int], sum_util: float, mem_frac: float) -> str:
+    """One plan line: the members joined by ``+``, annotated with their summed utilization and memory."""
+    note = f"sum_util {sum_util:.0f}, mem {_pct(mem_frac)}"
+    if mem_frac > MEM_OVER:
+        note += " (expected to fail together)"
+    return " + ".join(ids[m] for m in members) + f"  # {note}"
+
+
+def _pairs_lines(c: _PairCandidates, order: list[int], heavy: set[int], ids: list[str]) -> list[str]:
+    """The picked pairs' lines, each utilization bin and the memory-heavy pairs spread evenly through the plan."""
     by_bin: list[list[str]] = []
     for k in range(3):
-        normal = [line([a[i], b[i]], su[i], mf[i]) for i in order if pbin[i] == k and i not in heavy_set]
-        hv = [line([a[i], b[i]], su[i], mf[i]) for i in order if pbin[i] == k and i in heavy_set]
+        normal = [_plan_line(ids, [c.a[i], c.b[i]], c.su[i], c.mf[i]) for i in order if c.pbin[i] == k and i not in heavy]
+        hv = [_plan_line(ids, [c.a[i], c.b[i]], c.su[i], c.mf[i]) for i in order if c.pbin[i] == k and i in heavy]
         by_bin.append(_spread_merge([x for x in (normal, hv) if x]))
-    pairs_lines = _spread_merge([x for x in by_bin if x])
+    return _spread_merge([x for x in by_bin if x])
 
-    groups = _groups34(util, mem, fam_codes, card, n_groups34, rng)
-    group_lines = [line(list(g), float(util[list(g)].sum()), float(mem[list(g)].sum() / card)) for g in groups]
-    lines = _spread_merge([x for x in (pairs_lines, group_lines) if x])
 
-    sel = np.array(order, int)
-    bins = [int((pbin[sel] == k).sum()) for k in range(3)]
+def _pairs_summary(c: _PairCandidates, sel: np.ndarray, bins: list[int], n_families: int,
+                   groups: list[tuple[int, ...]], n_solo: int, gpu_name: str) -> str:
+    """The one-line summary of a pairs plan."""
     n3 = sum(len(g) == 3 for g in groups)
-    fams = {fam_names[fam_codes[m]] for i in order for m in (a[i], b[i])}
-    summary = (f"{len(order)} pairs (sum_util <100: {bins[0]}, 100-150: {bins[1]}, >150: {bins[2]}; "
-               f"memory >70%: {int((mf[sel] > MEM_HEAVY).sum())}, >100%: {int((mf[sel] > MEM_OVER).sum())}; "
-               f"same-family {int(same[sel].sum())}; fp32+fp32/mixed/bf16+bf16 "
-               f"{'/'.join(str(int((combo[sel] == c).sum())) for c in range(3))}; {len(fams)} families) "
-               f"+ {len(groups)} groups ({n3} of 3, {len(groups) - n3} of 4) from {len(w)} ok solo workloads on "
-               f"{w.attrs['gpu_name']}")
-    details = {"bins": dict(zip(UTIL_BINS, bins)), "gpu_name": w.attrs["gpu_name"], "n_solo": len(w),
-               "card_mib": card, "groups": len(groups)}
-    return PlanBuild(lines, summary, details)
+    return (f"{len(sel)} pairs (sum_util <100: {bins[0]}, 100-150: {bins[1]}, >150: {bins[2]}; "
+            f"memory >70%: {int((c.mf[sel] > MEM_HEAVY).sum())}, >100%: {int((c.mf[sel] > MEM_OVER).sum())}; "
+            f"same-family {int(c.same[sel].sum())}; fp32+fp32/mixed/bf16+bf16 "
+            f"{'/'.join(str(int((c.combo[sel] == k).sum())) for k in range(3))}; {n_families} families) "
+            f"+ {len(groups)} groups ({n3} of 3, {len(groups) - n3} of 4) from {n_solo} ok solo workloads on "
+            f"{gpu_name}")
 
 
 def _groups34(util: np.ndarray, mem: np.ndarray, fam: np.ndarray, card: float, n: int,

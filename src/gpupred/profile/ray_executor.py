@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from gpupred.profile.harness import HarnessConfig, UnitInterrupted, UnitResult
+from gpupred.profile.harness import HarnessConfig, UnitInterrupted, UnitResult, estimate_unit_s
 from gpupred.profile.plan import Unit
 
 
@@ -71,8 +71,6 @@ def _drive(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: str, d
            deadline_wall: float | None, record: Callable[[UnitResult], None], task: Any, slots: int,
            in_flight: dict[Any, Unit]) -> str:
     import ray
-
-    from gpupred.profile.sweep import estimate_unit_s
 
     pending = list(todo)
     walls: list[float] = []

@@ -25,6 +25,7 @@ from gpupred.profile.harness import (
     Launcher,
     UnitInterrupted,
     UnitResult,
+    estimate_unit_s,
     measure_cuda_context,
     run_unit,
 )
@@ -65,7 +66,7 @@ def _version(dist: str) -> str:
 
 def software() -> dict[str, str]:
     """Versions that shape a measurement (read without importing torch)."""
-    from gpupred import __version__
+    from gpupred.version import __version__
 
     return {"python": platform.python_version(), "gpupred": __version__, "torch": _version("torch"),
             "torchvision": _version("torchvision"), "nvidia-ml-py": _version("nvidia-ml-py"), "host": platform.node()}
@@ -156,12 +157,7 @@ def run_sweep(
         raise GpupredError(f"unknown executor {executor!r}; use local or ray")
     if not dry_run and executor == "local":
         require_gpu()  # one line at once: no NVIDIA GPU/driver found (...)
-    if out is None:
-        if not dry_run:
-            raise GpupredError("--out is required: data/raw/<gpu>/<sweep-id>")
-        out = config.DRYRUN / "cpu" / f"dry-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(out)
-    check_out(out, dry_run)
+    out = _sweep_folder(out, dry_run)
     cfg = harness or harness_config(dry_run, window_s, host_batches, sync)
     units = load_plan(plan, limit, cfg.sync)
     start = time.monotonic()
@@ -175,25 +171,9 @@ def run_sweep(
     _count(manifest, out)
     store.write_manifest(out, manifest)
     sweep_id = out.name
-
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(units), initial=summary.already_done, desc=f"sweep {sweep_id}", unit="unit",
-               disable=not progress, dynamic_ncols=True, file=sys.stderr)
-
-    def record(result: UnitResult) -> None:
-        store.write_unit(out, result.group_id, result.runs, result.samples)
-        summary.done_now += 1
-        for s in result.statuses:
-            summary.statuses[s] += 1
-            manifest["status_counts"][s] = manifest.get("status_counts", {}).get(s, 0) + 1
-        _count(manifest, out)
-        store.write_manifest(out, manifest)
-        bar.set_postfix_str(f"{result.group_id[:40]} {'/'.join(result.statuses)}")
-        bar.update(1)
-
+    record = _Recorder(out, summary, manifest, len(units), progress)
     try:
-        with _SigtermAsInterrupt():
+        with SigtermAsInterrupt():
             if executor == "ray":
                 from gpupred.profile.ray_executor import run_on_ray
 
@@ -203,18 +183,62 @@ def run_sweep(
     except KeyboardInterrupt:
         summary.stopped = "interrupted (the unit in flight was not written)"
     finally:
-        bar.close()
-        summary.remaining = len([u for u in units if u.group_id not in store.finished_units(out)])
-        manifest["sessions"][-1].update(ended=store.now_utc(), units_run=summary.done_now, stopped=summary.stopped)
-        _count(manifest, out)
-        store.write_manifest(out, manifest)
+        record.close()
+        _end_session(out, units, summary, manifest)
     return summary
 
 
-class _SigtermAsInterrupt:
+def _sweep_folder(out: Path | None, dry_run: bool) -> Path:
+    """The sweep's folder: ``out``, or a new dry-run folder; refused where its kind of output does not belong."""
+    if out is None:
+        if not dry_run:
+            raise GpupredError("--out is required: data/raw/<gpu>/<sweep-id>")
+        out = config.DRYRUN / "cpu" / f"dry-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(out)
+    check_out(out, dry_run)
+    return out
+
+
+class _Recorder:
+    """Writes each finished unit atomically, counts it in the summary and the manifest, and moves the progress bar."""
+
+    def __init__(self, out: Path, summary: SweepSummary, manifest: dict[str, Any], total: int, progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.out, self.summary, self.manifest = out, summary, manifest
+        self.bar = tqdm(total=total, initial=summary.already_done, desc=f"sweep {out.name}", unit="unit",
+                        disable=not progress, dynamic_ncols=True, file=sys.stderr)
+
+    def __call__(self, result: UnitResult) -> None:
+        """Record one finished unit."""
+        out, summary, manifest = self.out, self.summary, self.manifest
+        store.write_unit(out, result.group_id, result.runs, result.samples)
+        summary.done_now += 1
+        for s in result.statuses:
+            summary.statuses[s] += 1
+            manifest["status_counts"][s] = manifest.get("status_counts", {}).get(s, 0) + 1
+        _count(manifest, out)
+        store.write_manifest(out, manifest)
+        self.bar.set_postfix_str(f"{result.group_id[:40]} {'/'.join(result.statuses)}")
+        self.bar.update(1)
+
+    def close(self) -> None:
+        """Close the progress bar."""
+        self.bar.close()
+
+
+def _end_session(out: Path, units: list[Unit], summary: SweepSummary, manifest: dict[str, Any]) -> None:
+    """Count the units left and close this session in the manifest (written whatever stopped the sweep)."""
+    summary.remaining = len([u for u in units if u.group_id not in store.finished_units(out)])
+    manifest["sessions"][-1].update(ended=store.now_utc(), units_run=summary.done_now, stopped=summary.stopped)
+    _count(manifest, out)
+    store.write_manifest(out, manifest)
+
+
+class SigtermAsInterrupt:
     """In the main thread, turn SIGTERM into KeyboardInterrupt so children are killed and the manifest is written."""
 
-    def __enter__(self) -> "_SigtermAsInterrupt":
+    def __enter__(self) -> "SigtermAsInterrupt":
         import signal
         import threading
 
@@ -234,11 +258,6 @@ class _SigtermAsInterrupt:
 
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
-
-
-def estimate_unit_s(walls: list[float], cfg: HarnessConfig) -> float:
-    """Time to reserve for the next unit: 1.25x the longest seen so far + 5 s, or the hard timeout before any."""
-    return max(walls) * 1.25 + 5.0 if walls else cfg.unit_timeout_s
 
 
 def record_context(manifest: dict[str, Any], ctx: ContextMeasurement) -> None:
@@ -288,7 +307,7 @@ def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool =
     cfg = harness_config(dry_run, window_s, host_batches, sync)
     backend = open_backend(dry_run)
     try:
-        with _SigtermAsInterrupt():
+        with SigtermAsInterrupt():
             ctx = measure_cuda_context(backend, cfg)
             result = run_unit([spec], backend, cfg, spec.id, context_mib=ctx.context_mib)
     finally:

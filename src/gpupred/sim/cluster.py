@@ -28,15 +28,12 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gpupred.sim.policies import Policy
 
 # Columns a job table passed to the simulator must hold (see gpupred.sim.traces).
 JOB_COLUMNS: tuple[str, ...] = (
@@ -208,6 +205,44 @@ class SimResult:
         at = np.interp(edges, t, cum) if len(t) else np.zeros_like(edges)
         width = np.diff(edges)
         return pd.DataFrame({"t_s": edges[:-1], "util": np.diff(at) / np.where(width > 0, width, 1.0)})
+
+
+class SchedulingPolicy(Protocol):
+    """What the simulator calls on a scheduling policy (:class:`gpupred.sim.policies.Policy` implements it)."""
+
+    name: str
+
+    def attach(self, sim: "Simulator") -> None:
+        """Bind to a simulator before its run."""
+        ...
+
+    def knowledge(self) -> dict[str, np.ndarray]:
+        """The slowdown matrices the policy decides with (the simulator refuses copies of its truth)."""
+        ...
+
+    def submit(self, j: int) -> None:
+        """A job arrives."""
+        ...
+
+    def pending(self) -> int:
+        """How many jobs wait."""
+        ...
+
+    def schedule(self) -> None:
+        """Start whatever waiting jobs fit now."""
+        ...
+
+    def on_free(self, g: int) -> None:
+        """A job finished on GPU ``g``."""
+        ...
+
+    def on_profile_end(self, j: int) -> None:
+        """Job ``j``'s profiling window ended."""
+        ...
+
+    def on_check(self, g: int, j: int) -> None:
+        """A delayed check of GPU ``g`` after job ``j`` joined it."""
+        ...
 
 
 class Simulator:
@@ -444,7 +479,7 @@ class Simulator:
         self.known_util["measured"][j] = self._true_util[j]
         self.known_mem["measured"][j] = self._true_mem[j]
 
-    def _event(self, policy: Policy, t: float, ev: int, a: int, b: int) -> None:
+    def _event(self, policy: SchedulingPolicy, t: float, ev: int, a: int, b: int) -> None:
         self.now = t
         if ev == EV_FINISH:
             if b != self.version[a]:
@@ -459,7 +494,7 @@ class Simulator:
         else:
             self._call(policy.on_check, a, b)
 
-    def run(self, policy: Policy) -> SimResult:
+    def run(self, policy: SchedulingPolicy) -> SimResult:
         """Simulate every job to completion under ``policy``."""
         try:
             self._call(policy.attach, self)
@@ -520,7 +555,7 @@ class Simulator:
         return SimResult(name, jobs, t, u, metrics)
 
 
-def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: Policy, truth: Slowdown | None = None,
+def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: SchedulingPolicy, truth: Slowdown | None = None,
              oom_restart_s: float = 30.0) -> SimResult:
     """Simulate ``jobs`` on ``cluster`` under ``policy``; co-located jobs progress at the ``truth`` slowdown."""
     return Simulator(jobs, cluster, truth, oom_restart_s).run(policy)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from gpupred.errors import GpupredError
 from gpupred.workloads import models
+from gpupred.workloads.batches import Batches
 from gpupred.workloads.spec import HALF_PRECISIONS, WorkloadSpec
 
 LossFn = Callable[[Any, tuple[Tensor, ...]], Tensor]
@@ -69,7 +70,7 @@ class BuiltWorkload:
         assert self.loss_fn is not None
         model = self.model.to(device).train()
         opt = make_optimizer(self.spec.optimizer, model.parameters(), self.lrs[0])
-        batch = _Batches(self.export_inputs + self.targets, device, host_batches)
+        batch = Batches(self.export_inputs + self.targets, device, host_batches)
         n_in, loss_fn = len(self.export_inputs), self.loss_fn
         amp = Amp(self.spec.precision, device)
 
@@ -118,25 +119,6 @@ class Amp:
         self.backward(loss)
         self.step(opt)
         self.update()
-
-
-class _Batches:
-    """Synthetic batch source: resident on the device, or a pinned host batch copied every call."""
-
-    def __init__(self, tensors: tuple[Tensor, ...], device: str, host: bool) -> None:
-        self.host = host
-        self.device = torch.device(device)
-        if host:
-            pin = self.device.type == "cuda" and torch.cuda.is_available()
-            self.tensors = tuple(t.pin_memory() if pin else t.clone() for t in tensors)
-        else:
-            self.tensors = tuple(t.to(self.device) for t in tensors)
-
-    def __call__(self) -> tuple[Tensor, ...]:
-        """This iteration's batch on the device."""
-        if self.host:
-            return tuple(t.to(self.device, non_blocking=True) for t in self.tensors)
-        return self.tensors
 
 
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -192,72 +174,123 @@ def _torchvision(spec: WorkloadSpec) -> nn.Module:
 def _task(spec: WorkloadSpec, seed: int) -> _Task:
     """Construct one copy of the spec's model (seeded) and its synthetic batch (seeded by SEED)."""
     g = torch.Generator().manual_seed(SEED + 12345)
-    b, s, k = spec.batch_size, spec.input_size, spec.knob
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        fam = spec.family
-        if spec.kind == "cnn" or fam == "vit":
-            model = _torchvision(spec)
-            x = torch.randn(b, 3, s, s, generator=g)
-            y = torch.randint(0, _num_classes(s), (b,), generator=g)
-            return _Task(model, (x,), ["images"], (y,), _ce)
-        if fam == "mlp":
-            model = models.MLP(s, k["w"], k["d"])
-            x = torch.randn(b, s, generator=g)
-            y = torch.randint(0, 10, (b,), generator=g)
-            return _Task(model, (x,), ["features"], (y,), _ce)
-        if fam in ("lstm", "gru"):
-            model = models.RNNLM(fam, k["v"], k["e"], k["h"], k["l"])
-            tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
-            return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
-        if fam in ("bert", "gpt", "seq2seq") and k["m"] % k["h"]:
-            raise GpupredError(f"workload {spec.id!r}: d_model m{k['m']} is not divisible by heads h{k['h']}")
-        if spec.arch == "bert_qa":  # SQuAD fine-tuning: start/end logits per token, two cross-entropies
-            model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=False, out_features=2)
-            x = torch.randint(0, k["v"], (b, s), generator=g)
-            span = torch.randint(0, s, (b, 2), generator=g)
-            return _Task(model, (x,), ["tokens"], (span,), _span_ce)
-        if fam in ("bert", "gpt"):
-            model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=fam == "gpt")
-            tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
-            if fam == "gpt":
-                return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
-            x = tokens[:, :-1].contiguous()
-            masked = torch.rand(b, s, generator=g) < 0.15  # masked-LM: loss on 15% of positions
-            y = torch.where(masked, x, torch.full_like(x, -100))
-            return _Task(model, (x,), ["tokens"], (y,), _ce)
-        if fam == "dcgan":
-            try:
-                model = models.DCGAN(k["z"], k["g"], k["k"], s)
-            except ValueError as err:
-                raise GpupredError(f"workload {spec.id!r}: {err}") from None
-            z = torch.randn(b, k["z"], 1, 1, generator=g)
-            real = torch.rand(b, 3, s, s, generator=g) * 2 - 1
-            return _Task(model, (z, real), ["latent", "images"], (), _bce)
-        if fam == "seq2seq":
-            model = models.Seq2SeqTransformer(k["v"], k["t"], k["m"], k["h"], k["l"], s)
-            src = torch.randint(0, k["v"], (b, s), generator=g)
-            tgt = torch.randint(0, k["t"], (b, s + 1), generator=g)
-            return _Task(model, (src, tgt[:, :-1].contiguous()), ["source", "target"], (tgt[:, 1:].contiguous(),), _ce)
-        if fam == "pointnet":
-            model = models.PointNetCls(k["c"])
-            points = torch.randn(b, 3, s, generator=g)
-            return _Task(model, (points,), ["points"], (torch.randint(0, k["c"], (b,), generator=g),), _ce)
-        if fam == "fcnet":
-            from gpupred.workloads.fcnet import fc_widths
-
-            model = models.FCNet(s, fc_widths(s, k["o"], k["d"], spec.arch))
-            x = torch.randn(b, s, generator=g)
-            if k["o"] == 1:  # GPUMemNet: BCE-with-logits for one output, cross-entropy otherwise
-                return _Task(model, (x,), ["features"], (torch.randint(0, 2, (b, 1), generator=g).float(),), _bce)
-            return _Task(model, (x,), ["features"], (torch.randint(0, k["o"], (b,), generator=g),), _ce)
-        if fam == "neumf":
-            model = models.NeuMF(k["u"], k["i"], k["e"], k["l"])
-            users = torch.randint(0, k["u"], (b,), generator=g)
-            items = torch.randint(0, k["i"], (b,), generator=g)
-            y = torch.randint(0, 2, (b,), generator=g).float()
-            return _Task(model, (users, items), ["users", "items"], (y,), _bce)
+        make = _image_task if spec.kind == "cnn" or spec.family == "vit" else _FAMILY_TASKS.get(spec.family)
+        if make is not None:
+            return make(spec, g)
     raise GpupredError(f"workload {spec.id!r}: no builder for family {spec.family!r}")  # pragma: no cover
+
+
+def _image_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """A torchvision (or CIFAR) classifier on random images and labels."""
+    b, s = spec.batch_size, spec.input_size
+    model = _torchvision(spec)
+    x = torch.randn(b, 3, s, s, generator=g)
+    y = torch.randint(0, _num_classes(s), (b,), generator=g)
+    return _Task(model, (x,), ["images"], (y,), _ce)
+
+
+def _mlp_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """An MLP on random features, 10 classes."""
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    model = models.MLP(s, k["w"], k["d"])
+    x = torch.randn(b, s, generator=g)
+    y = torch.randint(0, 10, (b,), generator=g)
+    return _Task(model, (x,), ["features"], (y,), _ce)
+
+
+def _rnn_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """An LSTM/GRU language model on random tokens (next-token targets)."""
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    model = models.RNNLM(spec.family, k["v"], k["e"], k["h"], k["l"])
+    tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
+    return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+
+
+def _check_heads(spec: WorkloadSpec) -> None:
+    """A one-line error unless the transformer's d_model divides into its heads."""
+    k = spec.knob
+    if k["m"] % k["h"]:
+        raise GpupredError(f"workload {spec.id!r}: d_model m{k['m']} is not divisible by heads h{k['h']}")
+
+
+def _transformer_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """BERT (masked LM, or SQuAD spans for bert_qa) or GPT (next token) on random tokens."""
+    b, s, k, fam = spec.batch_size, spec.input_size, spec.knob, spec.family
+    _check_heads(spec)
+    if spec.arch == "bert_qa":  # SQuAD fine-tuning: start/end logits per token, two cross-entropies
+        model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=False, out_features=2)
+        x = torch.randint(0, k["v"], (b, s), generator=g)
+        span = torch.randint(0, s, (b, 2), generator=g)
+        return _Task(model, (x,), ["tokens"], (span,), _span_ce)
+    model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=fam == "gpt")
+    tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
+    if fam == "gpt":
+        return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+    x = tokens[:, :-1].contiguous()
+    masked = torch.rand(b, s, generator=g) < 0.15  # masked-LM: loss on 15% of positions
+    y = torch.where(masked, x, torch.full_like(x, -100))
+    return _Task(model, (x,), ["tokens"], (y,), _ce)
+
+
+def _dcgan_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """A DCGAN on random latents and random real images (its step is :func:`_dcgan_step`)."""
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    try:
+        model = models.DCGAN(k["z"], k["g"], k["k"], s)
+    except ValueError as err:
+        raise GpupredError(f"workload {spec.id!r}: {err}") from None
+    z = torch.randn(b, k["z"], 1, 1, generator=g)
+    real = torch.rand(b, 3, s, s, generator=g) * 2 - 1
+    return _Task(model, (z, real), ["latent", "images"], (), _bce)
+
+
+def _seq2seq_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """An encoder-decoder transformer on random source and target tokens (next target token)."""
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    _check_heads(spec)
+    model = models.Seq2SeqTransformer(k["v"], k["t"], k["m"], k["h"], k["l"], s)
+    src = torch.randint(0, k["v"], (b, s), generator=g)
+    tgt = torch.randint(0, k["t"], (b, s + 1), generator=g)
+    return _Task(model, (src, tgt[:, :-1].contiguous()), ["source", "target"], (tgt[:, 1:].contiguous(),), _ce)
+
+
+def _pointnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """A PointNet classifier on random point clouds."""
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    model = models.PointNetCls(k["c"])
+    points = torch.randn(b, 3, s, generator=g)
+    return _Task(model, (points,), ["points"], (torch.randint(0, k["c"], (b,), generator=g),), _ce)
+
+
+def _fcnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """A GPUMemNet fully connected net on random features (BCE for one output, cross-entropy otherwise)."""
+    from gpupred.workloads.fcnet import fc_widths
+
+    b, s, k = spec.batch_size, spec.input_size, spec.knob
+    model = models.FCNet(s, fc_widths(s, k["o"], k["d"], spec.arch))
+    x = torch.randn(b, s, generator=g)
+    if k["o"] == 1:  # GPUMemNet: BCE-with-logits for one output, cross-entropy otherwise
+        return _Task(model, (x,), ["features"], (torch.randint(0, 2, (b, 1), generator=g).float(),), _bce)
+    return _Task(model, (x,), ["features"], (torch.randint(0, k["o"], (b,), generator=g),), _ce)
+
+
+def _neumf_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
+    """A NeuMF recommender on random user/item pairs and clicks."""
+    b, k = spec.batch_size, spec.knob
+    model = models.NeuMF(k["u"], k["i"], k["e"], k["l"])
+    users = torch.randint(0, k["u"], (b,), generator=g)
+    items = torch.randint(0, k["i"], (b,), generator=g)
+    y = torch.randint(0, 2, (b,), generator=g).float()
+    return _Task(model, (users, items), ["users", "items"], (y,), _bce)
+
+
+_FAMILY_TASKS: dict[str, Callable[[WorkloadSpec, torch.Generator], _Task]] = {
+    "mlp": _mlp_task, "lstm": _rnn_task, "gru": _rnn_task, "bert": _transformer_task, "gpt": _transformer_task,
+    "seq2seq": _seq2seq_task, "dcgan": _dcgan_task, "pointnet": _pointnet_task, "fcnet": _fcnet_task,
+    "neumf": _neumf_task,
+}
 
 
 class FusedExport(nn.Module):
@@ -319,7 +352,7 @@ def _dcgan_step(built: BuiltWorkload, device: str, host_batches: bool) -> Callab
     lr = built.lrs[0]
     opt_d = make_optimizer(built.spec.optimizer, gan.D.parameters(), lr)
     opt_g = make_optimizer(built.spec.optimizer, gan.G.parameters(), lr)
-    batch = _Batches(built.export_inputs, device, host_batches)
+    batch = Batches(built.export_inputs, device, host_batches)
     amp = Amp(built.spec.precision, device)
     ones = torch.ones(built.spec.batch_size, device=device)
     zeros = torch.zeros(built.spec.batch_size, device=device)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from gpupred.workloads.batches import Batches
 from gpupred.workloads.spec import WorkloadSpec
 
 SGD_MOMENTUM = 0.9
@@ -150,8 +151,6 @@ class FusedTrainStep:
         device: str,
         host_batches: bool = False,
     ) -> None:
-        from gpupred.workloads.builders import _Batches
-
         for m in copies:
             m.train()
         params, buffers = stack_module_state(copies)
@@ -166,7 +165,7 @@ class FusedTrainStep:
         in_dims = (0, 0, *([None] * (len(inputs) + len(targets))))
         self._losses = vmap(one_copy, in_dims=in_dims, randomness="different")
         self.opt = StackedOptimizer(list(self.params.values()), torch.tensor(lrs, dtype=torch.float64), spec.optimizer)
-        self.batch = _Batches(tuple(inputs) + tuple(targets), device, host_batches)
+        self.batch = Batches(tuple(inputs) + tuple(targets), device, host_batches)
         self.dev_type = torch.device(device).type
         self.bf16 = spec.precision == "bf16"
 

@@ -1,0 +1,32 @@
+"""Run a typer app as the ``gpupred`` command does: a GpupredError is one line on stderr and exit 2.
+
+Below every stage's ``cli.py`` and :mod:`gpupred.cli`, so a stage's own entry point
+(``python -m gpupred.profile.cli``) runs its commands the same way without importing the whole command.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpupred.errors import GpupredError
+
+
+def run_app(typer_app: typer.Typer, argv: list[str] | None = None) -> None:
+    """Run a typer app, turning a :class:`GpupredError` into one line on stderr and exit 2."""
+    try:
+        code = typer_app(args=argv, standalone_mode=False)
+    except GpupredError as err:
+        print(f"gpupred: error: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None
+    except typer.Abort:
+        print("gpupred: aborted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as err:  # usage errors (click's, or the copy typer vendors) carry their own exit code
+        if any(c.__name__ == "ClickException" for c in type(err).__mro__):
+            err.show()  # type: ignore[attr-defined]
+            raise SystemExit(err.exit_code) from None  # type: ignore[attr-defined]
+        raise
+    if isinstance(code, int) and code:
+        raise SystemExit(code)

@@ -1,0 +1,123 @@
+"""House rules of CONTRIBUTING checked on the source tree: no import cycles, no private imports, short functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SRC = REPO / "src"
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the package: dotted name -> (file, is a package __init__)."""
+    out = {}
+    for path in sorted((SRC / "gpupred").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
+
+
+def _imported_modules(node: ast.AST, name: str, is_pkg: bool, modules: dict[str, tuple[Path, bool]]) -> list[str]:
+    """The gpupred modules an import statement imports (a ``from`` import of a submodule counts as that module)."""
+    if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+            base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+        targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    else:
+        return []
+    out = []
+    for target in targets:
+        while target not in modules and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in modules and target != name:
+            out.append(target)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which gpupred modules each module imports: at top level, inside functions and for type checkers alike."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_pkg) in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            graph[name].update(_imported_modules(node, name, is_pkg, modules))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): every import cycle is inside one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    """The checker itself: a -> b -> c -> a is one cycle, d on its own none."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    """No gpupred modules import each other in a circle, lazily or not (type-checking imports included)."""
+    graph = import_graph()
+    assert len(graph) > 50 and "gpupred.graph.features" in graph["gpupred.graph.table"]  # the checker sees imports
+    assert cycles(graph) == []
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    """``from gpupred.x import _name`` appears nowhere in src/, tests/ or benchmarks/."""
+    offenders = []
+    for folder in ("src", "tests", "benchmarks"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("gpupred")):
+                    offenders += [f"{path.relative_to(REPO)}:{node.lineno} {a.name}" for a in node.names
+                                  if a.name.startswith("_") and not a.name.startswith("__")]
+    assert offenders == []
+
+
+def test_functions_fit_a_screen() -> None:
+    """No function or method in src/ is longer than MAX_FUNCTION_LINES lines (longer ones are split into steps)."""
+    long = []
+    for path in sorted((SRC / "gpupred").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}::{node.name} ({n} lines)")
+    assert long == []
