@@ -44,6 +44,22 @@ def test_cvplus_kth_equals_sorting_everything(seed: int) -> None:
     for kth in {0, 1, n // 10, n // 2, n - n // 10, n - 2, n - 1}:
         np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth), brute(centers, offsets, kth))
         np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth, max_width=2), brute(centers, offsets, kth))
+        for width in (2, 64):  # the bracketing path, not the direct one (few values here)
+            np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth, max_width=width, direct_max_values=0),
+                                          brute(centers, offsets, kth))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cvplus_kth_narrows_when_fold_models_disagree(seed: int) -> None:
+    """Thousands of residuals and fold predictions that differ by far more than the residuals' spread: the bracket
+    around each answer is halved until it is narrow, and the numbers stay those of sorting everything."""
+    rng = np.random.default_rng(seed)
+    offsets = [np.sort(np.abs(rng.standard_normal(600)) * 0.2 * (-1) ** seed) for _ in range(5)]
+    offsets[seed] = np.sort(np.concatenate([offsets[seed], np.zeros(100)]))  # a run of ties
+    centers = rng.standard_normal(300)[None, :] + rng.standard_normal((5, 300)) * 3.0
+    n = sum(len(o) for o in offsets)
+    for kth in (int(0.1 * (n + 1)) - 1, int(np.ceil(0.9 * (n + 1))) - 1):
+        np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth, direct_max_values=0), brute(centers, offsets, kth))
 
 
 @pytest.mark.parametrize("model", ["xgboost", "lightgbm", "ridge"])
@@ -61,16 +77,23 @@ def test_conformal_predictions_unchanged(model: str) -> None:
         np.testing.assert_array_equal(fast_predict(m, X), m.predict(X))
 
 
-@pytest.mark.parametrize("model", ["xgboost", "lightgbm"])
-def test_numpy_forest_equals_the_library(model: str) -> None:
+def _forest_frame(missing: bool) -> tuple[np.ndarray, np.ndarray]:
     from gpupred.dataset import feature_columns
-    from gpupred.learn.forest import Forest
-    from gpupred.learn.regressors import make_regressor
 
     df = fixture_dataset(n_batch_sizes=3)
     X, y = df[feature_columns(df)].to_numpy(float, copy=True), np.log1p(df["memory_mib"].to_numpy(float))
+    if missing:  # missing values take each split's default direction
+        X[np.random.default_rng(1).random(X.shape) < 0.05] = np.nan
+    return X, y
+
+
+@pytest.mark.parametrize("model", ["xgboost", "lightgbm", "decision_tree", "gradient_boosting"])
+def test_numpy_forest_equals_the_library(model: str) -> None:
+    from gpupred.learn.forest import Forest
+    from gpupred.learn.regressors import make_regressor
+
+    X, y = _forest_frame(missing=model != "gradient_boosting")  # scikit-learn's gradient boosting refuses NaN
     rng = np.random.default_rng(1)
-    X[rng.random(X.shape) < 0.05] = np.nan  # missing values take each split's default direction
     models = [make_regressor(model, tune=False, seed=s).fit(X[s::2], y[s::2]) for s in (0, 1)]
     forest = Forest.from_models(models)
     assert forest is not None
@@ -78,6 +101,28 @@ def test_numpy_forest_equals_the_library(model: str) -> None:
     np.testing.assert_array_equal(forest.predict(probe), np.stack([m.predict(probe) for m in models]))
     np.testing.assert_array_equal(forest.predict(probe[:1]), np.stack([m.predict(probe[:1]) for m in models]))
     assert Forest.from_models([make_regressor("ridge", tune=False).fit(np.nan_to_num(X), y)]) is None  # not a forest
+
+
+def test_numpy_forest_mixes_libraries() -> None:
+    """XGBoost, LightGBM and scikit-learn models in one forest (a predictor's targets combined): each model keeps
+    its library's arithmetic, and NaN is refused when a model refuses it."""
+    from gpupred.learn.forest import Forest
+    from gpupred.learn.regressors import make_regressor
+
+    X, y = _forest_frame(missing=False)
+    names = ["xgboost", "gradient_boosting", "lightgbm", "decision_tree"]
+    models = [make_regressor(name, tune=False, seed=s).fit(X[s::2], y[s::2]) for s, name in enumerate(names)]
+    combined = Forest.combine([Forest.from_models([m]) for m in models])
+    assert combined is not None
+    probe = np.vstack([X, X * np.random.default_rng(2).uniform(0.5, 2.0, X.shape)])
+    want = np.stack([m.predict(probe) for m in models])
+    np.testing.assert_array_equal(combined.predict(probe), want)
+    np.testing.assert_array_equal(combined.predict(probe[3:4]), want[:, 3:4])
+    probe[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        models[1].predict(probe[:1])
+    with pytest.raises(ValueError, match="NaN"):
+        combined.predict(probe[:1])
 
 
 def test_predictor_paths_agree_exactly() -> None:

@@ -15,7 +15,7 @@ from sklearn.linear_model import Ridge
 from fixtures_learning import fixture_dataset
 from gpupred.dataset import feature_columns
 from gpupred.errors import GpupredError
-from gpupred.learn import ConformalRegressor, nested_cv
+from gpupred.learn import EXPORTABLE, REGRESSORS, ConformalRegressor, nested_cv
 from gpupred.learn.evaluate import splits_for
 from gpupred.learn.nested import choose_for_export, oof_frame
 from gpupred.learn.oof import read_oof_predictions, write_oof_predictions
@@ -88,10 +88,29 @@ def test_compared_regressors_are_scored_but_never_chosen(df) -> None:
     assert set(res.comparison["model"]) == {"ridge", "decision_tree"} and len(res.comparison) == 6
 
 
-def test_exportable_regressors_leave_out_the_forests_that_grow_with_the_rows() -> None:
-    from gpupred.learn import EXPORTABLE, REGRESSORS
+def _keeps_training_rows(model, X: np.ndarray) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the pickled fitted model holds a training row, as the model sees it (after its transforms)."""
+    import pickle
 
-    assert set(REGRESSORS) - set(EXPORTABLE) == {"random_forest", "extra_trees"}
+    blob = pickle.dumps(model)
+    seen = model[:-1].transform(X) if len(model.steps) > 1 else X
+    return any(np.ascontiguousarray(seen[i], dtype=np.float64).tobytes() in blob for i in range(0, len(X), 7))
+
+
+@pytest.mark.parametrize("name", REGRESSORS)
+def test_exportable_regressors_keep_no_training_row(name: str) -> None:
+    """A predictor is built only from regressors that keep no training row (size and speed independent of the
+    rows; nothing of a source that may not be redistributed); svr and knn keep rows, the full-depth forests grow
+    with them: compared, never exported."""
+    from gpupred.learn.regressors import make_regressor
+
+    frame = fixture_dataset(n_batch_sizes=3)
+    X, y = frame[feature_columns(frame)].to_numpy(float), np.log1p(frame["gpu_util"].to_numpy(float))
+    model = make_regressor(name, tune=False).fit(X, y)
+    if name in ("random_forest", "extra_trees"):
+        assert name not in EXPORTABLE
+    else:
+        assert (name in EXPORTABLE) == (not _keeps_training_rows(model, X))
 
 
 def test_out_of_fold_file_for_every_row(df, tmp_path: Path) -> None:

@@ -1,16 +1,21 @@
 """Several fitted tree-ensemble regressors evaluated together in numpy: the same numbers as their libraries, faster
 for a few rows.
 
-A CV+ predictor calls 1 + K models per target; through XGBoost's or LightGBM's own predict each call costs
-0.4-0.9 ms of fixed overhead, 10-20 ms for one row over three targets. Here every tree of every model
+A CV+ predictor calls 1 + K models per target; through XGBoost's, LightGBM's or scikit-learn's own predict each
+call costs 0.2-0.9 ms of fixed overhead, 10-20 ms for one row over three targets. Here every tree of every model
 becomes rows of flat node arrays, and all trees descend one level per numpy step (a few hundred
-microseconds for one row, whatever the number of models). The library's arithmetic is reproduced:
+microseconds for one row, whatever the number of models). Each library's arithmetic is reproduced, node by
+node and model by model, so models of different libraries share one forest:
 
 - XGBoost (``gbtree``, ``reg:squarederror``, numerical splits): features as float32, ``x < split`` goes left,
   a missing value (NaN) follows ``default_left``; the prediction is ``base_score`` plus each tree's leaf, summed
   in float32 in tree order.
 - LightGBM (regression, numerical ``<=`` splits): features as float64, ``x <= threshold`` goes left, missing
   values as its ``missing_type`` says; leaves summed in float64 in tree order.
+- scikit-learn ``DecisionTreeRegressor`` and ``GradientBoostingRegressor`` (squared error, mean init): features
+  as float32, ``x <= threshold`` (float64) goes left; a decision tree sends NaN where ``missing_go_to_left``
+  says, gradient boosting refuses NaN as its library does; the prediction is the init constant plus
+  ``learning_rate`` times each tree's leaf, summed in float64 in stage order.
 
 Anything else (other boosters, objectives with a link function, categorical splits, other estimators) is
 not converted: :meth:`Forest.from_models` returns None and callers use ``predict``. Tests check equality
@@ -31,7 +36,9 @@ _LEAF = -1
 
 @dataclass
 class _Trees:
-    """Flat node arrays of a list of trees (one model): children, split feature and value, default direction, leaf value."""
+    """Flat node arrays of a list of trees (one model): children, split feature and value, default direction, leaf
+    value; and the model's arithmetic: features rounded to float32 (``x32``), ``<`` rather than ``<=``
+    (``strict``), leaves summed in float32 (``sum32``), NaN accepted (``nan_ok``)."""
 
     left: list[np.ndarray]
     right: list[np.ndarray]
@@ -40,6 +47,10 @@ class _Trees:
     default_left: list[np.ndarray]
     value: list[np.ndarray]
     base: float
+    x32: bool = False
+    strict: bool = False
+    sum32: bool = False
+    nan_ok: bool = True
 
 
 def _xgboost_trees(model: Any) -> _Trees | None:
@@ -54,7 +65,7 @@ def _xgboost_trees(model: Any) -> _Trees | None:
     if getattr(model, "best_iteration", None) is not None:
         return None  # early stopping: predict would use a prefix of the trees
     base = float(str(params["base_score"]).strip("[]"))
-    out = _Trees([], [], [], [], [], [], base)
+    out = _Trees([], [], [], [], [], [], base, x32=True, strict=True, sum32=True)
     for tree in booster["model"]["trees"]:
         if any(tree["split_type"]) or int(tree["tree_param"].get("size_leaf_vector", 1)) > 1:
             return None
@@ -112,6 +123,40 @@ def _lightgbm_trees(model: Any) -> _Trees | None:
     return out
 
 
+def _sklearn_trees(model: Any) -> _Trees | None:
+    """A scikit-learn DecisionTreeRegressor or GradientBoostingRegressor (squared error, mean init), else None."""
+    kind = type(model).__name__
+    if kind == "DecisionTreeRegressor":
+        if model.n_outputs_ != 1:
+            return None
+        estimators, scale, base, nan_ok = [model], 1.0, 0.0, True
+    elif kind == "GradientBoostingRegressor":
+        init = model.init_
+        if model.loss != "squared_error" or type(init).__name__ != "DummyRegressor" or init.strategy != "mean":
+            return None
+        estimators, scale, nan_ok = list(model.estimators_[:, 0]), float(model.learning_rate), False
+        base = float(np.asarray(init.constant_, dtype=np.float64).ravel()[0])
+    else:
+        return None
+    out = _Trees([], [], [], [], [], [], base, x32=True, nan_ok=nan_ok)
+    for est in estimators:
+        tree = est.tree_
+        is_leaf = tree.children_left == -1
+        out.left.append(np.where(is_leaf, _LEAF, tree.children_left).astype(np.int64))
+        out.right.append(np.where(is_leaf, _LEAF, tree.children_right).astype(np.int64))
+        out.feature.append(np.where(is_leaf, 0, tree.feature).astype(np.int64))
+        out.threshold.append(np.asarray(tree.threshold, dtype=np.float64))
+        out.default_left.append(np.asarray(getattr(tree, "missing_go_to_left", np.zeros(tree.node_count)), dtype=bool))
+        out.value.append(scale * np.asarray(tree.value[:, 0, 0], dtype=np.float64))  # scale * leaf, as predict_stages
+    return out
+
+
+_CONVERTERS: dict[str, Callable[[Any], "_Trees | None"]] = {
+    "XGBRegressor": _xgboost_trees, "LGBMRegressor": _lightgbm_trees,
+    "DecisionTreeRegressor": _sklearn_trees, "GradientBoostingRegressor": _sklearn_trees,
+}
+
+
 def _split_pipeline(model: Any) -> tuple[list[Callable[[np.ndarray], np.ndarray]], Any] | None:
     """The FunctionTransformer steps and the final estimator of a (grid-searched) pipeline, or None."""
     from sklearn.pipeline import Pipeline
@@ -130,11 +175,10 @@ def _split_pipeline(model: Any) -> tuple[list[Callable[[np.ndarray], np.ndarray]
 class Forest:
     """Every tree of several models (same input transform), evaluated level by level for all rows at once."""
 
-    def __init__(self, transform: list[Callable[[np.ndarray], np.ndarray]], models: list[_Trees], float32: bool) -> None:
+    def __init__(self, transform: list[Callable[[np.ndarray], np.ndarray]], models: list[_Trees]) -> None:
         self.transform = transform
-        self.float32 = float32
         self.n_models = len(models)
-        lefts, rights, feats, thrs, defaults, values, roots, owner = [], [], [], [], [], [], [], []
+        lefts, rights, feats, thrs, defaults, values, roots, owner, x32, strict = [], [], [], [], [], [], [], [], [], []
         offset = 0
         for k, trees in enumerate(models):
             for left, right, feat, thr, dflt, val in zip(trees.left, trees.right, trees.feature, trees.threshold,
@@ -144,17 +188,22 @@ class Forest:
                 lefts.append(np.where(left == _LEAF, np.arange(len(left)) + offset, left + offset))
                 rights.append(np.where(right == _LEAF, np.arange(len(right)) + offset, right + offset))
                 feats.append(feat)
-                thrs.append(thr)
+                thrs.append(np.asarray(thr, dtype=np.float64))  # float32 splits are exact in float64
                 defaults.append(dflt)
-                values.append(val)
+                values.append(np.asarray(val, dtype=np.float64))
+                x32.append(np.full(len(left), trees.x32))
+                strict.append(np.full(len(left), trees.strict))
                 offset += len(left)
         self.left, self.right = np.concatenate(lefts), np.concatenate(rights)
         self.feature, self.threshold = np.concatenate(feats), np.concatenate(thrs)
         self.default_left, self.value = np.concatenate(defaults), np.concatenate(values)
+        self.x32, self.strict = np.concatenate(x32), np.concatenate(strict)
         self.roots = np.asarray(roots, dtype=np.int64)
         self.owner = np.asarray(owner)
         self.bounds = np.searchsorted(self.owner, np.arange(self.n_models + 1))  # trees of model k: bounds[k]:bounds[k+1]
-        self.base = np.asarray([m.base for m in models], dtype=np.float32 if float32 else np.float64)
+        self.base = np.asarray([m.base for m in models], dtype=np.float64)
+        self.sum32 = np.asarray([m.sum32 for m in models], dtype=bool)
+        self.nan_ok = all(m.nan_ok for m in models)
         self.max_depth = self._depth()
 
     def _depth(self) -> int:
@@ -170,42 +219,38 @@ class Forest:
 
     @classmethod
     def from_models(cls, models: list[Any]) -> "Forest | None":
-        """A Forest of fitted regressors (XGBoost or LightGBM, bare or after FunctionTransformers), or None."""
+        """A Forest of fitted regressors (XGBoost, LightGBM, scikit-learn trees; bare or after FunctionTransformers),
+        or None."""
         parts = [_split_pipeline(m) for m in models]
         if any(p is None for p in parts) or not models:
             return None
         funcs = parts[0][0]  # type: ignore[index]
         if any(p[0] != funcs for p in parts):  # type: ignore[index]
             return None
-        kinds = {type(p[1]).__name__ for p in parts}  # type: ignore[index]
-        if kinds == {"XGBRegressor"}:
-            trees = [_xgboost_trees(p[1]) for p in parts]  # type: ignore[index]
-            float32 = True
-        elif kinds == {"LGBMRegressor"}:
-            trees = [_lightgbm_trees(p[1]) for p in parts]  # type: ignore[index]
-            float32 = False
-        else:
+        converters = [_CONVERTERS.get(type(p[1]).__name__) for p in parts]  # type: ignore[index]
+        if any(c is None for c in converters):
             return None
+        trees = [c(p[1]) for c, p in zip(converters, parts)]  # type: ignore[index,misc]
         if any(t is None for t in trees):
             return None
-        return cls(funcs, trees, float32)  # type: ignore[arg-type]
+        return cls(funcs, trees)  # type: ignore[arg-type]
 
     @classmethod
     def combine(cls, forests: list["Forest"]) -> "Forest | None":
-        """One forest holding the models of several (same input transform and arithmetic), in order; None if they differ."""
+        """One forest holding the models of several (same input transform), in order; None if the transforms differ."""
         first = forests[0] if forests else None
-        if first is None or any((f.transform, f.float32) != (first.transform, first.float32)
-                                for f in forests):
+        if first is None or any(f.transform != first.transform for f in forests):
             return None
         out = cls.__new__(cls)
-        out.transform, out.float32 = first.transform, first.float32
+        out.transform = first.transform
         out.n_models = sum(f.n_models for f in forests)
         nodes = np.cumsum([0] + [len(f.left) for f in forests[:-1]])
         models = np.cumsum([0] + [f.n_models for f in forests[:-1]])
         out.left = np.concatenate([f.left + o for f, o in zip(forests, nodes)])
         out.right = np.concatenate([f.right + o for f, o in zip(forests, nodes)])
-        for name in ("feature", "threshold", "default_left", "value", "base"):
+        for name in ("feature", "threshold", "default_left", "value", "x32", "strict", "base", "sum32"):
             setattr(out, name, np.concatenate([getattr(f, name) for f in forests]))
+        out.nan_ok = all(f.nan_ok for f in forests)
         out.roots = np.concatenate([f.roots + o for f, o in zip(forests, nodes)])
         out.owner = np.concatenate([f.owner + o for f, o in zip(forests, models)])
         out.bounds = np.searchsorted(out.owner, np.arange(out.n_models + 1))
@@ -217,27 +262,42 @@ class Forest:
         Z = np.asarray(X, dtype=float)
         for f in self.transform:
             Z = f(Z)
-        Z = np.ascontiguousarray(Z, dtype=np.float32 if self.float32 else np.float64)
+        Z = np.ascontiguousarray(Z, dtype=np.float64)
+        has_nan = bool(np.isnan(Z).any())
+        if has_nan and not self.nan_ok:
+            raise ValueError("Input X contains NaN: a gradient-boosting model of this forest does not accept missing values")
         m, width = Z.shape
-        flat = Z.ravel()
+        flat64 = Z.ravel()
+        flat32 = flat64.astype(np.float32).astype(np.float64) if self.x32.any() else flat64
         base_index = (np.arange(m) * width)[:, None] if m > 1 else 0
         child = self._children()
         node = np.broadcast_to(self.roots, (m, len(self.roots))).copy() if m > 1 else self.roots.copy()
-        has_nan = bool(np.isnan(flat).any())
+        mixed_x, mixed_op = not (self.x32.all() or not self.x32.any()), not (self.strict.all() or not self.strict.any())
         for _ in range(self.max_depth):
-            x = flat.take(base_index + self.feature.take(node))
-            go_left = x < self.threshold.take(node) if self.float32 else x <= self.threshold.take(node)
+            at = base_index + self.feature.take(node)
+            x = np.where(self.x32.take(node), flat32.take(at), flat64.take(at)) if mixed_x else \
+                (flat32 if self.x32[0] else flat64).take(at)
+            thr = self.threshold.take(node)
+            if mixed_op:
+                go_left = np.where(self.strict.take(node), x < thr, x <= thr)
+            else:
+                go_left = x < thr if self.strict[0] else x <= thr
             if has_nan:
                 go_left |= np.isnan(x) & self.default_left.take(node)
             node = child.take(2 * node + 1 - go_left)
-        leaves = self.value.take(node).reshape(m, -1)  # (rows, trees)
+        return self._sums(self.value.take(node).reshape(m, -1))
+
+    def _sums(self, leaves: np.ndarray) -> np.ndarray:
+        """Each model's base plus its trees' leaves, summed in tree order in the model's precision: (models, rows)."""
+        m = leaves.shape[0]
         out = np.empty((self.n_models, m), dtype=np.float64)
         for k in range(self.n_models):
             a, b = self.bounds[k], self.bounds[k + 1]
-            acc = np.empty((m, b - a + 1), dtype=leaves.dtype)
+            dtype = np.float32 if self.sum32[k] else np.float64
+            acc = np.empty((m, b - a + 1), dtype=dtype)
             acc[:, 0] = self.base[k]
             acc[:, 1:] = leaves[:, a:b]
-            out[k] = np.add.accumulate(acc, axis=1, dtype=leaves.dtype)[:, -1]  # in tree order, as the library sums
+            out[k] = np.add.accumulate(acc, axis=1, dtype=dtype)[:, -1]  # in tree order, as the library sums
         return out
 
     def _children(self) -> np.ndarray:

@@ -64,7 +64,7 @@ class ConformalRegressor:
         self.full_model_ = clone(self.model).fit(X, z)
         from gpupred.learn.forest import Forest
 
-        self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless XGBoost/LightGBM
+        self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless tree ensembles it reproduces
         return self
 
     def model_predictions(self, X: np.ndarray) -> np.ndarray:
@@ -139,7 +139,8 @@ class ConformalRegressor:
         return tuple(np.clip(np.expm1(a), 0, None) for a in self.predict_log(X, strata, preds))  # type: ignore[return-value]
 
 
-def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_width: int = 64) -> np.ndarray:
+def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_width: int = 64,
+               direct_max_values: int = DIRECT_MAX_VALUES) -> np.ndarray:
     """For every row i, the ``kth`` smallest (0-based) of ``centers[k, i] + offsets[k][j]`` over all folds k and j.
 
     The same numbers as sorting all n values of every row (CV+'s definition), without building the n x rows
@@ -147,12 +148,14 @@ def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_wid
     ``min_k centers[k, i] + a`` and ``max_k centers[k, i] + a``, ``a`` the ``kth`` smallest of all offsets
     pooled. Per fold, ``searchsorted`` splits the values into those below that bracket (minus a margin far
     larger than rounding), inside it, and above it; only the few inside are gathered and sorted, and the
-    answer is the (kth - number below)-th of them. Rows with more than ``max_width`` values inside (fold
-    models that disagree a lot) are computed the direct way.
+    answer is the (kth - number below)-th of them. Where fold models disagree, the bracket holds many values:
+    it is first halved (:func:`_narrow`, a few ``searchsorted`` per round) until at most ``max_width`` remain;
+    rows still wider after that are computed the direct way. Up to ``direct_max_values`` values in all, the
+    direct way is used for every row.
     """
     centers = np.asarray(centers, dtype=float)
     n_folds, m = centers.shape
-    if m * sum(len(o) for o in offsets) <= DIRECT_MAX_VALUES:  # few rows: the definition is cheapest
+    if m * sum(len(o) for o in offsets) <= direct_max_values:  # few rows: the definition is cheapest
         values = np.concatenate([centers[k][None, :] + offsets[k][:, None] for k in range(n_folds)])
         return np.partition(values, kth, axis=0)[kth]
     merged = np.sort(np.concatenate(offsets))
@@ -161,7 +164,7 @@ def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_wid
     lo, hi = c_min + a, c_max + a
     scale = np.abs(centers).max(axis=0) + np.abs(merged[[0, -1]]).max() + np.abs(lo) + np.abs(hi)
     margin = 16 * np.finfo(float).eps * scale + np.finfo(float).tiny
-    lo, hi = lo - margin, hi + margin
+    lo, hi = _narrow(centers, offsets, kth, lo - margin, hi + margin, margin, max_width)
     starts, counts = [], []
     for k in range(n_folds):
         s = np.searchsorted(offsets[k], lo - centers[k], side="left")
@@ -182,6 +185,34 @@ def cvplus_kth(centers: np.ndarray, offsets: list[np.ndarray], kth: int, max_wid
         values = np.concatenate([centers[k][rows][None, :] + offsets[k][:, None] for k in range(n_folds)])  # (n, rows)
         out[rows] = np.partition(values, kth, axis=0)[kth]
     return out
+
+
+def _count_le(centers: np.ndarray, offsets: list[np.ndarray], rows: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each row in ``rows``, how many ``centers[k, row] + offsets[k][j]`` are <= ``t`` (up to rounding)."""
+    return np.sum([np.searchsorted(o, t - centers[k, rows], side="right") for k, o in enumerate(offsets)], axis=0)
+
+
+def _narrow(centers: np.ndarray, offsets: list[np.ndarray], kth: int, lo: np.ndarray, hi: np.ndarray,
+            margin: np.ndarray, width: int, rounds: int = 48) -> tuple[np.ndarray, np.ndarray]:
+    """Halve each row's bracket [lo, hi] around its kth smallest value until it holds at most ``width`` values.
+
+    Counting at the midpoint is exact up to rounding, which ``margin`` bounds: with at least kth + 1 values
+    counted at ``mid`` the answer is <= mid + margin, otherwise it is > mid - margin; so the bracket keeps
+    the answer whatever the rounding. Rows that do not get narrow enough in ``rounds`` keep their bracket.
+    """
+    lo, hi = lo.copy(), hi.copy()
+    n_lo = _count_le(centers, offsets, np.arange(len(lo)), lo)
+    n_hi = _count_le(centers, offsets, np.arange(len(hi)), hi)
+    for _ in range(rounds):
+        rows = np.flatnonzero(n_hi - n_lo > width)
+        if not len(rows):
+            break
+        mid = 0.5 * (lo[rows] + hi[rows])
+        count = _count_le(centers, offsets, rows, mid)
+        up = count >= kth + 1
+        hi[rows[up]], n_hi[rows[up]] = mid[up] + margin[rows[up]], count[up]
+        lo[rows[~up]], n_lo[rows[~up]] = mid[~up] - margin[rows[~up]], count[~up]
+    return lo, hi
 
 
 def _gather_kth(centers: np.ndarray, offsets: list[np.ndarray], starts: list[np.ndarray], counts: list[np.ndarray],

@@ -71,11 +71,12 @@ REGRESSORS: tuple[str, ...] = (
     "ridge", "lasso", "svr", "knn", "decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost",
     "lightgbm", "mlp",
 )
-# The regressors a predictor may be built from: their fitted size stays small whatever the number of runs.
-# Full-depth forests (random_forest, extra_trees) grow with the rows (an 82 MB artifact on 3,060 runs, 1 + K
-# CV+ models per target): they are compared, never exported. The artifact is committed, imported by
-# schedulers and travels with the repository.
-EXPORTABLE: tuple[str, ...] = tuple(r for r in REGRESSORS if r not in ("random_forest", "extra_trees"))
+# The regressors a predictor may be built from: fitted, they keep no training row, so their size and prediction
+# cost stay small whatever the number of runs, and an exported predictor carries no row of a source whose terms
+# forbid redistributing it (GPUMemNet). Full-depth forests (random_forest, extra_trees) grow with the rows (an
+# 82 MB artifact on 3,060 runs, 1 + K CV+ models per target); svr keeps its support vectors and knn every row
+# (1,000-2,000 distinct rows/s for the whole predictor). They are compared, never exported.
+EXPORTABLE: tuple[str, ...] = tuple(r for r in REGRESSORS if r not in ("random_forest", "extra_trees", "svr", "knn"))
 TREE_MODELS: tuple[str, ...] = ("decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost", "lightgbm")
 
 
