@@ -35,7 +35,8 @@ def _outputs(nb_path: Path) -> list[dict]:
 
 
 @pytest.mark.notebook
-def test_skipped_notebook_shows_one_line_and_summary_is_stable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skipped_notebook_shows_one_line_and_summary_is_stable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(config, "ROOT", tmp_path)
     folder = tmp_path / "nb"
     folder.mkdir()
@@ -55,6 +56,7 @@ def test_skipped_notebook_shows_one_line_and_summary_is_stable(tmp_path: Path, m
     summary = json.loads((out / "pipeline.json").read_text())
     assert summary == [{"notebook": "01-needs-data.ipynb", "status": "skipped", "reason": "no runs in data/raw yet (data/raw)"}]
     assert str(tmp_path) not in (out / "pipeline.json").read_text()
+    assert "without encryption" not in capfd.readouterr().err  # the kernel's start leaves the console quiet
 
 
 @pytest.mark.notebook
