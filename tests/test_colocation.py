@@ -140,13 +140,19 @@ def test_fixture_hides_its_generating_variable(lucid) -> None:
     assert abs(np.corrcoef(feats.gpu_util, lat.gpu_util)[0, 1]) < 0.999  # predicted, not measured, utilization
 
 
-def test_crossfit_never_trains_on_a_heldout_workload(lucid) -> None:
+def _usable(lucid):  # type: ignore[no-untyped-def]
+    """(table, member, feats) of the FIXTURE Lucid pairs, usable groups only, with predicted features."""
     pairs, solo, latent = lucid
     table = co.lucid_table(pairs, solo)
     feats = fixture_predicted_features(latent[latent.workload_id.notna()])
     member = co.align(table, feats)
     keep = co.usable_groups(table, member)
-    t, m = table[keep].reset_index(drop=True), member[keep].reset_index(drop=True)
+    return table[keep].reset_index(drop=True), member[keep].reset_index(drop=True), feats
+
+
+def test_crossfit_never_trains_on_a_heldout_workload(lucid) -> None:
+    solo = lucid[1]
+    t, m, feats = _usable(lucid)
     rows = feats.merge(solo[["workload_id", "model"]].rename(columns={"model": "model_group"}), on="workload_id")
     for unit in ("workload_id", "model_group"):
         cf, held = co.crossfit(t, m, unit=unit, n_folds=4, seed=3)
@@ -199,12 +205,10 @@ def test_failed_pairs_are_excluded(tree: tuple[Path, pd.DataFrame]) -> None:
 
 
 def test_pair_matrix_matches_predict(lucid) -> None:
-    pairs, solo, latent = lucid
+    pairs, solo, _ = lucid
     table = co.lucid_table(pairs, solo)
-    feats = fixture_predicted_features(latent[latent.workload_id.notna()])
-    member = co.align(table, feats)
-    keep = co.usable_groups(table, member)
-    model = co.SlowdownModel.fit(table[keep].reset_index(drop=True), member[keep].reset_index(drop=True), co.PREDICTED_BASE)
+    t, m, feats = _usable(lucid)
+    model = co.SlowdownModel.fit(t, m, co.PREDICTED_BASE)
     rows = table[table.group_id == "lucid-1"]
     got = model.predict(rows.reset_index(drop=True), co.align(rows, feats))
     mat = model.pair_matrix(feats.reset_index(drop=True))

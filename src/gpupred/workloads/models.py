@@ -257,6 +257,18 @@ class _InvertedResidual(nn.Module):
         return out if short is None else out + short
 
 
+def _inverted_residual_stages(cfg: tuple[tuple[int, int, int, int], ...], efficientnet: bool) -> list[nn.Module]:
+    """A 3->32 conv-BN-ReLU stem and the inverted-residual stages of ``cfg`` (expansion, channels, blocks, stride);
+    EfficientNet's blocks carry squeeze-excitation."""
+    blocks: list[nn.Module] = [*_conv_bn(3, 32), nn.ReLU()]
+    cin = 32
+    for expansion, cout, n, stride in cfg:
+        for s in [stride] + [1] * (n - 1):
+            blocks.append(_InvertedResidual(cin, cout, expansion, s, se=efficientnet, efficientnet=efficientnet))
+            cin = cout
+    return blocks
+
+
 class CifarMobileNetV2(nn.Module):
     """MobileNetV2 for 32x32 images (kuangliu/pytorch-cifar): stride-1 stem and second stage, 1280-d head."""
 
@@ -265,12 +277,7 @@ class CifarMobileNetV2(nn.Module):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        blocks: list[nn.Module] = [*_conv_bn(3, 32), nn.ReLU()]
-        cin = 32
-        for expansion, cout, n, stride in self.CFG:
-            for s in [stride] + [1] * (n - 1):
-                blocks.append(_InvertedResidual(cin, cout, expansion, s, se=False, efficientnet=False))
-                cin = cout
+        blocks = _inverted_residual_stages(self.CFG, efficientnet=False)
         blocks += [*_conv_bn(320, 1280, 1), nn.ReLU()]
         self.features = nn.Sequential(*blocks)
         self.linear = nn.Linear(1280, num_classes)
@@ -292,12 +299,7 @@ class CifarEfficientNetB0(nn.Module):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        blocks: list[nn.Module] = [*_conv_bn(3, 32), nn.ReLU()]
-        cin = 32
-        for expansion, cout, n, stride in self.CFG:
-            for s in [stride] + [1] * (n - 1):
-                blocks.append(_InvertedResidual(cin, cout, expansion, s, se=True, efficientnet=True))
-                cin = cout
+        blocks = _inverted_residual_stages(self.CFG, efficientnet=True)
         self.features = nn.Sequential(*blocks)
         self.linear = nn.Linear(320, num_classes)
 
