@@ -62,7 +62,7 @@ def test_cvplus_kth_narrows_when_fold_models_disagree(seed: int) -> None:
         np.testing.assert_array_equal(cvplus_kth(centers, offsets, kth, direct_max_values=0), brute(centers, offsets, kth))
 
 
-@pytest.mark.parametrize("model", ["xgboost", "lightgbm", "ridge"])
+@pytest.mark.parametrize("model", ["xgboost", "lightgbm", "ridge", "gradient_boosting", "mlp"])
 def test_conformal_predictions_unchanged(model: str) -> None:
     from gpupred.dataset import feature_columns
     from gpupred.learn.regressors import make_regressor

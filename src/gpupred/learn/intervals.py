@@ -78,7 +78,12 @@ class ConformalRegressor:
             return forest.predict(X)
         models = [self.full_model_, *self.fold_models_]
         threads = (os.cpu_count() or 1) if len(X) >= THREADED_MIN_ROWS else 1
-        return np.stack([np.asarray(fast_predict(m, X, threads), dtype=float) for m in models])
+        shared = leading_functions(models[0])
+        shared = shared if all(leading_functions(m)[:len(shared)] == shared for m in models) else []
+        Z = X
+        for func in shared:  # the models' common input transform, applied once rather than 1 + K times
+            Z = func(Z)
+        return np.stack([np.asarray(fast_predict(m, Z, threads, applied=len(shared)), dtype=float) for m in models])
 
     def predict_log(self, X: np.ndarray, strata: np.ndarray | None = None,
                     preds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -233,43 +238,61 @@ def _gather_kth(centers: np.ndarray, offsets: list[np.ndarray], starts: list[np.
     return table[np.arange(m), rank]
 
 
-def fast_predict(model: Any, X: np.ndarray, threads: int = 1) -> np.ndarray:
-    """``model.predict(X)`` for a fitted regressor, without scikit-learn's per-call checks where that is safe.
-
-    A (grid-searched) Pipeline of FunctionTransformers ending in XGBoost or LightGBM is evaluated step by
-    step, the booster called directly (the numbers are those of ``predict``); anything else goes through
-    ``predict``.
-    """
+def leading_functions(model: Any) -> list[Any]:
+    """The functions of the FunctionTransformer steps that open a (grid-searched) Pipeline, in order."""
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import FunctionTransformer
 
     inner = getattr(model, "best_estimator_", model)
+    funcs: list[Any] = []
+    for _, step in inner.steps[:-1] if isinstance(inner, Pipeline) else []:
+        if not isinstance(step, FunctionTransformer) or step.func is None or step.kw_args:
+            break
+        funcs.append(step.func)
+    return funcs
+
+
+def fast_predict(model: Any, X: np.ndarray, threads: int = 1, applied: int = 0) -> np.ndarray:
+    """``model.predict(X)`` for a fitted regressor, without scikit-learn's per-call checks where that is safe.
+
+    A (grid-searched) Pipeline's opening FunctionTransformers are applied as plain functions (``applied``: how
+    many of them ``X`` has been through already); a final XGBoost or LightGBM is called directly (the numbers
+    are those of ``predict``), other remaining steps through the pipeline's own ``predict``.
+    """
+    from sklearn.pipeline import Pipeline
+
+    inner = getattr(model, "best_estimator_", model)
     if not isinstance(inner, Pipeline):
         return model.predict(X)
-    steps = [step for _, step in inner.steps]
+    funcs = leading_functions(inner)
     Z = X
-    for step in steps[:-1]:
-        if not isinstance(step, FunctionTransformer) or step.func is None or step.kw_args:
-            return model.predict(X)
-        Z = step.func(Z)
-    last = steps[-1]
+    for func in funcs[applied:]:
+        Z = func(Z)
+    if len(funcs) < len(inner.steps) - 1:  # a fitted transformer (a scaler) still to come
+        return inner[len(funcs):].predict(Z)
+    last = inner.steps[-1][1]
     kind = type(last).__name__
     if kind == "XGBRegressor":
-        best = getattr(last, "best_iteration", None)  # set only when trained with early stopping
-        rng = (0, best + 1) if best is not None else (0, 0)
-        booster = last.get_booster()
-        if threads > 1:
-            booster.set_param({"nthread": threads})
-        try:
-            out = booster.inplace_predict(Z, iteration_range=rng, predict_type="value", missing=last.missing,
-                                          validate_features=False)
-        finally:
-            if threads > 1:
-                booster.set_param({"nthread": last.n_jobs or 1})
-        return np.asarray(out, dtype=float).reshape(len(Z), -1)[:, 0] if np.ndim(out) > 1 else np.asarray(out, dtype=float)
+        return _xgboost_predict(last, Z, threads)
     if kind == "LGBMRegressor":
         return np.asarray(last.booster_.predict(Z, num_threads=threads), dtype=float)
     return last.predict(Z)
+
+
+def _xgboost_predict(model: Any, Z: np.ndarray, threads: int) -> np.ndarray:
+    """The booster's ``inplace_predict`` on ``threads`` threads: the numbers of ``XGBRegressor.predict``."""
+    best = getattr(model, "best_iteration", None)  # set only when trained with early stopping
+    rng = (0, best + 1) if best is not None else (0, 0)
+    booster = model.get_booster()
+    if threads > 1:
+        booster.set_param({"nthread": threads})
+    try:
+        out = booster.inplace_predict(Z, iteration_range=rng, predict_type="value", missing=model.missing,
+                                      validate_features=False)
+    finally:
+        if threads > 1:
+            booster.set_param({"nthread": model.n_jobs or 1})
+    return np.asarray(out, dtype=float).reshape(len(Z), -1)[:, 0] if np.ndim(out) > 1 else np.asarray(out, dtype=float)
 
 
 def interval_coverage(

@@ -20,7 +20,7 @@ TARGETS: dict[str, str] = {"gpu_util": "log1p", "memory_mib": "log1p", "sm_activ
 def signed_log1p(x: np.ndarray) -> np.ndarray:
     """sign(x) * log1p(|x|): tames FLOPs and bytes that span many orders of magnitude."""
     x = np.asarray(x, dtype=float)
-    return np.sign(x) * np.log1p(np.abs(x))
+    return np.copysign(np.log1p(np.abs(x)), x)
 
 
 def _scaled(model: Any) -> Pipeline:
