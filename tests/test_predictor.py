@@ -57,6 +57,23 @@ def test_round_trip_and_card(fixture_artifact: Path) -> None:
     assert not p.predict(graph_only, gpu="A100 80GB PCIe").equals(p.predict(graph_only, gpu="h100"))
 
 
+def test_reexport_of_the_same_predictor_keeps_its_card(tmp_path: Path) -> None:
+    """make all on unchanged data leaves the committed card alone (same creation time); new data rewrites it."""
+    df = fixture_dataset(n_batch_sizes=2)
+    path = tmp_path / "predictor.joblib"
+    export_predictor(train_predictor(df, models="ridge", tune=False, n_folds=3), df, path)
+    card = json.loads(path.with_suffix(".json").read_text())
+    card["created_at"] = "2000-01-01T00:00:00Z"
+    path.with_suffix(".json").write_text(json.dumps(card))
+    export_predictor(train_predictor(df, models="ridge", tune=False, n_folds=3), df, path)
+    assert json.loads(path.with_suffix(".json").read_text())["created_at"] == "2000-01-01T00:00:00Z"
+    load_predictor(path)
+    fewer = df.iloc[: len(df) // 2]
+    export_predictor(train_predictor(fewer, models="ridge", tune=False, n_folds=3), fewer, path)
+    assert json.loads(path.with_suffix(".json").read_text())["created_at"] != "2000-01-01T00:00:00Z"
+    load_predictor(path)
+
+
 def test_predict_input_errors(fixture_artifact: Path, tmp_path: Path) -> None:
     p = load_predictor(fixture_artifact)
     with pytest.raises(GpupredError, match="lacks graph features"):

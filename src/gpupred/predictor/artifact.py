@@ -302,7 +302,11 @@ def usage_restriction(df: pd.DataFrame) -> str:
 
 def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None = None,
                      cv_metrics: dict[str, Any] | None = None) -> Path:
-    """Write the joblib artifact and its JSON card beside it; return the joblib path."""
+    """Write the joblib artifact and its JSON card beside it; return the joblib path.
+
+    Re-exporting the very same predictor (same bytes, same card) leaves the card, and so its ``created_at``,
+    as it was: ``make all`` on unchanged data changes nothing that is committed.
+    """
     import joblib
 
     from gpupred.files import atomic_write, atomic_write_bytes
@@ -333,8 +337,23 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
         "library_versions": library_versions(),
         "sha256": sha256(path),
     }
-    atomic_write_bytes(path.with_suffix(".json"), (json.dumps(json_safe(card), indent=2) + "\n").encode())
+    card_path = path.with_suffix(".json")
+    if _same_card(card_path, card):
+        return path
+    atomic_write_bytes(card_path, (json.dumps(json_safe(card), indent=2) + "\n").encode())
     return path
+
+
+def _same_card(path: Path, card: dict[str, Any]) -> bool:
+    """Whether the card at ``path`` says what ``card`` says, its creation time aside."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    from gpupred.reports import json_safe
+
+    new = json.loads(json.dumps(json_safe(card)))
+    return {k: v for k, v in old.items() if k != "created_at"} == {k: v for k, v in new.items() if k != "created_at"}
 
 
 def _display(path: Path) -> str:
