@@ -62,9 +62,16 @@ def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
 
 
 def test_07_skips_the_public_trace_when_absent(tmp_path: Path, run_notebook) -> None:
+    """...and a second run draws the very same figures (bootstrapped intervals are seeded: make all on unchanged
+    data changes no committed figure)."""
     write_notebook_tree(tmp_path)
-    run_notebook("07-scheduling-sim", {**SMALL_07, "seeds": [0, 1], "trace_csv": str(tmp_path / "none.csv"),
-                                       "loads": [0.8]})
+    params = {**SMALL_07, "trace_csv": str(tmp_path / "none.csv"), "loads": [0.8, 1.2]}  # five seeds: bootstrapped CIs
+    figures = tmp_path / "reports" / "figures"
+    drawn = []
+    for _ in range(2):
+        run_notebook("07-scheduling-sim", params)
+        drawn.append({f.name: f.read_bytes() for f in sorted(figures.glob("07-*.png"))})
+    assert len(drawn[0]) == 3 and drawn[0] == drawn[1]
     html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
     assert "public-trace section skipped" in html
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
