@@ -15,8 +15,9 @@ from torch import Tensor, nn
 
 from gpupred.errors import GpupredError
 from gpupred.workloads import models
-from gpupred.workloads.batches import Batches
-from gpupred.workloads.spec import HALF_PRECISIONS, WorkloadSpec
+from gpupred.workloads.batches import Amp, Batches
+from gpupred.workloads.fcnet import fc_widths
+from gpupred.workloads.spec import WorkloadSpec
 
 LossFn = Callable[[Any, tuple[Tensor, ...]], Tensor]
 
@@ -83,42 +84,6 @@ class BuiltWorkload:
             return loss.detach()
 
         return step
-
-
-class Amp:
-    """Mixed precision of one training step: autocast (bf16 or fp16) and, for fp16, a dynamic loss scaler.
-
-    fp16 follows ``torch.cuda.amp`` as the AMP training scripts of the published workloads use it:
-    ``scaler.scale(loss).backward(); scaler.step(opt); scaler.update()``. fp32 and bf16 use no scaler.
-    """
-
-    def __init__(self, precision: str, device: str) -> None:
-        self.dev_type = torch.device(device).type
-        self.enabled = precision in HALF_PRECISIONS
-        self.dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-        self.scaler = torch.amp.GradScaler(self.dev_type, enabled=precision == "fp16")
-
-    def autocast(self) -> Any:
-        """The autocast context of the forward pass (a no-op in fp32)."""
-        return torch.autocast(self.dev_type, dtype=self.dtype, enabled=self.enabled)
-
-    def backward(self, loss: Tensor) -> None:
-        """Backward of the (scaled, under fp16) loss."""
-        self.scaler.scale(loss).backward()
-
-    def step(self, opt: torch.optim.Optimizer) -> None:
-        """An optimizer step (unscaled and skipped on inf/NaN gradients under fp16)."""
-        self.scaler.step(opt)
-
-    def update(self) -> None:
-        """Update the loss scale after every optimizer of the iteration has stepped."""
-        self.scaler.update()
-
-    def backward_step(self, loss: Tensor, opt: torch.optim.Optimizer) -> None:
-        """Backward, step and scale update of a one-optimizer iteration."""
-        self.backward(loss)
-        self.step(opt)
-        self.update()
 
 
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -266,12 +231,10 @@ def _pointnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
 
 def _fcnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     """A GPUMemNet fully connected net on random features (BCE for one output, cross-entropy otherwise)."""
-    from gpupred.workloads.fcnet import fc_widths
-
     b, s, k = spec.batch_size, spec.input_size, spec.knob
     model = models.FCNet(s, fc_widths(s, k["o"], k["d"], spec.arch))
     x = torch.randn(b, s, generator=g)
-    if k["o"] == 1:  # GPUMemNet: BCE-with-logits for one output, cross-entropy otherwise
+    if k["o"] == 1:
         return _Task(model, (x,), ["features"], (torch.randint(0, 2, (b, 1), generator=g).float(),), _bce)
     return _Task(model, (x,), ["features"], (torch.randint(0, k["o"], (b,), generator=g),), _ce)
 

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from gpupred.workloads.batches import Batches
+from gpupred.workloads.batches import Amp, Batches
 from gpupred.workloads.spec import WorkloadSpec
 
 SGD_MOMENTUM = 0.9
@@ -166,14 +166,13 @@ class FusedTrainStep:
         self._losses = vmap(one_copy, in_dims=in_dims, randomness="different")
         self.opt = StackedOptimizer(list(self.params.values()), torch.tensor(lrs, dtype=torch.float64), spec.optimizer)
         self.batch = Batches(tuple(inputs) + tuple(targets), device, host_batches)
-        self.dev_type = torch.device(device).type
-        self.bf16 = spec.precision == "bf16"
+        self.amp = Amp(spec.precision, device)  # fp32 or bf16: fp16 is refused for fused specs
 
     def __call__(self) -> Tensor:
         """Run one iteration; returns the per-copy losses ``[F]`` (not synced)."""
         data = self.batch()
         self.opt.zero_grad()
-        with torch.autocast(self.dev_type, dtype=torch.bfloat16, enabled=self.bf16):
+        with self.amp.autocast():
             losses = self._losses(self.params, self.buffers, *data)
         losses.sum().backward()
         self.opt.step()

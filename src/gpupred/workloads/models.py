@@ -6,6 +6,7 @@ All modules are batch-first and ONNX-exportable with a symbolic batch dimension.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -173,18 +174,16 @@ def _conv_bn(cin: int, cout: int, k: int = 3, stride: int = 1, groups: int = 1, 
 
 
 class _Residual(nn.Module):
-    """``relu?(body(x) + shortcut(x))`` with a projection shortcut where shapes change."""
+    """``relu(body(x) + shortcut(x))`` with a projection shortcut where shapes change."""
 
-    def __init__(self, body: nn.Module, shortcut: nn.Module | None, relu: bool) -> None:
+    def __init__(self, body: nn.Module, shortcut: nn.Module | None) -> None:
         super().__init__()
         self.body = body
         self.shortcut = shortcut if shortcut is not None else nn.Identity()
-        self.relu = relu
 
     def forward(self, x: Tensor) -> Tensor:
         """The block's output."""
-        out = self.body(x) + self.shortcut(x)
-        return torch.relu(out) if self.relu else out
+        return torch.relu(self.body(x) + self.shortcut(x))
 
 
 class CifarResNet18(nn.Module):
@@ -198,7 +197,7 @@ class CifarResNet18(nn.Module):
             for s in (stride, 1):
                 body = nn.Sequential(*_conv_bn(cin, width, 3, s), nn.ReLU(), *_conv_bn(width, width))
                 proj = nn.Sequential(*_conv_bn(cin, width, 1, s)) if (s != 1 or cin != width) else None
-                layers.append(_Residual(body, proj, relu=True))
+                layers.append(_Residual(body, proj))
                 cin = width
         self.features = nn.Sequential(*layers)
         self.linear = nn.Linear(512, num_classes)
@@ -232,9 +231,10 @@ class CifarVGG11(nn.Module):
 
 
 class _InvertedResidual(nn.Module):
-    """Expand 1x1 -> depthwise 3x3 -> project 1x1 (each with BN), optional squeeze-excitation; CIFAR-repo flavour."""
+    """Expand 1x1 -> depthwise 3x3 -> project 1x1 (each with BN), squeeze-excitation in EfficientNet's; CIFAR-repo
+    flavour."""
 
-    def __init__(self, cin: int, cout: int, expansion: int, stride: int, se: bool, efficientnet: bool) -> None:
+    def __init__(self, cin: int, cout: int, expansion: int, stride: int, efficientnet: bool) -> None:
         super().__init__()
         mid = expansion * cin
         self.body = nn.Sequential(*_conv_bn(cin, mid, 1), nn.ReLU(), *_conv_bn(mid, mid, 3, stride, groups=mid), nn.ReLU(),
@@ -243,7 +243,7 @@ class _InvertedResidual(nn.Module):
         self.efficientnet = efficientnet
         self.proj = nn.Sequential(*_conv_bn(cin, cout, 1)) if (stride == 1 and cin != cout) else None
         self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cout, cout // 16, 1), nn.ReLU(),
-                                nn.Conv2d(cout // 16, cout, 1), nn.Sigmoid()) if se else None
+                                nn.Conv2d(cout // 16, cout, 1), nn.Sigmoid()) if efficientnet else None
 
     def forward(self, x: Tensor) -> Tensor:
         """The block's output."""
@@ -264,7 +264,7 @@ def _inverted_residual_stages(cfg: tuple[tuple[int, int, int, int], ...], effici
     cin = 32
     for expansion, cout, n, stride in cfg:
         for s in [stride] + [1] * (n - 1):
-            blocks.append(_InvertedResidual(cin, cout, expansion, s, se=efficientnet, efficientnet=efficientnet))
+            blocks.append(_InvertedResidual(cin, cout, expansion, s, efficientnet=efficientnet))
             cin = cout
     return blocks
 
@@ -314,20 +314,17 @@ CIFAR_MODELS: dict[str, type[nn.Module]] = {
 }
 
 
+def _bn_relu_stack(widths: tuple[int, ...], layer: Callable[[int, int], nn.Module] = nn.Linear) -> nn.Sequential:
+    """``layer`` + BatchNorm1d + ReLU for each step of ``widths`` (every layer, the last included, ends in ReLU)."""
+    layers: list[nn.Module] = []
+    for cin, cout in zip(widths[:-1], widths[1:]):
+        layers += [layer(cin, cout), nn.BatchNorm1d(cout), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
 def _point_mlp(widths: tuple[int, ...]) -> nn.Sequential:
-    """Shared per-point 1x1 Conv1d + BatchNorm + ReLU layers (the last without ReLU is the caller's choice)."""
-    layers: list[nn.Module] = []
-    for cin, cout in zip(widths[:-1], widths[1:]):
-        layers += [nn.Conv1d(cin, cout, 1), nn.BatchNorm1d(cout), nn.ReLU()]
-    return nn.Sequential(*layers)
-
-
-def _fc_bn(widths: tuple[int, ...]) -> nn.Sequential:
-    """Linear + BatchNorm1d + ReLU layers."""
-    layers: list[nn.Module] = []
-    for cin, cout in zip(widths[:-1], widths[1:]):
-        layers += [nn.Linear(cin, cout), nn.BatchNorm1d(cout), nn.ReLU()]
-    return nn.Sequential(*layers)
+    """Shared per-point layers: 1x1 Conv1d + BatchNorm + ReLU."""
+    return _bn_relu_stack(widths, lambda cin, cout: nn.Conv1d(cin, cout, 1))
 
 
 class PointNetCls(nn.Module):
@@ -336,11 +333,11 @@ class PointNetCls(nn.Module):
     def __init__(self, num_classes: int) -> None:
         super().__init__()
         self.stn_points = _point_mlp((3, 64, 128, 1024))
-        self.stn_head = nn.Sequential(_fc_bn((1024, 512, 256)), nn.Linear(256, 9))
+        self.stn_head = nn.Sequential(_bn_relu_stack((1024, 512, 256)), nn.Linear(256, 9))
         self.register_buffer("eye", torch.eye(3).reshape(1, 9), persistent=False)
         self.conv12 = _point_mlp((3, 64, 128))
         self.conv3 = nn.Sequential(nn.Conv1d(128, 1024, 1), nn.BatchNorm1d(1024))
-        self.fc1 = _fc_bn((1024, 512))
+        self.fc1 = _bn_relu_stack((1024, 512))
         self.fc2 = nn.Linear(512, 256)
         self.dropout = nn.Dropout(0.3)
         self.bn2 = nn.BatchNorm1d(256)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from gpupred.errors import GpupredError
+from gpupred.workloads.fcnet import SHAPES as FC_SHAPES
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Optimizer = Literal["sgd", "adam"]
@@ -87,9 +88,8 @@ FAMILIES: dict[str, Family] = {
         # PointNet classifier (Qi et al. 2017) over pts points, c classes, no feature transform
         Family("pointnet", "pointcloud", "pts", knobs=("c",), archs=("pointnet_cls",), in_catalog=False),
         # GPUMemNet's fully connected networks: in input features, o output features, d hidden layers; the
-        # architecture names the width rule (gpupred.workloads.models.fc_widths)
-        Family("fcnet", "mlp", "in", knobs=("o", "d"), archs=("fc_pyramid", "fc_uniform", "fc_bottleneck", "fc_gradual"),
-               in_catalog=False),
+        # architecture names the width rule (gpupred.workloads.fcnet.fc_widths)
+        Family("fcnet", "mlp", "in", knobs=("o", "d"), archs=FC_SHAPES, in_catalog=False),
     )
 }
 CATALOG_FAMILIES: tuple[str, ...] = tuple(f for f, fam in FAMILIES.items() if fam.in_catalog)
