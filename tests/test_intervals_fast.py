@@ -145,5 +145,5 @@ def test_predictor_paths_agree_exactly() -> None:
     np.testing.assert_array_equal(p.predict(repeated).to_numpy(), np.vstack([fast.to_numpy()] * 3))
     one = p.predict({k: v for k, v in rows.iloc[2].items()})
     np.testing.assert_array_equal(one.to_numpy()[0], fast.to_numpy()[2])
-    unique, inverse = distinct_rows(np.array([[1.0, np.nan], [2.0, 0.0], [1.0, np.nan]]))
-    assert len(unique) == 2 and inverse.tolist() == [0, 1, 0]
+    first, inverse = distinct_rows(np.array([[1.0, np.nan], [2.0, 0.0], [1.0, np.nan]]))
+    assert len(first) == 2 and inverse.tolist() == [0, 1, 0] and first.tolist() == [0, 1]

@@ -157,19 +157,28 @@ _CONVERTERS: dict[str, Callable[[Any], "_Trees | None"]] = {
 }
 
 
-def _split_pipeline(model: Any) -> tuple[list[Callable[[np.ndarray], np.ndarray]], Any] | None:
-    """The FunctionTransformer steps and the final estimator of a (grid-searched) pipeline, or None."""
+def leading_functions(model: Any) -> list[Callable[[np.ndarray], np.ndarray]]:
+    """The functions of the FunctionTransformer steps that open a (grid-searched) Pipeline, in order."""
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import FunctionTransformer
 
     inner = getattr(model, "best_estimator_", model)
-    steps = [s for _, s in inner.steps] if isinstance(inner, Pipeline) else [inner]
-    funcs = []
-    for step in steps[:-1]:
+    funcs: list[Callable[[np.ndarray], np.ndarray]] = []
+    for _, step in inner.steps[:-1] if isinstance(inner, Pipeline) else []:
         if not isinstance(step, FunctionTransformer) or step.func is None or step.kw_args:
-            return None
+            break
         funcs.append(step.func)
-    return funcs, steps[-1]
+    return funcs
+
+
+def _split_pipeline(model: Any) -> tuple[list[Callable[[np.ndarray], np.ndarray]], Any] | None:
+    """The FunctionTransformer steps and the final estimator of a (grid-searched) pipeline, or None."""
+    from sklearn.pipeline import Pipeline
+
+    inner = getattr(model, "best_estimator_", model)
+    steps = [s for _, s in inner.steps] if isinstance(inner, Pipeline) else [inner]
+    funcs = leading_functions(inner)
+    return (funcs, steps[-1]) if len(funcs) == len(steps) - 1 else None
 
 
 class Forest:

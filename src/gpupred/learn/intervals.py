@@ -26,6 +26,8 @@ import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, KFold
 
+from gpupred.learn.forest import Forest, leading_functions
+
 
 FOREST_MAX_ROWS = 32  # up to this many rows the numpy forest beats the libraries' per-call overhead
 THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core
@@ -62,8 +64,6 @@ class ConformalRegressor:
             self.fold_of_[test] = k
             self.residuals_[test] = np.abs(z[test] - m.predict(X[test]))
         self.full_model_ = clone(self.model).fit(X, z)
-        from gpupred.learn.forest import Forest
-
         self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless tree ensembles it reproduces
         return self
 
@@ -236,20 +236,6 @@ def _gather_kth(centers: np.ndarray, offsets: list[np.ndarray], starts: list[np.
         filled += c
     table.sort(axis=1)
     return table[np.arange(m), rank]
-
-
-def leading_functions(model: Any) -> list[Any]:
-    """The functions of the FunctionTransformer steps that open a (grid-searched) Pipeline, in order."""
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import FunctionTransformer
-
-    inner = getattr(model, "best_estimator_", model)
-    funcs: list[Any] = []
-    for _, step in inner.steps[:-1] if isinstance(inner, Pipeline) else []:
-        if not isinstance(step, FunctionTransformer) or step.func is None or step.kw_args:
-            break
-        funcs.append(step.func)
-    return funcs
 
 
 def fast_predict(model: Any, X: np.ndarray, threads: int = 1, applied: int = 0) -> np.ndarray:

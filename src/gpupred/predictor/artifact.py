@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred import config
-from gpupred.dataset import fingerprint
+from gpupred.dataset import PERCENT_LABELS, fingerprint
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
@@ -26,15 +26,12 @@ from gpupred.learn.intervals import ConformalRegressor
 SCHEMA_VERSION = 1
 # libraries whose pickles must be read by the very version that wrote them
 CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
-PERCENT_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active")
 MISSING_DEFAULT = "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
 
 
 def library_versions() -> dict[str, str]:
     """Installed versions of the libraries the artifact depends on."""
-    from importlib.metadata import version
-
-    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
     for lib in (*CHECKED_LIBRARIES, "pandas", "joblib", "gpupred"):
@@ -193,14 +190,13 @@ class Predictor:
         arr, index = self._matrix(x, batch_size, precision, optimizer, gpu)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
-        unique, inverse = distinct_rows(keyed)  # identical rows (a trace repeats its workloads) are predicted once
-        first = np.unique(inverse, return_index=True)[1]  # a row of each distinct row, in distinct-row order
+        first, inverse = distinct_rows(keyed)  # identical rows (a trace repeats its workloads) are predicted once
         unique, unique_strata = arr[first], None if strata is None else strata[first]
         preds = self._few_rows(unique)
         names, columns = [], []
         for name, model in self.targets.items():
             bounds = model.predict(unique, unique_strata, None if preds is None else preds[name])
-            if name in PERCENT_TARGETS:
+            if name in PERCENT_LABELS:
                 bounds = tuple(np.clip(a, 0, 100) for a in bounds)
             names += [name, f"{name}_low", f"{name}_high"]
             columns += list(bounds)
@@ -217,9 +213,10 @@ def _split_models(preds: np.ndarray, targets: dict[str, ConformalRegressor]) -> 
 
 
 def distinct_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of ``arr`` and, for every row, the index of its distinct row (exact: checked, not hashed only)."""
+    """The first row of each distinct row of ``arr`` (indices, in order of appearance) and, for every row, the index
+    of its distinct row (exact: checked, not hashed only)."""
     if len(arr) <= 1:
-        return arr, np.arange(len(arr))
+        return np.arange(len(arr)), np.arange(len(arr))
     hashes = pd.util.hash_pandas_object(pd.DataFrame(arr), index=False).to_numpy()
     codes, firsts = pd.factorize(hashes)
     first_row = np.full(len(firsts), -1)
@@ -227,8 +224,8 @@ def distinct_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     unique = arr[first_row]
     same = (unique[codes] == arr) | (np.isnan(unique[codes]) & np.isnan(arr))
     if not same.all():  # a hash collision (never seen): predict every row
-        return arr, np.arange(len(arr))
-    return unique, codes
+        return np.arange(len(arr)), np.arange(len(arr))
+    return first_row, codes
 
 
 def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict[str, np.ndarray]:
@@ -313,7 +310,6 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
     from gpupred.reports import json_safe
 
     path = Path(path) if path is not None else config.PREDICTOR
-    path.parent.mkdir(parents=True, exist_ok=True)
     predictor.card = {}
     atomic_write(path, lambda fh: joblib.dump(predictor, fh, compress=3))
     card = {
@@ -338,21 +334,18 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
         "sha256": sha256(path),
     }
     card_path = path.with_suffix(".json")
-    if _same_card(card_path, card):
-        return path
-    atomic_write_bytes(card_path, (json.dumps(json_safe(card), indent=2) + "\n").encode())
+    text = json.dumps(json_safe(card), indent=2) + "\n"
+    if not _same_card(card_path, json.loads(text)):
+        atomic_write_bytes(card_path, text.encode())
     return path
 
 
-def _same_card(path: Path, card: dict[str, Any]) -> bool:
-    """Whether the card at ``path`` says what ``card`` says, its creation time aside."""
+def _same_card(path: Path, new: dict[str, Any]) -> bool:
+    """Whether the card at ``path`` says what the card ``new`` (as JSON reads it) says, its creation time aside."""
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    from gpupred.reports import json_safe
-
-    new = json.loads(json.dumps(json_safe(card)))
     return {k: v for k, v in old.items() if k != "created_at"} == {k: v for k, v in new.items() if k != "created_at"}
 
 
