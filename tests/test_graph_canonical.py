@@ -205,3 +205,50 @@ def test_canonical_form_keeps_plain_graphs_unchanged(precision: str) -> None:
     plain = graph([helper.make_node("Conv", ["x", "w", "cb"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
                   X, {**CONV, "cb": (4,)}, "y")
     assert featurize(plain, batch_size=3, precision=precision) == featurize(plain, batch_size=3, precision=precision, canonical=False)
+
+
+def test_merges_keep_the_index_a_rebuild_would_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chained LayerNorm and GELU decompositions (a FIXTURE transformer-like stack): after every merge the reducer's
+    incrementally updated index equals a full rebuild, and the stack still featurizes as its fused twin."""
+    from gpupred.graph import canonical
+
+    def live(r: Any) -> tuple[dict[str, int], dict[str, list[int]]]:
+        producer = {t: i for t, i in r.producer.items() if r.nodes[i] is not None and t in r.nodes[i][3]}
+        readers = {t: [j for j in js if r.nodes[j] is not None] for t, js in r.readers.items()}
+        return producer, {t: js for t, js in readers.items() if js}
+
+    checked = []
+    replace = canonical._Reducer._replace
+
+    def checking(self: Any, *args: Any) -> None:
+        replace(self, *args)
+        after = live(self)
+        self._index()
+        assert after == live(self)
+        checked.append(args[1])
+
+    monkeypatch.setattr(canonical._Reducer, "_replace", checking)
+    consts = {"two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32), "sqrt2": np.array(1.4142135, np.float32),
+              "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    decomposed, fused, x = [], [], "x"
+    for k in range(3):
+        g, b = f"g{k}", f"b{k}"
+        consts.update({g: (16,), b: (16,)})
+        decomposed += [
+            helper.make_node("ReduceMean", [x], [f"mu{k}"], axes=[-1]), helper.make_node("Sub", [x, f"mu{k}"], [f"dev{k}"]),
+            helper.make_node("Pow", [f"dev{k}", "two"], [f"sq{k}"]), helper.make_node("ReduceMean", [f"sq{k}"], [f"var{k}"], axes=[-1]),
+            helper.make_node("Add", [f"var{k}", "eps"], [f"ve{k}"]), helper.make_node("Sqrt", [f"ve{k}"], [f"std{k}"]),
+            helper.make_node("Div", [f"dev{k}", f"std{k}"], [f"n{k}"]), helper.make_node("Mul", [f"n{k}", g], [f"ng{k}"]),
+            helper.make_node("Add", [f"ng{k}", b], [f"ln{k}"]),
+            helper.make_node("Div", [f"ln{k}", "sqrt2"], [f"d{k}"]), helper.make_node("Erf", [f"d{k}"], [f"e{k}"]),
+            helper.make_node("Add", [f"e{k}", "one"], [f"a{k}"]), helper.make_node("Mul", [f"ln{k}", f"a{k}"], [f"m{k}"]),
+            helper.make_node("Mul", [f"m{k}", "half"], [f"y{k}"]),
+        ]
+        fused += [helper.make_node("LayerNormalization", [x, g, b], [f"ln{k}"], axis=-1),
+                  helper.make_node("Gelu", [f"ln{k}"], [f"y{k}"])]
+        x = f"y{k}"
+    inputs = {"x": ["batch", 5, 16]}
+    row = same(graph(decomposed, inputs, consts, x), graph(fused, inputs, {n: v for n, v in consts.items() if n[0] in "gb"}, x,
+                                                            opset=20))
+    assert checked.count("LayerNormalization") == 3 and checked.count("Gelu") == 3
+    assert row["n_norm"] == 3 and row["n_act"] == 3 and row["n_elementwise"] == 0
