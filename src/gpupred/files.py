@@ -46,3 +46,15 @@ def atomic_write(path: Path, write: Callable[[Any], object], mode: int = 0o644) 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically."""
     atomic_write(path, lambda fh: fh.write(data))
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` atomically unless the file already holds exactly these bytes; whether it wrote.
+
+    Reports re-made from unchanged inputs keep their files (and git sees nothing to commit).
+    """
+    path = Path(path)
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    atomic_write_bytes(path, data)
+    return True

@@ -26,6 +26,7 @@ from typing import Any
 
 from gpupred import config
 from gpupred.errors import GpupredError
+from gpupred.files import write_if_changed
 
 
 class MissingInput(GpupredError):
@@ -172,9 +173,7 @@ def run_pipeline(
         print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
         results.append(result)
     summary = out_dir / "pipeline.json"
-    text = json.dumps([r.summary() for r in results], indent=2) + "\n"
-    if not summary.is_file() or summary.read_text() != text:
-        summary.write_text(text)
+    write_if_changed(summary, (json.dumps([r.summary() for r in results], indent=2) + "\n").encode())
     return results
 
 

@@ -8,21 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from gpupred import config
-from gpupred.files import atomic_write_bytes
+from gpupred.files import atomic_write_bytes, write_if_changed
 
 
 def save_figure(fig: Any, name: str, folder: Path | None = None) -> Path:
     """Save a matplotlib/seaborn figure as ``reports/figures/<name>.png`` (left alone if unchanged); return its path."""
     import io
 
-    folder = folder or config.FIGURES
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.png"
+    path = (folder or config.FIGURES) / f"{name}.png"
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})  # no version stamp
-    data = buf.getvalue()
-    if not path.is_file() or path.read_bytes() != data:
-        atomic_write_bytes(path, data)
+    write_if_changed(path, buf.getvalue())
     return path
 
 
@@ -42,7 +38,6 @@ def json_safe(value: Any) -> Any:
 def update_metrics(values: dict[str, Any], path: Path | None = None) -> dict[str, Any]:
     """Merge ``values`` into reports/metrics.json (keys from other notebooks are kept); return the whole."""
     path = path or config.METRICS
-    path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_text() if path.exists() else ""
     current = json.loads(old) if old else {}
     current.update(json_safe(values))

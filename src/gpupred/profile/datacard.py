@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.files import atomic_write_bytes
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import read_manifest, window_samples
@@ -187,9 +188,7 @@ def write_datacard(sweep_dir: Path) -> Path:
         if NOTES_HEADING in old:
             notes = old.split(NOTES_HEADING, 1)[1].strip("\n") or None
     text = datacard_text(sweep_dir, notes) if notes else datacard_text(sweep_dir)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    atomic_write_bytes(path, text.encode())
     return path
 
 
