@@ -53,11 +53,12 @@ Torch-free: works on the plain-Python node tuples of :mod:`gpupred.graph.loader`
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupred.graph.costs import COST_TABLE, CostEntry
+from gpupred.graph.costs import COST_TABLE
 
 # a node: (op_type, domain, inputs, outputs, name, attributes, cost entry or None)
 Node = tuple[str, str, tuple[str, ...], tuple[str, ...], str, dict[str, Any], Any]
@@ -88,20 +89,13 @@ class CanonicalGraph:
     dropped: Counter[str] = field(default_factory=Counter)  # what the reduction removed, by rule
 
 
-def _numel(dims: tuple[int, ...] | None) -> int:
-    n = 1
-    for d in dims or ():
-        n *= d
-    return n
-
-
 def raw_graph(
     nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
     graph_inputs: list[str], folded: set[str], float_types: frozenset[int],
 ) -> CanonicalGraph:
     """The graph as exported (no reduction): every node, weights through Identity counted once."""
     params = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
-    sizes = {n: (_numel(inits[n][0]), inits[n][2]) for n in params}
+    sizes = {n: (math.prod(inits[n][0] or ()), inits[n][2]) for n in params}
     for op, _, ins, outs, _, _, _ in nodes:
         if op == "Identity" and ins and ins[0] in params:
             params[outs[0]] = params[ins[0]]
@@ -117,7 +111,7 @@ class _Reducer:
         self.graph_inputs = list(graph_inputs)
         self.outputs = set(graph_outputs)
         self.params = {n: n for n, (_, et, _) in inits.items() if et in float_types and n not in folded}
-        self.sizes = {n: (_numel(inits[n][0]), inits[n][2]) for n in self.params}
+        self.sizes = {n: (math.prod(inits[n][0] or ()), inits[n][2]) for n in self.params}
         self.data: set[str] = set(graph_inputs)
         self.noise: set[str] = set()
         self.rename: dict[str, str] = {}
@@ -257,7 +251,7 @@ class _Reducer:
         if len(ydims) <= axis:
             return False
         channels = ydims[axis]
-        if _numel(bdims) != channels or len(bdims) > len(ydims):
+        if math.prod(bdims or ()) != channels or len(bdims) > len(ydims):
             return False
         pad = (1,) * (len(ydims) - len(bdims)) + tuple(bdims)  # numpy broadcasting aligns from the right
         return all(d == (channels if k == axis else 1) for k, d in enumerate(pad)) or channels == 1
@@ -281,7 +275,7 @@ class _Reducer:
                 bias = f"{prod[3][0]}::folded_batchnorm_bias"
                 channels, itemsize = self.sizes.get(self.params.get(scale, ""), (0, 4))
                 if not channels:
-                    channels = _numel(self.shapes.get(scale, ((0,), 0, 4))[0])
+                    channels = math.prod(self.shapes.get(scale, ((0,), 0, 4))[0] or ())
                 self.shapes[bias] = ((channels,), 1, itemsize)
                 self.params[bias] = bias
                 self.sizes[bias] = (channels, itemsize)
@@ -395,7 +389,7 @@ class _Reducer:
         yout = self.shapes.get(node[3][0], (None, 0, 0))[0]
         if xin is None or yout is None or len(xin) < 3:
             return False
-        return tuple(yout) in (tuple(xin[:2]) + (1,) * (len(xin) - 2), tuple(xin[:2])) and _numel(xin[2:]) > 1
+        return tuple(yout) in (tuple(xin[:2]) + (1,) * (len(xin) - 2), tuple(xin[:2])) and math.prod(xin[2:]) > 1
 
     def result(self) -> CanonicalGraph:
         """The reduced graph, inputs renamed through every dropped identity."""
@@ -427,4 +421,4 @@ def canonicalize(
     return r.result()
 
 
-__all__ = ["CanonicalGraph", "CostEntry", "canonicalize", "raw_graph"]
+__all__ = ["CanonicalGraph", "canonicalize", "raw_graph"]

@@ -41,14 +41,11 @@ from onnx import ModelProto, TensorProto
 
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import CanonicalGraph, Shape
-from gpupred.graph.loader import (  # ATTR_OPS, fixed_batch, graph_fingerprint, load_structure: re-exported
-    ATTR_OPS,
+from gpupred.graph.loader import (  # graph_fingerprint: re-exported
     FLOAT_TYPES,
     PlainGraph,
-    fixed_batch,
     graph_fingerprint,
     load_graph,
-    load_structure,
 )
 from gpupred.graph.costs import (
     MAC_CATEGORIES,

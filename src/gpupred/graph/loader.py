@@ -44,13 +44,6 @@ def itemsize(elem_type: int) -> int:
         return 0
 
 
-def load_structure(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, str]:
-    """Load an ONNX graph without weights or external data; return it and a label naming it."""
-    model, label = _load_unchecked(path_or_proto)
-    _check_complete(model, label)
-    return model, label
-
-
 def _load_unchecked(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, str]:
     """Load an ONNX graph (a copy of a given proto) and check it is a model; nodes not yet checked."""
     if isinstance(path_or_proto, ModelProto):
@@ -70,21 +63,6 @@ def _load_unchecked(path_or_proto: str | os.PathLike[str] | ModelProto) -> tuple
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.node:
         raise GpupredError(f"{label}: not an ONNX model (no ir_version or no graph nodes); re-export it")
     return model, label
-
-
-def _check_complete(model: ModelProto, label: str) -> None:
-    """Every node input must be produced somewhere: a truncated file loses nodes or initializers."""
-    g = model.graph
-    known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-    known |= {t.name for t in g.sparse_initializer}
-    for node in g.node:
-        for name in node.input:
-            if name not in known:
-                raise GpupredError(
-                    f"{label}: node {node.name or node.op_type!r} reads {name!r}, which nothing produces "
-                    "(truncated or malformed file); re-export it"
-                )
-        known.update(node.output)
 
 
 def _real_inputs(model: ModelProto) -> list[onnx.ValueInfoProto]:

@@ -15,6 +15,7 @@ repaired, or a node whose shapes still do not fit, is named in a one-line
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -25,13 +26,6 @@ from gpupred.errors import GpupredError
 Infer = Callable[[ModelProto], ModelProto]
 MAX_ROUNDS = 256
 _FIX_HINT = "re-export it with a symbolic batch (gpupred export, or gpupred.export_model)"
-
-
-def _numel(dims: tuple[int, ...]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
@@ -60,7 +54,7 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     if len(diff) != 1 or len(x_old) != len(x_new):
         return []
     axis = diff[0]
-    lo = _numel(x_old[:axis])
+    lo = math.prod(x_old[:axis])
     hi = lo * x_old[axis]
     spans = [(lo, hi)] if x_old[axis] == old else [(lo, lo * old), (hi // old, hi)]
     prefix = [1]
@@ -136,10 +130,10 @@ def _repair_round(model: ModelProto, label: str, before: dict[str, tuple[int, ..
             continue
         x, y = node.input[0], node.output[0]
         x_new, x_old, y_old = now.get(x), before.get(x), before.get(y)
-        if x_new is None or x_old is None or y_old is None or _numel(x_new) == _numel(x_old):
+        if x_new is None or x_old is None or y_old is None or math.prod(x_new) == math.prod(x_old):
             continue
         candidates = batch_candidates(x_old, x_new, y_old, old)
-        if _numel(x_new) * old != _numel(x_old) * new or not candidates:
+        if math.prod(x_new) * old != math.prod(x_old) * new or not candidates:
             raise GpupredError(
                 f"{label}: cannot change the batch size from {old} to {new}: node {node.name or 'Reshape'!r} bakes the "
                 f"batch into its target shape {list(y_old)}; {_FIX_HINT}"
@@ -166,7 +160,7 @@ def _first_broken(inferred: ModelProto, before: dict[str, tuple[int, ...]], now:
             shape = now.get(o)
             if shape is None:
                 return node
-            a, b = _numel(before[o]), _numel(shape)
+            a, b = math.prod(before[o]), math.prod(shape)
             if a != b and a * new != b * old:
                 return node
     return None
