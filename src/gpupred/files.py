@@ -3,6 +3,7 @@ the target, then the folder fsync'd. A crash at any instant leaves the old file 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -58,3 +59,12 @@ def write_if_changed(path: Path, data: bytes) -> bool:
         return False
     atomic_write_bytes(path, data)
     return True
+
+
+def sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

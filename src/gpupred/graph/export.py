@@ -31,7 +31,8 @@ from onnx import ModelProto, TensorProto
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import atomic_write_bytes
+from gpupred.files import atomic_write_bytes, sha256
+from gpupred.graph.protoscan import GZIP_MAGIC
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
@@ -320,7 +321,7 @@ def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, forc
         plain = _export_spec(spec, path.with_suffix(""))
         atomic_write_bytes(path, gzip.compress(plain.read_bytes(), compresslevel=9, mtime=0))  # same bytes every time
         plain.unlink()
-        index["graphs"][spec.arch_key] = _sha256(path)
+        index["graphs"][spec.arch_key] = sha256(path)
         written.append(path)
     import torch
 
@@ -333,17 +334,11 @@ def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, forc
 def copy_graph(source: Path, target: Path) -> Path:
     """Copy a graph to ``target`` as a plain .onnx file (decompressing one from the store)."""
     data = source.read_bytes()
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         data = gzip.decompress(data)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, data)
     return target
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------- a user's own model

@@ -7,7 +7,6 @@ workload id does, through ``gpupred.graph.export``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import time
@@ -20,6 +19,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.dataset import PERCENT_LABELS, fingerprint
 from gpupred.errors import GpupredError
+from gpupred.files import sha256
 from gpupred.hardware import HARDWARE_COLUMNS, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 
@@ -46,15 +46,6 @@ def _versions_match(lib: str, built: str, installed: str) -> bool:
     if lib == "numpy":  # pickled arrays are stable within a major version
         return built.split(".")[0] == installed.split(".")[0]
     return built == installed
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class Predictor:
