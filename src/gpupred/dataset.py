@@ -261,11 +261,9 @@ def source_label_rows(sources: Iterable[str] | None = None) -> tuple[pd.DataFram
     from gpupred import importers
 
     names = importers.imported_sources() if sources is None else list(sources)
-    modules = {"lucid": importers.lucid, "gpumemnet": importers.gpumemnet}
     parts, excluded = [], []
     for name in names:
-        importers.get_source(name)
-        runs, excl = modules[name].dataset_rows()
+        runs, excl = importers.module(name).dataset_rows()
         parts.append(runs)
         excluded.append(excl)
     labels = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

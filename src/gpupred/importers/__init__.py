@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 
 from gpupred.errors import GpupredError
 from gpupred.importers import gpumemnet, lucid
 from gpupred.importers import source as _source_module
 from gpupred.importers.source import Source, ensure_imported, is_imported, read_provenance
 
-SOURCES: dict[str, Source] = {lucid.SOURCE.name: lucid.SOURCE, gpumemnet.SOURCE.name: gpumemnet.SOURCE}
+MODULES: dict[str, ModuleType] = {m.SOURCE.name: m for m in (lucid, gpumemnet)}  # each source's importer module
+SOURCES: dict[str, Source] = {name: m.SOURCE for name, m in MODULES.items()}
 
-__all__ = ["SOURCES", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source", "imported_sources",
-           "is_imported", "lucid", "read_provenance"]
+__all__ = ["MODULES", "SOURCES", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source",
+           "imported_sources", "is_imported", "lucid", "module", "read_provenance"]
 
 
 def get_source(name: str) -> Source:
@@ -30,6 +32,12 @@ def get_source(name: str) -> Source:
     if name not in SOURCES:
         raise GpupredError(f"unknown source {name!r}; known: {', '.join(SOURCES)}")
     return SOURCES[name]
+
+
+def module(name: str) -> ModuleType:
+    """The importer module of the source called ``name`` (specs(), dataset_rows()...)."""
+    get_source(name)
+    return MODULES[name]
 
 
 def import_source(name: str, from_dir: str | os.PathLike[str] | None = None, **kwargs: object) -> Path:

@@ -32,7 +32,7 @@ import pandas as pd
 from onnx import TensorProto, helper
 
 from gpupred.errors import GpupredError
-from gpupred.importers.source import Source, UpstreamFile, verified_path
+from gpupred.importers.source import Source, UpstreamFile, read_csv
 from gpupred.workloads.fcnet import fc_widths
 from gpupred.workloads.spec import WorkloadSpec
 
@@ -96,11 +96,7 @@ def check_layers(spec: WorkloadSpec, layers: list[tuple[str, int, int]]) -> str:
 
 def read_runs() -> pd.DataFrame:
     """One row per GPUMemNet run with its spec id and labels (``RUN_COLUMNS``); MissingInput if not imported."""
-    path = verified_path(SOURCE, "mlp_data_step1.csv")
-    raw = pd.read_csv(path)
-    missing = [c for c in _CSV if c not in raw.columns]
-    if missing:
-        raise GpupredError(f"{path}: missing columns {missing}; not GPUMemNet's mlp_data_step1.csv")
+    raw = read_csv(SOURCE, "mlp_data_step1.csv", _CSV, "GPUMemNet's")
     ids, reasons = [], []
     for name, text, bs in zip(raw["Filename"], raw["Activations-Params"], raw["Batch Size"]):
         spec = spec_from_filename(name)

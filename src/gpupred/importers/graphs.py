@@ -69,5 +69,5 @@ def imported_specs(sources: Iterable[str] | None = None) -> list[WorkloadSpec]:
     names = importers.imported_sources() if sources is None else list(sources)
     out: list[WorkloadSpec] = []
     for name in names:
-        out += {"lucid": importers.lucid, "gpumemnet": importers.gpumemnet}[name].specs()
+        out += importers.module(name).specs()
     return out

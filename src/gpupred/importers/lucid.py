@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
-from gpupred.importers.source import Source, UpstreamFile, verified_path
+from gpupred.importers.source import Source, UpstreamFile, read_csv
 from gpupred.workloads.spec import WorkloadSpec
 
 SOURCE = Source(
@@ -176,15 +176,6 @@ def not_rebuilt_reason(model: str, dataset: str) -> str:
     return NOT_REBUILT.get((model, dataset), f"no rebuild of {model} on {dataset} (not in gpupred.importers.lucid.JOBS)")
 
 
-def _read_csv(name: str, columns: tuple[str, ...], index_col: int | None = None) -> pd.DataFrame:
-    path = verified_path(SOURCE, name)
-    df = pd.read_csv(path, index_col=index_col)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise GpupredError(f"{path}: missing columns {missing}; not Lucid's {name}")
-    return df
-
-
 def _workload_ids(models: pd.Series, datasets: pd.Series, bss: pd.Series, amps: pd.Series) -> pd.Series:
     """Spec ids, None (an object column, not NaN) for jobs that are not rebuilt."""
     out: list[str | None] = []
@@ -196,7 +187,7 @@ def _workload_ids(models: pd.Series, datasets: pd.Series, bss: pd.Series, amps: 
 
 def read_solo() -> pd.DataFrame:
     """One row per Lucid solo job (``SOLO_COLUMNS``); MissingInput if Lucid was not imported."""
-    raw = _read_csv("single_data.csv", _SOLO_CSV)
+    raw = read_csv(SOURCE, "single_data.csv", _SOLO_CSV, "Lucid's")
     df = pd.DataFrame({
         "job_key": [job_key(*k) for k in zip(raw["model"], raw["dataset"], raw["batchsize"], raw["amp"])],
         "model": raw["model"].astype(str), "dataset": raw["dataset"].astype(str),
@@ -216,7 +207,7 @@ def read_pairs() -> pd.DataFrame:
     ``speed_norm`` is the member's co-located speed over its solo speed, as upstream reports it (values a little
     above 1 are measurement noise, kept); ``slowdown = 1 / speed_norm`` (NaN where speed_norm is not positive).
     """
-    raw = _read_csv("colocate_info.csv", _PAIR_CSV, index_col=0)
+    raw = read_csv(SOURCE, "colocate_info.csv", _PAIR_CSV, "Lucid's", index_col=0)
     members = []
     for m in (0, 1):
         c = {k: raw[f"{k}{m + 1}"] for k in ("model", "dataset", "batchsize", "amp", "speed")}

@@ -21,12 +21,15 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
 from gpupred.pipeline import MissingInput
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROVENANCE = "provenance.json"
 
@@ -208,6 +211,19 @@ def verified_path(source: Source, name: str) -> Path:
         raise MissingInput(f"{path} missing: re-run `gpupred import {source.name}`")
     _check(path.read_bytes(), f, str(path))
     return path
+
+
+def read_csv(source: Source, name: str, columns: Any, owner: str, **read_kw: Any) -> "pd.DataFrame":
+    """The imported CSV file ``name`` (sha256 checked again), refused in one line when it lacks ``columns``;
+    ``owner`` names whose file it should be ("Lucid's")."""
+    import pandas as pd
+
+    path = verified_path(source, name)
+    df = pd.read_csv(path, **read_kw)
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise GpupredError(f"{path}: missing columns {missing}; not {owner} {name}")
+    return df
 
 
 def ensure_imported(source: Source) -> tuple[bool, str]:
