@@ -70,8 +70,9 @@ def progress_bar(**kwargs: Any) -> Any:
     import importlib.util
     import sys
 
-    if progress_enabled() and "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+    enabled = progress_enabled()
+    if enabled and "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.notebook import tqdm
     else:
         from tqdm.std import tqdm
-    return tqdm(**kwargs) if progress_enabled() else tqdm(disable=True, **{k: v for k, v in kwargs.items() if k != "disable"})
+    return tqdm(**kwargs) if enabled else tqdm(**{**kwargs, "disable": True})

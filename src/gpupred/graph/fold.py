@@ -110,15 +110,16 @@ EVAL: dict[str, _Ev] = {
 }
 
 
-def _static_shapes(model: ModelProto) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
+def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
+    """Every fully static shape the graph declares (inputs, value_info, outputs) and every initializer's."""
+    out: dict[str, tuple[int, ...]] = {}
     g = model.graph
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
+    for vi in (*g.input, *g.value_info, *g.output):
         tt = vi.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = [int(d.dim_value) for d in tt.shape.dim]
+            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
     for t in g.initializer:
-        out[t.name] = list(t.dims)
+        out[t.name] = tuple(t.dims)
     return out
 
 
@@ -142,7 +143,7 @@ def _initial_values(model: ModelProto) -> dict[str, np.ndarray]:
     return values
 
 
-def evaluate(model: ModelProto, shapes: dict[str, list[int]]) -> dict[str, np.ndarray]:
+def evaluate(model: ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Values of every small tensor computable from constants and known shapes, in one topological pass."""
     values = _initial_values(model)
     computed: dict[str, np.ndarray] = {}
@@ -211,7 +212,7 @@ def fold_shapes(
     all_folded: dict[str, np.ndarray] = {}
     for _ in range(max_rounds):
         inferred = infer(model)
-        shapes = _static_shapes(inferred)
+        shapes = static_shapes(inferred)
         missing = any(o and o not in shapes for node in inferred.graph.node for o in node.output)
         if not missing:
             return inferred, all_folded

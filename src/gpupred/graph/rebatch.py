@@ -22,23 +22,11 @@ import numpy as np
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from gpupred.errors import GpupredError
+from gpupred.graph.fold import static_shapes
 
 Infer = Callable[[ModelProto], ModelProto]
 MAX_ROUNDS = 256
 _FIX_HINT = "re-export it with a symbolic batch (gpupred export, or gpupred.export_model)"
-
-
-def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
-    """Every fully known tensor shape of an inferred model (initializers included)."""
-    out: dict[str, tuple[int, ...]] = {}
-    g = model.graph
-    for vi in (*g.input, *g.value_info, *g.output):
-        tt = vi.type.tensor_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
-    for t in g.initializer:
-        out[t.name] = tuple(t.dims)
-    return out
 
 
 def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tuple[int, ...], old: int) -> list[int]:
