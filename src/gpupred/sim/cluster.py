@@ -108,16 +108,22 @@ class BaselineSlowdown(Slowdown):
         return np.maximum(1.0, (self.util[a] + self.util[b]) / 100.0)
 
 
+def workload_kinds(kind: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """Jobs' workload indices as int64, each checked to index a row of ``shape`` (``what`` opens the error)."""
+    kind = np.asarray(kind, dtype=np.int64)
+    if kind.size and (kind.min() < 0 or kind.max() >= shape[0]):
+        raise GpupredError(f"{what} {shape}, but job kinds reach {int(kind.max())}")
+    return kind
+
+
 class MatrixSlowdown(Slowdown):
     """Slowdowns looked up in a workload x workload matrix: ``matrix[kind[a], kind[b]]`` (NaN: unknown)."""
 
     def __init__(self, matrix: np.ndarray, kind: np.ndarray) -> None:
         self.matrix = np.asarray(matrix, dtype=float)
-        self.kind = np.asarray(kind, dtype=np.int64)
         if self.matrix.ndim != 2 or self.matrix.shape[0] != self.matrix.shape[1]:
             raise GpupredError(f"slowdown matrix must be square, got shape {self.matrix.shape}")
-        if self.kind.size and (self.kind.min() < 0 or self.kind.max() >= self.matrix.shape[0]):
-            raise GpupredError(f"slowdown matrix is {self.matrix.shape}, but job kinds reach {int(self.kind.max())}")
+        self.kind = workload_kinds(kind, self.matrix.shape, "slowdown matrix is")
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Slowdowns of ``a`` sharing with ``b``."""
@@ -137,9 +143,7 @@ class PairSlowdown(Slowdown):
         both = np.isfinite(measured) & np.isfinite(measured.T)  # a pair counts as measured when both members were
         self.is_measured = both
         self.matrix = np.where(both, measured, fallback)
-        self.kind = np.asarray(kind, dtype=np.int64)
-        if self.kind.size and (self.kind.min() < 0 or self.kind.max() >= self.matrix.shape[0]):
-            raise GpupredError(f"slowdown matrices are {self.matrix.shape}, but job kinds reach {int(self.kind.max())}")
+        self.kind = workload_kinds(kind, self.matrix.shape, "slowdown matrices are")
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Slowdowns of ``a`` sharing with ``b``."""
@@ -158,9 +162,7 @@ class PredictedSlowdown(Slowdown):
         self.high = np.fmax(np.asarray(high, dtype=float), self.point)
         if self.point.shape != self.high.shape or self.point.ndim != 2:
             raise GpupredError(f"predicted slowdown matrices differ in shape: {self.point.shape} vs {self.high.shape}")
-        self.kind = np.asarray(kind, dtype=np.int64)
-        if self.kind.size and (self.kind.min() < 0 or self.kind.max() >= self.point.shape[0]):
-            raise GpupredError(f"predicted slowdown matrix is {self.point.shape}, but job kinds reach {int(self.kind.max())}")
+        self.kind = workload_kinds(kind, self.point.shape, "predicted slowdown matrix is")
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Predicted slowdowns of ``a`` sharing with ``b`` (NaN: no prediction)."""
