@@ -34,7 +34,9 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from onnx import ModelProto, TensorProto
@@ -260,33 +262,34 @@ def _half_sizes(op: str, ins: tuple[str, ...], outs: tuple[str, ...], in_params:
             act_size[out] = max(in_sizes)
 
 
-def _node_info(op: str, attrs: dict[str, Any], ins: tuple[str, ...], outs: tuple[str, ...], node_name: str,
-               in_params: list[bool], mac_op: bool, shapes: dict[str, Shape], act_size: dict[str, int],
-               bf16: bool) -> NodeInfo:
-    """What a cost rule reads about a node: its inputs' and outputs' shapes and item sizes under the precision."""
+def _tensor_infos(names: tuple[str, ...], params: Iterable[bool], mac_op: bool, shapes: dict[str, Shape],
+                  act_size: dict[str, int], bf16: bool) -> list[TensorInfo | None]:
+    """Shapes and item sizes of ``names`` under the precision (None where a shape is unknown).
+
+    Under bf16 an fp32 tensor is 2 bytes at a contraction; elsewhere a parameter keeps its own item size
+    and an activation takes the size ``act_size`` gave its producer.
+    """
     fp32 = TensorProto.FLOAT
     new_tuple = tuple.__new__  # TensorInfo(shape, size, is_param) without the named tuple's Python-level __new__
-    in_infos: list[TensorInfo | None] = []
-    for name, is_p in zip(ins, in_params):
+    infos: list[TensorInfo | None] = []
+    for name, is_p in zip(names, params):
         shp = shapes.get(name) if name else None
         if shp is None or shp[0] is None:
-            in_infos.append(None)
+            infos.append(None)
             continue
         size = shp[2]
         if bf16 and shp[1] == fp32:
             size = 2 if mac_op else (size if is_p else act_size.get(name, size))
-        in_infos.append(new_tuple(TensorInfo, (shp[0], size, is_p)))
-    out_infos: list[TensorInfo | None] = []
-    for name in outs:
-        shp = shapes.get(name) if name else None
-        if shp is None or shp[0] is None:
-            out_infos.append(None)
-            continue
-        size = shp[2]
-        if bf16 and shp[1] == fp32:
-            size = 2 if mac_op else act_size.get(name, size)
-        out_infos.append(new_tuple(TensorInfo, (shp[0], size, False)))
-    return NodeInfo(op, attrs, in_infos, out_infos, node_name)
+        infos.append(new_tuple(TensorInfo, (shp[0], size, is_p)))
+    return infos
+
+
+def _node_info(op: str, attrs: dict[str, Any], ins: tuple[str, ...], outs: tuple[str, ...], node_name: str,
+               in_params: list[bool], mac_op: bool, shapes: dict[str, Shape], act_size: dict[str, int],
+               bf16: bool) -> NodeInfo:
+    """What a cost rule reads about a node: its inputs' and outputs' shapes and item sizes under the precision."""
+    return NodeInfo(op, attrs, _tensor_infos(ins, in_params, mac_op, shapes, act_size, bf16),
+                    _tensor_infos(outs, repeat(False), mac_op, shapes, act_size, bf16), node_name)
 
 
 def _add_cost(t: _CostTotals, op: str, category: str, mac_op: bool, data_from_input: bool, cost: OpCost,
