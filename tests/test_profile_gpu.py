@@ -22,8 +22,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2-unit sweep: one small CNN with sync=step and with sync=window."""
     from gpupred.profile.sweep import harness_config, run_sweep
 
-    out = tmp_path_factory.mktemp("gpu") / "h100-test" / "smoke"
-    plan = out.parent / "plan.txt"
+    root = tmp_path_factory.mktemp("gpu")
+    out, plan = root / "smoke", root / "plan.txt"
     plan.write_text(f"{SPEC} sync=step\n{SPEC} sync=window\n")
     cfg = harness_config(False, window_s=2.0)
     summary = run_sweep(str(plan), out, harness=cfg, progress=False)
