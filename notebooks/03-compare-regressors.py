@@ -46,15 +46,19 @@ n_cal: int = 5  # CV+ calibration folds inside each outer training side
 alpha: float = 0.1  # 1 - nominal interval coverage
 tune: bool = False  # small grid search inside every fit (slower: each candidate then runs its own CV)
 compare_lofo: bool = False  # also score the compared regressors on the leave-one-family-out folds (slower)
+cross_gpu_targets: list = ["gpu_util"]  # labels of the cross-GPU evaluation (about 2 min each here; [] skips it)
+n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation
 n_jobs: int = 2  # parallel fits
 seed: int = 0  # fold assignment and model seeds
 
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 
 import gpupred.learn as learn
 from gpupred import dataset, reports
+from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
 from gpupred.learn.evaluate import sibling_group, splits_for
 from gpupred.learn.nested import choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
 from gpupred.learn.oof import write_oof_predictions
@@ -145,6 +149,45 @@ for target in [t for t in ("gpu_util", "memory_mib") if any(t in r for r in resu
     plt.show()
 
 # %% [markdown]
+# ## Across GPU kinds
+# Does a predictor trained on one GPU kind carry to another? For each GPU kind with enough workloads, the
+# same nested procedure is trained on **another kind's rows** (`a -> b`) or on **every other kind's**
+# (`rest -> b`) and scored on all of `b`'s rows, against the **within-GPU** reference: grouped folds over
+# `b`'s own workloads. `unseen` splits drop from training every workload also measured on `b`; where
+# workloads were measured on both kinds (twins, e.g. H200 re-runs of H100 specs) a `twins` split keeps
+# them, the case of a job that has already run on another GPU kind. Each imported source comes with its
+# own GPU *and* protocol (and GPUMemNet's networks are all fully connected), so a cross figure between
+# sources mixes the three; between this project's own sweeps only the GPU differs. `gpupred.learn.crossgpu`.
+
+# %%
+transfer: dict[str, pd.DataFrame] = {}
+for target in [t for t in cross_gpu_targets if t in df.columns]:
+    table, _ = cross_gpu_evaluation(df, target, candidates, n_within, n_inner, alpha, n_cal, seed, n_jobs)
+    if len(table):
+        transfer[target] = table
+    else:
+        print(f"{target}: fewer than two GPU kinds with enough workloads ({', '.join(info['gpus'])}): no cross-GPU figure")
+pd.concat(transfer, names=["target"]).round(3) if transfer else "no cross-GPU figures"
+
+# %%
+for target, table in transfer.items():
+    grid = table.assign(side=table["train"] + " (" + table["workloads"] + ")").pivot(index="side", columns="test_gpu",
+                                                                                      values="rmsle")
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * grid.shape[1], 0.9 + 0.45 * grid.shape[0]))
+    sns.heatmap(grid, annot=True, fmt=".2f", cmap="rocket_r", cbar_kws={"label": "RMSLE"}, ax=ax)
+    ax.set(xlabel="tested on", ylabel="trained on", title=f"{target}: RMSLE across GPU kinds")
+    reports.save_figure(fig, f"03-cross-gpu-{target}")
+    plt.show()
+
+# %% [markdown]
+# Measured ratio between two GPU kinds over their twin runs (one workload and `sync` setting measured on
+# both), per family: how far utilization and memory move when only the GPU changes.
+
+# %%
+ratios = {f"{b}/{a}": twin_ratios(df, b, a) for a, b, _ in twin_gpu_pairs(df)}
+pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured on two GPU kinds yet"
+
+# %% [markdown]
 # ## Out-of-fold predictions for downstream notebooks
 # Every dataset row, predicted by a model (chosen and fitted) on the other grouped-random folds, with its
 # CV+ interval: `data/processed/oof_predictions.parquet` (`gpupred.learn.oof`), stamped with the
@@ -186,5 +229,12 @@ for target in [t for t in targets if t != "gpu_util"]:
             metrics[f"{target}_interval_coverage_{scheme}"] = per_target[target].coverage()
     if target in chosen:
         metrics[f"{target}_best_model"] = chosen[target]
+for target, table in transfer.items():
+    key = "util" if target == "gpu_util" else target
+    metrics[f"{key}_rmsle_within_gpu"] = {r.test_gpu: r.rmsle for r in table[table["train"] == "within"].itertuples()}
+    metrics[f"{key}_rmsle_cross_gpu"] = {f"{r.train}->{r.test_gpu} ({r.workloads})": r.rmsle
+                                          for r in table[table["train"] != "within"].itertuples()}
+metrics["twin_ratio_median"] = {kinds: r.set_index("family").filter(like="_ratio_median").to_dict("index")
+                                for kinds, r in ratios.items()}
 reports.update_metrics(metrics)
 metrics

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.notebook
 NOTEBOOKS = ["03-compare-regressors", "04-explain", "05-memory", "08-export-predictor"]
 SMALL = {
     "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
-                              "n_jobs": 1},
+                              "n_jobs": 1, "cross_gpu_targets": ["gpu_util"], "n_within": 3},
     "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1},
     "05-memory": {"n_folds": 2, "residual_model": "ridge"},
     "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False},
@@ -46,7 +46,11 @@ def test_runs_on_fixture_dataset(name: str, run_notebook, tmp_path: Path) -> Non
         assert set(metrics["util_rmsle_by_source"]) == {"gpupred", "lucid"}
         assert set(metrics["util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
         assert 0 <= metrics["util_interval_coverage_lofo"] <= 1 and metrics["util_best_model"] in ("ridge", "knn")
-        assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png"} <= figures
+        assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png"} <= figures
+        # every FIXTURE workload is on both GPUs: within-GPU references and twins splits, no unseen ones
+        assert set(metrics["util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
+        assert set(metrics["util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"}
+        assert metrics["twin_ratio_median"]["RTX 3090/H100 SXM"]["all"]["gpu_util_ratio_median"] > 0
         from gpupred.learn.oof import read_oof_predictions
 
         dataset = pd.read_parquet(tmp_path / "data" / "processed" / "dataset.parquet")
