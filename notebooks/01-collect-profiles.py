@@ -33,6 +33,7 @@ max_timelines: int = 3  # how many runs' utilization timelines to draw
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import seaborn as sns
 
 from gpupred import config
@@ -70,34 +71,43 @@ ax.set_title(f"{tag}runs per family and status")
 save_figure(fig, "01-runs-per-family")
 
 # %% [markdown]
-# ## Utilization timelines of a few runs (NVML samples over the measured window)
+# ## Utilization timelines of a few runs (NVML samples over the measured window, shaded)
+# Runs at the low, middle and high end of window-mean utilization, from different families.
 
 # %%
-ok = runs[runs["status"] == "ok"].drop_duplicates("group_id").head(max_timelines)
-fig, axes = plt.subplots(len(ok), 1, figsize=(8, 2.2 * max(len(ok), 1)), squeeze=False)
-for ax, (_, run) in zip(axes[:, 0], ok.iterrows()):
+means = window_means_all(runs)
+ok = means[(means["status"] == "ok") & means["gpu_util"].notna()].drop_duplicates("group_id")
+ok = ok.sort_values(["gpu_util", "workload_id"]).drop_duplicates("family")  # one run per family, the least busy
+picks = np.unique(np.linspace(0, len(ok) - 1, max_timelines).round().astype(int)) if len(ok) else []
+ok = ok.iloc[picks]
+fig, axes = plt.subplots(len(ok), 1, figsize=(9, 2.0 * max(len(ok), 1)), squeeze=False, sharey=True)
+for i, (ax, (_, run)) in enumerate(zip(axes[:, 0], ok.iterrows())):
     s = read_samples(Path(run["sweep_dir"]), [run["group_id"]])
     s = s[s["metric"].isin(["gpu_util", "sm_active", "mem_util"])]
-    sns.lineplot(data=s, x="t_s", y="value", hue="metric", style="source", ax=ax)
+    sns.lineplot(data=s, x="t_s", y="value", hue="metric", style="source", ax=ax, legend=i == 0)
     ax.axvspan(run["window_start_s"], run["window_end_s"], color="grey", alpha=0.15)
-    ax.set_title(f"{tag}{run['workload_id']}", fontsize=9)
-    ax.set_ylabel("%")
+    ax.set_title(f"{tag}{run['workload_id']} (window mean {run['gpu_util']:.0f} %)", fontsize=9)
+    ax.set(ylabel="%", ylim=(-3, 103))
+if len(ok):
+    sns.move_legend(axes[0, 0], "upper left", bbox_to_anchor=(1.01, 1), frameon=False)
 fig.tight_layout()
 save_figure(fig, "01-utilization-timelines")
 
 # %% [markdown]
-# ## Distributions: mean utilization over the window, and peak memory, per run
+# ## Distributions: mean utilization over the window, and memory, per run
 
 # %%
-means = window_means_all(runs)
 cols = [c for c in ("gpu_util", "sm_active", "mem_util") if c in means]
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-sns.histplot(data=means[cols].melt(var_name="metric"), x="value", hue="metric", bins=20, ax=axes[0])
+mem_col = next((c for c in ("proc_mem_mib", "torch_peak_reserved_mib", "mem_used_mib") if c in means and means[c].notna().any()), None)
+n_fam = means["family"].nunique()
+fig, axes = plt.subplots(1, 2, figsize=(11, max(3.5, 0.25 * n_fam + 1)))
+sns.histplot(data=means[cols].melt(var_name="metric"), x="value", hue="metric", bins=20, element="step", ax=axes[0])
 axes[0].set_title(f"{tag}window-mean utilization (%)")
-mem_col = next((c for c in ("torch_peak_reserved_mib", "proc_mem_mib", "mem_used_mib") if c in means and means[c].notna().any()), None)
-if mem_col:  # torch's peak is absent on CPU dry runs: fall back to NVML's per-process / device memory
-    sns.histplot(data=means.dropna(subset=[mem_col]), x=mem_col, hue="family", bins=20, ax=axes[1])
-axes[1].set_title(f"{tag}{mem_col or 'no memory figures'} (MiB)")
+if mem_col:  # NVML's per-process figure (the memory label's usual source), else torch's peak or the device's
+    sns.stripplot(data=means.dropna(subset=[mem_col]).sort_values("family"), x=mem_col, y="family", hue="sync",
+                  size=4, ax=axes[1])
+    axes[1].set_xscale("log")
+axes[1].set_title(f"{tag}{mem_col or 'no memory figures'} (MiB, log scale), per family")
 fig.tight_layout()
 save_figure(fig, "01-distributions")
 update_metrics({"profiles_runs": int(len(runs)), "profiles_ok": int((runs["status"] == "ok").sum()),
