@@ -68,10 +68,9 @@ for feature in perm.index[:top]:
 # SHAP values are on the model's log1p(target) scale, and feature values on its signed-log scale.
 # Agreement between the three rankings is what to look for; where they differ, permutation
 # importance (held-out workloads, model-agnostic) is the one to trust. GPUMemNet's 3,000 fully
-# connected networks are most of the rows, so the knobs along which they vary lead: the parameter
-# count (with `flops_optimizer`, a fixed multiple of it under one optimizer) and the batch size. The GPU
-# and protocol columns are constant within a source and rank low: they separate the two sources, not
-# the runs within one.
+# connected networks are nearly all of the rows, so the knobs along which they vary lead: the parameter
+# count and the batch size, then the bytes the graph moves. The GPU and protocol columns are constant
+# within a source and rank low: they separate the sources, not the runs within one.
 
 # %%
 reports.update_metrics({f"{target}_top_features_permutation": perm.index[:5].tolist()})

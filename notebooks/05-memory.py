@@ -17,9 +17,10 @@
 # # 05 · GPU memory: Horus's formula, an analytical estimate, and a learned residual
 # Relative error |estimate − measured| / measured of each method, out of sample, under the grouped
 # random split (whole workloads held out) and leave-one-family-out (sibling families together), on every
-# source: GPUMemNet's fully connected networks on an A100 (maximum of device memory used) and Lucid's
-# jobs on an RTX 3090 (mean of device memory used over the window). Goals: median ≤ 10 % on GPUMemNet,
-# and below Horus's formula on every source.
+# source: this project's own sweeps (`gpupred`: NVML's per-process figure; the H200 catalog runs so far),
+# GPUMemNet's fully connected networks on an A100 (maximum of device memory used) and Lucid's jobs on an
+# RTX 3090 (mean of device memory used over the window). Goals: median ≤ 10 % on GPUMemNet, and below
+# Horus's formula on every source.
 
 # %% tags=["parameters"]
 n_folds: int = 5  # grouped random outer folds
