@@ -37,6 +37,12 @@ def test_pipeline_runs_in_order_and_skips_missing_input(tmp_path: Path) -> None:
     assert (out / "01-first.html").exists() and (out / "02-second.html").exists()
     assert json.loads((out / "pipeline.json").read_text())[1]["status"] == "skipped"
 
+    # --only reruns one notebook and keeps the others' entries, in notebook order
+    _notebook(folder / "02-second.ipynb", "print('now it runs')")
+    assert [r.notebook for r in run_pipeline(only=["02"], out_dir=out, folder=folder)] == ["02-second.ipynb"]
+    summary = json.loads((out / "pipeline.json").read_text())
+    assert [(e["notebook"], e["status"]) for e in summary] == [("01-first.ipynb", "ok"), ("02-second.ipynb", "ok")]
+
 
 @pytest.mark.notebook
 def test_pipeline_failure_names_the_notebook(tmp_path: Path) -> None:

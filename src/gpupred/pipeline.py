@@ -163,9 +163,14 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
 def run_pipeline(
     only: list[str] | None = None, out_dir: Path | None = None, folder: Path | None = None
 ) -> list[NotebookResult]:
-    """Run the numbered notebooks (or those whose names start with one of ``only``) in order."""
+    """Run the numbered notebooks (or those whose names start with one of ``only``) in order.
+
+    ``reports/pipeline.json`` gets one entry per notebook run; with ``only``, the other notebooks' entries
+    from the last run are kept.
+    """
     out_dir = out_dir or config.REPORTS
     results = []
+    order = [nb.name for nb in notebooks(folder)]
     for nb in notebooks(folder):
         if only and not any(nb.name.startswith(o) for o in only):
             continue
@@ -173,7 +178,11 @@ def run_pipeline(
         print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
         results.append(result)
     summary = out_dir / "pipeline.json"
-    write_if_changed(summary, (json.dumps([r.summary() for r in results], indent=2) + "\n").encode())
+    entries = {r.notebook: r.summary() for r in results}
+    if only and summary.exists():
+        kept = {e["notebook"]: e for e in json.loads(summary.read_text()) if e.get("notebook") in order}
+        entries = {name: entries.get(name) or kept[name] for name in order if name in entries or name in kept}
+    write_if_changed(summary, (json.dumps(list(entries.values()), indent=2) + "\n").encode())
     return results
 
 
