@@ -122,10 +122,10 @@ def summarize_transfer(res: NestedResult, meta: pd.DataFrame) -> pd.DataFrame:
     """Pool a cross-GPU nested result's outer predictions per (test GPU, training side, workload kind)."""
     keys = ["test_gpu", "train", "workloads"]
     preds = res.predictions.merge(meta, on="fold_label")
-    folds = res.folds.merge(meta, on="fold_label")
+    folds = dict(list(res.folds.merge(meta, on="fold_label").groupby(keys, sort=False)))
     rows = []
     for key, p in preds.groupby(keys, sort=False):
-        f = folds[(folds[keys] == pd.Series(key, index=keys)).all(axis=1)]
+        f = folds[key]
         inside = (p["y"] >= p["low"]) & (p["y"] <= p["high"])
         rows.append({**dict(zip(keys, key)), "n_train": int(f["n_train"].max()), "n_test": int(f["n_test"].sum()),
                      "rmsle": rmsle(p["y"], p["pred"]), "coverage": float(inside.mean()),
