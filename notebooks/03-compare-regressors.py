@@ -110,7 +110,7 @@ rows = []
 for scheme, per_target in results.items():
     for target, res in per_target.items():
         row = {"target": target, "scheme": scheme, "rmsle": res.rmsle(), "coverage": res.coverage(),
-               "chosen (folds)": ", ".join(f"{m}×{n}" for m, n in res.folds["model"].value_counts().items())}
+               "chosen (folds)": res.chosen()}
         row.update({f"rmsle {s}": v for s, v in res.rmsle("source").items()})
         row.update({f"coverage {s}": v for s, v in res.coverage("source").items()})
         rows.append(row)

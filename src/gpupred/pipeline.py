@@ -170,8 +170,9 @@ def run_pipeline(
     """
     out_dir = out_dir or config.REPORTS
     results = []
-    order = [nb.name for nb in notebooks(folder)]
-    for nb in notebooks(folder):
+    found = notebooks(folder)
+    order = [nb.name for nb in found]
+    for nb in found:
         if only and not any(nb.name.startswith(o) for o in only):
             continue
         result = run_notebook(nb, out_dir=out_dir)

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from gpupred.learn.evaluate import Split, grouped_random_splits, rmsle
+from gpupred.learn.evaluate import Split, grouped_random_splits
 from gpupred.learn.nested import NestedResult, nested_cv
 
 WITHIN, REST = "within", "rest"
@@ -125,11 +125,10 @@ def summarize_transfer(res: NestedResult, meta: pd.DataFrame) -> pd.DataFrame:
     folds = dict(list(res.folds.merge(meta, on="fold_label").groupby(keys, sort=False)))
     rows = []
     for key, p in preds.groupby(keys, sort=False):
-        f = folds[key]
-        inside = (p["y"] >= p["low"]) & (p["y"] <= p["high"])
-        rows.append({**dict(zip(keys, key)), "n_train": int(f["n_train"].max()), "n_test": int(f["n_test"].sum()),
-                     "rmsle": rmsle(p["y"], p["pred"]), "coverage": float(inside.mean()),
-                     "models": ", ".join(f"{m}×{n}" for m, n in f["model"].value_counts().items())})
+        part = NestedResult(res.target, res.scheme, p, folds[key], res.comparison.iloc[:0])
+        rows.append({**dict(zip(keys, key)), "n_train": int(part.folds["n_train"].max()),
+                     "n_test": int(part.folds["n_test"].sum()), "rmsle": part.rmsle(), "coverage": part.coverage(),
+                     "models": part.chosen()})
     order = {WITHIN: 0, REST: 2}
     out = pd.DataFrame(rows)
     out["_o"] = [order.get(t, 1) for t in out["train"]]

@@ -47,6 +47,10 @@ class NestedResult:
             return rmsle(p["y"], p["pred"])
         return {str(k): rmsle(g["y"], g["pred"]) for k, g in p.groupby(by)}
 
+    def chosen(self) -> str:
+        """The models the inner CVs chose, with how many outer folds each won: ``"lightgbm×3, ridge×2"``."""
+        return ", ".join(f"{m}×{n}" for m, n in self.folds["model"].value_counts().items())
+
     def coverage(self, by: str | None = None) -> float | dict[str, float]:
         """Share of labelled outer rows whose interval holds the measured value (pooled, or per ``by``)."""
         p = self.predictions[self.predictions["y"].notna()]
