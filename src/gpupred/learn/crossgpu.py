@@ -28,6 +28,7 @@ from gpupred.learn.evaluate import Split, grouped_random_splits
 from gpupred.learn.nested import NestedResult, nested_cv
 
 WITHIN, REST = "within", "rest"
+COLUMNS = ["test_gpu", "train", "workloads", "n_train", "n_test", "rmsle", "coverage", "models"]  # of the table
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,7 @@ def cross_gpu_evaluation(df: pd.DataFrame, target: str, models: Iterable[str] | 
     data = df[df[target].notna()].reset_index(drop=True)
     splits = transfer_splits(data, n_within, seed, min_workloads)
     if not splits:
-        return pd.DataFrame(columns=["test_gpu", "train", "workloads", "n_train", "n_test", "rmsle", "coverage",
-                                     "models"]), None
+        return pd.DataFrame(columns=COLUMNS), None
     res = nested_cv(data, target, models, "cross_gpu", splits=[s.as_split() for s in splits], n_inner=n_inner,
                     alpha=alpha, n_cal=n_cal, compare=False, seed=seed, n_jobs=n_jobs)
     meta = pd.DataFrame([{"fold_label": s.label, "test_gpu": s.test_gpu, "train": s.train_gpus,
@@ -130,7 +130,7 @@ def summarize_transfer(res: NestedResult, meta: pd.DataFrame) -> pd.DataFrame:
                      "n_test": int(part.folds["n_test"].sum()), "rmsle": part.rmsle(), "coverage": part.coverage(),
                      "models": part.chosen()})
     order = {WITHIN: 0, REST: 2}
-    out = pd.DataFrame(rows)
+    out = pd.DataFrame(rows, columns=COLUMNS)
     out["_o"] = [order.get(t, 1) for t in out["train"]]
     return out.sort_values(["test_gpu", "_o", "train", "workloads"]).drop(columns="_o").reset_index(drop=True)
 
