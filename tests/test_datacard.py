@@ -58,6 +58,9 @@ def test_memory_from_fallback_sources_is_flagged(tmp_path: Path) -> None:
     assert per_family.loc["mlp", "mem_median_mib"] == 1005.0  # both runs, whatever their source
     text = write_datacard(sweep).read_text()
     assert "memory from a fallback source: 1 of 2" in text and "fixture-001 (device-minus-baseline)" in text
+    # the fixture's torch peak reserved (1000) + context (500) stands for warm-up's autotuning workspace
+    assert checks["memory_transient_runs"] == 2 and round(checks["memory_transient_max"], 2) == 0.5
+    assert "by more than 10% (memory held only before the window" in text and "2 of 2 ok runs, at most 1.50x" in text
     assert "sync: step 2" in text and "CUDA context" in text
 
 

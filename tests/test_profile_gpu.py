@@ -81,7 +81,11 @@ def test_memory_label_between_the_context_and_the_card(sweep: Path) -> None:
         memory, source, reason = memory_label(run, samples)
         assert not reason and source, reason
         assert context < memory < run["gpu_memory_total_mib"]
-        assert memory >= run["torch_peak_reserved_mib"] * 0.9  # the process holds at least what torch reserved
+        # in the window the process holds what torch's allocator reserved plus the context; the lifetime peak
+        # may be far higher (cuDNN autotuning's workspace, released after warm-up: 2.5 GB vs 1 GB on an H200)
+        reserved = run["torch_window_reserved_mib"]
+        assert math.isfinite(reserved) and 0 < reserved <= run["torch_peak_reserved_mib"]
+        assert memory >= 0.9 * (reserved + context), (memory, reserved, context)
 
 
 def test_iteration_time_consistent_with_throughput(sweep: Path) -> None:

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from gpupred.profile.labels import group_device_memory_mib, memory_label
+from gpupred.profile.labels import group_device_memory_mib, memory_label, transient_excess
 
 WINDOW = (2.0, 6.0)  # the harness keeps samples from 0.5 s before the window to 0.5 s after it
 
@@ -63,3 +63,15 @@ def test_no_source_at_all_is_a_reason() -> None:
 def test_group_device_memory_is_peak_minus_baseline() -> None:
     runs = pd.DataFrame([_run(group_size=2, member=m) for m in (0, 1)])
     assert group_device_memory_mib(runs, _samples(6000.0))["g"] == 5400.0
+
+
+def test_torch_fallback_prefers_what_the_allocator_held_in_the_window() -> None:
+    # the lifetime peak (2000) also counts warm-up's autotuning workspace; the window's figure is the label
+    run = _run(group_size=2, member=1, torch_window_reserved_mib=1500.0)
+    assert memory_label(run, _samples(6000.0)) == (1980.0, "torch-reserved-plus-context", "")
+
+
+def test_transient_excess_is_the_lifetime_peak_over_the_label() -> None:
+    assert transient_excess(_run(), 1240.0) == pytest.approx(1.0)  # (2000 + 480) / 1240 - 1
+    assert transient_excess(_run(), 4000.0) == 0.0
+    assert math.isnan(transient_excess(_run(cuda_context_mib=math.nan), 1240.0))

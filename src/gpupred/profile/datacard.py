@@ -19,19 +19,25 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
-from gpupred.profile.labels import FALLBACK_SOURCES, memory_label
+from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import read_manifest, window_samples
 
 NOTES_HEADING = "## Notes"
+TRANSIENT_FLAG = 0.1  # torch's lifetime peak this far above the label is reported (warm-up's autotuning workspace)
 
 
 def memory_labels(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
-    """Per run (index ``run_id``): its memory label, the label's source and, when it has none, why not."""
+    """Per run (index ``run_id``): its memory label, the label's source, when it has none why not, and how far
+    torch's lifetime peak exceeds the label (:func:`gpupred.profile.labels.transient_excess`)."""
     by_group = dict(tuple(samples.groupby("group_id")))
     empty = samples.iloc[:0]
-    rows = [memory_label(run, by_group.get(run["group_id"], empty)) for _, run in runs.iterrows()]
-    return pd.DataFrame(rows, columns=["memory_mib", "memory_source", "memory_reason"], index=runs["run_id"])
+    rows = []
+    for _, run in runs.iterrows():
+        memory, source, reason = memory_label(run, by_group.get(run["group_id"], empty))
+        rows.append((memory, source, reason, transient_excess(run, memory) if not reason else float("nan")))
+    return pd.DataFrame(rows, columns=["memory_mib", "memory_source", "memory_reason", "memory_transient_excess"],
+                        index=runs["run_id"])
 
 
 def run_table(sweep_dir: Path) -> pd.DataFrame:
@@ -93,6 +99,8 @@ def table_sanity(table: pd.DataFrame, manifest: dict[str, Any] | None) -> tuple[
         "memory_sources": {str(k): int(v) for k, v in ok.loc[ok["memory_reason"] == "", "memory_source"].value_counts().items()},
         "memory_fallback_runs": sorted(ok.loc[(ok["memory_reason"] == "") & ok["memory_source"].isin(FALLBACK_SOURCES), "run_id"]),
         "memory_unlabelled_runs": sorted(ok.loc[ok["memory_reason"] != "", "run_id"]),
+        "memory_transient_runs": int((ok["memory_transient_excess"] > TRANSIENT_FLAG).sum()),
+        "memory_transient_max": float(ok["memory_transient_excess"].max()),
         "sync_counts": {str(k): int(v) for k, v in table["sync"].value_counts().items()},
         "gpu_seconds_per_unit": _gpu_seconds_per_unit(manifest),
     }
@@ -130,6 +138,10 @@ def _memory_lines(checks: dict[str, Any], n_ok: int) -> list[str]:
              f"- memory from a fallback source: {len(fallback)} of {n_ok} ok runs" + (f" ({named})" if fallback else "")]
     if unlabelled:
         lines.append(f"- ok runs without a usable memory label (not in the dataset): {'; '.join(unlabelled[:20])}")
+    top = checks["memory_transient_max"]
+    lines.append(f"- torch's lifetime peak reserved + context above the label by more than {TRANSIENT_FLAG:.0%} "
+                 f"(memory held only before the window, e.g. cuDNN autotuning's workspace): "
+                 f"{checks['memory_transient_runs']} of {n_ok} ok runs" + (f", at most {1 + top:.2f}x" if top == top else ""))
     return lines
 
 

@@ -599,6 +599,7 @@ def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: H
             "samples_per_s": spec.batch_size * spec.fused / mean if times and mean > 0 else math.nan,
             "torch_peak_allocated_mib": float(r.get("peak_allocated_mib", math.nan)),
             "torch_peak_reserved_mib": float(r.get("peak_reserved_mib", math.nan)),
+            "torch_window_reserved_mib": float(r.get("window_reserved_mib", math.nan)),
             "sampler_interval_ms": cfg.interval_ms, "buffered_supported": sampler.buffered_supported,
             "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes), **context,
         })
@@ -790,6 +791,8 @@ def _run_job(torch: Any, job: dict[str, Any], rx: Connection, tx: Connection, re
     loop.busy_until("measure")  # keep the GPU busy until every member is warm
     w0, w1, times = loop.window(job)
     result.update(window_start=w0, window_end=w1, iter_times=times)
+    if cuda:  # what the allocator holds in the window; the lifetime peaks also count warm-up's autotuning workspace
+        result["window_reserved_mib"] = torch.cuda.memory_reserved() / 2**20
     tx.send(("window", {"window_start": w0, "window_end": w1, "iter_times": times}))
     loop.busy_until("stop")  # keep co-located members company until every window is done
 

@@ -6,9 +6,17 @@ A run's GPU memory comes from the first of these sources that it has (``memory_s
 1. ``nvml-process``: NVML's per-process figure for the run's own process, peak over its window;
 2. ``device-minus-baseline`` (solo runs): device memory used, peak over the window, minus the device
    memory recorded just before the unit's child touched the GPU (``mem_baseline_mib``);
-3. ``torch-reserved-plus-context``: torch's peak reserved memory plus the sweep's measured bare CUDA
+3. ``torch-reserved-plus-context``: torch's reserved memory at the end of the window
+   (``torch_window_reserved_mib``; runs written before schema 3 lack it and use torch's lifetime peak
+   reserved, which also counts warm-up's cuDNN autotuning workspace) plus the sweep's measured bare CUDA
    context (``cuda_context_mib``) — the only per-member figure in a co-located group, whose device
    total is shared.
+
+Every source is what the job holds in its measured window, after warm-up. Convolutional jobs borrow a
+workspace for cuDNN autotuning in their first iterations and PyTorch hands it back before the window, so
+torch's lifetime peak can exceed the window's figure several times over. That transient is opportunistic
+(the search settles for smaller workspaces when memory is short), so it is not the label;
+:func:`transient_excess` measures it per run and the data card counts it.
 
 A label below the measured context size cannot be a training job's memory: such a run gets a reason,
 never a label.
@@ -44,7 +52,8 @@ def memory_label(run: Mapping[str, Any], samples: pd.DataFrame) -> tuple[float, 
     proc = win[(win["metric"] == "proc_mem_mib") & (win["member"] == run["member"])]["value"]
     device = win[(win["metric"] == "mem_used_mib") & (win["member"] == -1)]["value"]
     baseline, context = _num(run, "mem_baseline_mib"), _num(run, "cuda_context_mib")
-    reserved = _num(run, "torch_peak_reserved_mib")
+    reserved = _num(run, "torch_window_reserved_mib")
+    reserved = reserved if math.isfinite(reserved) else _num(run, "torch_peak_reserved_mib")
     if not proc.empty:
         memory, source = float(proc.max()), "nvml-process"
     elif int(run.get("group_size", 1)) == 1 and math.isfinite(baseline) and not device.empty:
@@ -59,6 +68,15 @@ def memory_label(run: Mapping[str, Any], samples: pd.DataFrame) -> tuple[float, 
     if not memory > 0:
         return memory, source, f"memory label {memory:.0f} MiB ({source}) is not positive"
     return memory, source, ""
+
+
+def transient_excess(run: Mapping[str, Any], memory_mib: float) -> float:
+    """How far torch's lifetime peak reserved plus the CUDA context exceeds a run's memory label, as a ratio
+    minus one (0.0 when it does not; NaN when a figure is missing): memory held only outside the window."""
+    peak = _num(run, "torch_peak_reserved_mib") + _num(run, "cuda_context_mib")
+    if not (math.isfinite(peak) and math.isfinite(memory_mib) and memory_mib > 0):
+        return math.nan
+    return max(0.0, peak / memory_mib - 1.0)
 
 
 def group_device_memory_mib(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.Series:

@@ -16,6 +16,7 @@ This module only describes and checks; the profiler writes, the dataset builder 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from gpupred.errors import GpupredError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # a co-located member's own failure is oom/error/timeout; the members it took down are partner_failed
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "partner_failed")
 FAILED_STATUSES: tuple[str, ...] = ("oom", "error", "timeout")
@@ -68,8 +69,14 @@ RUN_SCHEMA = pa.schema(
         ("iter_time_mean_s", pa.float64()),
         ("iter_time_median_s", pa.float64()),
         ("samples_per_s", pa.float64()),  # training examples per second (x fused copies)
+        # torch's peaks over the job's whole life, warm-up included: cuDNN autotuning (cudnn.benchmark) borrows a
+        # large workspace in the first iterations and hands it back before the window, so these can exceed
+        # what the process holds in the window several times over (a conv net's memory label is not these)
         ("torch_peak_allocated_mib", pa.float64()),
         ("torch_peak_reserved_mib", pa.float64()),
+        # torch's reserved memory at the end of the measured window: the caching allocator only grows between
+        # cache releases, so this is what the job's allocator held in the window (schema 3; NaN before)
+        ("torch_window_reserved_mib", pa.float64()),
         # device memory used (NVML) just before the unit's children touched the GPU, with no compute process
         # on it if NVML could tell; NaN when unknown. Solo memory label = device peak in window - this.
         ("mem_baseline_mib", pa.float64()),
@@ -85,6 +92,10 @@ RUN_SCHEMA = pa.schema(
         ("notes", pa.string()),  # profiler notes: metrics dropped as unsupported, device mismatches; "" if none
     ]
 )
+
+# columns added after the first real sweeps -> the schema version that added them; files written before
+# lack them and read as missing values (every other column of RUN_SCHEMA is required)
+ADDED_RUN_COLUMNS: dict[str, int] = {"torch_window_reserved_mib": 3}
 
 SAMPLE_SCHEMA = pa.schema(
     [
@@ -130,14 +141,18 @@ def sweep_dirs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("runs") if p.is_dir())
 
 
-def _read_table(path: Path, schema: pa.Schema) -> pd.DataFrame:
+def _read_table(path: Path, schema: pa.Schema, added: Mapping[str, int] | None = None) -> pd.DataFrame:
+    """The file's columns of ``schema``; a column of ``added`` (name -> schema version) that it lacks reads as nulls."""
     try:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several types for a damaged file
         raise GpupredError(f"{path}: not a readable parquet file ({type(err).__name__}: {err})") from None
     missing = [n for n in schema.names if n not in table.column_names]
-    if missing:
-        raise GpupredError(f"{path}: missing columns {missing} of the raw-data contract (gpupred.profile.schema)")
+    required = [n for n in missing if n not in (added or {})]
+    if required:
+        raise GpupredError(f"{path}: missing columns {required} of the raw-data contract (gpupred.profile.schema)")
+    for name in missing:
+        table = table.append_column(schema.field(name), pa.nulls(len(table), schema.field(name).type))
     return table.select(schema.names).to_pandas()
 
 
@@ -146,7 +161,7 @@ def read_runs(root: Path) -> pd.DataFrame:
     frames = []
     for sweep in sweep_dirs(root):
         for path in sorted((sweep / "runs").glob("*.parquet")):
-            df = _read_table(path, RUN_SCHEMA)
+            df = _read_table(path, RUN_SCHEMA, ADDED_RUN_COLUMNS)
             bad = set(df["status"]) - set(STATUSES)
             if bad:
                 raise GpupredError(f"{path}: unknown status {sorted(bad)}; expected one of {STATUSES}")
