@@ -9,7 +9,8 @@ from pathlib import Path
 
 from fixtures_learning import write_fixture_raw_tree
 
-from gpupred.profile.datacard import NOTES_HEADING, run_table, sanity, write_datacard
+from gpupred.profile.datacard import NOTES_HEADING, card_path, run_table, sanity, write_datacard
+from gpupred.profile.store import write_manifest
 
 IDS = ["mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w64-d2-bs16-in32-bf16-adam"]
 
@@ -35,6 +36,21 @@ def test_datacard_keeps_the_notes_a_person_wrote(tmp_path: Path) -> None:
     assert "NVIDIA H100 80GB HBM3" in text and "runs: 2 (ok 2)" in text and "SIMULATED" not in text
     path.write_text(text.split(NOTES_HEADING)[0] + NOTES_HEADING + "\n\n- fan noise at 03:00\n")
     assert "- fan noise at 03:00" in write_datacard(sweep).read_text()
+
+
+def test_a_grown_sweep_gets_a_new_card_and_keeps_the_committed_one(tmp_path: Path) -> None:
+    """FIXTURE manifests: session 1's manifest.json and card, then a session 3 that resumed the sweep."""
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS, extras=False)
+    write_manifest(sweep, {"plan": "a.txt", "plans": ["a.txt"], "sessions": [{"started": "x"}]})
+    first = write_datacard(sweep)
+    assert first == sweep / "README.md" and "sweep sessions: 1 (`manifest.json`)" in first.read_text()
+    first.write_text(first.read_text().replace("- (the person who ran the sweep: anything unusual)", "- fan noise"))
+    committed = first.read_bytes()
+    write_manifest(sweep, {"plan": "a.txt", "plans": ["a.txt", "b.txt"], "sessions": [{"started": "x"}] * 3})
+    assert (sweep / "manifest-003.json").exists() and card_path(sweep) == sweep / "README-003.md"
+    text = write_datacard(sweep).read_text()
+    assert first.read_bytes() == committed  # the committed card is left as it was
+    assert "sweep sessions: 3 (`manifest-003.json`)" in text and "`a.txt`, `b.txt`" in text and "- fan noise" in text
 
 
 def test_cli_json_and_one_line_error(tmp_path: Path) -> None:

@@ -31,10 +31,16 @@ def test_dry_sweep_writes_units_manifest_and_skips_finished(tmp_path: Path) -> N
     runs = read_runs(out)
     assert sorted(runs["workload_id"]) == sorted(ids) and runs["simulated"].all() and set(runs["status"]) == {"ok"}
     assert set(read_samples(out)["group_id"]) == set(ids)
-    m = json.loads((out / "manifest.json").read_text())
+    first = (out / "manifest.json").read_bytes()
+    m = json.loads(first)
     assert m["dry_run"] and m["counts"] == {"planned": 2, "finished": 2} and m["software"]["torch"]
     again = run_sweep(str(plan), out, dry_run=True, harness=tiny_config(), progress=False)
     assert again.done_now == 0 and again.already_done == 2
+    # the second session writes its own manifest and leaves the first session's as it was
+    assert (out / "manifest.json").read_bytes() == first
+    second = json.loads((out / "manifest-002.json").read_text())
+    assert len(second["sessions"]) == 2 and second["sessions"][0] == m["sessions"][0]
+    assert store.read_manifest(out) == second and store.latest_manifest_path(out) == out / "manifest-002.json"
     with pytest.raises(Exception, match="window_s"):
         run_sweep(str(plan), out, dry_run=True, harness=tiny_config(window_s=9.0), progress=False)
 

@@ -21,9 +21,10 @@ from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
 from gpupred.profile.schema import read_runs, read_samples
-from gpupred.profile.store import read_manifest, window_samples
+from gpupred.profile.store import latest_manifest_path, manifest_paths, read_manifest, window_samples
 
 NOTES_HEADING = "## Notes"
+CARD = "README.md"
 TRANSIENT_FLAG = 0.1  # torch's lifetime peak this far above the label is reported (warm-up's autotuning workspace)
 
 
@@ -129,6 +130,12 @@ def _context_text(manifest: dict[str, Any]) -> str:
     return f"CUDA context: {ctx['context_mib']:.0f} MiB measured (a child that only initializes CUDA)"
 
 
+def _sessions_text(sweep_dir: Path, manifest: dict[str, Any]) -> str:
+    """How many sweep sessions the card covers, and the manifest file it describes."""
+    latest = latest_manifest_path(sweep_dir)
+    return f"sweep sessions: {len(manifest.get('sessions', []))} (`{latest.name}`)" if latest else "no manifest"
+
+
 def _memory_lines(checks: dict[str, Any], n_ok: int) -> list[str]:
     """Where the ok runs' memory labels came from, naming the runs labelled from a fallback source."""
     fallback, unlabelled = checks["memory_fallback_runs"], checks["memory_unlabelled_runs"]
@@ -157,6 +164,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
     settings = manifest.get("settings", {})
     software = manifest.get("software", {})
     dates = sorted(runs["started_at"].astype(str))
+    plans = ", ".join(f"`{p}`" for p in manifest.get("plans") or [manifest.get("plan", "?")])
     title = f"# Sweep `{sweep_dir.name}`" + (" — SIMULATED (dry run), never data" if checks["simulated"] else "")
     lines = [
         title, "",
@@ -164,7 +172,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         f"{first.gpu_memory_total_mib:.0f} MiB), driver {first.driver_version}, CUDA {first.cuda_version}",
         f"- software: torch {first.torch_version}, gpupred {first.gpupred_version}, "
         + ", ".join(f"{k} {v}" for k, v in sorted(software.items()) if k not in ("torch", "gpupred", "host")),
-        f"- collected: {dates[0][:19]} to {dates[-1][:19]} UTC, plan `{manifest.get('plan', '?')}`",
+        f"- collected: {dates[0][:19]} to {dates[-1][:19]} UTC, plan {plans}; {_sessions_text(sweep_dir, manifest)}",
         f"- window: >= {settings.get('window_s')} s and {settings.get('min_iters')} iterations (<= {settings.get('max_window_s')} s); "
         f"warm-up >= {settings.get('warmup_min_s')} s and {settings.get('warmup_min_iters')} iterations (<= {settings.get('warmup_max_s')} s); "
         f"sampler every {settings.get('interval_ms')} ms; batches {'copied from host' if settings.get('host_batches') else 'resident on the GPU'}",
@@ -191,12 +199,32 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
     return "\n".join(lines)
 
 
+def card_of(manifest: Path) -> Path:
+    """The data card of one manifest file: ``README.md`` beside ``manifest.json``, ``README-NNN.md`` beside
+    ``manifest-NNN.json``."""
+    return manifest.with_name(manifest.name.replace("manifest", "README", 1).removesuffix(".json") + ".md")
+
+
+def card_path(sweep_dir: Path) -> Path:
+    """Where the card of the sweep's newest manifest goes; a card written for an earlier session is left as it was,
+    like that session's manifest (:func:`gpupred.profile.store.manifest_path`)."""
+    latest = latest_manifest_path(sweep_dir)
+    return card_of(latest) if latest else sweep_dir / CARD
+
+
+def _newest_card(sweep_dir: Path) -> Path | None:
+    """The newest data card already in the folder (the one whose notes a new card starts from)."""
+    cards = [sweep_dir / CARD, *map(card_of, manifest_paths(sweep_dir))]
+    return next((c for c in reversed(cards) if c.exists()), None)
+
+
 def write_datacard(sweep_dir: Path) -> Path:
-    """Write (or refresh) the sweep's README.md, keeping whatever a person wrote under its Notes heading."""
-    path = sweep_dir / "README.md"
+    """Write (or refresh) the card of the sweep's newest manifest (:func:`card_path`), starting from whatever a person
+    wrote under the Notes heading of the newest card already there."""
+    path, newest = card_path(sweep_dir), _newest_card(sweep_dir)
     notes = None
-    if path.exists():
-        old = path.read_text()
+    if newest is not None:
+        old = newest.read_text()
         if NOTES_HEADING in old:
             notes = old.split(NOTES_HEADING, 1)[1].strip("\n") or None
     text = datacard_text(sweep_dir, notes) if notes else datacard_text(sweep_dir)

@@ -2,8 +2,9 @@
 
 A sweep folder ``data/raw/<gpu>/<sweep-id>/`` holds::
 
-    manifest.json               sweep settings and progress (written by the sweep)
-    README.md                   the data card (written by a person)
+    manifest.json               sweep settings and progress, as of the first sweep session (written by the sweep)
+    manifest-NNN.json           the same, as of session NNN: a resumed sweep never rewrites an earlier file
+    README.md, README-NNN.md    the data card of that manifest (``gpupred datacard --write``, notes by a person)
     runs/<group_id>.parquet     one row per job of one run unit (RUN_SCHEMA); present = finished
     samples/<group_id>.parquet  the unit's NVML samples, long format (SAMPLE_SCHEMA)
 

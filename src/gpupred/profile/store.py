@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from gpupred.files import TMP_PREFIX, atomic_write
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, read_runs, read_samples, unit_paths
 
 MANIFEST = "manifest.json"
+MANIFEST_NUMBERED = re.compile(r"manifest-(\d{3,})\.json")
 
 
 def atomic_write_parquet(table: pa.Table, path: Path) -> None:
@@ -71,10 +73,35 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def manifest_path(sweep_dir: Path, session: int) -> Path:
+    """The file sweep session ``session`` (1-based) writes: the first ``manifest.json``, each later one its own
+    ``manifest-NNN.json``. A resumed sweep never rewrites a file an earlier session wrote (raw data is never
+    edited); each file is the whole manifest as of its session, so the newest one says everything."""
+    return sweep_dir / (MANIFEST if session <= 1 else f"manifest-{session:03d}.json")
+
+
+def manifest_session(path: Path) -> int | None:
+    """The session that wrote a manifest file (:func:`manifest_path` reversed); None if it is not one."""
+    numbered = MANIFEST_NUMBERED.fullmatch(path.name)
+    return int(numbered.group(1)) if numbered else 1 if path.name == MANIFEST else None
+
+
+def manifest_paths(sweep_dir: Path) -> list[Path]:
+    """The sweep's manifest files (:func:`manifest_path`), oldest session first."""
+    paths = [p for p in sweep_dir.glob("manifest*.json") if manifest_session(p) is not None]
+    return sorted(paths, key=lambda p: manifest_session(p) or 0)
+
+
+def latest_manifest_path(sweep_dir: Path) -> Path | None:
+    """The newest manifest file of the sweep, or None if there is none yet."""
+    paths = manifest_paths(sweep_dir)
+    return paths[-1] if paths else None
+
+
 def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
-    """The sweep's manifest, or None if there is none yet."""
-    path = sweep_dir / MANIFEST
-    if not path.exists():
+    """The sweep's newest manifest, or None if there is none yet."""
+    path = latest_manifest_path(sweep_dir)
+    if path is None:
         return None
     try:
         return json.loads(path.read_text())
@@ -83,9 +110,9 @@ def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
 
 
 def write_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
-    """Replace the manifest atomically, stamping ``updated``."""
+    """Write this session's manifest file atomically (:func:`manifest_path`), stamping ``updated``."""
     manifest["updated"] = now_utc()
-    atomic_write_json(manifest, sweep_dir / MANIFEST)
+    atomic_write_json(manifest, manifest_path(sweep_dir, len(manifest.get("sessions", []))))
 
 
 def window_samples(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
