@@ -64,14 +64,17 @@ def constants_from_dict(data: dict[str, Any]) -> StepConstants:
 
 @dataclass
 class ConstantsTable:
-    """Fitted constants per (GPU kind, protocol); any other pair gets the defaults."""
+    """Fitted constants per (GPU kind, measurement protocol: the sampler, e.g. ``nvml-poll``); other pairs get the defaults.
+
+    The synchronization mode (``sync``) is not part of the key: the timeline simulates it.
+    """
 
     fitted: dict[tuple[str, str], StepConstants]
 
-    def get(self, gpu: str, sync: str = "step") -> StepConstants:
-        """The constants for a GPU kind (``gpu_spec(...).name``) and protocol, else the defaults."""
-        return self.fitted.get((gpu, sync), DEFAULT)
+    def get(self, gpu: str, protocol: str = "nvml-poll") -> StepConstants:
+        """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol, else the defaults."""
+        return self.fitted.get((gpu, protocol), DEFAULT)
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""
-        return [{"gpu": g, "sync": s, **c.as_dict()} for (g, s), c in sorted(self.fitted.items())]
+        return [{"gpu": g, "protocol": p, **c.as_dict()} for (g, p), c in sorted(self.fitted.items())]

@@ -1,0 +1,249 @@
+"""Physics x a learned correction, evaluated on the same outer splits as the regressors.
+
+For each outer split (grouped random, leave-one-family-out, cross-GPU: the splits of
+:mod:`gpupred.learn.evaluate` and :mod:`gpupred.learn.crossgpu`):
+
+1. the step model's constants are fitted per (GPU kind, measurement protocol) on the outer **training** rows
+   (:func:`gpupred.perf.fit.fit_table`); a pair without training rows keeps the published defaults;
+2. the step model predicts every row with them: ``physics`` (utilization for ``gpu_util`` and ``sm_active``, step
+   time for ``iter_time_mean_s``);
+3. a CV+ conformal regressor (:class:`gpupred.learn.intervals.ConformalRegressor`) learns the correction
+   ``log(measured / physics)`` from the features and the fitted physics on the outer training rows (the
+   regressor's log1p target is ``100 x measured / physics``); its calibration folds are the scheme's groups
+   (whole families under ``lofo``), so the intervals carry leave-one-family-out residuals there.
+
+``weighting`` says which training rows the correction sees: ``pooled`` (all), ``balanced`` (at most
+``BALANCED_CAP`` workloads per source, so 3,000 imported MLP runs do not outvote 200 own runs) or
+``per_source`` (a test row's correction is trained on its own source's rows). Also scored on the same splits:
+the constant baseline (the training rows' mean of log1p(label)) and the current regressor (the same regressor
+on the features without the physics). Every method's predictions of every outer test row come back as a
+:class:`gpupred.learn.nested.NestedResult`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpupred.errors import GpupredError
+from gpupred.hardware import gpu_spec
+from gpupred.learn.evaluate import Split, fold_groups, rmsle
+from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.nested import CVSettings, NestedResult
+from gpupred.learn.regressors import make_regressor
+from gpupred.perf.constants import ConstantsTable
+from gpupred.perf.fit import FitRows, fit_table, predict_rows
+from gpupred.perf.timeline import STEP_COLUMNS
+
+PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
+METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")
+WEIGHTINGS: tuple[str, ...] = ("pooled", "balanced", "per_source")
+BALANCED_CAP = 300  # workloads per source the balanced correction keeps (a deterministic sample)
+CORRECTION_MODEL = "lightgbm"
+
+
+def protocol_of(sampler: str) -> str:
+    """The measurement protocol of a sampler name: its interval dropped (``nvml-poll-50ms`` -> ``nvml-poll``)."""
+    return re.sub(r"-\d+(\.\d+)?m?s(?=$|-)", "", str(sampler))
+
+
+@dataclass
+class PhysicsData:
+    """The step model's inputs for every dataset row: kernels, GPU, protocol, labels, and the constants key."""
+
+    rows: FitRows
+    keys: list[tuple[str, str]]
+    cache: dict[tuple[int, ...], Any] = field(default_factory=dict)
+
+
+def physics_data(df: pd.DataFrame) -> PhysicsData:
+    """The step model's inputs for every row of a dataset frame (kernels from each workload's graph)."""
+    from gpupred.perf.table import spec_kernels
+    from gpupred.reports import progress_bar
+    from gpupred.workloads.spec import WorkloadSpec
+
+    kernels = [spec_kernels(WorkloadSpec.from_id(w)) for w in progress_bar(
+        iterable=df["workload_id"].tolist(), desc="step kernels", unit="run", leave=False)]
+    rows = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
+                   df["host_batches"].astype(bool).tolist(), df["gpu_util"].to_numpy(float),
+                   df["iter_time_mean_s"].to_numpy(float))
+    return PhysicsData(rows, [(str(g), protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+
+
+def fitted_physics(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> tuple[ConstantsTable, np.ndarray, np.ndarray]:
+    """(constants fitted on the rows ``train``, utilization % and step s of every row under them)."""
+    key = tuple(np.sort(train))
+    if key not in pdata.cache:
+        r = pdata.rows
+        sub = FitRows([r.kernels[i] for i in train], [r.gpus[i] for i in train], [r.precisions[i] for i in train],
+                      [r.syncs[i] for i in train], [r.host_batches[i] for i in train], r.util[train], r.step_s[train])
+        table = fit_table(sub, [pdata.keys[i] for i in train], seed)
+        util, step = np.empty(len(r)), np.empty(len(r))
+        for k in set(pdata.keys):
+            idx = [i for i, kk in enumerate(pdata.keys) if kk == k]
+            util[idx], step[idx] = predict_rows(r, table.get(*k), idx)
+        pdata.cache[key] = (table, util, step)
+    return pdata.cache[key]
+
+
+def _correction_rows(df: pd.DataFrame, rows: np.ndarray, weighting: str, seed: int) -> np.ndarray:
+    """The training rows the correction sees under ``weighting`` (``per_source`` is handled by the caller)."""
+    if weighting != "balanced":
+        return rows
+    rng = np.random.default_rng(seed)
+    keep = []
+    sub = df.iloc[rows]
+    for _, part in sub.groupby("source", sort=True):
+        workloads = part["workload_id"].unique()
+        if len(workloads) > BALANCED_CAP:
+            workloads = rng.choice(np.sort(workloads), BALANCED_CAP, replace=False)
+        keep.append(rows[np.isin(sub["workload_id"].to_numpy(), workloads) & (sub["source"] == part["source"].iloc[0]).to_numpy()])
+    return np.sort(np.concatenate(keep))
+
+
+def _conformal(model: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, train: np.ndarray,
+               test: np.ndarray, cv: CVSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CV+ point and interval for ``test`` from a regressor fitted on ``train`` (log1p target)."""
+    cr = ConformalRegressor(make_regressor(model, tune=False, seed=cv.seed), cv.alpha, cv.n_cal, cv.seed)
+    cr.fit(X[train], y[train], groups=groups[train], strata=strata[train])
+    return cr.predict(X[test], strata[test])
+
+
+@dataclass
+class _Inputs:
+    """What every split of one target reads."""
+
+    df: pd.DataFrame
+    target: str
+    y: np.ndarray
+    X_plain: np.ndarray  # features without the physics columns (the current regressor's)
+    X_all: np.ndarray  # every feature column
+    groups: np.ndarray
+    strata: np.ndarray
+    pdata: PhysicsData
+
+
+def _inputs(df: pd.DataFrame, target: str, scheme: str, pdata: PhysicsData) -> _Inputs:
+    from gpupred.dataset import feature_columns
+
+    cols = feature_columns(df)
+    plain = [c for c in cols if c not in STEP_COLUMNS]
+    return _Inputs(df, target, df[target].to_numpy(float), df[plain].to_numpy(float), df[cols].to_numpy(float),
+                   fold_groups(df, scheme), df["source"].astype(str).to_numpy(), pdata)
+
+
+def _corrected(inp: _Inputs, train: np.ndarray, test: np.ndarray, base: np.ndarray, phys: tuple[np.ndarray, np.ndarray],
+               weighting: str, model: str, cv: CVSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Physics x the CV+ correction for ``test`` rows, trained on ``train`` rows under ``weighting``."""
+    X = np.column_stack([inp.X_all, np.log(np.maximum(phys[0], 1e-3)), np.log(np.maximum(phys[1], 1e-9))])
+    ratio = 100.0 * inp.y / np.maximum(base, 1e-12)
+    out = [np.full(len(test), np.nan) for _ in range(3)]
+    parts = [(np.ones(len(test), bool), _correction_rows(inp.df, train, weighting, cv.seed))]
+    if weighting == "per_source":
+        parts = []
+        for s in np.unique(inp.strata[test]):
+            own = train[inp.strata[train] == s]
+            parts.append((inp.strata[test] == s, own if len(own) >= 30 else train))
+    for mask, rows in parts:
+        pt, lo, hi = _conformal(model, X, ratio, inp.groups, inp.strata, rows, test[mask], cv)
+        for arr, vals in zip(out, (pt, lo, hi)):
+            arr[mask] = vals * base[test[mask]] / 100.0
+    return out[0], out[1], out[2]
+
+
+def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, cv: CVSettings,
+                       methods: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every method's (point, low, high) on the test rows of one outer split."""
+    train_all, test, _ = split
+    train = train_all[~np.isnan(inp.y[train_all])]
+    _, util, step = fitted_physics(inp.pdata, train_all, cv.seed)
+    base = step if PHYSICS_TARGETS[inp.target] == "step" else util
+    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if "constant" in methods:
+        z = np.log1p(inp.y[train])
+        q = np.expm1(np.quantile(z, [cv.alpha / 2, 1 - cv.alpha / 2]))
+        out["constant"] = (np.full(len(test), np.expm1(z.mean())), np.full(len(test), q[0]), np.full(len(test), q[1]))
+    if "regressor" in methods:
+        out["regressor"] = _conformal(model, inp.X_plain, inp.y, inp.groups, inp.strata, train, test, cv)
+    if "physics" in methods:
+        nan = np.full(len(test), np.nan)
+        out["physics"] = (base[test], nan, nan)
+    if "physics+correction" in methods:
+        out["physics+correction"] = _corrected(inp, train, test, base, (util, step), weighting, model, cv)
+    return out
+
+
+def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,
+                     cv: CVSettings | None = None, weighting: str = "balanced", model: str = CORRECTION_MODEL,
+                     methods: tuple[str, ...] = METHODS) -> dict[str, NestedResult]:
+    """Each method's outer-fold predictions of ``target`` on ``splits`` (rows of ``df``), as NestedResults.
+
+    ``pdata`` (default: built from ``df``) must describe the rows of ``df`` in order; ``scheme`` names the groups
+    the CV+ calibration folds keep whole (``lofo``: sibling families).
+    """
+    from threadpoolctl import threadpool_limits
+
+    from gpupred.reports import progress_bar
+
+    if target not in PHYSICS_TARGETS:
+        raise GpupredError(f"no physics for target {target!r}; known: {', '.join(PHYSICS_TARGETS)}")
+    if weighting not in WEIGHTINGS:
+        raise GpupredError(f"unknown weighting {weighting!r}; known: {', '.join(WEIGHTINGS)}")
+    cv = cv or CVSettings()
+    inp = _inputs(df, target, scheme, pdata or physics_data(df))
+    percent = PHYSICS_TARGETS[target] == "util"
+    per_method: dict[str, list[pd.DataFrame]] = {m: [] for m in methods}
+    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in df.columns]
+    with threadpool_limits(limits=1):
+        for k, split in enumerate(progress_bar(iterable=splits, desc=f"physics {target} ({scheme})", leave=False)):
+            if np.isnan(inp.y[split[0]]).all():
+                continue
+            for method, (pt, lo, hi) in _split_predictions(inp, split, weighting, model, cv, methods).items():
+                if percent:
+                    pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
+                frame = df.iloc[split[1]][keys].copy()
+                frame["fold"], frame["fold_label"], frame["y"] = k, split[2], inp.y[split[1]]
+                frame["pred"], frame["low"], frame["high"], frame["model"] = pt, lo, hi, method
+                per_method[method].append(frame)
+    return {m: _result(target, scheme, parts) for m, parts in per_method.items()}
+
+
+def _result(target: str, scheme: str, parts: list[pd.DataFrame]) -> NestedResult:
+    """A NestedResult from per-split prediction frames (one row per outer fold in ``folds``)."""
+    preds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    folds = []
+    for (k, label), p in preds.groupby(["fold", "fold_label"], sort=True) if len(preds) else []:
+        lab = p[p["y"].notna()]
+        folds.append({"fold": k, "fold_label": label, "n_test": len(lab), "model": p["model"].iloc[0],
+                      "outer_rmsle": rmsle(lab["y"], lab["pred"]) if len(lab) else np.nan})
+    return NestedResult(target, scheme, preds, pd.DataFrame(folds), pd.DataFrame())
+
+
+def median_rel_error(res: NestedResult, rows: pd.Series | None = None) -> float:
+    """Median of |prediction / measured - 1| over labelled outer rows (optionally only where ``rows`` is true)."""
+    p = res.predictions
+    mask = p["y"].notna() & p["pred"].notna()
+    if rows is not None:
+        mask &= rows.to_numpy()
+    return float(np.median(np.abs(p.loc[mask, "pred"] / p.loc[mask, "y"] - 1))) if mask.any() else float("nan")
+
+
+def score(res: NestedResult, gpu: str | None = None, source: str | None = None) -> dict[str, float]:
+    """RMSLE, median relative error, interval coverage and row count of a result (optionally one GPU / source)."""
+    p = res.predictions
+    mask = p["y"].notna() & p["pred"].notna()
+    if gpu is not None:
+        mask &= p["gpu"] == gpu
+    if source is not None:
+        mask &= p["source"] == source
+    q = p[mask]
+    if q.empty:
+        return {"rmsle": np.nan, "median_rel_err": np.nan, "coverage": np.nan, "n": 0}
+    covered = q["low"].notna()
+    inside = (q["y"] >= q["low"]) & (q["y"] <= q["high"])
+    return {"rmsle": rmsle(q["y"], q["pred"]), "median_rel_err": float(np.median(np.abs(q["pred"] / q["y"] - 1))),
+            "coverage": float(inside[covered].mean()) if covered.any() else np.nan, "n": int(len(q))}
