@@ -76,7 +76,7 @@ def test_autocast_casts_weights_and_fp16_scaler_syncs() -> None:
     fp16 = step_kernels(graph, "fp16", "sgd")
     assert fp16.sync_after.sum() == 1
     assert fp16.counts["optimizer"] == bf16.counts["optimizer"] + 4  # unscale, 2 small, update scale
-    assert bf16.bytes[bf16.tensor_core][0] < fp32.bytes[fp32.tensor_core][0]  # 16-bit operands
+    assert bf16.bytes[bf16.tensor_core > 0][0] < fp32.bytes[fp32.tensor_core > 0][0]  # 16-bit operands
 
 
 def test_recurrent_layer_launches_kernels_per_time_step() -> None:
@@ -94,7 +94,7 @@ def test_recurrent_layer_launches_kernels_per_time_step() -> None:
 
 def _kernels(g_flops: list[float]) -> KernelList:
     n = len(g_flops)
-    return KernelList(np.array(g_flops, float), np.zeros(n), np.zeros(n, bool), np.zeros(n, np.int8), np.zeros(n, bool))
+    return KernelList(np.array(g_flops, float), np.zeros(n), np.zeros(n, np.int8), np.zeros(n, np.int8), np.zeros(n, bool))
 
 
 def test_timeline_by_protocol_hand_computed() -> None:

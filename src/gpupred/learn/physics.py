@@ -10,7 +10,12 @@ For each outer split (grouped random, leave-one-family-out, cross-GPU: the split
 3. a CV+ conformal regressor (:class:`gpupred.learn.intervals.ConformalRegressor`) learns the correction
    ``log(measured / physics)`` from the features and the fitted physics on the outer training rows (the
    regressor's log1p target is ``100 x measured / physics``); its calibration folds are the scheme's groups
-   (whole families under ``lofo``), so the intervals carry leave-one-family-out residuals there.
+   (whole families under ``lofo``), so the intervals carry leave-one-family-out residuals there. The point
+   correction is bounded by the 2-98 % range of its source's training corrections: a tree ensemble asked about
+   an unseen family otherwise borrows a leaf of another source's outliers (0.05x for held-out MobileNets); and
+   its strength (0, 0.5 or 1 times the learned log-correction, :class:`ShrunkCorrection`) is chosen by an inner
+   CV grouped like the scheme (families under ``lofo``), so a correction that does not carry to unseen
+   families is switched off there by the training rows themselves.
 
 ``weighting`` says which training rows the correction sees: ``pooled`` (all), ``balanced`` (at most
 ``BALANCED_CAP`` workloads per source, so 3,000 imported MLP runs do not outvote 200 own runs) or
@@ -28,12 +33,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
 from gpupred.learn.evaluate import Split, fold_groups, rmsle
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.nested import CVSettings, NestedResult
+from gpupred.learn.nested import CVSettings, NestedResult, select_model
 from gpupred.learn.regressors import make_regressor
 from gpupred.perf.constants import ConstantsTable
 from gpupred.perf.fit import FitRows, fit_table, predict_rows
@@ -42,8 +48,15 @@ from gpupred.perf.timeline import STEP_COLUMNS
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")
 WEIGHTINGS: tuple[str, ...] = ("pooled", "balanced", "per_source")
+CORRECTION_FEATURES: tuple[str, ...] = (  # what the "physics" feature set gives the correction besides the fitted physics
+    "batch_size", "params", "flops_train", "activation_bytes", "arithmetic_intensity", "n_nodes", "is_bf16", "is_fp16",
+    "is_adam", "host_batches", "sync_kernel", "sync_window", "util_nonzero_only", *STEP_COLUMNS,
+)
+FEATURE_SETS: tuple[str, ...] = ("physics", "all")
+SHRINK_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)  # correction strengths the inner CV chooses from
 BALANCED_CAP = 300  # workloads per source the balanced correction keeps (a deterministic sample)
 CORRECTION_MODEL = "lightgbm"
+BOUND_QUANTILE = 0.02  # a point correction stays within its source's 2-98 % training range (bounded, multiplicative)
 
 
 def protocol_of(sampler: str) -> str:
@@ -90,6 +103,27 @@ def fitted_physics(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> tupl
     return pdata.cache[key]
 
 
+class ShrunkCorrection(RegressorMixin, BaseEstimator):
+    """A regressor whose predictions are pulled towards the training median by ``1 - weight`` (0: no correction
+    beyond a constant factor, 1: the regressor as it is). Its weight is chosen by inner grouped CV."""
+
+    def __init__(self, model: Any = None, weight: float = 1.0) -> None:
+        self.model = model
+        self.weight = weight
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "ShrunkCorrection":
+        """Fit the regressor (not at weight 0) and keep the median target."""
+        self.center_ = float(np.median(y))
+        self.model_ = clone(self.model).fit(X, y) if self.weight > 0 else None
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """The shrunk prediction."""
+        if self.model_ is None:
+            return np.full(len(X), self.center_)
+        return self.center_ + self.weight * (np.asarray(self.model_.predict(X), dtype=float) - self.center_)
+
+
 def _correction_rows(df: pd.DataFrame, rows: np.ndarray, weighting: str, seed: int) -> np.ndarray:
     """The training rows the correction sees under ``weighting`` (``per_source`` is handled by the caller)."""
     if weighting != "balanced":
@@ -105,10 +139,11 @@ def _correction_rows(df: pd.DataFrame, rows: np.ndarray, weighting: str, seed: i
     return np.sort(np.concatenate(keep))
 
 
-def _conformal(model: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, train: np.ndarray,
+def _conformal(model: str | Any, X: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray, train: np.ndarray,
                test: np.ndarray, cv: CVSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CV+ point and interval for ``test`` from a regressor fitted on ``train`` (log1p target)."""
-    cr = ConformalRegressor(make_regressor(model, tune=False, seed=cv.seed), cv.alpha, cv.n_cal, cv.seed)
+    """CV+ point and interval for ``test`` from a regressor (a name or an estimator) fitted on ``train`` (log1p target)."""
+    est = make_regressor(model, tune=False, seed=cv.seed) if isinstance(model, str) else model
+    cr = ConformalRegressor(est, cv.alpha, cv.n_cal, cv.seed)
     cr.fit(X[train], y[train], groups=groups[train], strata=strata[train])
     return cr.predict(X[test], strata[test])
 
@@ -121,18 +156,19 @@ class _Inputs:
     target: str
     y: np.ndarray
     X_plain: np.ndarray  # features without the physics columns (the current regressor's)
-    X_all: np.ndarray  # every feature column
+    X_all: np.ndarray  # the correction's feature columns
     groups: np.ndarray
     strata: np.ndarray
     pdata: PhysicsData
 
 
-def _inputs(df: pd.DataFrame, target: str, scheme: str, pdata: PhysicsData) -> _Inputs:
+def _inputs(df: pd.DataFrame, target: str, scheme: str, pdata: PhysicsData, feature_set: str) -> _Inputs:
     from gpupred.dataset import feature_columns
 
     cols = feature_columns(df)
     plain = [c for c in cols if c not in STEP_COLUMNS]
-    return _Inputs(df, target, df[target].to_numpy(float), df[plain].to_numpy(float), df[cols].to_numpy(float),
+    corr = [c for c in CORRECTION_FEATURES if c in df.columns] if feature_set == "physics" else cols
+    return _Inputs(df, target, df[target].to_numpy(float), df[plain].to_numpy(float), df[corr].to_numpy(float),
                    fold_groups(df, scheme), df["source"].astype(str).to_numpy(), pdata)
 
 
@@ -149,10 +185,36 @@ def _corrected(inp: _Inputs, train: np.ndarray, test: np.ndarray, base: np.ndarr
             own = train[inp.strata[train] == s]
             parts.append((inp.strata[test] == s, own if len(own) >= 30 else train))
     for mask, rows in parts:
-        pt, lo, hi = _conformal(model, X, ratio, inp.groups, inp.strata, rows, test[mask], cv)
+        shrunk = _choose_shrink(model, X[rows], ratio[rows], inp.groups[rows], cv)
+        pt, lo, hi = _conformal(shrunk, X, ratio, inp.groups, inp.strata, rows, test[mask], cv)
+        lo_b, hi_b = correction_bounds(ratio[train], inp.strata[train], inp.strata[test[mask]])
+        pt = np.clip(pt, lo_b, hi_b)
+        lo, hi = np.minimum(lo, pt), np.maximum(hi, pt)
         for arr, vals in zip(out, (pt, lo, hi)):
             arr[mask] = vals * base[test[mask]] / 100.0
     return out[0], out[1], out[2]
+
+
+def _choose_shrink(model: str, X: np.ndarray, ratio: np.ndarray, groups: np.ndarray, cv: CVSettings) -> ShrunkCorrection:
+    """The correction with the strength (``SHRINK_WEIGHTS``) an inner grouped CV on these training rows prefers."""
+    base = make_regressor(model, tune=False, seed=cv.seed)
+    candidates = {f"w{w:g}": ShrunkCorrection(base, w) for w in SHRINK_WEIGHTS}
+    if len(SHRINK_WEIGHTS) == 1 or len(set(groups)) < 3:
+        return candidates[f"w{SHRINK_WEIGHTS[-1]:g}"]
+    chosen, _ = select_model(X, ratio, groups, candidates, cv.n_inner, cv.seed, cv.n_jobs)
+    return candidates[chosen]
+
+
+def correction_bounds(ratio: np.ndarray, strata: np.ndarray, test_strata: np.ndarray,
+                      q: float = BOUND_QUANTILE) -> tuple[np.ndarray, np.ndarray]:
+    """Per test row, the range a point correction may take: the ``q`` and ``1 - q`` quantiles of the training
+    corrections of its stratum (source), or of all training rows when its stratum has fewer than 20."""
+    lo, hi = np.empty(len(test_strata)), np.empty(len(test_strata))
+    every = np.quantile(ratio, [q, 1 - q])
+    for s in np.unique(test_strata):
+        own = ratio[strata == s]
+        lo[test_strata == s], hi[test_strata == s] = np.quantile(own, [q, 1 - q]) if len(own) >= 20 else every
+    return lo, hi
 
 
 def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, cv: CVSettings,
@@ -179,7 +241,7 @@ def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, c
 
 def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,
                      cv: CVSettings | None = None, weighting: str = "balanced", model: str = CORRECTION_MODEL,
-                     methods: tuple[str, ...] = METHODS) -> dict[str, NestedResult]:
+                     methods: tuple[str, ...] = METHODS, feature_set: str = "physics") -> dict[str, NestedResult]:
     """Each method's outer-fold predictions of ``target`` on ``splits`` (rows of ``df``), as NestedResults.
 
     ``pdata`` (default: built from ``df``) must describe the rows of ``df`` in order; ``scheme`` names the groups
@@ -194,7 +256,9 @@ def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Sp
     if weighting not in WEIGHTINGS:
         raise GpupredError(f"unknown weighting {weighting!r}; known: {', '.join(WEIGHTINGS)}")
     cv = cv or CVSettings()
-    inp = _inputs(df, target, scheme, pdata or physics_data(df))
+    if feature_set not in FEATURE_SETS:
+        raise GpupredError(f"unknown feature set {feature_set!r}; known: {', '.join(FEATURE_SETS)}")
+    inp = _inputs(df, target, scheme, pdata or physics_data(df), feature_set)
     percent = PHYSICS_TARGETS[target] == "util"
     per_method: dict[str, list[pd.DataFrame]] = {m: [] for m in methods}
     keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in df.columns]

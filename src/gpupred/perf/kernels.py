@@ -17,7 +17,8 @@ how eager PyTorch runs a training step on a GPU:
 - **autocast** (bf16/fp16): each weight a contraction reads is cast to 16 bits once per step (forward) and its
   gradient cast back (backward); an fp32 activation entering a contraction is cast each way too;
 - **recurrent layers** (LSTM/GRU/RNN): per layer and direction, one input-projection GEMM, then two kernels per
-  time step (recurrent GEMM, gate update) forward and backward, plus two weight-gradient GEMMs;
+  time step (recurrent GEMM, gate update) forward and backward, plus two weight-gradient GEMMs; the per-step
+  kernels are launched by cuDNN from C++ (``library``: a bare launch, no dispatcher or Python on the host);
 - **optimizer** as torch runs it by default on CUDA (``foreach``): SGD with momentum 3 multi-tensor ops, Adam 7;
   each op launches one kernel per ``FOREACH_TENSORS[depth]`` tensors (and per 320 x 64 Ki elements); fp16's
   GradScaler adds an unscale op, three small kernels and one host synchronization (its inf check).
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingSha
 from gpupred.graph.features import FP32_UNDER_AUTOCAST
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
+MATMUL, CONV = 1, 2  # contraction kinds: torch runs fp32 matmuls at the FP32 peak, cuDNN convolutions and RNNs in TF32
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
 FOLDED_BN_SUFFIX = "::folded_batchnorm_bias"
 TORCH_VIEWS: frozenset[str] = frozenset({"Slice", "Split", "Expand", "Transpose"})  # no forward kernel in torch
@@ -58,9 +61,10 @@ class KernelList:
 
     flops: np.ndarray  # per kernel
     bytes: np.ndarray  # per kernel, read + written
-    tensor_core: np.ndarray  # bool: a contraction (runs at the tensor-core / matmul peak)
+    tensor_core: np.ndarray  # int: 0 CUDA cores, MATMUL (cuBLAS: fp32 runs FP32), CONV (cuDNN: fp32 runs TF32)
     phase: np.ndarray  # int: FWD, BWD, OPT, OTHER
     sync_after: np.ndarray  # bool: the host waits for the GPU after launching this kernel (GradScaler's inf check)
+    library: np.ndarray | None = None  # bool: launched from inside a library or C++ loop (cuDNN RNN steps, foreach chunks)
     input_bytes: int = 0  # bytes of the graph inputs (what a host-memory batch copies to the GPU each step)
     param_tensors: int = 0  # trainable parameter tensors (the optimizer's Python loop runs over them)
     counts: Counter[str] = field(default_factory=Counter)  # kernels per phase name
@@ -73,10 +77,11 @@ class _Builder:
     """Accumulates kernels phase by phase (backward collected in forward order, then reversed)."""
 
     def __init__(self) -> None:
-        self.fwd: list[tuple[float, float, bool]] = []
-        self.bwd: list[tuple[float, float, bool]] = []  # forward order; launched in reverse
-        self.opt: list[tuple[float, float, bool]] = []
-        self.other: list[tuple[float, float, bool]] = []
+        # (FLOPs, bytes, tensor core[, launched by a library]) per kernel
+        self.fwd: list[tuple[Any, ...]] = []
+        self.bwd: list[tuple[Any, ...]] = []  # forward order; launched in reverse
+        self.opt: list[tuple[Any, ...]] = []
+        self.other: list[tuple[Any, ...]] = []
         self.sync_after_opt_prefix = -1  # index into opt after which the host syncs (-1: none)
 
     def arrays(self) -> KernelList:
@@ -86,13 +91,14 @@ class _Builder:
         n = len(seq)
         flops = np.fromiter((k[0] for k, _ in seq), float, n)
         nbytes = np.fromiter((k[1] for k, _ in seq), float, n)
-        tc = np.fromiter((k[2] for k, _ in seq), bool, n)
+        tc = np.fromiter((int(k[2]) for k, _ in seq), np.int8, n)
+        library = np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n)
         phase = np.fromiter((p for _, p in seq), np.int8, n)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
             sync[len(self.fwd) + len(self.bwd) + self.sync_after_opt_prefix] = True
         counts = Counter({PHASES[p]: int((phase == p).sum()) for p in range(len(PHASES))})
-        return KernelList(flops, nbytes, tc, phase, sync, counts=counts)
+        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts)
 
 
 def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> TensorInfo | None:
@@ -152,7 +158,8 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
     op = info.op_type
     bias = len(ins) > 2 and bool(ins[2])
     folded_bn = bias and ins[2].endswith(FOLDED_BN_SUFFIX)
-    b.fwd.append((flops, read + written, True))
+    unit = CONV if op.startswith("Conv") else MATMUL
+    b.fwd.append((flops, read + written, unit))
     if op.startswith("Conv") and bias and not folded_bn:
         b.fwd.append((out / 4, 2 * out, False))  # cuDNN's separate bias add
     if folded_bn:  # training-mode BatchNorm on the output: one kernel each way
@@ -161,8 +168,8 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
     x, w = (info.inputs + [None, None])[:2]
     weight_bytes = _nbytes(w)
     if ins and ins[0] not in graph.graph_inputs:
-        b.bwd.append((flops, out + weight_bytes + _nbytes(x), True))  # d input
-    b.bwd.append((flops, out + _nbytes(x) + weight_bytes, True))  # d weight (or d of the second operand)
+        b.bwd.append((flops, out + weight_bytes + _nbytes(x), unit))  # d input
+    b.bwd.append((flops, out + _nbytes(x) + weight_bytes, unit))  # d weight (or d of the second operand)
     if bias:
         b.bwd.append((out / 4, out, False))  # bias gradient: a reduction over the output gradient
 
@@ -173,8 +180,8 @@ def _recurrent(b: _Builder, info: NodeInfo, cost: tuple[float, float, float, flo
     x = info.inputs[0] if info.inputs else None
     w = info.inputs[1] if len(info.inputs) > 1 else None
     if x is None or w is None:
-        b.fwd.append((flops, read + written, True))
-        b.bwd.append((2 * flops, 2 * (read + written), True))
+        b.fwd.append((flops, read + written, CONV))
+        b.bwd.append((2 * flops, 2 * (read + written), CONV))
         return
     layout = int(info.attrs.get("layout", 0))
     steps = int(x.shape[1] if layout else x.shape[0])
@@ -182,13 +189,13 @@ def _recurrent(b: _Builder, info: NodeInfo, cost: tuple[float, float, float, flo
     per = max(1, steps * dirs)
     step_kernel = (flops / (2 * per), (read + written) / per)
     for _ in range(dirs):
-        b.fwd.append((flops / 2 / dirs, (read + written) / dirs, True))  # input projection of every step
-        b.bwd.append((flops / dirs, (read + written) / dirs, True))  # weight gradients (input and recurrent)
+        b.fwd.append((flops / 2 / dirs, (read + written) / dirs, CONV))  # input projection of every step (cuDNN)
+        b.bwd.append((flops / dirs, (read + written) / dirs, CONV))  # weight gradients (input and recurrent)
         for _ in range(steps):
-            b.fwd.append((step_kernel[0], step_kernel[1], True))
-            b.fwd.append((step_kernel[0] / 8, step_kernel[1], False))
-            b.bwd.append((step_kernel[0], step_kernel[1], True))
-            b.bwd.append((step_kernel[0] / 8, step_kernel[1], False))
+            b.fwd.append((step_kernel[0], step_kernel[1], CONV, True))  # launched by cuDNN, not the dispatcher
+            b.fwd.append((step_kernel[0] / 8, step_kernel[1], False, True))
+            b.bwd.append((step_kernel[0], step_kernel[1], CONV, True))
+            b.bwd.append((step_kernel[0] / 8, step_kernel[1], False, True))
 
 
 def _pointwise(b: _Builder, graph: CanonicalGraph, op: str, category: str, ins: tuple[str, ...],
@@ -304,8 +311,8 @@ def _foreach(b: _Builder, n_tensors: int, numel: int, reads: int, writes: int, f
         return
     depth = min(5, reads + (writes if writes and reads < 2 else 0))
     launches = max(math.ceil(n_tensors / FOREACH_TENSORS[max(1, depth)]), math.ceil(numel / FOREACH_CHUNK))
-    for _ in range(launches):
-        b.opt.append((flops_per * numel / launches, 4.0 * (reads + writes) * numel / launches, False))
+    for k in range(launches):  # one dispatched op; its further launches come from torch's C++ loop
+        b.opt.append((flops_per * numel / launches, 4.0 * (reads + writes) * numel / launches, False, k > 0))
 
 
 def _optimizer(b: _Builder, trainable: dict[str, int], optimizer: str, precision: str) -> None:

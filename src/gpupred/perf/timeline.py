@@ -1,9 +1,10 @@
 """GPU time per kernel (roofline with a minimum) and the host launch timeline of one training step (torch-free).
 
-Each kernel's GPU time is ``max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x memory efficiency),
-minimum kernel time)``, with the tensor-core peak of the precision for contractions (fp32 convolutions run
-TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default) and the FP32 peak
-for everything else. The host launches kernels one after another (a launch cost per kernel, scaled per
+Each kernel's GPU time is ``max(FLOPs / (peak x efficiency), bytes / (bandwidth x memory efficiency),
+minimum kernel time)``, with the tensor-core peak of the precision for contractions (fp32 convolutions and
+recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default)
+and the FP32 peak for everything else; tensor-core kernels run at ``tensor_eff`` of their peak, the rest at
+``compute_eff``. The host launches kernels one after another (a launch cost per kernel, scaled per
 phase: the autograd engine launches backward kernels from C++, cheaper than Python's forward), after a
 fixed per-step overhead (the Python step: batch, zero_grad, autocast, loss, optimizer loop). The GPU runs
 kernel i at ``max(launch_i, end_{i-1})``. How the step ends depends on the measurement protocol (the
@@ -26,7 +27,7 @@ import numpy as np
 
 from gpupred.hardware import GpuSpec
 from gpupred.perf.constants import StepConstants
-from gpupred.perf.kernels import BWD, OPT, KernelList
+from gpupred.perf.kernels import BWD, CONV, MATMUL, OPT, KernelList
 
 SYNC_MODES: tuple[str, ...] = ("step", "window", "kernel")
 
@@ -59,18 +60,19 @@ def peaks(gpu: GpuSpec, precision: str) -> tuple[float, float]:
 def kernel_times(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants) -> np.ndarray:
     """GPU seconds of each kernel: roofline on the GPU's peaks, at least the minimum kernel time."""
     tc_peak, fp32_peak = peaks(gpu, precision)
-    if precision == "fp32":  # cuDNN convolutions run TF32, cuBLAS matmuls FP32: take the mean of the two
-        tc_peak = 0.5 * (tc_peak + fp32_peak)
-    peak = np.where(kl.tensor_core, tc_peak, fp32_peak) * c.compute_eff
+    on_tc = (kl.tensor_core == CONV) | ((kl.tensor_core == MATMUL) & (precision != "fp32"))  # fp32 matmuls: no TF32
+    peak = np.where(on_tc, tc_peak * c.tensor_eff, fp32_peak * c.compute_eff)
     t = np.maximum(kl.flops / peak, kl.bytes / (gpu.mem_bw_gbs * 1e9 * c.memory_eff))
     return np.maximum(t, c.min_kernel_s)
 
 
 def launch_costs(kl: KernelList, c: StepConstants) -> np.ndarray:
-    """Host seconds to launch each kernel: the launch cost, scaled for backward and optimizer kernels."""
+    """Host seconds to launch each kernel: the launch cost, scaled for backward, optimizer and library launches."""
     scale = np.ones(len(kl))
     scale[kl.phase == BWD] = c.backward_launch_ratio
     scale[kl.phase == OPT] = c.optimizer_launch_ratio
+    if kl.library is not None:
+        scale[kl.library] = c.library_launch_ratio
     return c.launch_s * scale
 
 
