@@ -41,9 +41,14 @@ from gpupred.learn.evaluate import Split, fold_groups, rmsle
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.nested import CVSettings, NestedResult, select_model
 from gpupred.learn.regressors import make_regressor
-from gpupred.perf.constants import ConstantsTable
+from gpupred.perf.constants import FITTED, ConstantsTable
 from gpupred.perf.fit import FitRows, fit_table, predict_rows
 from gpupred.perf.timeline import STEP_COLUMNS
+
+__all__ = [
+    "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
+    "compare_methods", "comparison_table", "plot_comparison", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
+]
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")
@@ -311,3 +316,90 @@ def score(res: NestedResult, gpu: str | None = None, source: str | None = None) 
     inside = (q["y"] >= q["low"]) & (q["y"] <= q["high"])
     return {"rmsle": rmsle(q["y"], q["pred"]), "median_rel_err": float(np.median(np.abs(q["pred"] / q["y"] - 1))),
             "coverage": float(inside[covered].mean()) if covered.any() else np.nan, "n": int(len(q))}
+
+
+SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leave one family out", "cross_gpu": "cross GPU (unseen)"}
+
+
+def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dict[str, tuple[str, list[Split]]]:
+    """The splits of the comparison, by scheme: (groups the calibration keeps whole, splits over ``df``'s rows).
+
+    ``within``: grouped folds over each GPU kind's own workloads; ``lofo``: one split per sibling family group;
+    ``cross_gpu``: each other GPU kind (and all others) -> a GPU kind, no test workload in training.
+    """
+    from gpupred.learn.crossgpu import WITHIN, transfer_splits
+    from gpupred.learn.evaluate import splits_for
+
+    transfer = transfer_splits(df, n_within, seed)
+    within = [s.as_split() for s in transfer if s.train_gpus == WITHIN]
+    if not within:  # one GPU kind: grouped folds over its workloads
+        within = splits_for(df, "grouped_random", n_within, seed)
+    cross = [s.as_split() for s in transfer if s.train_gpus != WITHIN and s.workloads == "unseen"]
+    out = {"within": ("grouped_random", within), "lofo": ("lofo", splits_for(df, "lofo"))}
+    if cross:
+        out["cross_gpu"] = ("cross_gpu", cross)
+    return out
+
+
+def compare_methods(df: pd.DataFrame, target: str, cv: CVSettings | None = None, weighting: str = "per_source",
+                    n_within: int = 5, pdata: PhysicsData | None = None,
+                    schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu")) -> dict[str, dict[str, NestedResult]]:
+    """Every method of ``METHODS`` on the comparison's splits of the rows labelled with ``target``, by scheme."""
+    cv = cv or CVSettings()
+    data = df[df[target].notna()].reset_index(drop=True)
+    pdata = pdata_subset(pdata, df, data) if pdata is not None else physics_data(data)
+    splits = comparison_splits(data, n_within, cv.seed)
+    return {name: evaluate_physics(data, target, groups, sp, pdata, cv, weighting)
+            for name, (groups, sp) in splits.items() if name in schemes}
+
+
+def pdata_subset(pdata: PhysicsData, df: pd.DataFrame, rows: pd.DataFrame) -> PhysicsData:
+    """The physics inputs of ``rows`` (a subset of ``df`` by ``run_id``) from those of ``df``."""
+    pos = pd.Series(np.arange(len(df)), index=df["run_id"]).loc[rows["run_id"]].to_numpy()
+    r = pdata.rows
+    sub = FitRows([r.kernels[i] for i in pos], [r.gpus[i] for i in pos], [r.precisions[i] for i in pos],
+                  [r.syncs[i] for i in pos], [r.host_batches[i] for i in pos], r.util[pos], r.step_s[pos])
+    return PhysicsData(sub, [pdata.keys[i] for i in pos])
+
+
+def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> pd.DataFrame:
+    """One row per (target, scheme, tested GPU or split side, method): RMSLE, median relative error, coverage, rows.
+
+    ``results`` maps target -> :func:`compare_methods` output. Within-GPU and cross-GPU rows are scored on the
+    tested GPU's rows (cross-GPU per training side); leave-one-family-out rows per GPU kind.
+    """
+    rows = []
+    for target, per_scheme in results.items():
+        for scheme, per_method in per_scheme.items():
+            for method, res in per_method.items():
+                p = res.predictions
+                sides = (p["fold_label"].str.replace(" (unseen)", "", regex=False) if scheme == "cross_gpu"
+                         else pd.Series("", index=p.index))
+                for (side, gpu), part in p.groupby([sides, p["gpu"]], sort=True):
+                    sub = NestedResult(target, scheme, part, res.folds, res.comparison)
+                    label = f"{side}" if scheme == "cross_gpu" else gpu
+                    rows.append({"target": target, "scheme": SCHEME_LABELS.get(scheme, scheme), "tested": label,
+                                 "method": method, **score(sub)})
+    return pd.DataFrame(rows)
+
+
+def plot_comparison(table: pd.DataFrame, gpu: str = "H200") -> Any:
+    """One panel per target: each method's error on ``gpu``'s rows per scheme (RMSLE; iteration time: median
+    relative error)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    rows = table[table["tested"].str.contains(gpu, regex=False)].copy()
+    rows["metric"] = np.where(rows["target"] == "iter_time_mean_s", rows["median_rel_err"], rows["rmsle"])
+    rows["split"] = np.where(rows["scheme"].str.startswith("cross"), rows["tested"], rows["scheme"])
+    targets = list(dict.fromkeys(rows["target"]))
+    fig, axes = plt.subplots(1, max(1, len(targets)), figsize=(5.5 * max(1, len(targets)), 4.2), squeeze=False)
+    for ax, target in zip(axes[0], targets):
+        sns.barplot(data=rows[rows["target"] == target], x="split", y="metric", hue="method", hue_order=list(METHODS),
+                    ax=ax)
+        ax.set(xlabel="", ylabel="median relative error" if target == "iter_time_mean_s" else "RMSLE",
+               title=f"{target} on {gpu} runs")
+        ax.tick_params(axis="x", rotation=20)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
