@@ -29,6 +29,7 @@ PROCESSED: Path = DATA / "processed"  # derived tables, rebuilt by the pipeline
 GRAPH_FEATURES: Path = PROCESSED / "graph_features.parquet"
 DATASET: Path = PROCESSED / "dataset.parquet"
 OOF_PREDICTIONS: Path = PROCESSED / "oof_predictions.parquet"  # gpupred.learn.oof: what downstream stages read
+MODEL_CHOICE: Path = PROCESSED / "model_choice.json"  # gpupred.learn.choice: the regressor notebook 03 chose per target
 
 MODELS: Path = ROOT / "models"
 PREDICTOR: Path = MODELS / "predictor.joblib"  # the default: this project's own measurements only (MIT)
