@@ -62,8 +62,9 @@ def test_runs_on_fixture_dataset(name: str, run_notebook, tmp_path: Path) -> Non
         assert ITEM_6_FROM_05 <= set(metrics) and set(metrics["memory_median_rel_err_by_source"]) == {"gpupred", "lucid"}
         assert {"05-memory-rel-err.png", "05-memory-estimate-vs-measured.png"} <= figures
     else:
-        assert (tmp_path / "models" / "predictor.joblib").exists()
-        card = json.loads((tmp_path / "models" / "predictor.json").read_text())
+        default = json.loads((tmp_path / "models" / "predictor.json").read_text())
+        assert not default["usage_restriction"] and set(default["sources"]) == {"gpupred"}  # own measurements only
+        card = json.loads((tmp_path / "models" / "predictor-noncommercial.json").read_text())
         assert "non-commercial" in card["usage_restriction"].lower() and set(card["sources"]) == {"gpupred", "lucid"}
 
 
@@ -75,7 +76,7 @@ def test_export_takes_the_model_notebook_03_chose(run_notebook, tmp_path: Path) 
     run_notebook("08-export-predictor", {**SMALL["08-export-predictor"], "model": ""})
     choice = json.loads((tmp_path / "data" / "processed" / "model_choice.json").read_text())
     assert choice["models"]["gpu_util"] == metrics["util_best_model"]
-    card = json.loads((tmp_path / "models" / "predictor.json").read_text())
+    card = json.loads((tmp_path / "models" / "predictor-noncommercial.json").read_text())  # trained on what 03 saw
     assert card["targets"]["gpu_util"]["model"] == choice["models"]["gpu_util"] in ("ridge", "knn")
     assert card["targets"]["memory_mib"]["model"] == metrics["memory_mib_best_model"]
     assert card["cv_metrics"]["util_rmsle_lofo"] == metrics["util_rmsle_lofo"]
