@@ -58,8 +58,11 @@ def _factories(seed: int) -> dict[str, tuple[Callable[[], Any], dict[str, list[A
                               {"gradientboostingregressor__max_depth": [2, 3], "gradientboostingregressor__n_estimators": [200]}),
         "xgboost": (lambda: _logged(XGBRegressor(n_estimators=300, learning_rate=0.05, n_jobs=1, random_state=seed, verbosity=0)),
                     {"xgbregressor__max_depth": [3, 6]}),
+        # deterministic + force_col_wise: LightGBM otherwise picks row- or column-wise histograms by timing both on
+        # the machine at hand, and the two sum in different orders (metrics moved in the 5th digit between runs)
         "lightgbm": (lambda: _logged(LGBMRegressor(n_estimators=300, learning_rate=0.05, min_child_samples=5, n_jobs=1,
-                                                   random_state=seed, verbose=-1)),
+                                                   random_state=seed, verbose=-1, deterministic=True,
+                                                   force_col_wise=True)),
                      {"lgbmregressor__num_leaves": [7, 31]}),
         "mlp": (lambda: _scaled(MLPRegressor(hidden_layer_sizes=(64, 64), max_iter=500, early_stopping=True,
                                              n_iter_no_change=20, random_state=seed)),
