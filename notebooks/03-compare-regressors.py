@@ -213,13 +213,16 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # %%
 from gpupred.learn import physics
 
-pdata = physics.physics_data(df)
+phys_targets = [t for t in physics_targets if df[t].notna().sum() >= 10]
+pdata = physics.physics_data(df) if phys_targets else None  # each run's kernels, from its graph
 phys_results = {t: physics.compare_methods(df, t, cv, physics_weighting, n_within, pdata, tuple(physics_schemes))
-                for t in physics_targets if df[t].notna().sum() >= 10}
+                for t in phys_targets}
 phys_table = physics.comparison_table(phys_results)
-constants = pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records()).set_index(["gpu", "protocol"])
-own = phys_table[phys_table["tested"].str.contains("H200")]
-own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"]).round(3)
+constants = (pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records())
+             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *physics.FITTED])).set_index(["gpu", "protocol"])
+own = phys_table[phys_table["tested"].str.contains("H200")] if len(phys_table) else phys_table
+(own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"])
+ .round(3) if len(own) else "no physics comparison on H200 runs")
 
 # %% [markdown]
 # The step model's constants fitted on every row (what the predictor uses; the figures above refit them
@@ -229,9 +232,10 @@ own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=[
 constants[list(physics.FITTED)]
 
 # %%
-fig = physics.plot_comparison(phys_table, gpu="H200")
-reports.save_figure(fig, "03-physics-vs-regressors")
-plt.show()
+if len(own):
+    fig = physics.plot_comparison(phys_table, gpu="H200")
+    reports.save_figure(fig, "03-physics-vs-regressors")
+    plt.show()
 
 # %%
 def _headline(rows: pd.DataFrame) -> dict:
