@@ -15,7 +15,9 @@ For each outer split (grouped random, leave-one-family-out, cross-GPU: the split
    an unseen family otherwise borrows a leaf of another source's outliers (0.05x for held-out MobileNets); and
    its strength (0, 0.5 or 1 times the learned log-correction, :class:`ShrunkCorrection`) is chosen by an inner
    CV grouped like the scheme (families under ``lofo``), so a correction that does not carry to unseen
-   families is switched off there by the training rows themselves.
+   families is switched off there by the training rows themselves. A row whose (GPU kind, protocol) had no
+   training rows (physics on default constants: an extrapolated GPU) gets an interval at least as wide as the
+   default constants' 90 % log error on the training rows (:func:`widen_extrapolated`).
 
 ``weighting`` says which training rows the correction sees: ``pooled`` (all), ``balanced`` (at most
 ``BALANCED_CAP`` workloads per source, so 3,000 imported MLP runs do not outvote 200 own runs) or
@@ -48,6 +50,7 @@ from gpupred.perf.timeline import STEP_COLUMNS
 __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
     "compare_methods", "comparison_table", "plot_comparison", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
+    "correction_frame", "correction_shap", "correction_model",
 ]
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
@@ -252,7 +255,7 @@ def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, c
     """Every method's (point, low, high) on the test rows of one outer split."""
     train_all, test, _ = split
     train = train_all[~np.isnan(inp.y[train_all])]
-    _, util, step = fitted_physics(inp.pdata, train_all, cv.seed)
+    table, util, step = fitted_physics(inp.pdata, train_all, cv.seed)
     base = step if PHYSICS_TARGETS[inp.target] == "step" else util
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     if "constant" in methods:
@@ -265,8 +268,27 @@ def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, c
         nan = np.full(len(test), np.nan)
         out["physics"] = (base[test], nan, nan)
     if "physics+correction" in methods:
-        out["physics+correction"] = _corrected(inp, train, test, base, (util, step), weighting, model, cv)
+        pt, lo, hi = _corrected(inp, train, test, base, (util, step), weighting, model, cv)
+        unfitted = np.array([inp.pdata.keys[i] not in table.fitted for i in test], dtype=bool)
+        out["physics+correction"] = widen_extrapolated(inp, train, pt, lo, hi, unfitted, cv.alpha)
     return out
+
+
+def widen_extrapolated(inp: _Inputs, train: np.ndarray, pt: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                       unfitted: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals of rows whose (GPU kind, protocol) had no training rows (default constants) reach at least the
+    ``1 - alpha`` quantile of the default-constants physics' log error on the training rows (the dataset's
+    ``phys_*`` columns): what default constants get wrong on the GPUs that were measured."""
+    if not unfitted.any():
+        return pt, lo, hi
+    column = "phys_step_s" if PHYSICS_TARGETS[inp.target] == "step" else "phys_util"
+    default = inp.df[column].to_numpy(float)[train]
+    shift = 0.0 if column == "phys_step_s" else 1.0
+    q = float(np.quantile(np.abs(np.log((inp.y[train] + shift) / (default + shift))), 1 - alpha))
+    lo, hi = lo.copy(), hi.copy()
+    lo[unfitted] = np.minimum(lo[unfitted], pt[unfitted] * np.exp(-q))
+    hi[unfitted] = np.maximum(hi[unfitted], pt[unfitted] * np.exp(q))
+    return pt, lo, hi
 
 
 def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,
@@ -428,3 +450,34 @@ def plot_comparison(table: pd.DataFrame, gpu: str = "H200") -> Any:
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def correction_frame(df: pd.DataFrame, target: str, pdata: PhysicsData, seed: int = 0) -> pd.DataFrame:
+    """Per labelled row: the fitted physics, the measured value and log(measured / physics) (constants fitted on
+    every row: an explanation, not an evaluation), with the correction's features."""
+    _, util, step = fitted_physics(pdata, np.arange(len(df)), seed)
+    base = step if PHYSICS_TARGETS[target] == "step" else util
+    out = df[["run_id", "family", "source", "gpu", *[c for c in CORRECTION_FEATURES if c in df.columns]]].copy()
+    out["fit_phys_util"], out["fit_phys_step_s"], out["physics"], out["measured"] = util, step, base, df[target]
+    out["log_correction"] = np.log(out["measured"] / out["physics"])
+    return out[out["measured"].notna()].reset_index(drop=True)
+
+
+def correction_shap(frame: pd.DataFrame, source: str | None = "gpupred", seed: int = 0, max_rows: int = 500) -> Any:
+    """A ``shap.Explanation`` of the correction model fitted on ``frame`` (one source's rows by default)."""
+    import warnings
+
+    from gpupred.learn.regressors import signed_log1p
+
+    with warnings.catch_warnings():  # shap imports tqdm.auto, which warns in a kernel without ipywidgets
+        warnings.simplefilter("ignore")
+        import shap
+
+    rows = frame if source is None else frame[frame["source"] == source]
+    cols = [c for c in (*CORRECTION_FEATURES, "fit_phys_util", "fit_phys_step_s") if c in rows.columns]
+    X = rows[cols].to_numpy(float)
+    model = correction_model(seed).fit(X, rows["log_correction"].to_numpy(float))
+    sample = rows.sample(min(max_rows, len(rows)), random_state=seed)
+    explanation = shap.TreeExplainer(model[-1])(pd.DataFrame(signed_log1p(sample[cols].to_numpy(float)), columns=cols))
+    explanation.feature_names = cols
+    return explanation
