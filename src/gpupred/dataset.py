@@ -14,7 +14,8 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
 - features: the graph features (``gpupred.graph.FEATURE_KEYS``), the step model's ``STEP_COLUMNS``
   (``phys_step_s``, ``phys_gpu_busy_s``, ``phys_host_s``, ``phys_util`` in percent, ``phys_kernels``: one training
   step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.perf`),
-  ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists them in order.
+  ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists the regressors' inputs in order
+  (every feature but the step model's, which :mod:`gpupred.learn.physics` uses).
 
 Labels across sources (decided here, repeated in notebook 03):
 
@@ -114,7 +115,10 @@ def encode(precision: str, optimizer: str, host_batches: bool | float = False, s
 
 def feature_columns(df: pd.DataFrame) -> list[str]:
     """The model input columns of a dataset frame, in order: graph features, hardware, encodings."""
+    # the step model's columns are not regressor inputs: a featurize row has no GPU or protocol to compute them for;
+    # gpupred.learn.physics uses them (physics x correction) and the predictor does not need them
     skip = set(ID_COLUMNS) | set(LABEL_COLUMNS) | set(META_COLUMNS) | set(FEATURE_ID_COLUMNS) | {"batch_size_spec"}
+    skip |= set(STEP_COLUMNS)
     tail = [*HARDWARE_COLUMNS, *ENCODED_COLUMNS]
     graph = [c for c in df.columns if c not in skip and c not in tail and pd.api.types.is_numeric_dtype(df[c])]
     return graph + [c for c in tail if c in df.columns]
