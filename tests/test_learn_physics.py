@@ -93,3 +93,18 @@ def test_correction_is_bounded_and_shrinkable() -> None:
     half = ShrunkCorrection(LinearRegression(), 0.5).fit(X, y).predict(X)
     full = ShrunkCorrection(LinearRegression(), 1.0).fit(X, y).predict(X)
     assert np.allclose(half - np.median(y), 0.5 * (full - np.median(y)))
+
+
+def test_physics_predictor_answers_a_new_job(rows) -> None:
+    """Fitted on every FIXTURE row, it predicts a new job's utilization, iteration time and throughput with bounds."""
+    from gpupred.learn.physics import fit_physics_predictor
+
+    df, pdata = rows
+    pred = fit_physics_predictor(df, ("gpu_util", "iter_time_mean_s"), pdata, CVSettings(n_inner=2, n_cal=3, n_jobs=1))
+    row = df.iloc[0].to_dict()
+    kernels = step_kernels(canonical_graph(_mlp(96), 32)[0], "fp32", "sgd")
+    out = pred.predict_row({**row, "batch_size": 32.0}, kernels, "NVIDIA H100 80GB HBM3", "fp32")
+    for target in ("gpu_util", "iter_time_mean_s", "samples_per_s"):
+        assert 0 < out[f"{target}_low"] <= out[target] <= out[f"{target}_high"], target
+    assert out["gpu_util_high"] <= 100 and out["samples_per_s"] == pytest.approx(32.0 / out["iter_time_mean_s"])
+    assert pred.constants.fitted  # fitted on the FIXTURE rows' (GPU kind, protocol)

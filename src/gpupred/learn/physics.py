@@ -481,3 +481,60 @@ def correction_shap(frame: pd.DataFrame, source: str | None = "gpupred", seed: i
     explanation = shap.TreeExplainer(model[-1])(pd.DataFrame(signed_log1p(sample[cols].to_numpy(float)), columns=cols))
     explanation.feature_names = cols
     return explanation
+
+
+@dataclass
+class PhysicsPredictor:
+    """Physics x correction fitted on every labelled row, for new jobs: the constants table and, per target, a
+    CV+ correction (what a predictor artifact can carry; no torch, no training rows kept)."""
+
+    constants: ConstantsTable
+    corrections: dict[str, ConformalRegressor]
+    feature_names: list[str]
+    alpha: float = 0.1
+
+    def predict_row(self, row: dict[str, float], kernels: Any, gpu: str, precision: str, sync: str = "step",
+                    host_batches: bool = False, protocol: str = "nvml-poll") -> dict[str, float]:
+        """Each target's point and ``_low``/``_high`` bounds for one job: its feature row (graph features, encodings
+        and default ``phys_*``) and its kernels (:func:`gpupred.perf.kernels_for`); throughput follows from the
+        iteration time where ``batch_size`` is in the row."""
+        from gpupred.perf.timeline import simulate
+
+        est = simulate(kernels, gpu_spec(gpu), precision, self.constants.get(gpu_spec(gpu).name, protocol), sync,
+                       host_batches)
+        x = np.array([[float(row.get(c, 0.0)) for c in self.feature_names] + [np.log(max(est.util, 1e-3)),
+                                                                               np.log(max(est.step_s, 1e-9))]])
+        out: dict[str, float] = {}
+        for target, cr in self.corrections.items():
+            base = est.step_s if PHYSICS_TARGETS[target] == "step" else est.util
+            pt, lo, hi = (float(a[0]) * base / 100.0 for a in cr.predict(x))
+            if PHYSICS_TARGETS[target] == "util":
+                pt, lo, hi = (min(v, 100.0) for v in (pt, lo, hi))
+            out.update({target: pt, f"{target}_low": lo, f"{target}_high": hi})
+        if "iter_time_mean_s" in out and row.get("batch_size"):
+            bs = float(row["batch_size"])
+            out.update({"samples_per_s": bs / out["iter_time_mean_s"], "samples_per_s_low": bs / out["iter_time_mean_s_high"],
+                        "samples_per_s_high": bs / out["iter_time_mean_s_low"]})
+        return out
+
+
+def fit_physics_predictor(df: pd.DataFrame, targets: tuple[str, ...] = tuple(PHYSICS_TARGETS),
+                          pdata: PhysicsData | None = None, cv: CVSettings | None = None) -> PhysicsPredictor:
+    """Constants and per-target corrections fitted on every labelled row of ``df`` (workload-grouped CV+ folds)."""
+    cv = cv or CVSettings()
+    pdata = pdata or physics_data(df)
+    table, util, step = fitted_physics(pdata, np.arange(len(df)), cv.seed)
+    names = [c for c in CORRECTION_FEATURES if c in df.columns]
+    X = np.column_stack([df[names].to_numpy(float), np.log(np.maximum(util, 1e-3)), np.log(np.maximum(step, 1e-9))])
+    groups = df["workload_id"].astype(str).to_numpy()
+    corrections = {}
+    for target in targets:
+        y = df[target].to_numpy(float)
+        rows = np.flatnonzero(~np.isnan(y))
+        if len(rows) < 10:
+            continue
+        base = step if PHYSICS_TARGETS[target] == "step" else util
+        ratio = 100.0 * y / np.maximum(base, 1e-12)
+        shrunk = _choose_shrink(CORRECTION_MODEL, X[rows], ratio[rows], groups[rows], cv)
+        corrections[target] = ConformalRegressor(shrunk, cv.alpha, cv.n_cal, cv.seed).fit(X[rows], ratio[rows], groups=groups[rows])
+    return PhysicsPredictor(table, corrections, names, cv.alpha)
