@@ -262,7 +262,7 @@ reports.update_metrics(phys_metrics)
 # clouds on the host each step (about 8 % utilization against the step model's 80 %), and every job that
 # copies batches from host memory pays a transfer the model prices at a flat bandwidth. DCGAN runs two
 # forward/backward passes and two optimizers per step over one exported graph, so the model counts about
-# half its kernels (step time 45 % short). Depthwise convolutions (MobileNet, EfficientNet) run far below the
+# half its kernels (step time about 40 % short). Depthwise convolutions (MobileNet, EfficientNet) run far below the
 # roofline the model gives them, so it under-predicts their utilization by about a quarter; and GPUMemNet's
 # non-zero-only averaging is a protocol the timeline does not simulate (its constants absorb it). Memory
 # columns come from notebook 05 (`gpupred.memory`).
