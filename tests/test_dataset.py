@@ -148,6 +148,7 @@ def test_build_from_every_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     phys = df[["phys_step_s", "phys_gpu_busy_s", "phys_host_s", "phys_util", "phys_kernels"]]
     assert phys.notna().all().all() and (phys > 0).all().all() and (df["phys_util"] <= 100).all()  # every source
     assert (df["phys_step_s"] >= df["phys_gpu_busy_s"]).all()
+    assert not set(phys.columns) & set(ds.feature_columns(df))  # not regressor inputs: a featurize row has no GPU
     assert lucid["phys_step_s"] >= lucid["phys_gpu_busy_s"] + lucid["phys_host_s"]  # CUDA_LAUNCH_BLOCKING: no overlap
     own = df[df["source"] == "gpupred"]
     assert set(own["sampler"]) == {"nvml-poll-100ms"} and (own[["sync_kernel", "util_nonzero_only", "is_fp16"]] == 0).all().all()
