@@ -221,7 +221,7 @@ phys_results = {t: physics.compare_methods(df, t, cv, physics_weighting, n_withi
 phys_table = physics.comparison_table(phys_results)
 constants = (pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records())
              if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *physics.FITTED])).set_index(["gpu", "protocol"])
-own = phys_table[phys_table["tested"].str.contains("H200")] if len(phys_table) else phys_table
+own = phys_table[physics.tested_on(phys_table, "H200")] if len(phys_table) else phys_table  # scored on H200 runs
 (own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"])
  .round(3) if len(own) else "no physics comparison on H200 runs")
 

@@ -50,7 +50,7 @@ from gpupred.perf.timeline import STEP_COLUMNS
 __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
     "compare_methods", "comparison_table", "plot_comparison", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
-    "correction_frame", "correction_shap", "correction_model",
+    "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
 ]
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
@@ -430,13 +430,18 @@ def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> 
     return pd.DataFrame(rows)
 
 
+def tested_on(table: pd.DataFrame, gpu: str) -> pd.Series:
+    """Rows of a :func:`comparison_table` scored on ``gpu``'s runs (within, leave-one-family-out, ``x->gpu``)."""
+    return (table["tested"] == gpu) | table["tested"].str.endswith(f"->{gpu}")
+
+
 def plot_comparison(table: pd.DataFrame, gpu: str = "H200") -> Any:
     """One panel per target: each method's error on ``gpu``'s rows per scheme (RMSLE; iteration time: median
     relative error)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    rows = table[table["tested"].str.contains(gpu, regex=False)].copy()
+    rows = table[tested_on(table, gpu)].copy()
     rows["metric"] = np.where(rows["target"] == "iter_time_mean_s", rows["median_rel_err"], rows["rmsle"])
     rows["split"] = np.where(rows["scheme"].str.startswith("cross"), rows["tested"], rows["scheme"])
     targets = list(dict.fromkeys(rows["target"]))
