@@ -60,36 +60,67 @@ PROTOCOLS: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
                           "workspace")
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
-    "softmax_elems", "attention_elems", "view_elems", "output_elems")
+    "saved_elems", "fp32_elems", "cast_elems", "softmax_elems", "attention_elems", "output_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
+ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
+    "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
+CONTRACTION_OPS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"})
+FP32_OPS: frozenset[str] = frozenset({  # autocast runs these in fp32 (torch's CUDA autocast fp32 list)
+    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Exp", "Log",
+    "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2", "Cast"})
+PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
+FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
 
 
 def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
-    """Elements of the tensors the footprint treats apart, in a graph's canonical form at a batch size.
+    """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``).
 
-    ``softmax_elems``: Softmax outputs; ``attention_elems``: the other tensors of an attention block that a fused
-    attention kernel never writes (the QK^T product, its scale/mask ops, the scaled Q and K); ``view_elems``:
-    outputs of Transpose/Gather/Slice/Split/Expand/Squeeze-like ops, which torch runs as views or whose
-    backward saves nothing; ``output_elems``: the graph outputs (logits).
+    ``saved_elems``: float outputs of every op that allocates, less views (``VIEW_OPS``: torch runs transposes,
+    gathers and slices as views, or their backward saves nothing) and less a Relu on an unfolded
+    BatchNormalization (torchvision's in-place ReLU); ``fp32_elems``: those autocast keeps in fp32 (outputs of
+    ``FP32_OPS``, and of elementwise ops with an fp32 input: type promotion); ``cast_elems``: fp32 tensors a
+    contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs;
+    ``attention_elems``: the other tensors of an attention block a fused kernel never writes (QK^T, its
+    scale/mask ops, the scaled Q and K); ``output_elems``: the graph outputs (logits).
     """
     from gpupred.graph.loader import load_graph
 
     graph, _ = load_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
     producer = {o: node for node in cg.nodes for o in node[3]}
-    numel = {name: _numel(shape) for name, shape in cg.shapes.items()}
+    numel = {name: _numel(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
     attention: set[str] = set()
-    for op, _d, ins, outs, *_ in cg.nodes:
+    for op, _d, ins, _o, *_ in cg.nodes:
         if op == "Softmax" and ins:
             attention |= _score_chain(ins[0], producer)
-    softmax = sum(numel.get(o, 0) for op, _d, _i, outs, *_ in cg.nodes if op == "Softmax" for o in outs[:1])
-    views = sum(numel.get(o, 0) for op, _d, _i, outs, *_ in cg.nodes if op in VIEW_OPS for o in outs
-                if o not in attention)
-    outputs = sum(_numel(graph.shapes.get(o)) for o in graph.graph_outputs)
-    return {"softmax_elems": float(softmax), "attention_elems": float(sum(numel.get(t, 0) for t in attention)),
-            "view_elems": float(views), "output_elems": float(outputs)}
+    counts = _activation_counts(cg.nodes, producer, numel)
+    counts.update(
+        softmax_elems=float(sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "Softmax")),
+        attention_elems=float(sum(numel.get(t, 0) for t in attention)),
+        output_elems=float(sum(_numel(graph.shapes.get(o)) for o in graph.graph_outputs)))
+    return counts
+
+
+def _activation_counts(nodes: list[Any], producer: dict[str, Any], numel: dict[str, int]) -> dict[str, float]:
+    """saved_elems, fp32_elems and cast_elems of a canonical node list (see ``graph_terms``)."""
+    fp32: set[str] = set()
+    cast: set[str] = set()
+    saved = kept32 = 0
+    for op, _d, ins, outs, *_ in nodes:
+        acts = [i for i in ins if i in producer]
+        if op in CONTRACTION_OPS:
+            cast |= {i for i in acts if i in fp32}
+        elif op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in acts)):
+            fp32 |= set(outs)
+        if op in VIEW_OPS or op in ALIAS_OPS or (op == "Relu" and acts and producer[acts[0]][0] == "BatchNormalization"):
+            continue
+        n = sum(numel.get(o, 0) for o in outs)
+        saved += n
+        kept32 += n if outs and outs[0] in fp32 else 0
+    return {"saved_elems": float(saved), "fp32_elems": float(kept32),
+            "cast_elems": float(sum(numel.get(t, 0) for t in cast))}
 
 
 def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:
@@ -129,12 +160,9 @@ def footprint_terms(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> 
     if unknown:
         raise GpupredError(f"unknown optimizer {unknown[0]!r}; known: {', '.join(OPTIMIZER_STATES)}")
     half = df["precision"].isin(list(HALF_PRECISIONS)).to_numpy()
-    width = np.where(half, 2.0, 4.0)
     proto = pd.Series(protocol, index=df.index) if isinstance(protocol, str) else protocol.reindex(df.index)
     sdpa = proto.isin(list(SDPA_PROTOCOLS)).to_numpy()
-    scores = _col(df, "softmax_elems") * 4.0 + _col(df, "attention_elems") * width  # fp32 softmax, 16-bit QK^T
-    unsaved = np.where(sdpa, scores, 0.0) + _col(df, "view_elems") * width
-    act = np.maximum(df["activation_bytes"].to_numpy(float) - unsaved, 0.0)
+    act = activation_bytes(df, half, sdpa)
     loss = _col(df, "output_elems") * 4.0 * (2.0 + half)
     terms = {
         "weights": p, "gradients": p, "optimizer": opt.map(OPTIMIZER_STATES).to_numpy(float) * p,
@@ -142,6 +170,17 @@ def footprint_terms(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> 
         "workspace": np.full(len(df), WORKSPACE_MIB * MIB),
     }
     return pd.DataFrame({k: v / MIB for k, v in terms.items()}, index=df.index)
+
+
+def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray) -> np.ndarray:
+    """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
+    feature row's ``activation_bytes``; less the attention scores under fused attention."""
+    if "saved_elems" not in df.columns:
+        return df["activation_bytes"].to_numpy(float)
+    saved, fp32 = _col(df, "saved_elems"), _col(df, "fp32_elems")
+    act = np.where(half, 2.0 * (saved - fp32) + 4.0 * fp32 + 2.0 * _col(df, "cast_elems"), 4.0 * saved)
+    scores = _col(df, "softmax_elems") * 4.0 + _col(df, "attention_elems") * np.where(half, 2.0, 4.0)
+    return np.maximum(act - np.where(sdpa, scores, 0.0), 0.0)
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
