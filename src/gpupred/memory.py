@@ -1,4 +1,8 @@
-"""GPU memory of a training job: Horus's formula, an analytical estimate, and a learned residual on top.
+"""GPU memory of a training job: Horus's formula, the first analytical estimate with a learned residual, and
+the analytic footprint of :mod:`gpupred.footprint` times a bounded learned correction, with intervals
+calibrated on leave-one-family-out residuals (:class:`FootprintModel`).
+
+The first analytical estimate (``analytical``, ``analytical+residual``: kept as the baseline it was):
 
 Analytical estimate (MiB) = weights + gradients + optimizer state + autocast weight copies +
 activations kept for backward + overhead, where weights = gradients = ``param_bytes`` (fp32 master
@@ -25,7 +29,14 @@ from gpupred.errors import GpupredError
 
 MIB = float(2**20)
 OPTIMIZER_STATES: dict[str, float] = {"sgd": 1.0, "adam": 2.0}  # param-sized buffers per optimizer
-METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual")
+METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
+OLD_METHODS: tuple[str, ...] = METHODS[:3]
+BEST = "footprint*correction"
+CORRECTION_CLIP = 0.5  # |log correction| <= 0.5: the learned factor stays within x0.61 .. x1.65 of the footprint
+COVERAGE = 0.9  # nominal coverage of the intervals
+CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplies, it never sets the size
+    "is_bf16", "is_adam", "frac_flops_conv", "frac_flops_matmul", "frac_flops_recurrent", "frac_flops_norm",
+    "frac_flops_act", "frac_flops_pool", "frac_flops_elementwise")
 
 
 def horus_mib(df: pd.DataFrame) -> np.ndarray:
@@ -81,31 +92,51 @@ class MemoryModel:
 
 def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_repeats: int = 5,
                     target: str = "memory_mib", seed: int = 0, residual_model: str = "lightgbm") -> pd.DataFrame:
-    """Out-of-sample estimate and relative error of every method, one row per (scheme, split, run, method)."""
+    """Out-of-sample estimate, relative error and interval of every method, one row per (scheme, split, run, method).
+
+    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`) for the footprint
+    methods to count activations from the graph; without them the footprint falls back to ``activation_bytes``.
+    """
     from gpupred.learn.evaluate import splits_for
 
     data = df[df[target].notna()].reset_index(drop=True)
-    source = data["source"].to_numpy() if "source" in data.columns else np.full(len(data), "")
     out = []
     for scheme in schemes:
         for train, test, label in splits_for(data, scheme, n_repeats, seed):
-            model = MemoryModel(residual_model=residual_model, seed=seed).fit(data.iloc[train], target)
-            est = model.predict(data.iloc[test])
-            measured = data.iloc[test][target].to_numpy(float)
-            for method in METHODS:
-                rel = np.abs(est[method].to_numpy() - measured) / measured
-                out.append(pd.DataFrame({"scheme": scheme, "split": label, "method": method,
-                                         "run_id": data.iloc[test]["run_id"].to_numpy(), "estimate_mib": est[method].to_numpy(),
-                                         "measured_mib": measured, "rel_err": rel, "source": source[test],
-                                         "family": data.iloc[test]["family"].to_numpy()}))
+            est = _estimates(data.iloc[train], data.iloc[test], target, seed, residual_model)
+            out.append(_error_rows(data.iloc[test], est, target, scheme, label))
     return pd.concat(out, ignore_index=True)
 
 
+def _estimates(train: pd.DataFrame, test: pd.DataFrame, target: str, seed: int, residual_model: str) -> pd.DataFrame:
+    """Every method's estimate for ``test`` from models fitted on ``train`` (plus the best method's interval)."""
+    old = MemoryModel(residual_model=residual_model, seed=seed).fit(train, target).predict(test)
+    new = FootprintModel(seed=seed).fit(train, target).predict(test)
+    return pd.concat([old, new], axis=1)
+
+
+def _error_rows(test: pd.DataFrame, est: pd.DataFrame, target: str, scheme: str, label: str) -> pd.DataFrame:
+    """Long table of one split: estimate, relative error and interval coverage per run and method."""
+    measured = test[target].to_numpy(float)
+    source = test["source"].to_numpy() if "source" in test.columns else np.full(len(test), "")
+    inside = ((est["low"] <= measured) & (measured <= est["high"])).to_numpy(float)
+    rows = []
+    for method in METHODS:
+        e = est[method].to_numpy(float)
+        rows.append(pd.DataFrame({
+            "scheme": scheme, "split": label, "method": method, "run_id": test["run_id"].to_numpy(),
+            "estimate_mib": e, "measured_mib": measured, "rel_err": np.abs(e - measured) / measured,
+            "covered": inside if method == BEST else np.nan, "source": source, "family": test["family"].to_numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
 def summarize_memory(errors: pd.DataFrame, by_source: bool = False) -> pd.DataFrame:
-    """Median and p90 relative error per method and scheme (and per source)."""
+    """Median, p90 and max relative error and interval coverage per method and scheme (and per source)."""
     keys = ["method", "scheme", *(["source"] if by_source else [])]
-    g = errors.groupby(keys)["rel_err"]
-    table = pd.DataFrame({"median": g.median(), "p90": g.quantile(0.9), "max": g.max(), "n": g.size()})
+    g = errors.groupby(keys)
+    rel = g["rel_err"]
+    table = pd.DataFrame({"median": rel.median(), "p90": rel.quantile(0.9), "max": rel.max(),
+                          "coverage": g["covered"].mean(), "n": rel.size()})
     return table.unstack("scheme")
 
 
@@ -144,3 +175,85 @@ def plot_estimates(errors: pd.DataFrame, scheme: str = "grouped_random") -> Any:
                ylabel="estimate MiB")
     fig.tight_layout()
     return fig
+
+
+def correction_features(df: pd.DataFrame) -> np.ndarray:
+    """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total."""
+    from gpupred.footprint import footprint_terms, protocols
+
+    terms = footprint_terms(df, protocols(df))
+    shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
+    flags = np.column_stack([df[c].fillna(0.0).to_numpy(float) if c in df.columns else np.zeros(len(df))
+                             for c in CORRECTION_FEATURES])
+    return np.column_stack([flags, shares])
+
+
+def source_weights(df: pd.DataFrame) -> np.ndarray:
+    """Per-row weights giving every source the same total (3,000 imported MLPs do not outvote 200 own runs)."""
+    src = df["source"].astype(str) if "source" in df.columns else pd.Series("", index=df.index)
+    return (1.0 / src.map(src.value_counts())).to_numpy(float)
+
+
+class FootprintModel:
+    """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals."""
+
+    def __init__(self, seed: int = 0, calibrate: bool = True) -> None:
+        self.seed = seed
+        self.calibrate = calibrate
+
+    def _regressor(self) -> Any:
+        """The correction's regressor: small boosted trees (they cannot leave the clipped range)."""
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        return HistGradientBoostingRegressor(max_iter=120, max_depth=3, learning_rate=0.08, min_samples_leaf=10,
+                                             random_state=self.seed)
+
+    def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "FootprintModel":
+        """Fit the footprint's constants and the correction on ``df`` (training rows), then calibrate the intervals."""
+        from gpupred.footprint import Footprint
+
+        data = df[df[target].notna()]
+        self.footprint_ = Footprint().fit(data, target)
+        ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.footprint_.predict(data), 1.0))
+        self.correction_ = self._regressor().fit(correction_features(data),
+                                                 np.clip(ratio, -CORRECTION_CLIP, CORRECTION_CLIP),
+                                                 sample_weight=source_weights(data))
+        self.protocols_ = set(self.footprint_.context_mib)
+        self.halfwidth_ = lofo_halfwidths(data, target, self.seed) if self.calibrate else {}
+        return self
+
+    def correction(self, df: pd.DataFrame) -> np.ndarray:
+        """The learned log-factor, clipped to +-CORRECTION_CLIP."""
+        return np.clip(self.correction_.predict(correction_features(df)), -CORRECTION_CLIP,
+                       CORRECTION_CLIP)
+
+    def predict(self, df: pd.DataFrame) -> pd.DataFrame:
+        """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
+        from gpupred.footprint import protocol_keys, protocols
+
+        base = self.footprint_.predict(df)
+        best = np.maximum(base, 1.0) * np.exp(self.correction(df))
+        src = protocols(df).to_numpy()
+        widest = max(self.halfwidth_.values(), default=np.log(2.0))
+        seen = np.isin(protocol_keys(df), list(self.protocols_))
+        # an unmeasured (GPU, protocol): the widest calibrated half-width, doubled (extrapolated)
+        q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest for s, ok in zip(src, seen)])
+        return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q)},
+                            index=df.index)
+
+
+def lofo_halfwidths(df: pd.DataFrame, target: str = "memory_mib", seed: int = 0) -> dict[str, float]:
+    """Per source, the COVERAGE quantile of |log error| of footprint*correction on families held out of ``df``."""
+    from gpupred.learn.evaluate import lofo_splits
+
+    res = np.full(len(df), np.nan)
+    for train, test, _ in lofo_splits(df["family"]):
+        model = FootprintModel(seed=seed, calibrate=False).fit(df.iloc[train], target)
+        res[test] = np.log(df.iloc[test][target].to_numpy(float)) - np.log(model.predict(df.iloc[test])[BEST].to_numpy())
+    src = df["source"].astype(str).to_numpy() if "source" in df.columns else np.full(len(df), "gpupred")
+    out = {}
+    for s in pd.unique(src):
+        r = np.abs(res[(src == s) & np.isfinite(res)])
+        if len(r) >= 10:
+            out[str(s)] = float(np.quantile(r, min(1.0, COVERAGE * (1 + 1 / len(r)))))
+    return out
