@@ -175,12 +175,14 @@ def footprint_terms(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> 
 def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray) -> np.ndarray:
     """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
     feature row's ``activation_bytes``; less the attention scores under fused attention."""
+    fallback = df["activation_bytes"].to_numpy(float)
     if "saved_elems" not in df.columns:
-        return df["activation_bytes"].to_numpy(float)
+        return fallback
     saved, fp32 = _col(df, "saved_elems"), _col(df, "fp32_elems")
     act = np.where(half, 2.0 * (saved - fp32) + 4.0 * fp32 + 2.0 * _col(df, "cast_elems"), 4.0 * saved)
     scores = _col(df, "softmax_elems") * 4.0 + _col(df, "attention_elems") * np.where(half, 2.0, 4.0)
-    return np.maximum(act - np.where(sdpa, scores, 0.0), 0.0)
+    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0)
+    return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -270,10 +272,9 @@ def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer:
 
 
 def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
-    """``df`` with ``FOOTPRINT_COLUMNS`` added from each workload's graph (one graph load per architecture and batch)."""
-    from gpupred.importers.graphs import graph_for
+    """``df`` with ``FOOTPRINT_COLUMNS`` added from each workload's graph (the graph store's, or a built fcnet);
+    NaN where neither has it (the footprint then uses the row's ``activation_bytes``)."""
     from gpupred.reports import progress_bar
-    from gpupred.workloads.spec import WorkloadSpec
 
     _need(df, ("workload_id",))
     out = df.copy()
@@ -282,14 +283,36 @@ def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
     rows = []
     for wid in progress_bar(iterable=out["workload_id"].astype(str), desc="footprint graph terms", unit="row",
                             disable=not progress):
-        spec = WorkloadSpec.from_id(wid)
-        key = (spec.arch_key, int(spec.batch_size))
+        spec = _spec(wid)
+        key = (spec.arch_key, int(spec.batch_size)) if spec is not None else (wid, 0)
         if key not in cache:
-            if spec.arch_key not in graphs:
-                graphs = {spec.arch_key: graph_for(spec)}  # one architecture at a time: memory stays flat
-            cache[key] = graph_terms(graphs[spec.arch_key], spec.batch_size)
+            if spec is not None and spec.arch_key not in graphs:
+                graphs = {spec.arch_key: _stored_graph(spec)}  # one architecture at a time: memory stays flat
+            graph = graphs.get(spec.arch_key) if spec is not None else None
+            cache[key] = graph_terms(graph, spec.batch_size) if graph is not None else {}
         rows.append(cache[key])
-    terms = pd.DataFrame(rows, index=out.index)
+    terms = pd.DataFrame(rows, index=out.index).reindex(columns=list(FOOTPRINT_COLUMNS))
     for col in FOOTPRINT_COLUMNS:
-        out[col] = terms[col] if len(terms) else np.zeros(0)
+        out[col] = terms[col].astype(float)
     return out
+
+
+def _spec(workload_id: str) -> Any:
+    """The workload spec of an id, or None when the id is not one."""
+    from gpupred.workloads.spec import WorkloadSpec
+
+    try:
+        return WorkloadSpec.from_id(workload_id)
+    except (GpupredError, ValueError, KeyError):
+        return None
+
+
+def _stored_graph(spec: Any) -> Any:
+    """A spec's graph without torch: a GPUMemNet network built with onnx.helper, else the graph store's, else None."""
+    if spec.family == "fcnet":
+        from gpupred.importers.gpumemnet import fcnet_onnx
+
+        return fcnet_onnx(spec)
+    from gpupred.graph.export import stored_graph
+
+    return stored_graph(spec)

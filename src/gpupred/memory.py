@@ -34,6 +34,7 @@ OLD_METHODS: tuple[str, ...] = METHODS[:3]
 BEST = "footprint*correction"
 CORRECTION_CLIP = 0.5  # |log correction| <= 0.5: the learned factor stays within x0.61 .. x1.65 of the footprint
 COVERAGE = 0.9  # nominal coverage of the intervals
+MAX_ROWS_PER_SOURCE = 600  # the model is fitted on at most this many rows per source (seeded sample; keeps it fast)
 CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplies, it never sets the size
     "is_bf16", "is_adam", "frac_flops_conv", "frac_flops_matmul", "frac_flops_recurrent", "frac_flops_norm",
     "frac_flops_act", "frac_flops_pool", "frac_flops_elementwise")
@@ -188,6 +189,14 @@ def correction_features(df: pd.DataFrame) -> np.ndarray:
     return np.column_stack([flags, shares])
 
 
+def per_source_sample(df: pd.DataFrame, max_rows: int, seed: int = 0) -> pd.DataFrame:
+    """At most ``max_rows`` rows of each source (seeded sample): a source's weight is its total anyway."""
+    if "source" not in df.columns:
+        return df
+    parts = [g if len(g) <= max_rows else g.sample(max_rows, random_state=seed) for _, g in df.groupby("source", sort=False)]
+    return df[df.index.isin(pd.concat(parts).index)] if parts else df
+
+
 def source_weights(df: pd.DataFrame) -> np.ndarray:
     """Per-row weights giving every source the same total (3,000 imported MLPs do not outvote 200 own runs)."""
     src = df["source"].astype(str) if "source" in df.columns else pd.Series("", index=df.index)
@@ -202,17 +211,17 @@ class FootprintModel:
         self.calibrate = calibrate
 
     def _regressor(self) -> Any:
-        """The correction's regressor: small boosted trees (they cannot leave the clipped range)."""
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        """The correction's regressor: small boosted trees (single-threaded; they cannot leave the clipped range)."""
+        from sklearn.ensemble import GradientBoostingRegressor
 
-        return HistGradientBoostingRegressor(max_iter=120, max_depth=3, learning_rate=0.08, min_samples_leaf=10,
-                                             random_state=self.seed)
+        return GradientBoostingRegressor(n_estimators=100, max_depth=3, learning_rate=0.08, min_samples_leaf=10,
+                                         subsample=0.8, random_state=self.seed)
 
     def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "FootprintModel":
         """Fit the footprint's constants and the correction on ``df`` (training rows), then calibrate the intervals."""
         from gpupred.footprint import Footprint
 
-        data = df[df[target].notna()]
+        data = per_source_sample(df[df[target].notna()], MAX_ROWS_PER_SOURCE, self.seed)
         self.footprint_ = Footprint().fit(data, target)
         ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.footprint_.predict(data), 1.0))
         self.correction_ = self._regressor().fit(correction_features(data),
@@ -256,4 +265,39 @@ def lofo_halfwidths(df: pd.DataFrame, target: str = "memory_mib", seed: int = 0)
         r = np.abs(res[(src == s) & np.isfinite(res)])
         if len(r) >= 10:
             out[str(s)] = float(np.quantile(r, min(1.0, COVERAGE * (1 + 1 / len(r)))))
+    return out
+
+
+OWN_SOURCE = "gpupred"  # this project's own runs (the H200 sweep so far)
+
+
+def method_key(method: str) -> str:
+    """A method's name as a metrics.json key part ('footprint*correction' -> 'footprint_times_correction')."""
+    return method.replace("+", "_plus_").replace("*", "_times_")
+
+
+def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
+                   headline_scheme: str = "grouped_random") -> dict[str, Any]:
+    """The figures of merit for reports/metrics.json: per method and scheme, pooled and on this project's own runs."""
+    pooled, own = summarize_memory(errors), summarize_memory(errors[errors["source"] == OWN_SOURCE])
+    out: dict[str, Any] = {
+        "memory_median_rel_err": pooled.loc[BEST, ("median", headline_scheme)],
+        "memory_p90_rel_err": pooled.loc[BEST, ("p90", headline_scheme)],
+        "memory_median_rel_err_horus": pooled.loc["horus", ("median", headline_scheme)],
+    }
+    for name, table in (("", pooled), ("_own", own)):
+        for method in table.index:
+            for scheme in table.columns.get_level_values(1).unique():
+                key = f"memory_{method_key(method)}_{scheme}{name}"
+                out[f"{key}_median_rel_err"] = float(table.loc[method, ("median", scheme)])
+                out[f"{key}_p90_rel_err"] = float(table.loc[method, ("p90", scheme)])
+                if method == BEST:
+                    out[f"{key}_coverage"] = float(table.loc[method, ("coverage", scheme)])
+    by = summarize_memory(errors, by_source=True)
+    out["memory_median_rel_err_by_source"] = {
+        src: {scheme: {method_key(m): float(by.loc[(m, src), ("median", scheme)]) for m in METHODS if (m, src) in by.index}
+              for scheme in by.columns.get_level_values(1).unique()} for src in sorted(errors["source"].unique())}
+    if model is not None:
+        out["memory_footprint_constants"] = model.footprint_.constants()
+        out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
     return out
