@@ -21,7 +21,7 @@
 # gradients, optimizer state, autocast weight copies, activations saved for backward counted from the
 # canonical graph by dtype, loss buffers, inputs, workspace, and the CUDA context with the allocator's ratio
 # fitted per GPU kind and protocol on training rows), and the footprint times a learned correction clipped to
-# ×0.61–×1.65 whose 90 % interval is calibrated on leave-one-family-out residuals of the training rows.
+# ×0.82–×1.22 whose 90 % interval is calibrated on leave-one-family-out residuals of the training rows.
 # Splits: grouped random (whole workloads held out, stratified by source, so within each GPU kind), leave one
 # family out (sibling families together), and cross-GPU (train on one GPU kind, predict another). Sources:
 # this project's H200 runs (`gpupred`: NVML's per-process peak over the window), GPUMemNet's fully connected

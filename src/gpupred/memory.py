@@ -32,7 +32,7 @@ OPTIMIZER_STATES: dict[str, float] = {"sgd": 1.0, "adam": 2.0}  # param-sized bu
 METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
 OLD_METHODS: tuple[str, ...] = METHODS[:3]
 BEST = "footprint*correction"
-CORRECTION_CLIP = 0.5  # |log correction| <= 0.5: the learned factor stays within x0.61 .. x1.65 of the footprint
+CORRECTION_CLIP = 0.2  # |log correction| <= 0.2: the learned factor stays within x0.82 .. x1.22 of the footprint
 COVERAGE = 0.9  # nominal coverage of the intervals
 MAX_ROWS_PER_SOURCE = 600  # the model is fitted on at most this many rows per source (seeded sample; keeps it fast)
 CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplies, it never sets the size
@@ -214,7 +214,7 @@ class FootprintModel:
         """The correction's regressor: small boosted trees (single-threaded; they cannot leave the clipped range)."""
         from sklearn.ensemble import GradientBoostingRegressor
 
-        return GradientBoostingRegressor(n_estimators=100, max_depth=3, learning_rate=0.08, min_samples_leaf=10,
+        return GradientBoostingRegressor(n_estimators=30, max_depth=3, learning_rate=0.08, min_samples_leaf=30,
                                          subsample=0.8, random_state=self.seed)
 
     def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "FootprintModel":
