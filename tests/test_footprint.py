@@ -121,3 +121,18 @@ def test_unmeasured_gpu_gets_wider_intervals() -> None:
     other = model.predict(row.assign(gpu="NVIDIA A100-SXM4-40GB"))
     assert ((other["high"] / other[BEST]) > (seen["high"] / seen[BEST])).all()
     assert set(model.halfwidth_) == {"gpupred"} and 0 < model.halfwidth_["gpupred"] < 0.5
+
+
+def test_onnx_footprint_matches_the_terms() -> None:
+    from gpupred.footprint import onnx_footprint_mib
+
+    graph = _attention_graph()
+    mib = onnx_footprint_mib(graph, 2, "fp32", "sgd", "NVIDIA H200")
+    # params: wq, wk (64 each), the scalar s, LayerNorm's 8 + 8, BatchNorm's 3 + 3 (scale, bias); plain SGD with
+    # momentum: weights + gradients + one buffer
+    params = (64 + 64 + 1 + 8 + 8 + 3 + 3) * 4 / MIB
+    t = graph_terms(graph, 2)
+    act = 4 * (t["saved_elems"] - t["softmax_elems"] - t["attention_elems"]) / MIB  # fp32, fused attention
+    inputs = (64 + 150) * 4 / MIB
+    loss = 2 * 4 * t["output_elems"] / MIB
+    assert mib == pytest.approx(619 + 3 * params + act + loss + inputs + WORKSPACE_MIB, rel=1e-6)

@@ -263,12 +263,21 @@ def protocol_keys(df: pd.DataFrame) -> np.ndarray:
 
 
 def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer: str,
-                  softmax_elems: float = 0.0, output_elems: float = 0.0, protocol: str = "gpupred",
-                  fitted: Footprint | None = None) -> float:
-    """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) on a GPU, with default or fitted constants."""
-    row = pd.DataFrame([{**features, "precision": precision, "optimizer": optimizer, "gpu": gpu, "source": protocol,
-                         "softmax_elems": softmax_elems, "output_elems": output_elems}])
+                  terms: dict[str, float] | None = None, protocol: str = "gpupred", fitted: Footprint | None = None) -> float:
+    """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU."""
+    row = pd.DataFrame([{**features, **(terms or {}), "precision": precision, "optimizer": optimizer, "gpu": gpu,
+                         "source": protocol}])
     return float((fitted or Footprint()).predict(row)[0])
+
+
+def onnx_footprint_mib(path_or_proto: Any, batch_size: int, precision: str, optimizer: str, gpu: str,
+                       fitted: Footprint | None = None) -> float:
+    """Analytic training memory (MiB) of an ONNX graph at a batch size, precision and optimizer on a GPU."""
+    from gpupred.graph import featurize
+
+    features = featurize(path_or_proto, batch_size=batch_size, precision=precision,
+                         optimizer="adam" if OPTIMIZER_STATES.get(optimizer, 0) >= 2 else "sgd")
+    return footprint_mib(features, gpu, precision, optimizer, graph_terms(path_or_proto, batch_size), fitted=fitted)
 
 
 def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
