@@ -39,15 +39,16 @@ def _attention_graph() -> object:
 
 def test_graph_terms_by_hand() -> None:
     t = graph_terms(_attention_graph(), batch_size=2)
-    # q, k: 2*4*8 = 64 each; scores, scaled, softmax: 2*4*4 = 32 each; o, y: 64 each; zn: 2*3*5*5 = 150
-    assert t["softmax_elems"] == 32
-    # sc, ss and kt (the transposed K); q is a projection's output, which fused attention keeps
-    assert t["attention_elems"] == 32 + 32 + 64
-    # saved: q, k, sc, ss, p, o, y, zn (kt is a view, the ReLU after BatchNorm runs in place)
-    assert t["saved_elems"] == 64 + 64 + 32 + 32 + 32 + 64 + 64 + 150
+    # q, k: 2*4*8 = 64 each; scores sc, scaled ss, softmax p: 2*4*4 = 32 each; o, y: 64 each; zn, zr: 2*3*5*5 = 150
+    # kept for backward: q and k (read by the QK^T MatMul; kt is a view of k), sc (read by the scale Mul), p (the
+    # Softmax saves its output; the second MatMul reads it), o (LayerNorm's input), y and zr (graph outputs; the
+    # Relu saves its output). Not kept: ss (Softmax saves no input), zn (the Relu saves no input), kt (a view).
+    assert t["saved_elems"] == 64 + 64 + 32 + 32 + 64 + 64 + 150
     assert t["fp32_elems"] == 32 + 64  # the Softmax and LayerNormalization outputs
     assert t["cast_elems"] == 32  # the fp32 softmax output read by the attention-times-V MatMul
-    assert t["output_elems"] == 64 + 150
+    assert t["softmax_elems"] == 32
+    assert t["attention_elems"] == 32  # of the scores chain (sc, ss, kt), only sc is kept
+    assert t["index_elems"] == 0 and t["output_elems"] == 64 + 150
 
 
 def _row(**kw: object) -> pd.DataFrame:
@@ -62,7 +63,7 @@ def test_footprint_terms_by_hand() -> None:
     assert dict(t) == {"weights": 4, "gradients": 4, "optimizer": 8, "autocast_copies": 0, "activations": 10,
                        "loss": 0, "inputs": 1, "workspace": WORKSPACE_MIB}
     row = _row(precision="bf16", optimizer="sgd", saved_elems=1 * MIB, fp32_elems=0.25 * MIB, cast_elems=0.125 * MIB,
-               softmax_elems=0.125 * MIB, attention_elems=0.25 * MIB, output_elems=0.5 * MIB)
+               softmax_elems=0.125 * MIB, attention_elems=0.25 * MIB, output_elems=0.5 * MIB, index_elems=0.0)
     t = footprint_terms(row).iloc[0]
     assert t["optimizer"] == 4 and t["autocast_copies"] == 2  # momentum: one buffer; 16-bit weight copies: p / 2
     # 2 B x 0.75 Mi 16-bit + 4 B x 0.25 Mi fp32 + 2 B x 0.125 Mi casts, less fused attention's 4 x 0.125 + 2 x 0.25

@@ -60,7 +60,7 @@ PROTOCOLS: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
                           "workspace")
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
-    "saved_elems", "fp32_elems", "cast_elems", "softmax_elems", "attention_elems", "output_elems")
+    "saved_elems", "fp32_elems", "cast_elems", "index_elems", "softmax_elems", "attention_elems", "output_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
@@ -68,6 +68,10 @@ CONTRACTION_OPS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm", "M
 FP32_OPS: frozenset[str] = frozenset({  # autocast runs these in fp32 (torch's CUDA autocast fp32 list)
     "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Exp", "Log",
     "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2", "Cast"})
+NO_INPUT_SAVE: frozenset[str] = frozenset({  # backward needs none of their inputs
+    "Add", "Sub", "Concat", "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool",
+    "ReduceMean", "ReduceSum", "Neg", "Cast", "Pad"})
+OUTPUT_SAVE: frozenset[str] = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})  # save their output
 PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
@@ -77,12 +81,12 @@ SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
 def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
     """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``).
 
-    ``saved_elems``: float outputs of every op that allocates, less views (``VIEW_OPS``: torch runs transposes,
-    gathers and slices as views, or their backward saves nothing) and less a Relu on an unfolded
-    BatchNormalization (torchvision's in-place ReLU); ``fp32_elems``: those autocast keeps in fp32 (outputs of
+    ``saved_elems``: the op outputs autograd keeps for backward (read by an op that saves its inputs, i.e. not
+    in ``NO_INPUT_SAVE``; written by one that saves its output, ``OUTPUT_SAVE``; with views, ``VIEW_OPS``,
+    resolved to the tensor they alias, since torch runs transposes, gathers and slices as views); ``fp32_elems``: those autocast keeps in fp32 (outputs of
     ``FP32_OPS``, and of elementwise ops with an fp32 input: type promotion); ``cast_elems``: fp32 tensors a
     contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs;
-    ``attention_elems``: the other tensors of an attention block a fused kernel never writes (QK^T, its
+    ``attention_elems``: the other kept tensors of an attention block a fused kernel never writes (QK^T, its
     scale/mask ops, the scaled Q and K); ``output_elems``: the graph outputs (logits).
     """
     from gpupred.graph.loader import load_graph
@@ -95,32 +99,53 @@ def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
     for op, _d, ins, _o, *_ in cg.nodes:
         if op == "Softmax" and ins:
             attention |= _score_chain(ins[0], producer)
-    counts = _activation_counts(cg.nodes, producer, numel)
+    kept = _kept_tensors(cg, producer)
+    counts = _activation_counts(cg, producer, numel, kept)
     counts.update(
-        softmax_elems=float(sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "Softmax")),
-        attention_elems=float(sum(numel.get(t, 0) for t in attention)),
+        softmax_elems=float(sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "Softmax" and n[3][0] in kept)),
+        attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
         output_elems=float(sum(_numel(graph.shapes.get(o)) for o in graph.graph_outputs)))
     return counts
 
 
-def _activation_counts(nodes: list[Any], producer: dict[str, Any], numel: dict[str, int]) -> dict[str, float]:
-    """saved_elems, fp32_elems and cast_elems of a canonical node list (see ``graph_terms``)."""
+def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str]) -> dict[str, float]:
+    """saved_elems, fp32_elems, cast_elems and index_elems of a canonical graph (see ``graph_terms``)."""
     fp32: set[str] = set()
     cast: set[str] = set()
-    saved = kept32 = 0
-    for op, _d, ins, outs, *_ in nodes:
+    for op, _d, ins, outs, *_ in cg.nodes:
         acts = [i for i in ins if i in producer]
         if op in CONTRACTION_OPS:
             cast |= {i for i in acts if i in fp32}
         elif op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in acts)):
             fp32 |= set(outs)
-        if op in VIEW_OPS or op in ALIAS_OPS or (op == "Relu" and acts and producer[acts[0]][0] == "BatchNormalization"):
-            continue
-        n = sum(numel.get(o, 0) for o in outs)
-        saved += n
-        kept32 += n if outs and outs[0] in fp32 else 0
-    return {"saved_elems": float(saved), "fp32_elems": float(kept32),
+    pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    return {"saved_elems": float(sum(numel.get(t, 0) for t in kept)), "index_elems": float(pooled),
+            "fp32_elems": float(sum(numel.get(t, 0) for t in kept & fp32)),
             "cast_elems": float(sum(numel.get(t, 0) for t in cast))}
+
+
+def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
+    """The op outputs autograd keeps for backward: read by an op that saves its inputs, written by one that saves
+    its output, or a graph output; views resolve to the tensor they alias. With BatchNorm folded into
+    convolutions, each convolution's output is kept too (training-mode BatchNorm saves its input)."""
+    def base(t: str) -> str:
+        node = producer.get(t)
+        while node is not None and (node[0] in VIEW_OPS or node[0] in ALIAS_OPS) and node[2] and node[2][0] in producer:
+            t, node = node[2][0], producer.get(node[2][0])
+        return t
+
+    folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
+    kept: set[str] = set()
+    for op, _d, ins, outs, *_ in cg.nodes:
+        if op in VIEW_OPS or op in ALIAS_OPS:
+            continue
+        if op not in NO_INPUT_SAVE:
+            kept |= {base(i) for i in ins if i in producer}
+        if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
+            kept |= set(outs[:1])
+    consumed = {i for node in cg.nodes for i in node[2]}
+    kept |= {base(o) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
+    return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
 
 
 def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:
@@ -181,7 +206,7 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray) -> np
     saved, fp32 = _col(df, "saved_elems"), _col(df, "fp32_elems")
     act = np.where(half, 2.0 * (saved - fp32) + 4.0 * fp32 + 2.0 * _col(df, "cast_elems"), 4.0 * saved)
     scores = _col(df, "softmax_elems") * 4.0 + _col(df, "attention_elems") * np.where(half, 2.0, 4.0)
-    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0)
+    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * _col(df, "index_elems")  # MaxPool's int64 argmax
     return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
 
 
