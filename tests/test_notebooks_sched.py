@@ -23,8 +23,10 @@ def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
     for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
-                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model"):
+                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model",
+                "slowdown_spearman_heldout_timeshare_predicted", "slowdown_mae_heldout_timeshare_measured_by_model"):
         assert key in metrics
+    assert metrics["memfit_pairs"] > 0 and 0 <= metrics["memfit_q95_coverage"] <= 1
     assert metrics["slowdown_heldout_pairs"] > 0 and metrics["slowdown_excluded_jobs"] >= 2  # the failed pair
     for fig in ("06-slowdown-vs-summed-util", "06-slowdown-model-vs-baselines"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
