@@ -2,7 +2,7 @@
 
 Keys written to ``reports/metrics.json`` (:func:`report_metrics`), for ``<policy>`` in slot, reactive,
 horus, ours and ``<metric>`` in :data:`REPORT_KEYS` (``avg_util`` %, ``makespan_s``, ``mean_jct_s``,
-``mean_wait_s``):
+``p95_jct_s``, ``mean_wait_s`` (queueing delay), ``ooms`` (out-of-memory failures)):
 
 - ``sim_<policy>_<metric>``: mean over seeds on the synthetic trace; ``sim_<policy>_<metric>_ci``: the
   half-width of its 95 % confidence interval (Student t over seeds);
@@ -20,10 +20,10 @@ import pandas as pd
 from gpupred.sim.cluster import SimResult
 
 METRIC_KEYS: tuple[str, ...] = (
-    "avg_util", "makespan_s", "mean_jct_s", "median_jct_s", "mean_wait_s", "ooms", "migrations", "n_jobs",
+    "avg_util", "makespan_s", "mean_jct_s", "median_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "migrations", "n_jobs",
     "pairs_measured", "pairs_modelled",
 )
-REPORT_KEYS: tuple[str, ...] = ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s")
+REPORT_KEYS: tuple[str, ...] = ("avg_util", "makespan_s", "mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms")
 
 
 def metrics_table(results: list[SimResult]) -> pd.DataFrame:
