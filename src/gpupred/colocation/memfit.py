@@ -20,13 +20,13 @@ from gpupred.errors import GpupredError
 
 def log_sigma(point: np.ndarray, high: np.ndarray, level: float = 0.9) -> np.ndarray:
     """Spread of log memory implied by a central ``level`` interval's upper bound (0 where high <= point)."""
-    from scipy.stats import norm
+    from scipy.special import ndtri
 
     if not 0 < level < 1:
         raise GpupredError(f"interval level {level} must lie in (0, 1)")
     p = np.maximum(np.asarray(point, dtype=float), 1e-9)
     h = np.asarray(high, dtype=float)
-    return np.maximum(0.0, np.log(np.maximum(h, p) / p)) / float(norm.ppf(0.5 + level / 2))
+    return np.maximum(0.0, np.log(np.maximum(h, p) / p)) / float(ndtri(0.5 + level / 2))
 
 
 def sum_lognormal(point_a: np.ndarray, sigma_a: np.ndarray, point_b: np.ndarray,
@@ -48,22 +48,22 @@ def sum_lognormal(point_a: np.ndarray, sigma_a: np.ndarray, point_b: np.ndarray,
 def pair_oom_probability(point_a: np.ndarray, high_a: np.ndarray, point_b: np.ndarray, high_b: np.ndarray,
                          capacity_mib: float | np.ndarray, level: float = 0.9, reserve_mib: float = 0.0) -> np.ndarray:
     """Probability that two jobs' memory together exceeds ``capacity_mib - reserve_mib`` (predicted points, upper bounds)."""
-    from scipy.stats import norm
+    from scipy.special import ndtr
 
     mu, sigma = sum_lognormal(point_a, log_sigma(point_a, high_a, level), point_b, log_sigma(point_b, high_b, level))
     room = np.asarray(capacity_mib, dtype=float) - reserve_mib
     z = (np.log(np.maximum(room, 1e-9)) - mu) / np.where(sigma > 0, sigma, 1.0)
     exact = np.where(np.exp(mu) > room, 1.0, 0.0)  # no spread: the point decides
-    return np.where(sigma > 0, norm.sf(z), exact)
+    return np.where(sigma > 0, ndtr(-z), exact)
 
 
 def pair_memory_quantile(point_a: np.ndarray, high_a: np.ndarray, point_b: np.ndarray, high_b: np.ndarray,
                          q: float = 0.95, level: float = 0.9) -> np.ndarray:
     """The ``q`` quantile of two jobs' memory together (MiB)."""
-    from scipy.stats import norm
+    from scipy.special import ndtri
 
     mu, sigma = sum_lognormal(point_a, log_sigma(point_a, high_a, level), point_b, log_sigma(point_b, high_b, level))
-    return np.exp(mu + float(norm.ppf(q)) * sigma)
+    return np.exp(mu + float(ndtri(q)) * sigma)
 
 
 def fits_together(point_a: np.ndarray, high_a: np.ndarray, point_b: np.ndarray, high_b: np.ndarray,

@@ -13,16 +13,29 @@ from gpupred.sim.cluster import (
     TruthLeak,
     simulate,
 )
+from gpupred.sim.alibaba import (
+    TraceSlices,
+    assign_workloads,
+    cluster_for_load,
+    fitting_jobs,
+    gpu_tasks,
+    slice_trace,
+    trace_counts,
+    trace_jobs,
+)
 from gpupred.sim.experiment import (
     HISTORY_SEED,
     POLICY_ORDER,
+    QUALITIES,
     Settings,
     history_classes,
     loads_sweep,
     make_policies,
     measured_share,
     run_policies,
+    run_qualities,
     run_seeds,
+    with_quality,
 )
 from gpupred.sim.metrics import (
     REPORT_KEYS,
@@ -48,6 +61,8 @@ from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trac
 from gpupred.sim.world import World, build_world
 
 __all__ = [
+    "QUALITIES", "TraceSlices", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",
     "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World",

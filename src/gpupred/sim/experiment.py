@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from gpupred.sim.cluster import Cluster, SimResult, simulate
+from gpupred.sim.cluster import Cluster, PredictedSlowdown, SimResult, simulate
 from gpupred.sim.metrics import METRIC_KEYS
 from gpupred.sim.policies import HorusClasses, HorusPolicy, OursPolicy, Policy, ReactivePolicy, SlotPolicy
 from gpupred.sim.traces import synthetic_trace
@@ -26,6 +27,7 @@ class Settings:
     util_cap: float = 100.0  # reactive: packs when measured utilizations sum to at most this
     max_slowdown: float = 1.5  # ours: packs when the upper-bound pair slowdown is at most this
     prefer_empty: bool = True  # ours: an empty GPU first
+    max_oom_risk: float | None = 0.05  # ours: packs when the pair's predicted OOM probability is at most this
     horus_classes: HorusClasses | None = None  # horus: classes from a separate history (None: shared FIFO)
 
 
@@ -35,14 +37,16 @@ def history_classes(world: World, n_gpus: int, n_jobs: int = 2000, k: int = 3, l
     return HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy(), k=k)
 
 
-def make_policies(world: World, trace: pd.DataFrame, settings: Settings) -> list[Policy]:
-    """Fresh slot, reactive, horus and ours policies for one trace."""
+def make_policies(world: World, trace: pd.DataFrame, settings: Settings,
+                  knowledge: PredictedSlowdown | None = None) -> list[Policy]:
+    """Fresh slot, reactive, horus and ours policies for one trace (ours: ``knowledge``, default the world's)."""
     return [
         SlotPolicy(settings.lookahead),
         ReactivePolicy(profile_s=settings.profile_s, util_cap=settings.util_cap, lookahead=settings.lookahead),
         HorusPolicy(settings.horus_classes, lookahead=settings.lookahead),
-        OursPolicy(world.knowledge(trace["kind"].to_numpy()), max_slowdown=settings.max_slowdown,
-                   prefer_empty=settings.prefer_empty, lookahead=settings.lookahead),
+        OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
+                   max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
+                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk),
     ]
 
 
@@ -50,6 +54,61 @@ def run_policies(world: World, trace: pd.DataFrame, cluster: Cluster, settings: 
     """Every policy on one trace against the world's measured truth."""
     truth = world.truth(trace["kind"].to_numpy())
     return [simulate(trace, cluster, p, truth) for p in make_policies(world, trace, settings)]
+
+
+QUALITIES: tuple[str, ...] = ("ours", "perfect", "degraded")
+PRED_COLUMNS: tuple[str, ...] = ("pred_util", "pred_util_high", "pred_mem_mib", "pred_mem_mib_high")
+
+
+def with_quality(world: World, jobs: pd.DataFrame, quality: str, seed: int,
+                 noise: float = 0.3) -> tuple[pd.DataFrame, PredictedSlowdown, bool]:
+    """(jobs, ours' slowdown knowledge, oracle?) for predictions of one quality.
+
+    ``ours``: the out-of-fold predictions and cross-fitted slowdowns. ``perfect``: the truth itself (an upper
+    bound; an explicit oracle run). ``degraded``: ours times per-workload lognormal noise of log-sd ``noise``
+    (seeded), intervals widened by the same factor.
+    """
+    kind = jobs["kind"].to_numpy()
+    if quality == "ours":
+        return jobs, world.knowledge(kind), False
+    if quality == "perfect":
+        truth = world.truth(kind)
+        out = jobs.assign(pred_util=jobs["true_util"], pred_util_high=jobs["true_util"], pred_mem_mib=jobs["true_mem_mib"],
+                          pred_mem_mib_high=jobs["true_mem_mib"])
+        return out, PredictedSlowdown(truth.matrix.copy(), truth.matrix.copy(), kind), True
+    if quality != "degraded":
+        raise ValueError(f"unknown prediction quality {quality!r}; known: {', '.join(QUALITIES)}")
+    rng = np.random.default_rng([seed, 7])
+    w = len(world.workloads)
+    out = jobs.copy()
+    for value, high in (("pred_util", "pred_util_high"), ("pred_mem_mib", "pred_mem_mib_high")):
+        f = np.exp(rng.normal(0.0, noise, w))[kind]
+        out[value] = jobs[value].to_numpy(float) * f
+        out[high] = np.fmax(jobs[high].to_numpy(float) * f * np.exp(noise), out[value])
+    point = np.maximum(1.0, world.predicted * np.exp(rng.normal(0.0, noise, (w, w))))
+    return out, PredictedSlowdown(point, np.fmax(world.predicted_high * np.exp(noise), point), kind), False
+
+
+def run_qualities(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+                  settings: Settings, qualities: tuple[str, ...] = QUALITIES) -> pd.DataFrame:
+    """Every policy per seed and prediction quality: one row per (quality, seed, policy).
+
+    Slot and reactive use no predictions: they run once per seed and their row repeats under each quality.
+    """
+    from gpupred.reports import progress_bar
+
+    rows = []
+    for seed in progress_bar(iterable=list(seeds), desc="seeds", leave=False):
+        jobs, cluster = make(seed)
+        truth = world.truth(jobs["kind"].to_numpy())
+        plain = [simulate(jobs, cluster, p, truth) for p in make_policies(world, jobs, settings)[:2]]
+        for quality in qualities:
+            q_jobs, knowledge, oracle = with_quality(world, jobs, quality, seed)
+            informed = [simulate(q_jobs, cluster, p, truth, oracle=oracle)
+                        for p in make_policies(world, q_jobs, settings, knowledge)[2:]]
+            rows.extend({"quality": quality, "seed": seed, "policy": r.policy, "gpus": cluster.n_gpus,
+                         **{k: r.metrics[k] for k in METRIC_KEYS}} for r in plain + informed)
+    return pd.DataFrame(rows)
 
 
 def run_seeds(world: World, cluster: Cluster, make_trace: Callable[[int], pd.DataFrame], seeds: list[int],
