@@ -35,6 +35,8 @@ from gpupred.sim.experiment import (
     run_policies,
     run_qualities,
     run_seeds,
+    sharing_summary,
+    candidate_share,
     with_quality,
 )
 from gpupred.sim.metrics import (
@@ -61,7 +63,7 @@ from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trac
 from gpupred.sim.world import World, build_world
 
 __all__ = [
-    "QUALITIES", "TraceSlices", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "QUALITIES", "TraceSlices", "candidate_share", "sharing_summary", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
     "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",

@@ -28,6 +28,7 @@ class Settings:
     max_slowdown: float = 1.5  # ours: packs when the upper-bound pair slowdown is at most this
     prefer_empty: bool = True  # ours: an empty GPU first
     max_oom_risk: float | None = 0.05  # ours: packs when the pair's predicted OOM probability is at most this
+    bound: str = "upper"  # ours: compares the upper bound ("upper") or the point ("point") pair slowdown with max_slowdown
     horus_classes: HorusClasses | None = None  # horus: classes from a separate history (None: shared FIFO)
 
 
@@ -46,7 +47,7 @@ def make_policies(world: World, trace: pd.DataFrame, settings: Settings,
         HorusPolicy(settings.horus_classes, lookahead=settings.lookahead),
         OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
                    max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
-                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk),
+                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound),
     ]
 
 
@@ -140,3 +141,23 @@ def loads_sweep(world: World, cluster: Cluster, loads: list[float], seeds: list[
         frames.append(runs.assign(load=load))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
+
+
+def sharing_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per quality (when present) and policy: co-locations per job, mean queueing delay and OOMs, means over seeds."""
+    keys = [k for k in ("quality", "policy") if k in runs.columns]
+    r = runs.assign(shared_per_job=(runs["pairs_measured"] + runs["pairs_modelled"]) / runs["n_jobs"])
+    return r.groupby(keys, sort=False)[["shared_per_job", "mean_wait_s", "mean_jct_s", "ooms"]].mean().reset_index()
+
+
+def candidate_share(world: World, max_slowdown: float) -> dict[str, float]:
+    """Share of workload pairs ours may pack at ``max_slowdown``: by upper bound, by point, and by the truth."""
+    def share(m: np.ndarray) -> float:
+        both = np.fmax(m, m.T)
+        ok = np.isfinite(both)
+        return float((both[ok] <= max_slowdown).mean()) if ok.any() else float("nan")
+
+    truth = world.truth(np.arange(len(world.workloads))).matrix
+    return {"upper_bound": share(world.predicted_high), "point": share(world.predicted), "truth": share(truth),
+            "truth_median": float(np.nanmedian(np.fmax(truth, truth.T))),
+            "upper_bound_median": float(np.nanmedian(np.fmax(world.predicted_high, world.predicted_high.T)))}

@@ -24,8 +24,8 @@ Definitions:
   trace) it serves per-class queues by weighted fair queueing (weight: median wait x queue length), as
   the paper describes; without, the shared FIFO queue.
 - **ours**: predicted utilization, memory and pair slowdown with intervals: an empty GPU when one is
-  free (``prefer_empty``), else the running partner whose *upper-bound* pair slowdown (the larger of
-  the two directions) is smallest, if it is at most ``max_slowdown`` and the memory fits: the upper
+  free (``prefer_empty``), else the running partner whose *upper-bound* (``bound="point"``: point) pair
+  slowdown (the larger of the two directions) is smallest, if it is at most ``max_slowdown`` and the memory fits: the upper
   bounds sum within the capacity, or (``max_oom_risk`` set) the pair's predicted out-of-memory
   probability (:func:`gpupred.colocation.pair_oom_probability`) is at most ``max_oom_risk``.
 - Heterogeneous GPUs: an empty GPU is the smallest one where the job fits in the policy's memory view
@@ -356,8 +356,12 @@ class OursPolicy(Policy):
     view = "high"
 
     def __init__(self, predicted: PredictedSlowdown, max_slowdown: float = 1.5, prefer_empty: bool = True,
-                 lookahead: int = 8, max_oom_risk: float | None = None, interval_level: float = 0.9) -> None:
+                 lookahead: int = 8, max_oom_risk: float | None = None, interval_level: float = 0.9,
+                 bound: str = "upper") -> None:
         super().__init__(lookahead)
+        if bound not in ("upper", "point"):
+            raise GpupredError(f"bound={bound!r}: ours packs on the 'upper' bound or the 'point' slowdown prediction")
+        self.bound = bound
         self.max_oom_risk = max_oom_risk
         self.interval_level = interval_level
         if not isinstance(predicted, PredictedSlowdown):
@@ -390,7 +394,8 @@ class OursPolicy(Policy):
         gpus, mates = self._mates(j)
         if len(gpus):
             jj = np.full(len(mates), j)
-            s = np.maximum(self.predicted.upper(jj, mates), self.predicted.upper(mates, jj))
+            read = self.predicted.upper if self.bound == "upper" else self.predicted.pair
+            s = np.maximum(read(jj, mates), read(mates, jj))
             s = np.where(np.isnan(s), np.inf, s)  # no prediction: never pack
             b = int(np.argmin(s))
             if s[b] <= self.max_slowdown:
