@@ -37,7 +37,7 @@ import numpy as np
 import seaborn as sns
 
 from gpupred import config
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import window_means_all
 from gpupred.reports import save_figure, update_metrics

@@ -60,10 +60,11 @@ import gpupred.learn as learn
 from gpupred import dataset, reports
 from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
 from gpupred.learn.evaluate import sibling_group, splits_for
-from gpupred.learn.nested import choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
+from gpupred.learn.nested import CVSettings, choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
 from gpupred.learn.oof import write_oof_predictions
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
+cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
 candidates = list(models or learn.EXPORTABLE)  # full-depth forests are compared below but never exported (size)
 comparison = list(compared or learn.REGRESSORS)
 info = dataset.summarize(df)
@@ -94,10 +95,8 @@ for target in targets:
             print(f"{target}: only {len(groups)} family group(s) labelled ({', '.join(sorted(groups))}): no leave-one-family-out")
             continue
         results[scheme][target] = nested_cv(
-            df, target, candidates, scheme, splits=folds if scheme == "grouped_random" else None, n_outer=n_outer,
-            n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune,
-            compare=comparison if scheme == "grouped_random" or compare_lofo else False,
-            seed=seed, n_jobs=n_jobs)
+            df, target, candidates, scheme, cv, splits=folds if scheme == "grouped_random" else None,
+            compare=comparison if scheme == "grouped_random" or compare_lofo else False)
 
 # %% [markdown]
 # ## Outer-fold figures
@@ -162,7 +161,7 @@ for target in [t for t in ("gpu_util", "memory_mib") if any(t in r for r in resu
 # %%
 transfer: dict[str, pd.DataFrame] = {}
 for target in [t for t in cross_gpu_targets if t in df.columns]:
-    table, _ = cross_gpu_evaluation(df, target, candidates, n_within, n_inner, alpha, n_cal, seed, n_jobs)
+    table, _ = cross_gpu_evaluation(df, target, candidates, cv, n_within)
     if len(table):
         transfer[target] = table
     else:
@@ -206,7 +205,7 @@ oof.head()
 # performance figure and is not reported; the outer-fold figures above are.
 
 # %%
-chosen = {t: choose_for_export(df, t, candidates, n_inner, tune, seed, n_jobs) for t in results.get("grouped_random", {})}
+chosen = {t: choose_for_export(df, t, candidates, cv) for t in results.get("grouped_random", {})}
 chosen
 
 # %%

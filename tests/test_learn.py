@@ -42,9 +42,9 @@ def test_grouped_splits_keep_every_run_of_a_workload_on_one_side(df) -> None:
     """Each FIXTURE workload ran on two GPUs (and, here, two sources): no split may straddle it."""
     two = df.assign(source=np.where(df["gpu"] == "H100 SXM", "gpupred", "lucid"))
     for scheme in ("grouped_random", "lofo", "cross_gpu"):
-        for train, test, label in splits_for(two, scheme, n_repeats=5):
+        for train, test, label in splits_for(two, scheme, n_folds=5):
             assert not set(two["workload_id"].iloc[train]) & set(two["workload_id"].iloc[test]), (scheme, label)
-    folds = splits_for(two, "grouped_random", n_repeats=5)
+    folds = splits_for(two, "grouped_random", n_folds=5)
     assert sorted(np.concatenate([te for _, te, _ in folds]).tolist()) == list(range(len(two)))  # a partition
     for _, test, _ in folds:  # stratified by source: every fold tests both sources
         assert set(two["source"].iloc[test]) == {"gpupred", "lucid"}

@@ -14,7 +14,7 @@ from gpupred.errors import GpupredError
 from gpupred.profile.fake import FakeBackend
 from gpupred.profile.harness import TrainLoop, failure_status, run_unit
 from gpupred.profile.labels import memory_label
-from gpupred.profile.plan import load_plan, parse_plan_text
+from gpupred.profile.units import load_plan, parse_plan_text
 from gpupred.profile.sweep import run_sweep
 from gpupred.workloads.spec import WorkloadSpec
 

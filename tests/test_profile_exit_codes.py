@@ -20,7 +20,7 @@ from gpupred.cli import run_app
 from gpupred.errors import GpupredError
 from gpupred.profile import cli as profile_cli
 from gpupred.profile import sweep
-from gpupred.profile.plan import load_plan
+from gpupred.profile.units import load_plan
 from gpupred.profile.sweep import SweepSummary
 
 from profile_faults import tiny_config, tiny_ids

@@ -97,15 +97,15 @@ def test_iteration_time_consistent_with_throughput(sweep: Path) -> None:
 
 
 def test_real_colocated_pair() -> None:
-    from gpupred.profile.colocate import run_colocated
-    from gpupred.profile.harness import HarnessConfig
+    from gpupred.profile.harness import HarnessConfig, run_unit
     from gpupred.profile.nvml import PynvmlBackend
+    from gpupred.profile.units import Unit
     from gpupred.workloads.spec import WorkloadSpec
 
     specs = [WorkloadSpec.from_id("mlp.mlp-w1024-d4-bs256-in1024-fp32-sgd")] * 2
     backend = PynvmlBackend(0)
     try:
-        r = run_colocated(specs, backend, HarnessConfig(window_s=1.0, warmup_min_s=0.5))
+        r = run_unit(specs, backend, HarnessConfig(window_s=1.0, warmup_min_s=0.5), Unit(tuple(x.id for x in specs)).group_id)
     finally:
         backend.close()
     assert r.statuses == ["ok", "ok"], r.runs.column("message").to_pylist()

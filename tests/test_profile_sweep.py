@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpupred.profile import store
-from gpupred.profile.plan import load_plan
+from gpupred.profile.units import load_plan
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.sweep import run_sweep
 

@@ -33,8 +33,10 @@ COLOCATION: Path = PROCESSED / "colocation.parquet"
 OOF_PREDICTIONS: Path = PROCESSED / "oof_predictions.parquet"  # gpupred.learn.oof: what downstream stages read
 
 MODELS: Path = ROOT / "models"
-PREDICTOR: Path = MODELS / "predictor.joblib"
+PREDICTOR: Path = MODELS / "predictor.joblib"  # the default: this project's own measurements only (MIT)
 PREDICTOR_CARD: Path = MODELS / "predictor.json"
+# trained with the imported published measurements too: their licences allow non-commercial use only
+PREDICTOR_NONCOMMERCIAL: Path = MODELS / "predictor-noncommercial.joblib"
 
 REPORTS: Path = ROOT / "reports"
 FIGURES: Path = REPORTS / "figures"

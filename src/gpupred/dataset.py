@@ -48,7 +48,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 DATASET_VERSION = 2
 

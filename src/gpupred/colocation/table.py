@@ -248,7 +248,7 @@ def lucid_table(pairs: pd.DataFrame, solo: pd.DataFrame) -> pd.DataFrame:
 
 def lucid_frames() -> tuple[pd.DataFrame, pd.DataFrame] | str:
     """(pairs, solo) from gpupred.importers.lucid, or one line saying why they are not there."""
-    from gpupred.pipeline import MissingInput
+    from gpupred.errors import MissingInput
 
     try:
         from importlib import import_module
@@ -268,7 +268,7 @@ def load_pair_sources(raw: Path | None = None, lucid: bool = True) -> tuple[pd.D
     Raises MissingInput (one line, saying what is missing) when no source holds a measured pair.
     """
     from gpupred import config
-    from gpupred.pipeline import MissingInput
+    from gpupred.errors import MissingInput
 
     raw = Path(raw) if raw is not None else config.RAW
     tables, solos, notes = [], [], []

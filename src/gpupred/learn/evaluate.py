@@ -133,16 +133,16 @@ def fold_groups(df: pd.DataFrame, scheme: str) -> np.ndarray:
     return df["workload_id"].astype(str).to_numpy()
 
 
-def splits_for(df: pd.DataFrame, scheme: str, n_repeats: int = 5, seed: int = 0) -> list[Split]:
+def splits_for(df: pd.DataFrame, scheme: str, n_folds: int = 5, seed: int = 0) -> list[Split]:
     """The splits of one scheme over a dataset frame, each checked to keep a workload's runs on one side.
 
-    ``grouped_random``: ``n_repeats``-fold grouped K-fold (at least 2 folds), stratified by source;
+    ``grouped_random``: ``n_folds``-fold grouped K-fold (at least 2 folds), stratified by source;
     ``lofo``: one split per sibling family group; ``cross_gpu``: one per ordered pair of GPU kinds.
     """
     workloads = df["workload_id"].astype(str).to_numpy()
     if scheme == "grouped_random":
         strata = df["source"] if "source" in df.columns else None
-        splits = grouped_random_splits(workloads, max(2, n_repeats), seed, strata)
+        splits = grouped_random_splits(workloads, max(2, n_folds), seed, strata)
     elif scheme == "lofo":
         splits = lofo_splits(df["family"])
     elif scheme == "cross_gpu":

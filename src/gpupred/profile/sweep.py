@@ -30,7 +30,7 @@ from gpupred.profile.harness import (
     run_unit,
 )
 from gpupred.profile.nvml import open_backend, require_gpu
-from gpupred.profile.plan import Unit, check_sync, load_plan
+from gpupred.profile.units import Unit, check_sync, load_plan
 
 # settings that must match when a sweep folder is resumed (they change what is measured)
 _PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",
