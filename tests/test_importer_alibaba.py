@@ -12,7 +12,7 @@ from gpupred import config, importers
 from gpupred.errors import GpupredError
 from gpupred.importers import alibaba
 from gpupred.importers.source import import_source
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 # FIXTURE: a made-up pod list and node list in the upstream column layout.
 FIXTURE_PODS = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time

@@ -54,6 +54,8 @@ NODE_COLUMNS: tuple[str, ...] = ("node_id", "model", "gpus", "gpu_memory_mib", "
 # the size of the GPU the co-location truth was measured on (RTX 3090, 24 GB) and marked "assumed".
 P100_MEMORY_GB = 16.0
 UNKNOWN_MEMORY_GB = 24.0
+# The trace's model names as gpupred.hardware names them (V100M16/M32: V100 with 16/32 GB).
+HARDWARE_NAMES: dict[str, str] = {"V100M16": "V100 16GB", "V100M32": "V100 32GB", "T4": "T4", "A10": "A10"}
 
 
 def tasks_from_frame(pods: pd.DataFrame, origin: str = POD_FILE) -> pd.DataFrame:
@@ -84,12 +86,12 @@ def node_memory_gb(model: str) -> tuple[float, str]:
     """GPU memory (GB) of a trace node model and where the figure comes from (hardware, datasheet, assumed)."""
     from gpupred.hardware import gpu_spec
 
-    if model.strip().upper() == "P100":
+    name = model.strip().upper()
+    if name == "P100":
         return P100_MEMORY_GB, "datasheet"
-    try:
-        return float(gpu_spec(model).memory_gb), "gpupred.hardware"
-    except GpupredError:
-        return UNKNOWN_MEMORY_GB, "assumed"
+    if name in HARDWARE_NAMES:
+        return float(gpu_spec(HARDWARE_NAMES[name]).memory_gb), "gpupred.hardware"
+    return UNKNOWN_MEMORY_GB, "assumed"
 
 
 def nodes_from_frame(nodes: pd.DataFrame, origin: str = NODE_FILE) -> pd.DataFrame:
