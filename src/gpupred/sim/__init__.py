@@ -19,6 +19,8 @@ from gpupred.sim.alibaba import (
     cluster_for_load,
     fitting_jobs,
     gpu_tasks,
+    load_openb,
+    scenario,
     slice_trace,
     trace_counts,
     trace_jobs,
@@ -37,6 +39,8 @@ from gpupred.sim.experiment import (
     run_seeds,
     sharing_summary,
     candidate_share,
+    trace_settings,
+    tune_max_slowdown,
     with_quality,
 )
 from gpupred.sim.metrics import (
@@ -47,6 +51,7 @@ from gpupred.sim.metrics import (
     report_metrics,
     summarize_seeds,
     util_timeseries,
+    verdict,
 )
 from gpupred.sim.policies import (
     POLICIES,
@@ -63,7 +68,8 @@ from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trac
 from gpupred.sim.world import World, build_world
 
 __all__ = [
-    "QUALITIES", "TraceSlices", "candidate_share", "sharing_summary", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "QUALITIES", "TraceSlices", "candidate_share", "load_openb", "scenario", "sharing_summary", "trace_settings",
+    "tune_max_slowdown", "verdict", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
     "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",

@@ -28,6 +28,7 @@ What comes from the trace (:mod:`gpupred.importers.alibaba`), and what had to be
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,3 +131,34 @@ def trace_counts(slices: TraceSlices, jobs: pd.DataFrame, max_duration_s: float 
     return {**slices.counts, "eval_jobs": int(len(jobs)), "eval_jobs_from_multi_gpu": int(ev.loc[ev["num_gpu"] > 1, "num_gpu"].sum()),
             "eval_fractional_tasks": int(((ev["num_gpu"] == 1) & (ev["gpu_share"] < 1)).sum()),
             "eval_clipped_tasks": int((ev["duration_s"] > max_duration_s).sum())}
+
+
+def load_openb(fixture_dir: str = "", allow_import: bool = True) -> tuple[pd.DataFrame, pd.DataFrame] | str:
+    """(tasks, nodes) of the openb trace, imported at the pinned commit (or its local copy); or one line saying why not.
+
+    ``fixture_dir`` (tests only) reads FIXTURE files in the openb layout from a folder, without the sha256 pin.
+    """
+    from pathlib import Path
+
+    from gpupred.importers import alibaba
+    from gpupred.importers.source import ensure_imported
+
+    if fixture_dir:
+        d = Path(fixture_dir)
+        return (alibaba.tasks_from_frame(pd.read_csv(d / alibaba.POD_FILE), str(d / alibaba.POD_FILE)),
+                alibaba.nodes_from_frame(pd.read_csv(d / alibaba.NODE_FILE), str(d / alibaba.NODE_FILE)))
+    if not allow_import:
+        return "the openb section is switched off (openb=False)"
+    ok, why = ensure_imported(alibaba.SOURCE)
+    return (alibaba.read_tasks(), alibaba.read_nodes()) if ok else why
+
+
+def scenario(part: pd.DataFrame, workloads: pd.DataFrame, nodes: pd.DataFrame, load: float,
+             max_duration_s: float = 2 * 86400.0) -> Callable[[int], tuple[pd.DataFrame, Cluster]]:
+    """A seed -> (jobs, cluster) maker for one slice of the trace at one load (jobs too big for every GPU dropped)."""
+    def make(seed: int) -> tuple[pd.DataFrame, Cluster]:
+        jobs = trace_jobs(part, workloads, seed, max_duration_s=max_duration_s)
+        cluster = cluster_for_load(nodes, jobs, load, seed)
+        return fitting_jobs(jobs, cluster)[0], cluster
+
+    return make

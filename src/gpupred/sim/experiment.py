@@ -161,3 +161,26 @@ def candidate_share(world: World, max_slowdown: float) -> dict[str, float]:
     return {"upper_bound": share(world.predicted_high), "point": share(world.predicted), "truth": share(truth),
             "truth_median": float(np.nanmedian(np.fmax(truth, truth.T))),
             "upper_bound_median": float(np.nanmedian(np.fmax(world.predicted_high, world.predicted_high.T)))}
+
+
+def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> Settings:
+    """``base`` with Horus classes fitted on ``history`` (jobs of a slice never evaluated; None when base has none)."""
+    from dataclasses import replace
+
+    classes = None
+    if base.horus_classes is not None:
+        classes = HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy())
+    return replace(base, horus_classes=classes, **change)  # type: ignore[arg-type]
+
+
+def tune_max_slowdown(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+                      settings: Settings, grid: list[float]) -> tuple[pd.DataFrame, float]:
+    """Ours' mean JCT for each ``max_slowdown`` in ``grid`` on a tuning scenario; and the best value."""
+    from dataclasses import replace
+
+    rows = []
+    for value in grid:
+        runs = run_qualities(world, make, seeds, replace(settings, max_slowdown=float(value)), qualities=("ours",))
+        rows.append({"max_slowdown": float(value), "mean_jct_s": float(runs.loc[runs["policy"] == "ours", "mean_jct_s"].mean())})
+    table = pd.DataFrame(rows)
+    return table, float(table.loc[table["mean_jct_s"].idxmin(), "max_slowdown"])

@@ -89,3 +89,12 @@ def report_metrics(summary: pd.DataFrame, differences: pd.DataFrame | None = Non
             out[f"{prefix}_{r['comparison']}_{k}"] = r[k]
             out[f"{prefix}_{r['comparison']}_{k}_ci"] = r[f"{k}_ci"]
     return out
+
+
+def verdict(paired: pd.DataFrame, label: str) -> str:
+    """One line: ours - Horus mean JCT with its 95 % interval and OOM difference, and whether ours beats Horus."""
+    row = paired[paired["comparison"] == "ours_minus_horus"].iloc[0]
+    lo, hi = row["mean_jct_s"] - row["mean_jct_s_ci"], row["mean_jct_s"] + row["mean_jct_s_ci"]
+    beats = hi < 0 and row["ooms"] <= 0
+    return (f"{label}: ours - Horus mean JCT {row['mean_jct_s']:+.0f} s [{lo:+.0f}, {hi:+.0f}], OOMs {row['ooms']:+.1f}, "
+            f"p95 JCT {row['p95_jct_s']:+.0f} s: {'beats Horus' if beats else 'does not beat Horus'}")
