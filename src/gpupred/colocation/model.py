@@ -93,6 +93,41 @@ def prior_scale(target: np.ndarray, prior: np.ndarray) -> float:
     return float(np.clip(np.dot(prior, target) / denom, 0.0, 2.0)) if denom > 0 else 0.0
 
 
+SHRINK: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0)  # weights of the boosted residual tried in the inner CV
+
+
+def fit_residual(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, seed: int,
+                 params: dict[str, Any]) -> tuple[float, Any]:
+    """(k, boosted model of ``target - k * prior``) on the rows of ``x``."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    settings: dict[str, Any] = {
+        "max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 7, "l2_regularization": 1.0, "random_state": seed,
+        "min_samples_leaf": max(2, min(40, len(x) // 20)),
+    }
+    settings.update(params)
+    scale = prior_scale(target, prior)
+    with single_thread():
+        return scale, HistGradientBoostingRegressor(**settings).fit(x, target - scale * prior)
+
+
+def choose_shrink(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, groups: np.ndarray, seed: int,
+                  params: dict[str, Any], n_folds: int = 3) -> float:
+    """The residual weight in :data:`SHRINK` with the least squared log error over folds of whole model groups."""
+    from sklearn.model_selection import GroupKFold
+
+    if len(np.unique(groups)) < n_folds:
+        return 1.0
+    err = np.zeros(len(SHRINK))
+    for tr, te in GroupKFold(n_splits=n_folds).split(x, target, groups):
+        scale, model = fit_residual(x.iloc[tr], target[tr], prior[tr], seed, params)
+        with single_thread():
+            resid = model.predict(x.iloc[te])
+        for k, w in enumerate(SHRINK):
+            err[k] += float(np.sum((target[te] - scale * prior[te] - w * resid) ** 2))
+    return float(SHRINK[int(np.argmin(err))])
+
+
 @dataclass
 class SlowdownModel:
     """A gradient-boosted model of log slowdown from symmetric group features."""
@@ -101,13 +136,16 @@ class SlowdownModel:
     columns: list[str]
     model: Any = field(repr=False)
     scale: float = 0.0  # the fitted exponent k of the prior: the model corrects k * log(timeshare)
+    shrink: float = 1.0  # weight of the boosted residual (chosen in an inner cross-validation)
 
     @classmethod
     def fit(cls, table: pd.DataFrame, member: pd.DataFrame, base: list[str] | tuple[str, ...], seed: int = 0,
             **params: Any) -> SlowdownModel:
-        """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features."""
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features.
 
+        With a time-sharing prior, the boosted residual is shrunk by a factor chosen from :data:`SHRINK` in an
+        inner cross-validation over the training rows' model groups (0: the calibrated prior alone).
+        """
         y = table["slowdown"].to_numpy(float)
         if len(table) < 4 or not np.isfinite(y).all():
             raise GpupredError(f"{len(table)} co-located jobs, {int((~np.isfinite(y)).sum())} without a slowdown: "
@@ -116,22 +154,18 @@ class SlowdownModel:
         if not use:
             raise GpupredError(f"none of the features {list(base)} has a value; nothing to fit the slowdown on")
         x = group_features(table, member, use)
-        settings: dict[str, Any] = {
-            "max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 7, "l2_regularization": 1.0, "random_state": seed,
-            "min_samples_leaf": max(2, min(40, len(table) // 20)),
-        }
-        settings.update(params)
-        with single_thread():
-            target, prior = np.log(np.maximum(y, 1e-3)), log_prior(x)
-            scale = prior_scale(target, prior)
-            model = HistGradientBoostingRegressor(**settings).fit(x, target - scale * prior)
-        return cls(use, list(x.columns), model, scale)
+        target, prior = np.log(np.maximum(y, 1e-3)), log_prior(x)
+        shrink = 1.0
+        if "timeshare" in x.columns and "model_group" in table.columns:
+            shrink = choose_shrink(x, target, prior, table["model_group"].astype(str).to_numpy(), seed, params)
+        scale, model = fit_residual(x, target, prior, seed, params)
+        return cls(use, list(x.columns), model, scale, shrink)
 
     def predict(self, table: pd.DataFrame, member: pd.DataFrame) -> np.ndarray:
         """Predicted slowdown of each row of a co-location table (aligned ``member`` features)."""
         x = group_features(table, member, self.base)[self.columns]
         with single_thread():
-            return np.exp(self.model.predict(x) + self.scale * log_prior(x))
+            return np.exp(self.shrink * self.model.predict(x) + self.scale * log_prior(x))
 
     def pair_values(self, rows: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Slowdowns of workload ``rows[a[k]]`` sharing a GPU with ``rows[b[k]]`` (rows: per-workload features)."""
@@ -141,7 +175,7 @@ class SlowdownModel:
             return np.empty(0)
         x = derive(v[a], v[b], v[b], np.ones(len(a)), self.base)[self.columns]
         with single_thread():
-            return np.exp(self.model.predict(x) + self.scale * log_prior(x))
+            return np.exp(self.shrink * self.model.predict(x) + self.scale * log_prior(x))
 
     def pair_matrix(self, rows: pd.DataFrame) -> np.ndarray:
         """Slowdown of workload ``rows[i]`` sharing a GPU with ``rows[j]``, for every ordered pair."""
