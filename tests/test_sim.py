@@ -444,3 +444,8 @@ def test_oracle_runs_may_hold_the_truth_but_not_read_it() -> None:
     assert res.metrics["n_jobs"] == 2
     with pytest.raises(TruthLeak):
         simulate(jobs({}, {}), one_gpu(), OursPolicy(copy), truth)
+
+
+def test_a_job_believed_too_big_for_every_gpu_still_runs_on_the_largest() -> None:
+    res = simulate(jobs({"mem": 10_000.0, "pred_mem_high": 90_000.0}), one_gpu(), OursPolicy(predicted(1.1)), Const(1.1))
+    assert jct(res) == [100.0] and res.metrics["ooms"] == 0

@@ -93,11 +93,14 @@ class Policy:
         return bool(sim.gpu_n.min() >= sim.cluster.max_per_gpu)
 
     def fit_mib(self, j: int) -> float:
-        """The memory this policy believes job ``j`` needs (its view; 0 where unknown; at least what an OOM showed)."""
+        """The memory this policy believes job ``j`` needs (its view; 0 where unknown; at least what an OOM showed).
+
+        A belief above every GPU's capacity is capped at the largest GPU: a job is never refused by every GPU.
+        """
         sim = self.sim
         known = sim.known_mem.get(self.view)
         v = float(known[j]) if known is not None else 0.0
-        return max(0.0 if math.isnan(v) else v, float(sim.need_mib[j]))
+        return min(max(0.0 if math.isnan(v) else v, float(sim.need_mib[j])), float(sim.cap.max()))
 
     def _empty_gpu(self, j: int) -> int:
         """An empty GPU where ``j`` fits in this policy's view: the smallest such (lowest index on ties), or -1."""
