@@ -235,15 +235,17 @@ if not isinstance(openb_data, str):
 
 # %%
 if not isinstance(openb_data, str):
-    display(sim.sharing_summary(trace_runs[trace_runs["load"] == max(trace_loads)]).round(3))  # noqa: F821
+    sharing = sim.sharing_summary(trace_runs[trace_runs["load"] == max(trace_loads)])
+    display(sharing.round(3))  # noqa: F821
     candidates = sim.candidate_share(world, max_slowdown)
-    print({k: round(v, 3) for k, v in candidates.items()})
     update_metrics({f"sim_openb_candidates_{k}": v for k, v in candidates.items()})
+    print(f"load {max(trace_loads):g}: " + sim.why_line(sharing, candidates, max_slowdown))
 
 # %% [markdown]
 # The change: ours packs when the *point* prediction of the pair slowdown is at most `max_slowdown`
-# (instead of its upper bound), with `max_slowdown` chosen from `tune_grid` by mean JCT on the **tuning
-# slice** (ours' predictions, the largest load, every seed); then evaluated once on the evaluation slice.
+# (instead of its upper bound: the upper bound is what shrinks its sharing candidates), with
+# `max_slowdown` chosen from `tune_grid` by mean JCT on the **tuning slice** (ours' predictions, the
+# largest load, every seed); then evaluated once on the evaluation slice with all three prediction qualities.
 
 # %%
 if not isinstance(openb_data, str):
@@ -254,13 +256,16 @@ if not isinstance(openb_data, str):
     display(grid.round(1))  # noqa: F821
     changed = sim.trace_settings(settings, history, bound="point", max_slowdown=chosen)
     change_runs = pd.concat([sim.run_qualities(world, sim.scenario(slices.evaluate, world.workloads, nodes, at, max_duration_s),
-                                               list(seeds), changed, qualities=("ours",)).assign(load=at)
-                             for at in trace_loads], ignore_index=True)
-    change_paired = pd.concat([sim.paired_differences(r).assign(load=at) for at, r in change_runs.groupby("load")])
-    for at, r in change_runs.groupby("load"):
-        update_metrics(sim.report_metrics(sim.summarize_seeds(r), sim.paired_differences(r), prefix=f"sim_openb_load{at:g}_changed"))
+                                               list(seeds), changed).assign(load=at) for at in trace_loads], ignore_index=True)
+    change_paired = pd.concat([sim.paired_differences(r).assign(load=at, quality=q)
+                               for (at, q), r in change_runs.groupby(["load", "quality"], sort=False)])
+    for (at, q), r in change_runs.groupby(["load", "quality"], sort=False):
+        suffix = "" if q == "ours" else f"_{q}"
+        update_metrics(sim.report_metrics(sim.summarize_seeds(r), sim.paired_differences(r),
+                                          prefix=f"sim_openb_load{at:g}_changed{suffix}"))
     update_metrics({"sim_openb_changed_max_slowdown": chosen})
-    display(change_paired[["load", "comparison", *cols]].round(1))  # noqa: F821
+    display(change_paired[["load", "quality", "comparison", *cols]].round(1))  # noqa: F821
+    display(sim.sharing_summary(change_runs[change_runs["load"] == max(trace_loads)]).round(3))  # noqa: F821
 
 # %% [markdown]
 # ## Closing note
@@ -274,7 +279,9 @@ if not isinstance(openb_data, str):
           f"({import_counts['tasks_fractional']} fractional, {import_counts['tasks_multi_gpu']} multi-GPU), "
           f"{import_counts['nodes']} nodes / {import_counts['gpus']} GPUs; evaluation slice {slices.counts['eval_tasks']} "
           f"tasks, tuning slice {slices.counts['tune_tasks']}")
-    ours_paired = openb_paired[openb_paired["quality"] == "ours"]
     for at in trace_loads:
-        print(sim.verdict(ours_paired[ours_paired["load"] == at], f"load {at:g}, ours as built"))
-        print(sim.verdict(change_paired[change_paired["load"] == at], f"load {at:g}, after the change (point, {chosen})"))
+        for q in sim.QUALITIES:
+            before = openb_paired[(openb_paired["load"] == at) & (openb_paired["quality"] == q)]
+            after = change_paired[(change_paired["load"] == at) & (change_paired["quality"] == q)]
+            print(sim.verdict(before, f"load {at:g}, {q} predictions, ours as built"))
+            print(sim.verdict(after, f"load {at:g}, {q} predictions, after the change (point bound {chosen})"))

@@ -52,6 +52,7 @@ from gpupred.sim.metrics import (
     summarize_seeds,
     util_timeseries,
     verdict,
+    why_line,
 )
 from gpupred.sim.policies import (
     POLICIES,
@@ -69,7 +70,7 @@ from gpupred.sim.world import World, build_world
 
 __all__ = [
     "QUALITIES", "TraceSlices", "candidate_share", "load_openb", "scenario", "sharing_summary", "trace_settings",
-    "tune_max_slowdown", "verdict", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "tune_max_slowdown", "verdict", "why_line", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
     "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",

@@ -98,3 +98,14 @@ def verdict(paired: pd.DataFrame, label: str) -> str:
     beats = hi < 0 and row["ooms"] <= 0
     return (f"{label}: ours - Horus mean JCT {row['mean_jct_s']:+.0f} s [{lo:+.0f}, {hi:+.0f}], OOMs {row['ooms']:+.1f}, "
             f"p95 JCT {row['p95_jct_s']:+.0f} s: {'beats Horus' if beats else 'does not beat Horus'}")
+
+
+def why_line(sharing: pd.DataFrame, candidates: dict[str, float], max_slowdown: float, quality: str = "ours") -> str:
+    """One line, from the numbers: how often ours and Horus share, what it costs in waiting, and how many pairs ours may pack."""
+    s = sharing[sharing["quality"] == quality].set_index("policy") if "quality" in sharing else sharing.set_index("policy")
+    o, h = s.loc["ours"], s.loc["horus"]
+    return (f"ours shares {o['shared_per_job']:.3f} co-locations per job against Horus's {h['shared_per_job']:.3f} and waits "
+            f"{o['mean_wait_s']:.0f} s against {h['mean_wait_s']:.0f} s (OOMs {o['ooms']:.1f} vs {h['ooms']:.1f}); at its bound "
+            f"{max_slowdown} its upper-bound slowdowns allow {candidates['upper_bound']:.0%} of workload pairs, its point "
+            f"predictions {candidates['point']:.0%}, the truth {candidates['truth']:.0%} (median true pair slowdown "
+            f"{candidates['truth_median']:.2f}, median upper bound {candidates['upper_bound_median']:.2f})")
