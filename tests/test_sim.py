@@ -449,3 +449,16 @@ def test_oracle_runs_may_hold_the_truth_but_not_read_it() -> None:
 def test_a_job_believed_too_big_for_every_gpu_still_runs_on_the_largest() -> None:
     res = simulate(jobs({"mem": 10_000.0, "pred_mem_high": 90_000.0}), one_gpu(), OursPolicy(predicted(1.1)), Const(1.1))
     assert jct(res) == [100.0] and res.metrics["ooms"] == 0
+
+
+def test_verdict_and_why_line_read_the_numbers() -> None:
+    paired = pd.DataFrame([{"comparison": "ours_minus_horus", "mean_jct_s": -50.0, "mean_jct_s_ci": 20.0, "ooms": 0.0,
+                            "p95_jct_s": -10.0}])
+    assert sim.verdict(paired, "x").endswith("beats Horus") and "[-70, -30]" in sim.verdict(paired, "x")
+    assert "does not beat" in sim.verdict(paired.assign(mean_jct_s_ci=60.0), "x")
+    assert "does not beat" in sim.verdict(paired.assign(ooms=1.0), "x")
+    sharing = pd.DataFrame({"policy": ["ours", "horus"], "shared_per_job": [0.2, 0.6], "mean_wait_s": [90.0, 10.0],
+                            "ooms": [0.0, 3.0]})
+    cand = {"upper_bound": 0.5, "point": 0.9, "truth": 0.95, "truth_median": 1.1, "upper_bound_median": 1.6}
+    line = sim.why_line(sharing, cand, 1.5)
+    assert "0.200 co-locations per job against Horus's 0.600" in line and "allow 50% of workload pairs" in line
