@@ -63,7 +63,7 @@ def openb_jobs(table: pd.DataFrame, load: float) -> tuple[pd.DataFrame, tuple[pd
     capped = table.assign(true_mem_mib=table["true_mem_mib"].clip(upper=20_000.0),
                           pred_mem_mib=table["pred_mem_mib"].clip(upper=20_000.0),
                           pred_mem_mib_high=table["pred_mem_mib_high"].clip(upper=25_000.0))
-    whole = slice_trace(alibaba.read_tasks(), tune_frac=1e-6)
+    whole = slice_trace(alibaba.read_tasks(), tune_frac=0.5)  # both slices together: the whole dense trace
     tasks = pd.concat([whole.tune, whole.evaluate], ignore_index=True)
     return capped, scenario(tasks, capped, alibaba.read_nodes(), load)(1)
 
