@@ -29,7 +29,7 @@
 # when the data hold a single kind; `gpupred.predictor.extrapolate`).
 
 # %% tags=["parameters"]
-model: str = ""  # regressor for every target; "" = notebook 03's choice per target (reports/metrics.json), else xgboost
+model: str = ""  # regressor for every target; "" = notebook 03's choice per target (data/processed/model_choice.json)
 alpha: float = 0.1  # 1 - nominal interval coverage
 n_folds: int = 5  # CV+ folds (grouped by workload)
 tune: bool = False  # small grid search inside each fit
@@ -41,13 +41,14 @@ import pandas as pd
 
 from gpupred import config, dataset, reports
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
+from gpupred.learn.choice import read_model_choice
 from gpupred.predictor.artifact import licence_clean
 
 everything = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
 own = licence_clean(everything)
-earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}
-models = {t: model or earlier.get("util_best_model" if t == "gpu_util" else f"{t}_best_model") or "xgboost"
-          for t in ("gpu_util", "memory_mib", "sm_active")}
+earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}  # outer-fold figures of 03, 05
+# MissingInput until notebook 03 has written its choice; refused if made from another dataset
+models = {t: model for t in ("gpu_util", "memory_mib", "sm_active")} if model else read_model_choice(everything)
 print(f"models: {models}")
 print(f"default artifact: {len(own)} own runs; non-commercial artifact: {len(everything)} runs")
 

@@ -71,7 +71,7 @@ def test_nested_result_figures_and_choice(df) -> None:
     assert {"inner_rmsle_of_choice", "outer_rmsle", "coverage"} <= set(res.folds.columns)
     assert set(res.comparison["model"]) == {"ridge", "knn"} and len(res.comparison) == 6
     assert 0 < res.rmsle() < 1 and set(res.rmsle("source")) == {"gpupred", "lucid"}
-    assert 0 <= res.coverage() <= 1 and set(res.coverage("source")) == {"gpupred", "lucid"}
+    assert res.coverage() >= 0.8 and set(res.coverage("source")) == {"gpupred", "lucid"}  # 90 % intervals
     p = res.predictions
     assert ((p["low"] <= p["pred"]) & (p["pred"] <= p["high"])).all()
     lofo = nested_cv(df, "gpu_util", ["ridge"], "lofo", CVSettings(n_cal=3, n_jobs=1), compare=False)

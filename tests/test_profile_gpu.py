@@ -20,13 +20,13 @@ SPEC = "resnet.resnet18-bs32-img32-fp32-sgd"
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2-unit sweep: one small CNN with sync=step and with sync=window."""
-    from gpupred.profile.sweep import harness_config, run_sweep
+    from gpupred.profile.sweep import SweepOptions, harness_config, run_sweep
 
     root = tmp_path_factory.mktemp("gpu")
     out, plan = root / "smoke", root / "plan.txt"
     plan.write_text(f"{SPEC} sync=step\n{SPEC} sync=window\n")
     cfg = harness_config(False, window_s=2.0)
-    summary = run_sweep(str(plan), out, harness=cfg, progress=False)
+    summary = run_sweep(str(plan), out, SweepOptions(progress=False), cfg)
     assert summary.remaining == 0 and not summary.stopped, summary.line()
     return out
 

@@ -250,12 +250,8 @@ def lucid_frames() -> tuple[pd.DataFrame, pd.DataFrame] | str:
     """(pairs, solo) from gpupred.importers.lucid, or one line saying why they are not there."""
     from gpupred.errors import MissingInput
 
-    try:
-        from importlib import import_module
+    from gpupred.importers import lucid
 
-        lucid = import_module("gpupred.importers.lucid")
-    except ImportError:
-        return "Lucid importer (gpupred.importers.lucid) not installed"
     try:
         return lucid.read_pairs(), lucid.read_solo()
     except MissingInput as err:

@@ -72,13 +72,13 @@ def _register_sweep(app: Any) -> None:
         3 stopped cleanly with units left (time budget, SIGTERM, SIGINT): run the same command to resume;
         2 bad input (one line on stderr).
         """
-        from gpupred.profile.sweep import run_sweep
+        from gpupred.profile.sweep import SweepOptions, harness_config, run_sweep
 
         _check_count(limit, "--limit")
         if max_minutes is not None and not max_minutes > 0:
             raise GpupredError(f"--max-minutes {max_minutes:g}: must be more than 0 (leave it out for no time budget)")
-        summary = run_sweep(plan, out, max_minutes=max_minutes, executor=executor, address=address, dry_run=dry_run,
-                            window_s=window_s, limit=limit, host_batches=host_batches)
+        options = SweepOptions(dry_run=dry_run, max_minutes=max_minutes, limit=limit, executor=executor, address=address)
+        summary = run_sweep(plan, out, options, harness_config(dry_run, window_s, host_batches))
         if as_json:
             print(json.dumps({"out": str(summary.out), "planned": summary.planned, "already_done": summary.already_done,
                               "done_now": summary.done_now, "statuses": dict(summary.statuses),
