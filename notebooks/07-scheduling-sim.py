@@ -206,7 +206,8 @@ if not isinstance(openb_data, str):
     tables, paired = [], []
     for (at, quality), runs_q in trace_runs.groupby(["load", "quality"], sort=False):
         summary_q, diffs_q = sim.summarize_seeds(runs_q), sim.paired_differences(runs_q)
-        update_metrics(sim.report_metrics(summary_q, diffs_q, prefix=f"sim_openb_load{at:g}_{quality}"))
+        shown = summary_q if quality == "ours" else summary_q.iloc[:0]  # other qualities: the paired differences only
+        update_metrics(sim.report_metrics(shown, diffs_q, prefix=f"sim_openb_load{at:g}_{quality}"))
         tables.append(summary_q.assign(load=at, quality=quality))
         paired.append(diffs_q.assign(load=at, quality=quality))
     openb_summary, openb_paired = pd.concat(tables), pd.concat(paired)
@@ -261,7 +262,7 @@ if not isinstance(openb_data, str):
                                for (at, q), r in change_runs.groupby(["load", "quality"], sort=False)])
     for (at, q), r in change_runs.groupby(["load", "quality"], sort=False):
         suffix = "" if q == "ours" else f"_{q}"
-        update_metrics(sim.report_metrics(sim.summarize_seeds(r), sim.paired_differences(r),
+        update_metrics(sim.report_metrics(sim.summarize_seeds(r).iloc[:0], sim.paired_differences(r),
                                           prefix=f"sim_openb_load{at:g}_changed{suffix}"))
     update_metrics({"sim_openb_changed_max_slowdown": chosen})
     display(change_paired[["load", "quality", "comparison", *cols]].round(1))  # noqa: F821
