@@ -171,3 +171,17 @@ mem_metrics = {
 update_metrics(mem_metrics)
 print(mem_metrics)
 memfit.groupby("gpu_name")[["point_sum_mib", "q95_mib", "p_oom", "measured_mib"]].describe().T.round(2)
+
+# %% [markdown]
+# ## Closing note
+#
+# Held-out Spearman and MAE of the model and every baseline, by pair (workload held out) and by whole
+# model group, and the memory-fit check, printed from this run's numbers.
+
+# %%
+for name, row in scores.iterrows():
+    print(f"{name:45s} by pair: Spearman {row['spearman_by_pair']:.3f}, MAE {row['mae_by_pair']:.3f}; "
+          f"by model group: Spearman {row['spearman_by_group']:.3f}, MAE {row['mae_by_group']:.3f}")
+print(f"memory: the measured pair memory stayed under the predicted 95 % quantile for {mem_metrics['memfit_q95_coverage']:.1%} "
+      f"of {mem_metrics['memfit_pairs']} pairs; {mem_metrics['memfit_failed_pairs_placed']} of "
+      f"{mem_metrics['memfit_failed_pairs']} measured out-of-memory pairs would have been placed at risk <= {max_oom_risk}")

@@ -130,7 +130,7 @@ def choose_shrink(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, groups
 
 @dataclass
 class SlowdownModel:
-    """A gradient-boosted model of log slowdown from symmetric group features."""
+    """Log slowdown from symmetric group features: ``k log timeshare`` plus a shrunk boosted residual (or boosting alone)."""
 
     base: list[str]
     columns: list[str]
