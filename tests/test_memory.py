@@ -38,7 +38,7 @@ def test_memory_model_fits_overhead_and_residual() -> None:
 def test_evaluate_memory_table() -> None:
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
                          sources={"NVIDIA GeForce RTX 3090": "lucid"})
-    errors = evaluate_memory(df, n_repeats=2)
+    errors = evaluate_memory(df, n_folds=2)
     table = summarize_memory(errors)
     assert set(errors["method"]) == set(METHODS) and set(errors["source"]) == {"gpupred", "lucid"}
     assert ("median", "lofo") in table.columns and ("p90", "grouped_random") in table.columns
@@ -55,7 +55,7 @@ def test_memory_metrics_keys() -> None:
 
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
                          sources={"NVIDIA GeForce RTX 3090": "lucid"})
-    errors = evaluate_memory(df, schemes=("lofo",), n_repeats=2, residual_model="ridge")
+    errors = evaluate_memory(df, schemes=("lofo",), n_folds=2, residual_model="ridge")
     metrics = memory_metrics(errors, FootprintModel().fit(df), headline_scheme="lofo")
     own = errors[(errors["source"] == "gpupred") & (errors["method"] == "footprint*correction")]
     assert metrics["memory_footprint_times_correction_lofo_own_median_rel_err"] == pytest.approx(own["rel_err"].median())

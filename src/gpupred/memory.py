@@ -91,7 +91,7 @@ class MemoryModel:
         return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected}, index=df.index)
 
 
-def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_repeats: int = 5,
+def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_folds: int = 5,
                     target: str = "memory_mib", seed: int = 0, residual_model: str = "lightgbm") -> pd.DataFrame:
     """Out-of-sample estimate, relative error and interval of every method, one row per (scheme, split, run, method).
 
@@ -103,7 +103,7 @@ def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_rando
     data = df[df[target].notna()].reset_index(drop=True)
     out = []
     for scheme in schemes:
-        for train, test, label in splits_for(data, scheme, n_repeats, seed):
+        for train, test, label in splits_for(data, scheme, n_folds, seed):
             est = _estimates(data.iloc[train], data.iloc[test], target, seed, residual_model)
             out.append(_error_rows(data.iloc[test], est, target, scheme, label))
     return pd.concat(out, ignore_index=True)
