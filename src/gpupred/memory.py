@@ -73,7 +73,9 @@ class MemoryModel:
         gap = data[target].to_numpy(float) - analytical_bytes(data) / MIB
         self.overhead_ = pd.Series(gap, index=data["gpu"].to_numpy()).groupby(level=0).median().to_dict()
         self.overhead_default_ = float(np.median(gap))
-        self.features_ = feature_columns(data)
+        from gpupred.footprint import FOOTPRINT_COLUMNS
+
+        self.features_ = [c for c in feature_columns(data) if c not in FOOTPRINT_COLUMNS]  # the baseline as it was
         ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.analytical(data), 1.0))
         self.residual_ = make_regressor(self.residual_model, tune=False, seed=self.seed).fit(
             data[self.features_].to_numpy(float), ratio)
