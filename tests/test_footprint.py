@@ -137,3 +137,21 @@ def test_onnx_footprint_matches_the_terms() -> None:
     inputs = (64 + 150) * 4 / MIB
     loss = 2 * 4 * t["output_elems"] / MIB
     assert mib == pytest.approx(619 + 3 * params + act + loss + inputs + WORKSPACE_MIB, rel=1e-6)
+
+
+def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
+    """FIXTURE graph x[1,1,4,4] -> Conv 3x3 (pad 1) -> BatchNormalization -> Relu -> MaxPool 2x2 -> y[1,1,2,2]."""
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor("w", f, [1, 1, 3, 3], [0.1] * 9)]
+    inits += [helper.make_tensor(n, f, [1], [1.0]) for n in ("bs", "bb", "bm", "bv")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "bs", "bb", "bm", "bv"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]), helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "fixture-cbrp", [helper.make_tensor_value_info("x", f, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", f, [1, 1, 2, 2])], initializer=inits)
+    t = graph_terms(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=1)
+    # BatchNorm folds into the Conv, whose 16-element output training-mode BatchNorm keeps; the Relu keeps its
+    # 16-element output (MaxPool reads it); the 4-element graph output; MaxPool's argmax indices: 4
+    assert t["saved_elems"] == 16 + 16 + 4 and t["index_elems"] == 4 and t["fp32_elems"] == 0
+    row = _row(saved_elems=t["saved_elems"], index_elems=t["index_elems"])
+    assert footprint_terms(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
