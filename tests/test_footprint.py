@@ -155,3 +155,12 @@ def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
     assert t["saved_elems"] == 16 + 16 + 4 and t["index_elems"] == 4 and t["fp32_elems"] == 0
     row = _row(saved_elems=t["saved_elems"], index_elems=t["index_elems"])
     assert footprint_terms(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
+
+
+def test_a_new_gpu_takes_its_protocols_constants() -> None:
+    fitted = Footprint(context_mib={"H200|gpupred": 700.0, "A100 40GB|lucid": 1500.0},
+                       allocator={"H200|gpupred": 1.2, "A100 40GB|lucid": 1.4})
+    row = _row(gpu="NVIDIA A100-SXM4-40GB")  # allocated: 4 + 4 + 8 + 10 + 1 + workspace
+    allocated = 27 + WORKSPACE_MIB
+    assert fitted.predict(row)[0] == pytest.approx(700 + 1.2 * allocated)  # this project's protocol, fitted on an H200
+    assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(619 + allocated)  # unknown: defaults

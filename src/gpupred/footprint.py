@@ -249,9 +249,17 @@ class Footprint:
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         """The analytic footprint in MiB, one per row."""
         keys = protocol_keys(df)
-        ctx = np.array([self.context_mib.get(k, default_context_mib(k.split("|")[0])) for k in keys])
-        alloc = np.array([self.allocator.get(k, 1.0) for k in keys])
+        ctx = np.array([self.constant(k, self.context_mib, default_context_mib(k.split("|")[0])) for k in keys])
+        alloc = np.array([self.constant(k, self.allocator, 1.0) for k in keys])
         return ctx + alloc * allocated_mib(df, protocols(df))
+
+    def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
+        """A constant for 'gpu|protocol': fitted there, else the mean over GPUs measured with the protocol
+        (context and allocator are mostly the software's), else the default."""
+        if key in fitted:
+            return fitted[key]
+        same = [v for k, v in fitted.items() if k.split("|")[1] == key.split("|")[1]]
+        return float(np.mean(same)) if same else default
 
     def constants(self) -> dict[str, dict[str, float]]:
         """The fitted constants, for a predictor card."""

@@ -248,8 +248,11 @@ class FootprintModel:
         src = protocols(df).to_numpy()
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
         seen = np.isin(protocol_keys(df), list(self.protocols_))
-        # an unmeasured (GPU, protocol): the widest calibrated half-width, doubled (extrapolated)
-        q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest for s, ok in zip(src, seen)])
+        known = np.isin(src, [k.split("|")[1] for k in self.protocols_])
+        # extrapolated: a GPU not measured with the protocol gets the widest calibrated half-width doubled; a
+        # protocol never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
+        q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
+                      for s, ok, kn in zip(src, seen, known)])
         return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q)},
                             index=df.index)
 
