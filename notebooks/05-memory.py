@@ -78,7 +78,9 @@ model.footprint_.constants()
 # below a peak. Under leave-one-family-out the fully connected group is the only GPUMemNet (A100) data: that
 # fold is a new measurement protocol as much as a new family, and gets the defaults (619 MiB context,
 # allocator ratio 1), which is why the pooled leave-one-family-out figures are far worse than this project's
-# own runs'. Cross-GPU intervals to a GPU whose protocol is unseen are doubled and still too narrow there.
+# own runs'. Intervals on a GPU not measured with a protocol are doubled; for a protocol never measured they
+# widen by another factor of 2 (from this project's H200 runs they then cover all of GPUMemNet's A100 runs but
+# only about half of Lucid's RTX 3090 jobs).
 
 # %%
 fig = memory.plot_memory(errors)
