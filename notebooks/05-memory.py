@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 
 from gpupred import dataset, footprint, memory, reports
 
-df = footprint.footprint_columns(dataset.load_dataset())  # MissingInput until data is imported or collected and 02 has run
+df = footprint.footprint_columns(dataset.load_dataset())  # MissingInput until notebook 02 has run
 errors = memory.evaluate_memory(df, schemes=schemes, n_folds=n_folds, residual_model=residual_model)
 table = memory.summarize_memory(errors)
 table.round(3)

@@ -26,7 +26,8 @@ def _attention_graph() -> object:
         helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
         helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["q", "kt"], ["sc"]),
         helper.make_node("Mul", ["sc", "s"], ["ss"]), helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
-        helper.make_node("MatMul", ["p", "x"], ["o"]), helper.make_node("LayerNormalization", ["o", "g", "b"], ["y"], axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["o"]),
+        helper.make_node("LayerNormalization", ["o", "g", "b"], ["y"], axis=-1),
         helper.make_node("BatchNormalization", ["z", "bn_s", "bn_b", "bn_m", "bn_v"], ["zn"]),
         helper.make_node("Relu", ["zn"], ["zr"]),
     ]
@@ -146,7 +147,8 @@ def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
     inits += [helper.make_tensor(n, f, [1], [1.0]) for n in ("bs", "bb", "bm", "bv")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("BatchNormalization", ["c", "bs", "bb", "bm", "bv"], ["n"]),
-             helper.make_node("Relu", ["n"], ["r"]), helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
     graph = helper.make_graph(nodes, "fixture-cbrp", [helper.make_tensor_value_info("x", f, [1, 1, 4, 4])],
                               [helper.make_tensor_value_info("y", f, [1, 1, 2, 2])], initializer=inits)
     t = graph_terms(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=1)

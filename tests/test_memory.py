@@ -8,11 +8,14 @@ import pytest
 
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
-from gpupred.memory import METHODS, OLD_METHODS, MemoryModel, analytical_bytes, evaluate_memory, horus_mib, summarize_memory
+from gpupred.memory import (
+    METHODS, OLD_METHODS, MemoryModel, analytical_bytes, evaluate_memory, horus_mib, summarize_memory,
+)
 
 
 def test_analytical_by_hand() -> None:
-    row = pd.DataFrame([{"param_bytes": 400.0, "params": 100.0, "activation_bytes": 1000.0, "precision": "bf16", "optimizer": "adam"}])
+    row = pd.DataFrame([{"param_bytes": 400.0, "params": 100.0, "activation_bytes": 1000.0, "precision": "bf16",
+                         "optimizer": "adam"}])
     # weights 400 + grads 400 + adam 2x400 + autocast's 16-bit weight copies 200 + activations (already sized
     # for bf16 by gpupred.graph)
     assert analytical_bytes(row)[0] == 400 + 400 + 800 + 200 + 1000
@@ -58,7 +61,8 @@ def test_memory_metrics_keys() -> None:
     errors = evaluate_memory(df, schemes=("lofo",), n_folds=2, residual_model="ridge")
     metrics = memory_metrics(errors, FootprintModel().fit(df), headline_scheme="lofo")
     own = errors[(errors["source"] == "gpupred") & (errors["method"] == "footprint*correction")]
-    assert metrics["memory_footprint_times_correction_lofo_own_median_rel_err"] == pytest.approx(own["rel_err"].median())
+    median = own["rel_err"].median()
+    assert metrics["memory_footprint_times_correction_lofo_own_median_rel_err"] == pytest.approx(median)
     assert metrics["memory_footprint_times_correction_lofo_own_coverage"] == pytest.approx(own["covered"].mean())
     assert set(metrics["memory_footprint_constants"]) == {"H100 SXM|gpupred", "RTX 3090|lucid"}
     assert errors.loc[errors["method"] != "footprint*correction", "covered"].isna().all()

@@ -71,7 +71,8 @@ FP32_OPS: frozenset[str] = frozenset({  # autocast runs these in fp32 (torch's C
 NO_INPUT_SAVE: frozenset[str] = frozenset({  # backward needs none of their inputs
     "Add", "Sub", "Concat", "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool",
     "ReduceMean", "ReduceSum", "Neg", "Cast", "Pad"})
-OUTPUT_SAVE: frozenset[str] = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})  # save their output
+OUTPUT_SAVE: frozenset[str] = frozenset({  # ops that save their output for backward
+    "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})
 PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
@@ -83,7 +84,8 @@ def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
 
     ``saved_elems``: the op outputs autograd keeps for backward (read by an op that saves its inputs, i.e. not
     in ``NO_INPUT_SAVE``; written by one that saves its output, ``OUTPUT_SAVE``; with views, ``VIEW_OPS``,
-    resolved to the tensor they alias, since torch runs transposes, gathers and slices as views); ``fp32_elems``: those autocast keeps in fp32 (outputs of
+    resolved to the tensor they alias, since torch runs transposes, gathers and slices as views);
+    ``fp32_elems``: those autocast keeps in fp32 (outputs of
     ``FP32_OPS``, and of elementwise ops with an fp32 input: type promotion); ``cast_elems``: fp32 tensors a
     contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs;
     ``attention_elems``: the other kept tensors of an attention block a fused kernel never writes (QK^T, its
@@ -296,7 +298,8 @@ def protocol_keys(df: pd.DataFrame) -> np.ndarray:
 
 
 def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer: str,
-                  terms: dict[str, float] | None = None, protocol: str = "gpupred", fitted: Footprint | None = None) -> float:
+                  terms: dict[str, float] | None = None, protocol: str = "gpupred",
+                  fitted: Footprint | None = None) -> float:
     """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU."""
     row = pd.DataFrame([{**features, **(terms or {}), "precision": precision, "optimizer": optimizer, "gpu": gpu,
                          "source": protocol}])

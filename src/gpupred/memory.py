@@ -83,14 +83,16 @@ class MemoryModel:
 
     def analytical(self, df: pd.DataFrame) -> np.ndarray:
         """The analytical estimate in MiB, overhead included."""
-        overhead = df["gpu"].map(self.overhead_).fillna(self.overhead_default_).to_numpy(float) if "gpu" in df else self.overhead_default_
+        overhead = (df["gpu"].map(self.overhead_).fillna(self.overhead_default_).to_numpy(float) if "gpu" in df
+                    else self.overhead_default_)
         return analytical_bytes(df) / MIB + overhead
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """Each method's estimate in MiB: horus, analytical, analytical+residual."""
         ana = self.analytical(df)
         corrected = np.maximum(ana, 1.0) * np.exp(self.residual_.predict(df[self.features_].to_numpy(float)))
-        return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected}, index=df.index)
+        return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected},
+                            index=df.index)
 
 
 def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_folds: int = 5,
@@ -195,7 +197,8 @@ def per_source_sample(df: pd.DataFrame, max_rows: int, seed: int = 0) -> pd.Data
     """At most ``max_rows`` rows of each source (seeded sample): a source's weight is its total anyway."""
     if "source" not in df.columns:
         return df
-    parts = [g if len(g) <= max_rows else g.sample(max_rows, random_state=seed) for _, g in df.groupby("source", sort=False)]
+    parts = [g if len(g) <= max_rows else g.sample(max_rows, random_state=seed)
+             for _, g in df.groupby("source", sort=False)]
     return df[df.index.isin(pd.concat(parts).index)] if parts else df
 
 
@@ -266,7 +269,8 @@ def lofo_halfwidths(df: pd.DataFrame, target: str = "memory_mib", seed: int = 0)
         if len(train) == 0:  # one family group only (e.g. GPUMemNet's networks alone): nothing to calibrate on
             continue
         model = FootprintModel(seed=seed, calibrate=False).fit(df.iloc[train], target)
-        res[test] = np.log(df.iloc[test][target].to_numpy(float)) - np.log(model.predict(df.iloc[test])[BEST].to_numpy())
+        pred = model.predict(df.iloc[test])[BEST].to_numpy()
+        res[test] = np.log(df.iloc[test][target].to_numpy(float)) - np.log(pred)
     src = df["source"].astype(str).to_numpy() if "source" in df.columns else np.full(len(df), "gpupred")
     out = {}
     for s in pd.unique(src):
@@ -303,7 +307,8 @@ def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
                     out[f"{key}_coverage"] = float(table.loc[method, ("coverage", scheme)])
     by = summarize_memory(errors, by_source=True)
     out["memory_median_rel_err_by_source"] = {
-        src: {scheme: {method_key(m): float(by.loc[(m, src), ("median", scheme)]) for m in METHODS if (m, src) in by.index}
+        src: {scheme: {method_key(m): float(by.loc[(m, src), ("median", scheme)])
+                       for m in METHODS if (m, src) in by.index}
               for scheme in by.columns.get_level_values(1).unique()} for src in sorted(errors["source"].unique())}
     if model is not None:
         out["memory_footprint_constants"] = model.footprint_.constants()
