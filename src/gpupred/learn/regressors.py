@@ -111,9 +111,3 @@ def make_regressor(name: str, tune: bool = True, seed: int = 0, cv: int = 3) -> 
         model = GridSearchCV(model, grid, cv=KFold(cv, shuffle=True, random_state=seed),
                              scoring="neg_root_mean_squared_error", n_jobs=1)
     return model
-
-
-def best_params(model: Any) -> dict[str, Any]:
-    """The tuned hyper-parameters of a fitted (possibly grid-searched) model."""
-    inner = getattr(model, "estimator_", model)
-    return dict(getattr(inner, "best_params_", {}))
