@@ -215,6 +215,7 @@ def fold_shapes(
 
 AFFINE_KEY = "gpupred.batch_affine"  # metadata: folded shape values as intercept + slope x batch
 FOLDED_KEY = "gpupred.folded"  # metadata: names of initializers that are folded constants, not weights
+BUFFERS_KEY = "gpupred.buffers"  # metadata: float initializers that are torch buffers (state), not parameters
 SHAPES_KEY = "gpupred.batch_shapes"  # metadata: every tensor's shape, each dim a constant or intercept + slope x batch
 
 
