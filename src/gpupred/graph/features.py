@@ -334,7 +334,9 @@ def _feature_row(graph: CanonicalGraph, bs: int, precision: str, optimizer: str,
     """The flat feature row (:data:`FEATURE_KEYS` and ``unknown_op_types``) from the summed costs and structure."""
     shapes = graph.shapes
     param_sizes = graph.param_sizes
-    trainable = t.trainable
+    trainable = dict(t.trainable)
+    for key in graph.static_params:  # weights read only by weight preparation (concatenated, cast, sliced...)
+        trainable[key] = param_sizes[key][0]
     params = sum(trainable.values())
     param_bytes = sum(trainable[b] * param_sizes[b][1] for b in trainable)
     input_bytes = 0
