@@ -49,16 +49,26 @@ def features_cmd(
         from gpupred.graph.export import export_onnx  # torch, only here
 
         path = export_onnx(spec)
-        row = featurize(path, batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
+        row = featurize(path, batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer, warn=False)
         row = {"workload_id": spec.id, **row}
         title = spec.id
     else:
-        row = featurize(model, batch_size=batch_size, precision=precision, optimizer=optimizer)  # type: ignore[arg-type]
+        row = featurize(model, batch_size=batch_size, precision=precision, optimizer=optimizer, warn=False)  # type: ignore[arg-type]
         title = f"{model} (batch {row['batch_size']}, {precision}, {optimizer})"
+    _warn_incomplete(row, model or workload or "")
     if as_json:
         typer.echo(json.dumps(row))
     else:
         _print_table(title, row)
+
+
+def _warn_incomplete(row: dict[str, Any], label: str) -> None:
+    """One line on stderr when the featurizer could not shape or cost every node."""
+    from gpupred.graph.coverage import incomplete_summary
+
+    summary = incomplete_summary(row)
+    if summary:
+        typer.echo(f"warning: {label}: features are incomplete: {summary}", err=True)
 
 
 def export_cmd(

@@ -69,7 +69,12 @@ class Predictor:
 
     def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame | dict[str, Any]:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
-        if isinstance(x, (pd.DataFrame, dict)):
+        if isinstance(x, dict):
+            from gpupred.graph import check_complete
+
+            check_complete(x, "feature row")  # a featurize row carries its coverage columns
+            return x
+        if isinstance(x, pd.DataFrame):
             return x
         if isinstance(x, (str, Path)):
             text = str(x)
@@ -78,9 +83,10 @@ class Predictor:
                     raise GpupredError(f"{text}: no such ONNX file")
                 if batch_size is None:
                     raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-                from gpupred.graph import featurize
+                from gpupred.graph import check_complete, featurize
 
-                row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer)
+                row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer, warn=False)
+                check_complete(row, text)  # refuses a graph it could not see whole (over 1% missing)
                 return {**row, "precision": precision, "optimizer": optimizer}
             from gpupred.workloads.spec import WorkloadSpec
 
