@@ -8,7 +8,9 @@ be placed: the output dimensions that overlap the input's batch axis in the flat
 candidates (:func:`batch_candidates`), the most likely one becomes -1 in a copy of the target, and
 shape inference checks the result. At batch 1 a reshape can be ambiguous (``[seq, 1, 256] -> [seq, 256]``
 may mean seq x batch or batch x 256); when a node downstream then breaks (its shapes no longer fit, or
-its size changes by other than the batch ratio), the next candidate is tried. A reshape that cannot be
+its size changes by other than the batch ratio), the next candidate is tried. A constant concatenated with
+the batch (a ViT's class token, expanded to the export's batch by a constant Expand, or folded into an
+initializer by the dynamo exporter) is expanded to the new batch (:func:`expand_constant_inputs`). A reshape that cannot be
 repaired, or a node whose shapes still do not fit, is named in a one-line
 :class:`~gpupred.errors.GpupredError`. Torch-free.
 """
@@ -19,7 +21,7 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from onnx import ModelProto, TensorProto, numpy_helper
+from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from gpupred.errors import GpupredError
 from gpupred.graph.fold import static_shapes
@@ -174,6 +176,51 @@ def _flip_upstream(model: ModelProto, broken: Any, pending: list[_Choice], targe
     return False
 
 
+def _stuck_inputs(node: Any, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
+                  old: int, new: int) -> list[int]:
+    """The inputs of a Concat (not on the batch axis) that kept the old batch while another input took the new one."""
+    if node.op_type != "Concat":
+        return []
+    ins = list(node.input)
+    rank = len(before.get(ins[0], ())) if ins else 0
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if not rank or axis % rank == 0:
+        return []
+    moved = any(n in before and n in now and before[n][0] == old and now[n][0] == new for n in ins)
+    return [i for i, n in enumerate(ins) if moved and n in before and now.get(n) == before[n] and before[n][:1] == (old,)]
+
+
+def expand_constant_inputs(model: ModelProto, node: Any, before: dict[str, tuple[int, ...]],
+                           now: dict[str, tuple[int, ...]], old: int, new: int) -> bool:
+    """Give a constant joined to the batch (a ViT's class token, expanded to the export's batch and concatenated
+    with the patch embeddings) the new batch: an Expand (after a one-sample Slice when the old batch is not 1)."""
+    stuck = _stuck_inputs(node, before, now, old, new)
+    nodes = list(model.graph.node)
+    at = next((j for j, n in enumerate(nodes) if list(n.output) == list(node.output)), None)
+    if at is None:  # ``node`` comes from an inferred copy: the model's own node is the one with its outputs
+        return False
+    node = nodes[at]
+    added: list[Any] = []
+    for i in stuck:
+        name = node.input[i]
+        rank = len(before[name])
+        src = name
+        if old != 1:
+            consts = {f"{name}::one_{k}": np.asarray([v], np.int64) for k, v in (("s", 0), ("e", 1), ("a", 0))}
+            model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+            src = f"{name}::one_sample"
+            added.append(helper.make_node("Slice", [name, *consts], [src]))
+        shape = f"{name}::batch{new}_shape"
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray([new] + [1] * (rank - 1), np.int64), shape))
+        node.input[i] = f"{name}::batch{new}"
+        added.append(helper.make_node("Expand", [src, shape], [node.input[i]]))
+    if added:
+        nodes[at:at] = added
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return bool(added)
+
+
 def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tuple[int, ...]]]:
     """Shapes by inference, shape arithmetic folded on a copy (folding at a half-repaired batch must not stick)."""
     from gpupred.graph.fold import fold_shapes
@@ -197,7 +244,8 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
     for _ in range(MAX_ROUNDS):
         inferred, now = _shapes(model, infer)
         broken = _first_broken(inferred, before, now, old, new)
-        if broken is not None and _flip_upstream(model, broken, pending, targets):
+        if broken is not None and (expand_constant_inputs(model, broken, before, now, old, new)
+                                   or _flip_upstream(model, broken, pending, targets)):
             continue
         pending = _repair_round(model, label, before, now, old, new, targets, chosen)
         if not pending:
