@@ -294,7 +294,27 @@ def _dynamo_export(
         return program.model_proto
     except Exception as err:
         errors.append(f"dynamo: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
-        raise GpupredError(f"{path.name}: ONNX export failed: {' | '.join(errors)}") from None
+        raise GpupredError(export_failure(path.name, input_names, errors)) from None
+
+
+LOSS_INPUTS: tuple[str, ...] = ("labels", "start_positions", "end_positions", "next_sentence_label", "mc_labels")
+
+
+def export_failure(label: str, input_names: Sequence[str], errors: Sequence[str]) -> str:
+    """One line for an export that failed: the operator the exporters name, why, and the call that works instead."""
+    import re
+
+    ops = [m.group(0) for e in errors for m in re.finditer(r"\b(?:aten|onnx|prim)::[A-Za-z_0-9.]+", e)]
+    op = f"operator {ops[0]}" if ops else "an operator"
+    losses = [n for n in input_names if n in LOSS_INPUTS]
+    if losses:
+        fix = (f"export the forward without {', '.join(losses)} (the loss is a small share of a step): "
+               f"export_model(model, {{k: v for k, v in inputs.items() if k not in {tuple(losses)!r}}}, path)")
+    else:
+        fix = ("export the submodule around it with gpupred.export_model, or replace that call in the model "
+               "(a torch.onnx.register_custom_op_symbolic for TorchScript)")
+    first = errors[0].split(". ")[0][:160] if errors else "unknown error"
+    return f"{label}: ONNX export failed at {op} ({first}); workaround: {fix}"
 
 
 def store_path(spec: "WorkloadSpec", store: Path | None = None) -> Path:
