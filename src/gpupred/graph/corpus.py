@@ -258,3 +258,41 @@ def build_corpus(folder: Path | None = None, names: list[str] | None = None, for
         index.update(torch=torch.__version__.split("+")[0], models=dict(sorted(models.items())))
         (folder / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     return index
+
+
+def corpus_path(name: str, fixed: bool = False, folder: Path | None = None) -> Path:
+    """The corpus file of a model: its symbolic export, or with ``fixed`` its export at a fixed batch of 1."""
+    return Path(folder or config.CORPUS) / (f"{name}.b{FIXED_BATCH}.onnx.gz" if fixed else f"{name}.onnx.gz")
+
+
+def agreement(name: str, entry: dict[str, Any], batches: tuple[int, int] = (CORPUS_BATCH, 8),
+              folder: Path | None = None) -> dict[str, Any]:
+    """One corpus model featurized (cold) at two batch sizes against torch's recorded figures (torch-free).
+
+    ``flops_ratio`` is 2 x ``macs_fwd`` (what torch's FlopCounterMode counts: 2 FLOPs per multiply-add of
+    matmuls, convolutions and attention) over torch's forward FLOPs at the export batch; ``rebatch_diff`` lists
+    the features where the fixed-batch export re-batched to the second batch differs from the symbolic one.
+    """
+    from gpupred.graph.features import FEATURE_KEYS, clear_cache, featurize
+
+    rows, seconds = {}, []
+    for bs in batches:
+        clear_cache()
+        start = time.perf_counter()
+        rows[bs] = featurize(corpus_path(name, folder=folder), batch_size=bs, warn=False)
+        seconds.append(time.perf_counter() - start)
+    clear_cache()
+    start = time.perf_counter()
+    fixed = featurize(corpus_path(name, True, folder), batch_size=batches[1], warn=False)
+    seconds.append(time.perf_counter() - start)
+    want = entry["torch_params"] - entry["torch_params_unused"]
+    first = rows[batches[0]]
+    return {
+        "name": name, "shaped": 1.0 - max(r["frac_nodes_unshaped"] for r in rows.values()),
+        "uncosted": max(r["frac_nodes_uncosted"] for r in rows.values()), "unknown": first["unknown_op_types"],
+        "params": first["params"], "params_diff": first["params"] - want,
+        "params_diff_other_batch": rows[batches[1]]["params"] - want,
+        "flops_ratio": 2 * first["macs_fwd"] / entry["torch_flops_fwd"] if entry["torch_flops_fwd"] else float("nan"),
+        "rebatch_diff": [k for k in FEATURE_KEYS if fixed[k] != rows[batches[1]][k]],
+        "seconds": seconds,
+    }

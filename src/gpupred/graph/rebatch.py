@@ -24,7 +24,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph.fold import static_shapes
+from gpupred.graph.fold import evaluate, static_shapes
 
 Infer = Callable[[ModelProto], ModelProto]
 MAX_ROUNDS = 256
@@ -36,7 +36,8 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
 
     In the flattened order the input's batch axis covers [lo, hi] (prefix products at the old batch); when
     that axis merges the batch with something else (batch x heads) the batch is its outer or its inner
-    factor. A candidate output dimension overlaps where the batch can be. A dimension that held exactly
+    factor (on the leading axis only the outer one: nothing can precede the batch there). A candidate output
+    dimension overlaps where the batch can be. A dimension that held exactly
     the old batch comes first (an explicit batch dimension, outermost first); then later dimensions before
     earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads).
     """
@@ -46,7 +47,12 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     axis = diff[0]
     lo = math.prod(x_old[:axis])
     hi = lo * x_old[axis]
-    spans = [(lo, hi)] if x_old[axis] == old else [(lo, lo * old), (hi // old, hi)]
+    if x_old[axis] == old:
+        spans = [(lo, hi)]
+    elif axis == 0:  # nothing precedes the batch on the leading axis: it is the outer factor (Swin's batch x windows)
+        spans = [(lo, lo * old)]
+    else:
+        spans = [(lo, lo * old), (hi // old, hi)]
     prefix = [1]
     for d in y_old:
         prefix.append(prefix[-1] * d)
@@ -63,8 +69,8 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     return explicit + [j for j in reversed(found) if j not in explicit]
 
 
-def _constant_targets(model: ModelProto) -> dict[str, np.ndarray]:
-    """Values of the initializers and Constant nodes that feed a Reshape's shape input."""
+def _constant_targets(model: ModelProto, before: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Values of the initializers, Constant nodes and computations (at the old batch) that feed a Reshape's shape input."""
     g = model.graph
     wanted = {n.input[1] for n in g.node if n.op_type == "Reshape" and len(n.input) > 1}
     values: dict[str, np.ndarray] = {}
@@ -74,6 +80,10 @@ def _constant_targets(model: ModelProto) -> dict[str, np.ndarray]:
     for n in g.node:
         if n.op_type == "Constant" and n.output[0] in wanted and n.attribute and n.attribute[0].name == "value":
             values[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    # targets computed from constants and shapes, as they were at the old batch (timm's x.reshape(B, H // 2, 2, ...)
+    # traced at batch 1: B a Constant, H read from a shape); only the reshapes that then break are repaired
+    computed = evaluate(model, before)
+    values.update({name: computed[name] for name in wanted if name in computed and name not in values})
     return values
 
 
@@ -238,7 +248,7 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     _set_inputs(model, old, new)
-    targets = _constant_targets(model)
+    targets = _constant_targets(model, before)
     pending: list[_Choice] = []
     chosen: dict[int, _Choice] = {}
     for _ in range(MAX_ROUNDS):
