@@ -167,7 +167,7 @@ def _first_broken(inferred: ModelProto, before: dict[str, tuple[int, ...]], now:
 
 
 def _flip_upstream(model: ModelProto, broken: Any, pending: list[_Choice], targets: dict[str, np.ndarray]) -> bool:
-    """Try the next candidate of the latest reshape repaired in the last round that feeds the broken node."""
+    """Try the next candidate of the latest repaired reshape that feeds the broken node."""
     producer = {o: n for n in model.graph.node for o in n.output}
     seen: set[str] = set()
     stack = list(broken.input)
@@ -249,16 +249,17 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
         out.type.tensor_type.ClearField("shape")
     _set_inputs(model, old, new)
     targets = _constant_targets(model, before)
-    pending: list[_Choice] = []
+    history: list[_Choice] = []  # every repair, in the order made
     chosen: dict[int, _Choice] = {}
     for _ in range(MAX_ROUNDS):
         inferred, now = _shapes(model, infer)
-        broken = _first_broken(inferred, before, now, old, new)
-        if broken is not None and (expand_constant_inputs(model, broken, before, now, old, new)
-                                   or _flip_upstream(model, broken, pending, targets)):
+        made = _repair_round(model, label, before, now, old, new, targets, chosen)
+        if made:  # repair every reshape downstream first: a node may break only for want of a later repair
+            history.extend(made)
             continue
-        pending = _repair_round(model, label, before, now, old, new, targets, chosen)
-        if not pending:
+        broken = _first_broken(inferred, before, now, old, new)
+        if broken is None or not (expand_constant_inputs(model, broken, before, now, old, new)
+                                  or _flip_upstream(model, broken, history, targets)):
             break
     _check(inferred, label, before, now, old, new)
     return model
