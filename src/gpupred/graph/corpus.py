@@ -163,13 +163,15 @@ def build_hf(entry: HFEntry, batch: int) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def torch_figures(model: Any, example: Any) -> dict[str, int]:
-    """torch's parameter count and forward FLOPs (FlopCounterMode) of a model on an example input, in training mode."""
+    """torch's parameter count and forward FLOPs (FlopCounterMode, attention as matmuls) on an example, in training mode."""
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     model.train()
     counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
+    # the math backend runs attention as matmuls the counter sees (it has no rule for the CPU flash kernel)
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), counter:
         if isinstance(example, dict):
             model(**example)
         else:
@@ -218,17 +220,14 @@ def _write_gz(plain: Path, target: Path) -> None:
 
 def export_entry(name: str, build: Callable[[int], tuple[Any, Any, dict[str, Any]]], folder: Path) -> dict[str, Any]:
     """Build one corpus model, count it with torch, export it symbolic and at a fixed batch of 1; its index entry."""
-    import torch
-
     from gpupred.graph.export import export_model
 
     start = time.perf_counter()
     model, example, info = build(CORPUS_BATCH)
     info.update(torch_figures(model, example))
-    with torch.no_grad():
-        symbolic = export_model(model, example, folder / f"{name}.onnx", precompute=False)
-        _, fixed_example, _ = build(FIXED_BATCH)
-        fixed = export_model(model, fixed_example, folder / f"{name}.b{FIXED_BATCH}.onnx", precompute=False, symbolic=False)
+    symbolic = export_model(model, example, folder / f"{name}.onnx", precompute=False)
+    _, fixed_example, _ = build(FIXED_BATCH)
+    fixed = export_model(model, fixed_example, folder / f"{name}.b{FIXED_BATCH}.onnx", precompute=False, symbolic=False)
     info["torch_params_unused"] = unused_params(model, symbolic)
     info["export_batch"], info["fixed_batch"] = CORPUS_BATCH, FIXED_BATCH
     info["export_seconds"] = round(time.perf_counter() - start, 1)
@@ -296,3 +295,17 @@ def agreement(name: str, entry: dict[str, Any], batches: tuple[int, int] = (CORP
         "rebatch_diff": [k for k in FEATURE_KEYS if fixed[k] != rows[batches[1]][k]],
         "seconds": seconds,
     }
+
+
+def refresh_figures(folder: Path | None = None, names: list[str] | None = None) -> dict[str, Any]:
+    """Recount torch's figures of exported corpus models (after a change to :func:`torch_figures`) without re-exporting."""
+    folder = Path(folder or config.CORPUS)
+    index = read_corpus_index(folder)
+    builders = dict(_entries())
+    for name, entry in index["models"].items():
+        if "error" in entry or (names is not None and name not in names):
+            continue
+        model, example, _ = builders[name](CORPUS_BATCH)
+        entry.update(torch_figures(model, example))
+    (folder / "index.json").write_text(json.dumps(index, indent=1) + "\n")
+    return index
