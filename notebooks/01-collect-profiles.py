@@ -37,17 +37,17 @@ import numpy as np
 import seaborn as sns
 
 from gpupred import config
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import window_means_all
 from gpupred.reports import save_figure, update_metrics
 
 if collect:
-    from gpupred.profile.sweep import run_sweep
+    from gpupred.profile.sweep import harness_config, run_sweep
 
     if not out:
         raise ValueError("collect=True needs out=data/raw/<gpu>/<sweep-id>")
-    print(run_sweep(plan, Path(out), window_s=window_s).line())
+    print(run_sweep(plan, Path(out), harness=harness_config(False, window_s)).line())
 
 root = Path(raw_dir) if raw_dir else config.RAW
 runs = read_runs(root)

@@ -113,7 +113,7 @@ reports.update_metrics({"graph_features_rows": len(df), "graph_features_unknown_
 
 # %%
 from gpupred.dataset import build_dataset
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 try:
     dataset, exclusions = build_dataset(features=df, sources=available)

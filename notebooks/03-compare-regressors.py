@@ -58,12 +58,15 @@ import seaborn as sns
 
 import gpupred.learn as learn
 from gpupred import dataset, reports
+from gpupred.learn.choice import write_model_choice
 from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
 from gpupred.learn.evaluate import sibling_group, splits_for
-from gpupred.learn.nested import choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
+from gpupred.learn.nested import CVSettings, choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
 from gpupred.learn.oof import write_oof_predictions
+from gpupred.learn.summary import learning_metrics
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
+cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
 candidates = list(models or learn.EXPORTABLE)  # full-depth forests are compared below but never exported (size)
 comparison = list(compared or learn.REGRESSORS)
 info = dataset.summarize(df)
@@ -94,10 +97,8 @@ for target in targets:
             print(f"{target}: only {len(groups)} family group(s) labelled ({', '.join(sorted(groups))}): no leave-one-family-out")
             continue
         results[scheme][target] = nested_cv(
-            df, target, candidates, scheme, splits=folds if scheme == "grouped_random" else None, n_outer=n_outer,
-            n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune,
-            compare=comparison if scheme == "grouped_random" or compare_lofo else False,
-            seed=seed, n_jobs=n_jobs)
+            df, target, candidates, scheme, cv, splits=folds if scheme == "grouped_random" else None,
+            compare=comparison if scheme == "grouped_random" or compare_lofo else False)
 
 # %% [markdown]
 # ## Outer-fold figures
@@ -162,7 +163,7 @@ for target in [t for t in ("gpu_util", "memory_mib") if any(t in r for r in resu
 # %%
 transfer: dict[str, pd.DataFrame] = {}
 for target in [t for t in cross_gpu_targets if t in df.columns]:
-    table, _ = cross_gpu_evaluation(df, target, candidates, n_within, n_inner, alpha, n_cal, seed, n_jobs)
+    table, _ = cross_gpu_evaluation(df, target, candidates, cv, n_within)
     if len(table):
         transfer[target] = table
     else:
@@ -202,39 +203,16 @@ oof.head()
 # %% [markdown]
 # ## The model to export
 # Notebook 08 trains the predictor on every row; its model per target is chosen here by the same grouped
-# inner cross-validation run on all rows. That selection score picked the winner, so it is not a
-# performance figure and is not reported; the outer-fold figures above are.
+# inner cross-validation run on all rows, and written to `data/processed/model_choice.json`
+# (`gpupred.learn.choice`), which notebooks 04 and 08 read. That selection score picked the winner, so it
+# is not a performance figure and is not reported; the outer-fold figures above are.
 
 # %%
-chosen = {t: choose_for_export(df, t, candidates, n_inner, tune, seed, n_jobs) for t in results.get("grouped_random", {})}
+chosen = {t: choose_for_export(df, t, candidates, cv) for t in results.get("grouped_random", {})}
+write_model_choice(chosen, df)  # the contract notebooks 04 and 08 read (gpupred.learn.choice)
 chosen
 
 # %%
-util = {s: r["gpu_util"] for s, r in results.items() if "gpu_util" in r}
-metrics = {
-    "n_runs": info["n_runs"], "n_workloads": info["n_workloads"], "sources": info["sources"], "gpus": info["gpus"],
-    "n_families": info["n_families"], "util_best_model": chosen.get("gpu_util"),
-    "util_rmsle_grouped_random": util["grouped_random"].rmsle() if "grouped_random" in util else None,
-    "util_rmsle_lofo": util["lofo"].rmsle() if "lofo" in util else None,
-    "util_rmsle_by_source": {src: {s: r.rmsle("source").get(src) for s, r in util.items()} for src in info["sources"]},
-    "util_interval_coverage_grouped_random": util["grouped_random"].coverage() if "grouped_random" in util else None,
-    "util_interval_coverage_lofo": util["lofo"].coverage() if "lofo" in util else None,
-    "util_interval_coverage_by_source": {src: {s: r.coverage("source").get(src) for s, r in util.items()}
-                                         for src in info["sources"]},
-}
-for target in [t for t in targets if t != "gpu_util"]:
-    for scheme, per_target in results.items():
-        if target in per_target:
-            metrics[f"{target}_rmsle_{scheme}"] = per_target[target].rmsle()
-            metrics[f"{target}_interval_coverage_{scheme}"] = per_target[target].coverage()
-    if target in chosen:
-        metrics[f"{target}_best_model"] = chosen[target]
-for target, table in transfer.items():
-    key = "util" if target == "gpu_util" else target
-    metrics[f"{key}_rmsle_within_gpu"] = {r.test_gpu: r.rmsle for r in table[table["train"] == "within"].itertuples()}
-    metrics[f"{key}_rmsle_cross_gpu"] = {f"{r.train}->{r.test_gpu} ({r.workloads})": r.rmsle
-                                          for r in table[table["train"] != "within"].itertuples()}
-metrics["twin_ratio_median"] = {kinds: r.set_index("family").filter(like="_ratio_median").to_dict("index")
-                                for kinds, r in ratios.items()}
+metrics = learning_metrics(info, results, chosen, transfer, ratios)  # gpupred.learn.summary names the keys
 reports.update_metrics(metrics)
 metrics

@@ -24,23 +24,22 @@
 # %% tags=["parameters"]
 target: str = "gpu_util"  # label to explain
 tree_models: list = ["decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost", "lightgbm"]  # averaged
-explain_model: str = ""  # model for permutation importance and SHAP; "" = notebook 03's choice if it is a tree model, else xgboost
+explain_model: str = ""  # model for permutation importance and SHAP; "" = notebook 03's choice (data/processed/model_choice.json) if it is a tree model, else xgboost
 n_permutations: int = 10  # permutation repeats
 top: int = 3  # dependence plots for this many top features
 
 # %%
-import json
-
 import matplotlib.pyplot as plt
 
-from gpupred import config, dataset, reports
+from gpupred import dataset, reports
 from gpupred.learn import importance
+from gpupred.learn.choice import read_model_choice
 from gpupred.learn.regressors import TREE_MODELS
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}
-key = "util_best_model" if target == "gpu_util" else f"{target}_best_model"
-explain_model = explain_model or (earlier.get(key) if earlier.get(key) in TREE_MODELS else "xgboost")
+if not explain_model:
+    chosen = read_model_choice(df).get(target)  # MissingInput until notebook 03 has run; refused if stale
+    explain_model = chosen if chosen in TREE_MODELS else "xgboost"
 print(f"explaining {target} with {explain_model}; {len(df)} runs from {', '.join(sorted(df['source'].unique()))}")
 
 # %%

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 from gpupred import dataset, memory, reports
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-errors = memory.evaluate_memory(df, n_repeats=n_folds, residual_model=residual_model)
+errors = memory.evaluate_memory(df, n_folds=n_folds, residual_model=residual_model)
 table = memory.summarize_memory(errors)
 table.round(3)
 

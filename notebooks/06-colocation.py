@@ -44,8 +44,6 @@ from gpupred.reports import save_figure, update_metrics
 table, solo, notes = colocation.load_pair_sources(config.RAW, lucid=lucid)  # MissingInput when no source has pairs
 for note in notes:
     print("note:", note)
-config.COLOCATION.parent.mkdir(parents=True, exist_ok=True)
-table.to_parquet(config.COLOCATION, index=False)
 dataset = load_dataset()  # every row, as notebook 03 predicted them; MissingInput until the dataset is built
 oof = read_oof_predictions(dataset)  # refuses predictions computed from another dataset (stale)
 features = colocation.predicted_features(dataset, oof)

@@ -117,7 +117,7 @@ save_figure(fig, "07-policies-synthetic")
 # %%
 ts = sim.util_timeseries(results[seeds[0]], bin_s)
 ts["t_h"] = ts["t_s"] / 3600
-ax = sns.lineplot(data=ts, x="t_h", y="util", hue="policy", hue_order=list(sim.POLICY_ORDER))
+ax = sns.lineplot(data=ts, x="t_h", y="util", hue="policy", hue_order=list(sim.POLICY_ORDER), seed=0)
 ax.set(xlabel="time (h)", ylabel="cluster GPU utilization (%)", title=f"{world.gpu_name}, load {load}, seed {seeds[0]}")
 save_figure(ax.figure, "07-util-over-time")
 plt.show()
@@ -132,7 +132,7 @@ sens = sim.loads_sweep(world, cluster, list(loads), list(seeds), n_jobs, median_
 if len(sens):
     long = sens.melt(id_vars=["load", "seed", "policy"], value_vars=["avg_util", "mean_jct_s", "mean_wait_s"])
     g = sns.relplot(data=long, x="load", y="value", hue="policy", col="variable", kind="line", marker="o",
-                    errorbar=("ci", 95), facet_kws={"sharey": False}, height=3.2, hue_order=list(sim.POLICY_ORDER))
+                    errorbar=("ci", 95), seed=0, facet_kws={"sharey": False}, height=3.2, hue_order=list(sim.POLICY_ORDER))
     save_figure(g.figure, "07-sensitivity-to-load")
     plt.show()
 

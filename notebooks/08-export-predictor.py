@@ -16,14 +16,20 @@
 # %% [markdown]
 # # 08 · Export the predictor
 # Trains the model notebook 03 chose for each target (by a grouped inner cross-validation on every row)
-# as a CV+ conformal regressor on all runs of every source, and writes `models/predictor.joblib` with its
-# card `models/predictor.json`: feature order, transforms, the outer-fold figures of notebooks 03 and 05,
-# the training sources with their licences, data fingerprint, library versions, sha256. Trained on
-# published data, the predictor inherits its licences: Lucid's S-Lab License 1.0 allows non-commercial
-# use only, and so does this artifact (the card says so).
+# as a CV+ conformal regressor, and writes two artifacts, each with its card (feature order, transforms,
+# figures, training sources with their licences, data fingerprint, library versions, sha256):
+#
+# - `models/predictor.joblib`, the default: **this project's own measurements only**, MIT like the code,
+#   so that users inside companies can use it;
+# - `models/predictor-noncommercial.joblib`: the same recipe on every source. Trained on published data, it
+#   inherits their licences: Lucid's S-Lab License 1.0 allows non-commercial use only (the card says so).
+#
+# A GPU in `gpupred.hardware` with no measurements in an artifact's data is still answered, marked
+# *extrapolated*, with intervals widened by a held-out width (leave one GPU kind out, or leave one family out
+# when the data hold a single kind; `gpupred.predictor.extrapolate`).
 
 # %% tags=["parameters"]
-model: str = ""  # regressor for every target; "" = notebook 03's choice per target (reports/metrics.json), else xgboost
+model: str = ""  # regressor for every target; "" = notebook 03's choice per target (data/processed/model_choice.json)
 alpha: float = 0.1  # 1 - nominal interval coverage
 n_folds: int = 5  # CV+ folds (grouped by workload)
 tune: bool = False  # small grid search inside each fit
@@ -35,34 +41,44 @@ import pandas as pd
 
 from gpupred import config, dataset, reports
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
-from gpupred.predictor.artifact import usage_restriction
+from gpupred.learn.choice import read_model_choice
+from gpupred.predictor.artifact import licence_clean
 
-df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}
-models = {t: model or earlier.get("util_best_model" if t == "gpu_util" else f"{t}_best_model") or "xgboost"
-          for t in ("gpu_util", "memory_mib", "sm_active")}
+everything = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
+own = licence_clean(everything)
+earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}  # outer-fold figures of 03, 05
+# MissingInput until notebook 03 has written its choice; refused if made from another dataset
+models = {t: model for t in ("gpu_util", "memory_mib", "sm_active")} if model else read_model_choice(everything)
 print(f"models: {models}")
-print(usage_restriction(df) or "no licence restriction inherited")
+print(f"default artifact: {len(own)} own runs; non-commercial artifact: {len(everything)} runs")
 
 # %%
-predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune)
 keep = ("_rmsle_", "_interval_coverage_", "_best_model", "memory_median_rel_err", "memory_p90_rel_err", "n_workloads")
 cv_metrics = {k: v for k, v in earlier.items() if any(part in k for part in keep)}  # notebooks 03 and 05, outer folds
-path = export_predictor(predictor, df, config.PREDICTOR, cv_metrics=cv_metrics)
-loaded = load_predictor(path)  # the loader's checks pass on what was just written
-card = loaded.card
+cards = {}
+for df, path, figures in ((own, config.PREDICTOR, {}), (everything, config.PREDICTOR_NONCOMMERCIAL, cv_metrics)):
+    if not len(df):
+        print(f"{path.name}: no rows to train on; not exported")
+        continue
+    predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune)
+    cards[path.name] = load_predictor(export_predictor(predictor, df, path, cv_metrics=figures)).card  # checks pass
 pd.DataFrame({name: {k: v for k, v in entry.items() if k in ("n_runs", "gpus", "licence", "commit")}
-              for name, entry in card["sources"].items()}).T
+              for card in cards.values() for name, entry in card["sources"].items()}).T
 
 # %%
-{k: card[k] for k in ("sha256", "targets", "usage_restriction")}
+pd.DataFrame({name: {"variant": c["variant"], "measured GPUs": c["measured_gpus"], "own-fold RMSLE": c["own_folds"],
+                     "usage restriction": c["usage_restriction"] or "none", "sha256": c["sha256"][:12]}
+              for name, c in cards.items()}).T
 
 # %% [markdown]
-# The card carries the outer-fold RMSLE and interval coverage measured in notebook 03 (grouped random
-# and leave-one-family-out, pooled and per source) and the memory errors of notebook 05, never a
-# figure computed on the rows the exported model was fitted on. A new job is predicted as this
-# project's own sweeps measure (NVML every 50 ms, a sync per step, device-resident batches).
+# Each card carries `own_folds`, the RMSLE of the artifact's own workload-grouped CV+ folds (out of fold; the
+# model class was chosen by notebook 03, so not a nested estimate), and the extrapolated-interval widths. The
+# non-commercial card also carries the outer-fold figures of notebooks 03 and 05, which were measured on the
+# same sources; never a figure computed on the rows the exported model was fitted on. A new job is predicted as
+# this project's own sweeps measure (NVML every 50 ms, a sync per step, device-resident batches).
 
 # %%
-reports.update_metrics({"predictor_sha256": card["sha256"], "predictor_models": models,
-                        "predictor_usage_restriction": card["usage_restriction"]})
+default = cards.get(config.PREDICTOR.name, {})
+reports.update_metrics({"predictor_sha256": default.get("sha256"), "predictor_models": models,
+                        "predictor_usage_restriction": default.get("usage_restriction"),
+                        "predictor_noncommercial_sha256": cards.get(config.PREDICTOR_NONCOMMERCIAL.name, {}).get("sha256")})

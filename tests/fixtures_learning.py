@@ -13,25 +13,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpupred.graph import FEATURE_KEYS
 from gpupred.hardware import gpu_spec, hardware_features
 from gpupred.workloads.spec import WorkloadSpec
-
-FIXTURE_FEATURE_KEYS: list[str] = [
-    "flops_fwd", "flops_train", "params", "param_bytes", "activation_bytes", "bytes_moved",
-    "arithmetic_intensity", "input_bytes", "batch_size", "n_conv", "n_matmul", "n_recurrent", "n_norm",
-    "n_act", "n_pool", "n_elementwise", "n_layers", "depth", "n_residual", "unknown_ops",
-]
-
-
-def feature_keys() -> list[str]:
-    """gpupred.graph.FEATURE_KEYS when that module exists, else the fixture copy of the documented keys."""
-    try:
-        from gpupred.graph import FEATURE_KEYS
-
-        return list(FEATURE_KEYS)
-    except ImportError:
-        return list(FIXTURE_FEATURE_KEYS)
-
 
 # family -> (id template without bs/precision/optimizer parts, params in millions, GFLOP per sample fwd, kind)
 _ARCHS: dict[str, list[tuple[str, float, float]]] = {
@@ -75,7 +59,7 @@ def fixture_features(n_batch_sizes: int = 3, seed: int = 0) -> pd.DataFrame:
                         }
                         rows.append(row)
     df = pd.DataFrame(rows)
-    for k in feature_keys():  # keys the graph module may add later: a harmless constant column
+    for k in FEATURE_KEYS:  # keys the fixture does not model: a harmless constant column
         if k not in df.columns:
             df[k] = 0.0
     return df
@@ -109,7 +93,7 @@ def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_
 
     rng = np.random.default_rng(seed)
     feats = fixture_features(n_batch_sizes, seed)
-    keys = feature_keys()
+    keys = list(FEATURE_KEYS)
     rows = []
     for gpu in gpus:
         for _, f in feats.iterrows():

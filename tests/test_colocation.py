@@ -21,7 +21,7 @@ from scipy.stats import spearmanr
 from gpupred import colocation as co
 from gpupred.colocation import table as co_table
 from gpupred.errors import GpupredError
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fixtures_learning import write_fixture_raw_tree
 
-from gpupred.profile.datacard import NOTES_HEADING, card_path, run_table, sanity, write_datacard
+from gpupred.profile.datacard import NOTES_HEADING, card_path, revisions, run_table, sanity, write_datacard
 from gpupred.profile.store import write_manifest
 
 IDS = ["mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w64-d2-bs16-in32-bf16-adam"]
@@ -51,6 +51,21 @@ def test_a_grown_sweep_gets_a_new_card_and_keeps_the_committed_one(tmp_path: Pat
     text = write_datacard(sweep).read_text()
     assert first.read_bytes() == committed  # the committed card is left as it was
     assert "sweep sessions: 3 (`manifest-003.json`)" in text and "`a.txt`, `b.txt`" in text and "- fan noise" in text
+
+
+def test_a_correction_is_a_revision_card_and_the_next_card_starts_from_it(tmp_path: Path) -> None:
+    """FIXTURE: session 1's committed card corrected by README-r1.md; a resumed session's card keeps the correction."""
+    sweep = write_fixture_raw_tree(tmp_path / "raw", IDS, extras=False)
+    write_manifest(sweep, {"plan": "a.txt", "plans": ["a.txt"], "sessions": [{"started": "x"}]})
+    first = write_datacard(sweep)
+    first.write_text(first.read_text().replace("- (the person who ran the sweep: anything unusual)", "- shift: median +5"))
+    committed = first.read_bytes()
+    (sweep / "README-r2.md").write_text(first.read_text().replace("median +5", "mean +5, median +3"))
+    (sweep / "README-r10.md").write_text(first.read_text().replace("median +5", "mean +5, median +2.7"))
+    assert revisions(first) == [sweep / "README-r2.md", sweep / "README-r10.md"]  # numeric order, not text order
+    write_manifest(sweep, {"plan": "a.txt", "plans": ["a.txt"], "sessions": [{"started": "x"}] * 2})
+    text = write_datacard(sweep).read_text()
+    assert first.read_bytes() == committed and "- shift: mean +5, median +2.7" in text
 
 
 def test_cli_json_and_one_line_error(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from fixtures_learning import fixture_dataset, fixture_features, write_fixture_r
 from gpupred import dataset as ds
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 
 def test_hardware_names() -> None:

@@ -24,7 +24,7 @@ from gpupred import config, importers
 from gpupred.errors import GpupredError
 from gpupred.importers import gpumemnet, lucid
 from gpupred.importers.source import import_source, is_imported, read_provenance, verified_path
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 FILES = {"a.csv": "x,y\n1,2\n", "b.txt": "FIXTURE\n"}
 LUCID_FILES = {"single_data.csv": FIXTURE_LUCID_SOLO, "colocate_info.csv": FIXTURE_LUCID_PAIRS, "LICENSE.txt": FIXTURE_LICENSE}

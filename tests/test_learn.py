@@ -7,12 +7,10 @@ import pytest
 
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
-from gpupred.learn import REGRESSORS, ConformalRegressor, evaluate, make_regressor, rmsle, summarize
-from gpupred.learn.evaluate import (
-    check_grouped, choose_model, cross_gpu_splits, lofo_splits, random_splits, sibling_group, splits_for,
-)
+from gpupred.dataset import feature_columns
+from gpupred.learn import REGRESSORS, ConformalRegressor, make_regressor, rmsle
+from gpupred.learn.evaluate import check_grouped, cross_gpu_splits, lofo_splits, sibling_group, splits_for
 from gpupred.learn.importance import impurity_importance, permutation
-from gpupred.learn.intervals import interval_coverage, overall_coverage
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +25,6 @@ def test_rmsle() -> None:
 
 
 def test_splits() -> None:
-    s = random_splits(10, n_repeats=3, test_size=0.2)
-    assert len(s) == 3 and all(len(te) == 2 and len(set(tr) | set(te)) == 10 for tr, te, _ in s)
     fam = ["a", "a", "b", "c"]
     assert [(list(te), lab) for _, te, lab in lofo_splits(fam)] == [([0, 1], "a"), ([2], "b"), ([3], "c")]
     assert cross_gpu_splits(["x", "x"]) == []
@@ -42,15 +38,16 @@ def test_grouped_splits_keep_every_run_of_a_workload_on_one_side(df) -> None:
     """Each FIXTURE workload ran on two GPUs (and, here, two sources): no split may straddle it."""
     two = df.assign(source=np.where(df["gpu"] == "H100 SXM", "gpupred", "lucid"))
     for scheme in ("grouped_random", "lofo", "cross_gpu"):
-        for train, test, label in splits_for(two, scheme, n_repeats=5):
+        for train, test, label in splits_for(two, scheme, n_folds=5):
             assert not set(two["workload_id"].iloc[train]) & set(two["workload_id"].iloc[test]), (scheme, label)
-    folds = splits_for(two, "grouped_random", n_repeats=5)
+    folds = splits_for(two, "grouped_random", n_folds=5)
     assert sorted(np.concatenate([te for _, te, _ in folds]).tolist()) == list(range(len(two)))  # a partition
     for _, test, _ in folds:  # stratified by source: every fold tests both sources
         assert set(two["source"].iloc[test]) == {"gpupred", "lucid"}
-    # the papers' ungrouped split puts a workload's other GPU run in training: check_grouped catches it
+    # the papers' ungrouped random split puts a workload's other GPU run in training: check_grouped catches it
+    perm = np.random.default_rng(1).permutation(len(two))
     with pytest.raises(GpupredError, match="both sides"):
-        check_grouped(random_splits(len(two), 3, seed=1), two["workload_id"])
+        check_grouped([(perm[: len(two) // 2], perm[len(two) // 2:], "ungrouped")], two["workload_id"])
 
 
 def test_lofo_holds_out_sibling_families_together() -> None:
@@ -72,22 +69,17 @@ def test_zoo_has_the_required_models() -> None:
         make_regressor("oracle")
 
 
-def test_evaluate_all_schemes(df) -> None:
-    res = evaluate(df, "gpu_util", models=["ridge", "knn"], n_repeats=2, tune=False, n_jobs=1)
-    # every FIXTURE workload ran on both GPUs: no cross-GPU split keeps the test GPU's workloads unseen
-    assert set(res["scheme"]) == {"grouped_random", "lofo"}
-    assert len(res) == 2 * (2 + 5)  # 2 grouped folds; lofo: resnet, plain-convnet (vgg), fully-connected, rnn, transformer
-    assert (res["rmsle"] >= 0).all() and {"mae", "r2"} <= set(res.columns)
-    table = summarize(res)
-    assert "grouped_random_mean" in table.columns and "lofo_std" in table.columns
-    assert choose_model(res) in {"ridge", "knn"}
-
-
 @pytest.mark.slow
-def test_every_regressor_fits(df) -> None:
-    res = evaluate(df, "memory_mib", models=REGRESSORS, schemes=("grouped_random",), n_repeats=2, tune=True, n_jobs=2)
-    assert set(res["model"]) == set(REGRESSORS)
-    assert res["rmsle"].notna().all()
+def test_every_regressor_fits_and_beats_the_mean(df) -> None:
+    """Each regressor (tuned) on a grouped split of the FIXTURE memory label: no worse than predicting the training
+    mean, and the typical one far better (the toy formula is smooth in the features)."""
+    X, y = df[feature_columns(df)].to_numpy(float), df["memory_mib"].to_numpy(float)
+    train, test, _ = splits_for(df, "grouped_random", n_folds=2)[0]
+    mean = rmsle(y[test], np.full(len(test), np.expm1(np.log1p(y[train]).mean())))
+    scores = {name: rmsle(y[test], np.expm1(make_regressor(name, tune=True).fit(X[train], np.log1p(y[train])).predict(X[test])))
+              for name in REGRESSORS}
+    assert all(v <= mean * 1.01 for v in scores.values()), (mean, scores)
+    assert np.median(list(scores.values())) < 0.5 * mean, (mean, scores)
 
 
 def test_importance(df) -> None:
@@ -107,10 +99,3 @@ def test_conformal_interval_contains_point_and_covers(df) -> None:
     point, lo, hi = cr.predict(X[test])
     assert (lo <= point).all() and (point <= hi).all()
     assert ((y[test] >= lo) & (y[test] <= hi)).mean() >= 0.7
-
-
-def test_interval_coverage_table(df) -> None:
-    cov = interval_coverage(df, "gpu_util", model="ridge", n_repeats=2, n_folds=3)
-    assert set(cov["scheme"]) == {"grouped_random", "lofo"}
-    pooled = overall_coverage(cov)
-    assert 0 <= pooled["lofo"] <= 1 and 0 <= pooled["grouped_random"] <= 1

@@ -38,7 +38,7 @@ def test_memory_model_fits_overhead_and_residual() -> None:
 def test_evaluate_memory_table() -> None:
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
                          sources={"NVIDIA GeForce RTX 3090": "lucid"})
-    errors = evaluate_memory(df, n_repeats=2)
+    errors = evaluate_memory(df, n_folds=2)
     table = summarize_memory(errors)
     assert set(errors["method"]) == set(METHODS) and set(errors["source"]) == {"gpupred", "lucid"}
     assert ("median", "lofo") in table.columns and ("p90", "grouped_random") in table.columns

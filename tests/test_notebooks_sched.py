@@ -28,7 +28,7 @@ def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     assert metrics["slowdown_heldout_pairs"] > 0 and metrics["slowdown_excluded_jobs"] >= 2  # the failed pair
     for fig in ("06-slowdown-vs-summed-util", "06-slowdown-model-vs-baselines"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
-    assert (tmp_path / "data" / "processed" / "colocation.parquet").exists()
+    assert not (tmp_path / "data" / "processed" / "colocation.parquet").exists()  # nothing reads it: not written
 
 
 def test_06_refuses_stale_predictions(tmp_path: Path, run_notebook) -> None:

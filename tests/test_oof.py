@@ -9,7 +9,7 @@ import pytest
 
 from gpupred.errors import GpupredError
 from gpupred.learn.oof import read_oof_predictions, write_oof_predictions
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 from fixtures_learning import fixture_dataset
 

@@ -25,7 +25,7 @@ def _notebook(path: Path, source: str) -> None:
 def test_pipeline_runs_in_order_and_skips_missing_input(tmp_path: Path) -> None:
     folder = tmp_path / "nb"
     folder.mkdir()
-    _notebook(folder / "02-second.ipynb", "from gpupred.pipeline import MissingInput\nraise MissingInput('no runs in data/raw yet')")
+    _notebook(folder / "02-second.ipynb", "from gpupred.errors import MissingInput\nraise MissingInput('no runs in data/raw yet')")
     _notebook(folder / "01-first.ipynb", "print(n * 2)")
     _notebook(folder / "scratch.ipynb", "raise SystemExit(1)")  # not numbered: never run
     assert [p.name for p in notebooks(folder)] == ["01-first.ipynb", "02-second.ipynb"]

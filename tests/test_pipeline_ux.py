@@ -41,7 +41,7 @@ def test_skipped_notebook_shows_one_line_and_summary_is_stable(tmp_path: Path, m
     folder = tmp_path / "nb"
     folder.mkdir()
     missing = tmp_path / "data" / "raw"
-    _notebook(folder / "01-needs-data.ipynb", "from gpupred.pipeline import MissingInput",
+    _notebook(folder / "01-needs-data.ipynb", "from gpupred.errors import MissingInput",
               f"raise MissingInput('no runs in data/raw yet ({missing})')", "print('never here')")
     out = tmp_path / "reports"
     results = run_pipeline(out_dir=out, folder=folder)

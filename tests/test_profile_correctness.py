@@ -14,8 +14,8 @@ from gpupred.errors import GpupredError
 from gpupred.profile.fake import FakeBackend
 from gpupred.profile.harness import TrainLoop, failure_status, run_unit
 from gpupred.profile.labels import memory_label
-from gpupred.profile.plan import load_plan, parse_plan_text
-from gpupred.profile.sweep import run_sweep
+from gpupred.profile.units import load_plan, parse_plan_text
+from gpupred.profile.sweep import SweepOptions, run_sweep
 from gpupred.workloads.spec import WorkloadSpec
 
 from profile_faults import TINY, tiny_config
@@ -144,7 +144,7 @@ def test_dry_sweep_manifest_says_the_context_was_not_measured(tmp_path: Path) ->
     plan = tmp_path / "plan.txt"
     plan.write_text(f"{TINY} sync=window\n")
     out = tmp_path / "sweep"
-    run_sweep(str(plan), out, dry_run=True, harness=tiny_config(), progress=False)
+    run_sweep(str(plan), out, SweepOptions(dry_run=True, progress=False), tiny_config())
     manifest = json.loads((out / "manifest.json").read_text())
     ctx: dict[str, Any] = manifest["cuda_context"]
     assert ctx["context_mib"] is None and "not measured" in ctx["note"]

@@ -20,7 +20,7 @@ from gpupred.cli import run_app
 from gpupred.errors import GpupredError
 from gpupred.profile import cli as profile_cli
 from gpupred.profile import sweep
-from gpupred.profile.plan import load_plan
+from gpupred.profile.units import load_plan
 from gpupred.profile.sweep import SweepSummary
 
 from profile_faults import tiny_config, tiny_ids
@@ -52,8 +52,8 @@ def no_sweep(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """run_sweep replaced by a recorder that fails the test if bad input ever reaches it."""
     calls: list[tuple[Any, ...]] = []
 
-    def fake(plan: str, out: Any = None, **kw: Any) -> SweepSummary:
-        calls.append((plan, out, kw))
+    def fake(plan: str, out: Any = None, *args: Any, **kw: Any) -> SweepSummary:
+        calls.append((plan, out, args, kw))
         raise AssertionError("run_sweep must not be reached with bad input")
 
     monkeypatch.setattr(sweep, "run_sweep", fake)
@@ -148,8 +148,8 @@ def test_plan_solo_positive_n_writes_the_plan(tmp_path: Path, capsys: pytest.Cap
 def _stopped_sweep(monkeypatch: pytest.MonkeyPatch, stopped: str, remaining: int) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
-    def fake(plan: str, out: Any = None, **kw: Any) -> SweepSummary:
-        calls.append({"plan": plan, "out": out, **kw})
+    def fake(plan: str, out: Any = None, options: Any = None, harness: Any = None) -> SweepSummary:
+        calls.append({"plan": plan, "out": out, "options": options, "harness": harness})
         return SweepSummary(out=Path("data/raw/h100/fixture"), planned=6, already_done=1, done_now=2,
                             statuses=Counter(ok=2), stopped=stopped, remaining=remaining)
 

@@ -20,13 +20,13 @@ SPEC = "resnet.resnet18-bs32-img32-fp32-sgd"
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2-unit sweep: one small CNN with sync=step and with sync=window."""
-    from gpupred.profile.sweep import harness_config, run_sweep
+    from gpupred.profile.sweep import SweepOptions, harness_config, run_sweep
 
     root = tmp_path_factory.mktemp("gpu")
     out, plan = root / "smoke", root / "plan.txt"
     plan.write_text(f"{SPEC} sync=step\n{SPEC} sync=window\n")
     cfg = harness_config(False, window_s=2.0)
-    summary = run_sweep(str(plan), out, harness=cfg, progress=False)
+    summary = run_sweep(str(plan), out, SweepOptions(progress=False), cfg)
     assert summary.remaining == 0 and not summary.stopped, summary.line()
     return out
 
@@ -97,15 +97,15 @@ def test_iteration_time_consistent_with_throughput(sweep: Path) -> None:
 
 
 def test_real_colocated_pair() -> None:
-    from gpupred.profile.colocate import run_colocated
-    from gpupred.profile.harness import HarnessConfig
+    from gpupred.profile.harness import HarnessConfig, run_unit
     from gpupred.profile.nvml import PynvmlBackend
+    from gpupred.profile.units import Unit
     from gpupred.workloads.spec import WorkloadSpec
 
     specs = [WorkloadSpec.from_id("mlp.mlp-w1024-d4-bs256-in1024-fp32-sgd")] * 2
     backend = PynvmlBackend(0)
     try:
-        r = run_colocated(specs, backend, HarnessConfig(window_s=1.0, warmup_min_s=0.5))
+        r = run_unit(specs, backend, HarnessConfig(window_s=1.0, warmup_min_s=0.5), Unit(tuple(x.id for x in specs)).group_id)
     finally:
         backend.close()
     assert r.statuses == ["ok", "ok"], r.runs.column("message").to_pylist()

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from gpupred.profile.colocate import run_colocated
 from gpupred.profile.fake import FakeBackend
 from gpupred.profile.harness import run_unit
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA
+from gpupred.profile.units import Unit
 from gpupred.workloads.spec import WorkloadSpec
 
 from profile_faults import TINY, TINY2, tiny_config
@@ -55,7 +55,7 @@ def test_hang_hits_the_hard_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_colocated_pair_starts_together_and_overlaps() -> None:
     specs = [WorkloadSpec.from_id(TINY), WorkloadSpec.from_id(TINY2)]
-    r = run_colocated(specs, FakeBackend(), tiny_config(window_s=0.3))
+    r = run_unit(specs, FakeBackend(), tiny_config(window_s=0.3), Unit((TINY, TINY2)).group_id)
     rows = r.runs.to_pylist()
     assert [x["status"] for x in rows] == ["ok", "ok"], [x["message"] for x in rows]
     gid = rows[0]["group_id"]

@@ -11,9 +11,8 @@ import pytest
 
 from gpupred.errors import GpupredError
 from gpupred.profile import store
-from gpupred.profile.colocate import slowdown
 from gpupred.profile.nvml import probe
-from gpupred.profile.plan import Unit, load_plan, parse_plan_text
+from gpupred.profile.units import Unit, load_plan, parse_plan_text
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, read_runs, read_samples
 from gpupred.profile.sweep import check_out
 
@@ -74,20 +73,6 @@ def test_dry_run_never_goes_under_data_raw(tmp_path: Path) -> None:
     with pytest.raises(GpupredError, match="dry-run folder"):
         check_out(tmp_path / "data" / "dryrun" / "cpu" / "s1", dry_run=False)
     check_out(tmp_path / "data" / "dryrun" / "cpu" / "s1", dry_run=True)
-
-
-def test_slowdown_against_solo_on_same_gpu_kind() -> None:
-    import pandas as pd
-
-    rows = [  # made-up fixture rows
-        dict(run_id="a", group_id="a", group_size=1, member=0, workload_id="w1", gpu_name="G", status="ok", iter_time_mean_s=1.0),
-        dict(run_id="g.m0", group_id="g", group_size=2, member=0, workload_id="w1", gpu_name="G", status="ok", iter_time_mean_s=1.5),
-        dict(run_id="g.m1", group_id="g", group_size=2, member=1, workload_id="w2", gpu_name="G", status="ok", iter_time_mean_s=2.0),
-    ]
-    df = pd.DataFrame(rows)
-    out = slowdown(df, df).set_index("run_id")
-    assert out.loc["g.m0", "slowdown"] == pytest.approx(1.5)
-    assert pd.isna(out.loc["g.m1", "slowdown"])
 
 
 @pytest.mark.skipif(probe() is None, reason="NVML finds a GPU here")

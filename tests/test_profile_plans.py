@@ -15,8 +15,8 @@ from fixtures_learning import _run_row, _samples
 from gpupred.cli import run_app
 from gpupred.errors import GpupredError
 from gpupred.profile import cli as profile_cli
-from gpupred.profile.plan import Unit, load_plan, parse_plan_text
-from gpupred.profile.plans import (
+from gpupred.profile.units import Unit, load_plan, parse_plan_text
+from gpupred.profile.plan_builder import (
     build_pairs,
     build_subset,
     fused_plan,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpupred.profile import store
-from gpupred.profile.plan import load_plan
+from gpupred.profile.units import load_plan
 from gpupred.profile.schema import read_runs, read_samples
-from gpupred.profile.sweep import run_sweep
+from gpupred.profile.sweep import SweepOptions, run_sweep
 
 from profile_faults import tiny_config, tiny_ids
 
@@ -26,7 +26,7 @@ def test_dry_sweep_writes_units_manifest_and_skips_finished(tmp_path: Path) -> N
     ids = tiny_ids(2)
     plan.write_text("\n".join(ids) + "\n")
     out = tmp_path / "data" / "dryrun" / "cpu" / "fixture-sweep"
-    s = run_sweep(str(plan), out, dry_run=True, harness=tiny_config(), progress=False)
+    s = run_sweep(str(plan), out, SweepOptions(dry_run=True, progress=False), tiny_config())
     assert s.done_now == 2 and s.remaining == 0 and not s.stopped
     runs = read_runs(out)
     assert sorted(runs["workload_id"]) == sorted(ids) and runs["simulated"].all() and set(runs["status"]) == {"ok"}
@@ -34,7 +34,7 @@ def test_dry_sweep_writes_units_manifest_and_skips_finished(tmp_path: Path) -> N
     first = (out / "manifest.json").read_bytes()
     m = json.loads(first)
     assert m["dry_run"] and m["counts"] == {"planned": 2, "finished": 2} and m["software"]["torch"]
-    again = run_sweep(str(plan), out, dry_run=True, harness=tiny_config(), progress=False)
+    again = run_sweep(str(plan), out, SweepOptions(dry_run=True, progress=False), tiny_config())
     assert again.done_now == 0 and again.already_done == 2
     # the second session writes its own manifest and leaves the first session's as it was
     assert (out / "manifest.json").read_bytes() == first
@@ -42,14 +42,14 @@ def test_dry_sweep_writes_units_manifest_and_skips_finished(tmp_path: Path) -> N
     assert len(second["sessions"]) == 2 and second["sessions"][0] == m["sessions"][0]
     assert store.read_manifest(out) == second and store.latest_manifest_path(out) == out / "manifest-002.json"
     with pytest.raises(Exception, match="window_s"):
-        run_sweep(str(plan), out, dry_run=True, harness=tiny_config(window_s=9.0), progress=False)
+        run_sweep(str(plan), out, SweepOptions(dry_run=True, progress=False), tiny_config(window_s=9.0))
 
 
 def test_sweep_stops_before_the_time_budget(tmp_path: Path) -> None:
     plan = tmp_path / "plan.txt"
     plan.write_text("\n".join(tiny_ids(3)) + "\n")
     out = tmp_path / "data" / "dryrun" / "cpu" / "budget"
-    s = run_sweep(str(plan), out, dry_run=True, max_minutes=0.05, harness=tiny_config(), progress=False)
+    s = run_sweep(str(plan), out, SweepOptions(dry_run=True, max_minutes=0.05, progress=False), tiny_config())
     assert s.done_now == 0 and "time budget" in s.stopped and s.remaining == 3  # 3 s < the unit's hard timeout
 
 
@@ -89,7 +89,8 @@ def test_ray_executor_on_a_local_cpu_instance(tmp_path: Path) -> None:
     out = tmp_path / "data" / "dryrun" / "cpu" / "ray"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        s = run_sweep(str(plan), out, dry_run=True, executor="ray", harness=tiny_config(), progress=False, ray_num_gpus=0)
+        s = run_sweep(str(plan), out, SweepOptions(dry_run=True, executor="ray", ray_num_gpus=0, progress=False),
+                          tiny_config())
     finally:
         ray.shutdown()
     assert s.done_now == 2 and s.remaining == 0, s

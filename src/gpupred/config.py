@@ -25,16 +25,16 @@ ROOT: Path = Path(os.environ.get("GPUPRED_ROOT", _default_root())).resolve()
 DATA: Path = ROOT / "data"
 RAW: Path = DATA / "raw"  # measurements exactly as collected; never edited
 DRYRUN: Path = DATA / "dryrun"  # simulated (--dry-run) sweeps; the dataset builder refuses them
-INTERIM: Path = DATA / "interim"
 PROCESSED: Path = DATA / "processed"  # derived tables, rebuilt by the pipeline
 GRAPH_FEATURES: Path = PROCESSED / "graph_features.parquet"
 DATASET: Path = PROCESSED / "dataset.parquet"
-COLOCATION: Path = PROCESSED / "colocation.parquet"
 OOF_PREDICTIONS: Path = PROCESSED / "oof_predictions.parquet"  # gpupred.learn.oof: what downstream stages read
+MODEL_CHOICE: Path = PROCESSED / "model_choice.json"  # gpupred.learn.choice: the regressor notebook 03 chose per target
 
 MODELS: Path = ROOT / "models"
-PREDICTOR: Path = MODELS / "predictor.joblib"
-PREDICTOR_CARD: Path = MODELS / "predictor.json"
+PREDICTOR: Path = MODELS / "predictor.joblib"  # the default: this project's own measurements only (MIT)
+# trained with the imported published measurements too: their licences allow non-commercial use only
+PREDICTOR_NONCOMMERCIAL: Path = MODELS / "predictor-noncommercial.joblib"
 
 REPORTS: Path = ROOT / "reports"
 FIGURES: Path = REPORTS / "figures"

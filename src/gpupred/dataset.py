@@ -48,7 +48,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 DATASET_VERSION = 2
 
@@ -84,13 +84,10 @@ OWN_SAMPLER = "nvml-poll"  # gpupred's sampler; the dataset column adds the inte
 
 
 def _graph_keys(features: pd.DataFrame) -> list[str]:
-    """The graph feature columns: ``gpupred.graph.FEATURE_KEYS`` when importable, else the numeric columns."""
-    try:
-        from gpupred.graph import FEATURE_KEYS  # light: no torch
+    """The graph feature columns (``gpupred.graph.FEATURE_KEYS``), each checked to be in ``features``."""
+    from gpupred.graph import FEATURE_KEYS  # light: no torch
 
-        keys = list(FEATURE_KEYS)
-    except ImportError:
-        keys = [c for c in features.columns if c not in FEATURE_ID_COLUMNS and pd.api.types.is_numeric_dtype(features[c])]
+    keys = list(FEATURE_KEYS)
     missing = [k for k in keys if k not in features.columns]
     if missing:
         raise GpupredError(f"graph features lack columns {missing}: rebuild {config.GRAPH_FEATURES} (notebook 02)")

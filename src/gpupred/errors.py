@@ -10,3 +10,7 @@ class GpupredError(Exception):
 
     def __str__(self) -> str:  # keep it to one line whatever the message holds
         return " ".join(super().__str__().split())
+
+
+class MissingInput(GpupredError):
+    """A stage's input is not there yet; the pipeline skips the notebook that needs it and says why."""

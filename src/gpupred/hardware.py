@@ -42,39 +42,39 @@ class GpuSpec:
 _TABLE: list[tuple[str, GpuSpec]] = [
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, FP32 67 TF,
     # TF32 989 TF / BF16 1,979 TF with sparsity. 132 SMs (same GH100 configuration as H100 SXM).
-    (r"h200", GpuSpec("H200", 132, 141, 4800, 67.0, 494.5, 989.5)),
+    (r"\bh200\b", GpuSpec("H200", 132, 141, 4800, 67.0, 494.5, 989.5)),
     # NVIDIA H100 datasheet, H100 NVL: 94 GB, 3.9 TB/s, FP32 60 TF, TF32 835 / BF16 1,671 TF with sparsity.
-    (r"h100 nvl", GpuSpec("H100 NVL", 132, 94, 3900, 60.0, 417.5, 835.5)),
+    (r"\bh100 nvl\b", GpuSpec("H100 NVL", 132, 94, 3900, 60.0, 417.5, 835.5)),
     # NVIDIA H100 datasheet, H100 PCIe: 80 GB, 2 TB/s, FP32 51 TF, TF32 756 / BF16 1,513 TF with sparsity;
     # 114 SMs (NVIDIA Hopper architecture whitepaper).
-    (r"h100 pcie", GpuSpec("H100 PCIe", 114, 80, 2000, 51.0, 378.0, 756.5)),
+    (r"\bh100 pcie\b", GpuSpec("H100 PCIe", 114, 80, 2000, 51.0, 378.0, 756.5)),
     # NVIDIA H100 datasheet, H100 SXM: 80 GB, 3.35 TB/s, FP32 67 TF, TF32 989 / BF16 1,979 TF with sparsity;
     # 132 SMs (Hopper whitepaper). NVML names it "NVIDIA H100 80GB HBM3".
-    (r"h100", GpuSpec("H100 SXM", 132, 80, 3350, 67.0, 494.5, 989.5)),
+    (r"\bh100\b", GpuSpec("H100 SXM", 132, 80, 3350, 67.0, 494.5, 989.5)),
     # NVIDIA A100 datasheet: 108 SMs; FP32 19.5 TF, TF32 156 TF, BF16 312 TF (dense).
     # 80GB SXM 2,039 GB/s; 80GB PCIe 1,935 GB/s; 40GB 1,555 GB/s.
-    (r"a100.*(pcie|pci e).*80|a100 80gb pcie", GpuSpec("A100 PCIe 80GB", 108, 80, 1935, 19.5, 156.0, 312.0)),
-    (r"a100.*80", GpuSpec("A100 SXM 80GB", 108, 80, 2039, 19.5, 156.0, 312.0)),
-    (r"a100", GpuSpec("A100 40GB", 108, 40, 1555, 19.5, 156.0, 312.0)),
+    (r"\ba100\b.*\b(pcie|pci e)\b.*\b80|\ba100 80gb pcie\b", GpuSpec("A100 PCIe 80GB", 108, 80, 1935, 19.5, 156.0, 312.0)),
+    (r"\ba100\b.*\b80", GpuSpec("A100 SXM 80GB", 108, 80, 2039, 19.5, 156.0, 312.0)),
+    (r"\ba100\b", GpuSpec("A100 40GB", 108, 40, 1555, 19.5, 156.0, 312.0)),
     # NVIDIA L40S datasheet: 142 SMs, 48 GB, 864 GB/s, FP32 91.6 TF, TF32 366 / BF16 733 TF with sparsity.
-    (r"l40s", GpuSpec("L40S", 142, 48, 864, 91.6, 183.0, 366.5)),
+    (r"\bl40s\b", GpuSpec("L40S", 142, 48, 864, 91.6, 183.0, 366.5)),
     # NVIDIA L4 datasheet: 58 SMs, 24 GB, 300 GB/s, FP32 30.3 TF, TF32 120 / BF16 242 TF with sparsity.
     (r"\bl4\b", GpuSpec("L4", 58, 24, 300, 30.3, 60.0, 121.0)),
     # NVIDIA A10 datasheet: 72 SMs, 24 GB, 600 GB/s, FP32 31.2 TF, TF32 62.5 TF, BF16 125 TF (dense).
     (r"\ba10\b", GpuSpec("A10", 72, 24, 600, 31.2, 62.5, 125.0)),
     # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores;
     # FP16 tensor 125 TF (SXM2) / 112 TF (PCIe).
-    (r"v100.*pcie", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0, 112.0)),
-    (r"v100.*16", GpuSpec("V100 SXM2 16GB", 80, 16, 900, 15.7, 15.7, 15.7, 125.0)),
-    (r"v100", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7, 125.0)),
+    (r"\bv100\b.*\bpcie\b", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0, 112.0)),
+    (r"\bv100\b.*\b16", GpuSpec("V100 SXM2 16GB", 80, 16, 900, 15.7, 15.7, 15.7, 125.0)),
+    (r"\bv100\b", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7, 125.0)),
     # NVIDIA T4 datasheet: 40 SMs, 16 GB, 320 GB/s, FP32 8.1 TF; no TF32/BF16 cores; FP16 tensor 65 TF.
     (r"\bt4\b", GpuSpec("T4", 40, 16, 320, 8.1, 8.1, 8.1, 65.0)),
     # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): 128 SMs, 24 GB, 1,008 GB/s, FP32 82.6 TF,
     # TF32 82.6 TF dense, BF16 (FP32 accumulate) 165.2 TF dense.
-    (r"rtx 4090", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2)),
+    (r"\brtx 4090\b", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2)),
     # NVIDIA Ampere GA102 whitepaper (RTX 3090): 82 SMs, 24 GB, 936 GB/s, FP32 35.6 TF, TF32 35.6 TF,
     # BF16 (FP32 accumulate) 71 TF dense.
-    (r"rtx 3090", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0)),
+    (r"\brtx 3090\b", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0)),
 ]
 
 HARDWARE_COLUMNS: tuple[str, ...] = (
@@ -95,14 +95,34 @@ def _normalize(name: str) -> str:
     return " ".join(text.split())
 
 
+# Words an NVML or marketing name may carry beside the model without changing its specs: memory size, memory
+# kind, form factor. Anything else left over ("ti", "nvl" on an H200, "a1000") makes the name unknown.
+_NOISE = re.compile(r"\d+(gb|g)?|gb|hbm\d?e?|sxm\d?|pcie|pci|e|gpu|tensor|core")
+
+
+def _leftover_is_noise(norm: str, match: re.Match[str]) -> bool:
+    rest = (norm[: match.start()] + " " + norm[match.end():]).split()
+    return all(_NOISE.fullmatch(word) for word in rest)
+
+
 def gpu_spec(name: str) -> GpuSpec:
-    """The vendor specifications of the GPU called ``name`` (an NVML name or a short one like 'h100')."""
+    """The vendor specifications of the GPU called ``name`` (an NVML name or a short one like 'h100').
+
+    A name matches a table entry only when what is left beside the model is memory size, memory kind or form
+    factor: "NVIDIA H100 80GB HBM3" is the H100 SXM, but "RTX 3090 Ti" or "A1000" are not guessed at.
+    """
     norm = _normalize(name)
     for pattern, spec in _TABLE:
-        if re.search(pattern, norm):
+        match = re.search(pattern, norm)
+        if match and _leftover_is_noise(norm, match):
             return spec
-    known = ", ".join(s.name for _, s in _TABLE)
-    raise GpupredError(f"unknown GPU {name!r}: add its vendor specs to gpupred/hardware.py (known: {known})")
+    raise GpupredError(f"unknown GPU {name!r}; known: {', '.join(known_gpu_names())} "
+                       "(add its vendor specs to gpupred/hardware.py)")
+
+
+def known_gpu_names() -> list[str]:
+    """The names of every GPU in the table, in table order."""
+    return [s.name for _, s in _TABLE]
 
 
 def known_gpus() -> pd.DataFrame:

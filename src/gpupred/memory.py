@@ -79,7 +79,7 @@ class MemoryModel:
         return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected}, index=df.index)
 
 
-def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_repeats: int = 5,
+def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_folds: int = 5,
                     target: str = "memory_mib", seed: int = 0, residual_model: str = "lightgbm") -> pd.DataFrame:
     """Out-of-sample estimate and relative error of every method, one row per (scheme, split, run, method)."""
     from gpupred.learn.evaluate import splits_for
@@ -88,7 +88,7 @@ def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_rando
     source = data["source"].to_numpy() if "source" in data.columns else np.full(len(data), "")
     out = []
     for scheme in schemes:
-        for train, test, label in splits_for(data, scheme, n_repeats, seed):
+        for train, test, label in splits_for(data, scheme, n_folds, seed):
             model = MemoryModel(residual_model=residual_model, seed=seed).fit(data.iloc[train], target)
             est = model.predict(data.iloc[test])
             measured = data.iloc[test][target].to_numpy(float)

@@ -1,7 +1,7 @@
 """The notebook pipeline: run every numbered notebook in order through papermill into reports/.
 
 A notebook whose input does not exist yet (no real measurements in data/raw, say) raises
-:class:`MissingInput` in its first cells; the pipeline records it as skipped, with the reason, and
+:class:`gpupred.errors.MissingInput` in its first cells; the pipeline records it as skipped, with the reason, and
 goes on. Its executed copy then shows one line (``Skipped: <reason>``) where papermill would leave an
 exception banner and a traceback. Any other failure stops the pipeline with the notebook's name and
 the error.
@@ -27,10 +27,6 @@ from typing import Any
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import write_if_changed
-
-
-class MissingInput(GpupredError):
-    """A notebook's input is not there yet; the pipeline skips the notebook and says why."""
 
 
 @dataclass

@@ -191,7 +191,7 @@ def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "wor
     keep = usable_groups(table, member)
     t, m = table[keep].reset_index(drop=True), member[keep].reset_index(drop=True)
     if t["group_id"].nunique() < 4:
-        from gpupred.pipeline import MissingInput
+        from gpupred.errors import MissingInput
 
         raise MissingInput(f"only {t['group_id'].nunique()} usable co-located groups (measured slowdown, predicted "
                            "features, no failed member); need at least 4")

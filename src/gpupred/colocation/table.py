@@ -248,14 +248,10 @@ def lucid_table(pairs: pd.DataFrame, solo: pd.DataFrame) -> pd.DataFrame:
 
 def lucid_frames() -> tuple[pd.DataFrame, pd.DataFrame] | str:
     """(pairs, solo) from gpupred.importers.lucid, or one line saying why they are not there."""
-    from gpupred.pipeline import MissingInput
+    from gpupred.errors import MissingInput
 
-    try:
-        from importlib import import_module
+    from gpupred.importers import lucid
 
-        lucid = import_module("gpupred.importers.lucid")
-    except ImportError:
-        return "Lucid importer (gpupred.importers.lucid) not installed"
     try:
         return lucid.read_pairs(), lucid.read_solo()
     except MissingInput as err:
@@ -268,7 +264,7 @@ def load_pair_sources(raw: Path | None = None, lucid: bool = True) -> tuple[pd.D
     Raises MissingInput (one line, saying what is missing) when no source holds a measured pair.
     """
     from gpupred import config
-    from gpupred.pipeline import MissingInput
+    from gpupred.errors import MissingInput
 
     raw = Path(raw) if raw is not None else config.RAW
     tables, solos, notes = [], [], []

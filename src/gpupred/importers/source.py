@@ -7,7 +7,7 @@ host) with a short timeout, falling back to ``config.EXTERNAL_LOCAL`` when the d
 each sha256, and only when all of them match writes them (atomically) under ``data/external/<source>/``
 with ``provenance.json`` (source, upstream repository, commit, path, sha256, licence, when and from where).
 A file whose sha256 differs is refused with one line and nothing is written. Readers call
-:func:`verified_path`, which re-checks the sha256 and raises :class:`~gpupred.pipeline.MissingInput`
+:func:`verified_path`, which re-checks the sha256 and raises :class:`~gpupred.errors.MissingInput`
 (saying how to import) when the source was never imported.
 """
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
-from gpupred.pipeline import MissingInput
+from gpupred.errors import MissingInput
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.learn.evaluate import Split, grouped_random_splits
-from gpupred.learn.nested import NestedResult, nested_cv
+from gpupred.learn.nested import CVSettings, NestedResult, nested_cv
 
 WITHIN, REST = "within", "rest"
 COLUMNS = ["test_gpu", "train", "workloads", "n_train", "n_test", "rmsle", "coverage", "models"]  # of the table
@@ -97,8 +97,8 @@ def transfer_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0, min_work
     return within + across if across else []
 
 
-def cross_gpu_evaluation(df: pd.DataFrame, target: str, models: Iterable[str] | dict[str, Any], n_within: int = 5,
-                         n_inner: int = 3, alpha: float = 0.1, n_cal: int = 5, seed: int = 0, n_jobs: int = 2,
+def cross_gpu_evaluation(df: pd.DataFrame, target: str, models: Iterable[str] | dict[str, Any],
+                         cv: CVSettings | None = None, n_within: int = 5,
                          min_workloads: int = 6) -> tuple[pd.DataFrame, NestedResult | None]:
     """(one row per test GPU, training side and workload kind; the nested result) for one label.
 
@@ -108,11 +108,11 @@ def cross_gpu_evaluation(df: pd.DataFrame, target: str, models: Iterable[str] | 
     ``models`` the inner CVs chose (with their fold counts).
     """
     data = df[df[target].notna()].reset_index(drop=True)
-    splits = transfer_splits(data, n_within, seed, min_workloads)
+    cv = cv or CVSettings()
+    splits = transfer_splits(data, n_within, cv.seed, min_workloads)
     if not splits:
         return pd.DataFrame(columns=COLUMNS), None
-    res = nested_cv(data, target, models, "cross_gpu", splits=[s.as_split() for s in splits], n_inner=n_inner,
-                    alpha=alpha, n_cal=n_cal, compare=False, seed=seed, n_jobs=n_jobs)
+    res = nested_cv(data, target, models, "cross_gpu", cv, splits=[s.as_split() for s in splits], compare=False)
     meta = pd.DataFrame([{"fold_label": s.label, "test_gpu": s.test_gpu, "train": s.train_gpus,
                           "workloads": s.workloads} for s in splits])
     return summarize_transfer(res, meta), res

@@ -1,4 +1,4 @@
-"""Honest comparison of regressors: RMSLE, MAE and R² under grouped random, leave-one-family-out and cross-GPU splits.
+"""The splits regressors are scored under (grouped random, leave-one-family-out, cross-GPU) and their metric, RMSLE.
 
 Every split keeps a workload's runs together (on any GPU, from any source): ``grouped_random`` deals whole
 workloads to folds, ``lofo`` holds out whole sibling groups of families (:data:`SIBLINGS`: lstm/gru, the
@@ -13,11 +13,8 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
-from sklearn.metrics import mean_absolute_error, r2_score
 
 from gpupred.errors import GpupredError
-from gpupred.learn.regressors import REGRESSORS, make_regressor
 
 Split = tuple[np.ndarray, np.ndarray, str]
 
@@ -83,18 +80,6 @@ def grouped_random_splits(groups: Iterable[str], n_splits: int = 5, seed: int = 
     return [(np.flatnonzero(fold != f), np.flatnonzero(fold == f), f"fold{f}") for f in range(k)]
 
 
-def random_splits(n: int, n_repeats: int = 5, test_size: float = 0.2, seed: int = 0) -> list[Split]:
-    """``n_repeats`` ungrouped random train/test splits of ``n`` rows (the papers' protocol; leaks a workload's
-    other runs into training, kept only to show how much that flatters a model)."""
-    rng = np.random.default_rng(seed)
-    n_test = max(1, int(round(n * test_size)))
-    out = []
-    for r in range(n_repeats):
-        perm = rng.permutation(n)
-        out.append((np.sort(perm[n_test:]), np.sort(perm[:n_test]), f"repeat{r}"))
-    return out
-
-
 def lofo_splits(families: Iterable[str], siblings: bool = True) -> list[Split]:
     """One split per family group: train on all others, test on it (unseen architectures).
 
@@ -133,16 +118,16 @@ def fold_groups(df: pd.DataFrame, scheme: str) -> np.ndarray:
     return df["workload_id"].astype(str).to_numpy()
 
 
-def splits_for(df: pd.DataFrame, scheme: str, n_repeats: int = 5, seed: int = 0) -> list[Split]:
+def splits_for(df: pd.DataFrame, scheme: str, n_folds: int = 5, seed: int = 0) -> list[Split]:
     """The splits of one scheme over a dataset frame, each checked to keep a workload's runs on one side.
 
-    ``grouped_random``: ``n_repeats``-fold grouped K-fold (at least 2 folds), stratified by source;
+    ``grouped_random``: ``n_folds``-fold grouped K-fold (at least 2 folds), stratified by source;
     ``lofo``: one split per sibling family group; ``cross_gpu``: one per ordered pair of GPU kinds.
     """
     workloads = df["workload_id"].astype(str).to_numpy()
     if scheme == "grouped_random":
         strata = df["source"] if "source" in df.columns else None
-        splits = grouped_random_splits(workloads, max(2, n_repeats), seed, strata)
+        splits = grouped_random_splits(workloads, max(2, n_folds), seed, strata)
     elif scheme == "lofo":
         splits = lofo_splits(df["family"])
     elif scheme == "cross_gpu":
@@ -150,83 +135,3 @@ def splits_for(df: pd.DataFrame, scheme: str, n_repeats: int = 5, seed: int = 0)
     else:
         raise GpupredError(f"unknown split scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     return check_grouped(splits, workloads)
-
-
-def fit_log(model: Any, X: np.ndarray, y: np.ndarray) -> Any:
-    """Fit a clone of ``model`` on log1p(y)."""
-    return clone(model).fit(X, np.log1p(y))
-
-
-def _score(name: str, model: Any, X: np.ndarray, y: np.ndarray, split: Split, scheme: str) -> dict[str, Any]:
-    train, test, label = split
-    fitted = fit_log(model, X[train], y[train])
-    pred = np.clip(np.expm1(fitted.predict(X[test])), 0, None)
-    r2 = r2_score(y[test], pred) if len(test) > 1 else np.nan
-    return {"model": name, "scheme": scheme, "split": label, "n_train": len(train), "n_test": len(test),
-            "rmsle": rmsle(y[test], pred), "mae": float(mean_absolute_error(y[test], pred)), "r2": float(r2)}
-
-
-def evaluate(
-    df: pd.DataFrame,
-    target: str,
-    models: Iterable[str] = REGRESSORS,
-    schemes: Iterable[str] = SCHEMES,
-    n_repeats: int = 5,
-    tune: bool = True,
-    n_jobs: int = 2,
-    seed: int = 0,
-    features: list[str] | None = None,
-) -> pd.DataFrame:
-    """Score every model under every split scheme; one row per (model, split) with RMSLE, MAE, R²."""
-    from joblib import Parallel, delayed
-    from gpupred.reports import progress_bar
-
-    from gpupred.dataset import feature_columns
-
-    data = df[df[target].notna()].reset_index(drop=True)
-    if len(data) < 5:
-        raise GpupredError(f"only {len(data)} rows with label {target!r}: too few to evaluate")
-    cols = features or feature_columns(data)
-    X, y = data[cols].to_numpy(float), data[target].to_numpy(float)
-    tasks = []
-    for scheme in schemes:
-        for split in splits_for(data, scheme, n_repeats, seed):
-            for name in models:
-                tasks.append((name, scheme, split))
-    rows = Parallel(n_jobs=n_jobs, return_as="generator")(
-        delayed(_score)(name, make_regressor(name, tune=tune, seed=seed), X, y, split, scheme) for name, scheme, split in tasks
-    )
-    out = [r for r in progress_bar(iterable=rows, total=len(tasks), desc=f"evaluate {target}", leave=False)]
-    return pd.DataFrame(out)
-
-
-def summarize(results: pd.DataFrame, metric: str = "rmsle") -> pd.DataFrame:
-    """Mean and standard deviation of a metric per model and scheme (a results table)."""
-    table = results.groupby(["model", "scheme"])[metric].agg(["mean", "std", "count"]).unstack("scheme")
-    table.columns = [f"{scheme}_{stat}" for stat, scheme in table.columns]
-    order = [c for c in ("grouped_random_mean", "lofo_mean") if c in table.columns]
-    return table.sort_values(order or list(table.columns[:1]))
-
-
-def choose_model(results: pd.DataFrame, scheme: str = "lofo") -> str:
-    """The model with the lowest mean RMSLE under ``scheme`` (falls back to 'grouped_random').
-
-    Whatever table it is given selects: the figure it minimizes is not an estimate of the winner's error.
-    """
-    use = scheme if scheme in set(results["scheme"]) else "grouped_random"
-    return str(results[results["scheme"] == use].groupby("model")["rmsle"].mean().idxmin())
-
-
-def plot_results(results: pd.DataFrame, metric: str = "rmsle", title: str = "") -> Any:
-    """A point plot of a metric per model and scheme, with standard-deviation error bars."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    order = results[results["scheme"] == results["scheme"].iloc[0]].groupby("model")[metric].mean().sort_values().index
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(order) + 1.5))
-    sns.pointplot(data=results, y="model", x=metric, hue="scheme", order=order, errorbar="sd", dodge=0.4,
-                  linestyle="none", ax=ax)
-    ax.set_xlabel(f"{metric.upper()} (mean ± sd over splits)")
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig

@@ -98,17 +98,42 @@ def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: d
     return min(scores, key=lambda n: (scores[n], n)), scores
 
 
-def _outer_fold(X: np.ndarray, y: np.ndarray, labelled: np.ndarray, groups: np.ndarray, strata: np.ndarray | None,
-                split: Split, candidates: dict[str, Any], n_inner: int, alpha: float, n_cal: int, seed: int,
-                compare: dict[str, Any], n_jobs: int, percent: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CVSettings:
+    """How a nested cross-validation runs: fold counts, interval level, tuning, seed and parallel fits."""
+
+    n_outer: int = 5  # outer grouped-random folds (when no splits are given)
+    n_inner: int = 3  # inner grouped folds that choose the model
+    alpha: float = 0.1  # 1 - nominal interval coverage
+    n_cal: int = 5  # CV+ calibration folds inside each outer training side
+    tune: bool = False  # small grid search inside every fit
+    seed: int = 0  # fold assignment and model seeds
+    n_jobs: int = 2  # parallel fits
+
+
+@dataclass
+class FoldData:
+    """The arrays every outer fold reads: features, label, which rows are labelled, groups and calibration strata."""
+
+    X: np.ndarray
+    y: np.ndarray
+    labelled: np.ndarray
+    groups: np.ndarray
+    strata: np.ndarray | None
+    percent: bool = False  # the label is a percentage: predictions and intervals are clipped to [0, 100]
+
+
+def _outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compare: dict[str, Any],
+                cv: CVSettings) -> dict[str, Any]:
     """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows."""
+    X, y, labelled, groups, strata = data.X, data.y, data.labelled, data.groups, data.strata
     train, test, label = split
     train = train[labelled[train]]
-    chosen, inner = select_model(X[train], y[train], groups[train], candidates, n_inner, seed, n_jobs)
-    cr = ConformalRegressor(clone(candidates[chosen]), alpha, n_cal, seed)
+    chosen, inner = select_model(X[train], y[train], groups[train], candidates, cv.n_inner, cv.seed, cv.n_jobs)
+    cr = ConformalRegressor(clone(candidates[chosen]), cv.alpha, cv.n_cal, cv.seed)
     cr.fit(X[train], y[train], groups=groups[train], strata=None if strata is None else strata[train])
     point, low, high = cr.predict(X[test], None if strata is None else strata[test])
-    if percent:  # a utilization is at most 100 %: so are its prediction and interval
+    if data.percent:  # a utilization is at most 100 %: so are its prediction and interval
         point, low, high = (np.clip(a, 0, 100) for a in (point, low, high))
     others: dict[str, float] = {}
     if compare:
@@ -126,22 +151,16 @@ def nested_cv(
     target: str,
     models: Iterable[str] | dict[str, Any],
     scheme: str = "grouped_random",
+    cv: CVSettings | None = None,
     splits: list[Split] | None = None,
-    n_outer: int = 5,
-    n_inner: int = 3,
-    alpha: float = 0.1,
-    n_cal: int = 5,
-    tune: bool = False,
     compare: bool | Iterable[str] = True,
     features: list[str] | None = None,
     mondrian: str | None = "source",
-    seed: int = 0,
-    n_jobs: int = 2,
 ) -> NestedResult:
     """Nested CV of ``target``: per outer fold, choose a model by inner CV, predict the fold with CV+ intervals.
 
-    ``splits`` (default ``splits_for(df, scheme, n_outer, seed)``) are over all rows of ``df``; models train on
-    the labelled rows of each training side and predict every row of the test side, labelled or not.
+    ``splits`` (default ``splits_for(df, scheme, cv.n_outer, cv.seed)``) are over all rows of ``df``; models train
+    on the labelled rows of each training side and predict every row of the test side, labelled or not.
     ``mondrian`` names the column whose values get their own interval calibration (default the source).
     ``compare``: score each candidate (True), these regressors (a list: may hold more than the candidates), or
     none on the outer folds, for a comparison table that selects nothing.
@@ -151,24 +170,22 @@ def nested_cv(
 
     from gpupred.dataset import PERCENT_LABELS, feature_columns
 
+    cv = cv or CVSettings()
     cols = features or feature_columns(df)
-    X = df[cols].to_numpy(float)
     y = df[target].to_numpy(float)
     labelled = ~np.isnan(y)
     if labelled.sum() < 10:
         raise GpupredError(f"only {int(labelled.sum())} rows with label {target!r}: too few for nested cross-validation")
-    groups = fold_groups(df, scheme)
     strata = df[mondrian].astype(str).to_numpy() if mondrian and mondrian in df.columns else None
-    splits = splits if splits is not None else splits_for(df, scheme, n_outer, seed)
-    candidates = make_candidates(models, tune, seed)
-    compared = candidates if compare is True else make_candidates(compare, tune, seed) if compare else {}
+    data = FoldData(df[cols].to_numpy(float), y, labelled, fold_groups(df, scheme), strata, target in PERCENT_LABELS)
+    splits = splits if splits is not None else splits_for(df, scheme, cv.n_outer, cv.seed)
+    candidates = make_candidates(models, cv.tune, cv.seed)
+    compared = candidates if compare is True else make_candidates(compare, cv.tune, cv.seed) if compare else {}
     outs = []
     with threadpool_limits(limits=1):  # one BLAS/OpenMP thread per fit: parallel fits oversubscribe 2 cores otherwise
         for split in progress_bar(iterable=splits, desc=f"nested CV {target} ({scheme})", leave=False):
-            if not labelled[split[0]].any():
-                continue
-            outs.append(_outer_fold(X, y, labelled, groups, strata, split, candidates, n_inner, alpha, n_cal, seed,
-                                    compared, n_jobs, percent=target in PERCENT_LABELS))
+            if labelled[split[0]].any():
+                outs.append(_outer_fold(data, split, candidates, compared, cv))
     return _collect(df, target, scheme, y, outs)
 
 
@@ -193,8 +210,8 @@ def _collect(df: pd.DataFrame, target: str, scheme: str, y: np.ndarray, outs: li
     return NestedResult(target, scheme, predictions, pd.DataFrame(folds), pd.DataFrame(comp))
 
 
-def choose_for_export(df: pd.DataFrame, target: str, models: Iterable[str] | dict[str, Any], n_inner: int = 3,
-                      tune: bool = False, seed: int = 0, n_jobs: int = 2) -> str:
+def choose_for_export(df: pd.DataFrame, target: str, models: Iterable[str] | dict[str, Any],
+                      cv: CVSettings | None = None) -> str:
     """The model a predictor trained on every row should use: grouped inner CV over all labelled rows.
 
     The score that picks it is a selection score, not an estimate of the exported model's error (the
@@ -204,11 +221,12 @@ def choose_for_export(df: pd.DataFrame, target: str, models: Iterable[str] | dic
 
     from gpupred.dataset import feature_columns
 
+    cv = cv or CVSettings()
     data = df[df[target].notna()].reset_index(drop=True)
     with threadpool_limits(limits=1):
         chosen, _ = select_model(data[feature_columns(data)].to_numpy(float), data[target].to_numpy(float),
-                                 fold_groups(data, "grouped_random"), make_candidates(models, tune, seed), n_inner, seed,
-                                 n_jobs)
+                                 fold_groups(data, "grouped_random"), make_candidates(models, cv.tune, cv.seed),
+                                 cv.n_inner, cv.seed, cv.n_jobs)
     return chosen
 
 

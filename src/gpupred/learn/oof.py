@@ -65,7 +65,7 @@ def read_oof_predictions(dataset: pd.DataFrame, path: Path | None = None) -> pd.
     """The out-of-fold predictions for ``dataset``; MissingInput if absent, GpupredError if stale."""
     import pyarrow.parquet as pq
 
-    from gpupred.pipeline import MissingInput
+    from gpupred.errors import MissingInput
 
     path = Path(path) if path is not None else config.OOF_PREDICTIONS
     if not path.is_file():

@@ -20,10 +20,11 @@ from gpupred import config
 from gpupred.dataset import PERCENT_LABELS, fingerprint
 from gpupred.errors import GpupredError
 from gpupred.files import sha256
-from gpupred.hardware import HARDWARE_COLUMNS, hardware_features
+from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
+from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width, widen
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: measured GPU kinds, extrapolated-interval widths, the artifact's variant
 # libraries whose pickles must be read by the very version that wrote them
 CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
 MISSING_DEFAULT = "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
@@ -52,12 +53,16 @@ class Predictor:
     """Predicts each trained target with CV+ intervals from graph + GPU features."""
 
     def __init__(self, feature_names: list[str], targets: dict[str, ConformalRegressor], model_names: dict[str, str],
-                 gpus: list[str], alpha: float) -> None:
+                 gpus: list[str], alpha: float, measured_gpus: dict[str, int] | None = None,
+                 unseen_widths: dict[str, UnseenGpuWidth] | None = None) -> None:
         self.feature_names = list(feature_names)
         self.targets = targets
         self.model_names = model_names
-        self.gpus = gpus
+        self.gpus = gpus  # the NVML names of the training runs' GPUs
         self.alpha = alpha
+        # GPU kinds (gpupred.hardware names) with measurements in the training data, and how many runs each
+        self.measured_gpus = dict(measured_gpus or {gpu_spec(g).name: 0 for g in gpus})
+        self.unseen_widths = dict(unseen_widths or {})  # per target: how far an extrapolated interval is widened
         self.card: dict[str, Any] = {}
 
     @property
@@ -104,12 +109,13 @@ class Predictor:
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
-        matrix, index = self._matrix(x, batch_size, precision, optimizer, gpu)
+        matrix, index, _ = self._matrix(x, batch_size, precision, optimizer, gpu)
         return pd.DataFrame(matrix, index=index, columns=self.feature_names)
 
     def _matrix(self, x: Any, batch_size: int | None, precision: str, optimizer: str,
-                gpu: str | None) -> tuple[np.ndarray, pd.Index]:
-        """The model inputs as one float array (rows x ``feature_names``) and the rows' index."""
+                gpu: str | None) -> tuple[np.ndarray, pd.Index, np.ndarray]:
+        """The model inputs as one float array (rows x ``feature_names``), the rows' index, and each row's GPU kind
+        ('' where the rows carry hardware columns but no GPU name)."""
         from gpupred.dataset import ENCODED_COLUMNS, encode
 
         data = self._frame(x, batch_size, precision, optimizer)
@@ -140,8 +146,10 @@ class Predictor:
         hardware = list(HARDWARE_COLUMNS)
         if gpu is None and all(c in present for c in hardware):
             columns.update(zip(hardware, block(hardware).T))
+            kinds = gpu_kinds(column("gpu_name")) if "gpu_name" in present else np.full(n, "", dtype=object)
         else:
             names = self._gpu_names(present, column, gpu, n)
+            kinds = gpu_kinds(names)  # an unknown name fails here, in one line naming the known ones
             columns.update(_by_key(names, prec, hardware_features, hardware))  # looked up once per (GPU, precision)
         encoded = list(ENCODED_COLUMNS)
         if all(c in present for c in encoded):  # dataset rows carry their own protocol encodings
@@ -149,7 +157,7 @@ class Predictor:
         else:  # a new job: this project's protocol (device-resident batches, a sync per step, every NVML sample)
             columns.update(_by_key(prec, opt, encode, encoded))
         matrix = np.column_stack([columns[f] for f in self.feature_names]) if n else np.empty((0, len(self.feature_names)))
-        return matrix, index
+        return matrix, index, kinds
 
     def _few_rows(self, X: np.ndarray) -> dict[str, np.ndarray] | None:
         """Every target's model predictions from one numpy forest of all their trees, for a few rows (else None)."""
@@ -179,12 +187,15 @@ class Predictor:
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                 gpu: str | None = None) -> pd.DataFrame:
-        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``.
+        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, and
+        ``extrapolated`` (the row's GPU has no measurements in the training data).
 
         Rows that name their ``source`` (dataset rows) get intervals calibrated on that source's residuals;
-        anything else gets intervals from every training residual.
+        anything else gets intervals from every training residual. Extrapolated rows' intervals are widened to at
+        least the held-out width of :mod:`gpupred.predictor.extrapolate` (the card says how it was measured).
         """
-        arr, index = self._matrix(x, batch_size, precision, optimizer, gpu)
+        arr, index, kinds = self._matrix(x, batch_size, precision, optimizer, gpu)
+        extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
         first, inverse = distinct_rows(keyed)  # identical rows (a trace repeats its workloads) are predicted once
@@ -192,12 +203,24 @@ class Predictor:
         preds = self._few_rows(unique)
         names, columns = [], []
         for name, model in self.targets.items():
-            bounds = model.predict(unique, unique_strata, None if preds is None else preds[name])
+            point, low, high = model.predict(unique, unique_strata, None if preds is None else preds[name])
+            columns += [point[inverse], low[inverse], high[inverse]]
+            if extrapolated.any() and name in self.unseen_widths:
+                columns[-2], columns[-1] = widen(columns[-3], columns[-2], columns[-1], self.unseen_widths[name].width,
+                                                 extrapolated)
             if name in PERCENT_LABELS:
-                bounds = tuple(np.clip(a, 0, 100) for a in bounds)
+                columns[-3:] = [np.clip(a, 0, 100) for a in columns[-3:]]
             names += [name, f"{name}_low", f"{name}_high"]
-            columns += list(bounds)
-        return pd.DataFrame(np.column_stack(columns)[inverse], index=index, columns=names)
+        out = pd.DataFrame(np.column_stack(columns) if columns else np.empty((len(index), 0)), index=index, columns=names)
+        out["extrapolated"] = extrapolated
+        return out
+
+
+def gpu_kinds(names: np.ndarray) -> np.ndarray:
+    """The hardware-table name of each GPU name (looked up once per distinct name)."""
+    codes, uniques = pd.factorize(np.asarray(names, dtype=object))
+    table = np.asarray([gpu_spec(str(u)).name for u in uniques], dtype=object)
+    return table[codes] if len(codes) else np.empty(0, dtype=object)
 
 
 def _split_models(preds: np.ndarray, targets: dict[str, ConformalRegressor]) -> dict[str, np.ndarray]:
@@ -256,14 +279,17 @@ def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", 
     feats = feature_columns(df)
     names = ["gpu_util", "memory_mib"] + (["sm_active"] if df.get("sm_active", pd.Series(dtype=float)).notna().sum() >= min_sm_rows else [])
     chosen = {t: (models if isinstance(models, str) else models.get(t) or "xgboost") for t in names}
-    targets = {}
+    targets, widths = {}, {}
     with threadpool_limits(limits=1):
         for t in names:
             data = df[df[t].notna()]
-            targets[t] = ConformalRegressor(make_regressor(chosen[t], tune=tune, seed=seed), alpha, n_folds, seed).fit(
-                data[feats].to_numpy(float), data[t].to_numpy(float), groups=data["workload_id"].astype(str).to_numpy(),
-                strata=data["source"].astype(str).to_numpy())
-    return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha)
+            X, y = data[feats].to_numpy(float), data[t].to_numpy(float)
+            model = make_regressor(chosen[t], tune=tune, seed=seed)
+            targets[t] = ConformalRegressor(model, alpha, n_folds, seed).fit(
+                X, y, groups=data["workload_id"].astype(str).to_numpy(), strata=data["source"].astype(str).to_numpy())
+            widths[t] = unseen_gpu_width(model, X, y, data["gpu"].to_numpy(), data["family"].to_numpy(), alpha)
+    measured = {str(k): int(v) for k, v in df["gpu"].value_counts().sort_index().items()}
+    return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha, measured, widths)
 
 
 def source_cards(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -294,6 +320,29 @@ def usage_restriction(df: pd.DataFrame) -> str:
     return NON_COMMERCIAL if set(df["source"]) & {"lucid", "gpumemnet"} else ""
 
 
+LICENCE_CLEAN = "licence-clean: trained on this project's own measurements only (MIT, like the code)"
+WITH_IMPORTS = "non-commercial: trained on this project's measurements and the imported published ones"
+
+
+def licence_clean(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``df`` that this project measured itself (what the default, MIT-licensed predictor trains on)."""
+    from gpupred.dataset import SOURCE_OWN
+
+    return df[df["source"] == SOURCE_OWN]
+
+
+def variant(df: pd.DataFrame) -> str:
+    """Which artifact a predictor trained on ``df`` is: licence-clean, or non-commercial with imported data."""
+    return WITH_IMPORTS if usage_restriction(df) else LICENCE_CLEAN
+
+
+def own_folds(predictor: Predictor) -> dict[str, dict[str, float]]:
+    """Per target, the RMSLE of the artifact's own CV+ folds (workload-grouped, out of fold; the model class was
+    chosen beforehand by notebook 03, so this is not a nested estimate)."""
+    return {t: {"rmsle": float(np.sqrt(np.mean(m.residuals_ ** 2))), "n_rows": int(len(m.residuals_))}
+            for t, m in predictor.targets.items()}
+
+
 def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None = None,
                      cv_metrics: dict[str, Any] | None = None) -> Path:
     """Write the joblib artifact and its JSON card beside it; return the joblib path.
@@ -318,12 +367,18 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
                                     "calibrated per source for rows that name their source, pooled otherwise"}
                     for t in predictor.targets},
         "model_names": sorted(set(predictor.model_names.values())),
+        "variant": variant(df),
         "gpus": predictor.gpus,
+        "measured_gpus": predictor.measured_gpus,
+        "extrapolation": {"rule": "a GPU in gpupred.hardware without measurements here is predicted with its hardware "
+                                  "features and marked extrapolated: no measurements on this GPU",
+                          "interval": {t: w.describe() for t, w in predictor.unseen_widths.items()}},
         "usage_restriction": usage_restriction(df),
         "sources": source_cards(df),
         "protocol_of_predictions": "a new job is predicted as this project's sweeps measure: NVML polled every 50 ms, "
                                    "a sync every step, device-resident batches (encodings at their defaults)",
         "cv_metrics": cv_metrics or {},
+        "own_folds": own_folds(predictor),
         "training_data": {"n_runs": int(len(df)), "n_workloads": int(df["workload_id"].nunique()),
                           "families": sorted(df["family"].unique().tolist()),
                           "fingerprint_sha256": fingerprint(df, [*predictor.feature_names, *predictor.targets])},

@@ -1,4 +1,4 @@
-"""``gpupred predict``: utilization, SM activity and memory (with intervals) of an ONNX model."""
+"""``gpupred predict`` (utilization, SM activity and memory, with intervals, of an ONNX model) and ``gpupred gpus``."""
 
 from __future__ import annotations
 
@@ -6,14 +6,33 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 
 def looks_like_file(text: str) -> bool:
     """Whether a MODEL argument names a file rather than a workload id (ids have no slash and no .onnx)."""
     return text.endswith(".onnx") or "/" in text or "\\" in text
 
 
+def gpu_table() -> pd.DataFrame:
+    """The hardware table with, per GPU, how many runs each committed predictor was trained on (0: extrapolated)."""
+    from gpupred import config
+    from gpupred.errors import GpupredError
+    from gpupred.hardware import known_gpus
+    from gpupred.predictor.artifact import read_card
+
+    table = known_gpus()
+    for column, path in (("runs_default", config.PREDICTOR), ("runs_noncommercial", config.PREDICTOR_NONCOMMERCIAL)):
+        try:
+            measured = read_card(path).get("measured_gpus", {}) if path.is_file() else {}
+        except GpupredError:
+            measured = {}
+        table[column] = table["name"].map(lambda name: int(measured.get(name, 0)))
+    return table
+
+
 def register(app: Any) -> None:
-    """Add ``gpupred predict`` to the CLI."""
+    """Add ``gpupred predict`` and ``gpupred gpus`` to the CLI."""
     import typer
 
     @app.command("predict")
@@ -22,27 +41,51 @@ def register(app: Any) -> None:
         batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
         precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 (autocast)."),
         optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
-        gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (default: the one it was trained on)."),
+        gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; default: the "
+                                                    "one it was trained on)."),
         predictor_path: str = typer.Option(None, "--predictor", help="Predictor artifact (default models/predictor.joblib)."),
+        noncommercial: bool = typer.Option(False, "--noncommercial", help="Use models/predictor-noncommercial.joblib, "
+                                                                          "trained with imported data (non-commercial use only)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
     ) -> None:
         """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph."""
+        from gpupred import config
         from gpupred.errors import GpupredError
         from gpupred.predictor.artifact import load_predictor
-
         from gpupred.workloads.spec import PRECISIONS
 
         if looks_like_file(model) and not Path(model).is_file():  # the user's file first, before the predictor
             raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
         if precision not in PRECISIONS:
             raise GpupredError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-        predictor = load_predictor(predictor_path)
+        if noncommercial and predictor_path:
+            raise GpupredError("give --predictor PATH or --noncommercial, not both")
+        predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
         row = predictor.predict(model, batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu).iloc[0]
-        values = {k: round(float(v), 3) for k, v in row.items()}
+        print_prediction(predictor, row, as_json)
+
+    @app.command("gpus")
+    def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON records.")) -> None:
+        """List the GPUs gpupred knows (vendor specs) and how many measured runs each committed predictor has on them."""
+        table = gpu_table()
         if as_json:
-            print(json.dumps(values))
+            print(table.to_json(orient="records"))
             return
-        for target in predictor.targets:
-            unit = "MiB" if target == "memory_mib" else "%"
-            print(f"{target:12s} {values[target]:10.1f} {unit:3s}  [{values[target + '_low']:.1f}, {values[target + '_high']:.1f}]"
-                  f"  ({1 - predictor.alpha:.0%} interval)")
+        print(table.to_string(index=False))
+        print("runs_*: measured runs in each predictor's training data; 0 = predictions there are extrapolated")
+
+
+def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
+    """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning)."""
+    extrapolated = bool(row["extrapolated"])
+    values: dict[str, Any] = {k: round(float(v), 3) for k, v in row.items() if k != "extrapolated"}
+    values["extrapolated"] = extrapolated
+    if as_json:
+        print(json.dumps(values))
+        return
+    for target in predictor.targets:
+        unit = "MiB" if target == "memory_mib" else "%"
+        print(f"{target:12s} {values[target]:10.1f} {unit:3s}  [{values[target + '_low']:.1f}, {values[target + '_high']:.1f}]"
+              f"  ({1 - predictor.alpha:.0%} interval)")
+    if extrapolated:
+        print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")

@@ -13,7 +13,6 @@ _LAZY = {
     "read_runs": "gpupred.profile.schema", "read_samples": "gpupred.profile.schema",
     "run_sweep": "gpupred.profile.sweep", "profile_one": "gpupred.profile.sweep",
     "run_unit": "gpupred.profile.harness", "HarnessConfig": "gpupred.profile.harness",
-    "run_colocated": "gpupred.profile.colocate", "slowdown": "gpupred.profile.colocate",
     "probe": "gpupred.profile.nvml", "Sampler": "gpupred.profile.nvml",
 }
 __all__ = sorted(_LAZY)

@@ -72,13 +72,13 @@ def _register_sweep(app: Any) -> None:
         3 stopped cleanly with units left (time budget, SIGTERM, SIGINT): run the same command to resume;
         2 bad input (one line on stderr).
         """
-        from gpupred.profile.sweep import run_sweep
+        from gpupred.profile.sweep import SweepOptions, harness_config, run_sweep
 
         _check_count(limit, "--limit")
         if max_minutes is not None and not max_minutes > 0:
             raise GpupredError(f"--max-minutes {max_minutes:g}: must be more than 0 (leave it out for no time budget)")
-        summary = run_sweep(plan, out, max_minutes=max_minutes, executor=executor, address=address, dry_run=dry_run,
-                            window_s=window_s, limit=limit, host_batches=host_batches)
+        options = SweepOptions(dry_run=dry_run, max_minutes=max_minutes, limit=limit, executor=executor, address=address)
+        summary = run_sweep(plan, out, options, harness_config(dry_run, window_s, host_batches))
         if as_json:
             print(json.dumps({"out": str(summary.out), "planned": summary.planned, "already_done": summary.already_done,
                               "done_now": summary.done_now, "statuses": dict(summary.statuses),
@@ -119,7 +119,7 @@ def _plan_pairs(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "h100-pairs.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Co-located pairs spanning summed solo utilization (<100, 100-150, >150), memory-heavy pairs, 3-4 job groups."""
-        from gpupred.profile.plans import build_pairs, write_plan
+        from gpupred.profile.plan_builder import build_pairs, write_plan
 
         _check_count(n, "--n")
         _check_count(groups, "--groups", 0)
@@ -145,7 +145,7 @@ def _plan_subset(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "h200-subset.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Solo specs with ok runs, round-robin over every family, to rerun on another GPU kind."""
-        from gpupred.profile.plans import build_subset, write_plan
+        from gpupred.profile.plan_builder import build_subset, write_plan
 
         _check_count(n, "--n")
         built = build_subset(source, n, seed)
@@ -167,7 +167,7 @@ def _plan_solo(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "h100-solo.txt", "--out", help="Plan file to write."),
     ) -> None:
         """The first N catalog ids in catalog order (the units of ``catalog:N``), for the solo sweep."""
-        from gpupred.profile.plans import solo_plan, write_plan
+        from gpupred.profile.plan_builder import solo_plan, write_plan
 
         _check_count(n, "--n")
         lines = solo_plan(n)
@@ -190,7 +190,7 @@ def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "sync.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Small and large specs of every kind of family, each with sync=step and sync=window."""
-        from gpupred.profile.plans import sync_plan, write_plan
+        from gpupred.profile.plan_builder import sync_plan, write_plan
 
         _check_count(n, "--n")
         lines = sync_plan(n)
@@ -212,7 +212,7 @@ def _plan_fused(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "fusion.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Every fused catalog spec (the units of ``fused``), for the inter-trial fusion sweep."""
-        from gpupred.profile.plans import fused_plan, write_plan
+        from gpupred.profile.plan_builder import fused_plan, write_plan
 
         lines = fused_plan()
         write_plan(out, lines, [
@@ -232,7 +232,7 @@ def _plan_fusion_coloc(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "fusion-coloc.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Each fused model's F=1 spec co-located F times (F = 2..4), to compare fusion with plain co-location."""
-        from gpupred.profile.plans import fusion_colocation_plan, write_plan
+        from gpupred.profile.plan_builder import fusion_colocation_plan, write_plan
 
         lines = fusion_colocation_plan()
         fs = sorted({len(x.split("#")[0].split("+")) for x in lines})

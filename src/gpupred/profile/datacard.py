@@ -11,6 +11,7 @@ unusual under "Notes").
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -212,10 +213,22 @@ def card_path(sweep_dir: Path) -> Path:
     return card_of(latest) if latest else sweep_dir / CARD
 
 
+def revisions(card: Path) -> list[Path]:
+    """The corrections of a committed card, oldest first: ``README-008-r1.md``, ``-r2``... beside ``README-008.md``.
+
+    A committed card is never edited; a correction is a whole new card named after it, saying at its top what it
+    corrects, and the newest revision is the card in force.
+    """
+    pattern = re.compile(rf"{re.escape(card.stem)}-r(\d+)\.md")
+    found = [(int(m.group(1)), p) for p in card.parent.glob(f"{card.stem}-r*.md") if (m := pattern.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
 def _newest_card(sweep_dir: Path) -> Path | None:
-    """The newest data card already in the folder (the one whose notes a new card starts from)."""
+    """The newest data card already in the folder (the one whose notes a new card starts from), revisions included."""
     cards = [sweep_dir / CARD, *map(card_of, manifest_paths(sweep_dir))]
-    return next((c for c in reversed(cards) if c.exists()), None)
+    newest = next((c for c in reversed(cards) if c.exists()), None)
+    return [newest, *revisions(newest)][-1] if newest is not None else None
 
 
 def write_datacard(sweep_dir: Path) -> Path:

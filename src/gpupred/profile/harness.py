@@ -488,8 +488,9 @@ def run_unit(
     notes = _dry_run_notes(specs, cfg) + ([baseline.note] if baseline.note else []) + sampler.notes
     context = {"mem_baseline_mib": baseline.used_mib, "memory_reserved_mib": baseline.reserved_mib,
                "cuda_context_mib": float(context_mib), "sync": sync}
-    rows, timings, windows = _member_rows(specs, members, backend, cfg, sampler, device, group_id, sweep_id,
-                                          started_at, t_end, context, notes)
+    unit = UnitRecord(group_id, sweep_id, started_at, t_end, device, sampler,
+                      bool(backend.simulated or cfg.device == "cpu"), context, notes)
+    rows, timings, windows = _member_rows(specs, members, cfg, unit)
     from gpupred.profile.schema import RUN_SCHEMA
 
     runs = pa_table(rows, RUN_SCHEMA)
@@ -554,12 +555,28 @@ def _dry_run_notes(specs: list[Any], cfg: HarnessConfig) -> list[str]:
     ]
 
 
-def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: HarnessConfig, sampler: Any,
-                 device: Any, group_id: str, sweep_id: str, started_at: str, t_end: float,
-                 context: dict[str, Any], notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, float]], list[tuple[float, float]]]:
+@dataclass
+class UnitRecord:
+    """What every row of a finished unit shares: ids, start time, the sampled device, extra columns, notes."""
+
+    group_id: str
+    sweep_id: str
+    started_at: str  # UTC, ISO 8601
+    t_end: float  # time.monotonic() when the members ended
+    device: Any  # the backend's device_info()
+    sampler: Any  # the NVML sampler that ran (buffered / GPM support)
+    simulated: bool  # a fake backend or the CPU: never data
+    context: dict[str, Any]  # extra RUN_SCHEMA columns (memory baseline, CUDA context, sync)
+    notes: list[str]  # the unit's notes; member problems found here are appended
+
+
+def _member_rows(specs: list[Any], members: _Members, cfg: HarnessConfig,
+                 unit: UnitRecord) -> tuple[list[dict[str, Any]], list[dict[str, float]], list[tuple[float, float]]]:
     """One RUN_SCHEMA row per member, each member's timings, and the measured windows (unit clock)."""
     from gpupred.version import __version__
     from gpupred.profile.schema import SCHEMA_VERSION
+
+    group_id, device, sampler, notes, t_end = unit.group_id, unit.device, unit.sampler, unit.notes, unit.t_end
 
     k, t0 = len(specs), members.t0
     rows: list[dict[str, Any]] = []
@@ -585,14 +602,14 @@ def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: H
         rows.append({
             "schema_version": SCHEMA_VERSION,
             "run_id": group_id if k == 1 else f"{group_id}.m{i}",
-            "group_id": group_id, "group_size": k, "member": i, "sweep_id": sweep_id,
+            "group_id": group_id, "group_size": k, "member": i, "sweep_id": unit.sweep_id,
             "workload_id": spec.id, "family": spec.family, "spec_json": spec.to_json(),
             "status": r.get("status", "error"), "message": r.get("message", ""),
-            "simulated": bool(backend.simulated or cfg.device == "cpu"), "host_batches": cfg.host_batches,
+            "simulated": unit.simulated, "host_batches": cfg.host_batches,
             "gpu_name": device.name, "gpu_uuid": device.uuid, "gpu_sm_count": int(props.get("sm_count", 0)),
             "gpu_memory_total_mib": device.memory_total_mib, "driver_version": device.driver_version,
             "cuda_version": r.get("cuda_version") or device.cuda_version, "torch_version": r.get("torch_version", ""),
-            "gpupred_version": __version__, "host": socket.gethostname(), "started_at": started_at,
+            "gpupred_version": __version__, "host": socket.gethostname(), "started_at": unit.started_at,
             "warmup_s": float(r.get("warmup_s", math.nan)), "warmup_iters": int(r.get("warmup_iters", 0)),
             "window_start_s": ws, "window_end_s": we, "n_iters": len(times), "iter_times_s": times,
             "iter_time_mean_s": mean, "iter_time_median_s": statistics.median(times) if times else math.nan,
@@ -601,7 +618,7 @@ def _member_rows(specs: list[Any], members: _Members, backend: "Backend", cfg: H
             "torch_peak_reserved_mib": float(r.get("peak_reserved_mib", math.nan)),
             "torch_window_reserved_mib": float(r.get("window_reserved_mib", math.nan)),
             "sampler_interval_ms": cfg.interval_ms, "buffered_supported": sampler.buffered_supported,
-            "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes), **context,
+            "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes), **unit.context,
         })
     return rows, timings, windows
 

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from gpupred.profile.harness import HarnessConfig, UnitInterrupted, UnitResult, estimate_unit_s
-from gpupred.profile.plan import Unit
+from gpupred.profile.units import Unit
 
 
 def _unit_task(workload_ids: tuple[str, ...], cfg: dict[str, Any], dry_run: bool, sweep_id: str,
@@ -20,7 +20,7 @@ def _unit_task(workload_ids: tuple[str, ...], cfg: dict[str, Any], dry_run: bool
     """Run one unit on the task's GPU (or the CPU when dry); None if the sweep's deadline cut it."""
     from gpupred.profile.harness import run_unit
     from gpupred.profile.nvml import open_backend
-    from gpupred.profile.plan import Unit as _Unit
+    from gpupred.profile.units import Unit as _Unit
 
     unit = _Unit(workload_ids)
     deadline = None if deadline_wall is None else time.monotonic() + (deadline_wall - time.time())

@@ -30,7 +30,7 @@ from gpupred.profile.harness import (
     run_unit,
 )
 from gpupred.profile.nvml import open_backend, require_gpu
-from gpupred.profile.plan import Unit, check_sync, load_plan
+from gpupred.profile.units import Unit, check_sync, load_plan
 
 # settings that must match when a sweep folder is resumed (they change what is measured)
 _PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",
@@ -133,33 +133,35 @@ def _count(manifest: dict[str, Any], out: Path) -> None:
     manifest["status_counts"] = dict(manifest.get("status_counts", {}))
 
 
-def run_sweep(
-    plan: str,
-    out: Path | None = None,
-    *,
-    max_minutes: float | None = None,
-    executor: str = "local",
-    address: str | None = None,
-    dry_run: bool = False,
-    window_s: float | None = None,
-    limit: int | None = None,
-    host_batches: bool = False,
-    harness: HarnessConfig | None = None,
-    progress: bool = True,
-    ray_num_gpus: float | None = None,
-    sync: str = "step",
-) -> SweepSummary:
-    """Run (or resume) a sweep of ``plan`` into ``out``; stop before ``max_minutes`` would be exceeded.
+@dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs (what each unit measures is the :class:`HarnessConfig`)."""
 
-    ``sync`` is the default synchronization mode of units whose plan line does not set one.
+    dry_run: bool = False  # CPU and fake NVML: output is simulated, never data
+    max_minutes: float | None = None  # stop cleanly before this many minutes
+    limit: int | None = None  # only the plan's first N units
+    executor: str = "local"  # local or ray
+    address: str | None = None  # Ray cluster address (ray executor)
+    ray_num_gpus: float | None = None  # GPUs a Ray task asks for (0 on a CPU-only test cluster)
+    progress: bool = True  # a progress bar on stderr
+
+
+def run_sweep(plan: str, out: Path | None = None, options: SweepOptions | None = None,
+              harness: HarnessConfig | None = None) -> SweepSummary:
+    """Run (or resume) a sweep of ``plan`` into ``out``; stop before ``options.max_minutes`` would be exceeded.
+
+    ``harness`` defaults to :func:`harness_config` for the options' ``dry_run``; its ``sync`` is the mode of units
+    whose plan line does not set one.
     """
+    o = options or SweepOptions()
+    executor, dry_run, max_minutes = o.executor, o.dry_run, o.max_minutes
     if executor not in ("local", "ray"):
         raise GpupredError(f"unknown executor {executor!r}; use local or ray")
     if not dry_run and executor == "local":
         require_gpu()  # one line at once: no NVIDIA GPU/driver found (...)
     out = _sweep_folder(out, dry_run)
-    cfg = harness or harness_config(dry_run, window_s, host_batches, sync)
-    units = load_plan(plan, limit, cfg.sync)
+    cfg = harness or harness_config(dry_run)
+    units = load_plan(plan, o.limit, cfg.sync)
     start = time.monotonic()
     deadline = start + max_minutes * 60 if max_minutes else None
     out.mkdir(parents=True, exist_ok=True)
@@ -171,13 +173,13 @@ def run_sweep(
     _count(manifest, out)
     store.write_manifest(out, manifest)
     sweep_id = out.name
-    record = _Recorder(out, summary, manifest, len(units), progress)
+    record = _Recorder(out, summary, manifest, len(units), o.progress)
     try:
         with SigtermAsInterrupt():
             if executor == "ray":
                 from gpupred.profile.ray_executor import run_on_ray
 
-                summary.stopped = run_on_ray(todo, cfg, dry_run, sweep_id, deadline, address, record, ray_num_gpus)
+                summary.stopped = run_on_ray(todo, cfg, dry_run, sweep_id, deadline, o.address, record, o.ray_num_gpus)
             else:
                 summary.stopped = _run_local(todo, cfg, dry_run, sweep_id, deadline, record, manifest)
     except KeyboardInterrupt:

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
-from gpupred.profile.plan import MAX_GROUP
+from gpupred.profile.units import MAX_GROUP
 
 UTIL_BINS: tuple[str, ...] = ("low", "medium", "high")  # summed solo util <100, 100-150, >150 (%)
 MEM_HEAVY = 0.70  # summed peak memory / card memory above which a pair is memory-heavy
@@ -398,11 +398,11 @@ def fused_plan() -> list[str]:
 
 def write_plan(path: Path, lines: list[str], header: list[str]) -> Path:
     """Write a plan file: ``# `` header lines (plus the date), then the lines; check it loads."""
-    from gpupred.profile.plan import load_plan
+    from gpupred.profile.units import load_plan
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = [*header, f"generated {date.today().isoformat()} by gpupred.profile.plans; {len(lines)} run units"]
+    head = [*header, f"generated {date.today().isoformat()} by gpupred.profile.plan_builder; {len(lines)} run units"]
     path.write_text("".join(f"# {h}\n" for h in head) + "\n" + "".join(f"{x}\n" for x in lines))
     load_plan(str(path))
     return path

@@ -1,4 +1,4 @@
-"""Sweep plans: which run units a sweep holds, each with a deterministic id so a resume finds it.
+"""Reading a sweep plan into run units (solo or co-located): each with a deterministic id so a resume finds it.
 
 PLAN is ``catalog`` (every spec), ``catalog:N`` (the first N), ``catalog:family=resnet,vgg``,
 ``fused`` / ``fused:N`` (the fused catalog), or a text file with one workload id per line, or a

@@ -1,0 +1,149 @@
+"""GPUs the predictor knows, measured or not: strict names, extrapolation marked and widened, `gpupred gpus`,
+and the licence-clean default artifact beside the non-commercial one.
+
+Every artifact here is trained on FIXTURE frames (toy formula, meaningless predictions) in temporary folders.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures_learning import fixture_dataset
+from gpupred.errors import GpupredError
+from gpupred.hardware import gpu_spec, known_gpu_names
+from gpupred.predictor import export_predictor, load_predictor, train_predictor
+from gpupred.predictor.artifact import LICENCE_CLEAN, WITH_IMPORTS, licence_clean
+from gpupred.predictor.extrapolate import BASIS_FAMILY, BASIS_GPU, conformal_quantile, unseen_gpu_width, widen
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture(scope="module")
+def h100_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A FIXTURE artifact trained on one GPU kind (H100 SXM)."""
+    df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
+    return export_predictor(train_predictor(df, models="ridge", tune=False, n_folds=3), df,
+                            tmp_path_factory.mktemp("models") / "predictor.joblib")
+
+
+@pytest.mark.parametrize("name", ["RTX 3090 Ti", "NVIDIA A1000", "NVIDIA H200 NVL", "3dfx Voodoo 5", "mi300x"])
+def test_a_gpu_name_not_in_the_table_is_refused_naming_the_known_ones(name: str) -> None:
+    with pytest.raises(GpupredError, match="unknown GPU.*known: H200, H100 NVL"):
+        gpu_spec(name)
+
+
+def test_nvml_and_table_names_resolve_and_every_table_name_is_its_own() -> None:
+    assert gpu_spec("NVIDIA A100-PCIE-40GB").name == "A100 40GB"
+    assert gpu_spec("Tesla V100-PCIE-32GB").name == "V100 PCIe"
+    assert gpu_spec("NVIDIA H100 NVL").name == "H100 NVL"
+    assert [gpu_spec(n).name for n in known_gpu_names()] == known_gpu_names()
+
+
+def test_conformal_quantile_is_the_ceil_rank() -> None:
+    r = np.arange(1.0, 20.0)  # 19 residuals: ceil(0.9 * 20) = 18th smallest
+    assert conformal_quantile(r, 0.1) == 18.0
+    assert conformal_quantile(-r, 0.1) == 18.0  # absolute values
+    assert conformal_quantile(np.ones(5), 0.1) == float("inf")  # too few for a 90% quantile
+
+
+def test_widen_only_touches_the_extrapolated_rows_and_never_narrows() -> None:
+    point, low, high = np.array([50.0, 50.0, 50.0]), np.array([10.0, 45.0, 45.0]), np.array([90.0, 55.0, 55.0])
+    lo, hi = widen(point, low, high, 0.5, np.array([True, True, False]))
+    assert lo[0] == 10.0 and hi[0] == 90.0  # already wider than exp(±0.5)
+    assert lo[1] == pytest.approx(np.expm1(np.log1p(50) - 0.5)) and hi[1] == pytest.approx(np.expm1(np.log1p(50) + 0.5))
+    assert lo[2] == 45.0 and hi[2] == 55.0
+
+
+def test_unseen_width_holds_out_gpu_kinds_when_there_are_two_else_families() -> None:
+    from sklearn.linear_model import Ridge
+
+    two = fixture_dataset(gpus=(H100, "NVIDIA GeForce RTX 3090"), n_batch_sizes=1)
+    feats = ["flops_fwd", "params", "batch_size", "gpu_tflops_peak"]
+    w2 = unseen_gpu_width(Ridge(), two[feats].to_numpy(float), two["gpu_util"].to_numpy(float), two["gpu"].to_numpy(),
+                          two["family"].to_numpy(), 0.1)
+    assert w2.basis == BASIS_GPU and w2.n_held_out == 2 and 0 < w2.width < np.inf
+    one = two[two["gpu"] == "H100 SXM"]
+    w1 = unseen_gpu_width(Ridge(), one[feats].to_numpy(float), one["gpu_util"].to_numpy(float), one["gpu"].to_numpy(),
+                          one["family"].to_numpy(), 0.1)
+    assert w1.basis == BASIS_FAMILY and w1.n_held_out == one["family"].nunique()
+
+
+def test_a_gpu_without_measurements_is_answered_extrapolated_with_wider_intervals(h100_only: Path) -> None:
+    p = load_predictor(h100_only)
+    assert p.measured_gpus == {"H100 SXM": len(fixture_dataset(gpus=(H100,), n_batch_sizes=2))}
+    rows = fixture_dataset(n_batch_sizes=1).head(6)[p.graph_features]
+    seen = p.predict(rows, gpu="H100 SXM")
+    unseen = p.predict(rows, gpu="NVIDIA A100-SXM4-80GB")
+    assert not seen["extrapolated"].any() and unseen["extrapolated"].all()
+    z = np.log1p(unseen["memory_mib"])
+    width = p.unseen_widths["memory_mib"].width
+    assert (np.log1p(unseen["memory_mib_high"]) >= z + width - 1e-9).all()
+    assert (np.log1p(unseen["memory_mib_low"]) <= z - width + 1e-9).all()
+    assert (unseen["gpu_util_high"] <= 100).all()
+    with pytest.raises(GpupredError, match="unknown GPU 'RTX 3090 Ti'"):
+        p.predict(rows, gpu="RTX 3090 Ti")
+    card = json.loads(h100_only.with_suffix(".json").read_text())
+    assert card["measured_gpus"] == p.measured_gpus and card["variant"] == LICENCE_CLEAN
+    assert "leave-one-family-out" in card["extrapolation"]["interval"]["gpu_util"]
+
+
+def test_cli_predict_says_extrapolated_and_gpus_lists_the_table(h100_only: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from gpupred import config
+    from gpupred.cli import main
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for suffix in (".joblib", ".json"):
+        (models / f"predictor{suffix}").write_bytes(h100_only.with_suffix(suffix).read_bytes())
+    monkeypatch.setattr(config, "PREDICTOR", models / "predictor.joblib")
+    monkeypatch.setattr(config, "PREDICTOR_NONCOMMERCIAL", models / "predictor-noncommercial.joblib")
+    main(["gpus", "--json"])
+    table = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(table) == set(known_gpu_names())
+    assert table["H100 SXM"]["runs_default"] > 0 and table["H200"]["runs_default"] == 0
+    assert table["H100 SXM"]["runs_noncommercial"] == 0  # no such artifact here
+    onnx = tmp_path / "mlp.onnx"
+    _tiny_mlp(onnx)
+    main(["predict", str(onnx), "--batch-size", "8", "--gpu", "L4"])
+    assert "extrapolated: no measurements on this GPU" in capsys.readouterr().out
+    main(["predict", str(onnx), "--batch-size", "8", "--gpu", "H100 SXM", "--json"])
+    assert json.loads(capsys.readouterr().out)["extrapolated"] is False
+
+
+def _tiny_mlp(path: Path) -> None:
+    """A FIXTURE ONNX graph: one Gemm + Relu with a symbolic batch, built with onnx.helper."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.zeros((16, 32), np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(16, np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])], "fixture",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_the_default_artifact_is_licence_clean_and_the_other_says_non_commercial(tmp_path: Path) -> None:
+    df = fixture_dataset(gpus=(H100, "NVIDIA GeForce RTX 3090"), n_batch_sizes=1,
+                         sources={"NVIDIA GeForce RTX 3090": "lucid"})
+    own = licence_clean(df)
+    assert set(own["source"]) == {"gpupred"} and len(own) == (df["source"] == "gpupred").sum()
+    cards = {}
+    for name, rows in (("predictor", own), ("predictor-noncommercial", df)):
+        path = export_predictor(train_predictor(rows, models="ridge", tune=False, n_folds=3), rows, tmp_path / f"{name}.joblib")
+        cards[name] = json.loads(path.with_suffix(".json").read_text())
+    assert cards["predictor"]["variant"] == LICENCE_CLEAN and cards["predictor"]["usage_restriction"] == ""
+    assert set(cards["predictor"]["sources"]) == {"gpupred"}
+    assert cards["predictor-noncommercial"]["variant"] == WITH_IMPORTS
+    assert "non-commercial" in cards["predictor-noncommercial"]["usage_restriction"].lower()
+    assert "leave-one-GPU-kind-out" in cards["predictor-noncommercial"]["extrapolation"]["interval"]["gpu_util"]
+    for card in cards.values():
+        assert set(card["own_folds"]) >= {"gpu_util", "memory_mib"}
+        assert all(0 < v["rmsle"] < 5 for v in card["own_folds"].values())
