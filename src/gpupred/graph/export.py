@@ -241,7 +241,7 @@ def cross_entropy_symbolic(g: Any, logits: Any, target: Any, weight: Any, reduct
     graph's cost and shapes do not depend on which label is ignored, so such an index is exported as
     :data:`LOSS_IGNORE_INDEX`; the exported loss's value then differs, never its work.
     """
-    from torch.onnx._internal.torchscript_exporter import symbolic_helper
+    from torch.onnx import symbolic_helper  # the TorchScript exporter's helpers (public alias)
 
     names = ["none", "mean", "sum"]
     red = names[symbolic_helper._maybe_get_const(reduction, "i")]
