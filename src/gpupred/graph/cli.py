@@ -85,7 +85,7 @@ def export_cmd(
     from gpupred.graph.export import build_store, copy_graph, export_onnx
 
     if store + corpus + (workload is not None) != 1:
-        raise GpupredError("give one of WORKLOAD_ID, --store or --corpus")
+        raise GpupredError("give one of WORKLOAD_ID or --store or --corpus")
     if corpus:
         _export_corpus(force)
         return
