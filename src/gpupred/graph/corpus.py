@@ -27,6 +27,7 @@ from gpupred.files import atomic_write_bytes, sha256
 
 CORPUS_BATCH = 2  # the symbolic export is traced, and torch's FLOPs counted, at this batch
 FIXED_BATCH = 1  # torch.onnx.export's default: a fixed batch of the example's size
+REBATCH_TOLERANCE = 0.02  # a fixed-batch export re-batched agrees with the symbolic one within this, feature by feature
 SEED = 0
 
 # timm architectures: small variants where the architecture is the point; same-padding (tf_*) ones on purpose.
@@ -237,6 +238,12 @@ def export_entry(name: str, build: Callable[[int], tuple[Any, Any, dict[str, Any
     return info
 
 
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
 def build_corpus(folder: Path | None = None, names: list[str] | None = None, force: bool = False,
                  progress: bool = True) -> dict[str, Any]:
     """Export the corpus models missing from ``folder`` (all with ``force``, or only ``names``); update and return its index."""
@@ -254,7 +261,8 @@ def build_corpus(folder: Path | None = None, names: list[str] | None = None, for
             models[name] = export_entry(name, build, folder)
         except Exception as err:  # one model's failure is recorded, the rest go on
             models[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
-        index.update(torch=torch.__version__.split("+")[0], models=dict(sorted(models.items())))
+        index.update(torch=torch.__version__.split("+")[0], timm=_version("timm"), transformers=_version("transformers"),
+                     models=dict(sorted(models.items())))
         (folder / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     return index
 
@@ -270,7 +278,9 @@ def agreement(name: str, entry: dict[str, Any], batches: tuple[int, int] = (CORP
 
     ``flops_ratio`` is 2 x ``macs_fwd`` (what torch's FlopCounterMode counts: 2 FLOPs per multiply-add of
     matmuls, convolutions and attention) over torch's forward FLOPs at the export batch; ``rebatch_diff`` lists
-    the features where the fixed-batch export re-batched to the second batch differs from the symbolic one.
+    the features where the fixed-batch export re-batched to the second batch differs from the symbolic one by
+    more than :data:`REBATCH_TOLERANCE` (relative; absolute for the ``frac_`` shares), ``rebatch_max`` the
+    largest relative difference of any feature.
     """
     from gpupred.graph.features import FEATURE_KEYS, clear_cache, featurize
 
@@ -285,14 +295,17 @@ def agreement(name: str, entry: dict[str, Any], batches: tuple[int, int] = (CORP
     fixed = featurize(corpus_path(name, True, folder), batch_size=batches[1], warn=False)
     seconds.append(time.perf_counter() - start)
     want = entry["torch_params"] - entry["torch_params_unused"]
-    first = rows[batches[0]]
+    first, other = rows[batches[0]], rows[batches[1]]
+    rel = {k: abs(fixed[k] - other[k]) / max(abs(other[k]), 1e-12) for k in FEATURE_KEYS if fixed[k] != other[k]}
     return {
         "name": name, "shaped": 1.0 - max(r["frac_nodes_unshaped"] for r in rows.values()),
         "uncosted": max(r["frac_nodes_uncosted"] for r in rows.values()), "unknown": first["unknown_op_types"],
         "params": first["params"], "params_diff": first["params"] - want,
         "params_diff_other_batch": rows[batches[1]]["params"] - want,
         "flops_ratio": 2 * first["macs_fwd"] / entry["torch_flops_fwd"] if entry["torch_flops_fwd"] else float("nan"),
-        "rebatch_diff": [k for k in FEATURE_KEYS if fixed[k] != rows[batches[1]][k]],
+        "rebatch_diff": [k for k, r in rel.items()
+                         if (abs(fixed[k] - other[k]) if k.startswith("frac_") else r) > REBATCH_TOLERANCE],
+        "rebatch_max": max(rel.values(), default=0.0),
         "seconds": seconds,
     }
 
