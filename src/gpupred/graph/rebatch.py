@@ -36,10 +36,11 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
 
     In the flattened order the input's batch axis covers [lo, hi] (prefix products at the old batch); when
     that axis merges the batch with something else (batch x heads) the batch is its outer or its inner
-    factor (on the leading axis only the outer one: nothing can precede the batch there). A candidate output
-    dimension overlaps where the batch can be. A dimension that held exactly
+    factor. A candidate output dimension overlaps where the batch can be. A dimension that held exactly
     the old batch comes first (an explicit batch dimension, outermost first); then later dimensions before
-    earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads).
+    earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads). On the
+    leading axis the outer factor's candidates come first (Swin's batch x windows), the inner's after them
+    (seq x batch in torch's seq-first attention).
     """
     diff = [i for i, (a, b) in enumerate(zip(x_old, x_new)) if a != b]
     if len(diff) != 1 or len(x_old) != len(x_new):
@@ -48,11 +49,15 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     lo = math.prod(x_old[:axis])
     hi = lo * x_old[axis]
     if x_old[axis] == old:
-        spans = [(lo, hi)]
-    elif axis == 0:  # nothing precedes the batch on the leading axis: it is the outer factor (Swin's batch x windows)
-        spans = [(lo, lo * old)]
-    else:
-        spans = [(lo, lo * old), (hi // old, hi)]
+        return _overlapping(y_old, [(lo, hi)], old)
+    if axis == 0:
+        outer = _overlapping(y_old, [(lo, lo * old)], old)
+        return outer + [j for j in _overlapping(y_old, [(hi // old, hi)], old) if j not in outer]
+    return _overlapping(y_old, [(lo, lo * old), (hi // old, hi)], old)
+
+
+def _overlapping(y_old: tuple[int, ...], spans: list[tuple[int, int]], old: int) -> list[int]:
+    """The output dimensions overlapping the spans, explicit batch dimensions first, then later before earlier."""
     prefix = [1]
     for d in y_old:
         prefix.append(prefix[-1] * d)
@@ -101,15 +106,17 @@ class _Choice:
     """A repaired reshape: its node, the candidate batch dimensions, and which one is in use."""
 
     def __init__(self, node: Any, target: str, y_old: tuple[int, ...], candidates: list[int], new: int) -> None:
-        self.node, self.target, self.y_old, self.candidates, self.used, self.new = node, target, y_old, candidates, 0, new
+        # the node is found again by its output each time: inserting nodes (a class token's Expand) copies the list
+        self.out, self.label = node.output[0], node.name or node.output[0]
+        self.target, self.y_old, self.candidates, self.used, self.new = target, y_old, candidates, 0, new
 
     def apply(self, model: ModelProto, targets: dict[str, np.ndarray]) -> None:
         """Point the reshape at a copy of its target with the chosen dimension set to -1."""
         value = np.asarray(self.y_old, dtype=np.int64)
         value[self.candidates[self.used]] = -1
-        name = f"{self.target}::batch{self.new}::{self.node.name or id(self.node)}::{self.used}"
+        name = f"{self.target}::batch{self.new}::{self.label}::{self.used}"
         model.graph.initializer.append(numpy_helper.from_array(value, name))
-        self.node.input[1] = name
+        next(n for n in model.graph.node if n.output and n.output[0] == self.out).input[1] = name
         targets[name] = value
 
     def flip(self, model: ModelProto, targets: dict[str, np.ndarray]) -> bool:
@@ -122,7 +129,7 @@ class _Choice:
 
 
 def _repair_round(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
-                  old: int, new: int, targets: dict[str, np.ndarray], chosen: dict[int, _Choice]) -> list[_Choice]:
+                  old: int, new: int, targets: dict[str, np.ndarray], chosen: dict[str, _Choice]) -> list[_Choice]:
     """Repair every reshape whose input now carries the new batch but whose output is not the expected one."""
     made: list[_Choice] = []
     for node in model.graph.node:
@@ -138,12 +145,12 @@ def _repair_round(model: ModelProto, label: str, before: dict[str, tuple[int, ..
                 f"{label}: cannot change the batch size from {old} to {new}: node {node.name or 'Reshape'!r} bakes the "
                 f"batch into its target shape {list(y_old)}; {_FIX_HINT}"
             )
-        previous = chosen.get(id(node))
+        previous = chosen.get(node.output[0])
         pick = previous.candidates[previous.used] if previous is not None and previous.candidates == candidates else candidates[0]
         want = tuple(d * new // old if i == pick else d for i, d in enumerate(y_old))
         if now.get(y) == want:
             continue
-        choice = chosen[id(node)] = _Choice(node, previous.target if previous else node.input[1], y_old, candidates, new)
+        choice = chosen[node.output[0]] = _Choice(node, previous.target if previous else node.input[1], y_old, candidates, new)
         choice.used = candidates.index(pick)
         choice.apply(model, targets)
         made.append(choice)
@@ -171,17 +178,17 @@ def _flip_upstream(model: ModelProto, broken: Any, pending: list[_Choice], targe
     producer = {o: n for n in model.graph.node for o in n.output}
     seen: set[str] = set()
     stack = list(broken.input)
-    ancestors: set[int] = set()
+    ancestors: set[str] = set()
     while stack:
         name = stack.pop()
         if name in seen or name not in producer:
             continue
         seen.add(name)
         node = producer[name]
-        ancestors.add(id(node))
+        ancestors.add(name)
         stack.extend(node.input)
     for choice in reversed(pending):
-        if id(choice.node) in ancestors and choice.flip(model, targets):
+        if choice.out in ancestors and choice.flip(model, targets):
             return True
     return False
 
@@ -242,21 +249,45 @@ def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tupl
 
 
 def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> ModelProto:
-    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model."""
+    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model.
+
+    Two search orders: a node that breaks first flips the reshapes repaired in the round before it (right for
+    attention written seq-first, as torch's MultiheadAttention); failing that, every reshape downstream is
+    repaired before anything flips (right when a node breaks only for want of a later repair, as timm's ECA).
+    """
     _, before = _shapes(model, infer)
     del model.graph.value_info[:]  # shapes stored at the old batch would be kept by inference
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     _set_inputs(model, old, new)
+    first = ModelProto()
+    first.CopyFrom(model)
+    try:
+        _search(first, label, before, old, new, infer, repair_first=False)
+    except GpupredError:
+        return _search(model, label, before, old, new, infer, repair_first=True)
+    model.CopyFrom(first)
+    return model
+
+
+def _search(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], old: int, new: int, infer: Infer,
+            repair_first: bool) -> ModelProto:
+    """Repair reshapes and class tokens until every shape fits (or name the node that does not)."""
     targets = _constant_targets(model, before)
-    history: list[_Choice] = []  # every repair, in the order made
-    chosen: dict[int, _Choice] = {}
+    history: list[_Choice] = []  # the repairs that a broken node may flip (all of them, or the last round's)
+    chosen: dict[str, _Choice] = {}
     for _ in range(MAX_ROUNDS):
         inferred, now = _shapes(model, infer)
-        made = _repair_round(model, label, before, now, old, new, targets, chosen)
-        if made:  # repair every reshape downstream first: a node may break only for want of a later repair
-            history.extend(made)
+        broken = None if repair_first else _first_broken(inferred, before, now, old, new)
+        if broken is not None and (expand_constant_inputs(model, broken, before, now, old, new)
+                                   or _flip_upstream(model, broken, history, targets)):
             continue
+        made = _repair_round(model, label, before, now, old, new, targets, chosen)
+        if made:
+            history = history + made if repair_first else made
+            continue
+        if not repair_first:
+            break
         broken = _first_broken(inferred, before, now, old, new)
         if broken is None or not (expand_constant_inputs(model, broken, before, now, old, new)
                                   or _flip_upstream(model, broken, history, targets)):
