@@ -251,9 +251,9 @@ def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tupl
 def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> ModelProto:
     """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model.
 
-    Two search orders: a node that breaks first flips the reshapes repaired in the round before it (right for
-    attention written seq-first, as torch's MultiheadAttention); failing that, every reshape downstream is
-    repaired before anything flips (right when a node breaks only for want of a later repair, as timm's ECA).
+    Two search orders: every reshape downstream is repaired before anything flips (a node may break only for
+    want of a later repair, as in timm's ECA); failing that, a node that breaks first flips the reshapes
+    repaired in the round before it.
     """
     _, before = _shapes(model, infer)
     del model.graph.value_info[:]  # shapes stored at the old batch would be kept by inference
@@ -263,9 +263,9 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
     first = ModelProto()
     first.CopyFrom(model)
     try:
-        _search(first, label, before, old, new, infer, repair_first=False)
+        _search(first, label, before, old, new, infer, repair_first=True)
     except GpupredError:
-        return _search(model, label, before, old, new, infer, repair_first=True)
+        return _search(model, label, before, old, new, infer, repair_first=False)
     model.CopyFrom(first)
     return model
 
