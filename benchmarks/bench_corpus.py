@@ -63,7 +63,11 @@ def main() -> None:
     print(summary)
     if args.markdown:
         args.markdown.write_text("# The corpus against torch\n\nWritten by `python benchmarks/bench_corpus.py --markdown "
-                                 "docs/corpus.md` (see its docstring).\n\n" + markdown(table, summary))
+                                 "docs/corpus.md` (see its docstring). `shaped`: share of nodes with every output shaped; `param diff`: "
+                                 "featurized minus torch's sum(p.numel()) (less parameters no forward reads); `FLOPs / torch`: "
+                                 "2 x macs_fwd over torch's FlopCounterMode; `re-batch diff`: features of the fixed-batch-1 "
+                                 "export re-batched to 8 that differ from the symbolic export's by over 2% (the reasons are "
+                                 "in tests/test_graph_corpus.py, FLOP_EXCEPTIONS and REBATCH_EXCEPTIONS).\n\n" + markdown(table, summary))
 
 
 if __name__ == "__main__":
