@@ -1,5 +1,6 @@
 # gpupred: `make all` sets up .venv with what the notebooks need (no torch, no Ray, no CUDA libraries) and runs the
-# notebook pipeline on the committed data and graph store; `make test` adds the torch, Ray and test extras and runs the tests.
+# notebook pipeline on the committed data and graph store; `make test` adds the torch, Ray and test extras and runs the tests
+# not marked slow, `make test-slow` the slow ones (CI runs both: .ci/run).
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,7 @@ PIP := $(BIN)/python -m pip install --quiet -c constraints.txt
 LIGHT := $(VENV)/.gpupred-notebooks
 FULL := $(VENV)/.gpupred-dev
 
-.PHONY: all setup setup-dev test test-fast bench clean
+.PHONY: all setup setup-dev test test-slow test-fast bench clean
 
 all: $(LIGHT)
 	$(BIN)/gpupred pipeline
@@ -30,8 +31,14 @@ $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e ".[dev]"
 	touch $(LIGHT) $(FULL)
 
+# the default suite (everything not marked slow, notebooks included): about 8 minutes on an idle 2-core machine
 test: $(FULL)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+
+# the slow checks (export invariance, the onnx-tool cross-check, real exports and trainings): CI runs them after
+# `make test` (.ci/run), each under pytest-timeout's per-test limit (pyproject.toml)
+test-slow: $(FULL)
+	$(BIN)/python -m pytest -m slow
 
 test-fast: $(FULL)
 	$(BIN)/python -m pytest -m "not slow and not notebook"

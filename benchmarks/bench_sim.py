@@ -5,6 +5,9 @@ measurements: the figures measure the simulator's speed, nothing about real work
 load-generator "measured" matrix with a third of the pairs unmeasured (so both truth paths run); ours
 decides with a perturbed copy, Horus with classes fitted on a separate load-generator history.
 Run: ``python benchmarks/bench_sim.py [--jobs 100000] [--nodes 32] [--gpus-per-node 8] [--load 0.9]``.
+``--openb`` replaces the synthetic arrivals by the Alibaba openb trace (imported with ``gpupred import alibaba-openb``):
+every GPU task after its prehistory, on a load-sized subset of its heterogeneous nodes, workloads still from the
+load generator (memory capped at 20 GiB so every job fits some node).
 """
 
 from __future__ import annotations
@@ -52,6 +55,19 @@ def load_generator_table(n_workloads: int = 300, seed: int = 0) -> pd.DataFrame:
     )
 
 
+def openb_jobs(table: pd.DataFrame, load: float) -> tuple[pd.DataFrame, tuple[pd.DataFrame, Cluster]]:
+    """(table with memory capped at 20 GiB, (jobs, cluster)) from the whole dense openb trace at ``load``."""
+    from gpupred.importers import alibaba
+    from gpupred.sim import scenario, slice_trace
+
+    capped = table.assign(true_mem_mib=table["true_mem_mib"].clip(upper=20_000.0),
+                          pred_mem_mib=table["pred_mem_mib"].clip(upper=20_000.0),
+                          pred_mem_mib_high=table["pred_mem_mib_high"].clip(upper=25_000.0))
+    whole = slice_trace(alibaba.read_tasks(), tune_frac=0.5)  # both slices together: the whole dense trace
+    tasks = pd.concat([whole.tune, whole.evaluate], ignore_index=True)
+    return capped, scenario(tasks, capped, alibaba.read_nodes(), load)(1)
+
+
 def main() -> None:
     """Run the benchmark and print one line per policy."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -61,10 +77,14 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=1.0)
     ap.add_argument("--policies", default="slot,reactive,horus,ours")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python allocations per policy (slows the run ~3x)")
+    ap.add_argument("--openb", action="store_true", help="arrivals, durations and nodes of the Alibaba openb trace")
     args = ap.parse_args()
     table = load_generator_table()
-    cluster = Cluster(args.nodes, args.gpus_per_node, gpu_memory_mib=81_559.0)
-    jobs = synthetic_trace(table, args.jobs, cluster.n_gpus, load=args.load, seed=1)
+    if args.openb:
+        table, (jobs, cluster) = openb_jobs(table, args.load)
+    else:
+        cluster = Cluster(args.nodes, args.gpus_per_node, gpu_memory_mib=81_559.0)
+        jobs = synthetic_trace(table, args.jobs, cluster.n_gpus, load=args.load, seed=1)
     u = table["true_util"].to_numpy()
     rng = np.random.default_rng(2)
     # load-generator slowdowns (not a learned model): additive rule plus a pair term; a third "unmeasured"
@@ -74,13 +94,14 @@ def main() -> None:
     truth = PairSlowdown(measured, mat * 1.02, kind)
     guess = mat * np.exp(rng.normal(0, 0.1, mat.shape))
     knowledge = PredictedSlowdown(guess, guess * 1.15, kind)
-    history = synthetic_trace(table, 5000, cluster.n_gpus, load=args.load, seed=99)
+    history = synthetic_trace(table, 5000, max(1, cluster.n_gpus), load=args.load, seed=99)
     classes = HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy())
     policies: dict[str, Callable[[], Policy]] = {
         "slot": SlotPolicy, "reactive": ReactivePolicy, "horus": lambda: HorusPolicy(classes),
         "ours": lambda: OursPolicy(knowledge),
     }
-    print(f"# synthetic load generator (NOT measurements): {len(jobs)} jobs, {cluster.n_gpus} GPUs, load {args.load}")
+    where = "openb trace arrivals/durations/nodes" if args.openb else "synthetic arrivals"
+    print(f"# {where}, load-generator workloads (NOT measurements): {len(jobs)} jobs, {cluster.n_gpus} GPUs, load {args.load}")
     print(f"{'policy':10s} {'seconds':>8s} {'peak_MiB':>9s} {'avg_util':>8s} {'makespan_s':>11s} {'mean_jct_s':>10s} "
           f"{'mean_wait_s':>11s} {'ooms':>5s} {'migr':>5s} {'measured':>8s}")
     total = 0.0

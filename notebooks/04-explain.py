@@ -24,7 +24,7 @@
 # %% tags=["parameters"]
 target: str = "gpu_util"  # label to explain
 tree_models: list = ["decision_tree", "random_forest", "extra_trees", "gradient_boosting", "xgboost", "lightgbm"]  # averaged
-explain_model: str = ""  # model for permutation importance and SHAP; "" = notebook 03's choice (data/processed/model_choice.json) if it is a tree model, else xgboost
+explain_model: str = ""  # model for permutation importance and SHAP; "" = notebook 03's choice if a tree model, else xgboost
 n_permutations: int = 10  # permutation repeats
 top: int = 3  # dependence plots for this many top features
 

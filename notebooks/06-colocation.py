@@ -14,21 +14,30 @@
 # ---
 
 # %% [markdown]
-# # 06 — Co-location: measured slowdowns, a learned slowdown model, and two additive baselines
+# # 06 — Co-location: measured slowdowns, the time-sharing estimate with a learned correction, and baselines
 #
 # A co-located job's slowdown is 1 / its normalized co-located speed (co-located over solo iteration
 # time). The pairs are *measured*: this project's own co-located sweeps (`data/raw`) and Lucid's 1,388
 # published RTX 3090 pairs (`gpupred.importers.lucid`), whichever are there; pairs with a failed member
 # are left out. Each member's features are the **out-of-fold** predictions of its solo utilization and
 # memory (notebook 03 wrote them; the member's workload was in none of the folds that predicted it) plus
-# its graph features. The model is **cross-fitted**: every pair is predicted by a model trained on no
-# pair that holds one of its workloads. The baselines are `max(1, Σ util / 100)` with the *predicted*
-# utilizations (what a scheduler would have) and with the *measured* solo utilizations (an oracle).
+# its graph features. The **time-sharing estimate** (`gpupred.colocation.timeshare`) turns each member's
+# GPU-busy fraction into a slowdown: without MPS the GPU time-slices between processes, so a member's GPU
+# phases run at half speed while its partner also wants the GPU, `s_a = 1 + b_a q_b` with `q_b` the
+# partner's co-located busy fraction (a fixed point; two always-busy jobs each run at half speed). The
+# busy fraction is the step model's busy / step time (`phys_*` columns) where the dataset has them, else
+# the out-of-fold predicted utilization / 100. The model is a **learned correction** on top of it
+# (`k · log timeshare` plus boosted trees on member features), **cross-fitted**: every pair is predicted
+# by a model trained on no pair that holds one of its workloads. Compared with: `max(1, Σ util / 100)`
+# with the *predicted* utilizations (what a scheduler would have) and with the *measured* solo
+# utilizations (an oracle), and the plain time-sharing estimate from each busy fraction.
 
 # %% tags=["parameters"]
 n_folds: int = 5  # workload folds for cross-fitting (cell (a, b) trains on pairs touching neither fold)
 seed: int = 0  # fold assignment and model seed
 lucid: bool = True  # include the published Lucid pairs when gpupred.importers.lucid has imported them
+interval_level: float = 0.9  # central level of the out-of-fold memory intervals (notebook 03's conformal bounds)
+max_oom_risk: float = 0.05  # a pair is placed only when its predicted out-of-memory probability is at most this
 
 # %%
 import matplotlib.pyplot as plt
@@ -87,15 +96,15 @@ member = colocation.align(table, features)
 metrics, heldout = colocation.evaluate_heldout(table, member, unit="workload_id", n_folds=n_folds, seed=seed)
 strict, _ = colocation.evaluate_heldout(table, member, unit="model_group", n_folds=n_folds, seed=seed, suffix="_by_model")
 update_metrics({**metrics, **strict})
-pd.DataFrame({
-    "spearman": [metrics["slowdown_spearman_heldout"], metrics["slowdown_spearman_heldout_baseline_predicted"],
-                 metrics["slowdown_spearman_heldout_baseline_measured"]],
-    "mae": [metrics["slowdown_mae_heldout"], metrics["slowdown_mae_heldout_baseline_predicted"],
-            metrics["slowdown_mae_heldout_baseline_measured"]],
-    "spearman_by_model": [strict["slowdown_spearman_heldout_by_model"],
-                          strict["slowdown_spearman_heldout_baseline_predicted_by_model"],
-                          strict["slowdown_spearman_heldout_baseline_measured_by_model"]],
-}, index=["cross-fitted model", "baseline, predicted util", "baseline, measured util"]).round(3)
+names = {"predicted": "time-sharing + learned correction (ours)", "baseline_predicted": "Σ predicted util / 100",
+         "baseline_measured": "Σ measured util / 100 (oracle)", "timeshare_predicted": "time-sharing, predicted util",
+         "timeshare_phys": "time-sharing, step model", "timeshare_measured": "time-sharing, measured util (oracle)"}
+scores = pd.DataFrame({
+    name: {"spearman_by_pair": metrics[f"slowdown_spearman_heldout{sfx}"], "mae_by_pair": metrics[f"slowdown_mae_heldout{sfx}"],
+           "spearman_by_group": strict[f"slowdown_spearman_heldout{sfx}_by_model"],
+           "mae_by_group": strict[f"slowdown_mae_heldout{sfx}_by_model"]}
+    for col, sfx in colocation.ESTIMATES.items() for name in [names[col]]}).T
+scores.round(3)
 
 # %%
 print(f"{metrics['slowdown_heldout_pairs']} held-out pairs ({metrics['slowdown_heldout_jobs']} members); "
@@ -108,13 +117,71 @@ colocation.heldout_by_source(heldout).round(3)
 # spread along the measured axis only as far as its inputs let it.
 
 # %%
-long = heldout.melt(id_vars=["slowdown", "source"], value_vars=["predicted", "baseline_predicted", "baseline_measured"],
+long = heldout.melt(id_vars=["slowdown", "source"], value_vars=["predicted", "timeshare_predicted", "baseline_predicted",
+                                                              "baseline_measured"],
                     var_name="method", value_name="estimate")
 g = sns.relplot(data=long, x="slowdown", y="estimate", col="method", hue="source", height=3.3, alpha=0.4, s=10)
 lim = [float(min(long["slowdown"].min(), 1.0)) * 0.95, float(max(long["slowdown"].max(), long["estimate"].max())) * 1.05]
 for ax in g.axes.flat:
     ax.plot(lim, lim, "k:", lw=1)
     ax.set_xlabel("measured slowdown")
-g.figure.suptitle("held-out workloads: cross-fitted model vs additive baselines", y=1.03)
+g.figure.suptitle("held-out workloads: cross-fitted model vs time-sharing and additive baselines", y=1.03)
 save_figure(g.figure, "06-slowdown-model-vs-baselines")
 plt.show()
+
+# %% [markdown]
+# ## Does a pair fit in memory together?
+#
+# Each member's memory is lognormal around its out-of-fold point prediction with the spread of its
+# interval (`gpupred.colocation.memfit`); the pair's sum is approximated by one lognormal, which gives
+# the probability that the pair runs out of memory on its GPU and a 95 % quantile of its memory. A
+# scheduler places a pair only when that probability is at most `max_oom_risk`, so a point sum that just
+# fits under a wide interval is refused. Checked against what the pairs measured: how often the
+# measured pair memory stays under the predicted 95 % quantile (the pair memory includes both CUDA
+# contexts; the solo labels one each), and how many measured out-of-memory failures were placed anyway.
+
+# %%
+from gpupred.hardware import gpu_spec  # noqa: E402
+
+fit_frames = []
+for gpu, idx in table.groupby("gpu_name").groups.items():
+    t_gpu = table.loc[idx].reset_index(drop=True)
+    m_gpu = colocation.align(t_gpu, features)
+    try:
+        capacity = float(gpu_spec(str(gpu)).memory_gb) * 1024.0
+    except Exception:  # a fixture GPU name: the largest pair sum seen stands in for the capacity
+        capacity = float(t_gpu["sum_mem_mib"].max())
+    usable = m_gpu["mem_mib"].notna() & m_gpu["mem_mib_high"].notna()
+    usable = usable.groupby(t_gpu["group_id"]).transform("all")
+    fit = colocation.group_memory_fit(t_gpu[usable.to_numpy()].reset_index(drop=True),
+                                      m_gpu[usable.to_numpy()].reset_index(drop=True), capacity, level=interval_level,
+                                      max_risk=max_oom_risk)
+    fit_frames.append(fit.assign(gpu_name=gpu, capacity_mib=capacity))
+memfit = pd.concat(fit_frames, ignore_index=True)
+measured_mem = memfit["measured_mib"].notna()
+mem_metrics = {
+    "memfit_pairs": int(len(memfit)),
+    "memfit_placed_frac": float(memfit["place"].mean()) if len(memfit) else float("nan"),
+    "memfit_q95_coverage": float((memfit.loc[measured_mem, "measured_mib"] <= memfit.loc[measured_mem, "q95_mib"]).mean())
+    if measured_mem.any() else float("nan"),
+    "memfit_failed_pairs": int(memfit["failed"].sum()),
+    "memfit_failed_pairs_placed": int((memfit["failed"] & memfit["place"]).sum()),
+    "memfit_point_fits_but_refused": int(((memfit["point_sum_mib"] <= memfit["capacity_mib"]) & ~memfit["place"]).sum()),
+}
+update_metrics(mem_metrics)
+print(mem_metrics)
+memfit.groupby("gpu_name")[["point_sum_mib", "q95_mib", "p_oom", "measured_mib"]].describe().T.round(2)
+
+# %% [markdown]
+# ## Closing note
+#
+# Held-out Spearman and MAE of the model and every baseline, by pair (workload held out) and by whole
+# model group, and the memory-fit check, printed from this run's numbers.
+
+# %%
+for name, row in scores.iterrows():
+    print(f"{name:45s} by pair: Spearman {row['spearman_by_pair']:.3f}, MAE {row['mae_by_pair']:.3f}; "
+          f"by model group: Spearman {row['spearman_by_group']:.3f}, MAE {row['mae_by_group']:.3f}")
+print(f"memory: the measured pair memory stayed under the predicted 95 % quantile for {mem_metrics['memfit_q95_coverage']:.1%} "
+      f"of {mem_metrics['memfit_pairs']} pairs; {mem_metrics['memfit_failed_pairs_placed']} of "
+      f"{mem_metrics['memfit_failed_pairs']} measured out-of-memory pairs would have been placed at risk <= {max_oom_risk}")

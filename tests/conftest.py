@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -12,25 +11,31 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def run_notebook_in(root: Path, monkeypatch: pytest.MonkeyPatch, name: str, parameters: dict[str, Any] | None = None,
+                    allow_missing_input: bool = False) -> Path:
+    """Run ``notebooks/<name>.ipynb`` through papermill with ``GPUPRED_ROOT`` set to the temporary tree ``root``.
+
+    The tree gets ``pyproject.toml`` and ``notebooks/``; fixture inputs go under ``root`` (``data/raw``,
+    ``data/processed``...) before the call. Returns the executed notebook.
+    """
+    from gpupred.pipeline import run_notebook as _run_nb
+
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    if not (root / "notebooks").exists():
+        shutil.copytree(REPO / "notebooks", root / "notebooks")
+    monkeypatch.setenv("GPUPRED_ROOT", str(root))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    result = _run_nb(root / "notebooks" / f"{name}.ipynb", parameters, out_dir=root / "reports")
+    if not allow_missing_input:
+        assert result.status == "ok", result
+    return root / "reports" / f"{name}.ipynb"
+
+
 @pytest.fixture
 def run_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
-    """Run ``notebooks/<name>.ipynb`` through papermill with ``GPUPRED_ROOT`` set to a temporary tree.
-
-    The tree starts with ``pyproject.toml`` and ``notebooks/``; a test writes its fixture inputs under
-    ``tmp_path`` (``data/raw``, ``data/processed``...) before calling. Returns the executed notebook.
-    """
+    """``run_notebook(name, parameters, allow_missing_input)``: :func:`run_notebook_in` on this test's ``tmp_path``."""
 
     def _run(name: str, parameters: dict[str, Any] | None = None, allow_missing_input: bool = False) -> Path:
-        from gpupred.pipeline import run_notebook as _run_nb
-
-        shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-        if not (tmp_path / "notebooks").exists():
-            shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
-        monkeypatch.setenv("GPUPRED_ROOT", str(tmp_path))
-        monkeypatch.setenv("MPLBACKEND", "Agg")
-        result = _run_nb(tmp_path / "notebooks" / f"{name}.ipynb", parameters, out_dir=tmp_path / "reports")
-        if not allow_missing_input:
-            assert result.status == "ok", result
-        return tmp_path / "reports" / f"{name}.ipynb"
+        return run_notebook_in(tmp_path, monkeypatch, name, parameters, allow_missing_input)
 
     return _run

@@ -71,7 +71,8 @@ def test_a_kind_with_too_few_workloads_is_not_tested(two_kinds: pd.DataFrame) ->
 
 
 def test_evaluation_table_on_fixture(two_kinds: pd.DataFrame) -> None:
-    table, res = cross_gpu_evaluation(two_kinds, "gpu_util", ["ridge", "knn"], CVSettings(n_cal=3, n_jobs=1), n_within=3)
+    table, res = cross_gpu_evaluation(two_kinds, "gpu_util", ["ridge", "knn"], CVSettings(n_cal=3, n_jobs=1),
+                                      n_within=3)
     assert res is not None
     assert set(zip(table["test_gpu"], table["train"], table["workloads"])) == {
         (S_H100, "within", "unseen"), (S_H100, S_RTX, "twins"), (S_RTX, "within", "unseen"), (S_RTX, S_H100, "twins")}
@@ -86,7 +87,8 @@ def test_evaluation_table_on_fixture(two_kinds: pd.DataFrame) -> None:
 
 
 def test_one_kind_gives_an_empty_table() -> None:
-    table, res = cross_gpu_evaluation(fixture_dataset(gpus=(H100,), n_batch_sizes=1), "gpu_util", ["ridge"], CVSettings(n_jobs=1))
+    one_kind = fixture_dataset(gpus=(H100,), n_batch_sizes=1)
+    table, res = cross_gpu_evaluation(one_kind, "gpu_util", ["ridge"], CVSettings(n_jobs=1))
     assert res is None and table.empty and "rmsle" in table.columns
 
 

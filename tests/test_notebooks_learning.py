@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import run_notebook_in
 from fixtures_learning import write_fixture_dataset
 
 pytestmark = pytest.mark.notebook
@@ -15,8 +17,9 @@ pytestmark = pytest.mark.notebook
 NOTEBOOKS = ["03-compare-regressors", "04-explain", "05-memory", "08-export-predictor"]
 SMALL = {
     "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
-                              "n_jobs": 1, "cross_gpu_targets": ["gpu_util"], "n_within": 3},
-    "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1, "explain_model": "xgboost"},
+                              "n_jobs": 1, "cross_gpu_targets": ["gpu_util"], "n_within": 3,
+                              "compared": ["ridge", "decision_tree"]},
+    "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1},
     "05-memory": {"n_folds": 2, "residual_model": "ridge"},
     "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False},
 }
@@ -34,49 +37,74 @@ def test_missing_input_skips(name: str, run_notebook, tmp_path: Path) -> None:
     assert "MissingInput" in json.dumps(summary) and "gpupred import" in json.dumps(summary)
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_runs_on_fixture_dataset(name: str, run_notebook, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def after_03(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temporary tree with a FIXTURE dataset that notebook 03 has run on (once for the module)."""
+    root = tmp_path_factory.mktemp("after-03")
+    write_fixture_dataset(root, **TWO_SOURCES)
+    with pytest.MonkeyPatch.context() as mp:
+        run_notebook_in(root, mp, "03-compare-regressors", SMALL["03-compare-regressors"])
+    return root
+
+
+def _copy(tree: Path, to: Path) -> None:
+    """The data and reports of ``tree`` (a run of notebook 03) copied into the test's own tree ``to``."""
+    for part in ("data", "reports"):
+        shutil.copytree(tree / part, to / part, dirs_exist_ok=True)
+
+
+def test_03_on_fixture_dataset(after_03: Path) -> None:
+    metrics = json.loads((after_03 / "reports" / "metrics.json").read_text())
+    figures = {f.name for f in (after_03 / "reports" / "figures").glob("*.png")}
+    assert ITEM_6_FROM_03 <= set(metrics) and metrics["sources"] == ["gpupred", "lucid"]
+    assert set(metrics["util_rmsle_by_source"]) == {"gpupred", "lucid"}
+    assert set(metrics["util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
+    assert metrics["util_interval_coverage_grouped_random"] >= 0.8 and metrics["util_best_model"] in ("ridge", "knn")
+    assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png"} <= figures
+    # every FIXTURE workload is on both GPUs: within-GPU references and twins splits, no unseen ones
+    assert set(metrics["util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
+    assert set(metrics["util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"}
+    assert metrics["twin_ratio_median"]["RTX 3090/H100 SXM"]["all"]["gpu_util_ratio_median"] > 0
+    from gpupred.learn.choice import read_model_choice
+    from gpupred.learn.oof import read_oof_predictions
+
+    dataset = pd.read_parquet(after_03 / "data" / "processed" / "dataset.parquet")
+    oof = read_oof_predictions(dataset, after_03 / "data" / "processed" / "oof_predictions.parquet")
+    assert len(oof) == len(dataset) and {"gpu_util_low", "memory_mib_high"} <= set(oof.columns)
+    choice = read_model_choice(dataset, after_03 / "data" / "processed" / "model_choice.json")
+    assert choice == {"gpu_util": metrics["util_best_model"], "memory_mib": metrics["memory_mib_best_model"]}
+
+
+def test_04_explains_with_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
+    """With no model named, 04 reads 03's choice; a non-tree choice (ridge, knn here) falls back to xgboost."""
+    _copy(after_03, tmp_path)
+    run_notebook("04-explain", {**SMALL["04-explain"], "explain_model": ""})
+    figures = {f.name for f in (tmp_path / "reports" / "figures").glob("*.png")}
+    assert any("shap-beeswarm" in f for f in figures) and any("shap-dependence" in f for f in figures)
+    html = (tmp_path / "reports" / "04-explain.html").read_text()
+    assert "explaining gpu_util with xgboost" in html
+
+
+def test_05_on_fixture_dataset(run_notebook, tmp_path: Path) -> None:
     write_fixture_dataset(tmp_path, **TWO_SOURCES)
-    run_notebook(name, SMALL[name])
-    metrics_path = tmp_path / "reports" / "metrics.json"
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
-    figures = {f.name for f in (tmp_path / "reports" / "figures").glob("*.png")} if name != "08-export-predictor" else set()
-    if name == "03-compare-regressors":
-        assert ITEM_6_FROM_03 <= set(metrics) and metrics["sources"] == ["gpupred", "lucid"]
-        assert set(metrics["util_rmsle_by_source"]) == {"gpupred", "lucid"}
-        assert set(metrics["util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
-        assert metrics["util_interval_coverage_grouped_random"] >= 0.8 and metrics["util_best_model"] in ("ridge", "knn")
-        assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png"} <= figures
-        # every FIXTURE workload is on both GPUs: within-GPU references and twins splits, no unseen ones
-        assert set(metrics["util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
-        assert set(metrics["util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"}
-        assert metrics["twin_ratio_median"]["RTX 3090/H100 SXM"]["all"]["gpu_util_ratio_median"] > 0
-        from gpupred.learn.oof import read_oof_predictions
-
-        dataset = pd.read_parquet(tmp_path / "data" / "processed" / "dataset.parquet")
-        oof = read_oof_predictions(dataset, tmp_path / "data" / "processed" / "oof_predictions.parquet")
-        assert len(oof) == len(dataset) and {"gpu_util_low", "memory_mib_high"} <= set(oof.columns)
-    elif name == "04-explain":
-        assert any("shap-beeswarm" in f for f in figures) and any("shap-dependence" in f for f in figures)
-    elif name == "05-memory":
-        assert ITEM_6_FROM_05 <= set(metrics) and set(metrics["memory_median_rel_err_by_source"]) == {"gpupred", "lucid"}
-        assert {"05-memory-rel-err.png", "05-memory-estimate-vs-measured.png"} <= figures
-    else:
-        assert (tmp_path / "models" / "predictor.joblib").exists()
-        card = json.loads((tmp_path / "models" / "predictor.json").read_text())
-        assert "non-commercial" in card["usage_restriction"].lower() and set(card["sources"]) == {"gpupred", "lucid"}
+    run_notebook("05-memory", SMALL["05-memory"])
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    figures = {f.name for f in (tmp_path / "reports" / "figures").glob("*.png")}
+    assert ITEM_6_FROM_05 <= set(metrics) and set(metrics["memory_median_rel_err_by_source"]) == {"gpupred", "lucid"}
+    assert {"05-memory-rel-err.png", "05-memory-estimate-vs-measured.png"} <= figures
 
 
-def test_export_takes_the_model_notebook_03_chose(run_notebook, tmp_path: Path) -> None:
+def test_08_exports_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
     """08 with no model named exports 03's choice and carries 03's outer-fold figures in the card (FIXTURE data)."""
-    write_fixture_dataset(tmp_path, **TWO_SOURCES)
-    run_notebook("03-compare-regressors", SMALL["03-compare-regressors"])
+    _copy(after_03, tmp_path)
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
     run_notebook("08-export-predictor", {**SMALL["08-export-predictor"], "model": ""})
+    default = json.loads((tmp_path / "models" / "predictor.json").read_text())
+    assert not default["usage_restriction"] and set(default["sources"]) == {"gpupred"}  # own measurements only
+    card = json.loads((tmp_path / "models" / "predictor-noncommercial.json").read_text())  # trained on what 03 saw
+    assert "non-commercial" in card["usage_restriction"].lower() and set(card["sources"]) == {"gpupred", "lucid"}
     choice = json.loads((tmp_path / "data" / "processed" / "model_choice.json").read_text())
-    assert choice["models"]["gpu_util"] == metrics["util_best_model"]
-    card = json.loads((tmp_path / "models" / "predictor.json").read_text())
-    assert card["targets"]["gpu_util"]["model"] == choice["models"]["gpu_util"] in ("ridge", "knn")
+    assert card["targets"]["gpu_util"]["model"] == choice["models"]["gpu_util"] == metrics["util_best_model"]
     assert card["targets"]["memory_mib"]["model"] == metrics["memory_mib_best_model"]
     assert card["cv_metrics"]["util_rmsle_lofo"] == metrics["util_rmsle_lofo"]
     assert "util_interval_coverage_grouped_random" in card["cv_metrics"]

@@ -15,7 +15,27 @@ pytestmark = pytest.mark.notebook
 POLICIES = ("slot", "reactive", "horus", "ours")
 SIM_METRICS = ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s")
 SMALL_07 = {"nodes": 1, "gpus_per_node": 4, "n_jobs": 120, "loads": [], "seeds": [0, 1, 2, 3, 4],
-            "median_duration_s": 300.0, "bin_s": 300.0, "n_folds": 3, "lucid": False}
+            "median_duration_s": 300.0, "bin_s": 300.0, "n_folds": 3, "lucid": False, "openb": False}
+
+
+def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
+    """FIXTURE files in the openb layout (made-up tasks and nodes; not rows of the published trace)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    created = np.sort(rng.uniform(0, 20_000, n)).round()
+    num = rng.choice([0, 1, 1, 1, 1, 2], n)
+    pd.DataFrame({
+        "name": [f"fixture-pod-{k}" for k in range(n)], "cpu_milli": 4000, "memory_mib": 8192, "num_gpu": num,
+        "gpu_milli": np.where(num == 1, rng.choice([250, 500, 1000], n), np.where(num > 1, 1000, 0)), "gpu_spec": "",
+        "qos": "LS", "pod_phase": "Succeeded", "creation_time": created,
+        "deletion_time": created + 10 + rng.lognormal(6, 1, n).round(), "scheduled_time": created + 5,
+    }).to_csv(folder / "openb_pod_list_default.csv", index=False)
+    pd.DataFrame({"sn": [f"fixture-node-{k}" for k in range(8)], "cpu_milli": 64000, "memory_mib": 262144,
+                  "gpu": [2, 4] * 4, "model": ["T4", "G2"] * 4}).to_csv(folder / "openb_node_list_gpu_node.csv", index=False)
+    return folder
 
 
 def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
@@ -23,8 +43,10 @@ def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
     for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
-                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model"):
+                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model",
+                "slowdown_spearman_heldout_timeshare_predicted", "slowdown_mae_heldout_timeshare_measured_by_model"):
         assert key in metrics
+    assert metrics["memfit_pairs"] > 0 and 0 <= metrics["memfit_q95_coverage"] <= 1
     assert metrics["slowdown_heldout_pairs"] > 0 and metrics["slowdown_excluded_jobs"] >= 2  # the failed pair
     for fig in ("06-slowdown-vs-summed-util", "06-slowdown-model-vs-baselines"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
@@ -59,6 +81,23 @@ def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
     assert metrics["sim_seeds"] == 5 and 0 <= metrics["sim_pairs_measured_frac"] <= 1
     for fig in ("07-policies-synthetic", "07-util-over-time"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
+
+
+def test_07_openb_section_on_fixture_files(tmp_path: Path, run_notebook) -> None:
+    write_notebook_tree(tmp_path)
+    fixture = write_openb_fixture(tmp_path / "openb-fixture")
+    params = {**SMALL_07, "n_jobs": 40, "seeds": [0, 1, 2, 3, 4], "openb_fixture_dir": str(fixture), "trace_loads": [1.0],
+              "eval_tasks": 60, "tune_frac": 0.3, "tune_grid": [1.5, 2.0]}
+    run_notebook("07-scheduling-sim", params)
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    assert metrics["openb_tasks"] == 160 and metrics["openb_eval_tasks"] == 60
+    for quality in ("ours", "perfect", "degraded"):
+        for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "avg_util", "makespan_s"):
+            assert f"sim_openb_load1_{quality}_ours_minus_horus_{key}_ci" in metrics
+    assert metrics["sim_openb_changed_max_slowdown"] in (1.5, 2.0)
+    assert "sim_openb_load1_changed_ours_minus_horus_mean_jct_s" in metrics
+    html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
+    assert "ours - Horus mean JCT" in html and (tmp_path / "reports" / "figures" / "07-openb-policies.png").exists()
 
 
 def test_07_skips_the_public_trace_when_absent(tmp_path: Path, run_notebook) -> None:

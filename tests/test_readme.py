@@ -50,4 +50,4 @@ def test_without_a_predictor_the_snippet_says_what_it_needs(tmp_path: Path, monk
 
     with pytest.raises(GpupredError, match="make all. exports one"):
         gpupred.load_predictor()
-    assert "`make all` exports it" in (REPO / "README.md").read_text()
+    assert "`make all` exports both" in (REPO / "README.md").read_text()

@@ -201,7 +201,7 @@ class PeekingOurs(OursPolicy):
         gpus, mates = self._mates(j)
         if len(gpus) and self.sim.truth.pair(np.full(len(mates), j), mates).min() <= self.max_slowdown:
             return int(gpus[0])
-        return self._empty_gpu()
+        return self._empty_gpu(j)
 
 
 class PeekingHorus(HorusPolicy):
@@ -306,7 +306,7 @@ def test_metrics_and_timeseries() -> None:
 
 def test_seed_summary_ci_and_report_keys() -> None:
     runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "policy": ["slot"] * 3 + ["ours"] * 3,
-                         "avg_util": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "makespan_s": 10.0, "mean_jct_s": 5.0,
+                         "avg_util": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "makespan_s": 10.0, "mean_jct_s": 5.0, "p95_jct_s": 9.0, "ooms": 0,
                          "mean_wait_s": [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]})
     summary = sim.summarize_seeds(runs).set_index("policy")
     assert summary.loc["slot", "avg_util"] == 2.0
@@ -407,3 +407,58 @@ def test_trace_csv_errors_name_the_file(tmp_path: Path, text: str, match: str) -
 def test_trace_csv_missing_file(tmp_path: Path) -> None:
     with pytest.raises(GpupredError, match="not found"):
         load_trace_csv(tmp_path / "nope.csv", fixture_workload_table(3))
+
+
+# --- heterogeneous GPUs, OOM risk, oracle runs ------------------------------------------------------------------
+
+
+def test_heterogeneous_gpus_best_fit_and_oom_alone() -> None:
+    cluster = Cluster(per_gpu_memory_mib=(16_000.0, 32_000.0))
+    assert cluster.n_gpus == 2 and cluster.capacity.tolist() == [16_000.0, 32_000.0]
+    # Horus knows the 20 GB job does not fit the 16 GB GPU: it takes the 32 GB one at once
+    res = simulate(jobs({"mem": 20_000.0}), cluster, HorusPolicy())
+    assert res.metrics["ooms"] == 0 and res.jobs["gpu"].tolist() == [1]
+    # slot knows no memory: the smallest empty GPU first, an OOM there (+30 s of work), then the larger one
+    res = simulate(jobs({"mem": 20_000.0}), cluster, SlotPolicy())
+    assert res.metrics["ooms"] == 1 and res.jobs["gpu"].tolist() == [1] and jct(res) == [130.0]
+    with pytest.raises(GpupredError, match="32000 MiB GPU even alone"):
+        Simulator(jobs({"mem": 40_000.0}), cluster)
+
+
+def test_ours_refuses_a_pair_whose_point_fits_but_risk_is_high() -> None:
+    # points 10 + 10 GB fit 24 GB, but upper bounds of 20 GB each make an OOM likely: ours with a risk cap waits
+    cluster = Cluster(1, 1, gpu_memory_mib=24_000.0)
+    specs = ({"mem": 10_000.0, "pred_mem_high": 20_000.0}, {"mem": 10_000.0, "pred_mem_high": 20_000.0})
+    risky = simulate(jobs(*specs), cluster, OursPolicy(predicted(1.1), max_oom_risk=0.05), Const(1.1))
+    assert jct(risky) == [100.0, 200.0]  # serialized
+    tight = ({"mem": 10_000.0, "pred_mem_high": 10_500.0}, {"mem": 10_000.0, "pred_mem_high": 10_500.0})
+    packed = simulate(jobs(*tight), cluster, OursPolicy(predicted(1.1), max_oom_risk=0.05), Const(1.1))
+    assert jct(packed) == [pytest.approx(110.0), pytest.approx(110.0)]
+
+
+def test_oracle_runs_may_hold_the_truth_but_not_read_it() -> None:
+    measured = np.array([[1.1, 1.3], [1.2, 1.05]])
+    truth = PairSlowdown(measured, np.ones((2, 2)), np.arange(2))
+    copy = PredictedSlowdown(measured.copy(), measured.copy(), np.arange(2))
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(copy), truth, oracle=True)
+    assert res.metrics["n_jobs"] == 2
+    with pytest.raises(TruthLeak):
+        simulate(jobs({}, {}), one_gpu(), OursPolicy(copy), truth)
+
+
+def test_a_job_believed_too_big_for_every_gpu_still_runs_on_the_largest() -> None:
+    res = simulate(jobs({"mem": 10_000.0, "pred_mem_high": 90_000.0}), one_gpu(), OursPolicy(predicted(1.1)), Const(1.1))
+    assert jct(res) == [100.0] and res.metrics["ooms"] == 0
+
+
+def test_verdict_and_why_line_read_the_numbers() -> None:
+    paired = pd.DataFrame([{"comparison": "ours_minus_horus", "mean_jct_s": -50.0, "mean_jct_s_ci": 20.0, "ooms": 0.0,
+                            "p95_jct_s": -10.0}])
+    assert sim.verdict(paired, "x").endswith("beats Horus") and "[-70, -30]" in sim.verdict(paired, "x")
+    assert "does not beat" in sim.verdict(paired.assign(mean_jct_s_ci=60.0), "x")
+    assert "does not beat" in sim.verdict(paired.assign(ooms=1.0), "x")
+    sharing = pd.DataFrame({"policy": ["ours", "horus"], "shared_per_job": [0.2, 0.6], "mean_wait_s": [90.0, 10.0],
+                            "ooms": [0.0, 3.0]})
+    cand = {"upper_bound": 0.5, "point": 0.9, "truth": 0.95, "truth_median": 1.1, "upper_bound_median": 1.6}
+    line = sim.why_line(sharing, cand, 1.5)
+    assert "0.200 co-locations per job against Horus's 0.600" in line and "allow 50% of workload pairs" in line

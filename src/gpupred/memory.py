@@ -1,4 +1,8 @@
-"""GPU memory of a training job: Horus's formula, an analytical estimate, and a learned residual on top.
+"""GPU memory of a training job: Horus's formula, the first analytical estimate with a learned residual, and
+the analytic footprint of :mod:`gpupred.footprint` times a bounded learned correction, with intervals
+calibrated on leave-one-family-out residuals (:class:`FootprintModel`).
+
+The first analytical estimate (``analytical``, ``analytical+residual``: kept as the baseline it was):
 
 Analytical estimate (MiB) = weights + gradients + optimizer state + autocast weight copies +
 activations kept for backward + overhead, where weights = gradients = ``param_bytes`` (fp32 master
@@ -25,7 +29,15 @@ from gpupred.errors import GpupredError
 
 MIB = float(2**20)
 OPTIMIZER_STATES: dict[str, float] = {"sgd": 1.0, "adam": 2.0}  # param-sized buffers per optimizer
-METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual")
+METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
+OLD_METHODS: tuple[str, ...] = METHODS[:3]
+BEST = "footprint*correction"
+CORRECTION_CLIP = 0.2  # |log correction| <= 0.2: the learned factor stays within x0.82 .. x1.22 of the footprint
+COVERAGE = 0.9  # nominal coverage of the intervals
+MAX_ROWS_PER_SOURCE = 600  # the model is fitted on at most this many rows per source (seeded sample; keeps it fast)
+CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplies, it never sets the size
+    "is_bf16", "is_adam", "frac_flops_conv", "frac_flops_matmul", "frac_flops_recurrent", "frac_flops_norm",
+    "frac_flops_act", "frac_flops_pool", "frac_flops_elementwise")
 
 
 def horus_mib(df: pd.DataFrame) -> np.ndarray:
@@ -61,7 +73,9 @@ class MemoryModel:
         gap = data[target].to_numpy(float) - analytical_bytes(data) / MIB
         self.overhead_ = pd.Series(gap, index=data["gpu"].to_numpy()).groupby(level=0).median().to_dict()
         self.overhead_default_ = float(np.median(gap))
-        self.features_ = feature_columns(data)
+        from gpupred.footprint import FOOTPRINT_COLUMNS
+
+        self.features_ = [c for c in feature_columns(data) if c not in FOOTPRINT_COLUMNS]  # the baseline as it was
         ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.analytical(data), 1.0))
         self.residual_ = make_regressor(self.residual_model, tune=False, seed=self.seed).fit(
             data[self.features_].to_numpy(float), ratio)
@@ -69,43 +83,65 @@ class MemoryModel:
 
     def analytical(self, df: pd.DataFrame) -> np.ndarray:
         """The analytical estimate in MiB, overhead included."""
-        overhead = df["gpu"].map(self.overhead_).fillna(self.overhead_default_).to_numpy(float) if "gpu" in df else self.overhead_default_
+        overhead = (df["gpu"].map(self.overhead_).fillna(self.overhead_default_).to_numpy(float) if "gpu" in df
+                    else self.overhead_default_)
         return analytical_bytes(df) / MIB + overhead
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """Each method's estimate in MiB: horus, analytical, analytical+residual."""
         ana = self.analytical(df)
         corrected = np.maximum(ana, 1.0) * np.exp(self.residual_.predict(df[self.features_].to_numpy(float)))
-        return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected}, index=df.index)
+        return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected},
+                            index=df.index)
 
 
 def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_folds: int = 5,
                     target: str = "memory_mib", seed: int = 0, residual_model: str = "lightgbm") -> pd.DataFrame:
-    """Out-of-sample estimate and relative error of every method, one row per (scheme, split, run, method)."""
+    """Out-of-sample estimate, relative error and interval of every method, one row per (scheme, split, run, method).
+
+    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`) for the footprint
+    methods to count activations from the graph; without them the footprint falls back to ``activation_bytes``.
+    """
     from gpupred.learn.evaluate import splits_for
 
     data = df[df[target].notna()].reset_index(drop=True)
-    source = data["source"].to_numpy() if "source" in data.columns else np.full(len(data), "")
     out = []
     for scheme in schemes:
         for train, test, label in splits_for(data, scheme, n_folds, seed):
-            model = MemoryModel(residual_model=residual_model, seed=seed).fit(data.iloc[train], target)
-            est = model.predict(data.iloc[test])
-            measured = data.iloc[test][target].to_numpy(float)
-            for method in METHODS:
-                rel = np.abs(est[method].to_numpy() - measured) / measured
-                out.append(pd.DataFrame({"scheme": scheme, "split": label, "method": method,
-                                         "run_id": data.iloc[test]["run_id"].to_numpy(), "estimate_mib": est[method].to_numpy(),
-                                         "measured_mib": measured, "rel_err": rel, "source": source[test],
-                                         "family": data.iloc[test]["family"].to_numpy()}))
+            est = _estimates(data.iloc[train], data.iloc[test], target, seed, residual_model)
+            out.append(_error_rows(data.iloc[test], est, target, scheme, label))
     return pd.concat(out, ignore_index=True)
 
 
+def _estimates(train: pd.DataFrame, test: pd.DataFrame, target: str, seed: int, residual_model: str) -> pd.DataFrame:
+    """Every method's estimate for ``test`` from models fitted on ``train`` (plus the best method's interval)."""
+    old = MemoryModel(residual_model=residual_model, seed=seed).fit(train, target).predict(test)
+    new = FootprintModel(seed=seed).fit(train, target).predict(test)
+    return pd.concat([old, new], axis=1)
+
+
+def _error_rows(test: pd.DataFrame, est: pd.DataFrame, target: str, scheme: str, label: str) -> pd.DataFrame:
+    """Long table of one split: estimate, relative error and interval coverage per run and method."""
+    measured = test[target].to_numpy(float)
+    source = test["source"].to_numpy() if "source" in test.columns else np.full(len(test), "")
+    inside = ((est["low"] <= measured) & (measured <= est["high"])).to_numpy(float)
+    rows = []
+    for method in METHODS:
+        e = est[method].to_numpy(float)
+        rows.append(pd.DataFrame({
+            "scheme": scheme, "split": label, "method": method, "run_id": test["run_id"].to_numpy(),
+            "estimate_mib": e, "measured_mib": measured, "rel_err": np.abs(e - measured) / measured,
+            "covered": inside if method == BEST else np.nan, "source": source, "family": test["family"].to_numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
 def summarize_memory(errors: pd.DataFrame, by_source: bool = False) -> pd.DataFrame:
-    """Median and p90 relative error per method and scheme (and per source)."""
+    """Median, p90 and max relative error and interval coverage per method and scheme (and per source)."""
     keys = ["method", "scheme", *(["source"] if by_source else [])]
-    g = errors.groupby(keys)["rel_err"]
-    table = pd.DataFrame({"median": g.median(), "p90": g.quantile(0.9), "max": g.max(), "n": g.size()})
+    g = errors.groupby(keys)
+    rel = g["rel_err"]
+    table = pd.DataFrame({"median": rel.median(), "p90": rel.quantile(0.9), "max": rel.max(),
+                          "coverage": g["covered"].mean(), "n": rel.size()})
     return table.unstack("scheme")
 
 
@@ -144,3 +180,137 @@ def plot_estimates(errors: pd.DataFrame, scheme: str = "grouped_random") -> Any:
                ylabel="estimate MiB")
     fig.tight_layout()
     return fig
+
+
+def correction_features(df: pd.DataFrame) -> np.ndarray:
+    """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total."""
+    from gpupred.footprint import footprint_terms, protocols
+
+    terms = footprint_terms(df, protocols(df))
+    shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
+    flags = np.column_stack([df[c].fillna(0.0).to_numpy(float) if c in df.columns else np.zeros(len(df))
+                             for c in CORRECTION_FEATURES])
+    return np.column_stack([flags, shares])
+
+
+def per_source_sample(df: pd.DataFrame, max_rows: int, seed: int = 0) -> pd.DataFrame:
+    """At most ``max_rows`` rows of each source (seeded sample): a source's weight is its total anyway."""
+    if "source" not in df.columns:
+        return df
+    parts = [g if len(g) <= max_rows else g.sample(max_rows, random_state=seed)
+             for _, g in df.groupby("source", sort=False)]
+    return df[df.index.isin(pd.concat(parts).index)] if parts else df
+
+
+def source_weights(df: pd.DataFrame) -> np.ndarray:
+    """Per-row weights giving every source the same total (3,000 imported MLPs do not outvote 200 own runs)."""
+    src = df["source"].astype(str).to_numpy(dtype=object) if "source" in df.columns else np.full(len(df), "")
+    _, inverse, counts = np.unique(src, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inverse].astype(float)
+
+
+class FootprintModel:
+    """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals."""
+
+    def __init__(self, seed: int = 0, calibrate: bool = True) -> None:
+        self.seed = seed
+        self.calibrate = calibrate
+
+    def _regressor(self) -> Any:
+        """The correction's regressor: small boosted trees (single-threaded; they cannot leave the clipped range)."""
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        return GradientBoostingRegressor(n_estimators=30, max_depth=3, learning_rate=0.08, min_samples_leaf=30,
+                                         subsample=0.8, random_state=self.seed)
+
+    def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "FootprintModel":
+        """Fit the footprint's constants and the correction on ``df`` (training rows), then calibrate the intervals."""
+        from gpupred.footprint import Footprint
+
+        data = per_source_sample(df[df[target].notna()], MAX_ROWS_PER_SOURCE, self.seed)
+        self.footprint_ = Footprint().fit(data, target)
+        ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.footprint_.predict(data), 1.0))
+        self.correction_ = self._regressor().fit(correction_features(data),
+                                                 np.clip(ratio, -CORRECTION_CLIP, CORRECTION_CLIP),
+                                                 sample_weight=source_weights(data))
+        self.protocols_ = set(self.footprint_.context_mib)
+        self.halfwidth_ = lofo_halfwidths(data, target, self.seed) if self.calibrate else {}
+        return self
+
+    def correction(self, df: pd.DataFrame) -> np.ndarray:
+        """The learned log-factor, clipped to +-CORRECTION_CLIP."""
+        return np.clip(self.correction_.predict(correction_features(df)), -CORRECTION_CLIP,
+                       CORRECTION_CLIP)
+
+    def predict(self, df: pd.DataFrame) -> pd.DataFrame:
+        """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
+        from gpupred.footprint import protocol_keys, protocols
+
+        base = self.footprint_.predict(df)
+        best = np.maximum(base, 1.0) * np.exp(self.correction(df))
+        src = protocols(df).to_numpy()
+        widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
+        seen = np.isin(protocol_keys(df), list(self.protocols_))
+        known = np.isin(src, [k.split("|")[1] for k in self.protocols_])
+        # extrapolated: a GPU not measured with the protocol gets the widest calibrated half-width doubled; a
+        # protocol never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
+        q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
+                      for s, ok, kn in zip(src, seen, known)])
+        return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q)},
+                            index=df.index)
+
+
+def lofo_halfwidths(df: pd.DataFrame, target: str = "memory_mib", seed: int = 0) -> dict[str, float]:
+    """Per source, the COVERAGE quantile of |log error| of footprint*correction on families held out of ``df``."""
+    from gpupred.learn.evaluate import lofo_splits
+
+    res = np.full(len(df), np.nan)
+    for train, test, _ in lofo_splits(df["family"]):
+        if len(train) == 0:  # one family group only (e.g. GPUMemNet's networks alone): nothing to calibrate on
+            continue
+        model = FootprintModel(seed=seed, calibrate=False).fit(df.iloc[train], target)
+        pred = model.predict(df.iloc[test])[BEST].to_numpy()
+        res[test] = np.log(df.iloc[test][target].to_numpy(float)) - np.log(pred)
+    src = df["source"].astype(str).to_numpy() if "source" in df.columns else np.full(len(df), "gpupred")
+    out = {}
+    for s in pd.unique(src):
+        r = np.abs(res[(src == s) & np.isfinite(res)])
+        if len(r) >= 10:
+            out[str(s)] = float(np.quantile(r, min(1.0, COVERAGE * (1 + 1 / len(r)))))
+    return out
+
+
+OWN_SOURCE = "gpupred"  # this project's own runs (the H200 sweep so far)
+
+
+def method_key(method: str) -> str:
+    """A method's name as a metrics.json key part ('footprint*correction' -> 'footprint_times_correction')."""
+    return method.replace("+", "_plus_").replace("*", "_times_")
+
+
+def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
+                   headline_scheme: str = "grouped_random") -> dict[str, Any]:
+    """The figures of merit for reports/metrics.json: per method and scheme, pooled and on this project's own runs."""
+    pooled, own = summarize_memory(errors), summarize_memory(errors[errors["source"] == OWN_SOURCE])
+    out: dict[str, Any] = {
+        "memory_median_rel_err": pooled.loc[BEST, ("median", headline_scheme)],
+        "memory_p90_rel_err": pooled.loc[BEST, ("p90", headline_scheme)],
+        "memory_median_rel_err_horus": pooled.loc["horus", ("median", headline_scheme)],
+    }
+    for name, table in (("", pooled), ("_own", own)):
+        for method in table.index:
+            for scheme in table.columns.get_level_values(1).unique():
+                key = f"memory_{method_key(method)}_{scheme}{name}"
+                out[f"{key}_median_rel_err"] = float(table.loc[method, ("median", scheme)])
+                out[f"{key}_p90_rel_err"] = float(table.loc[method, ("p90", scheme)])
+                if method == BEST:
+                    out[f"{key}_coverage"] = float(table.loc[method, ("coverage", scheme)])
+    by = summarize_memory(errors, by_source=True)
+    out["memory_median_rel_err_by_source"] = {
+        src: {scheme: {method_key(m): float(by.loc[(m, src), ("median", scheme)])
+                       for m in METHODS if (m, src) in by.index}
+              for scheme in by.columns.get_level_values(1).unique()} for src in sorted(errors["source"].unique())}
+    if model is not None:
+        out["memory_footprint_constants"] = model.footprint_.constants()
+        out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
+    return out

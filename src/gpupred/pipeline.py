@@ -10,8 +10,9 @@ Re-running on unchanged inputs changes nothing that is committed: every notebook
 random state (a seeding cell is run first and removed from the executed copy, so jittered plots redraw
 identically), :func:`gpupred.reports.save_figure` leaves a figure file alone when its bytes would not
 change, and ``reports/pipeline.json`` holds statuses and reasons with paths relative to the project
-root (no timings: they differ on every run; the console line shows them). Progress bars are off inside
-the notebooks (``GPUPRED_PROGRESS=0``), so saved outputs hold no bar debris.
+root (no timings: they differ on every run; the console line shows them). Kernels run with
+:data:`KERNEL_ENV`: progress bars off (``GPUPRED_PROGRESS=0``, so saved outputs hold no bar debris), one
+BLAS/OpenMP thread and a fixed hash seed (figures independent of the machine's core count).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from gpupred import config
 from gpupred.errors import GpupredError
@@ -120,6 +122,27 @@ def kernel_manager() -> type:
     return EncryptedKernelManager
 
 
+# What every notebook kernel inherits: no progress-bar debris in saved outputs; one BLAS/OpenMP thread and a fixed
+# hash seed, so that no figure depends on the machine's core count or on the iteration order of a set of strings.
+KERNEL_ENV: dict[str, str] = {"GPUPRED_PROGRESS": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                              "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+@contextmanager
+def kernel_environment() -> Iterator[None]:
+    """Set :data:`KERNEL_ENV` in this process's environment (a kernel started inside inherits it), then restore it."""
+    saved = {k: os.environ.get(k) for k in KERNEL_ENV}
+    os.environ.update(KERNEL_ENV)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: Path | None = None) -> NotebookResult:
     """Execute one notebook with papermill into ``out_dir`` (.ipynb and .html)."""
     import logging
@@ -132,13 +155,12 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / path.name
     start = time.perf_counter()
-    saved = os.environ.get("GPUPRED_PROGRESS")
-    os.environ["GPUPRED_PROGRESS"] = "0"  # the kernel inherits it: no progress-bar debris in saved outputs
     try:
-        pm.execute_notebook(
-            _seeded(path), str(executed), parameters=parameters or {}, cwd=str(path.parent), progress_bar=False,
-            kernel_name="python3", kernel_manager_class=kernel_manager(),
-        )
+        with kernel_environment():
+            pm.execute_notebook(
+                _seeded(path), str(executed), parameters=parameters or {}, cwd=str(path.parent), progress_bar=False,
+                kernel_name="python3", kernel_manager_class=kernel_manager(),
+            )
         status, reason = "ok", ""
     except pm.PapermillExecutionError as err:
         if err.ename != "MissingInput":
@@ -146,11 +168,6 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
             _to_html(executed)
             raise GpupredError(f"{path.name} failed: {err.ename}: {err.evalue} (executed copy: {executed})") from None
         status, reason = "skipped", relative_paths(str(err.evalue))
-    finally:
-        if saved is None:
-            os.environ.pop("GPUPRED_PROGRESS", None)
-        else:
-            os.environ["GPUPRED_PROGRESS"] = saved
     _tidy(executed, reason if status == "skipped" else None)
     _to_html(executed)
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)

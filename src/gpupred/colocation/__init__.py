@@ -1,6 +1,8 @@
-"""Co-location: measured pairs from every source, the slowdown model, and its honest (held-out) evaluation."""
+"""Co-location: measured pairs from every source, the time-sharing estimate and its learned correction, honest
+(held-out) evaluation, and whether a pair fits in memory."""
 
 from gpupred.colocation.heldout import (
+    ESTIMATES,
     FEATURE_KEYS,
     MEASURED_BASE,
     PREDICTED_BASE,
@@ -12,8 +14,17 @@ from gpupred.colocation.heldout import (
     evaluate_heldout,
     heldout_by_source,
     measured_features,
+    plain_estimates,
     predicted_features,
+    score,
     usable_groups,
+    with_busy,
+)
+from gpupred.colocation.memfit import (
+    fits_together,
+    group_memory_fit,
+    pair_memory_quantile,
+    pair_oom_probability,
 )
 from gpupred.colocation.model import SlowdownModel, derive, group_features
 from gpupred.colocation.table import (
@@ -35,8 +46,11 @@ from gpupred.colocation.table import (
     source_summary,
     window_means,
 )
+from gpupred.colocation.timeshare import busy_fraction, group_timeshare, pair_timeshare, timeshare_slowdown
 
 __all__ = [
+    "ESTIMATES", "busy_fraction", "fits_together", "group_memory_fit", "group_timeshare", "pair_memory_quantile",
+    "pair_oom_probability", "pair_timeshare", "plain_estimates", "score", "timeshare_slowdown", "with_busy",
     "FEATURE_KEYS", "LUCID_PAIR_COLUMNS", "LUCID_SOLO_COLUMNS", "MEASURED_BASE", "PREDICTED_BASE", "SOLO_COLUMNS",
     "TABLE_COLUMNS", "CrossFit", "SlowdownModel", "align", "assign_folds", "baseline_slowdown", "colocation_table",
     "crossfit", "derive", "evaluate_heldout", "failed_groups", "group_features", "heldout_by_source", "load_colocation",

@@ -11,7 +11,11 @@
 - Interval: the upper bound of a cell's predictions is ``point x exp(q)``, ``q`` the ``1 - alpha``
   quantile of absolute held-out log errors of the *other* cells.
 - Baselines: ``max(1, summed utilization / 100)`` with predicted (out-of-fold) and with measured solo
-  utilization, on the same rows.
+  utilization, on the same rows; and the plain time-sharing estimate
+  (:mod:`gpupred.colocation.timeshare`) from each busy fraction there is: predicted utilization / 100
+  (``busy_util``), the step model's busy / step time (``busy_phys``, when the dataset has ``phys_*``
+  columns), and measured solo utilization / 100 (an oracle, like the measured baseline).
+- The model's ``busy`` input is ``busy_phys`` where the step model gives one, else ``busy_util``.
 """
 
 from __future__ import annotations
@@ -25,11 +29,15 @@ import numpy as np
 import pandas as pd
 
 from gpupred.colocation.model import SlowdownModel
+from gpupred.colocation.timeshare import busy_fraction, group_timeshare
 from gpupred.errors import GpupredError
 
-PREDICTED_BASE: tuple[str, ...] = ("gpu_util", "sm_active", "mem_mib", "flops_train", "arithmetic_intensity")
-MEASURED_BASE: tuple[str, ...] = ("gpu_util", "sm_active", "gmem_util", "mem_mib")
+PREDICTED_BASE: tuple[str, ...] = ("busy", "gpu_util", "sm_active", "mem_mib", "flops_train", "arithmetic_intensity",
+                                   "phys_kernels", "phys_host_s")
+MEASURED_BASE: tuple[str, ...] = ("busy", "gpu_util", "sm_active", "gmem_util", "mem_mib")
 GRAPH_COLUMNS: tuple[str, ...] = ("flops_train", "arithmetic_intensity")
+# The step model's per-row columns (gpupred.perf): computed from the graph and the GPU, never measured.
+PHYS_COLUMNS: tuple[str, ...] = ("phys_step_s", "phys_gpu_busy_s", "phys_host_s", "phys_util", "phys_kernels")
 FEATURE_KEYS: tuple[str, ...] = ("workload_id", "gpu_name")
 
 
@@ -44,19 +52,30 @@ def predicted_features(dataset: pd.DataFrame, oof: pd.DataFrame) -> pd.DataFrame
                for c in (t, f"{t}_low", f"{t}_high") if c in oof.columns]
     if "gpu_util" not in targets or "memory_mib" not in targets:
         raise GpupredError("out-of-fold predictions need gpu_util and memory_mib (gpupred.learn.oof contract)")
-    graph = [c for c in GRAPH_COLUMNS if c in dataset.columns]
+    graph = [c for c in (*GRAPH_COLUMNS, *PHYS_COLUMNS) if c in dataset.columns]
     d = dataset[["run_id", "workload_id", "gpu_name", *graph]]
     p = oof[["run_id", *targets]].merge(d, on="run_id", how="inner")
     if len(p) < len(oof):
         raise GpupredError(f"{len(oof) - len(p)} out-of-fold predictions name runs not in the dataset (stale file?)")
     out = p.groupby(list(FEATURE_KEYS), as_index=False)[[*targets, *graph]].mean()
-    return out.rename(columns={c: c.replace("memory_mib", "mem_mib") for c in targets})
+    out = out.rename(columns={c: c.replace("memory_mib", "mem_mib") for c in targets})
+    return with_busy(out)
+
+
+def with_busy(features: pd.DataFrame) -> pd.DataFrame:
+    """``features`` with ``busy_util`` (predicted util / 100), ``busy_phys`` (step model, NaN without) and ``busy``."""
+    out = features.copy()
+    out["busy_util"] = busy_fraction(out, "util")
+    out["busy_phys"] = busy_fraction(out, "phys")
+    out["busy"] = out["busy_phys"].fillna(out["busy_util"])
+    return out
 
 
 def measured_features(solo: pd.DataFrame) -> pd.DataFrame:
     """Per (job_key, gpu_name): the measured solo features (colocation.table.SOLO_COLUMNS)."""
     cols = [c for c in MEASURED_BASE if c in solo.columns]
-    return solo[["job_key", "gpu_name", *cols]].groupby(["job_key", "gpu_name"], as_index=False).mean()
+    out = solo[["job_key", "gpu_name", *cols]].groupby(["job_key", "gpu_name"], as_index=False).mean()
+    return out.assign(busy=busy_fraction(out, "util"))
 
 
 def align(table: pd.DataFrame, features: pd.DataFrame, keys: Iterable[str] = FEATURE_KEYS) -> pd.DataFrame:
@@ -181,9 +200,45 @@ def _rho(a: np.ndarray, b: np.ndarray) -> float:
     return float(spearmanr(a[ok], b[ok]).statistic)
 
 
+ESTIMATES: dict[str, str] = {  # held-out column -> metric name suffix (the model is "predicted" -> no suffix)
+    "predicted": "",
+    "baseline_predicted": "_baseline_predicted",
+    "baseline_measured": "_baseline_measured",
+    "timeshare_predicted": "_timeshare_predicted",
+    "timeshare_phys": "_timeshare_phys",
+    "timeshare_measured": "_timeshare_measured",
+}
+
+
+def plain_estimates(t: pd.DataFrame, m: pd.DataFrame) -> pd.DataFrame:
+    """Per row of ``t``: both summed-utilization baselines and the plain time-sharing estimate from each busy input."""
+    m = with_busy(m) if "busy_util" not in m.columns else m
+    group = t["group_id"].to_numpy()
+    phys = m["busy_phys"].to_numpy(float)
+    return pd.DataFrame({
+        "baseline_predicted": baseline_slowdown(m.groupby(group)["gpu_util"].transform("sum")),
+        "baseline_measured": baseline_slowdown(t["sum_util"]),
+        "timeshare_predicted": group_timeshare(t, m["busy_util"].to_numpy(float)),
+        "timeshare_phys": group_timeshare(t, phys) if np.isfinite(phys).any() else np.nan,
+        "timeshare_measured": group_timeshare(t, t["solo_util"].to_numpy(float) / 100.0),
+    })
+
+
+def score(p: pd.DataFrame, suffix: str = "") -> dict[str, float]:
+    """Spearman and MAE of every estimate in :data:`ESTIMATES` against the measured slowdown of ``p``."""
+    y = p["slowdown"].to_numpy(float)
+    out: dict[str, float] = {}
+    for column, name in ESTIMATES.items():
+        v = p[column].to_numpy(float) if column in p.columns else np.full(len(p), np.nan)
+        ok = np.isfinite(v)
+        out[f"slowdown_spearman_heldout{name}{suffix}"] = _rho(y, v)
+        out[f"slowdown_mae_heldout{name}{suffix}"] = float(np.mean(np.abs(y[ok] - v[ok]))) if ok.any() else float("nan")
+    return out
+
+
 def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "workload_id", n_folds: int = 5,
                      seed: int = 0, suffix: str = "", **params: Any) -> tuple[dict[str, float], pd.DataFrame]:
-    """Spearman and MAE of the model and both baselines on held-out pairs; and the per-member predictions.
+    """Spearman and MAE of the model, both baselines and the plain time-sharing estimates on held-out pairs.
 
     ``member`` is aligned with ``table`` and holds the predicted solo features (``gpu_util`` among them);
     rows of groups that failed, lack a slowdown or lack predicted features are left out and counted.
@@ -195,20 +250,14 @@ def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "wor
 
         raise MissingInput(f"only {t['group_id'].nunique()} usable co-located groups (measured slowdown, predicted "
                            "features, no failed member); need at least 4")
+    m = with_busy(m) if "busy" not in m.columns else m
     _, held = crossfit(t, m, unit=unit, n_folds=n_folds, seed=seed, **params)
-    held["baseline_predicted"] = baseline_slowdown(m.groupby(t["group_id"])["gpu_util"].transform("sum"))
-    held["baseline_measured"] = baseline_slowdown(t["sum_util"])
+    held = pd.concat([held, plain_estimates(t, m)], axis=1)
     p = held[np.isfinite(held["predicted"])].reset_index(drop=True)
     if p.empty:
         raise GpupredError(f"no cell of {n_folds} folds had enough training pairs; lower n_folds or add pairs")
-    y = p["slowdown"].to_numpy(float)
     metrics = {
-        f"slowdown_spearman_heldout{suffix}": _rho(y, p["predicted"].to_numpy()),
-        f"slowdown_mae_heldout{suffix}": float(np.mean(np.abs(y - p["predicted"]))),
-        f"slowdown_spearman_heldout_baseline_predicted{suffix}": _rho(y, p["baseline_predicted"].to_numpy()),
-        f"slowdown_mae_heldout_baseline_predicted{suffix}": float(np.mean(np.abs(y - p["baseline_predicted"]))),
-        f"slowdown_spearman_heldout_baseline_measured{suffix}": _rho(y, p["baseline_measured"].to_numpy()),
-        f"slowdown_mae_heldout_baseline_measured{suffix}": float(np.mean(np.abs(y - p["baseline_measured"]))),
+        **score(p, suffix),
         f"slowdown_heldout_jobs{suffix}": len(p),
         f"slowdown_heldout_pairs{suffix}": int(p["group_id"].nunique()),
         f"slowdown_excluded_jobs{suffix}": int((~keep).sum() + len(held) - len(p)),
@@ -217,11 +266,13 @@ def evaluate_heldout(table: pd.DataFrame, member: pd.DataFrame, unit: str = "wor
 
 
 def heldout_by_source(held: pd.DataFrame) -> pd.DataFrame:
-    """Spearman of the model and both baselines against the measured slowdown, per source of the held-out pairs."""
+    """Spearman of the model, both baselines and the time-sharing estimates against the measured slowdown, per source."""
     rows = []
     for source, d in held.groupby("source", sort=True):
         y = d["slowdown"].to_numpy(float)
-        rows.append({"source": source, "members": len(d), "spearman_model": _rho(y, d["predicted"].to_numpy(float)),
-                     "spearman_baseline_predicted": _rho(y, d["baseline_predicted"].to_numpy(float)),
-                     "spearman_baseline_measured": _rho(y, d["baseline_measured"].to_numpy(float))})
+        row: dict[str, object] = {"source": source, "members": len(d)}
+        for column in ESTIMATES:
+            name = "model" if column == "predicted" else column
+            row[f"spearman_{name}"] = _rho(y, d[column].to_numpy(float)) if column in d.columns else float("nan")
+        rows.append(row)
     return pd.DataFrame(rows)

@@ -2,10 +2,12 @@
 
 The features of a member are symmetric group features of a per-member frame aligned with the
 co-location table (own value, others' sum and max, group sum and max, own x others for the
-utilization-like columns, and the summed utilization over 100). Which solo features go in is the
-caller's choice: *predicted* ones (out-of-fold predictions plus graph features) for the model a
-scheduler would have, *measured* ones for the simulator's fallback truth. The model is gradient
-boosting on log slowdown.
+utilization-like columns, and the summed utilization over 100). When the base holds ``busy`` (the
+member's GPU-busy fraction, 0..1) they also hold ``timeshare``, the time-sharing estimate of
+:mod:`gpupred.colocation.timeshare`, and the model is a *correction* on top of it: gradient boosting on
+``log slowdown - log timeshare``. Which solo features go in is the caller's choice: *predicted* ones
+(out-of-fold predictions plus graph features) for the model a scheduler would have, *measured* ones for
+the simulator's fallback truth. Without ``busy`` the model is gradient boosting on log slowdown.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.colocation.timeshare import timeshare_slowdown
 from gpupred.errors import GpupredError
 
 PRODUCT_COLUMNS: tuple[str, ...] = ("gpu_util", "sm_active", "gmem_util")  # own x others: interference terms
@@ -47,7 +50,17 @@ def derive(own: np.ndarray, osum: np.ndarray, omax: np.ndarray, n_others: np.nda
             cols[f"prod_{name}"] = o * s
     if "gpu_util" in base:
         cols["over_100"] = np.maximum(0.0, cols["sum_gpu_util"] - 100.0)
+    if "busy" in base:
+        k = base.index("busy")
+        cols["timeshare"] = timeshare_slowdown(own[:, k], np.minimum(1.0, osum[:, k]))
     return pd.DataFrame(cols)
+
+
+def log_prior(x: pd.DataFrame) -> np.ndarray:
+    """The log of the time-sharing estimate the model corrects (0 where the features have none)."""
+    if "timeshare" not in x.columns:
+        return np.zeros(len(x))
+    return np.log(np.nan_to_num(x["timeshare"].to_numpy(float), nan=1.0))
 
 
 def group_features(table: pd.DataFrame, member: pd.DataFrame, base: list[str]) -> pd.DataFrame:
@@ -74,20 +87,65 @@ def group_features(table: pd.DataFrame, member: pd.DataFrame, base: list[str]) -
     return derive(vals, osum, omax, n_others, base)
 
 
+def prior_scale(target: np.ndarray, prior: np.ndarray) -> float:
+    """The least-squares k in ``log slowdown ~ k * log timeshare`` (0 without a prior), clipped to [0, 2]."""
+    denom = float(np.dot(prior, prior))
+    return float(np.clip(np.dot(prior, target) / denom, 0.0, 2.0)) if denom > 0 else 0.0
+
+
+SHRINK: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0)  # weights of the boosted residual tried in the inner CV
+
+
+def fit_residual(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, seed: int,
+                 params: dict[str, Any]) -> tuple[float, Any]:
+    """(k, boosted model of ``target - k * prior``) on the rows of ``x``."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    settings: dict[str, Any] = {
+        "max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 7, "l2_regularization": 1.0, "random_state": seed,
+        "min_samples_leaf": max(2, min(40, len(x) // 20)),
+    }
+    settings.update(params)
+    scale = prior_scale(target, prior)
+    with single_thread():
+        return scale, HistGradientBoostingRegressor(**settings).fit(x, target - scale * prior)
+
+
+def choose_shrink(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, groups: np.ndarray, seed: int,
+                  params: dict[str, Any], n_folds: int = 3) -> float:
+    """The residual weight in :data:`SHRINK` with the least squared log error over folds of whole model groups."""
+    from sklearn.model_selection import GroupKFold
+
+    if len(np.unique(groups)) < n_folds:
+        return 1.0
+    err = np.zeros(len(SHRINK))
+    for tr, te in GroupKFold(n_splits=n_folds).split(x, target, groups):
+        scale, model = fit_residual(x.iloc[tr], target[tr], prior[tr], seed, params)
+        with single_thread():
+            resid = model.predict(x.iloc[te])
+        for k, w in enumerate(SHRINK):
+            err[k] += float(np.sum((target[te] - scale * prior[te] - w * resid) ** 2))
+    return float(SHRINK[int(np.argmin(err))])
+
+
 @dataclass
 class SlowdownModel:
-    """A gradient-boosted model of log slowdown from symmetric group features."""
+    """Log slowdown from symmetric group features: ``k log timeshare`` plus a shrunk boosted residual (or boosting alone)."""
 
     base: list[str]
     columns: list[str]
     model: Any = field(repr=False)
+    scale: float = 0.0  # the fitted exponent k of the prior: the model corrects k * log(timeshare)
+    shrink: float = 1.0  # weight of the boosted residual (chosen in an inner cross-validation)
 
     @classmethod
     def fit(cls, table: pd.DataFrame, member: pd.DataFrame, base: list[str] | tuple[str, ...], seed: int = 0,
             **params: Any) -> SlowdownModel:
-        """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features."""
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features.
 
+        With a time-sharing prior, the boosted residual is shrunk by a factor chosen from :data:`SHRINK` in an
+        inner cross-validation over the training rows' model groups (0: the calibrated prior alone).
+        """
         y = table["slowdown"].to_numpy(float)
         if len(table) < 4 or not np.isfinite(y).all():
             raise GpupredError(f"{len(table)} co-located jobs, {int((~np.isfinite(y)).sum())} without a slowdown: "
@@ -96,20 +154,18 @@ class SlowdownModel:
         if not use:
             raise GpupredError(f"none of the features {list(base)} has a value; nothing to fit the slowdown on")
         x = group_features(table, member, use)
-        settings: dict[str, Any] = {
-            "max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 7, "l2_regularization": 1.0, "random_state": seed,
-            "min_samples_leaf": max(2, min(40, len(table) // 20)),
-        }
-        settings.update(params)
-        with single_thread():
-            model = HistGradientBoostingRegressor(**settings).fit(x, np.log(np.maximum(y, 1e-3)))
-        return cls(use, list(x.columns), model)
+        target, prior = np.log(np.maximum(y, 1e-3)), log_prior(x)
+        shrink = 1.0
+        if "timeshare" in x.columns and "model_group" in table.columns:
+            shrink = choose_shrink(x, target, prior, table["model_group"].astype(str).to_numpy(), seed, params)
+        scale, model = fit_residual(x, target, prior, seed, params)
+        return cls(use, list(x.columns), model, scale, shrink)
 
     def predict(self, table: pd.DataFrame, member: pd.DataFrame) -> np.ndarray:
         """Predicted slowdown of each row of a co-location table (aligned ``member`` features)."""
         x = group_features(table, member, self.base)[self.columns]
         with single_thread():
-            return np.exp(self.model.predict(x))
+            return np.exp(self.shrink * self.model.predict(x) + self.scale * log_prior(x))
 
     def pair_values(self, rows: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Slowdowns of workload ``rows[a[k]]`` sharing a GPU with ``rows[b[k]]`` (rows: per-workload features)."""
@@ -119,7 +175,7 @@ class SlowdownModel:
             return np.empty(0)
         x = derive(v[a], v[b], v[b], np.ones(len(a)), self.base)[self.columns]
         with single_thread():
-            return np.exp(self.model.predict(x))
+            return np.exp(self.shrink * self.model.predict(x) + self.scale * log_prior(x))
 
     def pair_matrix(self, rows: pd.DataFrame) -> np.ndarray:
         """Slowdown of workload ``rows[i]`` sharing a GPU with ``rows[j]``, for every ordered pair."""

@@ -68,9 +68,16 @@ def make_candidates(models: Iterable[str] | dict[str, Any], tune: bool = False, 
 
 
 def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """Fit a clone on log1p targets of ``train`` rows; predictions (original scale) for ``test`` rows."""
-    fitted = clone(model).fit(X[train], z[train])
-    return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
+    """Fit a clone on log1p targets of ``train`` rows; predictions (original scale) for ``test`` rows.
+
+    One BLAS/OpenMP thread, also in a joblib worker (which does not inherit the parent's limit): a fit's
+    floating-point summation order, and so its figures, must not depend on the machine's core count.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        fitted = clone(model).fit(X[train], z[train])
+        return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
 
 
 def inner_splits(groups: np.ndarray, n_inner: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -27,11 +27,6 @@ KEY_COLUMNS: tuple[str, ...] = ("run_id", "workload_id", "gpu", "source", "fold"
 FINGERPRINT_KEY = b"gpupred.dataset_fingerprint"
 
 
-def target_columns(target: str) -> list[str]:
-    """The three columns of one predicted target: point, interval low, interval high."""
-    return [target, f"{target}_low", f"{target}_high"]
-
-
 def check_oof(predictions: pd.DataFrame, source: str = "out-of-fold predictions") -> pd.DataFrame:
     """Check a frame against the contract (key columns, complete targets, one row per run); return it."""
     missing = [c for c in KEY_COLUMNS if c not in predictions.columns]

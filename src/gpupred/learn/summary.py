@@ -40,10 +40,10 @@ def by_source(results: dict[str, dict[str, NestedResult]], target: str, sources:
     """``{key}_rmsle_by_source`` and ``{key}_interval_coverage_by_source``: ``{source: {scheme: figure}}``."""
     per_scheme = {s: r[target] for s, r in results.items() if target in r}
     key = metric_key(target)
-    return {f"{key}_rmsle_by_source": {src: {s: r.rmsle("source").get(src) for s, r in per_scheme.items()}
-                                       for src in sources},
-            f"{key}_interval_coverage_by_source": {src: {s: r.coverage("source").get(src) for s, r in per_scheme.items()}
-                                                   for src in sources}}
+    rmsle = {s: r.rmsle("source") for s, r in per_scheme.items()}
+    coverage = {s: r.coverage("source") for s, r in per_scheme.items()}
+    return {f"{key}_rmsle_by_source": {src: {s: v.get(src) for s, v in rmsle.items()} for src in sources},
+            f"{key}_interval_coverage_by_source": {src: {s: v.get(src) for s, v in coverage.items()} for src in sources}}
 
 
 def transfer_metrics(transfer: dict[str, pd.DataFrame]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,16 @@ def _versions_match(lib: str, built: str, installed: str) -> bool:
     return built == installed
 
 
+@dataclass(frozen=True)
+class Job:
+    """The job being predicted where its input rows do not say it: batch size, precision, optimizer, GPU."""
+
+    batch_size: int | None = None  # needed for an ONNX file (a workload id carries its own)
+    precision: str = "fp32"
+    optimizer: str = "sgd"
+    gpu: str | None = None  # an NVML name or a gpupred.hardware name; None = the rows' own, or the only trained one
+
+
 class Predictor:
     """Predicts each trained target with CV+ intervals from graph + GPU features."""
 
@@ -72,14 +83,14 @@ class Predictor:
 
         return [f for f in self.feature_names if f not in HARDWARE_COLUMNS and f not in ENCODED_COLUMNS]
 
-    def _frame(self, x: Any, batch_size: int | None, precision: str, optimizer: str) -> pd.DataFrame | dict[str, Any]:
+    def _frame(self, x: Any, job: Job) -> pd.DataFrame | dict[str, Any]:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
-        if isinstance(x, dict):
-            from gpupred.graph import check_complete
+        batch_size, precision, optimizer = job.batch_size, job.precision, job.optimizer
+        if isinstance(x, (pd.DataFrame, dict)):
+            if isinstance(x, dict):
+                from gpupred.graph import check_complete
 
-            check_complete(x, "feature row")  # a featurize row carries its coverage columns
-            return x
-        if isinstance(x, pd.DataFrame):
+                check_complete(x, "feature row")  # a featurize row carries its coverage columns
             return x
         if isinstance(x, (str, Path)):
             text = str(x)
@@ -109,16 +120,15 @@ class Predictor:
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
-        matrix, index, _ = self._matrix(x, batch_size, precision, optimizer, gpu)
+        matrix, index, _ = self._matrix(x, Job(batch_size, precision, optimizer, gpu))
         return pd.DataFrame(matrix, index=index, columns=self.feature_names)
 
-    def _matrix(self, x: Any, batch_size: int | None, precision: str, optimizer: str,
-                gpu: str | None) -> tuple[np.ndarray, pd.Index, np.ndarray]:
+    def _matrix(self, x: Any, job: Job) -> tuple[np.ndarray, pd.Index, np.ndarray]:
         """The model inputs as one float array (rows x ``feature_names``), the rows' index, and each row's GPU kind
         ('' where the rows carry hardware columns but no GPU name)."""
         from gpupred.dataset import ENCODED_COLUMNS, encode
 
-        data = self._frame(x, batch_size, precision, optimizer)
+        data = self._frame(x, job)
         if isinstance(data, dict):  # one row: no DataFrame on the way (it costs more than the prediction)
             present, n, index = set(data), 1, pd.RangeIndex(1)
 
@@ -141,14 +151,14 @@ class Predictor:
             raise GpupredError(f"input lacks graph features {missing[:5]}{'...' if len(missing) > 5 else ''}: "
                                "use gpupred.featurize output or dataset rows")
         columns: dict[str, np.ndarray] = dict(zip(graph, block(graph).T))
-        prec = column("precision") if "precision" in present else np.full(n, precision, dtype=object)
-        opt = column("optimizer") if "optimizer" in present else np.full(n, optimizer, dtype=object)
+        prec = column("precision") if "precision" in present else np.full(n, job.precision, dtype=object)
+        opt = column("optimizer") if "optimizer" in present else np.full(n, job.optimizer, dtype=object)
         hardware = list(HARDWARE_COLUMNS)
-        if gpu is None and all(c in present for c in hardware):
+        if job.gpu is None and all(c in present for c in hardware):
             columns.update(zip(hardware, block(hardware).T))
             kinds = gpu_kinds(column("gpu_name")) if "gpu_name" in present else np.full(n, "", dtype=object)
         else:
-            names = self._gpu_names(present, column, gpu, n)
+            names = self._gpu_names(present, column, job.gpu, n)
             kinds = gpu_kinds(names)  # an unknown name fails here, in one line naming the known ones
             columns.update(_by_key(names, prec, hardware_features, hardware))  # looked up once per (GPU, precision)
         encoded = list(ENCODED_COLUMNS)
@@ -194,7 +204,7 @@ class Predictor:
         anything else gets intervals from every training residual. Extrapolated rows' intervals are widened to at
         least the held-out width of :mod:`gpupred.predictor.extrapolate` (the card says how it was measured).
         """
-        arr, index, kinds = self._matrix(x, batch_size, precision, optimizer, gpu)
+        arr, index, kinds = self._matrix(x, Job(batch_size, precision, optimizer, gpu))
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])

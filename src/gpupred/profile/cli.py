@@ -77,7 +77,8 @@ def _register_sweep(app: Any) -> None:
         _check_count(limit, "--limit")
         if max_minutes is not None and not max_minutes > 0:
             raise GpupredError(f"--max-minutes {max_minutes:g}: must be more than 0 (leave it out for no time budget)")
-        options = SweepOptions(dry_run=dry_run, max_minutes=max_minutes, limit=limit, executor=executor, address=address)
+        options = SweepOptions(dry_run=dry_run, max_minutes=max_minutes, limit=limit, executor=executor,
+                               address=address)
         summary = run_sweep(plan, out, options, harness_config(dry_run, window_s, host_batches))
         if as_json:
             print(json.dumps({"out": str(summary.out), "planned": summary.planned, "already_done": summary.already_done,

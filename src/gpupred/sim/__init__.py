@@ -13,16 +13,35 @@ from gpupred.sim.cluster import (
     TruthLeak,
     simulate,
 )
+from gpupred.sim.alibaba import (
+    TraceSlices,
+    assign_workloads,
+    cluster_for_load,
+    fitting_jobs,
+    gpu_tasks,
+    load_openb,
+    scenario,
+    slice_trace,
+    trace_counts,
+    trace_jobs,
+)
 from gpupred.sim.experiment import (
     HISTORY_SEED,
     POLICY_ORDER,
+    QUALITIES,
     Settings,
     history_classes,
     loads_sweep,
     make_policies,
     measured_share,
     run_policies,
+    run_qualities,
     run_seeds,
+    sharing_summary,
+    candidate_share,
+    trace_settings,
+    tune_max_slowdown,
+    with_quality,
 )
 from gpupred.sim.metrics import (
     REPORT_KEYS,
@@ -32,6 +51,8 @@ from gpupred.sim.metrics import (
     report_metrics,
     summarize_seeds,
     util_timeseries,
+    verdict,
+    why_line,
 )
 from gpupred.sim.policies import (
     POLICIES,
@@ -48,6 +69,9 @@ from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trac
 from gpupred.sim.world import World, build_world
 
 __all__ = [
+    "QUALITIES", "TraceSlices", "candidate_share", "load_openb", "scenario", "sharing_summary", "trace_settings",
+    "tune_max_slowdown", "verdict", "why_line", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",
     "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World",

@@ -15,9 +15,11 @@ Model (documented once, here):
   Running jobs' progress rates are observable (:meth:`Simulator.observed_slowdown`).
 - A GPU's utilization is ``min(100, sum of true util_i / slowdown_i)``: a job slowed ``s`` times keeps the
   GPU busy ``1/s`` as often. Cluster utilization is the mean over GPUs.
-- Memory: a policy places a job only where the memory it believes in fits the GPU's capacity. If the
-  *true* memory of the GPU's jobs then exceeds the capacity, the newcomer fails at start with an OOM: it
-  is counted, leaves the GPU, pays ``oom_restart_s`` of extra work, is marked never-pack and is requeued.
+- Memory: a policy places a job only where the memory it believes in fits the GPU's capacity (GPUs may
+  differ: :attr:`Cluster.per_gpu_memory_mib`). If the *true* memory of the GPU's jobs then exceeds the
+  capacity, the newcomer fails at start with an OOM: it is counted, leaves the GPU, pays
+  ``oom_restart_s`` of extra work and is requeued; beside a partner it is marked never-pack, alone it is
+  known from then on to need more than that GPU's capacity (``need_mib``, observable, not truth).
 - Queueing delay of a job is the total time it spent waiting in a queue (JCT minus running time).
 """
 
@@ -175,17 +177,25 @@ class PredictedSlowdown(Slowdown):
 
 @dataclass
 class Cluster:
-    """A homogeneous cluster: ``nodes`` x ``gpus_per_node`` GPUs of ``gpu_memory_mib`` each."""
+    """``nodes`` x ``gpus_per_node`` GPUs of ``gpu_memory_mib`` each, or one GPU per ``per_gpu_memory_mib`` entry."""
 
     nodes: int = 1
     gpus_per_node: int = 1
     gpu_memory_mib: float = 81_559.0
     max_per_gpu: int = 2
+    per_gpu_memory_mib: tuple[float, ...] = ()  # heterogeneous: each GPU's capacity (overrides the three above)
 
     @property
     def n_gpus(self) -> int:
         """Total GPU count."""
-        return self.nodes * self.gpus_per_node
+        return len(self.per_gpu_memory_mib) or self.nodes * self.gpus_per_node
+
+    @property
+    def capacity(self) -> np.ndarray:
+        """Each GPU's memory capacity (MiB)."""
+        if self.per_gpu_memory_mib:
+            return np.asarray(self.per_gpu_memory_mib, dtype=float)
+        return np.full(self.n_gpus, float(self.gpu_memory_mib))
 
 
 @dataclass
@@ -251,17 +261,18 @@ class Simulator:
     """Runs one policy over one job table on one cluster; the truth slowdown decides how co-located jobs progress."""
 
     def __init__(self, jobs: pd.DataFrame, cluster: Cluster, truth: Slowdown | None = None,
-                 oom_restart_s: float = 30.0) -> None:
+                 oom_restart_s: float = 30.0, oracle: bool = False) -> None:
         missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
         if missing:
             raise GpupredError(f"job table lacks columns {missing}; build it with gpupred.sim.traces")
         if cluster.max_per_gpu not in (1, 2):
             raise GpupredError(f"max_per_gpu={cluster.max_per_gpu}: the simulator shares a GPU between at most 2 jobs")
-        too_big = jobs["true_mem_mib"].to_numpy(float) > cluster.gpu_memory_mib
+        self.cap = cluster.capacity
+        too_big = jobs["true_mem_mib"].to_numpy(float) > self.cap.max()
         if too_big.any():
             raise GpupredError(
                 f"{int(too_big.sum())} jobs (e.g. {jobs['job_id'].iloc[int(np.argmax(too_big))]!r}) need more memory than a "
-                f"{cluster.gpu_memory_mib:.0f} MiB GPU even alone; drop them from the trace"
+                f"{self.cap.max():.0f} MiB GPU even alone; drop them from the trace"
             )
         self.table = jobs.reset_index(drop=True)
         self.cluster = cluster
@@ -274,6 +285,7 @@ class Simulator:
         self.kind = self.table["kind"].to_numpy(dtype=np.int64)
         self.truth: Slowdown = truth if truth is not None else BaselineSlowdown(self._true_util)
         self.oom_restart_s = oom_restart_s
+        self.oracle = oracle  # an explicit perfect-knowledge run: policies may hold a copy of the truth (never read it)
         self._deciding = 0
         self._init_state(n, cluster.n_gpus)
 
@@ -294,6 +306,7 @@ class Simulator:
         self.ooms = np.zeros(n, dtype=np.int64)
         self.migrations = np.zeros(n, dtype=np.int64)
         self.no_pack = np.zeros(n, dtype=bool)  # run alone from now on (after an OOM or a migration)
+        self.need_mib = np.zeros(n)  # memory a job is known to need (more than a GPU it ran out of memory on alone)
         self.profiled = np.zeros(n, dtype=bool)
         self.placements = np.zeros(n, dtype=np.int64)  # times placed; profile-end events carry it
         self.gpu_jobs: list[list[int]] = [[] for _ in range(g)]
@@ -352,7 +365,9 @@ class Simulator:
             self.truth._seal_depth = depth
 
     def _refuse_copy_of_truth(self, policy: str, name: str, matrix: np.ndarray) -> None:
-        """TruthLeak if a policy's slowdown knowledge equals the truth on every measured pair."""
+        """TruthLeak if a policy's slowdown knowledge equals the truth on every measured pair (unless an oracle run)."""
+        if self.oracle:
+            return
         truth = getattr(self.truth, "matrix", None)
         matrix = np.asarray(matrix, dtype=float)
         if truth is None or matrix.shape != truth.shape:
@@ -414,19 +429,17 @@ class Simulator:
         now = self.now
         if self.gpu_n[g] >= self.cluster.max_per_gpu:
             raise GpupredError(f"policy bug: GPU {g} already holds {self.gpu_n[g]} jobs")
-        cap = self.cluster.gpu_memory_mib
+        cap = self.cap[g]
         self.wait[j] += now - self.enqueued_at[j]
         self.enqueued_at[j] = now
+        if self.gpu_n[g] == 0 and self._true_mem[j] > cap:  # too big for this GPU even alone
+            return self._oom(j, float(cap), alone=True)
         if self.gpu_n[g] > 0:
             others = self.gpu_jobs[g]
-            known = self.known_mem[view]
+            known = self.known_mem[view] if view in self.known_mem else np.zeros(self.n)
             self.max_view_mem_frac = max(self.max_view_mem_frac, (sum(known[o] for o in others) + known[j]) / cap)
             if sum(self._true_mem[o] for o in others) + self._true_mem[j] > cap:  # mispredicted: the newcomer OOMs
-                self.n_ooms += 1
-                self.ooms[j] += 1
-                self.no_pack[j] = True
-                self.rem[j] += self.oom_restart_s
-                return False
+                return self._oom(j, float(cap), alone=False)
             if bool(self.truth.measured(np.array([j]), np.array([others[0]]))[0]):
                 self.n_pairs_measured += 1
             else:
@@ -443,6 +456,17 @@ class Simulator:
         self.placements[j] += 1
         self._rerate(g)
         return True
+
+    def _oom(self, j: int, cap: float, alone: bool) -> bool:
+        """Count an out-of-memory start of ``j``: alone, it needs more than ``cap``; beside a partner, never pack it."""
+        self.n_ooms += 1
+        self.ooms[j] += 1
+        if alone:
+            self.need_mib[j] = max(self.need_mib[j], cap + 1.0)
+        else:
+            self.no_pack[j] = True
+        self.rem[j] += self.oom_restart_s
+        return False
 
     def _leave(self, j: int) -> int:
         """Take job ``j`` off its GPU (progress kept); return the GPU."""
@@ -548,6 +572,7 @@ class Simulator:
             "makespan_s": span,
             "mean_jct_s": float(np.mean(jct)) if self.n else 0.0,
             "median_jct_s": float(np.median(jct)) if self.n else 0.0,
+            "p95_jct_s": float(np.quantile(jct, 0.95)) if self.n else 0.0,
             "mean_wait_s": float(np.mean(self.wait)) if self.n else 0.0,
             "ooms": int(self.n_ooms),
             "migrations": int(self.n_migrations),
@@ -558,6 +583,10 @@ class Simulator:
 
 
 def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: SchedulingPolicy, truth: Slowdown | None = None,
-             oom_restart_s: float = 30.0) -> SimResult:
-    """Simulate ``jobs`` on ``cluster`` under ``policy``; co-located jobs progress at the ``truth`` slowdown."""
-    return Simulator(jobs, cluster, truth, oom_restart_s).run(policy)
+             oom_restart_s: float = 30.0, oracle: bool = False) -> SimResult:
+    """Simulate ``jobs`` on ``cluster`` under ``policy``; co-located jobs progress at the ``truth`` slowdown.
+
+    ``oracle=True`` marks a perfect-knowledge run: a policy may *hold* a copy of the truth as its predictions
+    (an upper bound); it still cannot read the simulator's sealed truth while deciding.
+    """
+    return Simulator(jobs, cluster, truth, oom_restart_s, oracle).run(policy)

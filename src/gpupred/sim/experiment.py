@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from gpupred.sim.cluster import Cluster, SimResult, simulate
+from gpupred.sim.cluster import Cluster, PredictedSlowdown, SimResult, simulate
 from gpupred.sim.metrics import METRIC_KEYS
 from gpupred.sim.policies import HorusClasses, HorusPolicy, OursPolicy, Policy, ReactivePolicy, SlotPolicy
 from gpupred.sim.traces import synthetic_trace
@@ -26,6 +27,8 @@ class Settings:
     util_cap: float = 100.0  # reactive: packs when measured utilizations sum to at most this
     max_slowdown: float = 1.5  # ours: packs when the upper-bound pair slowdown is at most this
     prefer_empty: bool = True  # ours: an empty GPU first
+    max_oom_risk: float | None = 0.05  # ours: packs when the pair's predicted OOM probability is at most this
+    bound: str = "upper"  # ours: compares the upper bound ("upper") or the point ("point") pair slowdown with max_slowdown
     horus_classes: HorusClasses | None = None  # horus: classes from a separate history (None: shared FIFO)
 
 
@@ -35,14 +38,16 @@ def history_classes(world: World, n_gpus: int, n_jobs: int = 2000, k: int = 3, l
     return HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy(), k=k)
 
 
-def make_policies(world: World, trace: pd.DataFrame, settings: Settings) -> list[Policy]:
-    """Fresh slot, reactive, horus and ours policies for one trace."""
+def make_policies(world: World, trace: pd.DataFrame, settings: Settings,
+                  knowledge: PredictedSlowdown | None = None) -> list[Policy]:
+    """Fresh slot, reactive, horus and ours policies for one trace (ours: ``knowledge``, default the world's)."""
     return [
         SlotPolicy(settings.lookahead),
         ReactivePolicy(profile_s=settings.profile_s, util_cap=settings.util_cap, lookahead=settings.lookahead),
         HorusPolicy(settings.horus_classes, lookahead=settings.lookahead),
-        OursPolicy(world.knowledge(trace["kind"].to_numpy()), max_slowdown=settings.max_slowdown,
-                   prefer_empty=settings.prefer_empty, lookahead=settings.lookahead),
+        OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
+                   max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
+                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound),
     ]
 
 
@@ -50,6 +55,61 @@ def run_policies(world: World, trace: pd.DataFrame, cluster: Cluster, settings: 
     """Every policy on one trace against the world's measured truth."""
     truth = world.truth(trace["kind"].to_numpy())
     return [simulate(trace, cluster, p, truth) for p in make_policies(world, trace, settings)]
+
+
+QUALITIES: tuple[str, ...] = ("ours", "perfect", "degraded")
+PRED_COLUMNS: tuple[str, ...] = ("pred_util", "pred_util_high", "pred_mem_mib", "pred_mem_mib_high")
+
+
+def with_quality(world: World, jobs: pd.DataFrame, quality: str, seed: int,
+                 noise: float = 0.3) -> tuple[pd.DataFrame, PredictedSlowdown, bool]:
+    """(jobs, ours' slowdown knowledge, oracle?) for predictions of one quality.
+
+    ``ours``: the out-of-fold predictions and cross-fitted slowdowns. ``perfect``: the truth itself (an upper
+    bound; an explicit oracle run). ``degraded``: ours times per-workload lognormal noise of log-sd ``noise``
+    (seeded), intervals widened by the same factor.
+    """
+    kind = jobs["kind"].to_numpy()
+    if quality == "ours":
+        return jobs, world.knowledge(kind), False
+    if quality == "perfect":
+        truth = world.truth(kind)
+        out = jobs.assign(pred_util=jobs["true_util"], pred_util_high=jobs["true_util"], pred_mem_mib=jobs["true_mem_mib"],
+                          pred_mem_mib_high=jobs["true_mem_mib"])
+        return out, PredictedSlowdown(truth.matrix.copy(), truth.matrix.copy(), kind), True
+    if quality != "degraded":
+        raise ValueError(f"unknown prediction quality {quality!r}; known: {', '.join(QUALITIES)}")
+    rng = np.random.default_rng([seed, 7])
+    w = len(world.workloads)
+    out = jobs.copy()
+    for value, high in (("pred_util", "pred_util_high"), ("pred_mem_mib", "pred_mem_mib_high")):
+        f = np.exp(rng.normal(0.0, noise, w))[kind]
+        out[value] = jobs[value].to_numpy(float) * f
+        out[high] = np.fmax(jobs[high].to_numpy(float) * f * np.exp(noise), out[value])
+    point = np.maximum(1.0, world.predicted * np.exp(rng.normal(0.0, noise, (w, w))))
+    return out, PredictedSlowdown(point, np.fmax(world.predicted_high * np.exp(noise), point), kind), False
+
+
+def run_qualities(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+                  settings: Settings, qualities: tuple[str, ...] = QUALITIES) -> pd.DataFrame:
+    """Every policy per seed and prediction quality: one row per (quality, seed, policy).
+
+    Slot and reactive use no predictions: they run once per seed and their row repeats under each quality.
+    """
+    from gpupred.reports import progress_bar
+
+    rows = []
+    for seed in progress_bar(iterable=list(seeds), desc="seeds", leave=False):
+        jobs, cluster = make(seed)
+        truth = world.truth(jobs["kind"].to_numpy())
+        plain = [simulate(jobs, cluster, p, truth) for p in make_policies(world, jobs, settings)[:2]]
+        for quality in qualities:
+            q_jobs, knowledge, oracle = with_quality(world, jobs, quality, seed)
+            informed = [simulate(q_jobs, cluster, p, truth, oracle=oracle)
+                        for p in make_policies(world, q_jobs, settings, knowledge)[2:]]
+            rows.extend({"quality": quality, "seed": seed, "policy": r.policy, "gpus": cluster.n_gpus,
+                         **{k: r.metrics[k] for k in METRIC_KEYS}} for r in plain + informed)
+    return pd.DataFrame(rows)
 
 
 def run_seeds(world: World, cluster: Cluster, make_trace: Callable[[int], pd.DataFrame], seeds: list[int],
@@ -81,3 +141,46 @@ def loads_sweep(world: World, cluster: Cluster, loads: list[float], seeds: list[
         frames.append(runs.assign(load=load))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
+
+
+def sharing_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per quality (when present) and policy: co-locations per job, mean queueing delay and OOMs, means over seeds."""
+    keys = [k for k in ("quality", "policy") if k in runs.columns]
+    r = runs.assign(shared_per_job=(runs["pairs_measured"] + runs["pairs_modelled"]) / runs["n_jobs"])
+    return r.groupby(keys, sort=False)[["shared_per_job", "mean_wait_s", "mean_jct_s", "ooms"]].mean().reset_index()
+
+
+def candidate_share(world: World, max_slowdown: float) -> dict[str, float]:
+    """Share of workload pairs ours may pack at ``max_slowdown``: by upper bound, by point, and by the truth."""
+    def share(m: np.ndarray) -> float:
+        both = np.fmax(m, m.T)
+        ok = np.isfinite(both)
+        return float((both[ok] <= max_slowdown).mean()) if ok.any() else float("nan")
+
+    truth = world.truth(np.arange(len(world.workloads))).matrix
+    return {"upper_bound": share(world.predicted_high), "point": share(world.predicted), "truth": share(truth),
+            "truth_median": float(np.nanmedian(np.fmax(truth, truth.T))),
+            "upper_bound_median": float(np.nanmedian(np.fmax(world.predicted_high, world.predicted_high.T)))}
+
+
+def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> Settings:
+    """``base`` with Horus classes fitted on ``history`` (jobs of a slice never evaluated; None when base has none)."""
+    from dataclasses import replace
+
+    classes = None
+    if base.horus_classes is not None:
+        classes = HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy())
+    return replace(base, horus_classes=classes, **change)  # type: ignore[arg-type]
+
+
+def tune_max_slowdown(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+                      settings: Settings, grid: list[float]) -> tuple[pd.DataFrame, float]:
+    """Ours' mean JCT for each ``max_slowdown`` in ``grid`` on a tuning scenario; and the best value."""
+    from dataclasses import replace
+
+    rows = []
+    for value in grid:
+        runs = run_qualities(world, make, seeds, replace(settings, max_slowdown=float(value)), qualities=("ours",))
+        rows.append({"max_slowdown": float(value), "mean_jct_s": float(runs.loc[runs["policy"] == "ours", "mean_jct_s"].mean())})
+    table = pd.DataFrame(rows)
+    return table, float(table.loc[table["mean_jct_s"].idxmin(), "max_slowdown"])

@@ -2,7 +2,7 @@
 
 Keys written to ``reports/metrics.json`` (:func:`report_metrics`), for ``<policy>`` in slot, reactive,
 horus, ours and ``<metric>`` in :data:`REPORT_KEYS` (``avg_util`` %, ``makespan_s``, ``mean_jct_s``,
-``mean_wait_s``):
+``p95_jct_s``, ``mean_wait_s`` (queueing delay), ``ooms`` (out-of-memory failures)):
 
 - ``sim_<policy>_<metric>``: mean over seeds on the synthetic trace; ``sim_<policy>_<metric>_ci``: the
   half-width of its 95 % confidence interval (Student t over seeds);
@@ -20,10 +20,10 @@ import pandas as pd
 from gpupred.sim.cluster import SimResult
 
 METRIC_KEYS: tuple[str, ...] = (
-    "avg_util", "makespan_s", "mean_jct_s", "median_jct_s", "mean_wait_s", "ooms", "migrations", "n_jobs",
+    "avg_util", "makespan_s", "mean_jct_s", "median_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "migrations", "n_jobs",
     "pairs_measured", "pairs_modelled",
 )
-REPORT_KEYS: tuple[str, ...] = ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s")
+REPORT_KEYS: tuple[str, ...] = ("avg_util", "makespan_s", "mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms")
 
 
 def metrics_table(results: list[SimResult]) -> pd.DataFrame:
@@ -89,3 +89,23 @@ def report_metrics(summary: pd.DataFrame, differences: pd.DataFrame | None = Non
             out[f"{prefix}_{r['comparison']}_{k}"] = r[k]
             out[f"{prefix}_{r['comparison']}_{k}_ci"] = r[f"{k}_ci"]
     return out
+
+
+def verdict(paired: pd.DataFrame, label: str) -> str:
+    """One line: ours - Horus mean JCT with its 95 % interval and OOM difference, and whether ours beats Horus."""
+    row = paired[paired["comparison"] == "ours_minus_horus"].iloc[0]
+    lo, hi = row["mean_jct_s"] - row["mean_jct_s_ci"], row["mean_jct_s"] + row["mean_jct_s_ci"]
+    beats = hi < 0 and row["ooms"] <= 0
+    return (f"{label}: ours - Horus mean JCT {row['mean_jct_s']:+.0f} s [{lo:+.0f}, {hi:+.0f}], OOMs {row['ooms']:+.1f}, "
+            f"p95 JCT {row['p95_jct_s']:+.0f} s: {'beats Horus' if beats else 'does not beat Horus'}")
+
+
+def why_line(sharing: pd.DataFrame, candidates: dict[str, float], max_slowdown: float, quality: str = "ours") -> str:
+    """One line, from the numbers: how often ours and Horus share, what it costs in waiting, and how many pairs ours may pack."""
+    s = sharing[sharing["quality"] == quality].set_index("policy") if "quality" in sharing else sharing.set_index("policy")
+    o, h = s.loc["ours"], s.loc["horus"]
+    return (f"ours shares {o['shared_per_job']:.3f} co-locations per job against Horus's {h['shared_per_job']:.3f} and waits "
+            f"{o['mean_wait_s']:.0f} s against {h['mean_wait_s']:.0f} s (OOMs {o['ooms']:.1f} vs {h['ooms']:.1f}); at its bound "
+            f"{max_slowdown} its upper-bound slowdowns allow {candidates['upper_bound']:.0%} of workload pairs, its point "
+            f"predictions {candidates['point']:.0%}, the truth {candidates['truth']:.0%} (median true pair slowdown "
+            f"{candidates['truth_median']:.2f}, median upper bound {candidates['upper_bound_median']:.2f})")

@@ -24,12 +24,18 @@ Definitions:
   trace) it serves per-class queues by weighted fair queueing (weight: median wait x queue length), as
   the paper describes; without, the shared FIFO queue.
 - **ours**: predicted utilization, memory and pair slowdown with intervals: an empty GPU when one is
-  free (``prefer_empty``), else the running partner whose *upper-bound* pair slowdown (the larger of
-  the two directions) is smallest, if it is at most ``max_slowdown`` and the memory upper bounds fit.
+  free (``prefer_empty``), else the running partner whose *upper-bound* (``bound="point"``: point) pair
+  slowdown (the larger of the two directions) is smallest, if it is at most ``max_slowdown`` and the memory fits: the upper
+  bounds sum within the capacity, or (``max_oom_risk`` set) the pair's predicted out-of-memory
+  probability (:func:`gpupred.colocation.pair_oom_probability`) is at most ``max_oom_risk``.
+- Heterogeneous GPUs: an empty GPU is the smallest one where the job fits in the policy's memory view
+  (slot knows no memory; reactive only after profiling; after an OOM alone every policy knows the job
+  needs a larger GPU).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -86,9 +92,24 @@ class Policy:
         sim = self.sim
         return bool(sim.gpu_n.min() >= sim.cluster.max_per_gpu)
 
-    def _empty_gpu(self) -> int:
-        g = int(np.argmin(self.sim.gpu_n))
-        return g if self.sim.gpu_n[g] == 0 else -1
+    def fit_mib(self, j: int) -> float:
+        """The memory this policy believes job ``j`` needs (its view; 0 where unknown; at least what an OOM showed).
+
+        A belief above every GPU's capacity is capped at the largest GPU: a job is never refused by every GPU.
+        """
+        sim = self.sim
+        known = sim.known_mem.get(self.view)
+        v = float(known[j]) if known is not None else 0.0
+        return min(max(0.0 if math.isnan(v) else v, float(sim.need_mib[j])), float(sim.cap.max()))
+
+    def _empty_gpu(self, j: int) -> int:
+        """An empty GPU where ``j`` fits in this policy's view: the smallest such (lowest index on ties), or -1."""
+        sim = self.sim
+        ok = (sim.gpu_n == 0) & (sim.cap >= self.fit_mib(j))
+        if not ok.any():
+            return -1
+        idx = np.flatnonzero(ok)
+        return int(idx[np.argmin(sim.cap[idx])])
 
     def _mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """GPUs holding exactly one running, packable job whose believed memory fits beside ``j`` (and those jobs)."""
@@ -97,9 +118,14 @@ class Policy:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         gpus = np.flatnonzero(sim.mate >= 0)
         mates = sim.mate[gpus]
-        mem = sim.known_mem[self.view]
-        ok = (~sim.no_pack[mates]) & (sim.state[mates] == RUNNING) & (mem[mates] + mem[j] <= sim.cluster.gpu_memory_mib)
+        ok = (~sim.no_pack[mates]) & (sim.state[mates] == RUNNING) & self.pair_fits(j, mates, sim.cap[gpus])
         return gpus[ok], mates[ok]
+
+    def pair_fits(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Whether ``j`` fits beside each of ``mates`` on GPUs of capacity ``cap``, in this policy's memory view."""
+        sim = self.sim
+        mem = sim.known_mem[self.view] if self.view in sim.known_mem else np.zeros(sim.n)
+        return mem[mates] + max(float(mem[j]), float(sim.need_mib[j])) <= cap
 
     def choose(self, j: int) -> int:
         """The GPU for job ``j`` now, or -1 to keep it waiting."""
@@ -145,7 +171,9 @@ class Policy:
             if outcome:
                 del q[i]
                 return True
-            i += 1  # nothing suits, or an OOM (the job stays in place, now never-pack)
+            if outcome is False:
+                continue  # an OOM taught the job something (never-pack, or a larger GPU): it tries again at once
+            i += 1  # nothing suits
         return False
 
     def schedule(self) -> None:
@@ -158,19 +186,12 @@ class SlotPolicy(Policy):
     """One job per GPU (Kubernetes-like device plugin): FIFO onto empty GPUs."""
 
     name = "slot"
+    view = "none"  # knows nothing of memory: an empty GPU of any size (until an OOM shows the job needs more)
 
     def choose(self, j: int) -> int:
         """An empty GPU, or wait."""
-        return self._empty_gpu()
+        return self._empty_gpu(j)
 
-    def schedule(self) -> None:
-        """FIFO: any job fits any empty GPU, so the head goes first."""
-        q = self.queue
-        while q:
-            g = self._empty_gpu()
-            if g < 0:
-                return
-            self.sim.place(q.popleft(), g, self.view)
 
 
 class ReactivePolicy(Policy):
@@ -195,14 +216,14 @@ class ReactivePolicy(Policy):
         """Unprofiled: an empty GPU. Profiled: the best-filling measured partner within the cap, else an empty GPU."""
         sim = self.sim
         if self._profiling(j):
-            return self._empty_gpu()
+            return self._empty_gpu(j)
         gpus, mates = self._mates(j)
         if len(gpus):
             u = sim.known_util["measured"][mates] + sim.known_util["measured"][j]
             ok = u <= self.util_cap  # NaN (never measured) is not <= anything
             if ok.any():
                 return int(gpus[ok][np.argmax(u[ok])])
-        return self._empty_gpu()
+        return self._empty_gpu(j)
 
     def after_place(self, j: int, g: int, shared: bool) -> None:
         """Start the profiling clock, or the interference watch on a shared GPU."""
@@ -233,7 +254,7 @@ class ReactivePolicy(Policy):
 
 
 def horus_cost(gpu_util: np.ndarray, gpu_mem_frac: np.ndarray, n_jobs: np.ndarray, job_util: float,
-               job_mem_frac: float) -> np.ndarray:
+               job_mem_frac: float | np.ndarray) -> np.ndarray:
     """Horus's placement cost of a job on each GPU (see the module doc); lower is better."""
     over = np.asarray(gpu_util, dtype=float) + job_util - 100.0
     util_cost = np.where(over > 0, over * HORUS_UTILCOST, -over)
@@ -302,16 +323,16 @@ class HorusPolicy(Policy):
     def choose(self, j: int) -> int:
         """The cheapest fitting GPU (an empty one, or one beside a running partner)."""
         sim = self.sim
-        cap = sim.cluster.gpu_memory_mib
         util, mem = sim.known_util["pred"], sim.known_mem["pred"]
         gpus, mates = self._mates(j)
-        empty = self._empty_gpu()
+        empty = self._empty_gpu(j)
         if empty >= 0:
             gpus, mates = np.append(empty, gpus), np.append(-1, mates)
         if not len(gpus):
             return -1
         shared = mates >= 0
         mate = np.where(shared, mates, 0)
+        cap = sim.cap[gpus]
         cost = horus_cost(np.where(shared, util[mate], 0.0), np.where(shared, mem[mate], 0.0) / cap,
                           shared.astype(float), float(util[j]), float(mem[j]) / cap)
         return int(gpus[int(np.argmin(cost))])
@@ -338,8 +359,14 @@ class OursPolicy(Policy):
     view = "high"
 
     def __init__(self, predicted: PredictedSlowdown, max_slowdown: float = 1.5, prefer_empty: bool = True,
-                 lookahead: int = 8) -> None:
+                 lookahead: int = 8, max_oom_risk: float | None = None, interval_level: float = 0.9,
+                 bound: str = "upper") -> None:
         super().__init__(lookahead)
+        if bound not in ("upper", "point"):
+            raise GpupredError(f"bound={bound!r}: ours packs on the 'upper' bound or the 'point' slowdown prediction")
+        self.bound = bound
+        self.max_oom_risk = max_oom_risk
+        self.interval_level = interval_level
         if not isinstance(predicted, PredictedSlowdown):
             raise GpupredError(f"ours needs a PredictedSlowdown (cross-fitted predictions), got {type(predicted).__name__}")
         self.predicted = predicted
@@ -350,15 +377,28 @@ class OursPolicy(Policy):
         """The predicted slowdown matrices (point and upper bound)."""
         return {"point": self.predicted.point, "upper-bound": self.predicted.high}
 
+    def pair_fits(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Memory upper bounds fit (default), or the pair's predicted OOM probability is at most ``max_oom_risk``."""
+        if self.max_oom_risk is None:
+            return super().pair_fits(j, mates, cap)
+        from gpupred.colocation.memfit import pair_oom_probability
+
+        sim = self.sim
+        point, high = sim.known_mem["pred"], sim.known_mem["high"]
+        risk = pair_oom_probability(np.full(len(mates), max(point[j], sim.need_mib[j])), np.full(len(mates), high[j]),
+                                    point[mates], high[mates], cap, self.interval_level)
+        return risk <= self.max_oom_risk
+
     def choose(self, j: int) -> int:
         """An empty GPU if preferred and free, else the partner with the smallest upper-bound slowdown within bounds."""
-        empty = self._empty_gpu()
+        empty = self._empty_gpu(j)
         if empty >= 0 and self.prefer_empty:
             return empty
         gpus, mates = self._mates(j)
         if len(gpus):
             jj = np.full(len(mates), j)
-            s = np.maximum(self.predicted.upper(jj, mates), self.predicted.upper(mates, jj))
+            read = self.predicted.upper if self.bound == "upper" else self.predicted.pair
+            s = np.maximum(read(jj, mates), read(mates, jj))
             s = np.where(np.isnan(s), np.inf, s)  # no prediction: never pack
             b = int(np.argmin(s))
             if s[b] <= self.max_slowdown:

@@ -337,8 +337,3 @@ def _dcgan_step(built: BuiltWorkload, device: str, host_batches: bool) -> Callab
         return (loss_d + loss_g).detach()
 
     return step
-
-
-def param_count(built: BuiltWorkload) -> int:
-    """Number of trainable parameters (all copies for a fused spec)."""
-    return sum(p.numel() for p in built.model.parameters() if p.requires_grad)

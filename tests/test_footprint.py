@@ -1,0 +1,168 @@
+"""The analytic memory footprint and its learned correction, on hand-built graphs and FIXTURE frames (never data)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from onnx import TensorProto, helper
+
+from gpupred.errors import GpupredError
+from gpupred.footprint import (
+    MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
+)
+from gpupred.memory import BEST, CORRECTION_CLIP, FootprintModel
+
+
+def _attention_graph() -> object:
+    """FIXTURE graph: x[2,4,8] -> Q,K (MatMul with weights) -> Transpose(K) -> scores=MatMul -> Mul(scale) ->
+    Softmax -> MatMul(V=x) -> LayerNormalization -> out; plus BatchNormalization -> Relu on a second input."""
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor(n, f, [8, 8], [0.1] * 64) for n in ("wq", "wk")]
+    inits += [helper.make_tensor("s", f, [], [0.5]), helper.make_tensor("g", f, [8], [1.0] * 8),
+              helper.make_tensor("b", f, [8], [0.0] * 8)]
+    inits += [helper.make_tensor(n, f, [3], [1.0] * 3) for n in ("bn_s", "bn_b", "bn_m", "bn_v")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["q", "kt"], ["sc"]),
+        helper.make_node("Mul", ["sc", "s"], ["ss"]), helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["o"]),
+        helper.make_node("LayerNormalization", ["o", "g", "b"], ["y"], axis=-1),
+        helper.make_node("BatchNormalization", ["z", "bn_s", "bn_b", "bn_m", "bn_v"], ["zn"]),
+        helper.make_node("Relu", ["zn"], ["zr"]),
+    ]
+    graph = helper.make_graph(nodes, "fixture-attention", [
+        helper.make_tensor_value_info("x", f, [2, 4, 8]), helper.make_tensor_value_info("z", f, [2, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", f, [2, 4, 8]), helper.make_tensor_value_info("zr", f, [2, 3, 5, 5])],
+        initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_graph_terms_by_hand() -> None:
+    t = graph_terms(_attention_graph(), batch_size=2)
+    # q, k: 2*4*8 = 64 each; scores sc, scaled ss, softmax p: 2*4*4 = 32 each; o, y: 64 each; zn, zr: 2*3*5*5 = 150
+    # kept for backward: q and k (read by the QK^T MatMul; kt is a view of k), sc (read by the scale Mul), p (the
+    # Softmax saves its output; the second MatMul reads it), o (LayerNorm's input), y and zr (graph outputs; the
+    # Relu saves its output). Not kept: ss (Softmax saves no input), zn (the Relu saves no input), kt (a view).
+    assert t["saved_elems"] == 64 + 64 + 32 + 32 + 64 + 64 + 150
+    assert t["fp32_elems"] == 32 + 64  # the Softmax and LayerNormalization outputs
+    assert t["cast_elems"] == 32  # the fp32 softmax output read by the attention-times-V MatMul
+    assert t["softmax_elems"] == 32
+    assert t["attention_elems"] == 32  # of the scores chain (sc, ss, kt), only sc is kept
+    assert t["index_elems"] == 0 and t["output_elems"] == 64 + 150
+
+
+def _row(**kw: object) -> pd.DataFrame:
+    base = {"param_bytes": 4 * MIB, "activation_bytes": 10 * MIB, "input_bytes": 1 * MIB, "precision": "fp32",
+            "optimizer": "adam", "gpu": "NVIDIA H200", "source": "gpupred"}
+    return pd.DataFrame([{**base, **kw}])
+
+
+def test_footprint_terms_by_hand() -> None:
+    t = footprint_terms(_row()).iloc[0]
+    # no graph terms: activations are the feature row's activation_bytes
+    assert dict(t) == {"weights": 4, "gradients": 4, "optimizer": 8, "autocast_copies": 0, "activations": 10,
+                       "loss": 0, "inputs": 1, "workspace": WORKSPACE_MIB}
+    row = _row(precision="bf16", optimizer="sgd", saved_elems=1 * MIB, fp32_elems=0.25 * MIB, cast_elems=0.125 * MIB,
+               softmax_elems=0.125 * MIB, attention_elems=0.25 * MIB, output_elems=0.5 * MIB, index_elems=0.0)
+    t = footprint_terms(row).iloc[0]
+    assert t["optimizer"] == 4 and t["autocast_copies"] == 2  # momentum: one buffer; 16-bit weight copies: p / 2
+    # 2 B x 0.75 Mi 16-bit + 4 B x 0.25 Mi fp32 + 2 B x 0.125 Mi casts, less fused attention's 4 x 0.125 + 2 x 0.25
+    assert t["activations"] == pytest.approx(1.5 + 1.0 + 0.25 - 0.5 - 0.5)
+    assert t["loss"] == pytest.approx(0.5 * 4 * 3)  # fp32 upcast + log_softmax output + its gradient
+    # Lucid's protocol ran without fused attention: the scores stay
+    assert footprint_terms(row, "lucid").iloc[0]["activations"] == pytest.approx(2.75)
+    with pytest.raises(GpupredError, match="optimizer"):
+        footprint_terms(_row(optimizer="lion"))
+    with pytest.raises(GpupredError, match="param_bytes"):
+        footprint_terms(_row().drop(columns=["param_bytes"]))
+
+
+def test_footprint_defaults_and_fit() -> None:
+    # defaults: the H200's measured 619 MiB context, allocator ratio 1
+    assert footprint_mib({"param_bytes": 4 * MIB, "activation_bytes": 10 * MIB, "input_bytes": MIB}, "NVIDIA H200",
+                         "fp32", "adam") == pytest.approx(619 + 4 + 4 + 8 + 10 + 1 + WORKSPACE_MIB)
+    rng = np.random.default_rng(0)
+    alloc = rng.uniform(100, 20000, 60)
+    ctx, ratio = fit_context_allocator(alloc, 900 + 1.2 * alloc)
+    assert ctx == pytest.approx(900, rel=0.02) and ratio == pytest.approx(1.2, rel=0.01)
+
+
+def _fixture_frame(n: int = 40, seed: int = 0) -> pd.DataFrame:
+    """FIXTURE rows from a toy formula (never data): memory = 700 + 1.1 x allocated, times a family factor."""
+    rng = np.random.default_rng(seed)
+    fams = np.array(["fa", "fb", "fc", "fd"])[np.arange(n) % 4]
+    df = pd.DataFrame({
+        "run_id": [f"fixture-{i}" for i in range(n)], "workload_id": [f"w{i}" for i in range(n)], "family": fams,
+        "param_bytes": rng.uniform(5, 200, n) * MIB, "activation_bytes": rng.uniform(50, 3000, n) * MIB,
+        "input_bytes": rng.uniform(0, 20, n) * MIB, "precision": np.where(np.arange(n) % 2, "bf16", "fp32"),
+        "optimizer": np.where(np.arange(n) % 3, "adam", "sgd"), "gpu": "NVIDIA H200", "source": "gpupred",
+        "is_bf16": (np.arange(n) % 2).astype(float), "is_adam": (np.arange(n) % 3 > 0).astype(float)})
+    factor = pd.Series(fams).map({"fa": 1.0, "fb": 1.1, "fc": 0.95, "fd": 1.05}).to_numpy()
+    df["memory_mib"] = (700 + 1.1 * allocated_mib(df)) * factor * rng.uniform(0.98, 1.02, n)
+    return df
+
+
+def test_prediction_exceeds_largest_label_for_a_bigger_model() -> None:
+    train = _fixture_frame()
+    model = FootprintModel().fit(train)
+    big = train.loc[[train["memory_mib"].idxmax()]].copy()
+    for col in ("param_bytes", "activation_bytes", "input_bytes"):
+        big[col] *= 4
+    pred = model.predict(big)
+    assert pred[BEST].iloc[0] > train["memory_mib"].max() * 2  # ~4x the allocation, not capped at the largest label
+    assert pred["low"].iloc[0] < pred[BEST].iloc[0] < pred["high"].iloc[0]
+    factor = pred[BEST].iloc[0] / pred["footprint"].iloc[0]
+    assert np.exp(-CORRECTION_CLIP) - 1e-9 <= factor <= np.exp(CORRECTION_CLIP) + 1e-9
+
+
+def test_unmeasured_gpu_gets_wider_intervals() -> None:
+    model = FootprintModel().fit(_fixture_frame())
+    row = _fixture_frame(4, seed=1)
+    seen = model.predict(row)
+    other = model.predict(row.assign(gpu="NVIDIA A100-SXM4-40GB"))
+    assert ((other["high"] / other[BEST]) > (seen["high"] / seen[BEST])).all()
+    assert set(model.halfwidth_) == {"gpupred"} and 0 < model.halfwidth_["gpupred"] < 0.5
+
+
+def test_onnx_footprint_matches_the_terms() -> None:
+    from gpupred.footprint import onnx_footprint_mib
+
+    graph = _attention_graph()
+    mib = onnx_footprint_mib(graph, 2, "fp32", "sgd", "NVIDIA H200")
+    # params: wq, wk (64 each), the scalar s, LayerNorm's 8 + 8, BatchNorm's 3 + 3 (scale, bias); plain SGD with
+    # momentum: weights + gradients + one buffer
+    params = (64 + 64 + 1 + 8 + 8 + 3 + 3) * 4 / MIB
+    t = graph_terms(graph, 2)
+    act = 4 * (t["saved_elems"] - t["softmax_elems"] - t["attention_elems"]) / MIB  # fp32, fused attention
+    inputs = (64 + 150) * 4 / MIB
+    loss = 2 * 4 * t["output_elems"] / MIB
+    assert mib == pytest.approx(619 + 3 * params + act + loss + inputs + WORKSPACE_MIB, rel=1e-6)
+
+
+def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
+    """FIXTURE graph x[1,1,4,4] -> Conv 3x3 (pad 1) -> BatchNormalization -> Relu -> MaxPool 2x2 -> y[1,1,2,2]."""
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor("w", f, [1, 1, 3, 3], [0.1] * 9)]
+    inits += [helper.make_tensor(n, f, [1], [1.0]) for n in ("bs", "bb", "bm", "bv")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "bs", "bb", "bm", "bv"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "fixture-cbrp", [helper.make_tensor_value_info("x", f, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", f, [1, 1, 2, 2])], initializer=inits)
+    t = graph_terms(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=1)
+    # BatchNorm folds into the Conv, whose 16-element output training-mode BatchNorm keeps; the Relu keeps its
+    # 16-element output (MaxPool reads it); the 4-element graph output; MaxPool's argmax indices: 4
+    assert t["saved_elems"] == 16 + 16 + 4 and t["index_elems"] == 4 and t["fp32_elems"] == 0
+    row = _row(saved_elems=t["saved_elems"], index_elems=t["index_elems"])
+    assert footprint_terms(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
+
+
+def test_a_new_gpu_takes_its_protocols_constants() -> None:
+    fitted = Footprint(context_mib={"H200|gpupred": 700.0, "A100 40GB|lucid": 1500.0},
+                       allocator={"H200|gpupred": 1.2, "A100 40GB|lucid": 1.4})
+    row = _row(gpu="NVIDIA A100-SXM4-40GB")  # allocated: 4 + 4 + 8 + 10 + 1 + workspace
+    allocated = 27 + WORKSPACE_MIB
+    assert fitted.predict(row)[0] == pytest.approx(700 + 1.2 * allocated)  # this project's protocol, fitted on an H200
+    assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(619 + allocated)  # unknown: defaults
