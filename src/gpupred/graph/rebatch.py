@@ -252,21 +252,31 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
     """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model.
 
     Two search orders: every reshape downstream is repaired before anything flips (a node may break only for
-    want of a later repair, as in timm's ECA); failing that, a node that breaks first flips the reshapes
-    repaired in the round before it.
+    want of a later repair, as in timm's ECA); unless that leaves no node losing the batch
+    (:func:`lost_batch`), also the order where a node that breaks first flips the reshapes repaired in the
+    round before it (torch's seq-first attention); the result that loses the batch in fewer nodes is kept.
     """
     _, before = _shapes(model, infer)
     del model.graph.value_info[:]  # shapes stored at the old batch would be kept by inference
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     _set_inputs(model, old, new)
-    first = ModelProto()
-    first.CopyFrom(model)
-    try:
-        _search(first, label, before, old, new, infer, repair_first=True)
-    except GpupredError:
-        return _search(model, label, before, old, new, infer, repair_first=False)
-    model.CopyFrom(first)
+    results = []
+    for repair_first in (True, False):  # both searches; the one that loses the batch in fewer nodes wins
+        work = ModelProto()
+        work.CopyFrom(model)
+        try:
+            _search(work, label, before, old, new, infer, repair_first)
+        except GpupredError as err:
+            results.append((1 << 30, repair_first, work, err))
+            continue
+        results.append((lost_batch(work, before, old, new, infer), repair_first, work, None))
+        if results[-1][0] == 0:
+            break
+    _, _, best, err = min(results, key=lambda r: (r[0], not r[1]))
+    if err is not None:
+        raise err
+    model.CopyFrom(best)
     return model
 
 
@@ -294,6 +304,22 @@ def _search(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], o
             break
     _check(inferred, label, before, now, old, new)
     return model
+
+
+def lost_batch(model: ModelProto, before: dict[str, tuple[int, ...]], old: int, new: int, infer: Infer) -> int:
+    """How many nodes of a re-batched model take an input that grew with the batch and give a tensor (not a scalar)
+    that did not grow, or grew by another ratio: a search that placed the batch wrongly leaves such nodes."""
+    inferred, now = _shapes(model, infer)
+    count = 0
+    for node in inferred.graph.node:
+        grew = any(n in before and n in now and math.prod(now[n]) * old == math.prod(before[n]) * new
+                   for n in node.input if n)
+        for o in node.output[:1]:
+            if not grew or o not in before or o not in now or math.prod(before[o]) <= 1:
+                continue
+            if math.prod(now[o]) * old != math.prod(before[o]) * new:
+                count += 1
+    return count
 
 
 def _check(inferred: ModelProto, label: str, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
