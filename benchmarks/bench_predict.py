@@ -1,5 +1,6 @@
 """Predictor speed: one row (goal <= 5 ms), batches of feature rows (goal >= 100,000 rows/s), and ONNX file to prediction
-(goal <= 100 ms plus the featurize time) for ResNet-50 from the graph store and as a 102 MB legacy export.
+(goal <= 100 ms plus the featurize time) for ResNet-50 from the graph store and as a 102 MB legacy export; and the
+step model's cost per graph (gpupred.perf: goal < 20 ms for ResNet-50; ``--step-only`` prints only that).
 
 It trains a THROWAWAY predictor (XGBoost, CV+ with 5 folds, three targets: 18 tree ensembles of 300 trees) on a
 FIXTURE frame (tests/fixtures_learning.py, toy formula): its predictions are meaningless; only the speed is
@@ -99,9 +100,37 @@ def bench_onnx(predictor) -> None:  # type: ignore[no-untyped-def]
                   f"= featurize {feat * 1e3:.1f} ms + {max(total - feat, 0) * 1e3:.1f} ms (goal <= 100 ms + featurize)")
 
 
+STEP_GRAPHS = ("resnet.resnet50-img224", "bert.bert-v30522-m768-h12-l12-seq512", "lstm", "vit", "densenet")
+
+
+def bench_step_model() -> None:
+    """The step model's cost per graph: load + canonical form + kernels + timeline (cold), and the timeline alone."""
+    from gpupred import config
+    from gpupred.perf import DEFAULT, canonical_graph, simulate, step_kernels
+    from gpupred.hardware import gpu_spec
+
+    gpu = gpu_spec("H200")
+    for prefix in STEP_GRAPHS:
+        path = next(iter(sorted(config.GRAPHS.glob(f"{prefix}*.onnx.gz"))), None)
+        if path is None:
+            continue
+        t_load = _median(lambda: canonical_graph(path, 64), 5)
+        graph, _ = canonical_graph(path, 64)
+        t_kernels = _median(lambda: step_kernels(graph, "bf16", "adam"), 5)
+        kl = step_kernels(graph, "bf16", "adam")
+        t_sim = _median(lambda: simulate(kl, gpu, "bf16", DEFAULT, "step"), 20)
+        total = t_load + t_kernels + t_sim
+        print(f"step model {path.name.split('.onnx')[0]} bs64 bf16 adam: {len(kl)} kernels; load+canonical "
+              f"{t_load * 1e3:.1f} ms, kernels {t_kernels * 1e3:.1f} ms, timeline {t_sim * 1e3:.2f} ms, "
+              f"total {total * 1e3:.1f} ms (goal < 20 ms for ResNet-50)")
+
+
 def main() -> None:
     """Print the figures."""
     print(f"CPU cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} (shared machine: figures under load are noisy)")
+    bench_step_model()
+    if "--step-only" in sys.argv:
+        return
     predictor = _predictor()
     bench_rows(predictor)
     bench_onnx(predictor)

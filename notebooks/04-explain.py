@@ -27,6 +27,7 @@ tree_models: list = ["decision_tree", "random_forest", "extra_trees", "gradient_
 explain_model: str = ""  # model for permutation importance and SHAP; "" = notebook 03's choice if a tree model, else xgboost
 n_permutations: int = 10  # permutation repeats
 top: int = 3  # dependence plots for this many top features
+physics_explain: bool = True  # explain the step model's correction (needs each run's graph in data/graphs)
 
 # %%
 import matplotlib.pyplot as plt
@@ -73,3 +74,34 @@ for feature in perm.index[:top]:
 
 # %%
 reports.update_metrics({f"{target}_top_features_permutation": perm.index[:5].tolist()})
+
+# %% [markdown]
+# ## What the step model misses: the correction
+# Notebook 03 predicts utilization as the step model's answer (`gpupred.perf`: kernels of one training step,
+# their roofline times, the host's launch timeline) times a learned correction. Here is what the correction
+# corrects, on this project's own runs: log(measured / physics) per family with the constants fitted on every
+# row (an explanation, not an evaluation), then SHAP of the correction model on those runs. A family whose
+# median sits far from 0 has something the step model does not model.
+
+# %%
+from gpupred.learn import physics
+
+if physics_explain and target in physics.PHYSICS_TARGETS:
+    frame = physics.correction_frame(df, target, physics.physics_data(df))
+    by_family = (frame.groupby(["source", "family"])["log_correction"].agg(["median", "std", "size"])
+                 .sort_values("median"))
+    own_rows = frame[frame["source"] == "gpupred"]
+    if len(own_rows) >= 20:
+        correction = physics.correction_shap(frame, "gpupred")
+        reports.save_figure(importance.plot_shap_summary(correction), f"04-correction-shap-{target}")
+        plt.show()
+by_family.round(3) if physics_explain and target in physics.PHYSICS_TARGETS else "skipped"
+
+# %% [markdown]
+# The step model over-predicts utilization where the GPU runs slower than its roofline says or the host
+# does more than launch kernels: depthwise convolutions (MobileNet, EfficientNet: real kernels far below the
+# bandwidth roofline, so the model's GPU time is short and its utilization low, a negative median above),
+# DCGAN's two passes per step over one exported graph, and host-side data work no graph shows (Lucid's
+# PointNet, about ten times below the physics). Where the correction's SHAP is led by the fitted physics
+# itself (`fit_phys_util`, `phys_host_s`), it is bending the step model's curve, typically towards
+# saturation near 100 %, rather than naming a missing mechanism.

@@ -82,6 +82,16 @@ def _fixture_labels(f: pd.Series, gpu: str, rng: np.random.Generator) -> dict[st
     }
 
 
+def _fixture_physics(f: pd.Series, gpu: str) -> dict[str, float]:
+    """Toy step-model columns (FIXTURE): a roofline-free guess, deliberately not the labels' formula."""
+    hw = hardware_features(gpu, f["precision"])
+    busy = f["flops_train"] / (hw["gpu_tflops_peak"] * 1e12 * 0.6) + 2e-6 * 3 * f["n_nodes"]
+    host = 1e-4 + 8e-6 * 3 * f["n_nodes"]
+    step = max(busy, host) + 1.5e-5
+    return {"phys_step_s": step, "phys_gpu_busy_s": busy, "phys_host_s": host, "phys_util": 100 * busy / step,
+            "phys_kernels": 3.0 * f["n_nodes"]}
+
+
 def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_sizes: int = 3, seed: int = 0,
                     sources: dict[str, str] | None = None) -> pd.DataFrame:
     """A FIXTURE dataset frame with the columns of gpupred.dataset's contract.
@@ -112,6 +122,7 @@ def fixture_dataset(gpus: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), n_batch_
                 "sampler": "nvml-poll-50ms",
             }
             row.update({k: float(f[k]) for k in keys})
+            row.update(_fixture_physics(f, gpu))
             row.update(hardware_features(gpu, f["precision"]))
             row.update(ds.encode(f["precision"], f["optimizer"]))
             rows.append(row)

@@ -145,6 +145,11 @@ def test_build_from_every_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert lucid["gpu_tflops_peak"] == 71.0 and lucid["memory_mib"] == 2100.0 and np.isnan(lucid["sm_active"])
     gmn = by.loc["gpumemnet:input:8_output:2_depth:2_arch:pyramid_batch:16"]
     assert gmn["gpu"] == "A100 40GB" and gmn["util_nonzero_only"] == 1 and gmn["sync_kernel"] == 0 and gmn["sm_active"] == 20.0
+    phys = df[["phys_step_s", "phys_gpu_busy_s", "phys_host_s", "phys_util", "phys_kernels"]]
+    assert phys.notna().all().all() and (phys > 0).all().all() and (df["phys_util"] <= 100).all()  # every source
+    assert (df["phys_step_s"] >= df["phys_gpu_busy_s"]).all()
+    assert not set(phys.columns) & set(ds.feature_columns(df))  # not regressor inputs: a featurize row has no GPU
+    assert lucid["phys_step_s"] >= lucid["phys_gpu_busy_s"] + lucid["phys_host_s"]  # CUDA_LAUNCH_BLOCKING: no overlap
     own = df[df["source"] == "gpupred"]
     assert set(own["sampler"]) == {"nvml-poll-100ms"} and (own[["sync_kernel", "util_nonzero_only", "is_fp16"]] == 0).all().all()
     reasons = excl.groupby("reason").size()

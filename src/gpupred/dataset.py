@@ -11,8 +11,11 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
   its loss every step; ``window``: one synchronize per window; ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``);
 - ``LABEL_COLUMNS``: steady-state labels (``gpu_util`` and ``memory_mib`` never missing; the others NaN
   where a source did not record them);
-- features: the graph features (``gpupred.graph.FEATURE_KEYS``), ``HARDWARE_COLUMNS`` and
-  ``ENCODED_COLUMNS``; :func:`feature_columns` lists them in order.
+- features: the graph features (``gpupred.graph.FEATURE_KEYS``), the step model's ``STEP_COLUMNS``
+  (``phys_step_s``, ``phys_gpu_busy_s``, ``phys_host_s``, ``phys_util`` in percent, ``phys_kernels``: one training
+  step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.perf`),
+  ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists the regressors' inputs in order
+  (every feature but the step model's, which :mod:`gpupred.learn.physics` uses).
 
 Labels across sources (decided here, repeated in notebook 03):
 
@@ -49,8 +52,10 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.errors import MissingInput
+from gpupred.perf.table import spec_step_columns
+from gpupred.perf.timeline import STEP_COLUMNS
 
-DATASET_VERSION = 2
+DATASET_VERSION = 3  # 3: the step model's phys_* columns
 
 SOURCE_OWN = "gpupred"
 ID_COLUMNS: tuple[str, ...] = (
@@ -110,7 +115,10 @@ def encode(precision: str, optimizer: str, host_batches: bool | float = False, s
 
 def feature_columns(df: pd.DataFrame) -> list[str]:
     """The model input columns of a dataset frame, in order: graph features, hardware, encodings."""
+    # the step model's columns are not regressor inputs: a featurize row has no GPU or protocol to compute them for;
+    # gpupred.learn.physics uses them (physics x correction) and the predictor does not need them
     skip = set(ID_COLUMNS) | set(LABEL_COLUMNS) | set(META_COLUMNS) | set(FEATURE_ID_COLUMNS) | {"batch_size_spec"}
+    skip |= set(STEP_COLUMNS)
     tail = [*HARDWARE_COLUMNS, *ENCODED_COLUMNS]
     graph = [c for c in df.columns if c not in skip and c not in tail and pd.api.types.is_numeric_dtype(df[c])]
     return graph + [c for c in tail if c in df.columns]
@@ -241,15 +249,17 @@ def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame
         row.update({k: float(f[k]) for k in keys})
         row.update(hw_cache[hw_key])
         hb = rec.get("host_batches")
-        row.update(encode(spec.precision, spec.optimizer, bool(hb) if hb is not None and pd.notna(hb) else False,
-                          rec["sync"], rec["sampler"]))
+        host_batches = bool(hb) if hb is not None and pd.notna(hb) else False
+        row.update(spec_step_columns(spec, str(rec["gpu_name"]), str(rec["sync"]), host_batches))
+        row.update(encode(spec.precision, spec.optimizer, host_batches, rec["sync"], rec["sampler"]))
         rows.append(row)
     exclusions = pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
     if not rows:
-        return pd.DataFrame(columns=[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys]), exclusions
+        return pd.DataFrame(columns=[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *STEP_COLUMNS]), exclusions
     df = pd.DataFrame(rows)
     df["memory_source"] = df["memory_source"].fillna("").astype(str)
-    df = df[[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *HARDWARE_COLUMNS, *(c for c in ENCODED_COLUMNS if c not in keys)]]
+    df = df[[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *STEP_COLUMNS, *HARDWARE_COLUMNS,
+             *(c for c in ENCODED_COLUMNS if c not in keys)]]
     return df, exclusions
 
 
@@ -302,7 +312,8 @@ def build_dataset(
 
 def validate_dataset(df: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """Check a dataset frame against the contract; raise GpupredError naming the problem."""
-    missing = [c for c in (*ID_COLUMNS, *REQUIRED_LABELS, *HARDWARE_COLUMNS, *ENCODED_COLUMNS) if c not in df.columns]
+    missing = [c for c in (*ID_COLUMNS, *REQUIRED_LABELS, *STEP_COLUMNS, *HARDWARE_COLUMNS, *ENCODED_COLUMNS)
+               if c not in df.columns]
     if missing:
         raise GpupredError(f"{source}: missing columns {missing} of the dataset contract (gpupred.dataset); rebuild it")
     if df.empty:

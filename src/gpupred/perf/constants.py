@@ -1,0 +1,83 @@
+"""The step model's constants: defaults from published figures, fitted per (GPU kind, measurement protocol).
+
+Defaults (any GPU of :mod:`gpupred.hardware` gets an answer with them):
+
+- ``tensor_eff`` 0.55, ``compute_eff`` 0.70, ``memory_eff`` 0.70: achieved fractions of the datasheet peaks for
+  tensor-core contractions, FP32 CUDA-core work and streaming kernels (NVIDIA's cuBLAS and STREAM-like figures on
+  A100/H100 run at 60-80% of dense peak; training layers are smaller, tensor cores harder to feed);
+- ``launch_s`` 8 us per forward kernel: eager PyTorch's Python + dispatcher + ``cudaLaunchKernel`` per op
+  (PyTorch's own profiler shows 5-10 us CPU per small op); backward kernels 0.6x (autograd engine in C++),
+  optimizer (foreach) launches 1.5x (Python list handling per op), launches from inside a library or C++ loop
+  0.25x (a bare ``cudaLaunchKernel``, 2-3 us);
+- ``step_overhead_s`` 150 us: the Python step outside the ops (batch, zero_grad, autocast, loss, optimizer);
+- ``param_host_s`` 0.2 us per parameter tensor (the optimizer's per-tensor Python bookkeeping);
+- ``min_kernel_s`` 2.5 us: the shortest kernel a GPU runs (launch latency on the device, a few microseconds);
+- ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip; ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy.
+
+:func:`gpupred.perf.fit.fit_constants` fits the first six to training rows of one (GPU kind, protocol).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+FITTED: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "launch_s", "step_overhead_s", "min_kernel_s")
+BOUNDS: dict[str, tuple[float, float]] = {  # plausible ranges the fit stays in
+    "compute_eff": (0.05, 1.0), "tensor_eff": (0.05, 1.0), "memory_eff": (0.05, 1.0), "launch_s": (1e-6, 60e-6),
+    "step_overhead_s": (0.0, 5e-3), "min_kernel_s": (0.5e-6, 20e-6),
+}
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """The constants of the step model for one (GPU kind, measurement protocol)."""
+
+    compute_eff: float = 0.70  # of the FP32 (CUDA-core) peak
+    tensor_eff: float = 0.55  # of the tensor-core peak (TF32 convolutions, 16-bit contractions)
+    memory_eff: float = 0.70
+    launch_s: float = 8e-6
+    step_overhead_s: float = 150e-6
+    min_kernel_s: float = 2.5e-6
+    backward_launch_ratio: float = 0.6
+    optimizer_launch_ratio: float = 1.5
+    library_launch_ratio: float = 0.25  # a bare cudaLaunchKernel from C++ (cuDNN RNN steps, foreach chunks)
+    param_host_s: float = 0.2e-6
+    sync_s: float = 15e-6
+    host_copy_gbs: float = 12.0
+    source: str = "default"  # "default" or what they were fitted on
+
+    def with_fitted(self, values: dict[str, float], source: str) -> "StepConstants":
+        """A copy with the fitted constants replaced."""
+        return replace(self, **{k: float(v) for k, v in values.items() if k in FITTED}, source=source)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, for cards and JSON."""
+        return asdict(self)
+
+
+DEFAULT = StepConstants()
+
+
+def constants_from_dict(data: dict[str, Any]) -> StepConstants:
+    """Rebuild constants from :meth:`StepConstants.as_dict` output (unknown keys ignored)."""
+    names = {f.name for f in fields(StepConstants)}
+    return StepConstants(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class ConstantsTable:
+    """Fitted constants per (GPU kind, measurement protocol: the sampler, e.g. ``nvml-poll``); other pairs get the defaults.
+
+    The synchronization mode (``sync``) is not part of the key: the timeline simulates it.
+    """
+
+    fitted: dict[tuple[str, str], StepConstants]
+
+    def get(self, gpu: str, protocol: str = "nvml-poll") -> StepConstants:
+        """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol, else the defaults."""
+        return self.fitted.get((gpu, protocol), DEFAULT)
+
+    def as_records(self) -> list[dict[str, Any]]:
+        """One plain record per fitted pair, for the predictor's card."""
+        return [{"gpu": g, "protocol": p, **c.as_dict()} for (g, p), c in sorted(self.fitted.items())]

@@ -1,0 +1,89 @@
+"""Fit the step model's constants to measured runs of one (GPU kind, measurement protocol) (torch-free).
+
+The fit minimizes, by bounded robust least squares (scipy, soft-L1 loss), the log errors of the analytic
+utilization (``log((phys + 1) / (measured + 1))``) and of the step time (``log(phys / measured)``) where a run
+recorded it, plus a weak pull of each constant's logarithm towards its published default (weight
+``PRIOR_WEIGHT``), so a handful of runs cannot drive a constant to a bound it does not inform. The callers
+(:mod:`gpupred.learn.physics`) pass training rows only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from gpupred.hardware import GpuSpec
+from gpupred.perf.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants
+from gpupred.perf.kernels import KernelList
+from gpupred.perf.timeline import simulate
+
+PRIOR_WEIGHT = 0.05  # per constant, in log units: a 1 % pull of a 2x departure against ~400 run residuals
+MAX_FIT_ROWS = 250  # runs per (GPU kind, protocol) the fit reads (a deterministic sample of larger groups)
+MIN_FIT_ROWS = 8  # fewer labelled runs than this: the defaults stay
+
+
+@dataclass
+class FitRows:
+    """What the fit reads for each run: its kernels, GPU, precision, protocol, input feeding and labels."""
+
+    kernels: Sequence[KernelList]
+    gpus: Sequence[GpuSpec]
+    precisions: Sequence[str]
+    syncs: Sequence[str]
+    host_batches: Sequence[bool]
+    util: np.ndarray  # measured utilization, percent (NaN: not recorded)
+    step_s: np.ndarray  # measured step time, s (NaN: not recorded)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+
+def predict_rows(rows: FitRows, c: StepConstants, idx: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(analytic utilization %, step time s) of the runs ``idx`` (default all) under constants ``c``."""
+    idx = range(len(rows)) if idx is None else idx
+    ests = [simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], c, rows.syncs[i], rows.host_batches[i]) for i in idx]
+    return np.array([e.util for e in ests]), np.array([e.step_s for e in ests])
+
+
+def _residuals(theta: np.ndarray, rows: FitRows, idx: np.ndarray, base: StepConstants) -> np.ndarray:
+    c = base.with_fitted(dict(zip(FITTED, np.exp(theta))), base.source)
+    util, step = predict_rows(rows, c, idx)
+    mu, ms = rows.util[idx], rows.step_s[idx]
+    r_util = np.log((util + 1) / (mu + 1))[~np.isnan(mu)]
+    r_step = np.log(step / ms)[~np.isnan(ms)]
+    prior = PRIOR_WEIGHT * (theta - np.log([getattr(DEFAULT, k) for k in FITTED]))
+    return np.concatenate([r_util, r_step, prior])
+
+
+def fit_constants(rows: FitRows, base: StepConstants = DEFAULT, source: str = "fitted", seed: int = 0) -> StepConstants:
+    """Constants fitted to ``rows`` (one GPU kind and protocol); the defaults when too few runs are labelled."""
+    from scipy.optimize import least_squares
+
+    labelled = np.flatnonzero(~np.isnan(rows.util) | ~np.isnan(rows.step_s))
+    if len(labelled) < MIN_FIT_ROWS:
+        return base
+    if len(labelled) > MAX_FIT_ROWS:
+        labelled = np.sort(np.random.default_rng(seed).choice(labelled, MAX_FIT_ROWS, replace=False))
+    lo = np.log([BOUNDS[k][0] if BOUNDS[k][0] > 0 else 1e-9 for k in FITTED])
+    hi = np.log([BOUNDS[k][1] for k in FITTED])
+    theta0 = np.clip(np.log([max(getattr(base, k), 1e-9) for k in FITTED]), lo + 1e-6, hi - 1e-6)
+    fit = least_squares(_residuals, theta0, bounds=(lo, hi), args=(rows, labelled, base), loss="soft_l1", f_scale=0.3,
+                        diff_step=0.02, max_nfev=40)
+    return base.with_fitted(dict(zip(FITTED, np.exp(fit.x))), source)
+
+
+def fit_table(rows: FitRows, keys: Sequence[tuple[str, str]], seed: int = 0) -> ConstantsTable:
+    """Constants per (GPU kind, protocol) key of each run, each fitted on that key's runs only."""
+    keys_arr = np.array([f"{g}\x00{p}" for g, p in keys])
+    fitted: dict[tuple[str, str], StepConstants] = {}
+    for key in sorted(set(keys_arr)):
+        idx = np.flatnonzero(keys_arr == key)
+        sub = FitRows([rows.kernels[i] for i in idx], [rows.gpus[i] for i in idx], [rows.precisions[i] for i in idx],
+                      [rows.syncs[i] for i in idx], [rows.host_batches[i] for i in idx], rows.util[idx], rows.step_s[idx])
+        gpu, protocol = key.split("\x00")
+        c = fit_constants(sub, source=f"fitted on {len(idx)} runs ({gpu}, {protocol})", seed=seed)
+        if c is not DEFAULT:
+            fitted[(gpu, protocol)] = c
+    return ConstantsTable(fitted)

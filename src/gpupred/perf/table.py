@@ -1,0 +1,29 @@
+"""The step model's columns (``STEP_COLUMNS``) for workload specs on GPUs: what the dataset joins to each run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpupred.perf.constants import DEFAULT, StepConstants
+from gpupred.perf.kernels import KernelList
+from gpupred.perf.model import kernels_for
+from gpupred.perf.timeline import simulate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.workloads.spec import WorkloadSpec
+
+
+def spec_kernels(spec: "WorkloadSpec") -> KernelList:
+    """The step's kernels of a workload spec, from its graph (the store's, or built for imported networks)."""
+    from gpupred.importers.graphs import graph_for
+
+    return kernels_for(graph_for(spec), spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key)
+
+
+def spec_step_columns(spec: "WorkloadSpec", gpu: str, sync: str = "step", host_batches: bool = False,
+                      constants: StepConstants | None = None) -> dict[str, float]:
+    """``STEP_COLUMNS`` of one spec on one GPU under a protocol (default constants unless given)."""
+    from gpupred.hardware import gpu_spec
+
+    est = simulate(spec_kernels(spec), gpu_spec(gpu), spec.precision, constants or DEFAULT, sync, host_batches)
+    return est.columns()

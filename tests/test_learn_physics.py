@@ -1,0 +1,110 @@
+"""Physics x correction (gpupred.learn.physics) on FIXTURE rows: constants see training rows only, every method
+predicts every outer test row, the correction is bounded and shrinkable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fixtures_learning import fixture_dataset
+from onnx import TensorProto, helper
+
+from gpupred.hardware import gpu_spec
+from gpupred.learn.evaluate import splits_for
+from gpupred.learn.nested import CVSettings
+from gpupred.learn.physics import (
+    METHODS, PhysicsData, ShrunkCorrection, correction_bounds, evaluate_physics, fitted_physics, protocol_of,
+)
+from gpupred.perf import canonical_graph, step_kernels
+from gpupred.perf.fit import FitRows
+
+
+def _mlp(width: int):
+    """FIXTURE graph: x[batch, 64] -> Gemm(width) -> Relu -> Gemm(10)."""
+    inits = [helper.make_tensor("W1", TensorProto.FLOAT, [width, 64], [0.0] * (width * 64)),
+             helper.make_tensor("W2", TensorProto.FLOAT, [10, width], [0.0] * (10 * width))]
+    nodes = [helper.make_node("Gemm", ["x", "W1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """FIXTURE dataset rows with FIXTURE kernels (a tiny MLP graph sized by each row's batch size and params)."""
+    df = fixture_dataset(n_batch_sizes=2)
+    df["iter_time_mean_s"] = df["iter_time_mean_s"].where(df["family"] != "vgg")  # some rows without a step time
+    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
+               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
+    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
+                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
+    return df, PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+
+
+def test_protocol_drops_the_interval() -> None:
+    """The constants key is the sampler without its polling interval."""
+    assert protocol_of("nvml-poll-50ms") == "nvml-poll" and protocol_of("nvidia-smi-0.2s") == "nvidia-smi"
+    assert protocol_of("dcgm-1s-nonzero") == "dcgm-nonzero"
+
+
+def test_constants_are_fitted_on_training_rows_only(rows) -> None:
+    """Scrambling the labels of rows outside ``train`` leaves the fitted constants unchanged."""
+    df, pdata = rows
+    train = np.arange(0, len(df), 2)
+    table, util, _ = fitted_physics(pdata, train)
+    scrambled = PhysicsData(FitRows(pdata.rows.kernels, pdata.rows.gpus, pdata.rows.precisions, pdata.rows.syncs,
+                                    pdata.rows.host_batches, pdata.rows.util.copy(), pdata.rows.step_s.copy()), pdata.keys)
+    scrambled.rows.util[1::2] = 1.0
+    scrambled.rows.step_s[1::2] = 10.0
+    table2, util2, _ = fitted_physics(scrambled, train)
+    assert table.as_records() == table2.as_records() and np.allclose(util, util2)
+    assert table.fitted and all(r["source"].startswith("fitted") for r in table.as_records())
+
+
+def test_every_method_predicts_every_outer_row(rows) -> None:
+    """Grouped folds: each method predicts each row once; utilization stays within 0-100 and inside its interval."""
+    df, pdata = rows
+    splits = splits_for(df, "grouped_random", 3)
+    cv = CVSettings(n_inner=2, n_cal=3, n_jobs=1)
+    res = evaluate_physics(df, "gpu_util", "grouped_random", splits, pdata, cv, "pooled")
+    assert set(res) == set(METHODS)
+    for method, r in res.items():
+        p = r.predictions
+        assert sorted(p["run_id"]) == sorted(df["run_id"]) and p["pred"].between(0, 100).all(), method
+    corr = res["physics+correction"].predictions
+    assert ((corr["low"] <= corr["pred"]) & (corr["pred"] <= corr["high"])).all()
+    steps = evaluate_physics(df, "iter_time_mean_s", "grouped_random", splits, pdata, cv, "per_source",
+                             methods=("physics+correction",))
+    assert steps["physics+correction"].predictions["pred"].gt(0).all()
+
+
+def test_correction_is_bounded_and_shrinkable() -> None:
+    """Bounds are the source's 2-98 % training range (all rows for a thin source); weight 0 predicts the median."""
+    ratio = np.r_[np.linspace(50, 150, 50), np.linspace(5, 10, 5)]
+    strata = np.array(["own"] * 50 + ["thin"] * 5)
+    lo, hi = correction_bounds(ratio, strata, np.array(["own", "thin"]))
+    assert lo[0] == pytest.approx(np.quantile(ratio[:50], 0.02)) and hi[0] == pytest.approx(np.quantile(ratio[:50], 0.98))
+    assert lo[1] == pytest.approx(np.quantile(ratio, 0.02))
+    X = np.arange(20, dtype=float).reshape(-1, 1)
+    y = np.log1p(np.arange(20, dtype=float))
+    from sklearn.linear_model import LinearRegression
+
+    assert np.allclose(ShrunkCorrection(LinearRegression(), 0.0).fit(X, y).predict(X), np.median(y))
+    half = ShrunkCorrection(LinearRegression(), 0.5).fit(X, y).predict(X)
+    full = ShrunkCorrection(LinearRegression(), 1.0).fit(X, y).predict(X)
+    assert np.allclose(half - np.median(y), 0.5 * (full - np.median(y)))
+
+
+def test_physics_predictor_answers_a_new_job(rows) -> None:
+    """Fitted on every FIXTURE row, it predicts a new job's utilization, iteration time and throughput with bounds."""
+    from gpupred.learn.physics import fit_physics_predictor
+
+    df, pdata = rows
+    pred = fit_physics_predictor(df, ("gpu_util", "iter_time_mean_s"), pdata, CVSettings(n_inner=2, n_cal=3, n_jobs=1))
+    row = df.iloc[0].to_dict()
+    kernels = step_kernels(canonical_graph(_mlp(96), 32)[0], "fp32", "sgd")
+    out = pred.predict_row({**row, "batch_size": 32.0}, kernels, "NVIDIA H100 80GB HBM3", "fp32")
+    for target in ("gpu_util", "iter_time_mean_s", "samples_per_s"):
+        assert 0 < out[f"{target}_low"] <= out[target] <= out[f"{target}_high"], target
+    assert out["gpu_util_high"] <= 100 and out["samples_per_s"] == pytest.approx(32.0 / out["iter_time_mean_s"])
+    assert pred.constants.fitted  # fitted on the FIXTURE rows' (GPU kind, protocol)

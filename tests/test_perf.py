@@ -1,0 +1,150 @@
+"""The step model (gpupred.perf) on tiny hand-built ONNX graphs (fixtures made here) with hand-computed values."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from gpupred.errors import GpupredError
+from gpupred.hardware import gpu_spec
+from gpupred.perf import (
+    KernelList, StepConstants, canonical_graph, estimate_onnx, estimate_step, kernel_times, simulate, step_kernels,
+)
+
+B, K, N = 4, 8, 16
+
+
+def _linear_relu(extra_relu_reader: bool = False, dropout: bool = False):
+    """Fixture: x[B,K] -> Gemm(W[N,K], b[N]) -> Relu (-> Dropout) (-> a second reader of the Gemm output)."""
+    inits = [helper.make_tensor("W", TensorProto.FLOAT, [N, K], [0.0] * (N * K)),
+             helper.make_tensor("b", TensorProto.FLOAT, [N], [0.0] * N)]
+    nodes = [helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])]
+    out = "y"
+    if dropout:
+        nodes.append(helper.make_node("Dropout", ["y"], ["yd"]))
+        out = "yd"
+    if extra_relu_reader:
+        nodes.append(helper.make_node("Sigmoid", ["h"], ["s"]))
+        nodes.append(helper.make_node("Add", [out, "s"], ["z"]))
+        out = "z"
+    graph = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_kernels_of_a_linear_relu_step_fp32_sgd() -> None:
+    """Forward: Gemm, Relu, loss x2; backward: fill, loss x2, Relu, weight grad, bias grad (no data grad of x);
+    SGD: 3 foreach ops of one launch each (2 tensors)."""
+    graph, bs = canonical_graph(_linear_relu(), B)
+    kl = step_kernels(graph, "fp32", "sgd")
+    assert bs == B
+    assert dict(kl.counts) == {"forward": 4, "backward": 6, "optimizer": 3, "other": 0}
+    assert kl.param_tensors == 2
+    assert kl.input_bytes == B * K * 4
+    gemm_flops = 2 * B * N * K + B * N  # MACs x 2 + the bias add
+    assert kl.flops[0] == gemm_flops and kl.tensor_core[0]
+    assert kl.bytes[0] == 4 * (B * K + N * K + N + B * N)  # x, W, b read; h written
+    bwd = kl.flops[kl.phase == 1]
+    assert (bwd == gemm_flops).sum() == 1  # the weight gradient only
+
+
+def test_dropout_branch_and_adam_add_kernels() -> None:
+    """A dropped Dropout runs one kernel each way; a tensor read twice accumulates one gradient; Adam runs 7 ops."""
+    base = step_kernels(canonical_graph(_linear_relu(), B)[0], "fp32", "sgd")
+    drop = step_kernels(canonical_graph(_linear_relu(dropout=True), B)[0], "fp32", "sgd")
+    assert drop.counts["forward"] == base.counts["forward"] + 1
+    assert drop.counts["backward"] == base.counts["backward"] + 1
+    branch = step_kernels(canonical_graph(_linear_relu(extra_relu_reader=True), B)[0], "fp32", "adam")
+    # + Sigmoid and Add forward; backward + Sigmoid, + one accumulation into h, Add passes gradients through
+    assert branch.counts["forward"] == base.counts["forward"] + 2
+    assert branch.counts["backward"] == base.counts["backward"] + 2
+    assert branch.counts["optimizer"] == 7
+
+
+def test_autocast_casts_weights_and_fp16_scaler_syncs() -> None:
+    """bf16: the fp32 input and the weight are cast before the Gemm, each way (bias stays: 2 casts); fp16 adds
+    the GradScaler's kernels and one host synchronization."""
+    graph, _ = canonical_graph(_linear_relu(), B)
+    fp32 = step_kernels(graph, "fp32", "sgd")
+    bf16 = step_kernels(graph, "bf16", "sgd")
+    assert bf16.counts["forward"] == fp32.counts["forward"] + 2
+    assert bf16.counts["backward"] == fp32.counts["backward"] + 2
+    assert not fp32.sync_after.any() and not bf16.sync_after.any()
+    fp16 = step_kernels(graph, "fp16", "sgd")
+    assert fp16.sync_after.sum() == 1
+    assert fp16.counts["optimizer"] == bf16.counts["optimizer"] + 4  # unscale, 2 small, update scale
+    assert bf16.bytes[bf16.tensor_core > 0][0] < fp32.bytes[fp32.tensor_core > 0][0]  # 16-bit operands
+
+
+def test_recurrent_layer_launches_kernels_per_time_step() -> None:
+    """An LSTM over T steps: forward 1 + 2T kernels, backward 1 + 2T (+ the loss's)."""
+    T, H, I = 5, 3, 2
+    inits = [helper.make_tensor("W", TensorProto.FLOAT, [1, 4 * H, I], [0.0] * (4 * H * I)),
+             helper.make_tensor("R", TensorProto.FLOAT, [1, 4 * H, H], [0.0] * (4 * H * H))]
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["Y"], hidden_size=H)
+    g = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, "batch", I])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], initializer=inits)
+    kl = step_kernels(canonical_graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), 2)[0])
+    assert kl.counts["forward"] == 1 + 2 * T + 2
+    assert kl.counts["backward"] == 1 + 2 * T + 3
+
+
+def _kernels(g_flops: list[float]) -> KernelList:
+    n = len(g_flops)
+    return KernelList(np.array(g_flops, float), np.zeros(n), np.zeros(n, np.int8), np.zeros(n, np.int8), np.zeros(n, bool))
+
+
+def test_timeline_by_protocol_hand_computed() -> None:
+    """Kernels of 5, 1, 1 us launched every 2 us: the GPU ends at 9 us (7, 8, 9); step sync adds the latency."""
+    gpu = gpu_spec("H200")
+    c = StepConstants(launch_s=2e-6, step_overhead_s=0.0, min_kernel_s=0.0, sync_s=1e-6, param_host_s=0.0)
+    fp32_peak = gpu.tflops_fp32 * 1e12 * c.compute_eff
+    kl = _kernels([5e-6 * fp32_peak, 1e-6 * fp32_peak, 1e-6 * fp32_peak])
+    assert kernel_times(kl, gpu, "fp32", c) == pytest.approx([5e-6, 1e-6, 1e-6])
+    step = simulate(kl, gpu, "fp32", c, "step")
+    assert step.step_s == pytest.approx(10e-6) and step.gpu_busy_s == pytest.approx(7e-6)
+    assert step.host_s == pytest.approx(6e-6) and step.util == pytest.approx(70.0)
+    window = simulate(kl, gpu, "fp32", c, "window")
+    assert window.step_s == pytest.approx(7e-6) and window.util == pytest.approx(100.0)
+    blocking = simulate(kl, gpu, "fp32", c, "kernel")
+    assert blocking.step_s == pytest.approx(6e-6 + 3e-6 + 7e-6)  # launches + a sync each + the kernels
+
+
+def test_minimum_kernel_time_and_host_batches() -> None:
+    """Tiny kernels take the minimum time; a host-memory batch blocks the host for bytes / copy bandwidth."""
+    gpu = gpu_spec("A100 40GB")
+    c = StepConstants(min_kernel_s=3e-6)
+    kl = _kernels([1.0, 1.0])
+    assert kernel_times(kl, gpu, "fp32", c) == pytest.approx([3e-6, 3e-6])
+    kl.input_bytes = 12_000_000
+    plain = simulate(kl, gpu, "fp32", c, "step")
+    copied = simulate(kl, gpu, "fp32", c, "step", host_batches=True)
+    assert copied.step_s - plain.step_s == pytest.approx(12e6 / (c.host_copy_gbs * 1e9))
+
+
+def test_estimates_any_gpu_in_the_table_and_refuses_bad_input() -> None:
+    """A faster GPU gives a shorter step; unknown GPUs, precisions and protocols are one-line errors."""
+    model = _linear_relu()
+    slow = estimate_onnx(model, 4096, "fp32", "sgd", "T4")
+    fast = estimate_onnx(model, 4096, "fp32", "sgd", "H200")
+    assert fast.gpu_busy_s < slow.gpu_busy_s and 0 < fast.util <= 100 and fast.kernels == slow.kernels == 13
+    graph, _ = canonical_graph(model, 4)
+    assert estimate_step(graph, 4, "bf16", "adam", "RTX 3090").kernels > 13
+    for kwargs in ({"gpu": "Voodoo 2"}, {"precision": "int8"}, {"sync": "sometimes"}):
+        args = {"precision": "fp32", "optimizer": "sgd", "gpu": "H200", "sync": "step", **kwargs}
+        with pytest.raises(GpupredError):
+            estimate_step(graph, 4, **args)
+
+
+def test_step_model_is_torch_free() -> None:
+    """Importing and running the step model never imports torch."""
+    import subprocess
+
+    code = ("import sys, gpupred.perf as p; from onnx import helper; assert 'torch' not in sys.modules; "
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
+
