@@ -33,6 +33,7 @@ model: str = ""  # regressor for every target; "" = notebook 03's choice per tar
 alpha: float = 0.1  # 1 - nominal interval coverage
 n_folds: int = 5  # CV+ folds (grouped by workload)
 tune: bool = False  # small grid search inside each fit
+physics: bool = True  # fit the physics-first core (step model and footprint x corrections; needs every run's graph)
 
 # %%
 import json
@@ -60,7 +61,7 @@ for df, path, figures in ((own, config.PREDICTOR, {}), (everything, config.PREDI
     if not len(df):
         print(f"{path.name}: no rows to train on; not exported")
         continue
-    predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune)
+    predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune, physics=physics)
     cards[path.name] = load_predictor(export_predictor(predictor, df, path, cv_metrics=figures)).card  # checks pass
 pd.DataFrame({name: {k: v for k, v in entry.items() if k in ("n_runs", "gpus", "licence", "commit")}
               for card in cards.values() for name, entry in card["sources"].items()}).T
@@ -69,6 +70,15 @@ pd.DataFrame({name: {k: v for k, v in entry.items() if k in ("n_runs", "gpus", "
 pd.DataFrame({name: {"variant": c["variant"], "measured GPUs": c["measured_gpus"], "own-fold RMSLE": c["own_folds"],
                      "usage restriction": c["usage_restriction"] or "none", "sha256": c["sha256"][:12]}
               for name, c in cards.items()}).T
+
+# %% [markdown]
+# A job given as a graph (an ONNX file, a workload id) is answered by the physics-first core: the step model's
+# utilization and step time, with constants fitted per (GPU kind, protocol), times a learned correction; the
+# analytic memory footprint times a bounded correction; iteration time and throughput besides. Its constants:
+
+# %%
+pd.DataFrame([{"artifact": name, **rec} for name, c in cards.items() if isinstance(c.get("core"), dict)
+              for rec in c["core"]["step_model"]["constants"]])
 
 # %% [markdown]
 # Each card carries `own_folds`, the RMSLE of the artifact's own workload-grouped CV+ folds (out of fold; the

@@ -72,21 +72,38 @@ def test_unrepairable_reshape_is_named() -> None:
         featurize(model, batch_size=3)
 
 
-def test_broken_node_is_named_in_one_line(tmp_path: Path) -> None:
-    """A class token expanded to a baked batch of 1 and concatenated (ViT-style): the Concat no longer fits."""
+def test_class_token_expanded_to_a_baked_batch_is_rebatched(tmp_path: Path) -> None:
+    """A class token expanded to a baked batch of 1 and concatenated (ViT-style): it is expanded to the new batch."""
     x = helper.make_tensor_value_info("x", F, [1, 4, 8])
     inits = [numpy_helper.from_array(np.zeros((1, 1, 8), np.float32), "cls"),
              numpy_helper.from_array(np.asarray([1, 1, 8], np.int64), "shape")]
     g = helper.make_graph([
         helper.make_node("Expand", ["cls", "shape"], ["c"]),
         helper.make_node("Concat", ["c", "x"], ["y"], axis=1, name="add_class_token"),
-    ], "fixture", [x], [helper.make_tensor_value_info("y", F, None)], inits)
+        helper.make_node("Relu", ["y"], ["z"]),
+    ], "fixture", [x], [helper.make_tensor_value_info("z", F, None)], inits)
     path = tmp_path / "vit_like.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    per_op: dict[str, dict[str, int]] = {}
+    featurize(path, batch_size=4, per_op=per_op)
+    assert per_op["Relu"]["elements"] == 4 * 5 * 8 and per_op["Concat"]["elements"] == 4 * 5 * 8
+
+
+def test_broken_node_is_named_in_one_line(tmp_path: Path) -> None:
+    """A Split with baked sizes along the batch cannot be re-batched: the node is named."""
+    x = helper.make_tensor_value_info("x", F, [1, 8])
+    inits = [numpy_helper.from_array(np.asarray([1, 1], np.int64), "sizes")]
+    g = helper.make_graph([
+        helper.make_node("Concat", ["x", "x"], ["xx"], axis=0),
+        helper.make_node("Split", ["xx", "sizes"], ["a", "b"], axis=0, name="split_pairs"),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ], "fixture", [x], [helper.make_tensor_value_info("y", F, None)], inits)
+    path = tmp_path / "pairs.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(GpupredError) as err:
         featurize(path, batch_size=4)
     text = str(err.value)
-    assert text.startswith(f"{path}: cannot change the batch size from 1 to 4") and "'add_class_token'" in text
+    assert text.startswith(f"{path}: cannot change the batch size from 1 to 4") and "'split_pairs'" in text
     assert "\n" not in text and "symbolic batch" in text
 
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fixtures_learning import fixture_dataset
@@ -147,3 +148,43 @@ def test_the_default_artifact_is_licence_clean_and_the_other_says_non_commercial
     for card in cards.values():
         assert set(card["own_folds"]) >= {"gpu_util", "memory_mib"}
         assert all(0 < v["rmsle"] < 5 for v in card["own_folds"].values())
+
+
+@pytest.fixture(scope="module")
+def physics_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A FIXTURE artifact with the physics core: toy labels on workloads whose graphs are in the graph store."""
+    df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
+    df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)  # their ids' graphs are in data/graphs
+    from gpupred.perf.table import spec_step_columns
+    from gpupred.workloads.spec import WorkloadSpec
+
+    steps = [spec_step_columns(WorkloadSpec.from_id(w), g) for w, g in zip(df["workload_id"], df["gpu"])]
+    df = df.assign(**pd.DataFrame(steps, index=df.index))
+    predictor = train_predictor(df, models="ridge", tune=False, n_folds=3, physics=True)
+    return export_predictor(predictor, df, tmp_path_factory.mktemp("models") / "predictor.joblib")
+
+
+def test_a_graph_is_answered_by_physics_with_iteration_time_and_throughput(physics_artifact: Path) -> None:
+    p = load_predictor(physics_artifact)
+    job = "resnet.resnet18-bs16-img128-fp32-sgd"  # a batch size and image size the FIXTURE rows never had
+    seen, unseen = p.predict(job, gpu="H100 SXM").iloc[0], p.predict(job, gpu="L4").iloc[0]
+    for row in (seen, unseen):
+        assert row["core"] == "physics"
+        for t in ("gpu_util", "memory_mib", "iter_time_mean_s", "samples_per_s"):
+            assert 0 < row[f"{t}_low"] <= row[t] <= row[f"{t}_high"], t
+        assert row["samples_per_s"] == pytest.approx(16 / row["iter_time_mean_s"])
+    assert not seen["extrapolated"] and unseen["extrapolated"]
+    assert unseen["iter_time_mean_s_high"] / unseen["iter_time_mean_s_low"] > seen["iter_time_mean_s_high"] / seen["iter_time_mean_s_low"]
+    assert unseen["iter_time_mean_s"] > seen["iter_time_mean_s"]  # an L4 has a tenth of the H100's bandwidth
+    frame = p.predict(fixture_dataset(gpus=(H100,), n_batch_sizes=1).head(2))
+    assert (frame["core"] == "regressor").all()  # feature rows without a graph: the regressors
+    card = json.loads(physics_artifact.with_suffix(".json").read_text())
+    assert card["core"]["step_model"]["constants"] and "footprint_constants" in card["core"]["memory"]
+
+
+def test_memory_of_a_larger_model_exceeds_every_training_label(physics_artifact: Path) -> None:
+    """The footprint scales with the model: a job far bigger than any FIXTURE training row is not capped."""
+    p = load_predictor(physics_artifact)
+    biggest = fixture_dataset(gpus=(H100,), n_batch_sizes=2)["memory_mib"].max()
+    big = p.predict("vgg.vgg16-bs512-img224-fp32-adam", gpu="H100 SXM").iloc[0]
+    assert big["memory_mib"] > 2 * biggest

@@ -63,5 +63,8 @@ EXTERNAL_LOCAL: Path | None = _default_external_local()
 # The graph store: one structure-only ONNX export per catalog architecture, committed, so that the notebook
 # pipeline featurizes the catalog without torch (`gpupred export --store` rebuilds it).
 GRAPHS: Path = DATA / "graphs"
+# The corpus of real-world graphs (timm and Hugging Face models, structure only) the featurizer is tested on
+# (`gpupred export --corpus` rebuilds it).
+CORPUS: Path = DATA / "corpus"
 # ONNX exports (structure only, weights stripped) of architectures outside the store, cached per architecture.
 ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onnx"

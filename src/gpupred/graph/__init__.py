@@ -1,6 +1,7 @@
 """Graph features: export a workload to ONNX (structure only) and featurize any ONNX graph for a batch size.
 
-``featurize`` and ``FEATURE_KEYS`` need only onnx and numpy; ``export_model`` / ``export_onnx`` (torch) and
+``featurize``, ``FEATURE_KEYS`` and ``check_complete`` (the predictor's refusal of a graph it could not see
+whole, :mod:`gpupred.graph.coverage`) need only onnx and numpy; ``export_model`` / ``export_onnx`` (torch) and
 ``build_feature_table`` (pandas) are imported on first use. Every graph is featurized in the canonical form
 of :mod:`gpupred.graph.canonical`, so a model's features do not depend on how it was exported.
 """
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpupred.graph.coverage import COVERAGE_KEYS, MAX_INCOMPLETE, IncompleteGraphWarning, check_complete
 from gpupred.graph.features import FEATURE_KEYS, featurize
 
 __all__ = [
-    "FEATURE_KEYS", "featurize", "export_model", "export_onnx", "export_module", "build_feature_table", "write_feature_table",
+    "FEATURE_KEYS", "COVERAGE_KEYS", "MAX_INCOMPLETE", "IncompleteGraphWarning", "check_complete", "featurize", "export_model", "export_onnx", "export_module", "build_feature_table", "write_feature_table",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -18,7 +18,11 @@ The rules, in order (each keeps the graph's cost-bearing work and its shapes):
    (only initializers, constants and shapes of tensors) computes a constant: shape arithmetic, weight
    transposes and casts, causal masks. It is dropped. A view, transpose, cast, slice or Identity of one
    weight is that weight (its parameters counted once per Identity, since exporters deduplicate equal
-   weights behind Identity nodes).
+   weights behind Identity nodes); a concatenation or split of weights stands for its first weight. Every
+   weight a dropped node reads is still a parameter of the model (counted once). Work on weights is not
+   a constant: a contraction, normalization or elementwise op that reads a weight and no activation
+   (XLNet's relative-position projection, NFNet's weight standardization, Swin v2's position MLP) runs in
+   every training step, so it is kept and charged, and its output stands for the weight it read.
 2. **Training-only regularisation is dropped.** Dropout, and stochastic depth (a product or quotient of
    an activation with a tensor derived from Random* ops), become the identity; the random ops go too.
    Identity, single-input Concat/Sum and same-type Cast on activations become the identity.
@@ -26,7 +30,9 @@ The rules, in order (each keeps the graph's cost-bearing work and its shapes):
    Add of a per-output-channel constant is one contraction with a bias, as Gemm is.
 4. **BatchNorm folds into the contraction before it.** A BatchNormalization whose input is produced
    only for it by a Conv, ConvTranspose or Gemm disappears; the contraction gains the bias that folding
-   produces (C parameters, one add per output element), as in an eval-mode export. A BatchNormalization
+   produces (one add per output element), as in an eval-mode export. Its parameters stay torch's: the
+   BatchNorm's scale and shift (2C) are counted, so ``params`` equals ``sum(p.numel())`` of the module; an
+   export that folded them already shows only the C of the bias (under 1% of a CNN's parameters). A BatchNormalization
    that follows anything else (DenseNet's pre-activation BatchNorms) stays and is always charged its
    training-mode cost (statistics, normalize, affine: 7 FLOPs per element), whatever mode it was
    exported in: the predictor is about training jobs.
@@ -58,7 +64,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupred.graph.costs import COST_TABLE
+from gpupred.graph.costs import COST_TABLE, NON_TRAINABLE_INPUTS
 
 # a node: (op_type, domain, inputs, outputs, name, attributes, cost entry or None)
 Node = tuple[str, str, tuple[str, ...], tuple[str, ...], str, dict[str, Any], Any]
@@ -71,6 +77,8 @@ META_OPS: frozenset[str] = frozenset({"Shape", "Size", "Constant"})
 WEIGHT_VIEWS: frozenset[str] = frozenset({
     "Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast", "CastLike", "Slice", "Gather", "Expand",
 })
+WEIGHT_COPIES: frozenset[str] = frozenset({"Concat", "Split", "Tile", "Pad"})
+WEIGHT_WORK: frozenset[str] = frozenset({"conv", "matmul", "recurrent", "norm", "act", "pool", "elementwise"})
 VARIADIC: frozenset[str] = frozenset({"Concat", "Sum", "Max", "Min", "Mean"})
 CONTRACTIONS_WITH_BIAS: dict[str, int] = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "MatMul": 2}  # op -> bias slot
 BN_FOLD_INTO: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm"})
@@ -87,6 +95,7 @@ class CanonicalGraph:
     param_sizes: dict[str, tuple[int, int]]  # parameter key -> (elements, item size)
     graph_inputs: list[str]
     dropped: Counter[str] = field(default_factory=Counter)  # what the reduction removed, by rule
+    static_params: set[str] = field(default_factory=set)  # parameter keys read only by dropped static nodes
 
 
 def raw_graph(
@@ -116,6 +125,7 @@ class _Reducer:
         self.noise: set[str] = set()
         self.rename: dict[str, str] = {}
         self.dropped: Counter[str] = Counter()
+        self.static_params: set[str] = set()
         self.nodes = self._classify(nodes)
 
     # ------------------------------------------------------------ rules 1 and 2
@@ -135,7 +145,8 @@ class _Reducer:
                 dropped["random"] += 1
                 continue
             if not data_ins or op in META_OPS:
-                self._static(op, ins, outs)
+                if self._static(op, ins, outs, entry):
+                    kept.append([op, domain, ins, outs, name, attrs, entry])
                 continue
             if self._passes_through(op, ins, outs, data_ins):
                 continue
@@ -143,20 +154,38 @@ class _Reducer:
             kept.append([op, domain, ins, outs, name, attrs, entry])
         return kept
 
-    def _static(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...]) -> None:
-        """Rule 1: a node computing a constant (or noise, or a view of one weight) is dropped."""
+    def _static(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...], entry: Any) -> bool:
+        """Rule 1: a node computing a constant (or noise, or a view of weights) is dropped; True: keep it.
+
+        Work on weights is kept (a contraction of a weight with a constant, as XLNet's relative-position
+        projection, or a weight standardization runs every step): its cost counts and its output stands for
+        its first weight. The weights any dropped node reads are recorded (``static_params``) and counted.
+        """
         if any(n in self.noise for n in ins):
             self.noise.update(outs)
             self.dropped["random"] += 1
-            return
+            return False
+        skip = NON_TRAINABLE_INPUTS.get(op, ())
+        weights = [n for pos, n in enumerate(ins) if n in self.params and pos not in skip]
+        keys = list(dict.fromkeys(self.params[w] for w in weights))
+        if keys and entry is not None and entry.category in WEIGHT_WORK and op not in META_OPS:
+            for o in outs:
+                if o:
+                    self.params[o] = keys[0]
+            return True
         self.dropped["static"] += 1
-        weights = [n for n in ins if n in self.params]
-        if len(weights) == 1 and op in WEIGHT_VIEWS and outs:
-            key = self.params[weights[0]]
-            if op == "Identity":  # an exporter's copy of an equal-valued weight: its own parameter
+        self.static_params.update(keys)
+        if len(keys) == 1 and op in WEIGHT_VIEWS and outs:
+            key = keys[0]
+            if op == "Identity" and len(weights) == 1:  # an exporter's copy of an equal-valued weight: its own parameter
                 self.sizes[outs[0]] = self.sizes[key]
                 key = outs[0]
             self.params[outs[0]] = key
+        elif keys and op in WEIGHT_COPIES and outs:  # weights concatenated or split: the first stands for them all
+            for o in outs:
+                if o:
+                    self.params[o] = keys[0]
+        return False
 
     def _passes_through(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...], data_ins: list[str]) -> bool:
         """Rule 2: identity-like nodes on activations are replaced by their input."""
@@ -270,19 +299,26 @@ class _Reducer:
                 node[3] = tuple(node[3][:1])  # the running statistics a training-mode export also outputs
                 continue
             prod = self.nodes[p]
+            scale, beta = (node[2][k] if len(node[2]) > k else "" for k in (1, 2))
+            self.static_params.update(self.params[n] for n in (scale, beta) if n in self.params)  # torch's gamma, beta
             if len(prod[2]) < 3 or not prod[2][2]:
-                scale = node[2][1] if len(node[2]) > 1 else ""
-                bias = f"{prod[3][0]}::folded_batchnorm_bias"
-                channels, itemsize = self.sizes.get(self.params.get(scale, ""), (0, 4))
-                if not channels:
-                    channels = math.prod(self.shapes.get(scale, ((0,), 0, 4))[0] or ())
-                self.shapes[bias] = ((channels,), 1, itemsize)
-                self.params[bias] = bias
-                self.sizes[bias] = (channels, itemsize)
-                prod[2] = tuple(prod[2][:2]) + ("",) * (2 - len(prod[2][:2])) + (bias,)
+                prod[2] = tuple(prod[2][:2]) + ("",) * (2 - len(prod[2][:2])) + (self._folded_bias(prod, scale, beta),)
             prod[3] = (node[3][0],)
             self.producer[node[3][0]] = p
             self._drop(i, reason="batchnorm folded")
+
+    def _folded_bias(self, prod: list[Any], scale: str, beta: str) -> str:
+        """The bias a folded BatchNorm gives its contraction: its own shift when that is a weight, else a new one."""
+        if beta in self.params:
+            return beta
+        bias = f"{prod[3][0]}::folded_batchnorm_bias"
+        channels, itemsize = self.sizes.get(self.params.get(scale, ""), (0, 4))
+        if not channels:
+            channels = math.prod(self.shapes.get(scale, ((0,), 0, 4))[0] or ())
+        self.shapes[bias] = ((channels,), 1, itemsize)
+        self.params[bias] = bias
+        self.sizes[bias] = (channels, itemsize)
+        return bias
 
     # ------------------------------------------------------------ rule 5
     def recompose(self) -> None:
@@ -406,7 +442,8 @@ class _Reducer:
                 continue
             op, domain, ins, outs, name, attrs, entry = node
             nodes.append((op, domain, tuple(resolve(n) for n in ins), tuple(outs), name, attrs, entry))
-        return CanonicalGraph(nodes, self.shapes, self.params, self.sizes, self.graph_inputs, self.dropped)
+        return CanonicalGraph(nodes, self.shapes, self.params, self.sizes, self.graph_inputs, self.dropped,
+                              self.static_params)
 
 
 def canonicalize(

@@ -49,23 +49,34 @@ def features_cmd(
         from gpupred.graph.export import export_onnx  # torch, only here
 
         path = export_onnx(spec)
-        row = featurize(path, batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
+        row = featurize(path, batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer, warn=False)
         row = {"workload_id": spec.id, **row}
         title = spec.id
     else:
-        row = featurize(model, batch_size=batch_size, precision=precision, optimizer=optimizer)  # type: ignore[arg-type]
+        row = featurize(model, batch_size=batch_size, precision=precision, optimizer=optimizer, warn=False)  # type: ignore[arg-type]
         title = f"{model} (batch {row['batch_size']}, {precision}, {optimizer})"
+    _warn_incomplete(row, model or workload or "")
     if as_json:
         typer.echo(json.dumps(row))
     else:
         _print_table(title, row)
 
 
+def _warn_incomplete(row: dict[str, Any], label: str) -> None:
+    """One line on stderr when the featurizer could not shape or cost every node."""
+    from gpupred.graph.coverage import incomplete_summary
+
+    summary = incomplete_summary(row)
+    if summary:
+        typer.echo(f"warning: {label}: features are incomplete: {summary}", err=True)
+
+
 def export_cmd(
     workload: Annotated[Optional[str], typer.Argument(help="A catalog workload id (its architecture is exported).", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write the .onnx (default: <arch>.onnx here).")] = None,
     store: Annotated[bool, typer.Option("--store", help="Export every catalog and Lucid architecture missing from the graph store (data/graphs/).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="With --store: re-export every architecture, not only missing ones.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --store or --corpus: re-export everything, not only what is missing.")] = False,
+    corpus: Annotated[bool, typer.Option("--corpus", help="Export the timm and Hugging Face corpus missing from data/corpus/ (the corpus extra).")] = False,
 ) -> None:
     """Write the structure-only ONNX graph (symbolic batch) the predictor expects for a catalog workload.
 
@@ -73,8 +84,11 @@ def export_cmd(
     """
     from gpupred.graph.export import build_store, copy_graph, export_onnx
 
-    if store == (workload is not None):
-        raise GpupredError("give either WORKLOAD_ID or --store (not both, not neither)")
+    if store + corpus + (workload is not None) != 1:
+        raise GpupredError("give one of WORKLOAD_ID or --store or --corpus")
+    if corpus:
+        _export_corpus(force)
+        return
     if store:
         from gpupred.importers.graphs import store_specs
 
@@ -88,6 +102,19 @@ def export_cmd(
     copy_graph(export_onnx(spec), target)
     typer.echo(f"{target} ({spec.arch_key}, symbolic batch, structure only): "
                f"gpupred predict {target} --batch-size {spec.batch_size} --precision {spec.precision}")
+
+
+def _export_corpus(force: bool) -> None:
+    """Rebuild the corpus (data/corpus/) and say how many models it holds and which failed."""
+    try:
+        from gpupred.graph.corpus import build_corpus
+
+        index = build_corpus(force=force)
+    except ImportError as err:
+        raise GpupredError(f"gpupred export --corpus needs timm and transformers ({err}); "
+                           "install the corpus extra: pip install -e \".[corpus]\"") from None
+    failed = sorted(n for n, e in index["models"].items() if "error" in e)
+    typer.echo(f"{len(index['models']) - len(failed)} corpus models exported" + (f"; failed: {', '.join(failed)}" if failed else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -286,6 +286,18 @@ def lrn_rule(n: NodeInfo) -> OpCost:
     return _cost(n, 0, _out(n).numel * (2 * int(n.attrs.get("size", 1)) + 3))
 
 
+def softmax_cross_entropy_rule(n: NodeInfo) -> OpCost:
+    """SoftmaxCrossEntropyLoss: a log-softmax over the scores (6 FLOPs per score), then one FLOP per label (pick, negate,
+    weight) and one per label for the reduction."""
+    scores, labels = _in(n, 0), _in(n, 1)
+    return _cost(n, 0, 6 * scores.numel + 2 * labels.numel)
+
+
+def nll_loss_rule(n: NodeInfo) -> OpCost:
+    """NegativeLogLikelihoodLoss: one FLOP per label to pick and negate its log-probability, one to reduce."""
+    return _cost(n, 0, 2 * _in(n, 1).numel)
+
+
 # ---------------------------------------------------------------- data movement
 
 
@@ -359,6 +371,8 @@ COST_TABLE: dict[str, CostEntry] = {
     "Softmax": CostEntry("act", _per_output(5)),
     "LogSoftmax": CostEntry("act", _per_output(6)),
     "Hardmax": CostEntry("act", _per_output(2)),
+    "SoftmaxCrossEntropyLoss": CostEntry("act", softmax_cross_entropy_rule),
+    "NegativeLogLikelihoodLoss": CostEntry("act", nll_loss_rule),
     "MaxPool": CostEntry("pool", maxpool_rule),
     "AveragePool": CostEntry("pool", avgpool_rule),
     "LpPool": CostEntry("pool", avgpool_rule),

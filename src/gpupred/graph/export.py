@@ -176,55 +176,114 @@ def export_module(
     input_names: Sequence[str],
     batch_axes: Sequence[int],
     keep_weights: bool = False,
+    precompute: bool = True,
+    symbolic: bool = True,
 ) -> Path:
-    """Export any torch module to ``path`` as ONNX with a symbolic ``batch`` axis (weights stripped unless asked)."""
+    """Export any torch module to ``path`` as ONNX with a symbolic ``batch`` axis (weights stripped unless asked).
+
+    ``precompute`` folds the shape arithmetic and stores the batch shape map (featurize then skips shape
+    inference); without it the file is the exporter's graph as it came. ``symbolic=False`` keeps the inputs'
+    own, fixed batch (as ``torch.onnx.export`` does by default).
+    """
+    path = Path(path)
+    inputs = _small_batch(tuple(inputs), tuple(batch_axes)) if symbolic else tuple(inputs)
+    dynamic_axes = {name: {int(axis): "batch"} for name, axis in zip(input_names, batch_axes)} if symbolic else None
+    proto = _torchscript_export(model, inputs, input_names, dynamic_axes, keep_weights, path)
+    _params_to_initializers(proto, input_names)
+    if not keep_weights:
+        strip_weights(proto)
+    _mark_buffers(proto, model)
+    if precompute:
+        fold_batch_shapes(proto)
+        from gpupred.graph.shapemap import store_batch_shapes
+
+        store_batch_shapes(proto)  # every tensor's shape as a + b x batch: featurize then skips shape inference
+    atomic_write_bytes(path, proto.SerializeToString())
+    return path
+
+
+def _torchscript_export(model: Any, inputs: tuple[Any, ...], input_names: Sequence[str],
+                        dynamic_axes: dict[str, dict[int, str]] | None, keep_weights: bool, path: Path) -> ModelProto:
+    """The TorchScript exporter in training mode, then eval mode; the dynamo exporter when both fail."""
     import torch
 
-    path = Path(path)
-    inputs = _small_batch(tuple(inputs), tuple(batch_axes))
-    dynamic_axes = {name: {int(axis): "batch"} for name, axis in zip(input_names, batch_axes)}
     was_training = model.training
-    buf = io.BytesIO()
-    proto: ModelProto | None = None
-    errors = []
+    errors: list[str] = []
     # training mode keeps BatchNorm's batch statistics and Dropout; recurrent layers with dropout cannot
     # be exported that way, so those fall back to eval mode (Dropout dropped, BatchNorm in inference form)
     for mode in (torch.onnx.TrainingMode.TRAINING, torch.onnx.TrainingMode.EVAL):
         buf = io.BytesIO()
         try:
-            with warnings.catch_warnings(), _quiet():
+            with warnings.catch_warnings(), _quiet(), _loss_symbolic():
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
                     model, inputs, buf, dynamo=False, input_names=list(input_names), dynamic_axes=dynamic_axes,
                     opset_version=OPSET, do_constant_folding=False, training=mode, export_params=keep_weights,
                 )
-            break
+            return onnx.load_model_from_string(buf.getvalue())
         except Exception as err:
             errors.append(f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
         finally:
             model.train(was_training)
-    else:
-        proto = _dynamo_export(model, inputs, input_names, batch_axes, errors, path)
-    if proto is None:
-        proto = onnx.load_model_from_string(buf.getvalue())
-    _params_to_initializers(proto, input_names)
-    if not keep_weights:
-        strip_weights(proto)
-    fold_batch_shapes(proto)
-    from gpupred.graph.shapemap import store_batch_shapes
+    axes = [next(iter(a)) for a in dynamic_axes.values()] if dynamic_axes else None
+    return _dynamo_export(model, inputs, input_names, axes, errors, path)
 
-    store_batch_shapes(proto)  # every tensor's shape as a + b x batch: featurize then skips shape inference
-    atomic_write_bytes(path, proto.SerializeToString())
-    return path
+
+LOSS_IGNORE_INDEX = -100  # torch's default ignore_index, for a loss whose ignore_index is computed from a shape
+
+
+def cross_entropy_symbolic(g: Any, logits: Any, target: Any, weight: Any, reduction: Any, ignore_index: Any,
+                           label_smoothing: Any) -> Any:
+    """TorchScript symbolic of ``aten::cross_entropy_loss`` that also takes an ignore_index computed in the graph.
+
+    torch's own fails with "i_(): incompatible function arguments" when ignore_index is not a constant
+    (BertForQuestionAnswering ignores positions equal to the sequence length, read from a shape). The
+    graph's cost and shapes do not depend on which label is ignored, so such an index is exported as
+    :data:`LOSS_IGNORE_INDEX`; the exported loss's value then differs, never its work.
+    """
+    from torch.onnx import symbolic_helper  # the TorchScript exporter's helpers (public alias)
+
+    names = ["none", "mean", "sum"]
+    red = names[symbolic_helper._maybe_get_const(reduction, "i")]
+    index = symbolic_helper._maybe_get_const(ignore_index, "i")
+    index = index if isinstance(index, int) else LOSS_IGNORE_INDEX
+    args = (logits, target) if weight.node().mustBeNone() else (logits, target, weight)
+    return g.op("SoftmaxCrossEntropyLoss", *args, reduction_s=red, ignore_index_i=index)
+
+
+@contextlib.contextmanager
+def _loss_symbolic() -> Iterator[None]:
+    """Use :func:`cross_entropy_symbolic` for the duration of one export."""
+    import torch
+
+    torch.onnx.register_custom_op_symbolic("aten::cross_entropy_loss", cross_entropy_symbolic, OPSET)
+    try:
+        yield
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::cross_entropy_loss", OPSET)
+
+
+def _mark_buffers(proto: ModelProto, model: Any) -> None:
+    """Name in the metadata the float initializers that are the module's buffers, not its parameters."""
+    inits = {t.name for t in proto.graph.initializer}
+    params = {id(p) for p in model.parameters()}
+    names = sorted(n for n, b in model.named_buffers(remove_duplicate=False)
+                   if b.is_floating_point() and id(b) not in params and n in inits)
+    if names:
+        from gpupred.graph.fold import BUFFERS_KEY
+
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = BUFFERS_KEY, ",".join(names)
 
 
 def _dynamo_export(
-    model: Any, inputs: tuple[Any, ...], input_names: Sequence[str], batch_axes: Sequence[int], errors: list[str], path: Path
+    model: Any, inputs: tuple[Any, ...], input_names: Sequence[str], batch_axes: Sequence[int] | None, errors: list[str],
+    path: Path,
 ) -> ModelProto:
     """Fallback for what TorchScript cannot export (e.g. adaptive pooling to a non-divisor size): the dynamo exporter."""
     import torch
 
-    dims = tuple({int(axis): torch.export.Dim("batch", min=1)} for axis in batch_axes)
+    dims = None if batch_axes is None else tuple({int(axis): torch.export.Dim("batch", min=1)} for axis in batch_axes)
     try:
         with warnings.catch_warnings(), _quiet():
             warnings.simplefilter("ignore")
@@ -235,7 +294,27 @@ def _dynamo_export(
         return program.model_proto
     except Exception as err:
         errors.append(f"dynamo: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
-        raise GpupredError(f"{path.name}: ONNX export failed: {errors[0]}; {errors[-1]}") from None
+        raise GpupredError(export_failure(path.name, input_names, errors)) from None
+
+
+LOSS_INPUTS: tuple[str, ...] = ("labels", "start_positions", "end_positions", "next_sentence_label", "mc_labels")
+
+
+def export_failure(label: str, input_names: Sequence[str], errors: Sequence[str]) -> str:
+    """One line for an export that failed: the operator the exporters name, why, and the call that works instead."""
+    import re
+
+    ops = [m.group(0) for e in errors for m in re.finditer(r"\b(?:aten|onnx|prim)::[A-Za-z_0-9.]+", e)]
+    op = f"operator {ops[0]}" if ops else "an operator"
+    losses = [n for n in input_names if n in LOSS_INPUTS]
+    if losses:
+        fix = (f"export the forward without {', '.join(losses)} (the loss is a small share of a step): "
+               f"export_model(model, {{k: v for k, v in inputs.items() if k not in {tuple(losses)!r}}}, path)")
+    else:
+        fix = ("export the submodule around it with gpupred.export_model, or replace that call in the model "
+               "(a torch.onnx.register_custom_op_symbolic for TorchScript)")
+    first = errors[0].split(". ")[0][:160] if errors else "unknown error"
+    return f"{label}: ONNX export failed at {op} ({first}); workaround: {fix}"
 
 
 def store_path(spec: "WorkloadSpec", store: Path | None = None) -> Path:
@@ -388,6 +467,8 @@ def export_model(
     path: str | os.PathLike[str],
     keep_weights: bool = False,
     batch_axis: int = 0,
+    precompute: bool = True,
+    symbolic: bool = True,
 ) -> Path:
     """Export a torch module to the ONNX file the predictor expects: symbolic batch, structure only (unless asked).
 
@@ -396,7 +477,8 @@ def export_model(
     Every tensor input's ``batch_axis`` becomes the symbolic ``batch`` axis. Outputs may be tensors,
     tuples, dicts or ModelOutput-like objects. The model is exported in training mode, as the catalog is
     (BatchNorm keeps its batch statistics, Dropout stays), with the catalog's recipe
-    (:func:`export_module`); weights are left out unless ``keep_weights``.
+    (:func:`export_module`); weights are left out unless ``keep_weights``. ``precompute`` and ``symbolic``
+    are :func:`export_module`'s.
     """
     import torch
 
@@ -423,4 +505,4 @@ def export_model(
         if t.dim() <= batch_axis:
             raise GpupredError(f"example input {name!r} has shape {tuple(t.shape)}: no batch axis {batch_axis}")
     return export_module(_adapter(model, keys, constants), tensors, path, names, [batch_axis] * len(tensors),
-                         keep_weights=keep_weights)
+                         keep_weights=keep_weights, precompute=precompute, symbolic=symbolic)

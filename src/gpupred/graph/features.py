@@ -49,6 +49,7 @@ from gpupred.graph.loader import (  # graph_fingerprint: re-exported
     graph_fingerprint,
     load_graph,
 )
+from gpupred.graph.coverage import Incomplete, coverage_columns, warn_incomplete
 from gpupred.graph.costs import (
     MAC_CATEGORIES,
     NON_TRAINABLE_INPUTS,
@@ -104,13 +105,16 @@ def featurize(
     optimizer: str = "sgd",
     per_op: dict[str, dict[str, int]] | None = None,
     canonical: bool = True,
+    warn: bool = True,
 ) -> dict[str, Any]:
     """One flat feature row for an ONNX graph at a batch size, precision and optimizer.
 
     The graph is first reduced to the canonical form of :mod:`gpupred.graph.canonical` (so the row does
     not depend on how the model was exported); ``canonical=False`` featurizes it as exported (for
     checking the per-op cost rules against other counters). ``per_op``, if given, is filled with each op
-    type's count, MACs, FLOPs and output elements.
+    type's count, MACs, FLOPs and output elements. The row also says how much of the graph it could not see
+    (:data:`gpupred.graph.coverage.COVERAGE_KEYS`), and with ``warn`` a one-line
+    :class:`~gpupred.graph.coverage.IncompleteGraphWarning` says so when anything is missing.
     The inferred graph of a file is kept in-process per (path, mtime, size, batch size), so
     featurizing the same file again at another precision or optimizer skips loading and inference.
     """
@@ -131,7 +135,10 @@ def featurize(
             _CACHE[key] = (graph, bs)
             if len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
-    return _graph_features(graph.form(canonical), bs, precision, optimizer, per_op)
+    row = _graph_features(graph.form(canonical), bs, precision, optimizer, per_op)
+    if warn:
+        warn_incomplete(row, "<ModelProto>" if isinstance(path_or_proto, ModelProto) else os.fspath(path_or_proto))
+    return row
 
 
 def _graph_features(
@@ -200,6 +207,8 @@ class _CostTotals:
     activation_bytes: int = 0
     n_layers: int = 0
     n_work: int = 0
+    n_nodes: int = 0
+    incomplete: list[Incomplete] = field(default_factory=list)  # nodes unshaped or without a cost
 
 
 def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] | None) -> _CostTotals:
@@ -210,9 +219,13 @@ def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] 
     mac_categories = MAC_CATEGORIES
     act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
     t = _CostTotals()
+    t.n_nodes = len(graph.nodes)
     for op, domain, ins, outs, node_name, attrs, entry in graph.nodes:
         category = entry.category if entry else "other"
+        unshaped = _unshaped(outs, shapes)
         if entry is not None and entry.rule is view_rule:  # views and metadata: no cost
+            if unshaped:
+                t.incomplete.append((node_name, op, "view", True, 0))
             t.cat_count[category] += 1
             src_size = act_size.get(ins[0]) if ins else None
             if src_size is not None:
@@ -226,13 +239,17 @@ def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] 
             _half_sizes(op, ins, outs, in_params, mac_op, shapes, act_size)
         if entry is None:
             t.unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
+            t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
         else:
             ninfo = _node_info(op, attrs, ins, outs, node_name, in_params, mac_op, shapes, act_size, bf16)
             try:
                 cost = entry.rule(ninfo)
             except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
                 t.unknown[f"{op}(no shape)"] += 1
+                t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
             else:
+                if unshaped:
+                    t.incomplete.append((node_name, op, "view", True, 0))  # costed, but an output is unknown
                 if cost is not None:
                     _add_cost(t, op, category, mac_op, bool(ins) and ins[0] in graph_inputs, cost, ninfo, per_op)
         if True in in_params:
@@ -243,6 +260,21 @@ def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] 
 
 
 _NO_SHAPE: Shape = (None, 0, 4)
+
+
+def _unshaped(outs: tuple[str, ...], shapes: dict[str, Shape]) -> bool:
+    """Whether a node has an output of unknown shape."""
+    for o in outs:
+        if o:
+            shp = shapes.get(o)
+            if shp is None or shp[0] is None:
+                return True
+    return False
+
+
+def _weight_elements(ins: tuple[str, ...], in_params: list[bool], param_of: dict[str, str], graph: CanonicalGraph) -> int:
+    """Elements of the weights a node reads (the coverage estimate of an uncosted contraction)."""
+    return sum(graph.param_sizes[param_of[n]][0] for n, p in zip(ins, in_params) if p)
 
 
 def _half_sizes(op: str, ins: tuple[str, ...], outs: tuple[str, ...], in_params: list[bool], mac_op: bool,
@@ -334,7 +366,9 @@ def _feature_row(graph: CanonicalGraph, bs: int, precision: str, optimizer: str,
     """The flat feature row (:data:`FEATURE_KEYS` and ``unknown_op_types``) from the summed costs and structure."""
     shapes = graph.shapes
     param_sizes = graph.param_sizes
-    trainable = t.trainable
+    trainable = dict(t.trainable)
+    for key in graph.static_params:  # weights read only by weight preparation (concatenated, cast, sliced...)
+        trainable[key] = param_sizes[key][0]
     params = sum(trainable.values())
     param_bytes = sum(trainable[b] * param_sizes[b][1] for b in trainable)
     input_bytes = 0
@@ -368,4 +402,5 @@ def _feature_row(graph: CanonicalGraph, bs: int, precision: str, optimizer: str,
         **{f"frac_flops_{c}": (cat_flops[c] / flops if flops else 0.0) for c in COUNT_CATEGORIES},
     }
     row["unknown_op_types"] = ",".join(sorted(t.unknown))
+    row.update(coverage_columns(t.n_nodes, t.n_work, t.incomplete, cat_count, cat_flops, bs))
     return row

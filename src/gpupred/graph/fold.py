@@ -1,8 +1,11 @@
-"""Fold shape arithmetic (Shape -> Gather -> Div -> Concat -> Reshape chains) into constants with numpy.
+"""Fold shape arithmetic (Shape -> Gather -> Div -> Clip -> Concat -> Pad/Reshape chains) into constants.
 
-ONNX's data propagation cannot follow every op (Div, Floor, Sqrt, Range...), so a Reshape whose target
-shape is computed that way leaves every later shape unknown. This evaluates such chains on small
-tensors once the graph's input shapes are static, and replaces them by initializers. Torch-free.
+ONNX's data propagation (``infer_shapes(..., data_prop=True)``) follows Shape, Gather, Concat, Slice and
+integer Add/Sub/Mul, but not Div, Ceil, Clip, Max or Range, so a Pad whose amounts are computed from the
+input size (timm's "same" padding) or a Reshape whose target is computed that way leaves every later shape
+unknown. Once the graph's input shapes are static (a batch size is given), this evaluates such chains on
+their small tensors with onnx's own reference implementation of each op (:mod:`onnx.reference`) and
+replaces them by initializers, alternating with shape inference until every shape is known. Torch-free.
 """
 
 from __future__ import annotations
@@ -14,100 +17,62 @@ import onnx
 from onnx import ModelProto, numpy_helper
 
 MAX_NUMEL = 4096  # only small tensors (shape vectors, scalars) are folded
-_Ev = Callable[[list[np.ndarray], dict[str, Any]], np.ndarray]
+# ops that never compute shape arithmetic: contractions, normalizations, random numbers, control flow
+NOT_FOLDED: frozenset[str] = frozenset({
+    "Conv", "ConvTranspose", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "BatchNormalization", "LayerNormalization",
+    "GroupNormalization", "InstanceNormalization", "RandomUniform", "RandomNormal", "RandomUniformLike",
+    "RandomNormalLike", "Bernoulli", "Multinomial", "If", "Loop", "Scan", "Dropout", "Resize", "Upsample",
+})
+_RUN_PARAMS: dict[str, Any] = {}  # what onnx.reference's op classes need to be built, filled on first use
+_OP_CLASSES: dict[tuple[str, int], Any] = {}
 
 
-def _axes(ins: list[np.ndarray], attrs: dict[str, Any], pos: int = 1) -> list[int]:
-    if len(ins) > pos and ins[pos] is not None:
-        return [int(a) for a in np.asarray(ins[pos]).ravel()]
-    return [int(a) for a in attrs.get("axes", [])]
+def _op_class(op: str, opset: int) -> Any:
+    """onnx.reference's implementation of ``op`` at ``opset`` (cached; None when it has none)."""
+    key = (op, opset)
+    if key not in _OP_CLASSES:
+        from onnx.reference.ops import load_op
+
+        try:
+            _OP_CLASSES[key] = load_op("", op, version=opset)
+        except Exception:  # no reference implementation of this op
+            _OP_CLASSES[key] = None
+    return _OP_CLASSES[key]
 
 
-def _unsqueeze(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    x = ins[0]
-    axes = sorted(a % (x.ndim + len(_axes(ins, attrs))) for a in _axes(ins, attrs))
-    for a in axes:
-        x = np.expand_dims(x, a)
-    return x
+def _bound(op: str, ins: list[np.ndarray | None]) -> int:
+    """An upper bound on the elements of a node's output, known before evaluating it (generators read their inputs)."""
+    real = [np.asarray(x) for x in ins if x is not None]
+    if op == "ConstantOfShape":
+        return int(np.prod(real[0])) if real[0].size else 1
+    if op == "Expand":
+        return int(np.prod(np.broadcast_shapes(real[0].shape, tuple(int(v) for v in real[1].ravel()))))
+    if op == "Tile":
+        return int(real[0].size * np.prod(real[1]))
+    if op == "Range":
+        start, limit, delta = (float(x.ravel()[0]) for x in real[:3])
+        return int(max(0.0, np.ceil((limit - start) / delta))) if delta else MAX_NUMEL + 1
+    try:
+        return int(np.prod(np.broadcast_shapes(*(x.shape for x in real)))) if real else 1
+    except ValueError:  # not a broadcasting op (Concat, Gather...): its output is at most its inputs together
+        return int(sum(x.size for x in real))
 
 
-def _squeeze(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    axes = _axes(ins, attrs)
-    return np.squeeze(ins[0], axis=tuple(axes)) if axes else np.squeeze(ins[0])
+def run_node(node: onnx.NodeProto, ins: list[np.ndarray | None], opset: int) -> list[np.ndarray] | None:
+    """Evaluate one node on small constant inputs with onnx's reference implementation (None: not foldable)."""
+    if node.op_type in NOT_FOLDED or _bound(node.op_type, ins) > MAX_NUMEL:
+        return None
+    cls = _op_class(node.op_type, opset)
+    if cls is None:
+        return None
+    if not _RUN_PARAMS:
+        from onnx.reference import ReferenceEvaluator
 
-
-def _slice(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    x = ins[0]
-    starts, ends = [int(v) for v in ins[1].ravel()], [int(v) for v in ins[2].ravel()]
-    axes = [int(v) for v in ins[3].ravel()] if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
-    steps = [int(v) for v in ins[4].ravel()] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
-    sl = [slice(None)] * x.ndim
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        sl[a] = slice(s, e, st)
-    return x[tuple(sl)]
-
-
-def _div(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    a, b = ins
-    if np.issubdtype(a.dtype, np.integer):
-        return (np.trunc(a / b)).astype(a.dtype)
-    return (a / b).astype(a.dtype)
-
-
-def _cast(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    return ins[0].astype(onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])))
-
-
-def _shape(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    shape = np.asarray(ins[0], dtype=np.int64)
-    return shape[int(attrs.get("start", 0)): attrs.get("end", None)]
-
-
-def _constant_of_shape(ins: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    value = attrs.get("value")
-    fill = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
-    return np.full([int(v) for v in ins[0].ravel()], fill.ravel()[0], dtype=fill.dtype)
-
-
-def _same(a: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    return np.asarray(a).astype(ref.dtype)
-
-
-EVAL: dict[str, _Ev] = {
-    "Shape": _shape,
-    "Identity": lambda i, a: i[0],
-    "Gather": lambda i, a: np.take(i[0], i[1].astype(np.int64), axis=int(a.get("axis", 0))),
-    "Unsqueeze": _unsqueeze,
-    "Squeeze": _squeeze,
-    "Concat": lambda i, a: np.concatenate([np.atleast_1d(x) for x in i], axis=int(a.get("axis", 0))),
-    "Cast": _cast,
-    "Add": lambda i, a: _same(i[0] + i[1], i[0]),
-    "Sub": lambda i, a: _same(i[0] - i[1], i[0]),
-    "Mul": lambda i, a: _same(i[0] * i[1], i[0]),
-    "Div": _div,
-    "Mod": lambda i, a: _same(np.fmod(i[0], i[1]) if a.get("fmod") else np.mod(i[0], i[1]), i[0]),
-    "Floor": lambda i, a: np.floor(i[0]),
-    "Ceil": lambda i, a: np.ceil(i[0]),
-    "Sqrt": lambda i, a: np.sqrt(i[0]),
-    "Neg": lambda i, a: -i[0],
-    "Abs": lambda i, a: np.abs(i[0]),
-    "Reciprocal": lambda i, a: _same(1 / i[0], i[0]),
-    "Pow": lambda i, a: _same(np.power(i[0], i[1]), i[0]),
-    "Max": lambda i, a: np.maximum.reduce(i),
-    "Min": lambda i, a: np.minimum.reduce(i),
-    "Equal": lambda i, a: np.equal(i[0], i[1]),
-    "Less": lambda i, a: np.less(i[0], i[1]),
-    "Greater": lambda i, a: np.greater(i[0], i[1]),
-    "Not": lambda i, a: np.logical_not(i[0]),
-    "Where": lambda i, a: np.where(i[0], i[1], i[2]),
-    "Slice": _slice,
-    "Range": lambda i, a: np.arange(i[0].item(), i[1].item(), i[2].item()).astype(i[0].dtype),
-    "ConstantOfShape": _constant_of_shape,
-    "Expand": lambda i, a: i[0] * np.ones([int(v) for v in i[1].ravel()], dtype=i[0].dtype),
-    "Reshape": lambda i, a: i[0].reshape([int(v) for v in i[1].ravel()]),
-    "ReduceProd": lambda i, a: np.prod(i[0], keepdims=bool(a.get("keepdims", 1))),
-    "Size": lambda i, a: np.asarray(i[0], dtype=np.int64).prod(),
-}
+        _RUN_PARAMS.update(log=lambda *a: None, opsets={"": opset}, new_ops=None, verbose=0,
+                           existing_functions={}, evaluator_cls=ReferenceEvaluator)
+    with np.errstate(all="ignore"):
+        out = cls(node, {**_RUN_PARAMS, "opsets": {"": opset}}).run(*ins)
+    return [np.asarray(o) for o in out]
 
 
 def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
@@ -143,40 +108,64 @@ def _initial_values(model: ModelProto) -> dict[str, np.ndarray]:
     return values
 
 
+def _opset(model: ModelProto) -> int:
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value of a Constant node when it is small and inline (stripped weights are never read)."""
+    a = node.attribute[0]
+    if a.name == "value":
+        return numpy_helper.to_array(a.t) if _readable(a.t) else None
+    if a.name in ("value_int", "value_ints", "value_float", "value_floats"):
+        return np.asarray(onnx.helper.get_attribute_value(a))
+    return None
+
+
+def _node_inputs(node: onnx.NodeProto, values: dict[str, np.ndarray]) -> list[np.ndarray | None] | None:
+    """The node's input values; None when one is unknown."""
+    if not all(n in values for n in node.input if n):
+        return None
+    return [values[n] if n else None for n in node.input]
+
+
 def evaluate(model: ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Values of every small tensor computable from constants and known shapes, in one topological pass."""
+    """Values of every small tensor computable from constants and known shapes, in one topological pass.
+
+    Each node runs through onnx's reference implementation of its op (:mod:`onnx.reference`), so any op
+    the shape arithmetic uses (Div, Clip, Max, Ceil, Range, Where...) folds, not a hand-picked few.
+    """
     values = _initial_values(model)
     computed: dict[str, np.ndarray] = {}
+    opset = _opset(model)
     for node in model.graph.node:
-        op = node.op_type
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
         try:
-            if op == "Constant":
-                a = node.attribute[0]
-                if a.name == "value" and _readable(a.t):
-                    values[node.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name in ("value_int", "value_ints", "value_float", "value_floats"):
-                    values[node.output[0]] = np.asarray(onnx.helper.get_attribute_value(a))
+            if node.op_type == "Constant":
+                value = _constant_value(node)
+                if value is not None:
+                    values[node.output[0]] = value
                 continue
-            if op in ("Shape", "Size"):
+            if node.op_type in ("Shape", "Size"):
                 if node.input[0] not in shapes:
                     continue
-                ins = [np.asarray(shapes[node.input[0]], dtype=np.int64)]
+                dims = np.asarray(shapes[node.input[0]], dtype=np.int64)
+                out = [dims[_shape_slice(node)] if node.op_type == "Shape" else np.asarray(dims.prod())]
             else:
-                if op not in EVAL or not all((n in values) for n in node.input if n):
-                    continue
-                ins = [values[n] if n else None for n in node.input]  # type: ignore[misc]
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            with np.errstate(all="ignore"):
-                out = np.asarray(EVAL[op](ins, attrs))
-            if out.size > MAX_NUMEL or len(node.output) != 1:
+                ins = _node_inputs(node, values)
+                out = None if ins is None else run_node(node, ins, opset)
+            if out is None or out[0].size > MAX_NUMEL:
                 continue
-            values[node.output[0]] = out
-            computed[node.output[0]] = out
+            values[node.output[0]] = computed[node.output[0]] = out[0]
         except Exception:  # anything odd: leave the node to shape inference
             continue
     return computed
+
+
+def _shape_slice(node: onnx.NodeProto) -> slice:
+    attrs = {a.name: a.i for a in node.attribute}
+    return slice(attrs.get("start", 0), attrs.get("end"))
 
 
 def replace_with_constants(model: ModelProto, folded: dict[str, np.ndarray]) -> None:
@@ -226,6 +215,7 @@ def fold_shapes(
 
 AFFINE_KEY = "gpupred.batch_affine"  # metadata: folded shape values as intercept + slope x batch
 FOLDED_KEY = "gpupred.folded"  # metadata: names of initializers that are folded constants, not weights
+BUFFERS_KEY = "gpupred.buffers"  # metadata: float initializers that are torch buffers (state), not parameters
 SHAPES_KEY = "gpupred.batch_shapes"  # metadata: every tensor's shape, each dim a constant or intercept + slope x batch
 
 

@@ -21,7 +21,7 @@ from onnx import ModelProto, TensorProto, numpy_helper
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import CanonicalGraph, Node, Shape, canonicalize, raw_graph
 from gpupred.graph.costs import COST_TABLE
-from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
+from gpupred.graph.fold import AFFINE_KEY, BUFFERS_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
 from gpupred.graph.protoscan import load_without_weights
 from gpupred.graph.rebatch import rebatch
 
@@ -303,6 +303,7 @@ def load_graph(
     bs, batch_name = resolve_batch(model, label, batch_size)
     meta = {p.key: p.value for p in model.metadata_props}
     folded = set(filter(None, meta.get(FOLDED_KEY, "").split(",")))
+    folded |= set(filter(None, meta.get(BUFFERS_KEY, "").split(",")))  # state, not parameters: never counted
     if stored and meta.get(SHAPES_KEY):
         graph = _stored_graph(meta[SHAPES_KEY], bs, model, nodes, folded, inits)
         if graph is not None:

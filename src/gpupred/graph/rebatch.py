@@ -8,7 +8,9 @@ be placed: the output dimensions that overlap the input's batch axis in the flat
 candidates (:func:`batch_candidates`), the most likely one becomes -1 in a copy of the target, and
 shape inference checks the result. At batch 1 a reshape can be ambiguous (``[seq, 1, 256] -> [seq, 256]``
 may mean seq x batch or batch x 256); when a node downstream then breaks (its shapes no longer fit, or
-its size changes by other than the batch ratio), the next candidate is tried. A reshape that cannot be
+its size changes by other than the batch ratio), the next candidate is tried. A constant concatenated with
+the batch (a ViT's class token, expanded to the export's batch by a constant Expand, or folded into an
+initializer by the dynamo exporter) is expanded to the new batch (:func:`expand_constant_inputs`). A reshape that cannot be
 repaired, or a node whose shapes still do not fit, is named in a one-line
 :class:`~gpupred.errors.GpupredError`. Torch-free.
 """
@@ -19,10 +21,10 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from onnx import ModelProto, TensorProto, numpy_helper
+from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph.fold import static_shapes
+from gpupred.graph.fold import evaluate, static_shapes
 
 Infer = Callable[[ModelProto], ModelProto]
 MAX_ROUNDS = 256
@@ -36,7 +38,9 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     that axis merges the batch with something else (batch x heads) the batch is its outer or its inner
     factor. A candidate output dimension overlaps where the batch can be. A dimension that held exactly
     the old batch comes first (an explicit batch dimension, outermost first); then later dimensions before
-    earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads).
+    earlier ones (at batch 1 ``[seq, 1, 256] -> [seq, 4, 64]`` splits heads out of batch x heads). On the
+    leading axis the outer factor's candidates come first (Swin's batch x windows), the inner's after them
+    (seq x batch in torch's seq-first attention).
     """
     diff = [i for i, (a, b) in enumerate(zip(x_old, x_new)) if a != b]
     if len(diff) != 1 or len(x_old) != len(x_new):
@@ -44,7 +48,16 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     axis = diff[0]
     lo = math.prod(x_old[:axis])
     hi = lo * x_old[axis]
-    spans = [(lo, hi)] if x_old[axis] == old else [(lo, lo * old), (hi // old, hi)]
+    if x_old[axis] == old:
+        return _overlapping(y_old, [(lo, hi)], old)
+    if axis == 0:
+        outer = _overlapping(y_old, [(lo, lo * old)], old)
+        return outer + [j for j in _overlapping(y_old, [(hi // old, hi)], old) if j not in outer]
+    return _overlapping(y_old, [(lo, lo * old), (hi // old, hi)], old)
+
+
+def _overlapping(y_old: tuple[int, ...], spans: list[tuple[int, int]], old: int) -> list[int]:
+    """The output dimensions overlapping the spans, explicit batch dimensions first, then later before earlier."""
     prefix = [1]
     for d in y_old:
         prefix.append(prefix[-1] * d)
@@ -61,8 +74,8 @@ def batch_candidates(x_old: tuple[int, ...], x_new: tuple[int, ...], y_old: tupl
     return explicit + [j for j in reversed(found) if j not in explicit]
 
 
-def _constant_targets(model: ModelProto) -> dict[str, np.ndarray]:
-    """Values of the initializers and Constant nodes that feed a Reshape's shape input."""
+def _constant_targets(model: ModelProto, before: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Values of the initializers, Constant nodes and computations (at the old batch) that feed a Reshape's shape input."""
     g = model.graph
     wanted = {n.input[1] for n in g.node if n.op_type == "Reshape" and len(n.input) > 1}
     values: dict[str, np.ndarray] = {}
@@ -72,6 +85,10 @@ def _constant_targets(model: ModelProto) -> dict[str, np.ndarray]:
     for n in g.node:
         if n.op_type == "Constant" and n.output[0] in wanted and n.attribute and n.attribute[0].name == "value":
             values[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    # targets computed from constants and shapes, as they were at the old batch (timm's x.reshape(B, H // 2, 2, ...)
+    # traced at batch 1: B a Constant, H read from a shape); only the reshapes that then break are repaired
+    computed = evaluate(model, before)
+    values.update({name: computed[name] for name in wanted if name in computed and name not in values})
     return values
 
 
@@ -89,15 +106,17 @@ class _Choice:
     """A repaired reshape: its node, the candidate batch dimensions, and which one is in use."""
 
     def __init__(self, node: Any, target: str, y_old: tuple[int, ...], candidates: list[int], new: int) -> None:
-        self.node, self.target, self.y_old, self.candidates, self.used, self.new = node, target, y_old, candidates, 0, new
+        # the node is found again by its output each time: inserting nodes (a class token's Expand) copies the list
+        self.out, self.label = node.output[0], node.name or node.output[0]
+        self.target, self.y_old, self.candidates, self.used, self.new = target, y_old, candidates, 0, new
 
     def apply(self, model: ModelProto, targets: dict[str, np.ndarray]) -> None:
         """Point the reshape at a copy of its target with the chosen dimension set to -1."""
         value = np.asarray(self.y_old, dtype=np.int64)
         value[self.candidates[self.used]] = -1
-        name = f"{self.target}::batch{self.new}::{self.node.name or id(self.node)}::{self.used}"
+        name = f"{self.target}::batch{self.new}::{self.label}::{self.used}"
         model.graph.initializer.append(numpy_helper.from_array(value, name))
-        self.node.input[1] = name
+        next(n for n in model.graph.node if n.output and n.output[0] == self.out).input[1] = name
         targets[name] = value
 
     def flip(self, model: ModelProto, targets: dict[str, np.ndarray]) -> bool:
@@ -110,7 +129,7 @@ class _Choice:
 
 
 def _repair_round(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
-                  old: int, new: int, targets: dict[str, np.ndarray], chosen: dict[int, _Choice]) -> list[_Choice]:
+                  old: int, new: int, targets: dict[str, np.ndarray], chosen: dict[str, _Choice]) -> list[_Choice]:
     """Repair every reshape whose input now carries the new batch but whose output is not the expected one."""
     made: list[_Choice] = []
     for node in model.graph.node:
@@ -126,12 +145,12 @@ def _repair_round(model: ModelProto, label: str, before: dict[str, tuple[int, ..
                 f"{label}: cannot change the batch size from {old} to {new}: node {node.name or 'Reshape'!r} bakes the "
                 f"batch into its target shape {list(y_old)}; {_FIX_HINT}"
             )
-        previous = chosen.get(id(node))
+        previous = chosen.get(node.output[0])
         pick = previous.candidates[previous.used] if previous is not None and previous.candidates == candidates else candidates[0]
         want = tuple(d * new // old if i == pick else d for i, d in enumerate(y_old))
         if now.get(y) == want:
             continue
-        choice = chosen[id(node)] = _Choice(node, previous.target if previous else node.input[1], y_old, candidates, new)
+        choice = chosen[node.output[0]] = _Choice(node, previous.target if previous else node.input[1], y_old, candidates, new)
         choice.used = candidates.index(pick)
         choice.apply(model, targets)
         made.append(choice)
@@ -155,23 +174,68 @@ def _first_broken(inferred: ModelProto, before: dict[str, tuple[int, ...]], now:
 
 
 def _flip_upstream(model: ModelProto, broken: Any, pending: list[_Choice], targets: dict[str, np.ndarray]) -> bool:
-    """Try the next candidate of the latest reshape repaired in the last round that feeds the broken node."""
+    """Try the next candidate of the latest repaired reshape that feeds the broken node."""
     producer = {o: n for n in model.graph.node for o in n.output}
     seen: set[str] = set()
     stack = list(broken.input)
-    ancestors: set[int] = set()
+    ancestors: set[str] = set()
     while stack:
         name = stack.pop()
         if name in seen or name not in producer:
             continue
         seen.add(name)
         node = producer[name]
-        ancestors.add(id(node))
+        ancestors.add(name)
         stack.extend(node.input)
     for choice in reversed(pending):
-        if id(choice.node) in ancestors and choice.flip(model, targets):
+        if choice.out in ancestors and choice.flip(model, targets):
             return True
     return False
+
+
+def _stuck_inputs(node: Any, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
+                  old: int, new: int) -> list[int]:
+    """The inputs of a Concat (not on the batch axis) that kept the old batch while another input took the new one."""
+    if node.op_type != "Concat":
+        return []
+    ins = list(node.input)
+    rank = len(before.get(ins[0], ())) if ins else 0
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if not rank or axis % rank == 0:
+        return []
+    moved = any(n in before and n in now and before[n][0] == old and now[n][0] == new for n in ins)
+    return [i for i, n in enumerate(ins) if moved and n in before and now.get(n) == before[n] and before[n][:1] == (old,)]
+
+
+def expand_constant_inputs(model: ModelProto, node: Any, before: dict[str, tuple[int, ...]],
+                           now: dict[str, tuple[int, ...]], old: int, new: int) -> bool:
+    """Give a constant joined to the batch (a ViT's class token, expanded to the export's batch and concatenated
+    with the patch embeddings) the new batch: an Expand (after a one-sample Slice when the old batch is not 1)."""
+    stuck = _stuck_inputs(node, before, now, old, new)
+    nodes = list(model.graph.node)
+    at = next((j for j, n in enumerate(nodes) if list(n.output) == list(node.output)), None)
+    if at is None:  # ``node`` comes from an inferred copy: the model's own node is the one with its outputs
+        return False
+    node = nodes[at]
+    added: list[Any] = []
+    for i in stuck:
+        name = node.input[i]
+        rank = len(before[name])
+        src = name
+        if old != 1:
+            consts = {f"{name}::one_{k}": np.asarray([v], np.int64) for k, v in (("s", 0), ("e", 1), ("a", 0))}
+            model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+            src = f"{name}::one_sample"
+            added.append(helper.make_node("Slice", [name, *consts], [src]))
+        shape = f"{name}::batch{new}_shape"
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray([new] + [1] * (rank - 1), np.int64), shape))
+        node.input[i] = f"{name}::batch{new}"
+        added.append(helper.make_node("Expand", [src, shape], [node.input[i]]))
+    if added:
+        nodes[at:at] = added
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return bool(added)
 
 
 def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tuple[int, ...]]]:
@@ -185,25 +249,77 @@ def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tupl
 
 
 def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> ModelProto:
-    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model."""
+    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model.
+
+    Two search orders: every reshape downstream is repaired before anything flips (a node may break only for
+    want of a later repair, as in timm's ECA); unless that leaves no node losing the batch
+    (:func:`lost_batch`), also the order where a node that breaks first flips the reshapes repaired in the
+    round before it (torch's seq-first attention); the result that loses the batch in fewer nodes is kept.
+    """
     _, before = _shapes(model, infer)
     del model.graph.value_info[:]  # shapes stored at the old batch would be kept by inference
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     _set_inputs(model, old, new)
-    targets = _constant_targets(model)
-    pending: list[_Choice] = []
-    chosen: dict[int, _Choice] = {}
+    results = []
+    for repair_first in (True, False):  # both searches; the one that loses the batch in fewer nodes wins
+        work = ModelProto()
+        work.CopyFrom(model)
+        try:
+            _search(work, label, before, old, new, infer, repair_first)
+        except GpupredError as err:
+            results.append((1 << 30, repair_first, work, err))
+            continue
+        results.append((lost_batch(work, before, old, new, infer), repair_first, work, None))
+        if results[-1][0] == 0:
+            break
+    _, _, best, err = min(results, key=lambda r: (r[0], not r[1]))
+    if err is not None:
+        raise err
+    model.CopyFrom(best)
+    return model
+
+
+def _search(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], old: int, new: int, infer: Infer,
+            repair_first: bool) -> ModelProto:
+    """Repair reshapes and class tokens until every shape fits (or name the node that does not)."""
+    targets = _constant_targets(model, before)
+    history: list[_Choice] = []  # the repairs that a broken node may flip (all of them, or the last round's)
+    chosen: dict[str, _Choice] = {}
     for _ in range(MAX_ROUNDS):
         inferred, now = _shapes(model, infer)
-        broken = _first_broken(inferred, before, now, old, new)
-        if broken is not None and _flip_upstream(model, broken, pending, targets):
+        broken = None if repair_first else _first_broken(inferred, before, now, old, new)
+        if broken is not None and (expand_constant_inputs(model, broken, before, now, old, new)
+                                   or _flip_upstream(model, broken, history, targets)):
             continue
-        pending = _repair_round(model, label, before, now, old, new, targets, chosen)
-        if not pending:
+        made = _repair_round(model, label, before, now, old, new, targets, chosen)
+        if made:
+            history = history + made if repair_first else made
+            continue
+        if not repair_first:
+            break
+        broken = _first_broken(inferred, before, now, old, new)
+        if broken is None or not (expand_constant_inputs(model, broken, before, now, old, new)
+                                  or _flip_upstream(model, broken, history, targets)):
             break
     _check(inferred, label, before, now, old, new)
     return model
+
+
+def lost_batch(model: ModelProto, before: dict[str, tuple[int, ...]], old: int, new: int, infer: Infer) -> int:
+    """How many nodes of a re-batched model take an input that grew with the batch and give a tensor (not a scalar)
+    that did not grow, or grew by another ratio: a search that placed the batch wrongly leaves such nodes."""
+    inferred, now = _shapes(model, infer)
+    count = 0
+    for node in inferred.graph.node:
+        grew = any(n in before and n in now and math.prod(now[n]) * old == math.prod(before[n]) * new
+                   for n in node.input if n)
+        for o in node.output[:1]:
+            if not grew or o not in before or o not in now or math.prod(before[o]) <= 1:
+                continue
+            if math.prod(now[o]) * old != math.prod(before[o]) * new:
+                count += 1
+    return count
 
 
 def _check(inferred: ModelProto, label: str, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],

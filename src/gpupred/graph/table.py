@@ -1,6 +1,7 @@
 """The graph feature table: one row per workload spec, written to data/processed/graph_features.parquet.
 
-Columns (the contract): ``ID_COLUMNS`` + ``FEATURE_KEYS`` + ``unknown_op_types``. Each architecture's graph
+Columns (the contract): ``ID_COLUMNS`` + ``FEATURE_KEYS`` + ``unknown_op_types`` + ``COVERAGE_KEYS`` (how much of
+the graph the featurizer could not see; not model features). Each architecture's graph
 comes from the committed graph store (``config.GRAPHS``, no torch needed); an architecture missing from it
 is exported once (torch, cached per ``arch_key``) in a worker process, which then featurizes its specs.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from gpupred import config
 from gpupred.errors import GpupredError
+from gpupred.graph.coverage import COVERAGE_KEYS
 from gpupred.graph.features import FEATURE_KEYS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
 
 ID_COLUMNS: list[str] = ["workload_id", "arch_key", "family", "arch", "precision", "optimizer", "fused"]
-COLUMNS: list[str] = [*ID_COLUMNS, *FEATURE_KEYS, "unknown_op_types"]
+COLUMNS: list[str] = [*ID_COLUMNS, *FEATURE_KEYS, "unknown_op_types", *COVERAGE_KEYS]
 
 
 def _arch_rows(specs: list["WorkloadSpec"], threads: int = 1) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ class Predictor:
 
     def __init__(self, feature_names: list[str], targets: dict[str, ConformalRegressor], model_names: dict[str, str],
                  gpus: list[str], alpha: float, measured_gpus: dict[str, int] | None = None,
-                 unseen_widths: dict[str, UnseenGpuWidth] | None = None) -> None:
+                 unseen_widths: dict[str, UnseenGpuWidth] | None = None, core: Any = None) -> None:
         self.feature_names = list(feature_names)
         self.targets = targets
         self.model_names = model_names
@@ -74,7 +74,13 @@ class Predictor:
         # GPU kinds (gpupred.hardware names) with measurements in the training data, and how many runs each
         self.measured_gpus = dict(measured_gpus or {gpu_spec(g).name: 0 for g in gpus})
         self.unseen_widths = dict(unseen_widths or {})  # per target: how far an extrapolated interval is widened
+        self.core = core  # gpupred.predictor.core.PhysicsCore: physics x correction for jobs given as graphs
         self.card: dict[str, Any] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Artifacts pickled without a physics core load with none (every job gets the regressors)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("core", None)
 
     @property
     def graph_features(self) -> list[str]:
@@ -87,6 +93,10 @@ class Predictor:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
         batch_size, precision, optimizer = job.batch_size, job.precision, job.optimizer
         if isinstance(x, (pd.DataFrame, dict)):
+            if isinstance(x, dict):
+                from gpupred.graph import check_complete
+
+                check_complete(x, "feature row")  # a featurize row carries its coverage columns
             return x
         if isinstance(x, (str, Path)):
             text = str(x)
@@ -95,9 +105,10 @@ class Predictor:
                     raise GpupredError(f"{text}: no such ONNX file")
                 if batch_size is None:
                     raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-                from gpupred.graph import featurize
+                from gpupred.graph import check_complete, featurize
 
-                row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer)
+                row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer, warn=False)
+                check_complete(row, text)  # refuses a graph it could not see whole (over 1% missing)
                 return {**row, "precision": precision, "optimizer": optimizer}
             from gpupred.workloads.spec import WorkloadSpec
 
@@ -199,7 +210,8 @@ class Predictor:
         anything else gets intervals from every training residual. Extrapolated rows' intervals are widened to at
         least the held-out width of :mod:`gpupred.predictor.extrapolate` (the card says how it was measured).
         """
-        arr, index, kinds = self._matrix(x, Job(batch_size, precision, optimizer, gpu))
+        job = Job(batch_size, precision, optimizer, gpu)
+        arr, index, kinds = self._matrix(x, job)
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
@@ -217,8 +229,35 @@ class Predictor:
                 columns[-3:] = [np.clip(a, 0, 100) for a in columns[-3:]]
             names += [name, f"{name}_low", f"{name}_high"]
         out = pd.DataFrame(np.column_stack(columns) if columns else np.empty((len(index), 0)), index=index, columns=names)
+        out["core"] = "regressor"
+        graph = graph_input(x, job) if self.core is not None else None
+        if graph is not None:  # a job given as a graph: physics x correction answers every target it covers
+            gpu_name = job.gpu or (self.gpus[0] if len(self.gpus) == 1 else None)
+            if gpu_name is None:
+                raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): "
+                                   "name one (gpu=... / --gpu)")
+            for key, value in self.core.predict(graph, gpu_name).items():
+                out[key] = value
+            out["core"] = "physics"
         out["extrapolated"] = extrapolated
         return out
+
+
+def graph_input(x: Any, job: Job) -> Any:
+    """The :class:`gpupred.predictor.core.JobGraph` of an input given as a graph (an ONNX file, or a workload id),
+    else None (feature rows: the regressors answer)."""
+    from gpupred.predictor.core import job_graph
+
+    if not isinstance(x, (str, Path)):
+        return None
+    text = str(x)
+    if text.endswith(".onnx") or Path(text).is_file():
+        return job_graph(text, int(job.batch_size), job.precision, job.optimizer)
+    from gpupred.importers.graphs import graph_for
+    from gpupred.workloads.spec import WorkloadSpec
+
+    spec = WorkloadSpec.from_id(text)
+    return job_graph(graph_for(spec), spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key)
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:
@@ -269,11 +308,13 @@ def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict
 
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
-                    tune: bool = True, seed: int = 0, min_sm_rows: int = 10) -> Predictor:
+                    tune: bool = True, seed: int = 0, min_sm_rows: int = 10, physics: bool = False) -> Predictor:
     """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded) on every row.
 
     CV+ folds are grouped by workload (as the grouped-random coverage notebook 03 measures) and residuals
-    are kept per source for source-calibrated intervals on dataset rows.
+    are kept per source for source-calibrated intervals on dataset rows. With ``physics`` it also fits the
+    physics-first core (:class:`gpupred.predictor.core.PhysicsCore`), which answers jobs given as graphs and adds
+    iteration time and throughput; it needs every row's graph and the dataset's step-model columns.
     """
     from threadpoolctl import threadpool_limits
 
@@ -294,7 +335,12 @@ def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", 
                 X, y, groups=data["workload_id"].astype(str).to_numpy(), strata=data["source"].astype(str).to_numpy())
             widths[t] = unseen_gpu_width(model, X, y, data["gpu"].to_numpy(), data["family"].to_numpy(), alpha)
     measured = {str(k): int(v) for k, v in df["gpu"].value_counts().sort_index().items()}
-    return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha, measured, widths)
+    core = None
+    if physics:  # needs every row's graph (the store's, or an imported network's) and the dataset's phys_* columns
+        from gpupred.predictor.core import PhysicsCore
+
+        core = PhysicsCore(alpha, seed).fit(df)
+    return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha, measured, widths, core)
 
 
 def source_cards(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -384,6 +430,8 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
                                    "a sync every step, device-resident batches (encodings at their defaults)",
         "cv_metrics": cv_metrics or {},
         "own_folds": own_folds(predictor),
+        "core": predictor.core.describe() if predictor.core is not None else
+        "none: every job gets the regressors (exported without the physics core)",
         "training_data": {"n_runs": int(len(df)), "n_workloads": int(df["workload_id"].nunique()),
                           "families": sorted(df["family"].unique().tolist()),
                           "fingerprint_sha256": fingerprint(df, [*predictor.feature_names, *predictor.targets])},

@@ -75,17 +75,27 @@ def register(app: Any) -> None:
         print("runs_*: measured runs in each predictor's training data; 0 = predictions there are extrapolated")
 
 
+UNITS: dict[str, tuple[str, str]] = {  # target -> (label, unit) in the order a person reads them
+    "gpu_util": ("gpu_util", "%"), "sm_active": ("sm_active", "%"), "memory_mib": ("memory", "MiB"),
+    "iter_time_mean_s": ("iter_time", "s"), "samples_per_s": ("throughput", "samples/s"),
+}
+
+
 def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
     """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning)."""
     extrapolated = bool(row["extrapolated"])
-    values: dict[str, Any] = {k: round(float(v), 3) for k, v in row.items() if k != "extrapolated"}
-    values["extrapolated"] = extrapolated
+    values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
+                              if k not in ("extrapolated", "core") and pd.notna(v)}
+    values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")))
     if as_json:
         print(json.dumps(values))
         return
-    for target in predictor.targets:
-        unit = "MiB" if target == "memory_mib" else "%"
-        print(f"{target:12s} {values[target]:10.1f} {unit:3s}  [{values[target + '_low']:.1f}, {values[target + '_high']:.1f}]"
-              f"  ({1 - predictor.alpha:.0%} interval)")
+    for target, (label, unit) in UNITS.items():
+        if target in values:
+            fmt = ".4f" if unit == "s" else ".1f"
+            print(f"{label:12s} {values[target]:12{fmt}} {unit:9s} [{values[target + '_low']:{fmt}}, "
+                  f"{values[target + '_high']:{fmt}}]  ({1 - predictor.alpha:.0%} interval)")
+    print(f"answered by: {values['core']}" + (" (step model x correction, footprint x correction)"
+                                               if values["core"] == "physics" else ""))
     if extrapolated:
         print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")

@@ -1,0 +1,138 @@
+"""The predictor's physics-first core: the step model x a learned correction, the memory footprint x a bounded one.
+
+For a job given as a graph (an ONNX file, or a workload id whose graph is in the store), the exported predictor
+answers from physics (:mod:`gpupred.perf`, :mod:`gpupred.footprint`) with learned corrections on top
+(:class:`gpupred.learn.physics.PhysicsPredictor`, :class:`gpupred.memory.FootprintModel`), so its answers scale
+with the model and the GPU instead of stopping at the largest training label. Targets:
+
+- ``gpu_util`` and ``sm_active``: the step model's analytic utilization x a CV+ correction;
+- ``iter_time_mean_s`` (seconds per step) and ``samples_per_s`` (batch size / step time): the step model's step
+  time x a CV+ correction;
+- ``memory_mib``: the analytic footprint x a correction clipped to x0.82..x1.22, intervals calibrated on
+  leave-one-family-out residuals.
+
+A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML
+polling). On a GPU kind without measurements the step model runs on its published default constants and the
+prediction is marked extrapolated; the intervals of the step-model targets are widened to at least the
+conformal quantile of the default constants' log error on the training rows (how wrong physics is when its
+constants were not fitted to the GPU); the footprint's intervals widen by its own rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpupred.hardware import gpu_spec
+from gpupred.predictor.extrapolate import conformal_quantile
+
+STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
+CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
+PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
+
+
+def default_physics_width(df: pd.DataFrame, target: str, alpha: float) -> float:
+    """The conformal 1 - alpha quantile of |log error| of the default-constant step model on ``df``'s labelled rows
+    (log1p scale for utilization targets, log scale for step time)."""
+    y = df[target].to_numpy(float)
+    if target == "iter_time_mean_s":
+        phys, err = df["phys_step_s"].to_numpy(float), None
+        err = np.log(y) - np.log(np.maximum(phys, 1e-12))
+    else:
+        err = np.log1p(y) - np.log1p(df["phys_util"].to_numpy(float))
+    return conformal_quantile(err[np.isfinite(err)], alpha)
+
+
+@dataclass
+class JobGraph:
+    """One job given as a graph: its feature row, the step's kernels and the footprint's graph terms."""
+
+    row: dict[str, float]
+    kernels: Any
+    terms: dict[str, float]
+    precision: str
+    optimizer: str
+
+
+def job_graph(graph: Any, batch_size: int, precision: str, optimizer: str, key: Any = None) -> JobGraph:
+    """The feature row, kernels and footprint terms of an ONNX file or proto at a batch size (no torch)."""
+    from gpupred.dataset import encode
+    from gpupred.footprint import graph_terms
+    from gpupred.graph import featurize
+    from gpupred.perf import kernels_for
+
+    row = featurize(graph, batch_size=batch_size, precision=precision, optimizer=optimizer)
+    row = {**row, **encode(precision, optimizer)}
+    kernels = kernels_for(graph, batch_size, precision, optimizer, key=key)
+    return JobGraph(row, kernels, graph_terms(graph, batch_size), precision, optimizer)
+
+
+class PhysicsCore:
+    """Physics x correction for every core target, fitted on a dataset frame (see the module docstring)."""
+
+    def __init__(self, alpha: float = 0.1, seed: int = 0) -> None:
+        self.alpha = alpha
+        self.seed = seed
+
+    def fit(self, df: pd.DataFrame) -> "PhysicsCore":
+        """Fit the step model's constants and corrections, and the memory footprint model, on every labelled row."""
+        from gpupred.footprint import footprint_columns
+        from gpupred.learn.nested import CVSettings
+        from gpupred.learn.physics import fit_physics_predictor
+        from gpupred.memory import FootprintModel
+
+        targets = tuple(t for t in STEP_TARGETS if t in df.columns and df[t].notna().sum() >= 10)
+        self.physics_ = fit_physics_predictor(df, targets, cv=CVSettings(alpha=self.alpha, seed=self.seed))
+        self.memory_ = FootprintModel(seed=self.seed).fit(footprint_columns(df))
+        self.widths_ = {t: default_physics_width(df[df[t].notna()], t, self.alpha) for t in self.physics_.corrections}
+        self.measured_ = sorted({str(g) for g in df["gpu"]})
+        return self
+
+    def predict(self, job: JobGraph, gpu: str) -> dict[str, float]:
+        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU."""
+        from gpupred.perf import DEFAULT, simulate
+
+        spec = gpu_spec(gpu)
+        default = simulate(job.kernels, spec, job.precision, DEFAULT, "step", False)
+        row = {**job.row, **default.columns()}
+        out = self.physics_.predict_row(row, job.kernels, spec.name, job.precision, protocol=PROTOCOL)
+        if spec.name not in self.measured_:
+            self._widen(out, job.row.get("batch_size"))
+        frame = pd.DataFrame([{**row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
+                               "gpu": spec.name, "source": "gpupred"}])
+        mem = self.memory_.predict(frame).iloc[0]
+        out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
+                    "memory_mib_high": float(mem["high"])})
+        return out
+
+    def _widen(self, out: dict[str, float], batch_size: float | None) -> None:
+        """Widen the step-model targets' bounds in ``out`` to at least the default constants' error (extrapolated)."""
+        for target, width in self.widths_.items():
+            if target not in out:
+                continue
+            pt = out[target]
+            if target == "iter_time_mean_s":
+                lo, hi = pt * np.exp(-width), pt * np.exp(width)
+            else:
+                lo, hi = np.expm1(np.log1p(pt) - width), min(100.0, np.expm1(np.log1p(pt) + width))
+            out[f"{target}_low"], out[f"{target}_high"] = min(out[f"{target}_low"], lo), max(out[f"{target}_high"], hi)
+        if "iter_time_mean_s" in out and batch_size:
+            out["samples_per_s_low"] = float(batch_size) / out["iter_time_mean_s_high"]
+            out["samples_per_s_high"] = float(batch_size) / out["iter_time_mean_s_low"]
+
+    def describe(self) -> dict[str, Any]:
+        """What the card says of the core: fitted constants, correction inputs, extrapolation widths."""
+        return {
+            "step_model": {"constants": self.physics_.constants.as_records(),
+                           "defaults": "gpupred.perf.constants.DEFAULT (published figures) for any other (GPU, protocol)",
+                           "correction_features": self.physics_.feature_names,
+                           "targets": sorted(self.physics_.corrections)},
+            "memory": {"footprint_constants": self.memory_.footprint_.constants(),
+                       "correction_clip_log": 0.2, "interval_halfwidth_log": self.memory_.halfwidth_},
+            "extrapolated_width": {t: {"log_width": w, "basis": "conformal quantile of the default constants' log error "
+                                                                "on the training rows"} for t, w in self.widths_.items()},
+            "measured_gpus": self.measured_,
+        }
