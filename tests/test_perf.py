@@ -148,3 +148,19 @@ def test_step_model_is_torch_free() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
 
+
+
+def test_an_unfitted_gpu_borrows_the_protocols_host_constants_not_its_device_ones() -> None:
+    """FIXTURE fits: launch cost and step overhead come from the same protocol's fits (geometric mean); efficiencies
+    and the minimum kernel time stay the published defaults; another protocol gets the defaults whole."""
+    from gpupred.perf.constants import DEFAULT, ConstantsTable
+
+    a = DEFAULT.with_fitted({"launch_s": 40e-6, "step_overhead_s": 4e-4, "memory_eff": 0.3}, "fixture a")
+    b = DEFAULT.with_fitted({"launch_s": 10e-6, "step_overhead_s": 1e-4, "memory_eff": 0.9}, "fixture b")
+    table = ConstantsTable({("H200", "nvml-poll"): a, ("RTX 3090", "nvml-poll"): b})
+    assert table.get("H200") is a
+    new = table.get("H100 SXM")
+    assert new.launch_s == pytest.approx(20e-6) and new.step_overhead_s == pytest.approx(2e-4)
+    assert new.memory_eff == DEFAULT.memory_eff and new.min_kernel_s == DEFAULT.min_kernel_s
+    assert "H200" in new.source and "RTX 3090" in new.source
+    assert table.get("H100 SXM", "dcgm-nonzero") == DEFAULT

@@ -22,6 +22,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+import numpy as np
+
+HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
 FITTED: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "launch_s", "step_overhead_s", "min_kernel_s")
 BOUNDS: dict[str, tuple[float, float]] = {  # plausible ranges the fit stays in
     "compute_eff": (0.05, 1.0), "tensor_eff": (0.05, 1.0), "memory_eff": (0.05, 1.0), "launch_s": (1e-6, 60e-6),
@@ -75,8 +78,20 @@ class ConstantsTable:
     fitted: dict[tuple[str, str], StepConstants]
 
     def get(self, gpu: str, protocol: str = "nvml-poll") -> StepConstants:
-        """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol, else the defaults."""
-        return self.fitted.get((gpu, protocol), DEFAULT)
+        """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol.
+
+        A pair without a fit keeps the published device constants (efficiencies, minimum kernel time: the GPU's),
+        but takes the host constants (``HOST_CONSTANTS``: launch cost and per-step overhead, set by the host, the
+        software and the harness, not the GPU) as the geometric mean of the fits of the same protocol on other
+        GPU kinds, when there are any: a new GPU measured by the same harness launches as fast as the old ones did.
+        """
+        if (gpu, protocol) in self.fitted:
+            return self.fitted[(gpu, protocol)]
+        same = sorted((g, c) for (g, p), c in self.fitted.items() if p == protocol)
+        if not same:
+            return DEFAULT
+        host = {k: float(np.exp(np.mean([np.log(getattr(c, k)) for _, c in same]))) for k in HOST_CONSTANTS}
+        return replace(DEFAULT, **host, source=f"defaults; host constants of {protocol} on {', '.join(g for g, _ in same)}")
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""
