@@ -150,17 +150,21 @@ def test_step_model_is_torch_free() -> None:
 
 
 
-def test_an_unfitted_gpu_borrows_the_protocols_host_constants_not_its_device_ones() -> None:
+def test_an_unfitted_gpu_borrows_host_constants_from_its_protocol_and_device_ones_from_its_architecture() -> None:
     """FIXTURE fits: launch cost and step overhead come from the same protocol's fits (geometric mean); efficiencies
-    and the minimum kernel time stay the published defaults; another protocol gets the defaults whole."""
+    and the minimum kernel time from the same architecture's, else the published defaults; another protocol gets
+    the defaults whole."""
     from gpupred.perf.constants import DEFAULT, ConstantsTable
 
     a = DEFAULT.with_fitted({"launch_s": 40e-6, "step_overhead_s": 4e-4, "memory_eff": 0.3}, "fixture a")
     b = DEFAULT.with_fitted({"launch_s": 10e-6, "step_overhead_s": 1e-4, "memory_eff": 0.9}, "fixture b")
     table = ConstantsTable({("H200", "nvml-poll"): a, ("RTX 3090", "nvml-poll"): b})
     assert table.get("H200") is a
-    new = table.get("H100 SXM")
-    assert new.launch_s == pytest.approx(20e-6) and new.step_overhead_s == pytest.approx(2e-4)
-    assert new.memory_eff == DEFAULT.memory_eff and new.min_kernel_s == DEFAULT.min_kernel_s
-    assert "H200" in new.source and "RTX 3090" in new.source
+    hopper = table.get("H100 SXM")  # H200's architecture
+    assert hopper.launch_s == pytest.approx(20e-6) and hopper.step_overhead_s == pytest.approx(2e-4)
+    assert hopper.memory_eff == pytest.approx(0.3) and hopper.min_kernel_s == pytest.approx(DEFAULT.min_kernel_s)
+    assert "H200, RTX 3090" in hopper.source and "of H200 (same architecture)" in hopper.source
+    assert table.get("A100 40GB").memory_eff == pytest.approx(0.9)  # RTX 3090's architecture (Ampere)
+    ada = table.get("L4")
+    assert ada.memory_eff == DEFAULT.memory_eff and ada.launch_s == pytest.approx(20e-6)
     assert table.get("H100 SXM", "dcgm-nonzero") == DEFAULT

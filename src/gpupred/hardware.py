@@ -125,9 +125,24 @@ def known_gpu_names() -> list[str]:
     return [s.name for _, s in _TABLE]
 
 
+# The architecture of each GPU in the table (NVIDIA's whitepapers): GPUs of one architecture run the same kernels
+# from the same libraries, so they reach similar fractions of their datasheet peaks.
+ARCHITECTURES: dict[str, str] = {
+    "H200": "hopper", "H100 NVL": "hopper", "H100 PCIe": "hopper", "H100 SXM": "hopper",
+    "A100 PCIe 80GB": "ampere", "A100 SXM 80GB": "ampere", "A100 40GB": "ampere", "A10": "ampere", "RTX 3090": "ampere",
+    "L40S": "ada", "L4": "ada", "RTX 4090": "ada", "V100 PCIe": "volta", "V100 SXM2 16GB": "volta",
+    "V100 SXM2 32GB": "volta", "T4": "turing",
+}
+
+
+def architecture(name: str) -> str:
+    """The architecture (``hopper``, ``ampere``, ...) of the GPU called ``name``."""
+    return ARCHITECTURES[gpu_spec(name).name]
+
+
 def known_gpus() -> pd.DataFrame:
-    """The whole table, one row per GPU model."""
-    return pd.DataFrame([asdict(s) for _, s in _TABLE])
+    """The whole table, one row per GPU model, with its architecture."""
+    return pd.DataFrame([{**asdict(s), "architecture": ARCHITECTURES[s.name]} for _, s in _TABLE])
 
 
 def hardware_features(name: str, precision: str = "fp32") -> dict[str, float]:

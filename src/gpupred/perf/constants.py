@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
-FITTED: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "launch_s", "step_overhead_s", "min_kernel_s")
+DEVICE_CONSTANTS: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "min_kernel_s")  # the GPU's
+FITTED: tuple[str, ...] = (*DEVICE_CONSTANTS[:3], *HOST_CONSTANTS, DEVICE_CONSTANTS[3])
 BOUNDS: dict[str, tuple[float, float]] = {  # plausible ranges the fit stays in
     "compute_eff": (0.05, 1.0), "tensor_eff": (0.05, 1.0), "memory_eff": (0.05, 1.0), "launch_s": (1e-6, 60e-6),
     "step_overhead_s": (0.0, 5e-3), "min_kernel_s": (0.5e-6, 20e-6),
@@ -68,6 +69,13 @@ def constants_from_dict(data: dict[str, Any]) -> StepConstants:
     return StepConstants(**{k: v for k, v in data.items() if k in names})
 
 
+def geometric_means(constants: list[StepConstants], names: tuple[str, ...]) -> dict[str, float]:
+    """Per name, the geometric mean over ``constants`` ({} when there are none)."""
+    if not constants:
+        return {}
+    return {k: float(np.exp(np.mean([np.log(getattr(c, k)) for c in constants]))) for k in names}
+
+
 @dataclass
 class ConstantsTable:
     """Fitted constants per (GPU kind, measurement protocol: the sampler, e.g. ``nvml-poll``); other pairs get the defaults.
@@ -80,18 +88,26 @@ class ConstantsTable:
     def get(self, gpu: str, protocol: str = "nvml-poll") -> StepConstants:
         """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol.
 
-        A pair without a fit keeps the published device constants (efficiencies, minimum kernel time: the GPU's),
-        but takes the host constants (``HOST_CONSTANTS``: launch cost and per-step overhead, set by the host, the
-        software and the harness, not the GPU) as the geometric mean of the fits of the same protocol on other
-        GPU kinds, when there are any: a new GPU measured by the same harness launches as fast as the old ones did.
+        A pair without a fit borrows from the fits of the same protocol on other GPU kinds, when there are any:
+        the host constants (``HOST_CONSTANTS``: launch cost and per-step overhead, set by the host, the software and
+        the harness, not the GPU) from all of them, the device constants (efficiencies, minimum kernel time) from
+        those of the same architecture (:data:`gpupred.hardware.ARCHITECTURES`: the same kernels and libraries reach
+        similar fractions of the peaks), each a geometric mean; what there is nothing to borrow from stays the
+        published default.
         """
         if (gpu, protocol) in self.fitted:
             return self.fitted[(gpu, protocol)]
         same = sorted((g, c) for (g, p), c in self.fitted.items() if p == protocol)
         if not same:
             return DEFAULT
-        host = {k: float(np.exp(np.mean([np.log(getattr(c, k)) for _, c in same]))) for k in HOST_CONSTANTS}
-        return replace(DEFAULT, **host, source=f"defaults; host constants of {protocol} on {', '.join(g for g, _ in same)}")
+        from gpupred.hardware import architecture
+
+        kin = [(g, c) for g, c in same if architecture(g) == architecture(gpu)]
+        values = {**geometric_means([c for _, c in kin], DEVICE_CONSTANTS), **geometric_means([c for _, c in same],
+                                                                                            HOST_CONSTANTS)}
+        source = f"host constants of {protocol} on {', '.join(g for g, _ in same)}; device constants " + (
+            f"of {', '.join(g for g, _ in kin)} (same architecture)" if kin else "published defaults")
+        return replace(DEFAULT, **values, source=source)
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""

@@ -12,9 +12,9 @@ with the model and the GPU instead of stopping at the largest training label. Ta
   leave-one-family-out residuals.
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML
-polling). On a GPU kind without measurements the step model runs on the published device constants with the
-host constants the same protocol was fitted to on the measured GPUs (:meth:`gpupred.perf.ConstantsTable.get`),
-and the prediction is marked extrapolated; the intervals of the step-model targets are widened to at least the
+polling). On a GPU kind without measurements the step model borrows what the measured GPUs can lend
+(:meth:`gpupred.perf.ConstantsTable.get`): the host constants the same protocol was fitted to, and the device
+constants of the same architecture (else the published defaults); the prediction is marked extrapolated; the intervals of the step-model targets are widened to at least the
 conformal quantile of the default constants' log error on the training rows (how wrong physics is when its
 constants were not fitted to the GPU); the footprint's intervals widen by its own rule.
 """
