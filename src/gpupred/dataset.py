@@ -152,10 +152,12 @@ def _window_labels(row: pd.Series, samples: pd.DataFrame) -> tuple[dict[str, flo
 def _read_features(features: pd.DataFrame | Path | None) -> pd.DataFrame:
     if isinstance(features, pd.DataFrame):
         return features
+    from gpupred.graph.table import read_feature_table
+
     path = Path(features) if features is not None else config.GRAPH_FEATURES
     if not path.exists():
         raise MissingInput(f"no graph features at {path}: run notebook 02-build-features first")
-    return pd.read_parquet(path)
+    return read_feature_table(path)  # the table's column contract, checked
 
 
 def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -390,11 +390,3 @@ COST_TABLE: dict[str, CostEntry] = {
 NON_TRAINABLE_INPUTS: dict[str, tuple[int, ...]] = {"BatchNormalization": (3, 4)}
 # contraction ops: their weight gradients double the backward cost
 MAC_CATEGORIES: tuple[str, ...] = ("conv", "matmul", "recurrent")
-
-
-def op_cost(node: NodeInfo) -> tuple[str, OpCost] | None:
-    """The category and cost of a node, or None if no rule covers its op type."""
-    entry = COST_TABLE.get(node.op_type)
-    if entry is None:
-        return None
-    return entry.category, entry.rule(node)
