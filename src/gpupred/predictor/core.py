@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.hardware import gpu_spec
-from gpupred.predictor.extrapolate import conformal_quantile
+from gpupred.predictor.extrapolate import conformal_quantile, widen
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
@@ -40,8 +40,7 @@ def default_physics_width(df: pd.DataFrame, target: str, alpha: float) -> float:
     (log1p scale for utilization targets, log scale for step time)."""
     y = df[target].to_numpy(float)
     if target == "iter_time_mean_s":
-        phys, err = df["phys_step_s"].to_numpy(float), None
-        err = np.log(y) - np.log(np.maximum(phys, 1e-12))
+        err = np.log(y) - np.log(np.maximum(df["phys_step_s"].to_numpy(float), 1e-12))
     else:
         err = np.log1p(y) - np.log1p(df["phys_util"].to_numpy(float))
     return conformal_quantile(err[np.isfinite(err)], alpha)
@@ -114,12 +113,14 @@ class PhysicsCore:
         for target, width in self.widths_.items():
             if target not in out:
                 continue
-            pt = out[target]
-            if target == "iter_time_mean_s":
-                lo, hi = pt * np.exp(-width), pt * np.exp(width)
-            else:
-                lo, hi = np.expm1(np.log1p(pt) - width), min(100.0, np.expm1(np.log1p(pt) + width))
-            out[f"{target}_low"], out[f"{target}_high"] = min(out[f"{target}_low"], lo), max(out[f"{target}_high"], hi)
+            pt, low, high = out[target], out[f"{target}_low"], out[f"{target}_high"]
+            if target == "iter_time_mean_s":  # log scale, as its width was measured
+                lo, hi = min(low, pt * np.exp(-width)), max(high, pt * np.exp(width))
+            else:  # utilization: the log1p rule every extrapolated interval follows, capped at 100 %
+                lo, hi = (float(v[0]) for v in widen(np.array([pt]), np.array([low]), np.array([high]), width,
+                                                     np.array([True])))
+                hi = min(100.0, hi)
+            out[f"{target}_low"], out[f"{target}_high"] = lo, hi
         if "iter_time_mean_s" in out and batch_size:
             out["samples_per_s_low"] = float(batch_size) / out["iter_time_mean_s_high"]
             out["samples_per_s_high"] = float(batch_size) / out["iter_time_mean_s_low"]
