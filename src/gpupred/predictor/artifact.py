@@ -232,10 +232,7 @@ class Predictor:
         out["core"] = "regressor"
         graph = graph_input(x, job) if self.core is not None else None
         if graph is not None:  # a job given as a graph: physics x correction answers every target it covers
-            gpu_name = job.gpu or (self.gpus[0] if len(self.gpus) == 1 else None)
-            if gpu_name is None:
-                raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): "
-                                   "name one (gpu=... / --gpu)")
+            gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
             for key, value in self.core.predict(graph, gpu_name).items():
                 out[key] = value
             out["core"] = "physics"
@@ -421,8 +418,9 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
         "variant": variant(df),
         "gpus": predictor.gpus,
         "measured_gpus": predictor.measured_gpus,
-        "extrapolation": {"rule": "a GPU in gpupred.hardware without measurements here is predicted with its hardware "
-                                  "features and marked extrapolated: no measurements on this GPU",
+        "extrapolation": {"rule": "a GPU in gpupred.hardware without measurements here is predicted (feature rows: with "
+                                  "its hardware features; graphs: by the step model with borrowed constants, see "
+                                  "core) and marked extrapolated: no measurements on this GPU",
                           "interval": {t: w.describe() for t, w in predictor.unseen_widths.items()}},
         "usage_restriction": usage_restriction(df),
         "sources": source_cards(df),
