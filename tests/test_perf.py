@@ -168,3 +168,24 @@ def test_an_unfitted_gpu_borrows_host_constants_from_its_protocol_and_device_one
     ada = table.get("L4")
     assert ada.memory_eff == DEFAULT.memory_eff and ada.launch_s == pytest.approx(20e-6)
     assert table.get("H100 SXM", "dcgm-nonzero") == DEFAULT
+
+
+def test_autocast_item_sizes_ignore_integer_indices_and_one_element_scales() -> None:
+    """Fixture: Gemm -> Gather(int64 indices) -> Mul(one-element fp32 scale). Under bf16 the Gemm writes 16 bits,
+    and neither the int64 index nor the scale widens what Gather and Mul write (torch's type promotion): each moves
+    half its fp32 bytes."""
+    nodes = [helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1),
+             helper.make_node("Gather", ["h", "idx"], ["g"], axis=1), helper.make_node("Mul", ["g", "s"], ["y"])]
+    inits = [helper.make_tensor("W", TensorProto.FLOAT, [N, K], [0.0] * (N * K)),
+             helper.make_tensor("b", TensorProto.FLOAT, [N], [0.0] * N),
+             helper.make_tensor("idx", TensorProto.INT64, [2], [0, 3])]
+    graph = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K]),
+                                                 helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    g, _ = canonical_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), B)
+    for precision, item in (("fp32", 4), ("bf16", 2)):
+        kl = step_kernels(g, precision, "sgd")
+        fwd = kl.bytes[kl.phase == 0]
+        gemm = int(np.flatnonzero(kl.tensor_core[kl.phase == 0])[0])
+        assert fwd[gemm + 1] == item * B * 2 + 8 * 2 + item * B * 2  # Gather: the gathered columns, the indices, g
+        assert fwd[gemm + 2] == item * B * 2 + 4 + item * B * 2  # Mul: g, the fp32 scale, y

@@ -36,6 +36,7 @@ import numpy as np
 from gpupred.graph.canonical import CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
 from gpupred.graph.features import FP32_UNDER_AUTOCAST
+from gpupred.graph.loader import FLOAT_TYPES
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
 MATMUL, CONV = 1, 2  # contraction kinds: torch runs fp32 matmuls at the FP32 peak, cuDNN convolutions and RNNs in TF32
@@ -109,14 +110,24 @@ def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> Tensor
     return TensorInfo(shp[0], size or shp[2], name in graph.params)
 
 
+def _numel(shape: tuple[int, ...] | None) -> int:
+    """Elements of a shape (0 when unknown)."""
+    return int(math.prod(shape)) if shape is not None else 0
+
+
 def _nbytes(t: TensorInfo | None) -> int:
     return t.nbytes if t is not None else 0
 
 
 def _act_sizes(op: str, ins: tuple[str, ...], outs: tuple[str, ...], mac: bool, graph: CanonicalGraph,
                size_of: dict[str, int]) -> None:
-    """Under 16-bit autocast, the item size of each float output of a node (into ``size_of``)."""
-    in_sizes = [size_of.get(n, graph.shapes[n][2]) for n in ins if n and n in graph.shapes and n not in graph.params]
+    """Under 16-bit autocast, the item size of each float output of a node (into ``size_of``).
+
+    Torch's type promotion: only float activations with more than one element set the result's size (an int64
+    index, as Gather reads, or a one-element scale promotes nothing).
+    """
+    in_sizes = [size_of.get(n, graph.shapes[n][2]) for n in ins if n and n in graph.shapes and n not in graph.params
+                and graph.shapes[n][1] in FLOAT_TYPES and _numel(graph.shapes[n][0]) > 1]
     for out in outs:
         shp = graph.shapes.get(out)
         if shp is None or shp[2] != 4:
