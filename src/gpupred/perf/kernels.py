@@ -37,12 +37,12 @@ from gpupred.graph.canonical import CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
 from gpupred.graph.features import FP32_UNDER_AUTOCAST
 from gpupred.graph.loader import FLOAT_TYPES
+from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
 MATMUL, CONV = 1, 2  # contraction kinds: torch runs fp32 matmuls at the FP32 peak, cuDNN convolutions and RNNs in TF32
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
 FOLDED_BN_SUFFIX = "::folded_batchnorm_bias"
-TORCH_VIEWS: frozenset[str] = frozenset({"Slice", "Split", "Expand", "Transpose"})  # no forward kernel in torch
 RECURRENT: frozenset[str] = frozenset({"LSTM", "GRU", "RNN"})
 PRODUCTS: frozenset[str] = frozenset({"Mul", "Div"})
 PASS_GRADIENT: frozenset[str] = frozenset({"Add", "Sub"})
@@ -260,27 +260,45 @@ def _trainable(graph: CanonicalGraph, op: str, ins: tuple[str, ...], out: dict[s
             out[key + "::gamma"] = numel
 
 
+def _fused_attention(b: _Builder, graph: CanonicalGraph, core: AttentionCore, flops: float, half: bool) -> None:
+    """One fused attention kernel forward; a preprocessing and a main kernel backward (see :mod:`.attention`)."""
+    item = 2 if half else None
+    qkvo = [float(_nbytes(_tensor(graph, n, item))) for n in (core.q, core.k, core.v, core.out)]
+    mask = float(_nbytes(_tensor(graph, core.mask))) if core.mask else 0.0
+    b.fwd.append((flops, sum(qkvo) + mask, MATMUL))
+    b.bwd.append((2 * qkvo[3], 2 * qkvo[3], False))  # rowwise dot(dO, O)
+    b.bwd.append((BACKWARD_FLOPS * flops, 2 * sum(qkvo) + mask, MATMUL))  # reads Q, K, V, O, dO; writes dQ, dK, dV
+
+
 def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool) -> tuple[dict[str, int], list[float]]:
     """Forward and backward kernels of every node; returns the trainable tensors and each op's output bytes."""
     size_of: dict[str, int] = {}
     cast_weights: set[str] = set()
     trainable: dict[str, int] = {}
     out_bytes: list[float] = []
-    for op, _domain, ins, outs, _name, attrs, entry in graph.nodes:
+    fused = {i: core for core in attention_cores(graph) for i in core.nodes}
+    core_flops: dict[int, float] = {}
+    for i, (op, _domain, ins, outs, _name, attrs, entry) in enumerate(graph.nodes):
         if entry is not None and entry.rule is view_rule:
             if ins and ins[0] in size_of:
                 size_of.update((o, size_of[ins[0]]) for o in outs)
             continue
         category = entry.category if entry is not None else "other"
         mac = category in MAC_CATEGORIES
-        if half and mac and op not in RECURRENT:
+        if half and mac and op not in RECURRENT and i not in fused:
             _casts(b, graph, ins, size_of, cast_weights)
         if half:
             _act_sizes(op, ins, outs, mac, graph, size_of)
         info = _node_info(graph, op, attrs, ins, outs, mac, half, size_of)
         cost = _forward_cost(entry, info)
         out_bytes.append(cost[3])
-        if op in RECURRENT:
+        if i in fused:
+            core = fused[i]
+            if op == "MatMul" and i in (core.first, core.last):
+                core_flops[core.last] = core_flops.get(core.last, 0.0) + cost[0]
+            if i == core.last:
+                _fused_attention(b, graph, core, core_flops[i], half)
+        elif op in RECURRENT:
             _recurrent(b, info, cost)
         elif mac:
             _contraction(b, graph, ins, info, cost)

@@ -1,0 +1,147 @@
+"""Attention cores of a canonical graph: the nodes torch runs as one fused kernel (torch-free).
+
+Torch's attention modules (``nn.MultiheadAttention``, hence ``nn.TransformerEncoderLayer`` and ``nn.Transformer``,
+torchvision's ViT, timm's and Hugging Face's default ``sdpa`` attention) call ``scaled_dot_product_attention``,
+which CUDA runs as one fused kernel (FlashAttention for 16-bit inputs, the memory-efficient kernel otherwise):
+the scores ``Q K^T`` and their softmax never reach memory. An ONNX export writes the same computation out as
+MatMul(Q, K^T) -> scale / mask -> Softmax -> MatMul(., V), the scale often applied to Q and K beforehand. A
+step model that charged those nodes one kernel each would move the ``S x S`` scores through memory several
+times each way, which the GPU never does.
+
+:func:`attention_cores` finds every such chain: a Softmax whose input comes, through views and elementwise
+scale or mask ops, from a MatMul of two activations, and whose output feeds (through views, casts) the first
+operand of a MatMul by an activation. Scale ops on Q or K (an elementwise op with a one-element operand) join
+the core. :mod:`gpupred.perf.kernels` charges each core as one forward kernel (the two MatMuls' FLOPs; Q, K, V,
+the output and a mask read or written once) and two backward kernels (a preprocessing pass over the output
+and its gradient, and the main kernel: 2.5x the forward FLOPs, as FlashAttention recomputes the scores).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpupred.graph.canonical import CanonicalGraph
+from gpupred.graph.costs import view_rule
+
+SIDE_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where"})  # scale or mask between MatMul and Softmax
+PASS_OPS: frozenset[str] = frozenset({"Cast"})
+TORCH_VIEWS: frozenset[str] = frozenset({"Slice", "Split", "Expand", "Transpose"})  # no forward kernel in torch
+BACKWARD_FLOPS = 2.5  # FlashAttention's backward: five S x S contractions against the forward's two
+
+
+@dataclass(frozen=True)
+class AttentionCore:
+    """One fused attention kernel: the graph nodes it replaces and its operands."""
+
+    first: int  # index of the Q K^T MatMul
+    last: int  # index of the MatMul by V (where the fused kernel is launched)
+    nodes: frozenset[int]  # every node the kernel replaces
+    q: str
+    k: str
+    v: str
+    out: str
+    mask: str | None  # a mask tensor the kernel reads (None: none, or a one-element scale)
+
+
+def _numel(graph: CanonicalGraph, name: str) -> int:
+    shp = graph.shapes.get(name)
+    return int(math.prod(shp[0])) if shp is not None and shp[0] is not None else 0
+
+
+def _is_view(graph: CanonicalGraph, i: int) -> bool:
+    entry = graph.nodes[i][6]
+    return entry is not None and entry.rule is view_rule
+
+
+class _Links:
+    """Producer and consumers of every tensor."""
+
+    def __init__(self, graph: CanonicalGraph) -> None:
+        self.graph = graph
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = {}
+        for i, node in enumerate(graph.nodes):
+            for o in node[3]:
+                self.producer[o] = i
+            for n in set(node[2]):
+                if n:
+                    self.consumers.setdefault(n, []).append(i)
+
+    def activation(self, name: str) -> bool:
+        """A tensor computed from the graph inputs (not a weight, not a constant)."""
+        g = self.graph
+        return bool(name) and name not in g.params and (name in self.producer or name in g.graph_inputs)
+
+    def back(self, name: str, found: set[int], side: list[str]) -> int | None:
+        """Walk up from ``name`` through views, casts and scale/mask ops to a MatMul of two activations."""
+        while name in self.producer:
+            i = self.producer[name]
+            op, _d, ins, _o, _n, _a, _e = self.graph.nodes[i]
+            if op == "MatMul":
+                return i if len(ins) >= 2 and all(self.activation(n) for n in ins[:2]) else None
+            if not (_is_view(self.graph, i) or op in PASS_OPS or op in SIDE_OPS) or not ins:
+                return None
+            acts = [n for n in ins if self.activation(n) and _numel(self.graph, n) > 1]
+            chain = [n for n in acts if _numel(self.graph, n) == _numel(self.graph, name)] or acts[:1]
+            if not chain:
+                return None
+            side.extend(n for n in ins if n and n != chain[0] and op in SIDE_OPS)
+            found.add(i)
+            name = chain[0]
+        return None
+
+    def forward(self, name: str, found: set[int]) -> int | None:
+        """Walk down from ``name`` through views and casts to the MatMul that reads it as its first operand."""
+        while len(self.consumers.get(name, [])) == 1:
+            i = self.consumers[name][0]
+            op, _d, ins, outs, _n, _a, _e = self.graph.nodes[i]
+            if op == "MatMul":
+                return i if ins[0] == name and len(ins) > 1 and self.activation(ins[1]) else None
+            if not (_is_view(self.graph, i) or op in PASS_OPS) or not outs:
+                return None
+            found.add(i)
+            name = outs[0]
+        return None
+
+    def scaled(self, name: str, found: set[int]) -> str:
+        """The tensor before the views and one-element scales that lead only to ``name`` (they join ``found``)."""
+        g = self.graph
+        while name in self.producer and len(self.consumers.get(name, [])) == 1:
+            i = self.producer[name]
+            op, _d, ins, _o, _n, _a, _e = g.nodes[i]
+            if not ins or not self.activation(ins[0]):
+                break
+            scale = op in ("Mul", "Div") and len(ins) == 2 and _numel(g, ins[1]) == 1
+            if not (scale or _is_view(g, i) or op in TORCH_VIEWS):
+                break
+            found.add(i)
+            name = ins[0]
+        return name
+
+
+def attention_cores(graph: CanonicalGraph) -> list[AttentionCore]:
+    """Every attention core of ``graph`` (see the module notes), in graph order."""
+    links = _Links(graph)
+    cores = []
+    taken: set[int] = set()
+    for i, (op, _d, ins, outs, _n, _a, _e) in enumerate(graph.nodes):
+        if op != "Softmax" or not ins or not outs:
+            continue
+        found: set[int] = {i}
+        side: list[str] = []
+        first = links.back(ins[0], found, side)
+        last = links.forward(outs[0], found) if first is not None else None
+        if first is None or last is None:
+            continue
+        q = links.scaled(graph.nodes[first][2][0], found)
+        k = links.scaled(graph.nodes[first][2][1], found)
+        v = links.scaled(graph.nodes[last][2][1], found)
+        nodes = frozenset(found | {first, last})
+        if nodes & taken:
+            continue
+        taken |= nodes
+        masks = [n for n in side if _numel(graph, n) > 1]
+        cores.append(AttentionCore(first, last, nodes, q, k, v, graph.nodes[last][3][0],
+                                   masks[0] if masks else None))
+    return cores
