@@ -189,3 +189,58 @@ def test_autocast_item_sizes_ignore_integer_indices_and_one_element_scales() -> 
         gemm = int(np.flatnonzero(kl.tensor_core[kl.phase == 0])[0])
         assert fwd[gemm + 1] == item * B * 2 + 8 * 2 + item * B * 2  # Gather: the gathered columns, the indices, g
         assert fwd[gemm + 2] == item * B * 2 + 4 + item * B * 2  # Mul: g, the fp32 scale, y
+
+
+def _model(nodes: list, inputs: list, out: str, inits: list):
+    graph = helper.make_graph(nodes, "fixture", inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_depthwise_convolution_runs_on_cuda_cores_at_its_own_efficiency() -> None:
+    """Fixture: a depthwise 3x3 conv (weight [C, 1, 3, 3], group C) then a dense 1x1 conv. The depthwise one's
+    forward, data- and weight-gradient kernels are DEPTHWISE and priced at ``depthwise_eff`` of the FP32 peak
+    whatever the precision; the dense one stays a (tensor-core) CONV."""
+    from gpupred.perf.kernels import CONV, DEPTHWISE
+
+    C = 8
+    nodes = [helper.make_node("Conv", ["x", "Wd"], ["d"], group=C, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["d"], ["r"]), helper.make_node("Conv", ["r", "Wp"], ["y"])]
+    inits = [helper.make_tensor("Wd", TensorProto.FLOAT, [C, 1, 3, 3], [0.0] * (C * 9)),
+             helper.make_tensor("Wp", TensorProto.FLOAT, [C, C, 1, 1], [0.0] * (C * C))]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 6, 6])], "y", inits)
+    kl = step_kernels(canonical_graph(m, 2)[0], "bf16", "sgd")
+    assert (kl.tensor_core == DEPTHWISE).sum() == 2  # forward and weight gradient (no data gradient of x)
+    assert (kl.tensor_core == CONV).sum() == 3  # the 1x1 conv: forward, data and weight gradients
+    gpu = gpu_spec("H200")
+    c = StepConstants(depthwise_eff=0.01, memory_eff=1.0, min_kernel_s=0.0)
+    dw = np.flatnonzero(kl.tensor_core == DEPTHWISE)[0]
+    t = kernel_times(kl, gpu, "bf16", c)[dw]
+    assert t == pytest.approx(max(kl.flops[dw] / (gpu.tflops_fp32 * 1e12 * 0.01), kl.bytes[dw] / (gpu.mem_bw_gbs * 1e9)))
+
+
+def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
+    """Fixture: q, k, v projections of x[B, S, D], Mul(q, scale), MatMul(q, k^T), Softmax, MatMul(., v). The
+    MatMul -> Softmax -> MatMul chain (and the scale) is one forward kernel with both MatMuls' FLOPs, reading
+    q, k, v and writing the output once; backward two kernels (a preprocessing pass, 2.5x the FLOPs)."""
+    from gpupred.perf.attention import attention_cores
+
+    S, D = 6, 4
+    nodes = [helper.make_node("MatMul", ["x", f"W{n}"], [n]) for n in "qkv"]
+    nodes += [helper.make_node("Mul", ["q", "scale"], ["qs"]), helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["qs", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["o"])]
+    inits = [helper.make_tensor(f"W{n}", TensorProto.FLOAT, [D, D], [0.0] * D * D) for n in "qkv"]
+    inits.append(helper.make_tensor("scale", TensorProto.FLOAT, [1], [0.5]))
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", S, D])], "o", inits)
+    graph, _ = canonical_graph(m, B)
+    cores = attention_cores(graph)
+    assert len(cores) == 1 and (cores[0].q, cores[0].k, cores[0].v, cores[0].out) == ("q", "k", "v", "o")
+    kl = step_kernels(graph, "fp32", "sgd")
+    proj = step_kernels(canonical_graph(_model(nodes[:3], m.graph.input, "v", inits[:3]), B)[0], "fp32", "sgd")
+    flops = 2 * (2 * B * S * S * D)  # Q K^T and P V
+    fused_fwd = kl.flops[(kl.phase == 0) & (kl.tensor_core > 0)]
+    assert fused_fwd[-1] == flops and kl.bytes[(kl.phase == 0) & (kl.tensor_core > 0)][-1] == 4 * 4 * B * S * D
+    assert kl.counts["forward"] == 3 + 1 + 2  # projections, the fused kernel, the loss
+    assert (kl.flops[kl.phase == 1] == 2.5 * flops).sum() == 1
+    assert kl.counts["backward"] - proj.counts["backward"] == 2  # the fused backward (x, an input, sums no gradient)

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
-DEVICE_CONSTANTS: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "min_kernel_s")  # the GPU's
-FITTED: tuple[str, ...] = (*DEVICE_CONSTANTS[:3], *HOST_CONSTANTS, DEVICE_CONSTANTS[3])
+DEVICE_CONSTANTS: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "min_kernel_s", "depthwise_eff")  # GPU's
+FITTED: tuple[str, ...] = (*DEVICE_CONSTANTS[:3], *HOST_CONSTANTS, *DEVICE_CONSTANTS[3:])
 BOUNDS: dict[str, tuple[float, float]] = {  # plausible ranges the fit stays in
     "compute_eff": (0.05, 1.0), "tensor_eff": (0.05, 1.0), "memory_eff": (0.05, 1.0), "launch_s": (1e-6, 60e-6),
-    "step_overhead_s": (0.0, 5e-3), "min_kernel_s": (0.5e-6, 20e-6),
+    "step_overhead_s": (0.0, 5e-3), "min_kernel_s": (0.5e-6, 20e-6), "depthwise_eff": (0.005, 1.0),
 }
 
 
@@ -43,6 +43,7 @@ class StepConstants:
     launch_s: float = 8e-6
     step_overhead_s: float = 150e-6
     min_kernel_s: float = 2.5e-6
+    depthwise_eff: float = 0.05  # of the FP32 (CUDA-core) peak, for depthwise convolutions each way
     backward_launch_ratio: float = 0.6
     optimizer_launch_ratio: float = 1.5
     library_launch_ratio: float = 0.25  # a bare cudaLaunchKernel from C++ (cuDNN RNN steps, foreach chunks)

@@ -40,7 +40,8 @@ from gpupred.graph.loader import FLOAT_TYPES
 from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
-MATMUL, CONV = 1, 2  # contraction kinds: torch runs fp32 matmuls at the FP32 peak, cuDNN convolutions and RNNs in TF32
+MATMUL, CONV, DEPTHWISE = 1, 2, 3  # contraction kinds: torch runs fp32 matmuls at the FP32 peak, cuDNN convolutions
+# and RNNs in TF32, depthwise convolutions (one group per input channel) on CUDA cores at their own efficiency
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
 FOLDED_BN_SUFFIX = "::folded_batchnorm_bias"
 RECURRENT: frozenset[str] = frozenset({"LSTM", "GRU", "RNN"})
@@ -62,7 +63,7 @@ class KernelList:
 
     flops: np.ndarray  # per kernel
     bytes: np.ndarray  # per kernel, read + written
-    tensor_core: np.ndarray  # int: 0 CUDA cores, MATMUL (cuBLAS: fp32 runs FP32), CONV (cuDNN: fp32 runs TF32)
+    tensor_core: np.ndarray  # int: 0 CUDA cores, MATMUL (cuBLAS: fp32 runs FP32), CONV (cuDNN: fp32 runs TF32), DEPTHWISE
     phase: np.ndarray  # int: FWD, BWD, OPT, OTHER
     sync_after: np.ndarray  # bool: the host waits for the GPU after launching this kernel (GradScaler's inf check)
     library: np.ndarray | None = None  # bool: launched from inside a library or C++ loop (cuDNN RNN steps, foreach chunks)
@@ -162,6 +163,17 @@ def _forward_cost(entry: object, info: NodeInfo) -> tuple[float, float, float, f
     return float(cost.flops), float(cost.bytes_read), float(cost.bytes_written), out
 
 
+def _contraction_kind(info: NodeInfo) -> int:
+    """MATMUL, CONV, or DEPTHWISE for a convolution with one group per input channel (its weight reads one input
+    channel per output channel: ``[C_out, 1, k, k]``) over more than one channel."""
+    if not info.op_type.startswith("Conv"):
+        return MATMUL
+    x, w = (info.inputs + [None, None])[:2]
+    if x is None or w is None or len(x.shape) < 3 or len(w.shape) < 3 or info.op_type != "Conv":
+        return CONV
+    return DEPTHWISE if w.shape[1] == 1 and x.shape[1] > 1 else CONV
+
+
 def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info: NodeInfo,
                  cost: tuple[float, float, float, float]) -> None:
     """A Conv/Gemm/MatMul: forward (+ bias, + a folded BatchNorm), data and weight gradients, bias gradient."""
@@ -169,7 +181,7 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
     op = info.op_type
     bias = len(ins) > 2 and bool(ins[2])
     folded_bn = bias and ins[2].endswith(FOLDED_BN_SUFFIX)
-    unit = CONV if op.startswith("Conv") else MATMUL
+    unit = _contraction_kind(info)
     b.fwd.append((flops, read + written, unit))
     if op.startswith("Conv") and bias and not folded_bn:
         b.fwd.append((out / 4, 2 * out, False))  # cuDNN's separate bias add
@@ -309,12 +321,13 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool) -> tuple[dict[
 
 
 def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
-    """Backward: a tensor read by k ops sums k gradients (k-1 add kernels)."""
+    """Backward: a tensor read by k ops sums k gradients (k-1 add kernels); graph inputs need no gradient."""
     readers: Counter[str] = Counter()
+    inputs = set(graph.graph_inputs)
     for op, _d, ins, _o, _n, _a, entry in graph.nodes:
         if entry is not None and entry.rule is view_rule:
             continue
-        readers.update(n for n in set(ins) if n and n not in graph.params)
+        readers.update(n for n in set(ins) if n and n not in graph.params and n not in inputs)
     for name, k in readers.items():
         t = _tensor(graph, name)
         if k > 1 and t is not None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from gpupred.hardware import GpuSpec
 from gpupred.perf.constants import StepConstants
-from gpupred.perf.kernels import BWD, CONV, MATMUL, OPT, KernelList
+from gpupred.perf.kernels import BWD, CONV, DEPTHWISE, MATMUL, OPT, KernelList
 
 SYNC_MODES: tuple[str, ...] = ("step", "window", "kernel")
 
@@ -64,6 +64,7 @@ def kernel_times(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants)
     tc_peak, fp32_peak = peaks(gpu, precision)
     on_tc = (kl.tensor_core == CONV) | ((kl.tensor_core == MATMUL) & (precision != "fp32"))  # fp32 matmuls: no TF32
     peak = np.where(on_tc, tc_peak * c.tensor_eff, fp32_peak * c.compute_eff)
+    peak = np.where(kl.tensor_core == DEPTHWISE, fp32_peak * c.depthwise_eff, peak)
     return np.maximum(kl.flops / peak, kl.bytes / (gpu.mem_bw_gbs * 1e9 * c.memory_eff)) + c.min_kernel_s
 
 
