@@ -108,3 +108,29 @@ def test_physics_predictor_answers_a_new_job(rows) -> None:
         assert 0 < out[f"{target}_low"] <= out[target] <= out[f"{target}_high"], target
     assert out["gpu_util_high"] <= 100 and out["samples_per_s"] == pytest.approx(32.0 / out["iter_time_mean_s"])
     assert pred.constants.fitted  # fitted on the FIXTURE rows' (GPU kind, protocol)
+
+
+def test_a_source_without_training_rows_gets_physics_alone_under_per_source() -> None:
+    """FIXTURE rows of two GPUs from two sources: trained on one source only, the other source's rows get the
+    physics unchanged (no correction learned under their protocol) and an interval around it; rows of the
+    trained source still get a learned correction."""
+    df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=1,
+                         sources={"NVIDIA GeForce RTX 3090": "FIXTURE-other"})
+    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
+               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
+    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
+                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
+    pdata = PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+    own = np.flatnonzero(df["source"] == "gpupred")
+    other = np.flatnonzero(df["source"] != "gpupred")
+    half = own[::2]
+    splits = [(half, np.r_[own[1::2], other], "FIXTURE split")]
+    cv = CVSettings(n_inner=2, n_cal=3, n_jobs=1)
+    res = evaluate_physics(df, "gpu_util", "grouped_random", splits, pdata, cv, "per_source",
+                           methods=("physics", "physics+correction"))
+    phys = res["physics"].predictions.set_index("run_id")["pred"]
+    corr = res["physics+correction"].predictions.set_index("run_id")
+    unseen = corr["source"] != "gpupred"
+    assert unseen.any() and np.allclose(corr.loc[unseen, "pred"], phys[corr.index[unseen]])
+    assert (corr.loc[unseen, "low"] < corr.loc[unseen, "pred"]).all() and (corr.loc[unseen, "high"] > corr.loc[unseen, "pred"]).all()
+    assert not np.allclose(corr.loc[~unseen, "pred"], phys[corr.index[~unseen]])

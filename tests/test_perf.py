@@ -152,8 +152,8 @@ def test_step_model_is_torch_free() -> None:
 
 def test_an_unfitted_gpu_borrows_host_constants_from_its_protocol_and_device_ones_from_its_architecture() -> None:
     """FIXTURE fits: launch cost and step overhead come from the same protocol's fits (geometric mean); efficiencies
-    and the minimum kernel time from the same architecture's, else the published defaults; another protocol gets
-    the defaults whole."""
+    and the minimum kernel time from the same architecture's, else the published defaults; a protocol without fits
+    gets the launch cost of every fit and the defaults otherwise; no fits at all, the defaults whole."""
     from gpupred.perf.constants import DEFAULT, ConstantsTable
 
     a = DEFAULT.with_fitted({"launch_s": 40e-6, "step_overhead_s": 4e-4, "memory_eff": 0.3}, "fixture a")
@@ -167,7 +167,10 @@ def test_an_unfitted_gpu_borrows_host_constants_from_its_protocol_and_device_one
     assert table.get("A100 40GB").memory_eff == pytest.approx(0.9)  # RTX 3090's architecture (Ampere)
     ada = table.get("L4")
     assert ada.memory_eff == DEFAULT.memory_eff and ada.launch_s == pytest.approx(20e-6)
-    assert table.get("H100 SXM", "dcgm-nonzero") == DEFAULT
+    other = table.get("H100 SXM", "dcgm-nonzero")  # a protocol without fits: the launch cost of every fit alone
+    assert other.launch_s == pytest.approx(20e-6) and other.step_overhead_s == DEFAULT.step_overhead_s
+    assert other.memory_eff == DEFAULT.memory_eff and "launch cost of" in other.source
+    assert ConstantsTable({}).get("H100 SXM") == DEFAULT
 
 
 def test_autocast_item_sizes_ignore_integer_indices_and_one_element_scales() -> None:

@@ -21,7 +21,10 @@ For each outer split (grouped random, leave-one-family-out, cross-GPU: the split
 
 ``weighting`` says which training rows the correction sees: ``pooled`` (all), ``balanced`` (at most
 ``BALANCED_CAP`` workloads per source, so 3,000 imported MLP runs do not outvote 200 own runs) or
-``per_source`` (a test row's correction is trained on its own source's rows). Also scored on the same splits:
+``per_source`` (a test row's correction is trained on its own source's rows, on every training row when its source
+has fewer than 30, and not at all when its source has none: a correction learns what the step model misses under
+one source's protocol and harness, so a source absent from training gets physics alone, its interval widened as an
+extrapolated GPU's). Also scored on the same splits:
 the constant baseline (the training rows' mean of log1p(label)) and the current regressor (the same regressor
 on the features without the physics). Every method's predictions of every outer test row come back as a
 :class:`gpupred.learn.nested.NestedResult`.
@@ -194,6 +197,10 @@ def _corrected(inp: _Inputs, train: np.ndarray, test: np.ndarray, base: np.ndarr
         parts = []
         for s in np.unique(inp.strata[test]):
             own = train[inp.strata[train] == s]
+            if len(own) == 0:  # nothing learned under this source's protocol: physics alone (widened by the caller)
+                for arr in out:
+                    arr[inp.strata[test] == s] = base[test[inp.strata[test] == s]]
+                continue
             parts.append((inp.strata[test] == s, own if len(own) >= 30 else train))
     for mask, rows in parts:
         shrunk = _choose_shrink(model, X[rows], ratio[rows], inp.groups[rows], cv)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
+SOFTWARE_CONSTANTS: tuple[str, ...] = ("launch_s",)  # eager PyTorch's and the host CPU's alone: no harness in it
 DEVICE_CONSTANTS: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "min_kernel_s", "depthwise_eff")  # GPU's
 FITTED: tuple[str, ...] = (*DEVICE_CONSTANTS[:3], *HOST_CONSTANTS, *DEVICE_CONSTANTS[3:])
 BOUNDS: dict[str, tuple[float, float]] = {  # plausible ranges the fit stays in
@@ -94,13 +95,17 @@ class ConstantsTable:
         the harness, not the GPU) from all of them, the device constants (efficiencies, minimum kernel time) from
         those of the same architecture (:data:`gpupred.hardware.ARCHITECTURES`: the same kernels and libraries reach
         similar fractions of the peaks), each a geometric mean; what there is nothing to borrow from stays the
-        published default.
+        published default. A protocol without any fit borrows only the launch cost (``SOFTWARE_CONSTANTS``), from
+        every fitted pair: the host time of one eager-PyTorch launch (Python, dispatcher, ``cudaLaunchKernel``) is the
+        software's and the host CPU's, whatever samples the GPU, while the per-step overhead is the harness's (its
+        loop, data loading: 0.6 ms on this project's H200 harness against 3.3-3.6 ms fitted on Lucid's and
+        GPUMemNet's) and the efficiencies absorb how a protocol samples utilization.
         """
         if (gpu, protocol) in self.fitted:
             return self.fitted[(gpu, protocol)]
         same = sorted((g, c) for (g, p), c in self.fitted.items() if p == protocol)
         if not same:
-            return DEFAULT
+            return self._other_protocols(protocol)
         from gpupred.hardware import architecture
 
         kin = [(g, c) for g, c in same if architecture(g) == architecture(gpu)]
@@ -109,6 +114,16 @@ class ConstantsTable:
         source = f"host constants of {protocol} on {', '.join(g for g, _ in same)}; device constants " + (
             f"of {', '.join(g for g, _ in kin)} (same architecture)" if kin else "published defaults")
         return replace(DEFAULT, **values, source=source)
+
+    def _other_protocols(self, protocol: str) -> StepConstants:
+        """A protocol without fits: the launch cost (``SOFTWARE_CONSTANTS``) from every fitted pair, the rest default."""
+        every = sorted(self.fitted.items())
+        if not every:
+            return DEFAULT
+        values = geometric_means([c for _, c in every], SOFTWARE_CONSTANTS)
+        pairs = ", ".join(f"{g} ({p})" for (g, p), _ in every)
+        return replace(DEFAULT, **values, source=f"launch cost of {pairs}; no fit of {protocol}: other constants "
+                                                 "published defaults")
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""
