@@ -29,6 +29,8 @@ class Settings:
     prefer_empty: bool = True  # ours: an empty GPU first
     max_oom_risk: float | None = 0.05  # ours: packs when the pair's predicted OOM probability is at most this
     bound: str = "upper"  # ours: compares the upper bound ("upper") or the point ("point") pair slowdown with max_slowdown
+    rule: str = "slowdown"  # ours: pack by "slowdown" (at most max_slowdown) or "throughput" (pair gain above min_gain)
+    min_gain: float = 0.0  # ours, rule "throughput": the smallest predicted throughput gain it packs at
     horus_classes: HorusClasses | None = None  # horus: classes from a separate history (None: shared FIFO)
 
 
@@ -47,7 +49,8 @@ def make_policies(world: World, trace: pd.DataFrame, settings: Settings,
         HorusPolicy(settings.horus_classes, lookahead=settings.lookahead),
         OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
                    max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
-                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound),
+                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound,
+                   rule=settings.rule, min_gain=settings.min_gain),
     ]
 
 
@@ -173,14 +176,31 @@ def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> S
     return replace(base, horus_classes=classes, **change)  # type: ignore[arg-type]
 
 
+def tune_settings(world: World, makes: list[Callable[[int], tuple[pd.DataFrame, Cluster]]], seeds: list[int],
+                  settings: Settings, grid: list[dict[str, float]]) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Ours' mean JCT (mean over ``makes`` and seeds) for each setting change in ``grid``; and the best change.
+
+    Every maker in ``makes`` must build jobs of a slice never evaluated (e.g. the tuning slice at each load):
+    the chosen values are then fitted on that slice only.
+    """
+    from dataclasses import fields, replace
+
+    names = {f.name for f in fields(Settings)}
+    rows = []
+    for change in grid:
+        unknown = set(change) - names
+        if unknown:
+            raise ValueError(f"unknown settings {sorted(unknown)}")
+        jct = [run_qualities(world, make, seeds, replace(settings, **change), qualities=("ours",))
+               .query("policy == 'ours'")["mean_jct_s"].mean() for make in makes]
+        rows.append({**change, "mean_jct_s": float(np.mean(jct))})
+    table = pd.DataFrame(rows)
+    best = table.loc[table["mean_jct_s"].idxmin()]
+    return table, {k: float(best[k]) for k in grid[0]}
+
+
 def tune_max_slowdown(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
                       settings: Settings, grid: list[float]) -> tuple[pd.DataFrame, float]:
     """Ours' mean JCT for each ``max_slowdown`` in ``grid`` on a tuning scenario; and the best value."""
-    from dataclasses import replace
-
-    rows = []
-    for value in grid:
-        runs = run_qualities(world, make, seeds, replace(settings, max_slowdown=float(value)), qualities=("ours",))
-        rows.append({"max_slowdown": float(value), "mean_jct_s": float(runs.loc[runs["policy"] == "ours", "mean_jct_s"].mean())})
-    table = pd.DataFrame(rows)
-    return table, float(table.loc[table["mean_jct_s"].idxmin(), "max_slowdown"])
+    table, best = tune_settings(world, [make], seeds, settings, [{"max_slowdown": float(v)} for v in grid])
+    return table, best["max_slowdown"]
