@@ -32,17 +32,18 @@ from gpupred.sim.experiment import (
     POLICY_ORDER,
     QUALITIES,
     Settings,
+    gain_spread,
     history_classes,
     loads_sweep,
     make_policies,
     measured_share,
+    ours_jct,
     run_policies,
     run_qualities,
     run_seeds,
     sharing_summary,
     candidate_share,
     trace_settings,
-    tune_max_slowdown,
     tune_settings,
     with_quality,
 )
@@ -74,7 +75,7 @@ from gpupred.sim.world import World, build_world
 
 __all__ = [
     "QUALITIES", "TraceSlices", "candidate_share", "load_openb", "scenario", "sharing_summary", "trace_settings",
-    "tune_max_slowdown", "tune_settings", "verdict", "why_line", "assign_workloads", "cluster_for_load", "relative_speed", "with_speeds", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "tune_settings", "gain_spread", "ours_jct", "verdict", "why_line", "assign_workloads", "cluster_for_load", "relative_speed", "with_speeds", "fitting_jobs", "gpu_tasks", "run_qualities",
     "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",

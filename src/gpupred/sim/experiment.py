@@ -166,6 +166,32 @@ def candidate_share(world: World, max_slowdown: float) -> dict[str, float]:
             "upper_bound_median": float(np.nanmedian(np.fmax(world.predicted_high, world.predicted_high.T)))}
 
 
+def gain_spread(world: World) -> dict[str, float]:
+    """How much partner choice can matter: the true throughput gain of sharing over workload pairs, and how well
+    ours' point predictions rank it.
+
+    ``truth_gain_positive``: share of pairs whose true gain :func:`gpupred.sim.policies.pair_gain` is above 0;
+    ``truth_gain_median`` and ``truth_gain_p10`` / ``_p90``; ``best_minus_mean_partner``: per workload, the best
+    partner's true gain minus the mean partner's, averaged (the most a perfect choice of partner adds);
+    ``spearman_point_vs_truth``: rank correlation of ours' predicted and the true gain over pairs.
+    """
+    from scipy.stats import spearmanr
+
+    from gpupred.sim.policies import pair_gain
+
+    truth = world.truth(np.arange(len(world.workloads))).matrix
+    true_gain = pair_gain(truth, truth.T)
+    pred_gain = pair_gain(world.predicted, world.predicted.T)
+    upper = np.triu(np.ones_like(true_gain, dtype=bool))
+    ok = upper & np.isfinite(true_gain) & np.isfinite(pred_gain)
+    g = true_gain[upper & np.isfinite(true_gain)]
+    finite = np.where(np.isfinite(true_gain), true_gain, np.nan)
+    return {"truth_gain_positive": float((g > 0).mean()), "truth_gain_median": float(np.median(g)),
+            "truth_gain_p10": float(np.quantile(g, 0.1)), "truth_gain_p90": float(np.quantile(g, 0.9)),
+            "best_minus_mean_partner": float(np.nanmean(np.nanmax(finite, axis=1) - np.nanmean(finite, axis=1))),
+            "spearman_point_vs_truth": float(spearmanr(pred_gain[ok], true_gain[ok]).statistic) if ok.sum() > 2 else float("nan")}
+
+
 def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> Settings:
     """``base`` with Horus classes fitted on ``history`` (jobs of a slice never evaluated; None when base has none)."""
     from dataclasses import replace
@@ -174,6 +200,18 @@ def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> S
     if base.horus_classes is not None:
         classes = HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy())
     return replace(base, horus_classes=classes, **change)  # type: ignore[arg-type]
+
+
+def ours_jct(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+             settings: Settings) -> float:
+    """Ours' mean JCT over ``seeds`` of one scenario (ours' own predictions; no other policy is run)."""
+    jct = []
+    for seed in seeds:
+        jobs, cluster = make(seed)
+        q_jobs, knowledge, oracle = with_quality(world, jobs, "ours", seed)
+        ours = make_policies(world, q_jobs, settings, knowledge)[3]
+        jct.append(simulate(q_jobs, cluster, ours, world.truth(jobs["kind"].to_numpy()), oracle=oracle).metrics["mean_jct_s"])
+    return float(np.mean(jct))
 
 
 def tune_settings(world: World, makes: list[Callable[[int], tuple[pd.DataFrame, Cluster]]], seeds: list[int],
@@ -191,16 +229,8 @@ def tune_settings(world: World, makes: list[Callable[[int], tuple[pd.DataFrame, 
         unknown = set(change) - names
         if unknown:
             raise ValueError(f"unknown settings {sorted(unknown)}")
-        jct = [run_qualities(world, make, seeds, replace(settings, **change), qualities=("ours",))
-               .query("policy == 'ours'")["mean_jct_s"].mean() for make in makes]
+        jct = [ours_jct(world, make, seeds, replace(settings, **change)) for make in makes]
         rows.append({**change, "mean_jct_s": float(np.mean(jct))})
     table = pd.DataFrame(rows)
     best = table.loc[table["mean_jct_s"].idxmin()]
     return table, {k: float(best[k]) for k in grid[0]}
-
-
-def tune_max_slowdown(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
-                      settings: Settings, grid: list[float]) -> tuple[pd.DataFrame, float]:
-    """Ours' mean JCT for each ``max_slowdown`` in ``grid`` on a tuning scenario; and the best value."""
-    table, best = tune_settings(world, [make], seeds, settings, [{"max_slowdown": float(v)} for v in grid])
-    return table, best["max_slowdown"]
