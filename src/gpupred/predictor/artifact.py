@@ -20,7 +20,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.dataset import PERCENT_LABELS, fingerprint
 from gpupred.errors import GpupredError
-from gpupred.files import sha256
+from gpupred.files import read_json_object, sha256
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width, widen
@@ -481,12 +481,9 @@ def read_card(path: Path, shown: str | None = None) -> dict[str, Any]:
     card_shown = _card_label(shown)
     if not card_path.is_file():
         raise GpupredError(f"{card_shown}: predictor card missing; refusing to load {shown} (re-export with notebook 08)")
-    try:
-        card = json.loads(card_path.read_text())
-    except json.JSONDecodeError as err:
-        raise GpupredError(f"{card_shown}: not valid JSON ({err}); re-export with notebook 08") from None
-    if not isinstance(card, dict) or card.get("schema_version") != SCHEMA_VERSION:
-        got = card.get("schema_version") if isinstance(card, dict) else None
+    card = read_json_object(card_path, "re-export with notebook 08", card_shown)
+    if card.get("schema_version") != SCHEMA_VERSION:
+        got = card.get("schema_version")
         raise GpupredError(f"{card_shown}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
                            "re-export with notebook 08 or install the matching gpupred")
     if sha256(path) != card.get("sha256"):
