@@ -175,7 +175,7 @@ else:
 # workload by its requested GPU share (rank-matched to measured solo utilization, seeded); each GPU has
 # its model's memory (G1-G3 undisclosed: 24 GB assumed) and its model's **speed** relative to the world's
 # GPU (a job's trace duration is its solo run time there; a GPU of speed `v` runs it `v` times as fast;
-# `v` = geometric mean of the FP32-peak and memory-bandwidth ratios from `gpupred.hardware`; P100 and
+# `v` = geometric mean of the FP32-peak and memory-bandwidth ratios from `gpupred.hardware`;
 # G1-G3, missing from that table, get speed 1, logged and counted below); the empty GPU a policy takes
 # is the fastest that fits (the same rule for all); slowdowns are the measured truth of the world's GPU
 # on every model. Multi-GPU tasks are split into independent single-GPU jobs, **not gang-scheduled**

@@ -25,7 +25,7 @@ What comes from the trace (:mod:`gpupred.importers.alibaba`), and what had to be
   A GPU of another model runs it ``speed`` times as fast (:func:`relative_speed`): the geometric mean of
   its FP32 peak ratio and memory-bandwidth ratio to the truth's GPU (:mod:`gpupred.hardware`), since a
   training step is partly compute- and partly bandwidth-bound (V100 0.65, A10 0.75, T4 0.28 of an RTX
-  3090). Models missing from that table (P100; the undisclosed G1-G3) get :data:`SPEED_FALLBACK` (1: the
+  3090). Models missing from that table (the undisclosed G1-G3) get :data:`SPEED_FALLBACK` (1: the
   truth's GPU, as their memory is), logged once per model and counted per GPU (``speed_source``).
   Pair slowdowns are the truth's GPU's on every model.
 - **Load.** The trace's cluster was mostly idle for these tasks; a *load* ``L`` keeps a seeded random
