@@ -69,6 +69,7 @@ class KernelList:
     library: np.ndarray | None = None  # bool: launched from inside a library or C++ loop (cuDNN RNN steps, foreach chunks)
     input_bytes: int = 0  # bytes of the graph inputs (what a host-memory batch copies to the GPU each step)
     param_tensors: int = 0  # trainable parameter tensors (the optimizer's Python loop runs over them)
+    cycles: int = 1  # zero_grad / loss / backward / optimizer cycles of the step (2 for a GAN), each paying the overhead
     counts: Counter[str] = field(default_factory=Counter)  # kernels per phase name
 
     def __len__(self) -> int:
@@ -282,8 +283,10 @@ def _fused_attention(b: _Builder, graph: CanonicalGraph, core: AttentionCore, fl
     b.bwd.append((BACKWARD_FLOPS * flops, 2 * sum(qkvo) + mask, MATMUL))  # reads Q, K, V, O, dO; writes dQ, dK, dV
 
 
-def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool) -> tuple[dict[str, int], list[float]]:
-    """Forward and backward kernels of every node; returns the trainable tensors and each op's output bytes."""
+def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool,
+                  only: set[int] | None = None) -> tuple[dict[str, int], list[float]]:
+    """Forward and backward kernels of every node (of the nodes ``only``, when given); returns the trainable
+    tensors and each op's output bytes."""
     size_of: dict[str, int] = {}
     cast_weights: set[str] = set()
     trainable: dict[str, int] = {}
@@ -297,6 +300,10 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool) -> tuple[dict[
             continue
         category = entry.category if entry is not None else "other"
         mac = category in MAC_CATEGORIES
+        if only is not None and i not in only:
+            if half:
+                _act_sizes(op, ins, outs, mac, graph, size_of)
+            continue
         if half and mac and op not in RECURRENT and i not in fused:
             _casts(b, graph, ins, size_of, cast_weights)
         if half:
@@ -371,14 +378,69 @@ def _optimizer(b: _Builder, trainable: dict[str, int], optimizer: str, precision
         b.opt.append((1.0, 8.0, False))  # update the scale
 
 
-def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str = "sgd") -> KernelList:
-    """The kernels of one training step of a canonical graph, in launch order (see the module notes)."""
-    b = _Builder()
-    trainable, out_bytes = _forward_pass(b, graph, precision in HALF)
+def reread_nodes(graph: CanonicalGraph) -> set[int]:
+    """The nodes of a second pass over shared weights: each node that reads a parameter an earlier node read, and
+    every node downstream of one (a GAN's discriminator on the generated batch, after its pass on the real one)."""
+    seen: set[str] = set()
+    tainted: set[str] = set()
+    out: set[int] = set()
+    for i, (_op, _d, ins, outs, _n, _a, _e) in enumerate(graph.nodes):
+        keys = {graph.params[n] for n in ins if n in graph.params}
+        if keys & seen or any(n in tainted for n in ins):
+            out.add(i)
+            tainted.update(outs)
+        seen |= keys
+    return out
+
+
+def _bce_losses(b: _Builder, graph: CanonicalGraph, n: int) -> None:
+    """``n`` binary cross-entropies on logits (log-sigmoid, 1 - target, product, difference, mean: 5 kernels; 3
+    backward), on the logits of the graph's last node."""
+    outs = [t for t in (_tensor(graph, o) for o in graph.nodes[-1][3]) if t is not None] if graph.nodes else []
+    logits = float(sum(t.nbytes for t in outs)) or 4.0
+    for _ in range(n):
+        b.fwd.extend([(logits / 4, 2 * logits, False)] * 4 + [(logits / 4, logits, False)])
+        b.bwd.extend([(0.0, 4.0, False), (logits / 4, 2 * logits, False), (logits / 2, 3 * logits, False)])
+
+
+def _gan_step(b: _Builder, graph: CanonicalGraph, precision: str, optimizer: str) -> dict[str, int]:
+    """A GAN iteration over a graph that exports G(z), D(real), D(G(z)): the discriminator step (D on the real
+    and the detached fake batch, two losses, its optimizer), then the generator step (D on the fake batch again,
+    one loss, backward through D and G, the generator's optimizer). The second pass over shared weights
+    (:func:`reread_nodes`) runs once more each way; each optimizer steps its own parameters."""
+    half = precision in HALF
+    trainable, _ = _forward_pass(b, graph, half)
+    second = reread_nodes(graph)
+    disc, _ = _forward_pass(b, graph, half, only=second)  # the generator step's pass through D
     _accumulations(b, graph)
-    _loss_and_dropout(b, graph, out_bytes)
-    _optimizer(b, trainable, optimizer, precision)
+    _bce_losses(b, graph, 3)
+    b.fwd.append((1.0, 12.0, False))  # loss_d = real + fake
+    _optimizer(b, {k: v for k, v in trainable.items() if k in disc}, optimizer, precision)
+    _optimizer(b, {k: v for k, v in trainable.items() if k not in disc}, optimizer, precision)
+    return trainable
+
+
+RECIPES: tuple[str, ...] = ("standard", "gan")  # how a training step runs over its graph
+
+
+def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str = "sgd",
+                 recipe: str = "standard") -> KernelList:
+    """The kernels of one training step of a canonical graph, in launch order (see the module notes).
+
+    ``recipe`` says how the step runs over the graph: ``standard`` (one forward, loss, backward, optimizer) or
+    ``gan`` (the two-player step of :func:`_gan_step`, for a graph exporting G(z), D(real) and D(G(z)))."""
+    b = _Builder()
+    if recipe == "gan":
+        trainable = _gan_step(b, graph, precision, optimizer)
+        cycles = 2
+    else:
+        trainable, out_bytes = _forward_pass(b, graph, precision in HALF)
+        _accumulations(b, graph)
+        _loss_and_dropout(b, graph, out_bytes)
+        _optimizer(b, trainable, optimizer, precision)
+        cycles = 1
     kl = b.arrays()
     kl.param_tensors = len(trainable)
+    kl.cycles = cycles
     kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs)))
     return kl

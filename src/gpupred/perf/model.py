@@ -13,7 +13,7 @@ from gpupred.graph.canonical import CanonicalGraph
 from gpupred.graph.loader import load_graph
 from gpupred.hardware import gpu_spec
 from gpupred.perf.constants import DEFAULT, StepConstants
-from gpupred.perf.kernels import KernelList, step_kernels
+from gpupred.perf.kernels import RECIPES, KernelList, step_kernels
 from gpupred.perf.timeline import SYNC_MODES, StepEstimate, simulate
 
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
@@ -52,17 +52,20 @@ def canonical_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_si
 
 
 def kernels_for(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None, precision: str,
-                optimizer: str, key: Any = None) -> KernelList:
-    """The step's kernels for a graph at a batch size, kept in-process under ``key`` (default: the path)."""
+                optimizer: str, key: Any = None, recipe: str = "standard") -> KernelList:
+    """The step's kernels for a graph at a batch size, kept in-process under ``key`` (default: the path);
+    ``recipe`` as :func:`gpupred.perf.kernels.step_kernels` takes it."""
+    if recipe not in RECIPES:
+        raise GpupredError(f"unknown step recipe {recipe!r}; known: {', '.join(RECIPES)}")
     if key is None and not isinstance(path_or_proto, ModelProto):
         key = os.path.abspath(path_or_proto)
-    full = None if key is None else (key, batch_size, precision, optimizer)
+    full = None if key is None else (key, batch_size, precision, optimizer, recipe)
     hit = _KERNELS.get(full) if full is not None else None
     if hit is not None:
         _KERNELS.move_to_end(full)
         return hit
     graph, _ = canonical_graph(path_or_proto, batch_size)
-    kl = step_kernels(graph, precision, optimizer)
+    kl = step_kernels(graph, precision, optimizer, recipe)
     if full is not None:
         _KERNELS[full] = kl
         if len(_KERNELS) > _CACHE_SIZE:

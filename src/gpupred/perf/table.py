@@ -13,11 +13,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
 
 
+GAN_FAMILIES: frozenset[str] = frozenset({"dcgan"})  # families whose training step alternates D and G steps
+
+
+def recipe_of(family: str) -> str:
+    """How a workload family's training step runs over its exported graph (``gpupred.workloads.builders``: a
+    DCGAN exports G(z), D(real), D(G(z)) and trains a discriminator step, then a generator step)."""
+    return "gan" if family in GAN_FAMILIES else "standard"
+
+
 def spec_kernels(spec: "WorkloadSpec") -> KernelList:
     """The step's kernels of a workload spec, from its graph (the store's, or built for imported networks)."""
     from gpupred.importers.graphs import graph_for
 
-    return kernels_for(graph_for(spec), spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key)
+    return kernels_for(graph_for(spec), spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key,
+                       recipe=recipe_of(spec.family))
 
 
 def spec_step_columns(spec: "WorkloadSpec", gpu: str, sync: str = "step", host_batches: bool = False,

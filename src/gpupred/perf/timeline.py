@@ -84,7 +84,7 @@ def simulate(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants, syn
     g = kernel_times(kl, gpu, precision, c)
     launch = launch_costs(kl, c)
     busy = float(g.sum())
-    pre = c.step_overhead_s + c.param_host_s * kl.param_tensors
+    pre = c.step_overhead_s * kl.cycles + c.param_host_s * kl.param_tensors
     pre += kl.input_bytes / (c.host_copy_gbs * 1e9) if host_batches else 0.0
     if sync == "kernel":
         host = pre + float(launch.sum()) + c.sync_s * len(kl)

@@ -233,6 +233,7 @@ class GraphJob:
     precision: str
     optimizer: str
     key: Any = None  # the step model's cache key (a workload's architecture), default the file's path
+    recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.table.recipe_of a workload's family)
 
     def row(self) -> dict[str, Any]:
         """The graph's feature row; refuses a graph it could not see whole (over 1% missing)."""
@@ -262,7 +263,10 @@ def resolve_graph(x: Any, job: Job) -> GraphJob | None:
         spec = WorkloadSpec.from_id(text)
     except GpupredError:
         raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
-    return GraphJob(graph_for(spec), text, spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key)
+    from gpupred.perf.table import recipe_of
+
+    return GraphJob(graph_for(spec), text, spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key,
+                    recipe=recipe_of(spec.family))
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:

@@ -63,7 +63,8 @@ def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
     from gpupred.footprint import graph_terms
     from gpupred.perf import kernels_for
 
-    kernels = kernels_for(graph.graph, graph.batch_size, graph.precision, graph.optimizer, key=graph.key)
+    kernels = kernels_for(graph.graph, graph.batch_size, graph.precision, graph.optimizer, key=graph.key,
+                          recipe=graph.recipe)
     return JobGraph({**row, **encode(graph.precision, graph.optimizer)}, kernels,
                     graph_terms(graph.graph, graph.batch_size), graph.precision, graph.optimizer)
 
