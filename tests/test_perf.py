@@ -247,3 +247,33 @@ def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
     assert kl.counts["forward"] == 3 + 1 + 2  # projections, the fused kernel, the loss
     assert (kl.flops[kl.phase == 1] == 2.5 * flops).sum() == 1
     assert kl.counts["backward"] - proj.counts["backward"] == 2  # the fused backward (x, an input, sums no gradient)
+
+
+def test_gan_recipe_runs_the_discriminator_again_and_steps_two_optimizers() -> None:
+    """Fixture: D(real) = Gemm(real, Wd); G(z) = Gemm(z, Wg); D(G(z)) = Gemm(G(z), Wd). The second reader of Wd is
+    the shared pass; the GAN step runs it once more each way, three BCE losses and one optimizer per network, and
+    pays the per-step overhead twice (two zero_grad/backward/step cycles)."""
+    from gpupred.perf.kernels import reread_nodes
+
+    F, Z = 12, 5
+    nodes = [helper.make_node("Gemm", ["real", "Wd"], ["d_real"], transB=1),
+             helper.make_node("Gemm", ["z", "Wg"], ["fake"], transB=1),
+             helper.make_node("Gemm", ["fake", "Wd"], ["d_fake"], transB=1)]
+    inits = [helper.make_tensor("Wd", TensorProto.FLOAT, [1, F], [0.0] * F),
+             helper.make_tensor("Wg", TensorProto.FLOAT, [F, Z], [0.0] * (F * Z))]
+    m = _model(nodes, [helper.make_tensor_value_info("real", TensorProto.FLOAT, ["batch", F]),
+                       helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", Z])], "d_fake", inits)
+    graph, _ = canonical_graph(m, B)
+    assert reread_nodes(graph) == {2}
+    plain, gan = step_kernels(graph, "fp32", "sgd"), step_kernels(graph, "fp32", "sgd", "gan")
+    assert plain.counts["optimizer"] == 3 and gan.counts["optimizer"] == 6  # SGD's 3 foreach ops per optimizer
+    assert gan.counts["forward"] == plain.counts["forward"] - 2 + 1 + 3 * 5 + 1  # D again, 3 BCE, loss_d's add
+    assert gan.counts["backward"] == plain.counts["backward"] - 3 + 2 + 3 * 3  # D's data and weight grads again
+    assert (plain.cycles, gan.cycles) == (1, 2)
+    c = StepConstants(step_overhead_s=1e-3)
+    gpu = gpu_spec("H200")
+    assert simulate(gan, gpu, "fp32", c).host_s - simulate(plain, gpu, "fp32", c).host_s > 1e-3
+    from gpupred.perf import kernels_for
+
+    with pytest.raises(GpupredError):
+        kernels_for(m, B, "fp32", "sgd", recipe="triple")
