@@ -277,3 +277,24 @@ def test_gan_recipe_runs_the_discriminator_again_and_steps_two_optimizers() -> N
 
     with pytest.raises(GpupredError):
         kernels_for(m, B, "fp32", "sgd", recipe="triple")
+
+
+def test_a_batchnorm_folded_by_the_canonical_form_still_runs_in_training_mode() -> None:
+    """Fixture: Conv (no bias) -> BatchNormalization (scale, shift, running statistics as weights) -> Relu. The
+    canonical form folds the BatchNorm into the Conv; the step still runs it (one kernel each way, no separate
+    bias add) and the optimizer steps the conv weight, the scale and the shift (3 tensors)."""
+    C = 4
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inits = [helper.make_tensor("W", TensorProto.FLOAT, [C, C, 1, 1], [0.0] * C * C)]
+    inits += [helper.make_tensor(n, TensorProto.FLOAT, [C], [1.0] * C) for n in ("gamma", "beta", "mean", "var")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 3, 3])], "y", inits)
+    graph, _ = canonical_graph(m, B)
+    assert [n[0] for n in graph.nodes] == ["Conv", "Relu"]
+    kl = step_kernels(graph, "fp32", "sgd")
+    out = B * C * 9 * 4
+    assert kl.counts["forward"] == 3 + 2  # Conv, its BatchNorm, Relu, the loss's two
+    bn = (kl.flops == 7 * B * C * 9)  # statistics, normalize, affine: 7 FLOPs an element
+    assert (bn & (kl.phase == 0) & (kl.bytes == 2 * out)).sum() == 1 and (bn & (kl.phase == 1) & (kl.bytes == 3 * out)).sum() == 1
+    assert kl.param_tensors == 3

@@ -85,6 +85,9 @@ BN_FOLD_INTO: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm"})
 _DEFAULT_DOMAINS: frozenset[str] = frozenset({"", "ai.onnx"})
 
 
+FOLDED_BATCHNORM = "gpupred_folded_batchnorm"  # attribute of a contraction a BatchNorm was folded into
+
+
 @dataclass
 class CanonicalGraph:
     """A graph in canonical form: the nodes that do work, their shapes, and which tensors are which parameters."""
@@ -304,6 +307,7 @@ class _Reducer:
             if len(prod[2]) < 3 or not prod[2][2]:
                 prod[2] = tuple(prod[2][:2]) + ("",) * (2 - len(prod[2][:2])) + (self._folded_bias(prod, scale, beta),)
             prod[3] = (node[3][0],)
+            prod[5] = {**prod[5], FOLDED_BATCHNORM: 1}  # the step model runs the training-mode BatchNorm it dropped
             self.producer[node[3][0]] = p
             self._drop(i, reason="batchnorm folded")
 

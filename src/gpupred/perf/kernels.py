@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupred.graph.canonical import CanonicalGraph
+from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
 from gpupred.graph.features import FP32_UNDER_AUTOCAST
 from gpupred.graph.loader import FLOAT_TYPES
@@ -181,7 +181,7 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
     flops, read, written, out = cost
     op = info.op_type
     bias = len(ins) > 2 and bool(ins[2])
-    folded_bn = bias and ins[2].endswith(FOLDED_BN_SUFFIX)
+    folded_bn = bias and (ins[2].endswith(FOLDED_BN_SUFFIX) or bool(info.attrs.get(FOLDED_BATCHNORM)))
     unit = _contraction_kind(info)
     b.fwd.append((flops, read + written, unit))
     if op.startswith("Conv") and bias and not folded_bn:
@@ -260,8 +260,9 @@ def _casts(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], size_of: di
         b.bwd.append((0.0, 6 * numel, False))
 
 
-def _trainable(graph: CanonicalGraph, op: str, ins: tuple[str, ...], out: dict[str, int]) -> None:
-    """Record the trainable parameter tensors a node reads (key -> elements); a folded BatchNorm counts two."""
+def _trainable(graph: CanonicalGraph, op: str, ins: tuple[str, ...], out: dict[str, int], folded: bool = False) -> None:
+    """Record the trainable parameter tensors a node reads (key -> elements); a folded BatchNorm's bias counts two
+    (its shift and its scale)."""
     skip = NON_TRAINABLE_INPUTS.get(op, ())
     for pos, name in enumerate(ins):
         if pos in skip or name not in graph.params:
@@ -269,7 +270,7 @@ def _trainable(graph: CanonicalGraph, op: str, ins: tuple[str, ...], out: dict[s
         key = graph.params[name]
         numel = graph.param_sizes.get(key, (0, 4))[0]
         out[key] = numel
-        if key.endswith(FOLDED_BN_SUFFIX):
+        if key.endswith(FOLDED_BN_SUFFIX) or (folded and pos == 2):
             out[key + "::gamma"] = numel
 
 
@@ -323,7 +324,7 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool,
             _contraction(b, graph, ins, info, cost)
         else:
             _pointwise(b, graph, op, category, ins, cost)
-        _trainable(graph, op, ins, trainable)
+        _trainable(graph, op, ins, trainable, bool(attrs.get(FOLDED_BATCHNORM)))
     return trainable, out_bytes
 
 
