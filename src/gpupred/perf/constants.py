@@ -12,9 +12,11 @@ Defaults (any GPU of :mod:`gpupred.hardware` gets an answer with them):
 - ``step_overhead_s`` 150 us: the Python step outside the ops (batch, zero_grad, autocast, loss, optimizer);
 - ``param_host_s`` 0.2 us per parameter tensor (the optimizer's per-tensor Python bookkeeping);
 - ``min_kernel_s`` 2.5 us: the shortest kernel a GPU runs (launch latency on the device, a few microseconds);
+- ``depthwise_eff`` 0.05 of the FP32 peak: depthwise convolutions (one group per channel) run on CUDA cores with
+  little reuse, their weight gradient a reduction over batch and space (published MobileNet profiles: a few % of peak);
 - ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip; ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy.
 
-:func:`gpupred.perf.fit.fit_constants` fits the first six to training rows of one (GPU kind, protocol).
+:func:`gpupred.perf.fit.fit_constants` fits the seven of ``FITTED`` to training rows of one (GPU kind, protocol).
 """
 
 from __future__ import annotations

@@ -7,9 +7,13 @@ how eager PyTorch runs a training step on a GPU:
 - **forward**: one kernel per op that does work (views and shape metadata launch none; Slice, Split, Expand and
   Transpose are views in torch); a Conv with a bias adds a bias kernel; the loss adds two (log-softmax, NLL);
 - **training-mode layers an eval export drops**: every BatchNorm the canonical form folded into a
-  contraction (its bias is named ``...::folded_batchnorm_bias``) runs as one forward and one backward kernel on
-  the contraction's output; every Dropout or stochastic-depth node it dropped runs one kernel each way (on an
-  activation of the graph's median size);
+  contraction (the contraction carries ``FOLDED_BATCHNORM``, or its bias is named ``...::folded_batchnorm_bias``) runs
+  as one forward and one backward kernel on the contraction's output, and its scale and shift are stepped by the
+  optimizer; every Dropout or stochastic-depth node it dropped runs one kernel each way (on an activation of the
+  graph's median size);
+- **attention cores** (:mod:`gpupred.perf.attention`: MatMul -> scale/mask -> Softmax -> MatMul) run as one fused
+  kernel forward and two backward, as torch's ``scaled_dot_product_attention`` does;
+- **depthwise convolutions** (weight ``[C, 1, k, k]``) are ``DEPTHWISE`` kernels: CUDA cores at ``depthwise_eff``;
 - **backward**: a contraction launches a data-gradient kernel (none when its input is a graph input) and a
   weight-gradient kernel, plus a bias-gradient reduction; a product of two activations launches two; Add/Sub
   launch none (the gradient passes through); other ops launch one; a tensor read by k ops accumulates k-1
@@ -21,7 +25,9 @@ how eager PyTorch runs a training step on a GPU:
   kernels are launched by cuDNN from C++ (``library``: a bare launch, no dispatcher or Python on the host);
 - **optimizer** as torch runs it by default on CUDA (``foreach``): SGD with momentum 3 multi-tensor ops, Adam 7;
   each op launches one kernel per ``FOREACH_TENSORS[depth]`` tensors (and per 320 x 64 Ki elements); fp16's
-  GradScaler adds an unscale op, three small kernels and one host synchronization (its inf check).
+  GradScaler adds an unscale op, three small kernels and one host synchronization (its inf check);
+- **recipe** ``gan`` (a DCGAN's step, :func:`gpupred.perf.table.recipe_of`): the discriminator's second pass over
+  shared weights runs once more each way, three BCE losses, one optimizer per network, two overhead cycles.
 """
 
 from __future__ import annotations
