@@ -192,22 +192,22 @@ def _corrected(inp: _Inputs, train: np.ndarray, test: np.ndarray, base: np.ndarr
     X = np.column_stack([inp.X_all, np.log(np.maximum(phys[0], 1e-3)), np.log(np.maximum(phys[1], 1e-9))])
     ratio = 100.0 * inp.y / np.maximum(base, 1e-12)
     out = [np.full(len(test), np.nan) for _ in range(3)]
-    parts = [(np.ones(len(test), bool), _correction_rows(inp.df, train, weighting, cv.seed))]
+    parts = [(np.ones(len(test), bool), _correction_rows(inp.df, train, weighting, cv.seed), False)]
     if weighting == "per_source":
         parts = []
         for s in np.unique(inp.strata[test]):
             own = train[inp.strata[train] == s]
-            if len(own) == 0:  # nothing learned under this source's protocol: physics alone (widened by the caller)
-                for arr in out:
-                    arr[inp.strata[test] == s] = base[test[inp.strata[test] == s]]
-                continue
-            parts.append((inp.strata[test] == s, own if len(own) >= 30 else train))
-    for mask, rows in parts:
+            # no rows of this source: nothing was learned under its protocol, so physics alone, with the interval
+            # the correction learned on every training row would give (widened further by the caller)
+            parts.append((inp.strata[test] == s, own if len(own) >= 30 else train, len(own) == 0))
+    for mask, rows, unseen in parts:
         shrunk = _choose_shrink(model, X[rows], ratio[rows], inp.groups[rows], cv)
         pt, lo, hi = _conformal(shrunk, X, ratio, inp.groups, inp.strata, rows, test[mask], cv)
         lo_b, hi_b = correction_bounds(ratio[train], inp.strata[train], inp.strata[test[mask]])
         pt = np.clip(pt, lo_b, hi_b)
         lo, hi = np.minimum(lo, pt), np.maximum(hi, pt)
+        if unseen:
+            lo, hi, pt = 100.0 * lo / pt, 100.0 * hi / pt, np.full(len(pt), 100.0)
         for arr, vals in zip(out, (pt, lo, hi)):
             arr[mask] = vals * base[test[mask]] / 100.0
     return out[0], out[1], out[2]
