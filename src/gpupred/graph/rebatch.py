@@ -23,7 +23,7 @@ tensor that does not grow with it (:func:`lost_nodes`) is named in a one-line
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
@@ -336,18 +336,28 @@ def _expand_lost(model: ModelProto, inferred: ModelProto, before: dict[str, tupl
     return False
 
 
-def _shapes(model: ModelProto, infer: Infer) -> tuple[ModelProto, dict[str, tuple[int, ...]]]:
+class Folded(NamedTuple):
+    """A model's shapes: its copy with the shape arithmetic folded, the folded values, the inferred copy, the shapes."""
+
+    model: ModelProto
+    folds: dict[str, np.ndarray]
+    inferred: ModelProto
+    shapes: dict[str, tuple[int, ...]]
+
+
+def fold_copy(model: ModelProto, infer: Infer) -> Folded:
     """Shapes by inference, shape arithmetic folded on a copy (folding at a half-repaired batch must not stick)."""
     from gpupred.graph.fold import fold_shapes
 
     work = ModelProto()
     work.CopyFrom(model)
-    inferred, _ = fold_shapes(work, infer)
-    return inferred, static_shapes(inferred)
+    inferred, folds = fold_shapes(work, infer)
+    return Folded(work, folds, inferred, static_shapes(inferred))
 
 
-def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> ModelProto:
-    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes); return the model.
+def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> set[str]:
+    """Change a fixed batch size ``old`` to ``new`` in place (inputs and baked reshapes, shape arithmetic folded
+    into constants); return the names of the folded constants (not weights).
 
     Two search orders: every reshape downstream is repaired before anything flips (a node may break only for
     want of a later repair, as in timm's ECA); unless that leaves no node losing the batch
@@ -356,29 +366,29 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
     Once the batch flows, constants expanded to the old batch take the new one (:func:`batch_expands`) and
     the search runs again. A result where some node still loses the batch is refused, naming that node.
     """
-    _, before = _shapes(model, infer)
+    before = fold_copy(model, infer).shapes
     del model.graph.value_info[:]  # shapes stored at the old batch would be kept by inference
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     _set_inputs(model, old, new)
     plan = batch_expands(model, before, old, new)
-    results = []
+    results: list[tuple[list[Any], bool, Folded | None, GpupredError | None]] = []
     for repair_first in (True, False):  # both searches; the one that loses the batch in fewer nodes wins
         work = ModelProto()
         work.CopyFrom(model)
         try:
-            _search(work, label, before, old, new, infer, repair_first)
+            state = _search(work, label, before, old, new, infer, repair_first)
             if apply_expands(work, plan, new):  # once the batch flows, so that no repair sees half of it
-                _search(work, label, before, old, new, infer, repair_first)
+                state = _search(work, label, before, old, new, infer, repair_first)
         except GpupredError as err:
-            results.append(([], repair_first, work, err))
+            results.append(([], repair_first, None, err))
             continue
-        results.append((lost_nodes(work, before, old, new, infer), repair_first, work, None))
+        results.append((lost_nodes(state.inferred, before, state.shapes, old, new), repair_first, state, None))
         if not results[-1][0]:
             break
     lost, _, best, err = min(results, key=lambda r: (r[3] is not None, len(r[0]), not r[1]))
-    if err is not None:
-        raise err
+    if err is not None or best is None:
+        raise err or GpupredError(f"{label}: cannot change the batch size from {old} to {new}")
     if lost:
         node = lost[0]
         raise GpupredError(
@@ -386,18 +396,19 @@ def rebatch(model: ModelProto, label: str, old: int, new: int, infer: Infer) -> 
             f"({node.op_type}) takes the batch but its output does not grow with it (the graph computes one "
             f"batch of {old} there); {_FIX_HINT}"
         )
-    model.CopyFrom(best)
-    return model
+    model.CopyFrom(best.model)
+    return set(best.folds)
 
 
 def _search(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], old: int, new: int, infer: Infer,
-            repair_first: bool) -> ModelProto:
-    """Repair reshapes and class tokens until every shape fits (or name the node that does not)."""
+            repair_first: bool) -> Folded:
+    """Repair reshapes and class tokens until every shape fits (or name the node that does not); the final shapes."""
     targets = _constant_targets(model, before)
     history: list[_Choice] = []  # the repairs that a broken node may flip (all of them, or the last round's)
     chosen: dict[str, _Choice] = {}
     for _ in range(MAX_ROUNDS):
-        inferred, now = _shapes(model, infer)
+        state = fold_copy(model, infer)
+        inferred, now = state.inferred, state.shapes
         broken = None if repair_first else _first_broken(inferred, before, now, old, new)
         if broken is not None and (expand_constant_inputs(model, broken, before, now, old, new)
                                    or _flip_upstream(model, broken, history, targets)):
@@ -412,15 +423,17 @@ def _search(model: ModelProto, label: str, before: dict[str, tuple[int, ...]], o
             continue
         if not _expand_lost(model, inferred, before, now, old, new):
             break
-    _check(inferred, label, before, now, old, new)
-    return model
+    else:  # out of rounds after a change: the shapes of the model as it is
+        state = fold_copy(model, infer)
+    _check(state.inferred, label, before, state.shapes, old, new)
+    return state
 
 
-def lost_nodes(model: ModelProto, before: dict[str, tuple[int, ...]], old: int, new: int, infer: Infer) -> list[Any]:
-    """The nodes of a re-batched model that take an input that grew with the batch and give a tensor (not a scalar,
-    not a shape) that did not grow, or grew by another ratio: a search that placed the batch wrongly leaves such
-    nodes, and so does a graph that indexes one sample of the batch it was exported with."""
-    inferred, now = _shapes(model, infer)
+def lost_nodes(inferred: ModelProto, before: dict[str, tuple[int, ...]], now: dict[str, tuple[int, ...]],
+               old: int, new: int) -> list[Any]:
+    """The nodes of a re-batched model (inferred, with its shapes ``now``) that take an input that grew with the
+    batch and give a tensor (not a scalar, not a shape) that did not grow, or grew by another ratio: a search that
+    placed the batch wrongly leaves such nodes, and so does a graph that indexes one sample of its export batch."""
     found = []
     for node in inferred.graph.node:
         if node.op_type in ("Shape", "Size"):
