@@ -132,5 +132,6 @@ def test_a_source_without_training_rows_gets_physics_alone_under_per_source() ->
     corr = res["physics+correction"].predictions.set_index("run_id")
     unseen = corr["source"] != "gpupred"
     assert unseen.any() and np.allclose(corr.loc[unseen, "pred"], phys[corr.index[unseen]])
-    assert (corr.loc[unseen, "low"] < corr.loc[unseen, "pred"]).all() and (corr.loc[unseen, "high"] > corr.loc[unseen, "pred"]).all()
+    assert (corr.loc[unseen, "low"] < corr.loc[unseen, "pred"]).all()
+    assert (corr.loc[unseen, "high"] > corr.loc[unseen, "pred"]).all()
     assert not np.allclose(corr.loc[~unseen, "pred"], phys[corr.index[~unseen]])

@@ -219,7 +219,8 @@ def test_depthwise_convolution_runs_on_cuda_cores_at_its_own_efficiency() -> Non
     c = StepConstants(depthwise_eff=0.01, memory_eff=1.0, min_kernel_s=0.0)
     dw = np.flatnonzero(kl.tensor_core == DEPTHWISE)[0]
     t = kernel_times(kl, gpu, "bf16", c)[dw]
-    assert t == pytest.approx(max(kl.flops[dw] / (gpu.tflops_fp32 * 1e12 * 0.01), kl.bytes[dw] / (gpu.mem_bw_gbs * 1e9)))
+    expected = max(kl.flops[dw] / (gpu.tflops_fp32 * 1e12 * 0.01), kl.bytes[dw] / (gpu.mem_bw_gbs * 1e9))
+    assert t == pytest.approx(expected)
 
 
 def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
@@ -230,7 +231,8 @@ def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
 
     S, D = 6, 4
     nodes = [helper.make_node("MatMul", ["x", f"W{n}"], [n]) for n in "qkv"]
-    nodes += [helper.make_node("Mul", ["q", "scale"], ["qs"]), helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+    nodes += [helper.make_node("Mul", ["q", "scale"], ["qs"]),
+              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
               helper.make_node("MatMul", ["qs", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
               helper.make_node("MatMul", ["p", "v"], ["o"])]
     inits = [helper.make_tensor(f"W{n}", TensorProto.FLOAT, [D, D], [0.0] * D * D) for n in "qkv"]
@@ -296,5 +298,6 @@ def test_a_batchnorm_folded_by_the_canonical_form_still_runs_in_training_mode() 
     out = B * C * 9 * 4
     assert kl.counts["forward"] == 3 + 2  # Conv, its BatchNorm, Relu, the loss's two
     bn = (kl.flops == 7 * B * C * 9)  # statistics, normalize, affine: 7 FLOPs an element
-    assert (bn & (kl.phase == 0) & (kl.bytes == 2 * out)).sum() == 1 and (bn & (kl.phase == 1) & (kl.bytes == 3 * out)).sum() == 1
+    assert (bn & (kl.phase == 0) & (kl.bytes == 2 * out)).sum() == 1
+    assert (bn & (kl.phase == 1) & (kl.bytes == 3 * out)).sum() == 1
     assert kl.param_tensors == 3

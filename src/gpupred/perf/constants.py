@@ -28,7 +28,8 @@ import numpy as np
 
 HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
 SOFTWARE_CONSTANTS: tuple[str, ...] = ("launch_s",)  # eager PyTorch's and the host CPU's alone: no harness in it
-DEVICE_CONSTANTS: tuple[str, ...] = ("compute_eff", "tensor_eff", "memory_eff", "min_kernel_s", "depthwise_eff")  # GPU's
+DEVICE_CONSTANTS: tuple[str, ...] = (  # the GPU's
+    "compute_eff", "tensor_eff", "memory_eff", "min_kernel_s", "depthwise_eff")
 FITTED: tuple[str, ...] = (*DEVICE_CONSTANTS[:3], *HOST_CONSTANTS, *DEVICE_CONSTANTS[3:])
 BOUNDS: dict[str, tuple[float, float]] = {  # plausible ranges the fit stays in
     "compute_eff": (0.05, 1.0), "tensor_eff": (0.05, 1.0), "memory_eff": (0.05, 1.0), "launch_s": (1e-6, 60e-6),
@@ -118,7 +119,7 @@ class ConstantsTable:
         return replace(DEFAULT, **values, source=source)
 
     def _other_protocols(self, protocol: str) -> StepConstants:
-        """A protocol without fits: the launch cost (``SOFTWARE_CONSTANTS``) from every fitted pair, the rest default."""
+        """A protocol without fits: the launch cost (``SOFTWARE_CONSTANTS``) of every fitted pair, the rest default."""
         every = sorted(self.fitted.items())
         if not every:
             return DEFAULT

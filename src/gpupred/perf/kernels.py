@@ -69,13 +69,13 @@ class KernelList:
 
     flops: np.ndarray  # per kernel
     bytes: np.ndarray  # per kernel, read + written
-    tensor_core: np.ndarray  # int: 0 CUDA cores, MATMUL (cuBLAS: fp32 runs FP32), CONV (cuDNN: fp32 runs TF32), DEPTHWISE
+    tensor_core: np.ndarray  # int: 0 CUDA cores, MATMUL (cuBLAS: fp32 at FP32), CONV (cuDNN: fp32 in TF32), DEPTHWISE
     phase: np.ndarray  # int: FWD, BWD, OPT, OTHER
     sync_after: np.ndarray  # bool: the host waits for the GPU after launching this kernel (GradScaler's inf check)
     library: np.ndarray | None = None  # bool: launched from inside a library or C++ loop (cuDNN RNN steps, foreach chunks)
     input_bytes: int = 0  # bytes of the graph inputs (what a host-memory batch copies to the GPU each step)
     param_tensors: int = 0  # trainable parameter tensors (the optimizer's Python loop runs over them)
-    cycles: int = 1  # zero_grad / loss / backward / optimizer cycles of the step (2 for a GAN), each paying the overhead
+    cycles: int = 1  # zero_grad / loss / backward / optimizer cycles of a step (a GAN's: 2), each paying the overhead
     counts: Counter[str] = field(default_factory=Counter)  # kernels per phase name
 
     def __len__(self) -> int:

@@ -6,10 +6,10 @@ added rather than a floor, which fitted this project's H200 runs better: utiliza
 in-sample), with the tensor-core peak of the precision for contractions (fp32 convolutions and
 recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default)
 and the FP32 peak for everything else; tensor-core kernels run at ``tensor_eff`` of their peak, depthwise
-convolutions at ``depthwise_eff`` of the FP32 peak, the rest at ``compute_eff``. The host launches kernels one after another (a launch cost per kernel, scaled per
-phase: the autograd engine launches backward kernels from C++, cheaper than Python's forward), after a
-fixed per-step overhead (the Python step: batch, zero_grad, autocast, loss, optimizer loop; paid once per
-zero_grad/backward/step cycle, twice in a GAN's step). The GPU runs
+convolutions at ``depthwise_eff`` of the FP32 peak, the rest at ``compute_eff``. The host launches kernels one
+after another (a launch cost per kernel, scaled per phase: the autograd engine launches backward kernels from
+C++, cheaper than Python's forward), after a fixed per-step overhead (the Python step: batch, zero_grad,
+autocast, loss, optimizer loop; paid once per zero_grad/backward/step cycle, twice in a GAN's step). The GPU runs
 kernel i at ``max(launch_i, end_{i-1})``. How the step ends depends on the measurement protocol (the
 dataset's ``sync``):
 

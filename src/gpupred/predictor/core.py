@@ -128,7 +128,7 @@ class PhysicsCore:
         """What the card says of the core: fitted constants, correction inputs, extrapolation widths."""
         return {
             "step_model": {"constants": self.physics_.constants.as_records(),
-                           "defaults": "an unfitted (GPU, protocol) borrows as gpupred.perf.constants.ConstantsTable.get says "
+                           "defaults": "an unfitted (GPU, protocol) borrows as gpupred.perf.ConstantsTable.get says "
                                        "(host constants of its protocol, device constants of its architecture, the "
                                        "launch cost alone across protocols), else DEFAULT (published figures)",
                            "correction_features": self.physics_.feature_names,
