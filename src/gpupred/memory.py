@@ -225,8 +225,8 @@ class CorrectionSetting:
 
 
 CORRECTION_GRID: tuple[CorrectionSetting, ...] = tuple(  # the settings the inner leave-one-family-out chooses from
-    CorrectionSetting(c, n, leaf) for c in (0.0, 0.1, 0.2, 0.3, 0.5) for leaf in (30, 10) for n in (30, 100))
-DEFAULT_SETTING = CorrectionSetting(CORRECTION_CLIP, 30, 30)  # when the training rows hold one family group only
+    CorrectionSetting(c, n, 20) for c in (0.0, 0.1, 0.2, 0.3, 0.5) for n in (30, 60, 100))
+DEFAULT_SETTING = CorrectionSetting(CORRECTION_CLIP, 30, 20)  # when the training rows hold one family group only
 TARGET_CLIP = max(s.clip for s in CORRECTION_GRID)  # the trees learn log(measured / footprint) clipped to this
 
 
@@ -271,6 +271,15 @@ class FootprintModel:
         self.footprint_, self.correction_ = fit_correction(data, self.setting_, target, self.seed)
         self.protocols_ = set(self.footprint_.context_mib)
         return self
+
+    def describe(self) -> dict[str, Any]:
+        """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
+        return {"footprint_constants": self.footprint_.constants(), "correction_clip_log": self.setting_.clip,
+                "correction_setting": self.setting_.describe(),
+                "correction_selection": (f"lowest source-balanced median |log error| of {len(self.selection_)} settings "
+                                         "under a leave-one-family-out of the training rows" if self.selection_ else
+                                         "default (fewer than two family groups to choose on)"),
+                "interval_halfwidth_log": {k: round(v, 4) for k, v in self.halfwidth_.items()}}
 
     def correction(self, df: pd.DataFrame) -> np.ndarray:
         """The learned log-factor, clipped to the chosen setting's bound."""
@@ -362,6 +371,106 @@ def lofo_halfwidths(residuals: np.ndarray, sources: np.ndarray) -> dict[str, flo
     return out
 
 
+COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.learn.physics.METHODS) -> what memory runs
+    "constant": "the training rows' mean of log1p(memory)", "regressor": "the current regressor (CV+ LightGBM on the "
+    "features, no footprint)", "physics": "the analytic footprint", "physics+correction": BEST}
+
+
+def constant_baseline(y_train: np.ndarray, n_test: int, alpha: float = 1.0 - COVERAGE) -> tuple[np.ndarray, ...]:
+    """(point, low, high) of the constant baseline for ``n_test`` rows: the training rows' mean of log1p(label), and
+    their ``alpha/2`` and ``1 - alpha/2`` quantiles. Sees the training labels only."""
+    z = np.log1p(np.asarray(y_train, dtype=float))
+    q = np.expm1(np.quantile(z, [alpha / 2, 1 - alpha / 2]))
+    return np.full(n_test, np.expm1(z.mean())), np.full(n_test, q[0]), np.full(n_test, q[1])
+
+
+def regressor_columns(df: pd.DataFrame) -> list[str]:
+    """The current regressor's inputs: the dataset's feature columns without the footprint's graph terms."""
+    from gpupred.dataset import feature_columns
+    from gpupred.footprint import FOOTPRINT_COLUMNS
+
+    return [c for c in feature_columns(df) if c not in FOOTPRINT_COLUMNS]
+
+
+def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, groups: np.ndarray, cv: Any,
+                  target: str = "memory_mib") -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
+    from gpupred.learn.intervals import ConformalRegressor
+    from gpupred.learn.physics import correction_model
+
+    from threadpoolctl import threadpool_limits
+
+    y = data[target].to_numpy(float)
+    strata = data["source"].astype(str).to_numpy()
+    X = data[regressor_columns(data)].to_numpy(float)
+    with threadpool_limits(limits=1):  # one thread per parallel split
+        reg = ConformalRegressor(correction_model(cv.seed), cv.alpha, cv.n_cal, cv.seed)
+        reg.fit(X[train], y[train], groups=groups[train], strata=strata[train])
+        regressed = reg.predict(X[test], strata[test])
+        est = FootprintModel(seed=cv.seed).fit(data.iloc[train], target).predict(data.iloc[test])
+    nan = np.full(len(test), np.nan)
+    return {"constant": constant_baseline(y[train], len(test), cv.alpha), "regressor": regressed,
+            "physics": (est["footprint"].to_numpy(), nan, nan),
+            "physics+correction": (est[BEST].to_numpy(), est["low"].to_numpy(), est["high"].to_numpy())}
+
+
+def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: str = "memory_mib",
+                   schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu")) -> dict[str, dict[str, Any]]:
+    """Notebook 03's four methods (``COMPARISON_METHODS``) on the splits of the utilization comparison
+    (:func:`gpupred.learn.physics.comparison_splits`), as ``{scheme: {method: NestedResult}}``.
+
+    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`). Outer splits run in
+    parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
+    from joblib import Parallel, delayed
+
+    from gpupred.learn.evaluate import fold_groups
+    from gpupred.learn.nested import CVSettings
+    from gpupred.learn.physics import comparison_splits
+
+    cv = cv or CVSettings()
+    data = df[df[target].notna()].reset_index(drop=True)
+    todo = [(name, grouping, k, split) for name, (grouping, splits) in comparison_splits(data, n_within, cv.seed).items()
+            if name in schemes for k, split in enumerate(splits)]
+    groups = {g: fold_groups(data, g) for g in {t[1] for t in todo}}
+    fits: dict[tuple[bytes, str], list[int]] = {}  # splits with one training side (e.g. A100 -> H200, A100 -> RTX 3090)
+    for i, (_, grouping, _, split) in enumerate(todo):
+        fits.setdefault((np.sort(split[0]).tobytes(), grouping), []).append(i)
+    jobs = [(todo[m[0]][3][0], np.concatenate([todo[i][3][1] for i in m]), groups[g]) for (_, g), m in fits.items()]
+    outs = Parallel(n_jobs=cv.n_jobs)(delayed(split_methods)(data, train, test, grp, cv, target)
+                                      for train, test, grp in jobs)
+    parts: dict[str, dict[str, list[pd.DataFrame]]] = {}
+    for members, out in zip(fits.values(), outs):
+        start = 0
+        for i in members:
+            name, _, k, split = todo[i]
+            cut = slice(start, start + len(split[1]))
+            start = cut.stop
+            for method, (pt, lo, hi) in out.items():
+                frame = prediction_frame(data, split, k, target).assign(pred=pt[cut], low=lo[cut], high=hi[cut],
+                                                                        model=method)
+                parts.setdefault(name, {}).setdefault(method, []).append(frame)
+    return {name: {m: comparison_result(target, name, p) for m, p in per.items()} for name, per in parts.items()}
+
+
+def prediction_frame(data: pd.DataFrame, split: tuple[np.ndarray, np.ndarray, str], k: int,
+                     target: str = "memory_mib") -> pd.DataFrame:
+    """The keys of one outer split's test rows, with the fold, its label and the measured ``y``."""
+    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in data.columns]
+    frame = data.iloc[split[1]][keys].reset_index(drop=True)
+    return frame.assign(fold=k, fold_label=split[2], y=data[target].to_numpy(float)[split[1]])
+
+
+def comparison_result(target: str, scheme: str, parts: list[pd.DataFrame]) -> Any:
+    """A :class:`gpupred.learn.nested.NestedResult` of one method's outer predictions (one row per fold in ``folds``)."""
+    from gpupred.learn.evaluate import rmsle
+    from gpupred.learn.nested import NestedResult
+
+    preds = pd.concat(parts, ignore_index=True)
+    folds = pd.DataFrame([{"fold": k, "fold_label": p["fold_label"].iloc[0], "n_test": len(p), "model": p["model"].iloc[0],
+                           "outer_rmsle": rmsle(p["y"], p["pred"])} for k, p in preds.groupby("fold", sort=True)])
+    return NestedResult(target, scheme, preds, folds, pd.DataFrame())
+
+
 OWN_SOURCE = "gpupred"  # this project's own runs (the H200 sweep so far)
 
 
@@ -395,4 +504,5 @@ def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
     if model is not None:
         out["memory_footprint_constants"] = model.footprint_.constants()
         out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
+        out["memory_correction_setting"] = model.setting_.describe()
     return out
