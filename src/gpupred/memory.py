@@ -14,8 +14,12 @@ is the median gap left in the training data, per GPU kind (one GPU kind per sour
 baseline counts weights and forward feature maps only: ``(4 * params + activation_bytes) / 2**20``
 (Yeung et al., TPDS 2022, our reading of their formula).
 
-Evaluation (:func:`evaluate_memory`) uses the same splits as the regressors (grouped by workload, and
-leave-one-family-out with sibling families together) and reports every figure per source as well.
+Evaluation (:func:`evaluate_memory`, notebook 05) uses the same splits as the regressors (grouped by workload, and
+leave-one-family-out with sibling families together) and reports every figure per source as well;
+:func:`compare_memory` (notebook 03) scores the constant baseline, the current regressor, the footprint and the
+footprint x correction on the splits of the utilization comparison (:func:`gpupred.learn.physics.comparison_splits`).
+The correction's setting is chosen inside :meth:`FootprintModel.fit`, on the rows it is given
+(:func:`inner_lofo_residuals`), so both evaluations are nested.
 """
 
 from __future__ import annotations
