@@ -41,7 +41,7 @@ def test_reader_checks_the_contract(edit, message: str, tmp_path: Path) -> None:
     with pytest.raises(GpupredError, match=message):
         read_model_choice(df, path)
     path.write_text("{not json")
-    with pytest.raises(GpupredError, match="not JSON"):
+    with pytest.raises(GpupredError, match="not valid JSON"):
         read_model_choice(df, path)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -188,3 +189,20 @@ def test_memory_of_a_larger_model_exceeds_every_training_label(physics_artifact:
     biggest = fixture_dataset(gpus=(H100,), n_batch_sizes=2)["memory_mib"].max()
     big = p.predict("vgg.vgg16-bs512-img224-fp32-adam", gpu="H100 SXM").iloc[0]
     assert big["memory_mib"] > 2 * biggest
+
+
+def test_a_graph_job_is_featurized_once_for_the_regressors_and_physics(physics_artifact: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """One feature row serves both answers, with the workload's own precision (not the call's default)."""
+    import gpupred.graph as graph
+
+    seen: list[str] = []
+    real = graph.featurize
+
+    def counting(path_or_proto: Any, **kw: Any) -> dict[str, Any]:
+        seen.append(kw["precision"])
+        return real(path_or_proto, **kw)
+
+    monkeypatch.setattr(graph, "featurize", counting)
+    out = load_predictor(physics_artifact).predict("resnet.resnet18-bs16-img128-bf16-sgd", gpu="H100 SXM")
+    assert seen == ["bf16"] and out["core"].iloc[0] == "physics"

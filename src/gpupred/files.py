@@ -4,6 +4,7 @@ the target, then the folder fsync'd. A crash at any instant leaves the old file 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -68,3 +69,19 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def read_json_object(path: Path, remedy: str, shown: str | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``; a one-line GpupredError naming the file (as ``shown``) and ``remedy`` if the file
+    is not JSON or holds something other than an object."""
+    from gpupred.errors import GpupredError
+
+    shown = shown or str(path)
+    try:
+        value = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GpupredError(f"{shown}: not valid JSON ({err}); {remedy}") from None
+    if not isinstance(value, dict):
+        raise GpupredError(f"{shown}: not a JSON object; {remedy}")
+    return value
+

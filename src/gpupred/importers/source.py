@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import atomic_write_bytes
+from gpupred.files import atomic_write_bytes, read_json_object
 from gpupred.errors import MissingInput
 
 if TYPE_CHECKING:
@@ -183,10 +183,7 @@ def read_provenance(source: Source) -> dict[str, Any]:
     if not path.is_file():
         raise MissingInput(f"{source.name} data not imported ({path} missing): run `gpupred import {source.name}` "
                            f"(offline: `gpupred import {source.name} --from DIR` with a copy of {source.repo}'s files)")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise GpupredError(f"{path}: not valid JSON; re-run `gpupred import {source.name}`") from None
+    record = read_json_object(path, f"re-run `gpupred import {source.name}`")
     if record.get("commit") != source.commit:
         raise GpupredError(f"{path}: imported at commit {str(record.get('commit'))[:12]}, this gpupred pins "
                            f"{source.commit[:12]}; re-run `gpupred import {source.name}`")

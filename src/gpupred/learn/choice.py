@@ -21,7 +21,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.dataset import dataset_fingerprint
 from gpupred.errors import GpupredError, MissingInput
-from gpupred.files import atomic_write_bytes
+from gpupred.files import atomic_write_bytes, read_json_object
 
 SCHEMA_VERSION = 1
 KEYS: tuple[str, ...] = ("schema", "dataset_fingerprint", "models")
@@ -59,12 +59,7 @@ def read_model_choice(dataset: pd.DataFrame, path: Path | None = None) -> dict[s
     path = Path(path) if path is not None else config.MODEL_CHOICE
     if not path.is_file():
         raise MissingInput(f"no model choice at {path}: run notebook 03-compare-regressors first")
-    try:
-        choice = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise GpupredError(f"{path}: not JSON ({err.msg} at line {err.lineno}); re-run notebook 03") from None
-    if not isinstance(choice, dict):
-        raise GpupredError(f"{path}: not a JSON object; re-run notebook 03")
+    choice = read_json_object(path, "re-run notebook 03")
     models = check_choice(choice, str(path))
     if choice["dataset_fingerprint"] != dataset_fingerprint(dataset):
         raise GpupredError(f"{path}: chosen on another dataset than the current one (stale); "

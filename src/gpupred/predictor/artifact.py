@@ -20,7 +20,7 @@ import pandas as pd
 from gpupred import config
 from gpupred.dataset import PERCENT_LABELS, fingerprint
 from gpupred.errors import GpupredError
-from gpupred.files import sha256
+from gpupred.files import read_json_object, sha256
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width, widen
@@ -91,37 +91,17 @@ class Predictor:
 
     def _frame(self, x: Any, job: Job) -> pd.DataFrame | dict[str, Any]:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
-        batch_size, precision, optimizer = job.batch_size, job.precision, job.optimizer
         if isinstance(x, (pd.DataFrame, dict)):
             if isinstance(x, dict):
                 from gpupred.graph import check_complete
 
                 check_complete(x, "feature row")  # a featurize row carries its coverage columns
             return x
-        if isinstance(x, (str, Path)):
-            text = str(x)
-            if text.endswith(".onnx") or Path(text).is_file():
-                if not Path(text).is_file():
-                    raise GpupredError(f"{text}: no such ONNX file")
-                if batch_size is None:
-                    raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-                from gpupred.graph import check_complete, featurize
-
-                row = featurize(text, batch_size=batch_size, precision=precision, optimizer=optimizer, warn=False)
-                check_complete(row, text)  # refuses a graph it could not see whole (over 1% missing)
-                return {**row, "precision": precision, "optimizer": optimizer}
-            from gpupred.workloads.spec import WorkloadSpec
-
-            try:
-                spec = WorkloadSpec.from_id(text)
-            except GpupredError:
-                raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
-            from gpupred.graph import featurize
-            from gpupred.graph.export import export_onnx  # imports torch: only this path
-
-            row = featurize(export_onnx(spec), batch_size=spec.batch_size, precision=spec.precision, optimizer=spec.optimizer)
-            return {**row, "precision": spec.precision, "optimizer": spec.optimizer}
-        raise GpupredError(f"cannot predict from a {type(x).__name__}: pass a DataFrame of features, an ONNX path or a workload id")
+        graph = resolve_graph(x, job)
+        if graph is None:
+            raise GpupredError(f"cannot predict from a {type(x).__name__}: pass a DataFrame of features, an ONNX path "
+                               "or a workload id")
+        return graph.row()
 
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None) -> pd.DataFrame:
@@ -211,7 +191,9 @@ class Predictor:
         least the held-out width of :mod:`gpupred.predictor.extrapolate` (the card says how it was measured).
         """
         job = Job(batch_size, precision, optimizer, gpu)
-        arr, index, kinds = self._matrix(x, job)
+        graph = resolve_graph(x, job)  # a job given as a graph: featurized once, for the regressors and physics
+        row = None if graph is None else graph.row()
+        arr, index, kinds = self._matrix(x if row is None else row, job)
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
@@ -230,31 +212,57 @@ class Predictor:
             names += [name, f"{name}_low", f"{name}_high"]
         out = pd.DataFrame(np.column_stack(columns) if columns else np.empty((len(index), 0)), index=index, columns=names)
         out["core"] = "regressor"
-        graph = graph_input(x, job) if self.core is not None else None
-        if graph is not None:  # a job given as a graph: physics x correction answers every target it covers
+        if graph is not None and self.core is not None:  # physics x correction answers every target it covers
+            from gpupred.predictor.core import job_graph
+
             gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-            for key, value in self.core.predict(graph, gpu_name).items():
+            for key, value in self.core.predict(job_graph(graph, row), gpu_name).items():
                 out[key] = value
             out["core"] = "physics"
         out["extrapolated"] = extrapolated
         return out
 
 
-def graph_input(x: Any, job: Job) -> Any:
-    """The :class:`gpupred.predictor.core.JobGraph` of an input given as a graph (an ONNX file, or a workload id),
-    else None (feature rows: the regressors answer)."""
-    from gpupred.predictor.core import job_graph
+@dataclass(frozen=True)
+class GraphJob:
+    """A job given as a graph: the ONNX file or proto, what to call it in errors, and how it trains."""
 
+    graph: Any
+    label: str
+    batch_size: int
+    precision: str
+    optimizer: str
+    key: Any = None  # the step model's cache key (a workload's architecture), default the file's path
+
+    def row(self) -> dict[str, Any]:
+        """The graph's feature row; refuses a graph it could not see whole (over 1% missing)."""
+        from gpupred.graph import check_complete, featurize
+
+        row = featurize(self.graph, batch_size=self.batch_size, precision=self.precision, optimizer=self.optimizer,
+                        warn=False)
+        check_complete(row, self.label)
+        return {**row, "precision": self.precision, "optimizer": self.optimizer}
+
+
+def resolve_graph(x: Any, job: Job) -> GraphJob | None:
+    """The :class:`GraphJob` of an input given as an ONNX file or a workload id, else None (feature rows)."""
     if not isinstance(x, (str, Path)):
         return None
     text = str(x)
     if text.endswith(".onnx") or Path(text).is_file():
-        return job_graph(text, int(job.batch_size), job.precision, job.optimizer)
+        if not Path(text).is_file():
+            raise GpupredError(f"{text}: no such ONNX file")
+        if job.batch_size is None:
+            raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
+        return GraphJob(text, text, int(job.batch_size), job.precision, job.optimizer)
     from gpupred.importers.graphs import graph_for
     from gpupred.workloads.spec import WorkloadSpec
 
-    spec = WorkloadSpec.from_id(text)
-    return job_graph(graph_for(spec), spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key)
+    try:
+        spec = WorkloadSpec.from_id(text)
+    except GpupredError:
+        raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
+    return GraphJob(graph_for(spec), text, spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key)
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:
@@ -473,12 +481,9 @@ def read_card(path: Path, shown: str | None = None) -> dict[str, Any]:
     card_shown = _card_label(shown)
     if not card_path.is_file():
         raise GpupredError(f"{card_shown}: predictor card missing; refusing to load {shown} (re-export with notebook 08)")
-    try:
-        card = json.loads(card_path.read_text())
-    except json.JSONDecodeError as err:
-        raise GpupredError(f"{card_shown}: not valid JSON ({err}); re-export with notebook 08") from None
-    if not isinstance(card, dict) or card.get("schema_version") != SCHEMA_VERSION:
-        got = card.get("schema_version") if isinstance(card, dict) else None
+    card = read_json_object(card_path, "re-export with notebook 08", card_shown)
+    if card.get("schema_version") != SCHEMA_VERSION:
+        got = card.get("schema_version")
         raise GpupredError(f"{card_shown}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
                            "re-export with notebook 08 or install the matching gpupred")
     if sha256(path) != card.get("sha256"):

@@ -58,17 +58,15 @@ class JobGraph:
     optimizer: str
 
 
-def job_graph(graph: Any, batch_size: int, precision: str, optimizer: str, key: Any = None) -> JobGraph:
-    """The feature row, kernels and footprint terms of an ONNX file or proto at a batch size (no torch)."""
+def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
+    """The kernels and footprint terms of a :class:`gpupred.predictor.artifact.GraphJob`, beside its feature row."""
     from gpupred.dataset import encode
     from gpupred.footprint import graph_terms
-    from gpupred.graph import featurize
     from gpupred.perf import kernels_for
 
-    row = featurize(graph, batch_size=batch_size, precision=precision, optimizer=optimizer)
-    row = {**row, **encode(precision, optimizer)}
-    kernels = kernels_for(graph, batch_size, precision, optimizer, key=key)
-    return JobGraph(row, kernels, graph_terms(graph, batch_size), precision, optimizer)
+    kernels = kernels_for(graph.graph, graph.batch_size, graph.precision, graph.optimizer, key=graph.key)
+    return JobGraph({**row, **encode(graph.precision, graph.optimizer)}, kernels,
+                    graph_terms(graph.graph, graph.batch_size), graph.precision, graph.optimizer)
 
 
 class PhysicsCore:

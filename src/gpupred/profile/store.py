@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpupred.errors import GpupredError
-from gpupred.files import TMP_PREFIX, atomic_write
+from gpupred.files import TMP_PREFIX, atomic_write, read_json_object
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, read_runs, read_samples, unit_paths
 
 MANIFEST = "manifest.json"
@@ -103,10 +103,7 @@ def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
     path = latest_manifest_path(sweep_dir)
     if path is None:
         return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as err:
-        raise GpupredError(f"{path}: not valid JSON ({err}); move it away to restart the manifest") from None
+    return read_json_object(path, "move it away to restart the manifest")
 
 
 def write_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
