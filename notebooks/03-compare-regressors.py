@@ -46,7 +46,7 @@ targets: list = ["gpu_util", "memory_mib", "sm_active"]  # labels to model (skip
 models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.EXPORTABLE
 compared: list | None = None  # regressors scored on the outer folds for the comparison table; None = the candidates
 schemes: list = ["grouped_random", "lofo"]  # outer split schemes (the out-of-fold file needs grouped_random)
-lofo_targets: list | None = ["gpu_util", "sm_active"]  # labels of the nested leave-one-family-out (None: all); memory's is in the comparison below
+lofo_targets: list | None = ["gpu_util", "sm_active"]  # labels of the nested leave-one-family-out (None: all)
 n_outer: int = 5  # grouped random outer folds
 n_inner: int = 3  # inner (model-selection) folds
 n_cal: int = 5  # CV+ calibration folds inside each outer training side
@@ -54,7 +54,7 @@ alpha: float = 0.1  # 1 - nominal interval coverage
 tune: bool = False  # small grid search inside every fit (slower: each candidate then runs its own CV)
 compare_lofo: bool = False  # also score the compared regressors on the leave-one-family-out folds (slower)
 cross_gpu_targets: list = ["gpu_util"]  # labels of the cross-GPU evaluation (about 2 min each here; [] skips it)
-physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active", "memory_mib"]  # labels of the physics comparison ([] skips it)
+physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active", "memory_mib"]  # the comparison's labels ([]: none)
 physics_schemes: list = ["within", "lofo", "cross_gpu"]  # its split schemes
 physics_weighting: str = "per_source"  # training rows of the correction: pooled, balanced or per_source
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation

@@ -280,8 +280,8 @@ class FootprintModel:
         """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
         return {"footprint_constants": self.footprint_.constants(), "correction_clip_log": self.setting_.clip,
                 "correction_setting": self.setting_.describe(),
-                "correction_selection": (f"lowest source-balanced median |log error| of {len(self.selection_)} settings "
-                                         "under a leave-one-family-out of the training rows" if self.selection_ else
+                "correction_selection": (f"lowest source-balanced median |log error| of {len(self.selection_)} "
+                                         "settings under a leave-one-family-out of the training rows" if self.selection_ else
                                          "default (fewer than two family groups to choose on)"),
                 "interval_halfwidth_log": {k: round(v, 4) for k, v in self.halfwidth_.items()}}
 
@@ -315,7 +315,8 @@ def fit_correction(data: pd.DataFrame, setting: CorrectionSetting, target: str =
 
     fitted = Footprint().fit(data, target)
     ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(fitted.predict(data), 1.0))
-    model = correction_regressor(setting, seed).fit(correction_features(data), np.clip(ratio, -TARGET_CLIP, TARGET_CLIP),
+    model = correction_regressor(setting, seed).fit(correction_features(data),
+                                                    np.clip(ratio, -TARGET_CLIP, TARGET_CLIP),
                                                     sample_weight=source_weights(data))
     return fitted, model
 
@@ -433,7 +434,8 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
 
     cv = cv or CVSettings()
     data = df[df[target].notna()].reset_index(drop=True)
-    todo = [(name, grouping, k, split) for name, (grouping, splits) in comparison_splits(data, n_within, cv.seed).items()
+    todo = [(name, grouping, k, split)
+            for name, (grouping, splits) in comparison_splits(data, n_within, cv.seed).items()
             if name in schemes for k, split in enumerate(splits)]
     groups = {g: fold_groups(data, g) for g in {t[1] for t in todo}}
     fits: dict[tuple[bytes, str], list[int]] = {}  # splits with one training side (e.g. A100 -> H200, A100 -> RTX 3090)
@@ -465,13 +467,14 @@ def prediction_frame(data: pd.DataFrame, split: tuple[np.ndarray, np.ndarray, st
 
 
 def comparison_result(target: str, scheme: str, parts: list[pd.DataFrame]) -> Any:
-    """A :class:`gpupred.learn.nested.NestedResult` of one method's outer predictions (one row per fold in ``folds``)."""
+    """A :class:`gpupred.learn.nested.NestedResult` of one method's outer predictions (a row per fold in ``folds``)."""
     from gpupred.learn.evaluate import rmsle
     from gpupred.learn.nested import NestedResult
 
     preds = pd.concat(parts, ignore_index=True)
-    folds = pd.DataFrame([{"fold": k, "fold_label": p["fold_label"].iloc[0], "n_test": len(p), "model": p["model"].iloc[0],
-                           "outer_rmsle": rmsle(p["y"], p["pred"])} for k, p in preds.groupby("fold", sort=True)])
+    folds = pd.DataFrame([{"fold": k, "fold_label": p["fold_label"].iloc[0], "n_test": len(p),
+                           "model": p["model"].iloc[0], "outer_rmsle": rmsle(p["y"], p["pred"])}
+                          for k, p in preds.groupby("fold", sort=True)])
     return NestedResult(target, scheme, preds, folds, pd.DataFrame())
 
 
