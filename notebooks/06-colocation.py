@@ -133,6 +133,55 @@ save_figure(g.figure, "06-slowdown-model-vs-baselines")
 plt.show()
 
 # %% [markdown]
+# Which candidate each cross-fitted cell chose (by an inner cross-validation over whole model groups of
+# its own training pairs, ranked by Spearman; `gpupred.colocation.model.choose_candidate`): the boosted
+# correction with a residual weight (x0: the calibrated time-sharing prior alone), or the job-effects model.
+
+# %%
+heldout.groupby("candidate")["group_id"].nunique().rename("held-out pairs").to_frame()
+
+# %% [markdown]
+# ## How much of the slowdown can member features explain?
+#
+# An additive model on job *identities*, `log s_ab = c + sensitivity_a + aggressiveness_b`, fitted on every
+# measured pair (`gpupred.colocation.effects`), is the ceiling of any model that scores a pair from one
+# vector per member and adds their parts; what it leaves is pair-specific interaction and noise. A model
+# reaches that ceiling only as far as a job's features predict its two effects: held out by whole model
+# group, from the predicted (out-of-fold) features the model sees, and from the measured solo features
+# (an oracle). Diagnostics over all pairs; no held-out prediction uses them.
+
+# %%
+pairs_only = table.groupby("group_id")["group_id"].transform("size").eq(2)
+usable = colocation.usable_groups(table, member) & pairs_only.to_numpy()
+effects, ceiling = colocation.job_effects(table[usable].reset_index(drop=True))
+jobs_pred = member[usable].assign(job_key=table.loc[usable, "job_key"].to_numpy()).drop_duplicates("job_key").set_index("job_key")
+model_groups = table[usable].drop_duplicates("job_key").set_index("job_key")["model_group"]
+measured_jobs = colocation.measured_features(solo).drop_duplicates("job_key").set_index("job_key")
+reach = pd.DataFrame({
+    "predicted features": colocation.effect_predictability(effects, jobs_pred, model_groups, list(colocation.PREDICTED_BASE)),
+    "measured solo features (oracle)": colocation.effect_predictability(effects, measured_jobs, model_groups,
+                                                                      list(colocation.MEASURED_BASE)),
+}).T
+update_metrics({**{f"slowdown_additive_ceiling_{k}": v for k, v in ceiling.items() if k != "intercept"},
+                **{f"slowdown_effects_from_predicted_{k}": v for k, v in reach.iloc[0].items()},
+                **{f"slowdown_effects_from_measured_{k}": v for k, v in reach.iloc[1].items()}})
+print(f"additive ceiling over {len(effects)} jobs: R² {ceiling['r2']:.3f}, Spearman {ceiling['spearman']:.3f} (own job alone "
+      f"R² {ceiling['r2_own']:.3f}, partner alone {ceiling['r2_partner']:.3f})")
+reach.round(3)
+
+# %% [markdown]
+# **What was tried for the slowdown model, and what each choice was made on.** (1) The step model's
+# busy fraction, kernel count and host time as inputs (previous session): held-out Spearman fell to 0.46
+# by pair and -0.08 by model group; removed *after seeing those held-out figures*, kept as a baseline.
+# (2) This session, the job-effects model (above, with features mapped to each effect by ridge) as the
+# only model: seen held out once (0.48 by pair, 0.06 by group; 0.51 and 0.23 with the time-sharing prior
+# under it), so it was not made the model on its own. (3) Instead it became one candidate beside the
+# boosted correction with each residual weight, and each cell's inner cross-validation over its training
+# pairs' model groups picks one, ranked by Spearman (ranking-aware selection): the held-out figures above.
+# Before (3) the weight was picked by squared log error; that model scored 0.544 by pair and 0.370 by
+# model group. Going back to it now would be a choice made on held-out figures, so it is not done here.
+
+# %% [markdown]
 # ## Does a pair fit in memory together?
 #
 # Each member's memory is lognormal around its out-of-fold point prediction with the spread of its
@@ -179,12 +228,23 @@ memfit.groupby("gpu_name")[["point_sum_mib", "q95_mib", "p_oom", "measured_mib"]
 # ## Closing note
 #
 # Held-out Spearman and MAE of the model and every baseline, by pair (workload held out) and by whole
-# model group, and the memory-fit check, printed from this run's numbers.
+# model group, whether the goal is met and, if not, why from the numbers (the members' additive ceiling
+# against how well a held-out group's job effects follow from the features the model sees), and the
+# memory-fit check, printed from this run's numbers.
 
 # %%
 for name, row in scores.iterrows():
     print(f"{name:45s} by pair: Spearman {row['spearman_by_pair']:.3f}, MAE {row['mae_by_pair']:.3f}; "
           f"by model group: Spearman {row['spearman_by_group']:.3f}, MAE {row['mae_by_group']:.3f}")
+best = max(scores.loc[names["baseline_predicted"]].filter(like="spearman").max(),
+           scores.loc[names["baseline_measured"]].filter(like="spearman").max())
+ours_row = scores.loc[names["predicted"]]
+met = ours_row["spearman_by_pair"] >= best + 0.05 and ours_row["spearman_by_group"] >= best + 0.05
+print(f"goal (Spearman >= both baselines + 0.05 = {best + 0.05:.3f}, by pair and by group): {'met' if met else 'missed'}. "
+      f"The members' additive ceiling is Spearman {ceiling['spearman']:.3f} (R² {ceiling['r2']:.3f}); a held-out model "
+      f"group's sensitivity and aggressiveness rank at {reach.iloc[0]['sensitivity_spearman']:.2f} and "
+      f"{reach.iloc[0]['aggressiveness_spearman']:.2f} from the predicted features, {reach.iloc[1]['sensitivity_spearman']:.2f} "
+      f"and {reach.iloc[1]['aggressiveness_spearman']:.2f} from measured solo features")
 print(f"memory: the measured pair memory stayed under the predicted 95 % quantile for {mem_metrics['memfit_q95_coverage']:.1%} "
       f"of {mem_metrics['memfit_pairs']} pairs; {mem_metrics['memfit_failed_pairs_placed']} of "
       f"{mem_metrics['memfit_failed_pairs']} measured out-of-memory pairs would have been placed at risk <= {max_oom_risk}")

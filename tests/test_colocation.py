@@ -245,3 +245,70 @@ def test_pair_slowdown_matrix(lucid) -> None:
 def test_baseline() -> None:
     np.testing.assert_allclose(co.baseline_slowdown([50, 150, 230]), [1.0, 1.5, 2.3])
     assert GPU.startswith("FIXTURE")
+
+
+# --- job effects and the inner-CV candidate choice (issue 37) ---------------------------------------------
+
+
+def additive_pairs(n: int = 12, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """FIXTURE pairs whose log slowdown is exactly c + sensitivity(own) + aggressiveness(partner), both linear in two
+    made-up member features; returns (table, aligned member features, per-job truth)."""
+    rng = np.random.default_rng(seed)
+    jobs = pd.DataFrame({"job_key": [f"fixture-j{k}" for k in range(n)], "f1": rng.uniform(0, 1, n),
+                         "f2": rng.uniform(0, 1, n), "model_group": [f"g{k % 4}" for k in range(n)]})
+    jobs["sens"], jobs["aggr"] = 0.3 * jobs.f1 - 0.1 * jobs.f2, 0.2 * jobs.f2 + 0.05 * jobs.f1
+    rows = []
+    for pid, (a, b) in enumerate(all_pairs(n)):
+        for own, other in ((a, b), (b, a)):
+            rows.append({"group_id": f"p{pid}", "job_key": jobs.job_key[own], "model_group": jobs.model_group[own],
+                         "slowdown": float(np.exp(0.1 + jobs.sens[own] + jobs.aggr[other]))})
+    table = pd.DataFrame(rows)
+    member = table[["job_key"]].merge(jobs[["job_key", "f1", "f2"]], on="job_key", how="left")
+    return table, member, jobs
+
+
+def test_job_effects_recover_a_planted_additive_truth() -> None:
+    table, _, jobs = additive_pairs()
+    effects, fit = co.job_effects(table, alpha=1e-6)
+    assert fit["r2"] > 0.999 and fit["spearman"] > 0.99 and 0 < fit["r2_own"] < 1
+    e = effects.merge(jobs, on="job_key")
+    assert spearmanr(e.sensitivity, e.sens).statistic > 0.99 and spearmanr(e.aggressiveness, e.aggr).statistic > 0.99
+    assert (e.pairs == len(jobs) + 1).all()  # every other job once, itself twice (both rows of its self-pair)
+    groups = jobs.set_index("job_key").model_group
+    reach = co.effect_predictability(effects, jobs.set_index("job_key"), groups, ["f1", "f2"])
+    assert reach["sensitivity_spearman"] > 0.9 and reach["aggressiveness_r2"] > 0.8
+    noise = jobs.set_index("job_key").assign(f1=np.random.default_rng(5).uniform(size=len(jobs)), f2=0.0)
+    assert co.effect_predictability(effects, noise, groups, ["f1", "f2"])["sensitivity_spearman"] < 0.8
+    with pytest.raises(GpupredError, match="pairs"):
+        co.job_effects(pd.concat([table, table.iloc[:1]]))
+
+
+def test_effects_model_predicts_held_out_jobs_from_features() -> None:
+    table, member, jobs = additive_pairs(14)
+    held = table.job_key.isin(["fixture-j0", "fixture-j1"]).groupby(table.group_id).transform("any").to_numpy()
+    y = np.log(table.slowdown.to_numpy())
+    model = co.EffectsModel.fit(table[~held].reset_index(drop=True), member[~held].reset_index(drop=True), ["f1", "f2"],
+                                y[~held])
+    t, m = table[held].reset_index(drop=True), member[held].reset_index(drop=True)
+    pred = model.predict(m, m.iloc[co.partner_rows(t)].reset_index(drop=True))
+    # linear effects of features: unseen jobs predicted from features, far better than the training mean
+    assert np.abs(pred - y[held]).max() < 0.03
+    assert np.abs(pred - y[held]).mean() < 0.2 * np.abs(y[~held].mean() - y[held]).mean()
+
+
+def test_slowdown_model_with_effects_agrees_between_predict_and_pair_values() -> None:
+    from gpupred.colocation.model import choose_candidate, group_features, log_prior
+
+    table, member, jobs = additive_pairs(12)
+    member = member.assign(busy=0.3 + 0.5 * member.f1)
+    model = co.SlowdownModel.fit(table, member, ["busy", "f1", "f2"])
+    assert model.kind in ("boosted", "effects")
+    x = group_features(table, member, model.base)
+    kind, _ = choose_candidate(table, member, x, model.base, np.log(table.slowdown.to_numpy()), log_prior(x), 0, {})
+    assert kind == "effects"  # the truth is additive in member features: the effects candidate ranks best
+    model.effects = co.EffectsModel.fit(table, member, model.base, np.log(table.slowdown.to_numpy()) - model.scale * log_prior(x))
+    got = model.predict(table.iloc[:2].reset_index(drop=True), member.iloc[:2].reset_index(drop=True))
+    rows = jobs[["job_key"]].merge(member.drop_duplicates("job_key"), on="job_key")
+    idx = {k: i for i, k in enumerate(rows.job_key)}
+    i, j = idx[table.job_key[0]], idx[table.job_key[1]]
+    np.testing.assert_allclose(got, model.pair_values(rows, np.array([i, j]), np.array([j, i])), rtol=1e-9)

@@ -173,6 +173,28 @@ def test_export_failure_names_the_operator_and_the_workaround() -> None:
     assert "\n" not in line and "onnx::SoftmaxCrossEntropyLoss" in line and "without start_positions, end_positions" in line
 
 
+@pytest.mark.slow
+def test_whisper_with_labels_and_no_cache_names_aten_diff_and_the_call_that_works(tmp_path: Path) -> None:
+    """The issue's Whisper failure, reproduced: with labels and use_cache=False the decoder calls torch.diff (Hugging
+    Face's packed-sequence check), which TorchScript cannot export and torch.export refuses; the one-line error names
+    aten::diff and the call that works (a decoder attention mask), and that call exports."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gpupred.graph.corpus import HF_MODELS, build_hf
+    import gpupred
+
+    entry = next(e for e in HF_MODELS if e.name == "hf-whisper-labels")
+    model, example, _ = build_hf(entry, 2)
+    with pytest.raises(GpupredError) as err:
+        gpupred.export_model(model, {**example, "use_cache": False}, tmp_path / "whisper.onnx")
+    text = str(err.value)
+    assert "\n" not in text and "operator aten::diff" in text and "decoder_attention_mask" in text
+    mask = torch.ones_like(example["labels"])
+    path = gpupred.export_model(model, {**example, "use_cache": False, "decoder_attention_mask": mask},
+                                tmp_path / "whisper.onnx")
+    assert featurize(path, batch_size=4)["unknown_ops"] == 0
+
+
 def test_bert_question_answering_with_positions_exports(tmp_path: Path) -> None:
     """The issue's failing call: BertForQuestionAnswering with start/end positions (a loss whose ignore_index is a shape)."""
     pytest.importorskip("torch")

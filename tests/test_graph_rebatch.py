@@ -143,3 +143,126 @@ def test_truncated_big_file_is_one_line_error(tmp_path: Path) -> None:
     cut.write_bytes(path.read_bytes()[: (1 << 20) + 1000])
     with pytest.raises(GpupredError, match=r"cut.onnx: not a readable ONNX file"):
         featurize(cut, batch_size=1)
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], out: str,
+           inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "fixture", inputs, [helper.make_tensor_value_info(out, F, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def broadcast_constant(batch: int | str, seq_first: bool) -> onnx.ModelProto:
+    """FIXTURE: a constant expanded to the batch and projected (ConViT's ``rel_indices.expand(B, ...)``, or seq-first
+    as XLNet's ``pos_emb.expand(-1, B, -1)``), added to the projected input. At a fixed batch the Expand's target is
+    a constant (a no-op at batch 1: the projection runs for one sample and broadcasts); at a symbolic batch it reads
+    the batch from the input's shape."""
+    axis = 1 if seq_first else 0
+    const_shape = [4, 1, 16] if seq_first else [1, 4, 16]
+    x = helper.make_tensor_value_info("x", F, [batch, 4, 16])
+    inits = {"pos": np.zeros(const_shape, np.float32), "w": np.zeros((16, 2), np.float32),
+             "w2": np.zeros((16, 2), np.float32), "zero": np.asarray([0], np.int64)}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2])] if seq_first else [
+        helper.make_node("Identity", ["x"], ["xt"])]
+    if isinstance(batch, int):
+        inits["target"] = np.asarray(const_shape, np.int64)
+    else:  # [4, B, 16] or [B, 4, 16], B read from the input
+        inits |= {"before": np.asarray(const_shape[:axis], np.int64), "after": np.asarray(const_shape[axis + 1:], np.int64)}
+        nodes += [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Gather", ["xs", "zero"], ["b"]),
+                  helper.make_node("Concat", ["before", "b", "after"], ["target"], axis=0)]
+    nodes += [
+        helper.make_node("Expand", ["pos", "target"], ["e"], name="expand_to_batch"),
+        helper.make_node("MatMul", ["e", "w"], ["p"]),
+        helper.make_node("MatMul", ["xt", "w2"], ["q"]),
+        helper.make_node("Add", ["q", "p"], ["y"]),
+    ]
+    return _model(nodes, [x], "y", inits)
+
+
+@pytest.mark.parametrize("seq_first", [False, True])
+def test_constant_expanded_to_the_export_batch_takes_the_new_one(seq_first: bool) -> None:
+    """Re-batched, a fixed-batch export counts the constant's projection per sample, as the symbolic export does."""
+    per_op: dict[str, dict[str, int]] = {}
+    row = featurize(broadcast_constant(1, seq_first), batch_size=8, per_op=per_op)
+    assert per_op["MatMul"]["macs"] == 2 * 8 * 4 * 16 * 2  # both projections, for 8 samples
+    assert row == featurize(broadcast_constant("batch", seq_first), batch_size=8)
+
+
+def test_constant_repeated_for_one_sample_stays_one_sample() -> None:
+    """FIXTURE: torch's repeat(1, 1, W) on a constant exports as Expand (to ones: rank only) then Tile; torch computes
+    it once (timm's XCiT position encoding), so re-batching leaves it at one sample."""
+    x = helper.make_tensor_value_info("x", F, [1, 4, 16])
+    inits = {"pos": np.zeros((1, 4, 16), np.float32), "ones": np.ones(3, np.int64), "reps": np.ones(3, np.int64),
+             "w": np.zeros((16, 2), np.float32), "w2": np.zeros((16, 2), np.float32)}
+    model = _model([helper.make_node("Expand", ["pos", "ones"], ["e"]), helper.make_node("Tile", ["e", "reps"], ["t"]),
+                    helper.make_node("MatMul", ["t", "w"], ["p"]), helper.make_node("MatMul", ["x", "w2"], ["q"]),
+                    helper.make_node("Add", ["q", "p"], ["y"])], [x], "y", inits)
+    per_op: dict[str, dict[str, int]] = {}
+    featurize(model, batch_size=8, per_op=per_op)
+    assert per_op["MatMul"]["macs"] == (8 + 1) * 4 * 16 * 2
+
+
+def shifted_labels(batch: int) -> onnx.ModelProto:
+    """FIXTURE: Hugging Face's shift_tokens_right as TorchScript exports it at a fixed batch: labels[:, :-1] written
+    by ScatterND into a constant made by new_zeros(labels.shape), through a Reshape whose target is the shape of a
+    constant computation (so only folding finds it), then embedded and projected (the decoder)."""
+    labels = helper.make_tensor_value_info("labels", TensorProto.INT64, [batch, 5])
+    index = np.stack([np.zeros(4, np.int64), np.arange(1, 5)], axis=-1)[None]  # [[0, 1], [0, 2], [0, 3], [0, 4]]
+    inits = {"starts": np.asarray([0], np.int64), "ends": np.asarray([-1], np.int64), "axes": np.asarray([1], np.int64),
+             "c1": np.zeros((1, 4), np.int64), "c2": np.ones((1, 4), np.int64), "zeros": np.zeros((1, 5), np.int64),
+             "index": index, "emb": np.zeros((10, 8), np.float32), "w": np.zeros((8, 8), np.float32)}
+    nodes = [
+        helper.make_node("Slice", ["labels", "starts", "ends", "axes"], ["head"]),
+        helper.make_node("Add", ["c1", "c2"], ["like"]),
+        helper.make_node("Shape", ["like"], ["like_shape"]),
+        helper.make_node("Reshape", ["head", "like_shape"], ["updates"]),
+        helper.make_node("ScatterND", ["zeros", "index", "updates"], ["shifted"], name="shift_right"),
+        helper.make_node("Gather", ["emb", "shifted"], ["h"]),
+        helper.make_node("MatMul", ["h", "w"], ["y"]),
+    ]
+    return _model(nodes, [labels], "y", inits)
+
+
+def test_labels_scattered_into_a_constant_are_rebatched() -> None:
+    """The decoder of a model exported with labels at batch 1 runs for every sample once re-batched."""
+    per_op: dict[str, dict[str, int]] = {}
+    featurize(shifted_labels(1), batch_size=4, per_op=per_op)
+    assert per_op["MatMul"]["macs"] == 4 * 5 * 8 * 8 and per_op["ScatterND"]["elements"] == 4 * 5
+
+
+def test_gather_by_indices_made_for_one_sample_is_rebatched() -> None:
+    """FIXTURE: an attention mask flattened and gathered by constant indices made for one sample (TorchScript's
+    advanced indexing at a fixed batch of 1): the indices take the new batch."""
+    mask = helper.make_tensor_value_info("mask", F, [1, 6])
+    inits = {"idx": np.arange(6, dtype=np.int64).reshape(1, 1, 1, 6)}
+    model = _model([helper.make_node("Flatten", ["mask"], ["flat"], axis=2),
+                    helper.make_node("Gather", ["flat", "idx"], ["g"], axis=0, name="index_mask"),
+                    helper.make_node("Relu", ["g"], ["y"])], [mask], "y", inits)
+    per_op: dict[str, dict[str, int]] = {}
+    featurize(model, batch_size=8, per_op=per_op)
+    assert per_op["Relu"]["elements"] == 8 * 6
+
+
+def test_node_computing_one_sample_is_refused(tmp_path: Path) -> None:
+    """A slice that keeps one sample of the export's batch (x[:1]) cannot be told from a batch: refused, named."""
+    x = helper.make_tensor_value_info("x", F, [1, 8])
+    inits = {"s": np.asarray([0], np.int64), "e": np.asarray([1], np.int64), "a": np.asarray([0], np.int64),
+             "w": np.zeros((8, 8), np.float32)}
+    path = tmp_path / "first.onnx"
+    onnx.save(_model([helper.make_node("Slice", ["x", "s", "e", "a"], ["first"], name="first_sample"),
+                      helper.make_node("MatMul", ["first", "w"], ["y"])], [x], "y", inits), path)
+    with pytest.raises(GpupredError) as err:
+        featurize(path, batch_size=4)
+    text = str(err.value)
+    assert text.startswith(f"{path}: cannot change the batch size from 1 to 4: node 'first_sample' (Slice)")
+    assert "does not grow" in text and "\n" not in text
+
+
+def test_shape_of_a_computed_constant_is_folded() -> None:
+    """FIXTURE: Shape of a tensor computed from constants (its shape declared nowhere, as after folding prunes it):
+    its value gives the shape (a re-batched Reshape's target at the old batch comes from it)."""
+    from gpupred.graph.fold import evaluate
+
+    model = _model([helper.make_node("Add", ["c1", "c2"], ["like"]), helper.make_node("Shape", ["like"], ["y"])],
+                   [], "y", {"c1": np.zeros((1, 4), np.int64), "c2": np.ones((1, 4), np.int64)})
+    assert evaluate(model, {})["y"].tolist() == [1, 4]

@@ -54,7 +54,7 @@ def test_tasks_and_nodes_follow_the_contract(imported: None) -> None:
     assert t.loc["fixture-pod-3", "gpu_share"] == 1.0 and t.loc["fixture-pod-3", "censored"]
     assert np.isnan(t.loc["fixture-pod-4", "duration_s"]) and t.loc["fixture-pod-2", "gpu_share"] == 0.0
     n = nodes.set_index("node_id")
-    assert n.loc["fixture-node-0", "gpu_memory_mib"] == 16384 and n.loc["fixture-node-0", "memory_source"] == "datasheet"
+    assert n.loc["fixture-node-0", "gpu_memory_mib"] == 16384 and n.loc["fixture-node-0", "memory_source"] == "gpupred.hardware"
     assert n.loc["fixture-node-1", "gpu_memory_mib"] == 32768 and n.loc["fixture-node-3", "memory_source"] == "gpupred.hardware"
     assert n.loc["fixture-node-2", "memory_source"] == "assumed"
     counts = alibaba.import_counts(tasks, nodes)

@@ -87,14 +87,15 @@ def test_07_openb_section_on_fixture_files(tmp_path: Path, run_notebook) -> None
     write_notebook_tree(tmp_path)
     fixture = write_openb_fixture(tmp_path / "openb-fixture")
     params = {**SMALL_07, "n_jobs": 40, "seeds": [0, 1, 2, 3, 4], "openb_fixture_dir": str(fixture), "trace_loads": [1.0],
-              "eval_tasks": 60, "tune_frac": 0.3, "tune_grid": [1.5, 2.0]}
+              "eval_tasks": 60, "tune_frac": 0.3, "tune_oom_risk": [0.05, 1.0], "tune_min_gain": [0.0]}
     run_notebook("07-scheduling-sim", params)
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
     assert metrics["openb_tasks"] == 160 and metrics["openb_eval_tasks"] == 60
     for quality in ("ours", "perfect", "degraded"):
         for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "avg_util", "makespan_s"):
             assert f"sim_openb_load1_{quality}_ours_minus_horus_{key}_ci" in metrics
-    assert metrics["sim_openb_changed_max_slowdown"] in (1.5, 2.0)
+    assert metrics["sim_openb_changed_max_oom_risk"] in (0.05, 1.0) and metrics["sim_openb_changed_min_gain"] == 0.0
+    assert 0 <= metrics["sim_gain_truth_gain_positive"] <= 1 and "openb_gpus_speed_fallback" in metrics
     assert "sim_openb_load1_changed_ours_minus_horus_mean_jct_s" in metrics
     html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
     assert "ours - Horus mean JCT" in html and (tmp_path / "reports" / "figures" / "07-openb-policies.png").exists()

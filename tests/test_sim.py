@@ -462,3 +462,76 @@ def test_verdict_and_why_line_read_the_numbers() -> None:
     cand = {"upper_bound": 0.5, "point": 0.9, "truth": 0.95, "truth_median": 1.1, "upper_bound_median": 1.6}
     line = sim.why_line(sharing, cand, 1.5)
     assert "0.200 co-locations per job against Horus's 0.600" in line and "allow 50% of workload pairs" in line
+
+
+# --- GPU speed and ours' throughput rule (issue 37) --------------------------------------------------------
+
+
+def test_gpu_speed_scales_run_time_and_the_fastest_empty_gpu_is_taken() -> None:
+    slow = Cluster(per_gpu_memory_mib=(CAP,), per_gpu_speed=(0.5,))
+    res = simulate(jobs({}), slow, SlotPolicy(), Const(1.0))
+    assert jct(res) == [200.0]  # 100 s of work at half speed
+    res = simulate(jobs({}, {}), slow, OursPolicy(predicted(1.5), max_slowdown=2.0), Const(1.5))
+    assert jct(res) == [300.0, 300.0]  # shared: speed / slowdown = 1/3
+    two = Cluster(per_gpu_memory_mib=(CAP, CAP), per_gpu_speed=(0.5, 2.0))
+    res = simulate(jobs({}), two, SlotPolicy(), Const(1.0))
+    assert jct(res) == [50.0] and res.jobs["gpu"].tolist() == [1]
+    with pytest.raises(GpupredError, match="per_gpu_speed"):
+        _ = Cluster(per_gpu_memory_mib=(CAP, CAP), per_gpu_speed=(1.0,)).speed
+
+
+def test_observed_slowdown_divides_out_the_gpu_speed() -> None:
+    s = Simulator(jobs({}, {}), Cluster(per_gpu_memory_mib=(CAP,), per_gpu_speed=(0.5,)), Const(1.6))
+    s.place(0, 0)
+    s.place(1, 0)
+    assert s.observed_slowdown(0) == pytest.approx(1.6)
+
+
+def test_pair_gain_and_the_throughput_rule() -> None:
+    assert sim.pair_gain(np.array([1.0, 2.0, 1.5, np.nan]), np.array([1.0, 2.0, 3.0, 1.0])).tolist() == pytest.approx(
+        [1.0, 0.0, 1 / 1.5 + 1 / 3 - 1, -np.inf])
+    # slowdown 1.8 both ways: above max_slowdown 1.5, yet sharing gains 1/1.8 * 2 - 1 > 0 of throughput
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.8), bound="point", rule="throughput"), Const(1.8))
+    assert jct(res) == pytest.approx([180.0, 180.0])  # both done by 180 s, against 100 and 200 serially
+    refuse = OursPolicy(predicted(1.8), bound="point", rule="throughput", min_gain=0.2)
+    assert jct(simulate(jobs({}, {}), one_gpu(), refuse, Const(1.8))) == [100.0, 200.0]
+    with pytest.raises(GpupredError, match="rule"):
+        OursPolicy(predicted(1.0), rule="fastest")
+
+
+def test_throughput_rule_weighs_the_gain_by_the_chance_the_pair_fits() -> None:
+    # predicted 30 + 45 GB with wide intervals on a 80 GB GPU: OOM probability well above 0 -> expected gain shrinks
+    wide = jobs({"mem": 30_000.0, "pred_mem_high": 60_000.0}, {"mem": 45_000.0, "pred_mem_high": 90_000.0})
+    policy = OursPolicy(predicted(1.2), bound="point", rule="throughput", max_oom_risk=1.0, min_gain=0.5)
+    s = Simulator(wide, one_gpu(), Const(1.2))
+    policy.attach(s)
+    risk = float(policy.oom_risk(1, np.array([0]), np.array([CAP]))[0])
+    assert 0.05 < risk < 1
+    gain = 2 / 1.2 - 1
+    packed = gain * (1 - risk) > 0.5
+    res = simulate(wide, one_gpu(), policy, Const(1.2))
+    assert (res.metrics["pairs_modelled"] == 1) == packed
+    assert packed is False  # 0.67 x (1 - risk) falls under the 0.5 bar
+
+
+def test_a_setting_is_tuned_on_the_tuning_maker_only() -> None:
+    from fixtures_coloc import fixture_workload_table
+
+    table = fixture_workload_table(4)
+    n = len(table)
+    matrix = np.full((n, n), 1.3)
+    world = sim.World("FIXTURE GPU", CAP, table.assign(job_key=table["workload_id"], model_group="g"),
+                      np.full((n, n), np.nan), matrix, matrix, matrix * 1.2)
+    seen: list[int] = []
+
+    def tuning(seed: int) -> tuple[pd.DataFrame, Cluster]:
+        seen.append(seed)
+        return synthetic_trace(world.workloads, 60, 2, load=1.5, seed=seed, median_duration_s=300), Cluster(1, 2, CAP)
+
+    settings = sim.Settings(bound="point", rule="throughput", max_oom_risk=None)
+    grid, best = sim.tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}])
+    assert set(seen) == {0, 1} and len(grid) == 2 and best in ({"min_gain": 0.0}, {"min_gain": 0.9})
+    # gain 2/1.3 - 1 = 0.54: packing (min_gain 0) beats never packing (0.9) on an overloaded cluster
+    assert best == {"min_gain": 0.0} and grid["mean_jct_s"].iloc[0] < grid["mean_jct_s"].iloc[1]
+    with pytest.raises(ValueError, match="unknown settings"):
+        sim.tune_settings(world, [tuning], [0], settings, [{"speed": 1.0}])

@@ -66,3 +66,26 @@ def test_trace_jobs_split_clip_and_cluster_for_load() -> None:
     assert sim.cluster_for_load(fixture_nodes(), jobs, load=0.5, seed=0).n_gpus >= cluster.n_gpus
     with pytest.raises(GpupredError, match="needs"):
         sim.cluster_for_load(fixture_nodes(), jobs, load=0.001, seed=0)
+
+
+def test_node_speeds_from_hardware_with_a_logged_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    nodes = sim.with_speeds(fixture_nodes(), "RTX 3090")
+    t4 = nodes[nodes["model"] == "T4"].iloc[0]
+    assert t4["speed_source"] == "gpupred.hardware"
+    assert t4["speed"] == pytest.approx(np.sqrt(8.1 / 35.6 * 320 / 936))  # FP32 and bandwidth ratios to the RTX 3090
+    g2 = nodes[nodes["model"] == "G2"].iloc[0]
+    assert g2["speed"] == sim.alibaba.SPEED_FALLBACK and g2["speed_source"] == "fallback"
+    sim.alibaba._logged_fallbacks.discard("G9")
+    with caplog.at_level("WARNING"):
+        assert sim.relative_speed("G9", "RTX 3090") == (sim.alibaba.SPEED_FALLBACK, "fallback")
+    assert "G9" in caplog.text
+
+
+def test_cluster_for_load_counts_speed_not_gpus() -> None:
+    ran, _ = sim.gpu_tasks(fixture_tasks())
+    jobs = sim.trace_jobs(ran, fixture_workload_table(6), seed=0, max_duration_s=500.0)
+    plain = sim.cluster_for_load(fixture_nodes(), jobs, load=1.0, seed=0)
+    fast = sim.cluster_for_load(fixture_nodes().assign(speed=2.0), jobs, load=1.0, seed=0)
+    span = jobs["arrival_s"].max() - jobs["arrival_s"].min()
+    assert (plain.speed == 1.0).all() and fast.speed.sum() >= jobs["work_s"].sum() / span
+    assert fast.n_gpus == int(np.ceil(plain.n_gpus / 2))  # twice as fast: half the GPUs carry the same load

@@ -69,6 +69,9 @@ _TABLE: list[tuple[str, GpuSpec]] = [
     (r"\bv100\b", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7, 125.0)),
     # NVIDIA T4 datasheet: 40 SMs, 16 GB, 320 GB/s, FP32 8.1 TF; no TF32/BF16 cores; FP16 tensor 65 TF.
     (r"\bt4\b", GpuSpec("T4", 40, 16, 320, 8.1, 8.1, 8.1, 65.0)),
+    # NVIDIA Tesla P100 PCIe datasheet (16 GB; the cloud variant): 56 SMs, 732 GB/s, FP32 9.3 TF; no tensor cores,
+    # no BF16, and FP16 with FP32 accumulation (autocast's) runs at the FP32 rate.
+    (r"\bp100\b", GpuSpec("P100", 56, 16, 732, 9.3, 9.3, 9.3, 9.3)),
     # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): 128 SMs, 24 GB, 1,008 GB/s, FP32 82.6 TF,
     # TF32 82.6 TF dense, BF16 (FP32 accumulate) 165.2 TF dense.
     (r"\brtx 4090\b", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2)),
@@ -131,7 +134,7 @@ ARCHITECTURES: dict[str, str] = {
     "H200": "hopper", "H100 NVL": "hopper", "H100 PCIe": "hopper", "H100 SXM": "hopper",
     "A100 PCIe 80GB": "ampere", "A100 SXM 80GB": "ampere", "A100 40GB": "ampere", "A10": "ampere", "RTX 3090": "ampere",
     "L40S": "ada", "L4": "ada", "RTX 4090": "ada", "V100 PCIe": "volta", "V100 SXM2 16GB": "volta",
-    "V100 SXM2 32GB": "volta", "T4": "turing",
+    "V100 SXM2 32GB": "volta", "T4": "turing", "P100": "pascal",
 }
 
 

@@ -15,6 +15,9 @@
   (:mod:`gpupred.colocation.timeshare`) from each busy fraction there is: predicted utilization / 100
   (``busy_util``), the step model's busy / step time (``busy_phys``, when the dataset has ``phys_*``
   columns), and measured solo utilization / 100 (an oracle, like the measured baseline).
+- The model's candidate in each cell (boosted correction with a residual weight, or job effects:
+  :func:`gpupred.colocation.model.choose_candidate`) is chosen by an inner cross-validation over the cell's
+  training pairs only (``candidate`` column of the held-out table).
 - The model's ``busy`` input is ``busy_util``. The step model's busy fraction (``busy_phys``) and its kernel count and
   host time were its inputs at first; on Lucid's held-out pairs they ranked worse (Spearman 0.46 by pair, -0.08 by
   model group, against 0.54 and 0.37 without them; the plain time-sharing estimate from ``busy_phys`` alone 0.12):
@@ -172,6 +175,7 @@ def crossfit(table: pd.DataFrame, member: pd.DataFrame, base: Iterable[str] = PR
     cell_of_group = _cells(fold, codes, n_groups, big) if n_groups else np.empty(0, dtype=np.int64)
     row_cell = cell_of_group[codes] if n_groups else np.empty(0, dtype=np.int64)
     predicted = np.full(len(t), np.nan)
+    chosen = np.full(len(t), "", dtype=object)
     for fa in range(n_folds):
         for fb in range(fa, n_folds):
             touches = np.bincount(codes, weights=((fold == fa) | (fold == fb)).astype(float), minlength=n_groups) > 0
@@ -185,6 +189,7 @@ def crossfit(table: pd.DataFrame, member: pd.DataFrame, base: Iterable[str] = PR
             cf.models[(fa, fb)] = model
             cf.train_units[(fa, fb)] = set(units[train])
             predicted[test] = model.predict(t[test], m[test])
+            chosen[test] = model.kind if model.kind != "boosted" else f"boosted x{model.shrink:g}"
     cf.base = next(iter(cf.models.values())).base if cf.models else []
     err = np.abs(np.log(np.maximum(t["slowdown"].to_numpy(float), 1e-3)) - np.log(predicted))
     for (fa, fb) in cf.models:
@@ -192,7 +197,7 @@ def crossfit(table: pd.DataFrame, member: pd.DataFrame, base: Iterable[str] = PR
         pool = err[other] if other.any() else err[np.isfinite(err)]
         cf.width[(fa, fb)] = float(np.quantile(pool, 1 - alpha)) if len(pool) else 0.0
     held = t[["group_id", "member", "source", "gpu_name", "workload_id", "job_key", "model_group", "slowdown",
-              "sum_util"]].assign(predicted=predicted, cell=row_cell)
+              "sum_util"]].assign(predicted=predicted, cell=row_cell, candidate=chosen)
     return cf, held
 
 

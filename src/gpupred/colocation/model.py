@@ -111,21 +111,58 @@ def fit_residual(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, seed: i
         return scale, HistGradientBoostingRegressor(**settings).fit(x, target - scale * prior)
 
 
-def choose_shrink(x: pd.DataFrame, target: np.ndarray, prior: np.ndarray, groups: np.ndarray, seed: int,
-                  params: dict[str, Any], n_folds: int = 3) -> float:
-    """The residual weight in :data:`SHRINK` with the least squared log error over folds of whole model groups."""
-    from sklearn.model_selection import GroupKFold
+def inner_folds(table: pd.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) row positions per fold of whole model groups: test rows are the fold's groups' jobs, train
+    rows the pairs with no member in the fold (so a test job is in no training pair)."""
+    groups = table["model_group"].astype(str).to_numpy()
+    fold_of = {g: k % n_folds for k, g in enumerate(sorted(set(groups)))}
+    fold = np.array([fold_of[g] for g in groups])
+    codes = pd.factorize(table["group_id"])[0]
+    out = []
+    for k in range(n_folds):
+        touched = np.bincount(codes, weights=(fold == k).astype(float), minlength=codes.max() + 1) > 0
+        out.append((np.flatnonzero(~touched[codes]), np.flatnonzero(fold == k)))
+    return out
 
-    if len(np.unique(groups)) < n_folds:
-        return 1.0
-    err = np.zeros(len(SHRINK))
-    for tr, te in GroupKFold(n_splits=n_folds).split(x, target, groups):
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(spearmanr(a[ok], b[ok]).statistic) if ok.sum() > 2 and np.ptp(a[ok]) > 0 else -1.0
+
+
+def choose_candidate(table: pd.DataFrame, member: pd.DataFrame, x: pd.DataFrame, base: list[str], target: np.ndarray,
+                     prior: np.ndarray, seed: int, params: dict[str, Any], n_folds: int = 3) -> tuple[str, float]:
+    """(kind, shrink) of the candidate with the highest inner Spearman over folds of whole model groups.
+
+    Candidates, fixed before any evaluation: ``boosted`` with each residual weight of :data:`SHRINK` (0: the
+    calibrated time-sharing prior alone) and, on tables of pairs, ``effects`` (prior plus
+    :class:`gpupred.colocation.effects.EffectsModel`). Ranking-aware: the pooled inner-fold Spearman decides.
+    """
+    from gpupred.colocation.effects import EffectsModel, partner_rows
+
+    if "model_group" not in table.columns or table["model_group"].nunique() < n_folds:
+        return "boosted", 1.0
+    pairs = bool((table.groupby("group_id")["group_id"].transform("size") == 2).all())
+    partner = partner_rows(table) if pairs else None
+    pred = {("boosted", w): np.full(len(x), np.nan) for w in SHRINK}
+    if pairs:
+        pred[("effects", 0.0)] = np.full(len(x), np.nan)
+    for tr, te in inner_folds(table, n_folds):
+        if len(tr) < 8 or not len(te):
+            continue
         scale, model = fit_residual(x.iloc[tr], target[tr], prior[tr], seed, params)
         with single_thread():
             resid = model.predict(x.iloc[te])
-        for k, w in enumerate(SHRINK):
-            err[k] += float(np.sum((target[te] - scale * prior[te] - w * resid) ** 2))
-    return float(SHRINK[int(np.argmin(err))])
+        for w in SHRINK:
+            pred[("boosted", w)][te] = scale * prior[te] + w * resid
+        if partner is not None:
+            eff = EffectsModel.fit(table.iloc[tr], member.iloc[tr], base, target[tr] - scale * prior[tr])
+            pred[("effects", 0.0)][te] = scale * prior[te] + eff.predict(member.iloc[te], member.iloc[partner[te]])
+    score = {k: _spearman(v, target) for k, v in pred.items()}
+    kind, shrink = max(score, key=lambda k: (score[k], -SHRINK.index(k[1]) if k[0] == "boosted" else 0))
+    return kind, float(shrink)
 
 
 @dataclass
@@ -137,14 +174,17 @@ class SlowdownModel:
     model: Any = field(repr=False)
     scale: float = 0.0  # the fitted exponent k of the prior: the model corrects k * log(timeshare)
     shrink: float = 1.0  # weight of the boosted residual (chosen in an inner cross-validation)
+    kind: str = "boosted"  # the candidate the inner cross-validation chose: "boosted" or "effects"
+    effects: Any = field(default=None, repr=False)  # the EffectsModel when kind is "effects"
 
     @classmethod
     def fit(cls, table: pd.DataFrame, member: pd.DataFrame, base: list[str] | tuple[str, ...], seed: int = 0,
             **params: Any) -> SlowdownModel:
         """Train on every row of ``table`` (finite slowdowns, whole groups) with its aligned ``member`` features.
 
-        With a time-sharing prior, the boosted residual is shrunk by a factor chosen from :data:`SHRINK` in an
-        inner cross-validation over the training rows' model groups (0: the calibrated prior alone).
+        With a time-sharing prior, the candidate (boosted residual shrunk by a factor of :data:`SHRINK`, 0: the
+        calibrated prior alone; or job effects) is chosen by :func:`choose_candidate` in an inner
+        cross-validation over the training rows' model groups.
         """
         y = table["slowdown"].to_numpy(float)
         if len(table) < 4 or not np.isfinite(y).all():
@@ -155,17 +195,35 @@ class SlowdownModel:
             raise GpupredError(f"none of the features {list(base)} has a value; nothing to fit the slowdown on")
         x = group_features(table, member, use)
         target, prior = np.log(np.maximum(y, 1e-3)), log_prior(x)
-        shrink = 1.0
+        kind, shrink = "boosted", 1.0
         if "timeshare" in x.columns and "model_group" in table.columns:
-            shrink = choose_shrink(x, target, prior, table["model_group"].astype(str).to_numpy(), seed, params)
+            t, m = table.reset_index(drop=True), member.reset_index(drop=True)
+            kind, shrink = choose_candidate(t, m, x, use, target, prior, seed, params)
         scale, model = fit_residual(x, target, prior, seed, params)
-        return cls(use, list(x.columns), model, scale, shrink)
+        effects = None
+        if kind == "effects":
+            from gpupred.colocation.effects import EffectsModel
+
+            effects = EffectsModel.fit(table.reset_index(drop=True), member.reset_index(drop=True), use, target - scale * prior)
+        return cls(use, list(x.columns), model, scale, shrink, kind, effects)
+
+    def _log_value(self, x: pd.DataFrame, own: pd.DataFrame, partner: pd.DataFrame | None) -> np.ndarray:
+        """Log slowdown: ``k log timeshare`` plus the chosen candidate's part (shrunk boosting or job effects)."""
+        if self.effects is not None and partner is not None:
+            return self.scale * log_prior(x) + self.effects.predict(own, partner)
+        with single_thread():
+            return self.shrink * self.model.predict(x) + self.scale * log_prior(x)
 
     def predict(self, table: pd.DataFrame, member: pd.DataFrame) -> np.ndarray:
         """Predicted slowdown of each row of a co-location table (aligned ``member`` features)."""
         x = group_features(table, member, self.base)[self.columns]
-        with single_thread():
-            return np.exp(self.shrink * self.model.predict(x) + self.scale * log_prior(x))
+        partner = None
+        if self.effects is not None:
+            from gpupred.colocation.effects import partner_rows
+
+            member = member.reset_index(drop=True)
+            partner = member.iloc[partner_rows(table.reset_index(drop=True))].reset_index(drop=True)
+        return np.exp(self._log_value(x, member, partner))
 
     def pair_values(self, rows: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Slowdowns of workload ``rows[a[k]]`` sharing a GPU with ``rows[b[k]]`` (rows: per-workload features)."""
@@ -174,8 +232,8 @@ class SlowdownModel:
         if len(a) == 0:
             return np.empty(0)
         x = derive(v[a], v[b], v[b], np.ones(len(a)), self.base)[self.columns]
-        with single_thread():
-            return np.exp(self.shrink * self.model.predict(x) + self.scale * log_prior(x))
+        own = rows[self.base].iloc[a].reset_index(drop=True)
+        return np.exp(self._log_value(x, own, rows[self.base].iloc[b].reset_index(drop=True)))
 
     def pair_matrix(self, rows: pd.DataFrame) -> np.ndarray:
         """Slowdown of workload ``rows[i]`` sharing a GPU with ``rows[j]``, for every ordered pair."""

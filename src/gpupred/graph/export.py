@@ -298,6 +298,15 @@ def _dynamo_export(
 
 
 LOSS_INPUTS: tuple[str, ...] = ("labels", "start_positions", "end_positions", "next_sentence_label", "mc_labels")
+# operators whose failure has a known cause in common models, and the call that avoids it
+OPERATOR_WORKAROUNDS: dict[str, str] = {
+    # transformers' masking_utils.find_packed_sequence_indices: no attention mask and no cache (use_cache=False, as
+    # in training) make a decoder look for packed sequences with torch.diff, which TorchScript cannot export and
+    # whose data-dependent check torch.export refuses (Whisper called with labels and use_cache=False)
+    "aten::diff": ("give the decoder an attention mask, so that Hugging Face skips its packed-sequence check "
+                   "(decoder_attention_mask=torch.ones_like(labels) for an encoder-decoder, attention_mask for a "
+                   "decoder), or leave use_cache at its default"),
+}
 
 
 def export_failure(label: str, input_names: Sequence[str], errors: Sequence[str]) -> str:
@@ -307,7 +316,9 @@ def export_failure(label: str, input_names: Sequence[str], errors: Sequence[str]
     ops = [m.group(0) for e in errors for m in re.finditer(r"\b(?:aten|onnx|prim)::[A-Za-z_0-9.]+", e)]
     op = f"operator {ops[0]}" if ops else "an operator"
     losses = [n for n in input_names if n in LOSS_INPUTS]
-    if losses:
+    if ops and ops[0] in OPERATOR_WORKAROUNDS:
+        fix = OPERATOR_WORKAROUNDS[ops[0]]
+    elif losses:
         fix = (f"export the forward without {', '.join(losses)} (the loss is a small share of a step): "
                f"export_model(model, {{k: v for k, v in inputs.items() if k not in {tuple(losses)!r}}}, path)")
     else:

@@ -147,10 +147,11 @@ def evaluate(model: ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str,
                 if value is not None:
                     values[node.output[0]] = value
                 continue
-            if node.op_type in ("Shape", "Size"):
-                if node.input[0] not in shapes:
+            if node.op_type in ("Shape", "Size"):  # the shape of a tensor computed here is its value's
+                known = shapes.get(node.input[0], values[node.input[0]].shape if node.input[0] in values else None)
+                if known is None:
                     continue
-                dims = np.asarray(shapes[node.input[0]], dtype=np.int64)
+                dims = np.asarray(known, dtype=np.int64)
                 out = [dims[_shape_slice(node)] if node.op_type == "Shape" else np.asarray(dims.prod())]
             else:
                 ins = _node_inputs(node, values)

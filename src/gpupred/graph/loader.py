@@ -310,7 +310,7 @@ def load_graph(
             return graph, bs
     fixed = fixed_batch(model) if batch_name is None else None
     if fixed is not None and fixed != bs:
-        rebatch(model, label, fixed, bs, lambda m: infer(m, label))
+        folded |= rebatch(model, label, fixed, bs, lambda m: infer(m, label))  # its shape arithmetic folded
         inits = _read_inits(model)
         nodes = read_nodes(model, None, inits)
     substitute(model, batch_name, bs)

@@ -50,12 +50,12 @@ TASK_COLUMNS: tuple[str, ...] = (
 NODE_COLUMNS: tuple[str, ...] = ("node_id", "model", "gpus", "gpu_memory_mib", "memory_source")
 
 # GPU memory of the trace's node models. Where gpupred.hardware knows the model its vendor size is used;
-# the P100 (16 GB, NVIDIA Tesla P100 datasheet) is not in that table; G1-G3 are undisclosed models, given
-# the size of the GPU the co-location truth was measured on (RTX 3090, 24 GB) and marked "assumed".
-P100_MEMORY_GB = 16.0
+# G1-G3 are undisclosed models, given the size of the GPU the co-location truth was measured on (RTX 3090,
+# 24 GB) and marked "assumed".
 UNKNOWN_MEMORY_GB = 24.0
 # The trace's model names as gpupred.hardware names them (V100M16/M32: V100 with 16/32 GB).
-HARDWARE_NAMES: dict[str, str] = {"V100M16": "V100 16GB", "V100M32": "V100 32GB", "T4": "T4", "A10": "A10"}
+HARDWARE_NAMES: dict[str, str] = {"V100M16": "V100 16GB", "V100M32": "V100 32GB", "T4": "T4", "A10": "A10",
+                                  "P100": "P100"}
 
 
 def tasks_from_frame(pods: pd.DataFrame, origin: str = POD_FILE) -> pd.DataFrame:
@@ -83,12 +83,10 @@ def tasks_from_frame(pods: pd.DataFrame, origin: str = POD_FILE) -> pd.DataFrame
 
 
 def node_memory_gb(model: str) -> tuple[float, str]:
-    """GPU memory (GB) of a trace node model and where the figure comes from (hardware, datasheet, assumed)."""
+    """GPU memory (GB) of a trace node model and where the figure comes from (gpupred.hardware, or assumed)."""
     from gpupred.hardware import gpu_spec
 
     name = model.strip().upper()
-    if name == "P100":
-        return P100_MEMORY_GB, "datasheet"
     if name in HARDWARE_NAMES:
         return float(gpu_spec(HARDWARE_NAMES[name]).memory_gb), "gpupred.hardware"
     return UNKNOWN_MEMORY_GB, "assumed"

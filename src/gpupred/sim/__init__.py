@@ -20,27 +20,31 @@ from gpupred.sim.alibaba import (
     fitting_jobs,
     gpu_tasks,
     load_openb,
+    relative_speed,
     scenario,
     slice_trace,
     trace_counts,
     trace_jobs,
+    with_speeds,
 )
 from gpupred.sim.experiment import (
     HISTORY_SEED,
     POLICY_ORDER,
     QUALITIES,
     Settings,
+    gain_spread,
     history_classes,
     loads_sweep,
     make_policies,
     measured_share,
+    ours_jct,
     run_policies,
     run_qualities,
     run_seeds,
     sharing_summary,
     candidate_share,
     trace_settings,
-    tune_max_slowdown,
+    tune_settings,
     with_quality,
 )
 from gpupred.sim.metrics import (
@@ -64,17 +68,18 @@ from gpupred.sim.policies import (
     SlotPolicy,
     horus_cost,
     make_policy,
+    pair_gain,
 )
 from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trace_csv, synthetic_trace
 from gpupred.sim.world import World, build_world
 
 __all__ = [
     "QUALITIES", "TraceSlices", "candidate_share", "load_openb", "scenario", "sharing_summary", "trace_settings",
-    "tune_max_slowdown", "verdict", "why_line", "assign_workloads", "cluster_for_load", "fitting_jobs", "gpu_tasks", "run_qualities",
+    "tune_settings", "gain_spread", "ours_jct", "verdict", "why_line", "assign_workloads", "cluster_for_load", "relative_speed", "with_speeds", "fitting_jobs", "gpu_tasks", "run_qualities",
     "slice_trace", "trace_counts", "trace_jobs", "with_quality",
     "HISTORY_SEED", "JOB_COLUMNS", "POLICIES", "POLICY_ORDER", "REPORT_KEYS", "WORKLOAD_COLUMNS", "BaselineSlowdown", "Cluster",
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",
-    "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World",
+    "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World", "pair_gain",
     "build_world", "check_workload_table", "ci_halfwidth", "history_classes", "horus_cost", "load_trace_csv",
     "loads_sweep", "make_policies", "make_policy", "measured_share", "metrics_table", "paired_differences",
     "report_metrics", "run_policies", "run_seeds", "simulate", "summarize_seeds", "synthetic_trace", "util_timeseries",

@@ -20,10 +20,19 @@ What comes from the trace (:mod:`gpupred.importers.alibaba`), and what had to be
   measured solo utilization. A task that asked for a small share gets a workload that measured low
   utilization; the seed changes the assignment.
 - **GPUs.** Nodes as listed, each GPU with its model's memory (:func:`gpupred.importers.alibaba.node_memory_gb`;
-  G1-G3 undisclosed: 24 GB assumed). Speeds and slowdowns are those measured on the truth's GPU for
-  every model (the trace gives no per-model speeds; a job's work is its duration).
+  G1-G3 undisclosed: 24 GB assumed).
+- **GPU speed.** A job's work (its trace duration) is its solo run time on the truth's GPU (the RTX 3090).
+  A GPU of another model runs it ``speed`` times as fast (:func:`relative_speed`): the geometric mean of
+  its FP32 peak ratio and memory-bandwidth ratio to the truth's GPU (:mod:`gpupred.hardware`), since a
+  training step is partly compute- and partly bandwidth-bound (V100 0.65, A10 0.75, T4 0.28 of an RTX
+  3090). Models missing from that table (the undisclosed G1-G3) get :data:`SPEED_FALLBACK` (1: the
+  truth's GPU, as their memory is), logged once per model and counted per GPU (``speed_source``).
+  Pair slowdowns are the truth's GPU's on every model.
 - **Load.** The trace's cluster was mostly idle for these tasks; a *load* ``L`` keeps a seeded random
-  subset of nodes whose GPU count is the slice's solo GPU work over (``L`` x its arrival span).
+  subset of nodes whose summed GPU speed is the slice's solo GPU work over (``L`` x its arrival span).
+- **Multi-GPU tasks** are not gang-scheduled: each of their GPUs is an independent job (they are 1 % of
+  the GPU tasks; gang placement would need node structure in :class:`gpupred.sim.Cluster` and in every
+  policy, left undone).
 """
 
 from __future__ import annotations
@@ -102,21 +111,58 @@ def trace_jobs(tasks: pd.DataFrame, workloads: pd.DataFrame, seed: int, max_dura
     return jobs
 
 
+SPEED_FALLBACK = 1.0  # relative speed of a GPU model gpupred.hardware does not know: the truth's GPU's
+_logged_fallbacks: set[str] = set()
+
+
+def relative_speed(model: str, reference: str) -> tuple[float, str]:
+    """(speed of a trace node model relative to GPU ``reference``, source): hardware, or fallback (logged once)."""
+    import logging
+
+    from gpupred.hardware import gpu_spec
+    from gpupred.importers.alibaba import HARDWARE_NAMES
+
+    name = HARDWARE_NAMES.get(model.strip().upper())
+    if name is None:
+        if model not in _logged_fallbacks:
+            _logged_fallbacks.add(model)
+            logging.getLogger(__name__).warning("GPU model %r is not in gpupred.hardware: speed %.2f of %s assumed",
+                                                model, SPEED_FALLBACK, reference)
+        return SPEED_FALLBACK, "fallback"
+    g, ref = gpu_spec(name), gpu_spec(reference)
+    return float(np.sqrt(g.tflops_fp32 / ref.tflops_fp32 * g.mem_bw_gbs / ref.mem_bw_gbs)), "gpupred.hardware"
+
+
+def with_speeds(nodes: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """``nodes`` with ``speed`` (relative to ``reference``, :func:`relative_speed`) and ``speed_source`` per node."""
+    speeds = {m: relative_speed(str(m), reference) for m in nodes["model"].unique()}
+    return nodes.assign(speed=[speeds[m][0] for m in nodes["model"]], speed_source=[speeds[m][1] for m in nodes["model"]])
+
+
 def cluster_for_load(nodes: pd.DataFrame, jobs: pd.DataFrame, load: float, seed: int, max_per_gpu: int = 2) -> Cluster:
-    """A seeded random subset of the trace's nodes with (solo GPU work / (load x arrival span)) GPUs, at least one."""
+    """A seeded random subset of the trace's nodes whose summed speed is solo GPU work / (load x arrival span).
+
+    ``nodes`` without a ``speed`` column run at speed 1 (the truth's GPU).
+    """
     if load <= 0:
         raise GpupredError(f"load={load} must be positive")
     span = float(jobs["arrival_s"].max() - jobs["arrival_s"].min()) or float(jobs["work_s"].max())
-    want = max(1, int(np.ceil(jobs["work_s"].sum() / (load * span))))
+    want = max(1.0, float(jobs["work_s"].sum() / (load * span)))
+    speed = nodes["speed"].to_numpy(float) if "speed" in nodes.columns else np.ones(len(nodes))
     order = np.random.default_rng(seed).permutation(len(nodes))
     caps: list[float] = []
+    speeds: list[float] = []
+    total = 0.0
     for i in order:
-        caps.extend([float(nodes["gpu_memory_mib"].iloc[i])] * int(nodes["gpus"].iloc[i]))
-        if len(caps) >= want:
-            break
-    if len(caps) < want:
-        raise GpupredError(f"load {load} needs {want} GPUs; the node list has {len(caps)}")
-    return Cluster(max_per_gpu=max_per_gpu, per_gpu_memory_mib=tuple(caps[:want]))
+        for _ in range(int(nodes["gpus"].iloc[i])):
+            if total >= want:
+                break
+            caps.append(float(nodes["gpu_memory_mib"].iloc[i]))
+            speeds.append(float(speed[i]))
+            total += float(speed[i])
+    if total < want:
+        raise GpupredError(f"load {load} needs GPUs of summed speed {want:.0f}; the node list has {total:.0f}")
+    return Cluster(max_per_gpu=max_per_gpu, per_gpu_memory_mib=tuple(caps), per_gpu_speed=tuple(speeds))
 
 
 def fitting_jobs(jobs: pd.DataFrame, cluster: Cluster) -> tuple[pd.DataFrame, int]:

@@ -13,6 +13,9 @@ Model (documented once, here):
   policy may know sits in ``known_util`` / ``known_mem``: ``"pred"`` (point predictions), ``"high"``
   (interval upper bounds), and ``"measured"`` (NaN until the job's profiling window measured it).
   Running jobs' progress rates are observable (:meth:`Simulator.observed_slowdown`).
+- **GPU speed.** ``work_s`` is the solo run time on the GPU the truth was measured on; a GPU of relative
+  speed ``v`` (:attr:`Cluster.per_gpu_speed`, 1 by default) runs a job ``v`` times as fast (a shared one
+  ``v / slowdown``). The slowdown of a pair is taken to be the same on every GPU.
 - A GPU's utilization is ``min(100, sum of true util_i / slowdown_i)``: a job slowed ``s`` times keeps the
   GPU busy ``1/s`` as often. Cluster utilization is the mean over GPUs.
 - Memory: a policy places a job only where the memory it believes in fits the GPU's capacity (GPUs may
@@ -184,6 +187,7 @@ class Cluster:
     gpu_memory_mib: float = 81_559.0
     max_per_gpu: int = 2
     per_gpu_memory_mib: tuple[float, ...] = ()  # heterogeneous: each GPU's capacity (overrides the three above)
+    per_gpu_speed: tuple[float, ...] = ()  # heterogeneous: each GPU's speed relative to the truth's GPU (default 1)
 
     @property
     def n_gpus(self) -> int:
@@ -196,6 +200,16 @@ class Cluster:
         if self.per_gpu_memory_mib:
             return np.asarray(self.per_gpu_memory_mib, dtype=float)
         return np.full(self.n_gpus, float(self.gpu_memory_mib))
+
+    @property
+    def speed(self) -> np.ndarray:
+        """Each GPU's speed relative to the GPU the truth was measured on (1: as fast; a job's rate scales by it)."""
+        if not self.per_gpu_speed:
+            return np.ones(self.n_gpus)
+        speed = np.asarray(self.per_gpu_speed, dtype=float)
+        if len(speed) != self.n_gpus or not (speed > 0).all():
+            raise GpupredError(f"per_gpu_speed needs one positive speed per GPU ({self.n_gpus}), got {len(speed)}")
+        return speed
 
 
 @dataclass
@@ -268,6 +282,7 @@ class Simulator:
         if cluster.max_per_gpu not in (1, 2):
             raise GpupredError(f"max_per_gpu={cluster.max_per_gpu}: the simulator shares a GPU between at most 2 jobs")
         self.cap = cluster.capacity
+        self.speed = cluster.speed
         too_big = jobs["true_mem_mib"].to_numpy(float) > self.cap.max()
         if too_big.any():
             raise GpupredError(
@@ -380,7 +395,7 @@ class Simulator:
     def observed_slowdown(self, g: int) -> float:
         """The largest slowdown the jobs on GPU ``g`` show now (observable from their progress)."""
         jobs = self.gpu_jobs[g]
-        return max((1.0 / self.rate[j] for j in jobs if self.rate[j] > 0), default=1.0)
+        return max((self.speed[g] / self.rate[j] for j in jobs if self.rate[j] > 0), default=1.0)
 
     # --- events -------------------------------------------------------------------------------------
     def push(self, t: float, kind: int, a: int, b: int = 0) -> None:
@@ -399,19 +414,20 @@ class Simulator:
         jobs = self.gpu_jobs[g]
         now = self.now
         if len(jobs) == 1:
-            rates = [1.0]
+            slow = [1.0]
         elif len(jobs) == 2:
             a, b = jobs
             s = self._truth_pair(np.array([a, b]), np.array([b, a]))
-            rates = [1.0 / max(1.0, float(s[0])), 1.0 / max(1.0, float(s[1]))]
+            slow = [max(1.0, float(s[0])), max(1.0, float(s[1]))]
         else:
-            rates = []
+            slow = []
         busy = 0.0
         ut = self._true_util
-        for j, r in zip(jobs, rates):
+        for j, sj in zip(jobs, slow):
+            r = float(self.speed[g]) / sj  # a GPU of relative speed v runs the job's work v times as fast
             self.rate[j] = r
             self.version[j] += 1
-            busy += ut[j] * r
+            busy += ut[j] / sj
             self.push(now + max(self.rem[j], 0.0) / r, EV_FINISH, j, int(self.version[j]))
         busy = min(100.0, busy)
         self.busy_sum += busy - self.gpu_busy[g]

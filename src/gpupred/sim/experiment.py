@@ -29,6 +29,8 @@ class Settings:
     prefer_empty: bool = True  # ours: an empty GPU first
     max_oom_risk: float | None = 0.05  # ours: packs when the pair's predicted OOM probability is at most this
     bound: str = "upper"  # ours: compares the upper bound ("upper") or the point ("point") pair slowdown with max_slowdown
+    rule: str = "slowdown"  # ours: pack by "slowdown" (at most max_slowdown) or "throughput" (pair gain above min_gain)
+    min_gain: float = 0.0  # ours, rule "throughput": the smallest predicted throughput gain it packs at
     horus_classes: HorusClasses | None = None  # horus: classes from a separate history (None: shared FIFO)
 
 
@@ -47,7 +49,8 @@ def make_policies(world: World, trace: pd.DataFrame, settings: Settings,
         HorusPolicy(settings.horus_classes, lookahead=settings.lookahead),
         OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
                    max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
-                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound),
+                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound,
+                   rule=settings.rule, min_gain=settings.min_gain),
     ]
 
 
@@ -163,6 +166,32 @@ def candidate_share(world: World, max_slowdown: float) -> dict[str, float]:
             "upper_bound_median": float(np.nanmedian(np.fmax(world.predicted_high, world.predicted_high.T)))}
 
 
+def gain_spread(world: World) -> dict[str, float]:
+    """How much partner choice can matter: the true throughput gain of sharing over workload pairs, and how well
+    ours' point predictions rank it.
+
+    ``truth_gain_positive``: share of pairs whose true gain :func:`gpupred.sim.policies.pair_gain` is above 0;
+    ``truth_gain_median`` and ``truth_gain_p10`` / ``_p90``; ``best_minus_mean_partner``: per workload, the best
+    partner's true gain minus the mean partner's, averaged (the most a perfect choice of partner adds);
+    ``spearman_point_vs_truth``: rank correlation of ours' predicted and the true gain over pairs.
+    """
+    from scipy.stats import spearmanr
+
+    from gpupred.sim.policies import pair_gain
+
+    truth = world.truth(np.arange(len(world.workloads))).matrix
+    true_gain = pair_gain(truth, truth.T)
+    pred_gain = pair_gain(world.predicted, world.predicted.T)
+    upper = np.triu(np.ones_like(true_gain, dtype=bool))
+    ok = upper & np.isfinite(true_gain) & np.isfinite(pred_gain)
+    g = true_gain[upper & np.isfinite(true_gain)]
+    finite = np.where(np.isfinite(true_gain), true_gain, np.nan)
+    return {"truth_gain_positive": float((g > 0).mean()), "truth_gain_median": float(np.median(g)),
+            "truth_gain_p10": float(np.quantile(g, 0.1)), "truth_gain_p90": float(np.quantile(g, 0.9)),
+            "best_minus_mean_partner": float(np.nanmean(np.nanmax(finite, axis=1) - np.nanmean(finite, axis=1))),
+            "spearman_point_vs_truth": float(spearmanr(pred_gain[ok], true_gain[ok]).statistic) if ok.sum() > 2 else float("nan")}
+
+
 def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> Settings:
     """``base`` with Horus classes fitted on ``history`` (jobs of a slice never evaluated; None when base has none)."""
     from dataclasses import replace
@@ -173,14 +202,35 @@ def trace_settings(base: Settings, history: pd.DataFrame, **change: object) -> S
     return replace(base, horus_classes=classes, **change)  # type: ignore[arg-type]
 
 
-def tune_max_slowdown(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
-                      settings: Settings, grid: list[float]) -> tuple[pd.DataFrame, float]:
-    """Ours' mean JCT for each ``max_slowdown`` in ``grid`` on a tuning scenario; and the best value."""
-    from dataclasses import replace
+def ours_jct(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+             settings: Settings) -> float:
+    """Ours' mean JCT over ``seeds`` of one scenario (ours' own predictions; no other policy is run)."""
+    jct = []
+    for seed in seeds:
+        jobs, cluster = make(seed)
+        q_jobs, knowledge, oracle = with_quality(world, jobs, "ours", seed)
+        ours = make_policies(world, q_jobs, settings, knowledge)[3]
+        jct.append(simulate(q_jobs, cluster, ours, world.truth(jobs["kind"].to_numpy()), oracle=oracle).metrics["mean_jct_s"])
+    return float(np.mean(jct))
 
+
+def tune_settings(world: World, makes: list[Callable[[int], tuple[pd.DataFrame, Cluster]]], seeds: list[int],
+                  settings: Settings, grid: list[dict[str, float]]) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Ours' mean JCT (mean over ``makes`` and seeds) for each setting change in ``grid``; and the best change.
+
+    Every maker in ``makes`` must build jobs of a slice never evaluated (e.g. the tuning slice at each load):
+    the chosen values are then fitted on that slice only.
+    """
+    from dataclasses import fields, replace
+
+    names = {f.name for f in fields(Settings)}
     rows = []
-    for value in grid:
-        runs = run_qualities(world, make, seeds, replace(settings, max_slowdown=float(value)), qualities=("ours",))
-        rows.append({"max_slowdown": float(value), "mean_jct_s": float(runs.loc[runs["policy"] == "ours", "mean_jct_s"].mean())})
+    for change in grid:
+        unknown = set(change) - names
+        if unknown:
+            raise ValueError(f"unknown settings {sorted(unknown)}")
+        jct = [ours_jct(world, make, seeds, replace(settings, **change)) for make in makes]
+        rows.append({**change, "mean_jct_s": float(np.mean(jct))})
     table = pd.DataFrame(rows)
-    return table, float(table.loc[table["mean_jct_s"].idxmin(), "max_slowdown"])
+    best = table.loc[table["mean_jct_s"].idxmin()]
+    return table, {k: float(best[k]) for k in grid[0]}

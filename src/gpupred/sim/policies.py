@@ -24,11 +24,19 @@ Definitions:
   trace) it serves per-class queues by weighted fair queueing (weight: median wait x queue length), as
   the paper describes; without, the shared FIFO queue.
 - **ours**: predicted utilization, memory and pair slowdown with intervals: an empty GPU when one is
-  free (``prefer_empty``), else the running partner whose *upper-bound* (``bound="point"``: point) pair
-  slowdown (the larger of the two directions) is smallest, if it is at most ``max_slowdown`` and the memory fits: the upper
-  bounds sum within the capacity, or (``max_oom_risk`` set) the pair's predicted out-of-memory
-  probability (:func:`gpupred.colocation.pair_oom_probability`) is at most ``max_oom_risk``.
-- Heterogeneous GPUs: an empty GPU is the smallest one where the job fits in the policy's memory view
+  free (``prefer_empty``), else a running partner whose memory fits (the upper bounds sum within the
+  capacity, or, with ``max_oom_risk`` set, the pair's predicted out-of-memory probability,
+  :func:`gpupred.colocation.pair_oom_probability`, is at most ``max_oom_risk``). Which partner, by ``rule``:
+  ``"slowdown"`` (as first built): the one whose *upper-bound* (``bound="point"``: point) pair slowdown,
+  the larger of the two directions, is smallest, if it is at most ``max_slowdown``; ``"throughput"`` (the
+  one change, issue 37): the one whose *expected* throughput gain is largest, if it exceeds ``min_gain``:
+  the predicted gain :func:`pair_gain`, ``1/s_ab + 1/s_ba - 1`` (what sharing does beyond running the two
+  one after the other), times the predicted probability that the pair fits in memory (an OOM gains
+  nothing); ``max_oom_risk`` stays a hard cap on that probability. A job left waiting progresses at
+  rate 0, so a pair that shares at a positive gain finishes the two jobs' work sooner than queueing the
+  newcomer behind its partner.
+- Heterogeneous GPUs: an empty GPU is the fastest one where the job fits in the policy's memory view, the
+  smallest of those on a tie
   (slot knows no memory; reactive only after profiling; after an OOM alone every policy knows the job
   needs a larger GPU).
 """
@@ -103,13 +111,13 @@ class Policy:
         return min(max(0.0 if math.isnan(v) else v, float(sim.need_mib[j])), float(sim.cap.max()))
 
     def _empty_gpu(self, j: int) -> int:
-        """An empty GPU where ``j`` fits in this policy's view: the smallest such (lowest index on ties), or -1."""
+        """An empty GPU where ``j`` fits in this policy's view: the fastest, then the smallest (lowest index on ties); or -1."""
         sim = self.sim
         ok = (sim.gpu_n == 0) & (sim.cap >= self.fit_mib(j))
         if not ok.any():
             return -1
         idx = np.flatnonzero(ok)
-        return int(idx[np.argmin(sim.cap[idx])])
+        return int(idx[np.lexsort((sim.cap[idx], -sim.speed[idx]))[0]])
 
     def _mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """GPUs holding exactly one running, packable job whose believed memory fits beside ``j`` (and those jobs)."""
@@ -352,6 +360,16 @@ class HorusPolicy(Policy):
                 return
 
 
+def pair_gain(s_ab: np.ndarray, s_ba: np.ndarray) -> np.ndarray:
+    """Throughput gained by sharing a GPU instead of running one job after the other: ``1/s_ab + 1/s_ba - 1``.
+
+    Slowdowns below 1 count as 1; a pair without a prediction (NaN) gains ``-inf`` (never packed).
+    """
+    a, b = np.maximum(1.0, np.asarray(s_ab, dtype=float)), np.maximum(1.0, np.asarray(s_ba, dtype=float))
+    gain = 1.0 / a + 1.0 / b - 1.0
+    return np.where(np.isfinite(gain), gain, -np.inf)
+
+
 class OursPolicy(Policy):
     """Pack on predicted pair slowdowns (upper bounds) and memory upper bounds; an empty GPU first."""
 
@@ -360,11 +378,15 @@ class OursPolicy(Policy):
 
     def __init__(self, predicted: PredictedSlowdown, max_slowdown: float = 1.5, prefer_empty: bool = True,
                  lookahead: int = 8, max_oom_risk: float | None = None, interval_level: float = 0.9,
-                 bound: str = "upper") -> None:
+                 bound: str = "upper", rule: str = "slowdown", min_gain: float = 0.0) -> None:
         super().__init__(lookahead)
         if bound not in ("upper", "point"):
             raise GpupredError(f"bound={bound!r}: ours packs on the 'upper' bound or the 'point' slowdown prediction")
+        if rule not in ("slowdown", "throughput"):
+            raise GpupredError(f"rule={rule!r}: ours packs by 'slowdown' (at most max_slowdown) or 'throughput' (gain > min_gain)")
         self.bound = bound
+        self.rule = rule
+        self.min_gain = min_gain
         self.max_oom_risk = max_oom_risk
         self.interval_level = interval_level
         if not isinstance(predicted, PredictedSlowdown):
@@ -377,17 +399,20 @@ class OursPolicy(Policy):
         """The predicted slowdown matrices (point and upper bound)."""
         return {"point": self.predicted.point, "upper-bound": self.predicted.high}
 
-    def pair_fits(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """Memory upper bounds fit (default), or the pair's predicted OOM probability is at most ``max_oom_risk``."""
-        if self.max_oom_risk is None:
-            return super().pair_fits(j, mates, cap)
+    def oom_risk(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Predicted probability that ``j`` beside each of ``mates`` overflows GPUs of capacity ``cap``."""
         from gpupred.colocation.memfit import pair_oom_probability
 
         sim = self.sim
         point, high = sim.known_mem["pred"], sim.known_mem["high"]
-        risk = pair_oom_probability(np.full(len(mates), max(point[j], sim.need_mib[j])), np.full(len(mates), high[j]),
+        return pair_oom_probability(np.full(len(mates), max(point[j], sim.need_mib[j])), np.full(len(mates), high[j]),
                                     point[mates], high[mates], cap, self.interval_level)
-        return risk <= self.max_oom_risk
+
+    def pair_fits(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Memory upper bounds fit (default), or the pair's predicted OOM probability is at most ``max_oom_risk``."""
+        if self.max_oom_risk is None:
+            return super().pair_fits(j, mates, cap)
+        return self.oom_risk(j, mates, cap) <= self.max_oom_risk
 
     def choose(self, j: int) -> int:
         """An empty GPU if preferred and free, else the partner with the smallest upper-bound slowdown within bounds."""
@@ -398,6 +423,11 @@ class OursPolicy(Policy):
         if len(gpus):
             jj = np.full(len(mates), j)
             read = self.predicted.upper if self.bound == "upper" else self.predicted.pair
+            if self.rule == "throughput":  # expected gain: nothing gained when the pair runs out of memory
+                fits = 1.0 - self.oom_risk(j, mates, self.sim.cap[gpus]) if self.max_oom_risk is not None else 1.0
+                gain = pair_gain(read(jj, mates), read(mates, jj)) * fits
+                b = int(np.argmax(gain))
+                return int(gpus[b]) if gain[b] > self.min_gain else empty
             s = np.maximum(read(jj, mates), read(mates, jj))
             s = np.where(np.isnan(s), np.inf, s)  # no prediction: never pack
             b = int(np.argmin(s))
