@@ -276,6 +276,13 @@ class FootprintModel:
         self.protocols_ = set(self.footprint_.context_mib)
         return self
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Artifacts pickled before the setting was chosen load with the one they were fitted with (clip 0.2)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("setting_", CorrectionSetting(CORRECTION_CLIP, 30, 30))
+        self.__dict__.setdefault("selection_", {})
+        self.__dict__.setdefault("settings", None)
+
     def describe(self) -> dict[str, Any]:
         """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
         return {"footprint_constants": self.footprint_.constants(), "correction_clip_log": self.setting_.clip,
