@@ -22,9 +22,9 @@
 # regressors of `gpupred.learn.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
 # exportable ones on these data (XGBoost for utilization, LightGBM for SM activity; scikit-learn's gradient
 # boosting, chosen for memory, is their slower equivalent and costs more than the other candidates together)
-# and ridge as a linear reference. Fewer candidates cut the notebook's time (305 s in all on this project's
-# 2-core machine, 163 s of it the nested CVs and 97 s the physics comparison; 798 s with all nine), and the
-# choice stays nested;
+# and ridge as a linear reference. Fewer candidates cut the notebook's time (324 s in all on this project's
+# 2-core machine while other jobs shared it, load 1.1–2.5: 150 s of it the nested CVs and 125 s the comparison
+# of physics with the baselines, memory's share about 15 s; 798 s with all nine), and the choice stays nested;
 # `models=None` brings back all nine. Two outer schemes:
 #
 # - **grouped random** — K folds over whole workloads (every run of a workload, on any GPU or from any
