@@ -161,3 +161,26 @@ def test_compare_memory_schemes_and_constant_baseline() -> None:
                                                            "within GPU (grouped)": 4 * len(df)}
     best = table[(table["method"] == "physics+correction")]
     assert (best["coverage"] >= 0.8).all() and (best["median_rel_err"] < 0.1).all()
+
+
+def test_selection_keeps_a_correction_that_carries_to_unseen_families() -> None:
+    """The FIXTURE formula has no autocast weight copies, so the footprint over-counts bf16 jobs by the same factor in
+    every family: a correction learned on the other families carries, and the inner selection keeps one."""
+    from gpupred.memory import CORRECTION_GRID, FootprintModel
+
+    model = FootprintModel().fit(fixture_dataset(**TWO_GPUS))
+    off = min(v for s, v in model.selection_.items() if s.clip == 0)
+    assert len(model.selection_) == len(CORRECTION_GRID) and model.setting_.clip > 0
+    assert model.selection_[model.setting_] < off
+    card = model.describe()
+    assert card["correction_clip_log"] == model.setting_.clip and "15 settings" in card["correction_selection"]
+    assert set(card["interval_halfwidth_log"]) == {"gpupred", "lucid"}
+
+
+def test_one_family_group_keeps_the_default_setting() -> None:
+    from gpupred.memory import DEFAULT_SETTING, FootprintModel
+
+    df = fixture_dataset(**TWO_GPUS)
+    model = FootprintModel().fit(df[df["family"] == "resnet"])
+    assert model.setting_ == DEFAULT_SETTING and model.selection_ == {} and model.halfwidth_ == {}
+    assert "default" in model.describe()["correction_selection"]
