@@ -22,16 +22,18 @@
 # regressors of `gpupred.learn.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
 # exportable ones on these data (XGBoost for utilization, LightGBM for SM activity; scikit-learn's gradient
 # boosting, chosen for memory, is their slower equivalent and costs more than the other candidates together)
-# and ridge as a linear reference. Fewer candidates cut the notebook's time (305 s in all on this project's
-# 2-core machine, 163 s of it the nested CVs and 97 s the physics comparison; 798 s with all nine), and the
-# choice stays nested;
+# and ridge as a linear reference. Fewer candidates cut the notebook's time (324 s in all on this project's
+# 2-core machine while other jobs shared it, load 1.1–2.5: 150 s of it the nested CVs and 125 s the comparison
+# of physics with the baselines, memory's share about 15 s; 798 s with all nine), and the choice stays nested;
 # `models=None` brings back all nine. Two outer schemes:
 #
 # - **grouped random** — K folds over whole workloads (every run of a workload, on any GPU or from any
 #   source, falls on one side), stratified by source;
 # - **leave-one-family-out** — one fold per family group, sibling families held out together
 #   (lstm/gru; bert/gpt/seq2seq/vit; mobilenet/efficientnet; vgg/alexnet; mlp/fcnet; the ResNets with the
-#   CIFAR ResNet-18): the test of an architecture never seen.
+#   CIFAR ResNet-18): the test of an architecture never seen. Run here for utilization and SM activity
+#   (`lofo_targets`); memory's leave-one-family-out figures are in the physics comparison below, where the
+#   current regressor stands beside the analytic footprint on the same splits.
 #
 # **RMSLE** is `sqrt(mean((log1p(pred) − log1p(measured))²))` with utilization in **percent** (0–100)
 # and memory in MiB; 0.15 is roughly a 15 % relative error. Figures are given pooled over every row and
@@ -44,6 +46,7 @@ targets: list = ["gpu_util", "memory_mib", "sm_active"]  # labels to model (skip
 models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.EXPORTABLE
 compared: list | None = None  # regressors scored on the outer folds for the comparison table; None = the candidates
 schemes: list = ["grouped_random", "lofo"]  # outer split schemes (the out-of-fold file needs grouped_random)
+lofo_targets: list | None = ["gpu_util", "sm_active"]  # labels of the nested leave-one-family-out (None: all)
 n_outer: int = 5  # grouped random outer folds
 n_inner: int = 3  # inner (model-selection) folds
 n_cal: int = 5  # CV+ calibration folds inside each outer training side
@@ -51,7 +54,7 @@ alpha: float = 0.1  # 1 - nominal interval coverage
 tune: bool = False  # small grid search inside every fit (slower: each candidate then runs its own CV)
 compare_lofo: bool = False  # also score the compared regressors on the leave-one-family-out folds (slower)
 cross_gpu_targets: list = ["gpu_util"]  # labels of the cross-GPU evaluation (about 2 min each here; [] skips it)
-physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active"]  # labels of the physics comparison ([] skips it)
+physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active", "memory_mib"]  # the comparison's labels ([]: none)
 physics_schemes: list = ["within", "lofo", "cross_gpu"]  # its split schemes
 physics_weighting: str = "per_source"  # training rows of the correction: pooled, balanced or per_source
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation
@@ -101,6 +104,8 @@ for target in targets:
         continue
     for scheme in schemes:
         groups = {sibling_group(f) for f in labelled["family"]}
+        if scheme == "lofo" and lofo_targets is not None and target not in lofo_targets:
+            continue
         if scheme == "lofo" and len(groups) < 3:
             print(f"{target}: only {len(groups)} family group(s) labelled ({', '.join(sorted(groups))}): no leave-one-family-out")
             continue
@@ -208,18 +213,33 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # protocol) on each outer split's **training rows only**; a GPU kind without training rows keeps the
 # published defaults. A correction regressor then learns log(measured / physics) on the same training rows
 # (LightGBM on the physics and a dozen job features, CV+ intervals calibrated on groups like the scheme's,
-# its strength chosen by an inner grouped CV, bounded to its source's training range). Four methods on the
-# same splits: the constant baseline (the training mean of log1p), the regressor without the physics
-# (LightGBM on every other feature), physics alone, physics × correction. Utilization and SM activity are
-# scored by RMSLE, iteration time by the median relative error. `gpupred.learn.physics`.
+# its strength chosen by an inner grouped CV, bounded to its source's training range).
+#
+# Memory the same way (`gpupred.memory.compare_memory`): *physics* is the analytic footprint of
+# `gpupred.footprint` (weights, gradients, optimizer state, autocast copies, activations saved for backward,
+# workspace; the CUDA context and the allocator's ratio fitted per GPU kind and protocol on the training rows),
+# and the correction a bounded factor whose clip and size are chosen by a leave-one-family-out **inside the
+# training rows** (whose held-out residuals also calibrate its 90 % interval).
+#
+# Four methods on the same splits, for every target: the constant baseline (the training rows' mean of
+# log1p), the current regressor (LightGBM with CV+ intervals on every other feature: no step model, no
+# footprint), physics alone, physics × correction. Splits: within each GPU kind (grouped folds over its own
+# workloads), leave one family out, and cross-GPU (another kind's rows, or all other kinds', to a kind).
+# Utilization and SM activity are scored by RMSLE, iteration time and memory by the median relative error;
+# coverage is that of the 90 % intervals. `gpupred.learn.physics`, `gpupred.memory`.
 
 # %%
+from gpupred import footprint, memory
 from gpupred.learn import physics
+from gpupred.learn.summary import comparison_metrics, plot_methods
 
-phys_targets = [t for t in physics_targets if df[t].notna().sum() >= 10]
-pdata = physics.physics_data(df) if phys_targets else None  # each run's kernels, from its graph
+step_targets = [t for t in physics_targets if t in physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
+pdata = physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph
 phys_results = {t: physics.compare_methods(df, t, cv, physics_weighting, n_within, pdata, tuple(physics_schemes))
-                for t in phys_targets}
+                for t in step_targets}
+if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
+    phys_results["memory_mib"] = memory.compare_memory(footprint.footprint_columns(df), cv, n_within,
+                                                       schemes=tuple(physics_schemes))
 phys_table = physics.comparison_table(phys_results)
 constants = (pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records())
              if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *physics.FITTED])).set_index(["gpu", "protocol"])
@@ -236,29 +256,14 @@ constants[list(physics.FITTED)]
 
 # %%
 if len(own):
-    fig = physics.plot_comparison(phys_table, gpu="H200")
+    fig = plot_methods(phys_table, gpu="H200")
     reports.save_figure(fig, "03-physics-vs-regressors")
     plt.show()
 
 # %%
-def _headline(rows: pd.DataFrame) -> dict:
-    """target -> scheme -> tested -> method -> figure (RMSLE, or median relative error for iteration time)."""
-    out: dict = {}
-    for r in rows.itertuples():
-        value = r.median_rel_err if r.target == "iter_time_mean_s" else r.rmsle
-        out.setdefault(r.target, {}).setdefault(r.scheme, {}).setdefault(r.tested, {})[r.method] = value
-    return out
-
-
-phys_metrics = {"physics_comparison_h200": _headline(own),
-                "step_model_constants": constants.reset_index().to_dict("records"),
-                "physics_weighting": physics_weighting}
-for target, per_scheme in phys_results.items():
-    for scheme, per_method in per_scheme.items():
-        res = per_method["physics+correction"]
-        phys_metrics[f"{target}_physics_interval_coverage_{scheme}"] = physics.score(res)["coverage"]
+phys_metrics = comparison_metrics(own, phys_results, constants, physics_weighting)  # keys named in gpupred.learn.summary
 reports.update_metrics(phys_metrics)
-{k: v for k, v in phys_metrics.items() if "coverage" in k}
+{k: v for k, v in phys_metrics.items() if "coverage" in k and "h200" not in k}
 
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point
@@ -267,8 +272,13 @@ reports.update_metrics(phys_metrics)
 # forward/backward passes and two optimizers per step over one exported graph, so the model counts about
 # half its kernels (step time about 40 % short). Depthwise convolutions (MobileNet, EfficientNet) run far below the
 # roofline the model gives them, so it under-predicts their utilization by about a quarter; and GPUMemNet's
-# non-zero-only averaging is a protocol the timeline does not simulate (its constants absorb it). Memory
-# columns come from notebook 05 (`gpupred.memory`).
+# non-zero-only averaging is a protocol the timeline does not simulate (its constants absorb it).
+#
+# Memory: under leave-one-family-out the correction learned on other families barely helps the footprint (the
+# inner selection often switches it off), and GPUMemNet's held-out fully connected group is a protocol never
+# measured in training, so its context and allocator are defaults (about 50 % off). Across GPU kinds each
+# source brings its own protocol too: a figure such as RTX 3090 -> H200 measures a new protocol as much as a new
+# GPU. Notebook 05 breaks memory down further (Horus's formula, the first analytical estimate, per source).
 
 # %% [markdown]
 # ## Out-of-fold predictions for downstream notebooks

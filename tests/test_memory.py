@@ -66,3 +66,121 @@ def test_memory_metrics_keys() -> None:
     assert metrics["memory_footprint_times_correction_lofo_own_coverage"] == pytest.approx(own["covered"].mean())
     assert set(metrics["memory_footprint_constants"]) == {"H100 SXM|gpupred", "RTX 3090|lucid"}
     assert errors.loc[errors["method"] != "footprint*correction", "covered"].isna().all()
+
+
+TWO_GPUS = {"gpus": ("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), "n_batch_sizes": 2,
+            "sources": {"NVIDIA GeForce RTX 3090": "lucid"}}
+
+
+def test_one_optimizer_table() -> None:
+    import gpupred.memory as memory
+    from gpupred.footprint import OPTIMIZER_STATES
+
+    assert not hasattr(memory, "OPTIMIZER_STATES")  # one table: gpupred.footprint's
+    df = fixture_dataset(n_batch_sizes=1).head(2).assign(optimizer=["adamw", "sgd_nomomentum"], precision="fp32")
+    p, act = df["param_bytes"].to_numpy(float), df["activation_bytes"].to_numpy(float)
+    expected = p * (2.0 + np.array([OPTIMIZER_STATES["adamw"], OPTIMIZER_STATES["sgd_nomomentum"]])) + act
+    np.testing.assert_allclose(analytical_bytes(df), expected)
+
+
+def test_halfwidths_take_the_one_conformal_rule() -> None:
+    from gpupred.learn.conformal import conformal_quantile
+    from gpupred.memory import COVERAGE, lofo_halfwidths
+
+    rng = np.random.default_rng(0)
+    res = np.concatenate([rng.normal(0, 0.1, 40), rng.normal(0, 0.3, 25), [np.nan] * 3, rng.normal(0, 1, 5)])
+    src = np.array(["a"] * 40 + ["b"] * 28 + ["c"] * 5)
+    out = lofo_halfwidths(res, src)
+    assert set(out) == {"a", "b"}  # c has fewer than 10 residuals
+    assert out["a"] == conformal_quantile(res[:40], 1 - COVERAGE)
+    assert out["b"] == conformal_quantile(res[40:65], 1 - COVERAGE)  # NaN (not held out) rows left out
+
+
+def test_selection_score_weighs_sources_equally() -> None:
+    from gpupred.memory import selection_score
+
+    res = np.array([0.1] * 90 + [0.5] * 10 + [np.nan])
+    src = np.array(["big"] * 90 + ["small"] * 10 + ["big"])
+    assert selection_score(res, src) == pytest.approx(0.3)
+
+
+def test_inner_residuals_never_see_the_held_out_family() -> None:
+    """A row's inner prediction (log measured - residual) does not move when its own family's labels do."""
+    from gpupred.memory import CORRECTION_GRID, inner_lofo_residuals
+
+    df = fixture_dataset(**TWO_GPUS).reset_index(drop=True)
+    grid = CORRECTION_GRID[:3] + CORRECTION_GRID[-3:]
+    res, seen = inner_lofo_residuals(df, grid)
+    fam = df["family"] == df["family"].iloc[0]
+    moved = df.assign(memory_mib=np.where(fam, df["memory_mib"] * 3.0, df["memory_mib"]))
+    res2, _ = inner_lofo_residuals(moved, grid)
+    logy, logy2 = np.log(df["memory_mib"].to_numpy()), np.log(moved["memory_mib"].to_numpy())
+    np.testing.assert_allclose((logy - res)[:, fam], (logy2 - res2)[:, fam], rtol=1e-9)
+    assert seen.all() and np.isfinite(res).all()
+    assert not np.allclose(res2[:, ~fam], res[:, ~fam])  # other families' fits did see the moved labels
+
+
+def test_nested_selection_and_every_baseline_use_training_rows_only() -> None:
+    """Every method's outer prediction of a held-out family is unchanged when that family's labels change: the
+    constant, the regressor, the footprint's constants, the correction's setting and its calibration all come
+    from the training rows (FIXTURE)."""
+    from gpupred import memory
+    from gpupred.learn.nested import CVSettings
+    from gpupred.memory import compare_memory
+
+    df = fixture_dataset(**TWO_GPUS)
+    fam = df["family"] == "resnet"
+    moved = df.assign(memory_mib=np.where(fam, df["memory_mib"] * 5.0, df["memory_mib"]))
+    cv = CVSettings(n_cal=3, n_jobs=1)
+    a = compare_memory(df, cv, n_within=2, schemes=("lofo",))["lofo"]
+    b = compare_memory(moved, cv, n_within=2, schemes=("lofo",))["lofo"]
+    assert set(a) == set(memory.COMPARISON_METHODS) == {"constant", "regressor", "physics", "physics+correction"}
+    for method in a:
+        pa, pb = a[method].predictions, b[method].predictions
+        held = pa["family"] == "resnet"
+        assert held.sum() == fam.sum() and (pa["run_id"] == pb["run_id"]).all()
+        np.testing.assert_allclose(pa.loc[held, ["pred", "low", "high"]], pb.loc[held, ["pred", "low", "high"]])
+        assert not np.allclose(pa.loc[~held, "pred"], pb.loc[~held, "pred"]) or method == "physics"
+
+
+def test_compare_memory_schemes_and_constant_baseline() -> None:
+    from gpupred.learn.nested import CVSettings
+    from gpupred.learn.physics import comparison_table
+    from gpupred.memory import compare_memory
+
+    df = fixture_dataset(**TWO_GPUS)
+    res = compare_memory(df, CVSettings(n_cal=3, n_jobs=1), n_within=2)
+    assert set(res) == {"within", "lofo"}  # every FIXTURE workload runs on both GPUs: no unseen cross-GPU split
+    within = res["within"]["constant"].predictions
+    for (gpu, fold), part in within.groupby(["gpu", "fold"]):  # the constant is the training rows' mean of log1p
+        train = df[(df["gpu"] == gpu) & ~df["run_id"].isin(part["run_id"])]
+        assert part["pred"].nunique() == 1
+        assert part["pred"].iloc[0] == pytest.approx(np.expm1(np.log1p(train["memory_mib"]).mean()))
+    table = comparison_table({"memory_mib": res})
+    assert table.groupby("scheme")["n"].sum().to_dict() == {"leave one family out": 4 * len(df),
+                                                           "within GPU (grouped)": 4 * len(df)}
+    best = table[(table["method"] == "physics+correction")]
+    assert (best["coverage"] >= 0.8).all() and (best["median_rel_err"] < 0.1).all()
+
+
+def test_selection_keeps_a_correction_that_carries_to_unseen_families() -> None:
+    """The FIXTURE formula has no autocast weight copies, so the footprint over-counts bf16 jobs by the same factor in
+    every family: a correction learned on the other families carries, and the inner selection keeps one."""
+    from gpupred.memory import CORRECTION_GRID, FootprintModel
+
+    model = FootprintModel().fit(fixture_dataset(**TWO_GPUS))
+    off = min(v for s, v in model.selection_.items() if s.clip == 0)
+    assert len(model.selection_) == len(CORRECTION_GRID) and model.setting_.clip > 0
+    assert model.selection_[model.setting_] < off
+    card = model.describe()
+    assert card["correction_clip_log"] == model.setting_.clip and "15 settings" in card["correction_selection"]
+    assert set(card["interval_halfwidth_log"]) == {"gpupred", "lucid"}
+
+
+def test_one_family_group_keeps_the_default_setting() -> None:
+    from gpupred.memory import DEFAULT_SETTING, FootprintModel
+
+    df = fixture_dataset(**TWO_GPUS)
+    model = FootprintModel().fit(df[df["family"] == "resnet"])
+    assert model.setting_ == DEFAULT_SETTING and model.selection_ == {} and model.halfwidth_ == {}
+    assert "default" in model.describe()["correction_selection"]

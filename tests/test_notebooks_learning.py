@@ -19,7 +19,9 @@ SMALL = {
     "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
                               "n_jobs": 1, "cross_gpu_targets": ["gpu_util"], "n_within": 3,
                               "compared": ["ridge", "decision_tree"],
-                              "physics_targets": []},  # the step model needs real graphs: tests/test_learn_physics.py
+                              # the step model needs real graphs (tests/test_learn_physics.py); the memory footprint falls
+                              # back to the feature row's activation_bytes without them
+                              "physics_targets": ["memory_mib"]},
     "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1, "physics_explain": False},
     "05-memory": {"n_folds": 2, "residual_model": "ridge"},
     "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False,
@@ -67,6 +69,8 @@ def test_03_on_fixture_dataset(after_03: Path) -> None:
     assert set(metrics["util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
     assert set(metrics["util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"}
     assert metrics["twin_ratio_median"]["RTX 3090/H100 SXM"]["all"]["gpu_util_ratio_median"] > 0
+    # memory in the item-8 comparison: its four methods on the within-GPU and leave-one-family-out splits
+    assert {"memory_mib_physics_interval_coverage_within", "memory_mib_physics_interval_coverage_lofo"} <= set(metrics)
     from gpupred.learn.choice import read_model_choice
     from gpupred.learn.oof import read_oof_predictions
 

@@ -250,10 +250,11 @@ class Footprint:
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         """The analytic footprint in MiB, one per row."""
-        keys = protocol_keys(df)
-        ctx = np.array([self.constant(k, self.context_mib, default_context_mib(k.split("|")[0])) for k in keys])
-        alloc = np.array([self.constant(k, self.allocator, 1.0) for k in keys])
-        return ctx + alloc * allocated_mib(df, protocols(df))
+        keys = pd.Series(protocol_keys(df))
+        uniq = keys.unique()
+        ctx = {k: self.constant(k, self.context_mib, default_context_mib(k.split("|")[0])) for k in uniq}
+        alloc = {k: self.constant(k, self.allocator, 1.0) for k in uniq}
+        return keys.map(ctx).to_numpy(float) + keys.map(alloc).to_numpy(float) * allocated_mib(df, protocols(df))
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
         """A constant for 'gpu|protocol': fitted there, else the mean over GPUs measured with the protocol

@@ -14,12 +14,17 @@ is the median gap left in the training data, per GPU kind (one GPU kind per sour
 baseline counts weights and forward feature maps only: ``(4 * params + activation_bytes) / 2**20``
 (Yeung et al., TPDS 2022, our reading of their formula).
 
-Evaluation (:func:`evaluate_memory`) uses the same splits as the regressors (grouped by workload, and
-leave-one-family-out with sibling families together) and reports every figure per source as well.
+Evaluation (:func:`evaluate_memory`, notebook 05) uses the same splits as the regressors (grouped by workload, and
+leave-one-family-out with sibling families together) and reports every figure per source as well;
+:func:`compare_memory` (notebook 03) scores the constant baseline, the current regressor, the footprint and the
+footprint x correction on the splits of the utilization comparison (:func:`gpupred.learn.physics.comparison_splits`).
+The correction's setting is chosen inside :meth:`FootprintModel.fit`, on the rows it is given
+(:func:`inner_lofo_residuals`), so both evaluations are nested.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,11 +33,10 @@ import pandas as pd
 from gpupred.errors import GpupredError
 
 MIB = float(2**20)
-OPTIMIZER_STATES: dict[str, float] = {"sgd": 1.0, "adam": 2.0}  # param-sized buffers per optimizer
 METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
 OLD_METHODS: tuple[str, ...] = METHODS[:3]
 BEST = "footprint*correction"
-CORRECTION_CLIP = 0.2  # |log correction| <= 0.2: the learned factor stays within x0.82 .. x1.22 of the footprint
+CORRECTION_CLIP = 0.2  # the default bound of |log correction| (x0.82 .. x1.22), kept when nothing can be selected
 COVERAGE = 0.9  # nominal coverage of the intervals
 MAX_ROWS_PER_SOURCE = 600  # the model is fitted on at most this many rows per source (seeded sample; keeps it fast)
 CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplies, it never sets the size
@@ -50,8 +54,10 @@ def analytical_bytes(df: pd.DataFrame) -> np.ndarray:
     for col in ("param_bytes", "activation_bytes", "optimizer"):
         if col not in df.columns:
             raise GpupredError(f"memory estimate needs column {col!r}; use a dataset frame (gpupred.dataset)")
+    from gpupred.footprint import OPTIMIZER_STATES
+
     p = df["param_bytes"].to_numpy(float)
-    states = df["optimizer"].map(OPTIMIZER_STATES).fillna(1.0).to_numpy(float)
+    states = df["optimizer"].astype(str).str.lower().map(OPTIMIZER_STATES).fillna(1.0).to_numpy(float)
     half = df["precision"].isin(["bf16", "fp16"]).to_numpy(float) if "precision" in df.columns else 0.0
     act = df["activation_bytes"].to_numpy(float)  # already at the precision's dtype sizes
     return p * (2.0 + states + 0.5 * half) + act
@@ -209,38 +215,87 @@ def source_weights(df: pd.DataFrame) -> np.ndarray:
     return 1.0 / counts[inverse].astype(float)
 
 
-class FootprintModel:
-    """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals."""
+@dataclass(frozen=True)
+class CorrectionSetting:
+    """One setting of the correction: its clip (|log factor| bound) and its boosted trees' size."""
 
-    def __init__(self, seed: int = 0, calibrate: bool = True) -> None:
+    clip: float  # the learned log-factor stays within +-clip (x exp(-clip) .. x exp(clip) of the footprint)
+    n_estimators: int
+    min_samples_leaf: int
+
+    def describe(self) -> str:
+        """A short label, e.g. 'clip 0.2, 30 trees, leaves >= 30'."""
+        return f"clip {self.clip:g}, {self.n_estimators} trees, leaves >= {self.min_samples_leaf}"
+
+
+CORRECTION_GRID: tuple[CorrectionSetting, ...] = tuple(  # the settings the inner leave-one-family-out chooses from
+    CorrectionSetting(c, n, 20) for c in (0.0, 0.1, 0.2, 0.3, 0.5) for n in (30, 60, 100))
+DEFAULT_SETTING = CorrectionSetting(CORRECTION_CLIP, 30, 20)  # when the training rows hold one family group only
+TARGET_CLIP = max(s.clip for s in CORRECTION_GRID)  # the trees learn log(measured / footprint) clipped to this
+
+
+def correction_regressor(setting: CorrectionSetting, seed: int = 0) -> Any:
+    """The correction's regressor: small boosted trees (LightGBM, one thread, deterministic; depth-3-sized leaves)."""
+    from lightgbm import LGBMRegressor
+
+    return LGBMRegressor(n_estimators=setting.n_estimators, learning_rate=0.08, num_leaves=8, max_depth=3,
+                         min_child_samples=setting.min_samples_leaf, subsample=0.8, subsample_freq=1, n_jobs=1,
+                         random_state=seed, verbose=-1, deterministic=True, force_col_wise=True)
+
+
+class FootprintModel:
+    """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals.
+
+    ``fit`` runs a leave-one-family-out over its own (training) rows: every setting of ``settings`` (default
+    ``CORRECTION_GRID``) predicts each held-out family from the other families; the setting with the lowest
+    source-balanced median |log error| is fitted on all the rows, and its held-out residuals calibrate the
+    intervals. Nothing outside the rows given to ``fit`` is seen, so an outer split stays honest.
+    """
+
+    def __init__(self, seed: int = 0, calibrate: bool = True,
+                 settings: tuple[CorrectionSetting, ...] | None = None) -> None:
         self.seed = seed
         self.calibrate = calibrate
-
-    def _regressor(self) -> Any:
-        """The correction's regressor: small boosted trees (single-threaded; they cannot leave the clipped range)."""
-        from sklearn.ensemble import GradientBoostingRegressor
-
-        return GradientBoostingRegressor(n_estimators=30, max_depth=3, learning_rate=0.08, min_samples_leaf=30,
-                                         subsample=0.8, random_state=self.seed)
+        self.settings = settings
 
     def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "FootprintModel":
-        """Fit the footprint's constants and the correction on ``df`` (training rows), then calibrate the intervals."""
-        from gpupred.footprint import Footprint
-
+        """Choose the correction's setting and calibrate on the rows' inner leave-one-family-out, then fit it all."""
         data = per_source_sample(df[df[target].notna()], MAX_ROWS_PER_SOURCE, self.seed)
-        self.footprint_ = Footprint().fit(data, target)
-        ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.footprint_.predict(data), 1.0))
-        self.correction_ = self._regressor().fit(correction_features(data),
-                                                 np.clip(ratio, -CORRECTION_CLIP, CORRECTION_CLIP),
-                                                 sample_weight=source_weights(data))
+        grid = tuple(self.settings or CORRECTION_GRID)
+        sources = data["source"].astype(str).to_numpy() if "source" in data.columns else np.full(len(data), OWN_SOURCE)
+        self.selection_: dict[CorrectionSetting, float] = {}
+        self.setting_, self.halfwidth_ = (grid[0] if len(grid) == 1 else DEFAULT_SETTING), {}
+        if self.calibrate or len(grid) > 1:
+            residuals, seen = inner_lofo_residuals(data, grid, target, self.seed)
+            if np.isfinite(residuals[:, seen]).any():  # rows on default constants do not judge the correction
+                self.selection_ = {s: selection_score(r[seen], sources[seen]) for s, r in zip(grid, residuals)}
+                self.setting_ = min(grid, key=lambda s: (self.selection_[s], grid.index(s)))
+            if self.calibrate:
+                self.halfwidth_ = lofo_halfwidths(residuals[grid.index(self.setting_)], sources)
+        self.footprint_, self.correction_ = fit_correction(data, self.setting_, target, self.seed)
         self.protocols_ = set(self.footprint_.context_mib)
-        self.halfwidth_ = lofo_halfwidths(data, target, self.seed) if self.calibrate else {}
         return self
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Artifacts pickled before the setting was chosen load with the one they were fitted with (clip 0.2)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("setting_", CorrectionSetting(CORRECTION_CLIP, 30, 30))
+        self.__dict__.setdefault("selection_", {})
+        self.__dict__.setdefault("settings", None)
+
+    def describe(self) -> dict[str, Any]:
+        """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
+        return {"footprint_constants": self.footprint_.constants(), "correction_clip_log": self.setting_.clip,
+                "correction_setting": self.setting_.describe(),
+                "correction_selection": (f"lowest source-balanced median |log error| of {len(self.selection_)} "
+                                         "settings under a leave-one-family-out of the training rows" if self.selection_ else
+                                         "default (fewer than two family groups to choose on)"),
+                "interval_halfwidth_log": {k: round(v, 4) for k, v in self.halfwidth_.items()}}
+
     def correction(self, df: pd.DataFrame) -> np.ndarray:
-        """The learned log-factor, clipped to +-CORRECTION_CLIP."""
-        return np.clip(self.correction_.predict(correction_features(df)), -CORRECTION_CLIP,
-                       CORRECTION_CLIP)
+        """The learned log-factor, clipped to the chosen setting's bound."""
+        clip = self.setting_.clip
+        return np.clip(self.correction_.predict(correction_features(df)), -clip, clip)
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
@@ -260,24 +315,174 @@ class FootprintModel:
                             index=df.index)
 
 
-def lofo_halfwidths(df: pd.DataFrame, target: str = "memory_mib", seed: int = 0) -> dict[str, float]:
-    """Per source, the COVERAGE quantile of |log error| of footprint*correction on families held out of ``df``."""
+def fit_correction(data: pd.DataFrame, setting: CorrectionSetting, target: str = "memory_mib",
+                   seed: int = 0) -> tuple[Any, Any]:
+    """(the footprint's fitted constants, the correction regressor) fitted on ``data`` with one setting."""
+    from gpupred.footprint import Footprint
+
+    fitted = Footprint().fit(data, target)
+    ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(fitted.predict(data), 1.0))
+    model = correction_regressor(setting, seed).fit(correction_features(data),
+                                                    np.clip(ratio, -TARGET_CLIP, TARGET_CLIP),
+                                                    sample_weight=source_weights(data))
+    return fitted, model
+
+
+def inner_lofo_residuals(data: pd.DataFrame, grid: tuple[CorrectionSetting, ...], target: str = "memory_mib",
+                         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """log(measured / footprint*correction) of every row of ``data`` with its family group held out of ``data``,
+    per setting of ``grid`` (shape settings x rows; NaN where a row could not be held out: one group only), and
+    per row whether its (GPU kind, protocol) had rows in the fold's training side (else default constants).
+
+    One footprint fit per held-out group serves every setting, and one tree fit per leaf size serves every clip
+    and tree count (the clip bounds the output; fewer trees are the first iterations)."""
+    from gpupred.footprint import Footprint, protocol_keys
     from gpupred.learn.evaluate import lofo_splits
 
-    res = np.full(len(df), np.nan)
-    for train, test, _ in lofo_splits(df["family"]):
-        if len(train) == 0:  # one family group only (e.g. GPUMemNet's networks alone): nothing to calibrate on
+    y = np.log(data[target].to_numpy(float))
+    keys = protocol_keys(data)
+    X = correction_features(data)
+    weights = source_weights(data)
+    out = np.full((len(grid), len(data)), np.nan)
+    seen = np.zeros(len(data), dtype=bool)
+    fits: dict[int, list[int]] = {}
+    for i, s in enumerate(grid):
+        fits.setdefault(s.min_samples_leaf, []).append(i)
+    for train, test, _ in lofo_splits(data["family"]):
+        if len(train) == 0:
             continue
-        model = FootprintModel(seed=seed, calibrate=False).fit(df.iloc[train], target)
-        pred = model.predict(df.iloc[test])[BEST].to_numpy()
-        res[test] = np.log(df.iloc[test][target].to_numpy(float)) - np.log(pred)
-    src = df["source"].astype(str).to_numpy() if "source" in df.columns else np.full(len(df), "gpupred")
+        fitted = Footprint().fit(data.iloc[train], target)
+        ratio = y - np.log(np.maximum(fitted.predict(data), 1.0))
+        for leaf, members in fits.items():
+            most = max(grid[i].n_estimators for i in members)
+            model = correction_regressor(CorrectionSetting(TARGET_CLIP, most, leaf), seed).fit(
+                X[train], np.clip(ratio[train], -TARGET_CLIP, TARGET_CLIP), sample_weight=weights[train])
+            for i in members:
+                learned = model.predict(X[test], num_iteration=grid[i].n_estimators)
+                out[i, test] = ratio[test] - np.clip(learned, -grid[i].clip, grid[i].clip)
+        seen[test] = np.isin(keys[test], list(fitted.context_mib))
+    return out, seen
+
+
+def selection_score(residuals: np.ndarray, sources: np.ndarray) -> float:
+    """The mean over sources of the median |log error| of the held-out rows: every source counts the same."""
+    ok = np.isfinite(residuals)
+    meds = [np.median(np.abs(residuals[ok & (sources == s)])) for s in pd.unique(sources[ok])]
+    return float(np.mean(meds)) if meds else float("inf")
+
+
+def lofo_halfwidths(residuals: np.ndarray, sources: np.ndarray) -> dict[str, float]:
+    """Per source, the conformal COVERAGE quantile of held-out |log error| (sources with fewer than 10 left out)."""
+    from gpupred.learn.conformal import conformal_quantile
+
     out = {}
-    for s in pd.unique(src):
-        r = np.abs(res[(src == s) & np.isfinite(res)])
+    for s in pd.unique(sources):
+        r = residuals[(sources == s) & np.isfinite(residuals)]
         if len(r) >= 10:
-            out[str(s)] = float(np.quantile(r, min(1.0, COVERAGE * (1 + 1 / len(r)))))
+            out[str(s)] = conformal_quantile(r, 1.0 - COVERAGE)
     return out
+
+
+COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.learn.physics.METHODS) -> what memory runs
+    "constant": "the training rows' mean of log1p(memory)", "regressor": "the current regressor (CV+ LightGBM on the "
+    "features, no footprint)", "physics": "the analytic footprint", "physics+correction": BEST}
+
+
+def constant_baseline(y_train: np.ndarray, n_test: int, alpha: float = 1.0 - COVERAGE) -> tuple[np.ndarray, ...]:
+    """(point, low, high) of the constant baseline for ``n_test`` rows: the training rows' mean of log1p(label), and
+    their ``alpha/2`` and ``1 - alpha/2`` quantiles. Sees the training labels only."""
+    z = np.log1p(np.asarray(y_train, dtype=float))
+    q = np.expm1(np.quantile(z, [alpha / 2, 1 - alpha / 2]))
+    return np.full(n_test, np.expm1(z.mean())), np.full(n_test, q[0]), np.full(n_test, q[1])
+
+
+def regressor_columns(df: pd.DataFrame) -> list[str]:
+    """The current regressor's inputs: the dataset's feature columns without the footprint's graph terms."""
+    from gpupred.dataset import feature_columns
+    from gpupred.footprint import FOOTPRINT_COLUMNS
+
+    return [c for c in feature_columns(df) if c not in FOOTPRINT_COLUMNS]
+
+
+def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, groups: np.ndarray, cv: Any,
+                  target: str = "memory_mib") -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
+    from gpupred.learn.intervals import ConformalRegressor
+    from gpupred.learn.physics import correction_model
+
+    from threadpoolctl import threadpool_limits
+
+    y = data[target].to_numpy(float)
+    strata = data["source"].astype(str).to_numpy()
+    X = data[regressor_columns(data)].to_numpy(float)
+    with threadpool_limits(limits=1):  # one thread per parallel split
+        reg = ConformalRegressor(correction_model(cv.seed), cv.alpha, cv.n_cal, cv.seed)
+        reg.fit(X[train], y[train], groups=groups[train], strata=strata[train])
+        regressed = reg.predict(X[test], strata[test])
+        est = FootprintModel(seed=cv.seed).fit(data.iloc[train], target).predict(data.iloc[test])
+    nan = np.full(len(test), np.nan)
+    return {"constant": constant_baseline(y[train], len(test), cv.alpha), "regressor": regressed,
+            "physics": (est["footprint"].to_numpy(), nan, nan),
+            "physics+correction": (est[BEST].to_numpy(), est["low"].to_numpy(), est["high"].to_numpy())}
+
+
+def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: str = "memory_mib",
+                   schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu")) -> dict[str, dict[str, Any]]:
+    """Notebook 03's four methods (``COMPARISON_METHODS``) on the splits of the utilization comparison
+    (:func:`gpupred.learn.physics.comparison_splits`), as ``{scheme: {method: NestedResult}}``.
+
+    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`). Outer splits run in
+    parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
+    from joblib import Parallel, delayed
+
+    from gpupred.learn.evaluate import fold_groups
+    from gpupred.learn.nested import CVSettings
+    from gpupred.learn.physics import comparison_splits
+
+    cv = cv or CVSettings()
+    data = df[df[target].notna()].reset_index(drop=True)
+    todo = [(name, grouping, k, split)
+            for name, (grouping, splits) in comparison_splits(data, n_within, cv.seed).items()
+            if name in schemes for k, split in enumerate(splits)]
+    groups = {g: fold_groups(data, g) for g in {t[1] for t in todo}}
+    fits: dict[tuple[bytes, str], list[int]] = {}  # splits with one training side (e.g. A100 -> H200, A100 -> RTX 3090)
+    for i, (_, grouping, _, split) in enumerate(todo):
+        fits.setdefault((np.sort(split[0]).tobytes(), grouping), []).append(i)
+    jobs = [(todo[m[0]][3][0], np.concatenate([todo[i][3][1] for i in m]), groups[g]) for (_, g), m in fits.items()]
+    outs = Parallel(n_jobs=cv.n_jobs)(delayed(split_methods)(data, train, test, grp, cv, target)
+                                      for train, test, grp in jobs)
+    parts: dict[str, dict[str, list[pd.DataFrame]]] = {}
+    for members, out in zip(fits.values(), outs):
+        start = 0
+        for i in members:
+            name, _, k, split = todo[i]
+            cut = slice(start, start + len(split[1]))
+            start = cut.stop
+            for method, (pt, lo, hi) in out.items():
+                frame = prediction_frame(data, split, k, target).assign(pred=pt[cut], low=lo[cut], high=hi[cut],
+                                                                        model=method)
+                parts.setdefault(name, {}).setdefault(method, []).append(frame)
+    return {name: {m: comparison_result(target, name, p) for m, p in per.items()} for name, per in parts.items()}
+
+
+def prediction_frame(data: pd.DataFrame, split: tuple[np.ndarray, np.ndarray, str], k: int,
+                     target: str = "memory_mib") -> pd.DataFrame:
+    """The keys of one outer split's test rows, with the fold, its label and the measured ``y``."""
+    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in data.columns]
+    frame = data.iloc[split[1]][keys].reset_index(drop=True)
+    return frame.assign(fold=k, fold_label=split[2], y=data[target].to_numpy(float)[split[1]])
+
+
+def comparison_result(target: str, scheme: str, parts: list[pd.DataFrame]) -> Any:
+    """A :class:`gpupred.learn.nested.NestedResult` of one method's outer predictions (a row per fold in ``folds``)."""
+    from gpupred.learn.evaluate import rmsle
+    from gpupred.learn.nested import NestedResult
+
+    preds = pd.concat(parts, ignore_index=True)
+    folds = pd.DataFrame([{"fold": k, "fold_label": p["fold_label"].iloc[0], "n_test": len(p),
+                           "model": p["model"].iloc[0], "outer_rmsle": rmsle(p["y"], p["pred"])}
+                          for k, p in preds.groupby("fold", sort=True)])
+    return NestedResult(target, scheme, preds, folds, pd.DataFrame())
 
 
 OWN_SOURCE = "gpupred"  # this project's own runs (the H200 sweep so far)
@@ -313,4 +518,5 @@ def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
     if model is not None:
         out["memory_footprint_constants"] = model.footprint_.constants()
         out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
+        out["memory_correction_setting"] = model.setting_.describe()
     return out

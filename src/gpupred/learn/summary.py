@@ -5,12 +5,20 @@ Keys (``key`` is ``util`` for ``gpu_util``, else the target's name): ``{key}_rms
 for utilization also ``util_rmsle_by_source`` and ``util_interval_coverage_by_source``; with a cross-GPU
 evaluation ``{key}_rmsle_within_gpu`` and ``{key}_rmsle_cross_gpu``; ``twin_ratio_median`` per GPU pair; and
 the dataset's counts (:func:`gpupred.dataset.summarize`).
+
+The comparison of issue 35 item 8 (constant, current regressor, physics, physics x correction on the same
+splits, for utilization, SM activity, iteration time and memory; :func:`comparison_metrics`):
+``physics_comparison_h200`` (``{target: {scheme: {tested: {method: figure}}}}`` on the H200 runs: RMSLE, or the
+median relative error for ``RELATIVE_TARGETS``), ``physics_comparison_h200_coverage`` (the same shape: 90 %
+interval coverage), ``{target}_physics_interval_coverage_{scheme}`` (physics x correction, every row),
+``step_model_constants`` and ``physics_weighting``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpupred.learn.nested import NestedResult
@@ -68,3 +76,61 @@ def learning_metrics(info: dict[str, Any], results: dict[str, dict[str, NestedRe
     metrics["twin_ratio_median"] = {kinds: r.set_index("family").filter(like="_ratio_median").to_dict("index")
                                     for kinds, r in ratios.items()}
     return metrics
+
+
+RELATIVE_TARGETS: tuple[str, ...] = ("iter_time_mean_s", "memory_mib")  # scored by median relative error, not RMSLE
+COMPARISON_METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")
+
+
+def headline_metric(table: pd.DataFrame) -> pd.Series:
+    """Each comparison row's figure: the median relative error for ``RELATIVE_TARGETS``, else the RMSLE."""
+    return pd.Series(np.where(table["target"].isin(RELATIVE_TARGETS), table["median_rel_err"], table["rmsle"]),
+                     index=table.index)
+
+
+def nested_figures(table: pd.DataFrame, column: str) -> dict[str, Any]:
+    """``{target: {scheme: {tested: {method: value}}}}`` of one column of a comparison table."""
+    out: dict[str, Any] = {}
+    for r in table.assign(value=table[column]).itertuples():
+        out.setdefault(r.target, {}).setdefault(r.scheme, {}).setdefault(r.tested, {})[r.method] = r.value
+    return out
+
+
+def comparison_metrics(own: pd.DataFrame, results: dict[str, dict[str, dict[str, Any]]], constants: pd.DataFrame,
+                       weighting: str) -> dict[str, Any]:
+    """The item-8 keys (see the module docstring) from the comparison table's H200 rows (``own``), every
+    target's ``{scheme: {method: NestedResult}}`` and the step model's constants fitted on every row."""
+    from gpupred.learn.physics import score
+
+    out: dict[str, Any] = {
+        "physics_comparison_h200": nested_figures(own.assign(figure=headline_metric(own)), "figure"),
+        "physics_comparison_h200_coverage": nested_figures(own[own["coverage"].notna()], "coverage"),
+        "step_model_constants": constants.reset_index().to_dict("records"), "physics_weighting": weighting}
+    for target, per_scheme in results.items():
+        for scheme, per_method in per_scheme.items():
+            out[f"{target}_physics_interval_coverage_{scheme}"] = score(per_method["physics+correction"])["coverage"]
+    return out
+
+
+def plot_methods(table: pd.DataFrame, gpu: str = "H200") -> Any:
+    """The item-8 figure: one panel per target, each method's figure on ``gpu``'s runs per split (RMSLE; median
+    relative error for ``RELATIVE_TARGETS``)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from gpupred.learn.physics import tested_on
+
+    rows = table[tested_on(table, gpu)].copy()
+    rows["metric"] = headline_metric(rows)
+    rows["split"] = np.where(rows["scheme"].str.startswith("cross"), rows["tested"], rows["scheme"])
+    targets = list(dict.fromkeys(rows["target"])) or [""]
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.0 * len(targets), 4.2), squeeze=False)
+    for ax, target in zip(axes[0], targets):
+        sns.barplot(data=rows[rows["target"] == target], x="split", y="metric", hue="method",
+                    hue_order=list(COMPARISON_METHODS), ax=ax)
+        ax.set(xlabel="", ylabel="median relative error" if target in RELATIVE_TARGETS else "RMSLE",
+               title=f"{target} on {gpu} runs")
+        ax.tick_params(axis="x", rotation=25)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

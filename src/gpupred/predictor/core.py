@@ -8,7 +8,8 @@ with the model and the GPU instead of stopping at the largest training label. Ta
 - ``gpu_util`` and ``sm_active``: the step model's analytic utilization x a CV+ correction;
 - ``iter_time_mean_s`` (seconds per step) and ``samples_per_s`` (batch size / step time): the step model's step
   time x a CV+ correction;
-- ``memory_mib``: the analytic footprint x a correction clipped to x0.82..x1.22, intervals calibrated on
+- ``memory_mib``: the analytic footprint x a bounded correction (its clip, at most x0.61..x1.65, and size chosen by a
+  leave-one-family-out of the training rows), intervals calibrated on
   leave-one-family-out residuals.
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML
@@ -133,8 +134,7 @@ class PhysicsCore:
                                        "launch cost alone across protocols), else DEFAULT (published figures)",
                            "correction_features": self.physics_.feature_names,
                            "targets": sorted(self.physics_.corrections)},
-            "memory": {"footprint_constants": self.memory_.footprint_.constants(),
-                       "correction_clip_log": 0.2, "interval_halfwidth_log": self.memory_.halfwidth_},
+            "memory": self.memory_.describe(),
             "extrapolated_width": {t: {"log_width": w, "basis": "conformal quantile of the default constants' log error "
                                                                 "on the training rows"} for t, w in self.widths_.items()},
             "measured_gpus": self.measured_,

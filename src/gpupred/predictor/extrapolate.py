@@ -6,7 +6,8 @@ is marked extrapolated and its interval is widened to at least ``point ± width`
 ``width`` is measured by holding data out the way extrapolation does:
 
 - **leave one GPU kind out** when the training data hold two or more kinds: fit on the other kinds, take
-  the conformal ``1 - alpha`` quantile of the held-out kind's absolute log residuals, and keep the widest
+  the conformal ``1 - alpha`` quantile (:func:`gpupred.learn.conformal.conformal_quantile`) of the held-out
+  kind's absolute log residuals, and keep the widest
   kind (the worst transfer seen, not an average that the largest source would dominate);
 - **leave one family out** when they hold a single kind: the only shift those data can measure (residuals
   pooled over the held-out families, each too small for a quantile of its own). The true cross-GPU error is
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import clone
 
+from gpupred.learn.conformal import conformal_quantile
 from gpupred.learn.evaluate import sibling_group
 
 BASIS_GPU = "leave-one-GPU-kind-out"
@@ -39,13 +41,6 @@ class UnseenGpuWidth:
         """One line for the card."""
         return (f"at least ±{self.width:.3f} on the log1p scale (×{np.exp(self.width):.2f}), the conformal quantile "
                 f"of {self.basis} residuals over {self.n_held_out} held-out groups")
-
-
-def conformal_quantile(residuals: np.ndarray, alpha: float) -> float:
-    """The ⌈(1 - alpha)(n + 1)⌉-th smallest absolute residual (infinite when there are too few)."""
-    r = np.sort(np.abs(np.asarray(residuals, dtype=float)))
-    k = int(np.ceil((1 - alpha) * (len(r) + 1)))
-    return float(r[k - 1]) if 0 < k <= len(r) else float("inf")
 
 
 def held_out_residuals(model: object, X: np.ndarray, z: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
