@@ -131,3 +131,17 @@ def test_export_tiny_module_symbolic_batch(tmp_path: Path) -> None:
     assert f1["unknown_ops"] == 0 and f1["n_norm"] == 0
     raw = featurize(path, batch_size=1, canonical=False)
     assert raw["params"] == sum(p.numel() for p in Tiny().parameters()) and raw["n_norm"] == 1
+
+
+def test_an_int64_index_does_not_widen_an_embedding_under_autocast(tmp_path: Path) -> None:
+    """FIXTURE graph: an embedding lookup (Gather of an fp32 table by int64 ids) then a Relu. Under bf16 autocast
+    the lookup stays fp32 (4 bytes an element), as torch runs it; the ids' 8-byte type promotes nothing."""
+    table = numpy_helper.from_array(np.zeros((100, 16), np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["emb"]), helper.make_node("Relu", ["emb"], ["y"])], "fixture",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])], [table])
+    path = tmp_path / "embedding.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    fp32, bf16 = (featurize(path, batch_size=4, precision=p) for p in ("fp32", "bf16"))
+    assert bf16["activation_bytes"] == fp32["activation_bytes"] > 0

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -236,7 +236,7 @@ def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] 
         in_params = [name in param_of for name in ins]
         mac_op = category in mac_categories
         if bf16:
-            _half_sizes(op, ins, outs, in_params, mac_op, shapes, act_size)
+            autocast_sizes(op, ins, outs, {n for n, p in zip(ins, in_params) if p}, mac_op, shapes, act_size)
         if entry is None:
             t.unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
             t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
@@ -277,21 +277,26 @@ def _weight_elements(ins: tuple[str, ...], in_params: list[bool], param_of: dict
     return sum(graph.param_sizes[param_of[n]][0] for n, p in zip(ins, in_params) if p)
 
 
-def _half_sizes(op: str, ins: tuple[str, ...], outs: tuple[str, ...], in_params: list[bool], mac_op: bool,
-                shapes: dict[str, Shape], act_size: dict[str, int]) -> None:
-    """Under 16-bit autocast, the item size of each float output of a node (into ``act_size``)."""
-    in_sizes = [act_size.get(n) or shapes.get(n, _NO_SHAPE)[2] for n, p in zip(ins, in_params) if n and not p]
-    float_types = FLOAT_TYPES
+def autocast_sizes(op: str, ins: Iterable[str], outs: Iterable[str], params: Container[str], mac_op: bool,
+                   shapes: dict[str, Shape], act_size: dict[str, int]) -> None:
+    """Under 16-bit autocast, the item size of each float output of a node (into ``act_size``).
+
+    Contractions write 16 bits; ops autocast keeps in fp32 write 4 bytes; any other op takes the widest of its float
+    activation inputs, as torch's type promotion does: an input in ``params`` (a weight), an integer index (as
+    Gather reads) or a one-element scale promotes nothing.
+    """
+    in_sizes = [act_size.get(n) or shapes[n][2] for n in ins
+                if n and n not in params and n in shapes and shapes[n][1] in FLOAT_TYPES and _elements(shapes[n][0]) > 1]
     for out in outs:
         shp = shapes.get(out)
-        if shp is None or shp[1] not in float_types or shp[2] != 4:
+        if shp is None or shp[1] not in FLOAT_TYPES or shp[2] != 4:
             continue
-        if mac_op:
-            act_size[out] = 2
-        elif op in FP32_UNDER_AUTOCAST or not in_sizes:
-            act_size[out] = 4
-        else:
-            act_size[out] = max(in_sizes)
+        act_size[out] = 2 if mac_op else (4 if op in FP32_UNDER_AUTOCAST or not in_sizes else max(in_sizes))
+
+
+def _elements(dims: tuple[int, ...] | None) -> int:
+    """Elements of a shape (0 when unknown)."""
+    return int(math.prod(dims)) if dims is not None else 0
 
 
 def _tensor_infos(names: tuple[str, ...], params: Iterable[bool], mac_op: bool, shapes: dict[str, Shape],

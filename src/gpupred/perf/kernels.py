@@ -41,8 +41,7 @@ import numpy as np
 
 from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
-from gpupred.graph.features import FP32_UNDER_AUTOCAST
-from gpupred.graph.loader import FLOAT_TYPES
+from gpupred.graph.features import autocast_sizes
 from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
@@ -118,29 +117,8 @@ def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> Tensor
     return TensorInfo(shp[0], size or shp[2], name in graph.params)
 
 
-def _numel(shape: tuple[int, ...] | None) -> int:
-    """Elements of a shape (0 when unknown)."""
-    return int(math.prod(shape)) if shape is not None else 0
-
-
 def _nbytes(t: TensorInfo | None) -> int:
     return t.nbytes if t is not None else 0
-
-
-def _act_sizes(op: str, ins: tuple[str, ...], outs: tuple[str, ...], mac: bool, graph: CanonicalGraph,
-               size_of: dict[str, int]) -> None:
-    """Under 16-bit autocast, the item size of each float output of a node (into ``size_of``).
-
-    Torch's type promotion: only float activations with more than one element set the result's size (an int64
-    index, as Gather reads, or a one-element scale promotes nothing).
-    """
-    in_sizes = [size_of.get(n, graph.shapes[n][2]) for n in ins if n and n in graph.shapes and n not in graph.params
-                and graph.shapes[n][1] in FLOAT_TYPES and _numel(graph.shapes[n][0]) > 1]
-    for out in outs:
-        shp = graph.shapes.get(out)
-        if shp is None or shp[2] != 4:
-            continue
-        size_of[out] = 2 if mac else (4 if op in FP32_UNDER_AUTOCAST or not in_sizes else max(in_sizes))
 
 
 def _node_info(graph: CanonicalGraph, op: str, attrs: dict, ins: tuple[str, ...], outs: tuple[str, ...], mac: bool,
@@ -309,12 +287,12 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool,
         mac = category in MAC_CATEGORIES
         if only is not None and i not in only:
             if half:
-                _act_sizes(op, ins, outs, mac, graph, size_of)
+                autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, size_of)
             continue
         if half and mac and op not in RECURRENT and i not in fused:
             _casts(b, graph, ins, size_of, cast_weights)
         if half:
-            _act_sizes(op, ins, outs, mac, graph, size_of)
+            autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, size_of)
         info = _node_info(graph, op, attrs, ins, outs, mac, half, size_of)
         cost = _forward_cost(entry, info)
         out_bytes.append(cost[3])
