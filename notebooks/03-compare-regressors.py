@@ -206,12 +206,17 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # Aggregate features (FLOPs, bytes, op counts) do not see what sets utilization on a fast GPU: how many
 # kernels a training step launches, how long the host takes to launch each, and the shortest time a kernel
 # takes. The step model (`gpupred.perf`) expands each graph into the kernels of one training step (forward,
-# the BatchNorm and Dropout kernels an eval export drops, backward, autocast casts, one kernel per time step
-# of a recurrent layer, the optimizer as torch's foreach path runs it), gives each a roofline time on the
-# GPU's datasheet peaks, and runs the host's launch timeline under the source's protocol (`sync`). Its six
-# constants (efficiencies, launch cost, per-step overhead, minimum kernel time) are fitted per (GPU kind,
-# protocol) on each outer split's **training rows only**; a GPU kind without training rows keeps the
-# published defaults. A correction regressor then learns log(measured / physics) on the same training rows
+# the BatchNorm and Dropout kernels an eval export drops or folds, backward, autocast casts, one kernel per time
+# step of a recurrent layer, attention cores as the one fused kernel torch runs each way, the optimizer as torch's
+# foreach path runs it, and a GAN's second discriminator pass and second optimizer, from the workload's recipe),
+# gives each a roofline time on the GPU's datasheet peaks (depthwise convolutions on the CUDA cores at their own
+# efficiency), and runs the host's launch timeline under the source's protocol (`sync`). Its seven constants
+# (tensor-core, CUDA-core, memory and depthwise efficiencies, launch cost, per-step overhead, minimum kernel
+# time) are fitted per (GPU kind, protocol) on each outer split's **training rows only**. A protocol without
+# training rows borrows the launch cost fitted on the training rows (it is eager PyTorch's host cost, not the
+# GPU's) and keeps the published defaults for the rest; a source without training rows gets physics alone, with
+# the correction's interval width widened as extrapolated. A correction regressor then learns
+# log(measured / physics) on the same training rows
 # (LightGBM on the physics and a dozen job features, CV+ intervals calibrated on groups like the scheme's,
 # its strength chosen by an inner grouped CV, bounded to its source's training range).
 #
@@ -268,11 +273,13 @@ reports.update_metrics(phys_metrics)
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point
 # clouds on the host each step (about 8 % utilization against the step model's 80 %), and every job that
-# copies batches from host memory pays a transfer the model prices at a flat bandwidth. DCGAN runs two
-# forward/backward passes and two optimizers per step over one exported graph, so the model counts about
-# half its kernels (step time about 40 % short). Depthwise convolutions (MobileNet, EfficientNet) run far below the
-# roofline the model gives them, so it under-predicts their utilization by about a quarter; and GPUMemNet's
-# non-zero-only averaging is a protocol the timeline does not simulate (its constants absorb it).
+# copies batches from host memory pays a transfer the model prices at a flat bandwidth. Under
+# leave-one-family-out, the families whose kernels no other family resembles miss most: EfficientNet, held out
+# with MobileNet, gets its depthwise efficiency from ShuffleNet alone and comes out too slow; Inception's
+# branchy blocks run faster than their kernels' sum; DCGAN's step is still short of the measured one even with
+# its recipe (loss and optimizer kernels of two networks); and GPUMemNet's non-zero-only averaging is a protocol
+# the timeline does not simulate (its constants absorb it). SM activity has no occupancy model: it is the step
+# model's busy fraction times the correction.
 #
 # Memory: under leave-one-family-out the correction learned on other families barely helps the footprint (the
 # inner selection often switches it off), and GPUMemNet's held-out fully connected group is a protocol never

@@ -388,14 +388,6 @@ COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.le
     "features, no footprint)", "physics": "the analytic footprint", "physics+correction": BEST}
 
 
-def constant_baseline(y_train: np.ndarray, n_test: int, alpha: float = 1.0 - COVERAGE) -> tuple[np.ndarray, ...]:
-    """(point, low, high) of the constant baseline for ``n_test`` rows: the training rows' mean of log1p(label), and
-    their ``alpha/2`` and ``1 - alpha/2`` quantiles. Sees the training labels only."""
-    z = np.log1p(np.asarray(y_train, dtype=float))
-    q = np.expm1(np.quantile(z, [alpha / 2, 1 - alpha / 2]))
-    return np.full(n_test, np.expm1(z.mean())), np.full(n_test, q[0]), np.full(n_test, q[1])
-
-
 def regressor_columns(df: pd.DataFrame) -> list[str]:
     """The current regressor's inputs: the dataset's feature columns without the footprint's graph terms."""
     from gpupred.dataset import feature_columns
@@ -407,6 +399,7 @@ def regressor_columns(df: pd.DataFrame) -> list[str]:
 def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, groups: np.ndarray, cv: Any,
                   target: str = "memory_mib") -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
+    from gpupred.learn.evaluate import constant_baseline
     from gpupred.learn.intervals import ConformalRegressor
     from gpupred.learn.physics import correction_model
 

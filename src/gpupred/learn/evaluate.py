@@ -135,3 +135,12 @@ def splits_for(df: pd.DataFrame, scheme: str, n_folds: int = 5, seed: int = 0) -
     else:
         raise GpupredError(f"unknown split scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     return check_grouped(splits, workloads)
+
+
+def constant_baseline(y_train: np.ndarray, n_test: int, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(point, low, high) of the constant baseline for ``n_test`` rows: the training rows' mean of log1p(label), and
+    their ``alpha/2`` and ``1 - alpha/2`` quantiles. Sees the training labels only."""
+    z = np.log1p(np.asarray(y_train, dtype=float))
+    q = np.expm1(np.quantile(z, [alpha / 2, 1 - alpha / 2]))
+    return np.full(n_test, np.expm1(z.mean())), np.full(n_test, q[0]), np.full(n_test, q[1])
+

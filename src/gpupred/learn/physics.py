@@ -42,7 +42,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
-from gpupred.learn.evaluate import Split, fold_groups, rmsle
+from gpupred.learn.evaluate import Split, constant_baseline, fold_groups, rmsle
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.nested import CVSettings, NestedResult, inner_splits
 from gpupred.learn.regressors import make_regressor
@@ -52,7 +52,7 @@ from gpupred.perf.timeline import STEP_COLUMNS
 
 __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
-    "compare_methods", "comparison_table", "plot_comparison", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
+    "compare_methods", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
     "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
 ]
 
@@ -266,9 +266,7 @@ def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, c
     base = step if PHYSICS_TARGETS[inp.target] == "step" else util
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     if "constant" in methods:
-        z = np.log1p(inp.y[train])
-        q = np.expm1(np.quantile(z, [cv.alpha / 2, 1 - cv.alpha / 2]))
-        out["constant"] = (np.full(len(test), np.expm1(z.mean())), np.full(len(test), q[0]), np.full(len(test), q[1]))
+        out["constant"] = constant_baseline(inp.y[train], len(test), cv.alpha)
     if "regressor" in methods:
         out["regressor"] = _conformal(model, inp.X_plain, inp.y, inp.groups, inp.strata, train, test, cv)
     if "physics" in methods:
@@ -440,28 +438,6 @@ def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> 
 def tested_on(table: pd.DataFrame, gpu: str) -> pd.Series:
     """Rows of a :func:`comparison_table` scored on ``gpu``'s runs (within, leave-one-family-out, ``x->gpu``)."""
     return (table["tested"] == gpu) | table["tested"].str.endswith(f"->{gpu}")
-
-
-def plot_comparison(table: pd.DataFrame, gpu: str = "H200") -> Any:
-    """One panel per target: each method's error on ``gpu``'s rows per scheme (RMSLE; iteration time: median
-    relative error)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    rows = table[tested_on(table, gpu)].copy()
-    rows["metric"] = np.where(rows["target"] == "iter_time_mean_s", rows["median_rel_err"], rows["rmsle"])
-    rows["split"] = np.where(rows["scheme"].str.startswith("cross"), rows["tested"], rows["scheme"])
-    targets = list(dict.fromkeys(rows["target"]))
-    fig, axes = plt.subplots(1, max(1, len(targets)), figsize=(5.5 * max(1, len(targets)), 4.2), squeeze=False)
-    for ax, target in zip(axes[0], targets):
-        sns.barplot(data=rows[rows["target"] == target], x="split", y="metric", hue="method", hue_order=list(METHODS),
-                    ax=ax)
-        ax.set(xlabel="", ylabel="median relative error" if target == "iter_time_mean_s" else "RMSLE",
-               title=f"{target} on {gpu} runs")
-        ax.tick_params(axis="x", rotation=20)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def correction_frame(df: pd.DataFrame, target: str, pdata: PhysicsData, seed: int = 0) -> pd.DataFrame:
