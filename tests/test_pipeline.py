@@ -51,3 +51,23 @@ def test_pipeline_failure_names_the_notebook(tmp_path: Path) -> None:
     _notebook(folder / "01-broken.ipynb", "raise ValueError('bad column')")
     with pytest.raises(GpupredError, match=r"01-broken.ipynb failed: ValueError: bad column"):
         run_pipeline(out_dir=tmp_path / "reports", folder=folder)
+
+
+def test_a_whole_run_rebuilds_the_metrics_and_a_failed_one_keeps_the_old_keys(tmp_path: Path) -> None:
+    from gpupred.pipeline import fresh_metrics
+    from gpupred.reports import update_metrics
+
+    path = tmp_path / "metrics.json"
+    update_metrics({"stale": 1, "kept": 1}, path)
+    with fresh_metrics(path):
+        update_metrics({"kept": 2}, path)
+    assert json.loads(path.read_text()) == {"kept": 2}  # a key no notebook writes any more is gone
+
+    with pytest.raises(RuntimeError), fresh_metrics(path):
+        update_metrics({"new": 3}, path)
+        raise RuntimeError("notebook 05 failed")
+    assert json.loads(path.read_text()) == {"kept": 2, "new": 3}  # the failed run loses nothing of the last one
+
+    with fresh_metrics(path, enabled=False):  # a run of some notebooks (--only) merges
+        update_metrics({"other": 4}, path)
+    assert json.loads(path.read_text()) == {"kept": 2, "new": 3, "other": 4}

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import write_if_changed
+from gpupred.files import atomic_write_bytes, write_if_changed
 
 
 @dataclass
@@ -173,24 +173,42 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)
 
 
+@contextmanager
+def fresh_metrics(path: Path, enabled: bool = True) -> Iterator[None]:
+    """Start ``path`` (the metrics file) empty for the block; if the block fails, merge the old keys back under the
+    new ones (nothing of the last good run is lost to a failed one)."""
+    old = path.read_bytes() if enabled and path.exists() else None
+    if old is not None:
+        path.unlink()
+    try:
+        yield
+    except BaseException:
+        if old is not None:
+            new = json.loads(path.read_text()) if path.exists() else {}
+            atomic_write_bytes(path, (json.dumps({**json.loads(old), **new}, indent=2, sort_keys=True) + "\n").encode())
+        raise
+
+
 def run_pipeline(
     only: list[str] | None = None, out_dir: Path | None = None, folder: Path | None = None
 ) -> list[NotebookResult]:
     """Run the numbered notebooks (or those whose names start with one of ``only``) in order.
 
     ``reports/pipeline.json`` gets one entry per notebook run; with ``only``, the other notebooks' entries
-    from the last run are kept.
+    from the last run are kept. A whole run rebuilds ``metrics.json`` in ``out_dir`` from nothing, so a key no
+    notebook writes any more does not linger; if a notebook fails, the old keys it did not rewrite come back.
     """
     out_dir = out_dir or config.REPORTS
     results = []
     found = notebooks(folder)
     order = [nb.name for nb in found]
-    for nb in found:
-        if only and not any(nb.name.startswith(o) for o in only):
-            continue
-        result = run_notebook(nb, out_dir=out_dir)
-        print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
-        results.append(result)
+    with fresh_metrics(out_dir / "metrics.json", enabled=not only):
+        for nb in found:
+            if only and not any(nb.name.startswith(o) for o in only):
+                continue
+            result = run_notebook(nb, out_dir=out_dir)
+            print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
+            results.append(result)
     summary = out_dir / "pipeline.json"
     entries = {r.notebook: r.summary() for r in results}
     if only and summary.exists():
