@@ -135,3 +135,51 @@ def test_a_source_without_training_rows_gets_physics_alone_under_per_source() ->
     assert (corr.loc[unseen, "low"] < corr.loc[unseen, "pred"]).all()
     assert (corr.loc[unseen, "high"] > corr.loc[unseen, "pred"]).all()
     assert not np.allclose(corr.loc[~unseen, "pred"], phys[corr.index[~unseen]])
+
+
+def _three_gpu_rows():
+    """FIXTURE rows of three GPU kinds (one FIXTURE protocol), with FIXTURE kernels."""
+    df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090", "NVIDIA A100-SXM4-80GB"),
+                         n_batch_sizes=2)
+    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
+               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
+    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
+                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
+    return df, PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+
+
+def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
+    """FIXTURE: with one GPU kind's rows held out of training, the width is the same whatever their labels are;
+    each training key's errors come from the other keys' fits (its own fit never enters them) and are physics'
+    errors under exactly that borrowing; every held-out key weighs the same in the width."""
+    from gpupred.learn.conformal import conformal_quantile
+    from gpupred.learn.physics import HELDOUT_MIN_ROWS, extrapolation_width, heldout_errors
+    from gpupred.perf.constants import ConstantsTable
+    from gpupred.perf.fit import predict_rows
+
+    df, pdata = _three_gpu_rows()
+    gpu = df["gpu"].to_numpy()
+    test = np.flatnonzero(gpu == gpu_spec("NVIDIA A100-SXM4-80GB").name)
+    train = np.setdiff1d(np.arange(len(df)), test)
+    assert (df["gpu"].iloc[train].value_counts() >= HELDOUT_MIN_ROWS).all()
+    table, _, _ = fitted_physics(pdata, train)
+    y = df["gpu_util"].to_numpy(float)
+    width = extrapolation_width(pdata, table, train, y, False, 0.1)
+    scrambled = y.copy()
+    scrambled[test] = 1.0  # the held-out GPU's labels: never read
+    assert np.isfinite(width) and width == extrapolation_width(pdata, table, train, scrambled, False, 0.1)
+    errors = heldout_errors(pdata, table, train, y, False)
+    assert set(errors) == set(table.fitted) and len(errors) == 2 and not set(errors) & {pdata.keys[i] for i in test}
+    levels = (np.arange(HELDOUT_MIN_ROWS) + 0.5) / HELDOUT_MIN_ROWS  # each key weighs the same, whatever its rows
+    assert width == conformal_quantile(np.concatenate([np.quantile(np.abs(e), levels) for e in errors.values()]), 0.1)
+    h100 = train[gpu[train] == gpu_spec("NVIDIA H100 80GB HBM3").name]
+    key = pdata.keys[h100[0]]
+    others = ConstantsTable({k: c for k, c in table.fitted.items() if k != key})
+    util, _ = predict_rows(pdata.rows, others.get(*key), h100)
+    assert np.allclose(errors[key], np.log1p(y[h100]) - np.log1p(util))
+    broken = ConstantsTable({**table.fitted, key: table.fitted[key].with_fitted({"launch_s": 1.0}, "FIXTURE")})
+    assert np.allclose(heldout_errors(pdata, broken, h100, y, False)[key], errors[key])  # its own fit does not enter
+    other_key = next(k for k in table.fitted if k != key)
+    moved = ConstantsTable({**table.fitted, other_key: table.fitted[other_key].with_fitted({"launch_s": 1.0}, "FIXTURE")})
+    assert not np.allclose(heldout_errors(pdata, moved, h100, y, False)[key], errors[key])  # the others' fits do
+    assert np.isnan(extrapolation_width(pdata, table, h100[:HELDOUT_MIN_ROWS - 1], y, False, 0.1))

@@ -16,8 +16,11 @@ For each outer split (grouped random, leave-one-family-out, cross-GPU: the split
    its strength (0, 0.5 or 1 times the learned log-correction, :class:`ShrunkCorrection`) is chosen by an inner
    CV grouped like the scheme (families under ``lofo``), so a correction that does not carry to unseen
    families is switched off there by the training rows themselves. A row whose (GPU kind, protocol) had no
-   training rows (physics on default constants: an extrapolated GPU) gets an interval at least as wide as the
-   default constants' 90 % log error on the training rows (:func:`widen_extrapolated`).
+   training rows (an extrapolated GPU or protocol: its constants borrowed, :meth:`ConstantsTable.get`) gets an
+   interval at least as wide as the extrapolation width measured on the training rows by the same procedure: each
+   training key (or, for a row whose protocol has no fit at all, each training protocol) held out in turn, its rows
+   predicted by physics alone from the other keys' fits as an unseen one is, the conformal 90 % quantile of
+   their |log error| with every held-out key weighing the same (:func:`extrapolation_width`, :func:`widen_extrapolated`).
 
 ``weighting`` says which training rows the correction sees: ``pooled`` (all), ``balanced`` (at most
 ``BALANCED_CAP`` workloads per source, so 3,000 imported MLP runs do not outvote 200 own runs) or
@@ -42,6 +45,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
+from gpupred.learn.conformal import conformal_quantile
 from gpupred.learn.evaluate import Split, constant_baseline, fold_groups, rmsle
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.nested import CVSettings, NestedResult, inner_splits
@@ -54,6 +58,7 @@ __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
     "compare_methods", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
     "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
+    "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS",
 ]
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
@@ -275,25 +280,92 @@ def _split_predictions(inp: _Inputs, split: Split, weighting: str, model: str, c
     if "physics+correction" in methods:
         pt, lo, hi = _corrected(inp, train, test, base, (util, step), weighting, model, cv)
         unfitted = np.array([inp.pdata.keys[i] not in table.fitted for i in test], dtype=bool)
-        out["physics+correction"] = widen_extrapolated(inp, train, pt, lo, hi, unfitted, cv.alpha)
+        out["physics+correction"] = widen_extrapolated(inp, train, pt, lo, hi, unfitted, cv.alpha, table, test)
     return out
 
 
 def widen_extrapolated(inp: _Inputs, train: np.ndarray, pt: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                       unfitted: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Intervals of rows whose (GPU kind, protocol) had no training rows (default constants) reach at least the
-    ``1 - alpha`` quantile of the default-constants physics' log error on the training rows (the dataset's
-    ``phys_*`` columns): what default constants get wrong on the GPUs that were measured."""
+                       unfitted: np.ndarray, alpha: float, table: ConstantsTable | None = None,
+                       test: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals of rows whose (GPU kind, protocol) had no training rows reach at least the extrapolation width
+    :func:`extrapolation_width` measures on the training rows alone (log1p for utilization, log for step time).
+
+    A test row whose protocol has no fit at all gets the width of held-out *protocols*, one whose protocol was fitted
+    on other GPU kinds that of held-out *keys*: each as its prediction borrows (:meth:`ConstantsTable.get`).
+    Without ``table``/``test`` (or with no training key to hold out) the default constants' 90 % log error on the
+    training rows (the ``phys_*`` columns) is the width.
+    """
     if not unfitted.any():
         return pt, lo, hi
+    step = PHYSICS_TARGETS[inp.target] == "step"
+    widths = np.full(len(pt), _default_width(inp, train, alpha))
+    if table is not None and test is not None:
+        seen = {p for _, p in table.fitted}
+        by_protocol = np.array([inp.pdata.keys[i][1] not in seen for i in test], dtype=bool)
+        for level, rows in (("protocol", unfitted & by_protocol), ("key", unfitted & ~by_protocol)):
+            if rows.any():
+                q = extrapolation_width(inp.pdata, table, train, inp.y, step, alpha, level)
+                widths[rows] = widths[rows] if np.isnan(q) else q
+    lo, hi = lo.copy(), hi.copy()
+    if step:
+        lo[unfitted] = np.minimum(lo[unfitted], pt[unfitted] * np.exp(-widths[unfitted]))
+        hi[unfitted] = np.maximum(hi[unfitted], pt[unfitted] * np.exp(widths[unfitted]))
+    else:
+        z = np.log1p(np.clip(pt, 0, None))
+        lo = np.where(unfitted, np.minimum(lo, np.clip(np.expm1(z - widths), 0, None)), lo)
+        hi = np.where(unfitted, np.maximum(hi, np.expm1(z + widths)), hi)
+    return pt, lo, hi
+
+
+def _default_width(inp: _Inputs, train: np.ndarray, alpha: float) -> float:
+    """The 1 - alpha quantile of the default-constants physics' log error on the training rows (the fallback width)."""
     column = "phys_step_s" if PHYSICS_TARGETS[inp.target] == "step" else "phys_util"
     default = inp.df[column].to_numpy(float)[train]
     shift = 0.0 if column == "phys_step_s" else 1.0
-    q = float(np.quantile(np.abs(np.log((inp.y[train] + shift) / (default + shift))), 1 - alpha))
-    lo, hi = lo.copy(), hi.copy()
-    lo[unfitted] = np.minimum(lo[unfitted], pt[unfitted] * np.exp(-q))
-    hi[unfitted] = np.maximum(hi[unfitted], pt[unfitted] * np.exp(q))
-    return pt, lo, hi
+    return float(np.quantile(np.abs(np.log((inp.y[train] + shift) / (default + shift))), 1 - alpha))
+
+
+HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
+
+
+def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
+                   level: str = "key") -> dict[tuple[str, str], np.ndarray]:
+    """Per fitted (GPU kind, protocol) key with at least ``HELDOUT_MIN_ROWS`` labelled ``rows``, the log errors
+    (log1p for utilization, log for step time) of physics alone on those rows, predicted as an unseen key is: with
+    that key's fit (``level="key"``) or every fit of its protocol (``level="protocol"``) removed from ``table``, the
+    rest borrowed by :meth:`ConstantsTable.get`.
+
+    ``table`` must be fitted on rows that include ``rows`` (:func:`gpupred.perf.fit.fit_table` fits each key on
+    its own rows only, so dropping a key's fit is refitting the constants on the other keys' rows); nothing outside
+    ``rows`` is read.
+    """
+    if level not in ("key", "protocol"):
+        raise GpupredError(f"unknown hold-out level {level!r}; known: key, protocol")
+    rows = rows[np.isfinite(y[rows])]
+    keys = [pdata.keys[i] for i in rows]
+    errors = {}
+    for key in sorted(set(keys) & set(table.fitted)):
+        idx = rows[np.array([k == key for k in keys])]
+        if len(idx) < HELDOUT_MIN_ROWS:
+            continue
+        drop = (lambda k: k == key) if level == "key" else (lambda k: k[1] == key[1])
+        others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
+        util, step_s = predict_rows(pdata.rows, others.get(*key), idx)
+        pred = step_s if step else util
+        err = np.log(y[idx] / np.maximum(pred, 1e-12)) if step else np.log1p(y[idx]) - np.log1p(pred)
+        errors[key] = err[np.isfinite(err)]
+    return errors
+
+
+def extrapolation_width(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
+                        alpha: float, level: str = "key") -> float:
+    """The log width an unseen key's interval needs: the conformal 1 - alpha quantile of :func:`heldout_errors`'
+    |log error| pooled with every held-out key weighing the same (a new GPU or protocol is one more key, not 3,000
+    more rows of the largest one): each key's errors enter as ``HELDOUT_MIN_ROWS`` evenly spaced quantiles of its
+    |log error|. NaN when no key could be held out."""
+    levels = (np.arange(HELDOUT_MIN_ROWS) + 0.5) / HELDOUT_MIN_ROWS
+    per_key = [np.quantile(np.abs(e), levels) for e in heldout_errors(pdata, table, rows, y, step, level).values() if len(e)]
+    return conformal_quantile(np.concatenate(per_key), alpha) if per_key else float("nan")
 
 
 def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,

@@ -15,9 +15,12 @@ with the model and the GPU instead of stopping at the largest training label. Ta
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML
 polling). On a GPU kind without measurements the step model borrows what the measured GPUs can lend
 (:meth:`gpupred.perf.ConstantsTable.get`): the host constants the same protocol was fitted to, and the device
-constants of the same architecture (else the published defaults); the prediction is marked extrapolated; the intervals of the step-model targets are widened to at least the
-conformal quantile of the default constants' log error on the training rows (how wrong physics is when its
-constants were not fitted to the GPU); the footprint's intervals widen by its own rule.
+constants of the same architecture (else the published defaults); the prediction is marked extrapolated; the
+intervals of the step-model targets are widened to at least the extrapolation width of
+:func:`gpupred.learn.physics.extrapolation_width`: each measured (GPU kind, protocol) held out in turn, predicted as
+an unmeasured one borrows, the conformal quantile of physics' log error on their rows, each key weighing the same
+(how wrong physics is when its constants were not fitted to the GPU, by the rule that predicts); the footprint's
+intervals widen by its own rule.
 """
 
 from __future__ import annotations
@@ -45,6 +48,19 @@ def default_physics_width(df: pd.DataFrame, target: str, alpha: float) -> float:
     else:
         err = np.log1p(y) - np.log1p(df["phys_util"].to_numpy(float))
     return conformal_quantile(err[np.isfinite(err)], alpha)
+
+
+def extrapolated_width(df: pd.DataFrame, pdata: Any, table: Any, target: str, alpha: float) -> float:
+    """The log width an unmeasured GPU's ``target`` interval reaches: :func:`gpupred.learn.physics.extrapolation_width`
+    over ``df``'s labelled rows, holding out keys when ``PROTOCOL`` has a fit (a new GPU borrows its host constants),
+    whole protocols when it has none; :func:`default_physics_width` when no key has enough rows to hold out."""
+    from gpupred.learn.physics import PHYSICS_TARGETS, extrapolation_width
+
+    y = df[target].to_numpy(float)
+    rows = np.flatnonzero(np.isfinite(y))
+    level = "key" if any(p == PROTOCOL for _, p in table.fitted) else "protocol"
+    width = extrapolation_width(pdata, table, rows, y, PHYSICS_TARGETS[target] == "step", alpha, level)
+    return default_physics_width(df.iloc[rows], target, alpha) if np.isnan(width) else width
 
 
 @dataclass
@@ -81,13 +97,15 @@ class PhysicsCore:
         """Fit the step model's constants and corrections, and the memory footprint model, on every labelled row."""
         from gpupred.footprint import footprint_columns
         from gpupred.learn.nested import CVSettings
-        from gpupred.learn.physics import fit_physics_predictor
+        from gpupred.learn.physics import fit_physics_predictor, physics_data
         from gpupred.memory import FootprintModel
 
         targets = tuple(t for t in STEP_TARGETS if t in df.columns and df[t].notna().sum() >= 10)
-        self.physics_ = fit_physics_predictor(df, targets, cv=CVSettings(alpha=self.alpha, seed=self.seed))
+        pdata = physics_data(df)
+        self.physics_ = fit_physics_predictor(df, targets, pdata, CVSettings(alpha=self.alpha, seed=self.seed))
         self.memory_ = FootprintModel(seed=self.seed).fit(footprint_columns(df))
-        self.widths_ = {t: default_physics_width(df[df[t].notna()], t, self.alpha) for t in self.physics_.corrections}
+        self.widths_ = {t: extrapolated_width(df, pdata, self.physics_.constants, t, self.alpha)
+                        for t in self.physics_.corrections}
         self.measured_ = sorted({str(g) for g in df["gpu"]})
         return self
 
@@ -109,7 +127,7 @@ class PhysicsCore:
         return out
 
     def _widen(self, out: dict[str, float], batch_size: float | None) -> None:
-        """Widen the step-model targets' bounds in ``out`` to at least the default constants' error (extrapolated)."""
+        """Widen the step-model targets' bounds in ``out`` to at least their extrapolation width (extrapolated)."""
         for target, width in self.widths_.items():
             if target not in out:
                 continue
@@ -135,7 +153,9 @@ class PhysicsCore:
                            "correction_features": self.physics_.feature_names,
                            "targets": sorted(self.physics_.corrections)},
             "memory": self.memory_.describe(),
-            "extrapolated_width": {t: {"log_width": w, "basis": "conformal quantile of the default constants' log error "
-                                                                "on the training rows"} for t, w in self.widths_.items()},
+            "extrapolated_width": {t: {"log_width": w, "basis": "conformal quantile of physics' log error on each "
+                                                                "measured (GPU, protocol) held out in turn, predicted "
+                                                                "as an unmeasured GPU borrows, each key weighing the "
+                                                                "same"} for t, w in self.widths_.items()},
             "measured_gpus": self.measured_,
         }
