@@ -214,8 +214,11 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # (tensor-core, CUDA-core, memory and depthwise efficiencies, launch cost, per-step overhead, minimum kernel
 # time) are fitted per (GPU kind, protocol) on each outer split's **training rows only**. A protocol without
 # training rows borrows the launch cost fitted on the training rows (it is eager PyTorch's host cost, not the
-# GPU's) and keeps the published defaults for the rest; a source without training rows gets physics alone, with
-# the correction's interval width widened as extrapolated. A correction regressor then learns
+# GPU's) and keeps the published defaults for the rest; a source without training rows gets physics alone. A
+# (GPU kind, protocol) without training rows has its interval widened to at least what that same borrowing gets
+# wrong inside the training rows: each training key (or protocol) held out in turn and predicted from the others'
+# fits, the 90 % conformal quantile of the log error with every held-out key weighing the same
+# (`physics.extrapolation_width`). A correction regressor then learns
 # log(measured / physics) on the same training rows
 # (LightGBM on the physics and a dozen job features, CV+ intervals calibrated on groups like the scheme's,
 # its strength chosen by an inner grouped CV, bounded to its source's training range).
