@@ -170,8 +170,10 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
     assert np.isfinite(width) and width == extrapolation_width(pdata, table, train, scrambled, False, 0.1)
     errors = heldout_errors(pdata, table, train, y, False)
     assert set(errors) == set(table.fitted) and len(errors) == 2 and not set(errors) & {pdata.keys[i] for i in test}
-    levels = (np.arange(HELDOUT_MIN_ROWS) + 0.5) / HELDOUT_MIN_ROWS  # each key weighs the same, whatever its rows
-    assert width == conformal_quantile(np.concatenate([np.quantile(np.abs(e), levels) for e in errors.values()]), 0.1)
+    m = min(len(e) for e in errors.values())  # each key weighs the same: m quantiles of each, m its fewest rows
+    levels = (np.arange(m) + 0.5) / m
+    pooled = np.concatenate([np.quantile(np.abs(e), levels, method="inverted_cdf") for e in errors.values()])
+    assert width == conformal_quantile(pooled, 0.1)
     h100 = train[gpu[train] == gpu_spec("NVIDIA H100 80GB HBM3").name]
     key = pdata.keys[h100[0]]
     others = ConstantsTable({k: c for k, c in table.fitted.items() if k != key})
@@ -182,4 +184,5 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
     other_key = next(k for k in table.fitted if k != key)
     moved = ConstantsTable({**table.fitted, other_key: table.fitted[other_key].with_fitted({"launch_s": 1.0}, "FIXTURE")})
     assert not np.allclose(heldout_errors(pdata, moved, h100, y, False)[key], errors[key])  # the others' fits do
+    assert extrapolation_width(pdata, table, h100, y, False, 0.1) == conformal_quantile(errors[key], 0.1)  # one key
     assert np.isnan(extrapolation_width(pdata, table, h100[:HELDOUT_MIN_ROWS - 1], y, False, 0.1))

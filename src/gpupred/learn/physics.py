@@ -361,11 +361,15 @@ def extrapolation_width(pdata: PhysicsData, table: ConstantsTable, rows: np.ndar
                         alpha: float, level: str = "key") -> float:
     """The log width an unseen key's interval needs: the conformal 1 - alpha quantile of :func:`heldout_errors`'
     |log error| pooled with every held-out key weighing the same (a new GPU or protocol is one more key, not 3,000
-    more rows of the largest one): each key's errors enter as ``HELDOUT_MIN_ROWS`` evenly spaced quantiles of its
-    |log error|. NaN when no key could be held out."""
-    levels = (np.arange(HELDOUT_MIN_ROWS) + 0.5) / HELDOUT_MIN_ROWS
-    per_key = [np.quantile(np.abs(e), levels) for e in heldout_errors(pdata, table, rows, y, step, level).values() if len(e)]
-    return conformal_quantile(np.concatenate(per_key), alpha) if per_key else float("nan")
+    more rows of the largest one): each key enters as ``m`` evenly spaced quantiles of its |log error|, ``m`` the
+    fewest rows a held-out key has (the smallest key's own errors; no key counts more rows than it has). NaN when no
+    key could be held out."""
+    errors = [np.abs(e) for e in heldout_errors(pdata, table, rows, y, step, level).values() if len(e)]
+    if not errors:
+        return float("nan")
+    m = min(len(e) for e in errors)
+    levels = (np.arange(m) + 0.5) / m
+    return conformal_quantile(np.concatenate([np.quantile(e, levels, method="inverted_cdf") for e in errors]), alpha)
 
 
 def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,
