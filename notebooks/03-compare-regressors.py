@@ -31,9 +31,9 @@
 #   source, falls on one side), stratified by source;
 # - **leave-one-family-out** — one fold per family group, sibling families held out together
 #   (lstm/gru; bert/gpt/seq2seq/vit; mobilenet/efficientnet; vgg/alexnet; mlp/fcnet; the ResNets with the
-#   CIFAR ResNet-18): the test of an architecture never seen. Run here for utilization and SM activity
-#   (`lofo_targets`); memory's leave-one-family-out figures are in the physics comparison below, where the
-#   current regressor stands beside the analytic footprint on the same splits.
+#   CIFAR ResNet-18): the test of an architecture never seen. Run here for utilization (`lofo_targets`); the
+#   leave-one-family-out figures of SM activity and memory are in the physics comparison below, where the
+#   current regressor stands beside the step model and the analytic footprint on the same splits.
 #
 # **RMSLE** is `sqrt(mean((log1p(pred) − log1p(measured))²))` with utilization in **percent** (0–100)
 # and memory in MiB; 0.15 is roughly a 15 % relative error. Figures are given pooled over every row and
@@ -46,7 +46,7 @@ targets: list = ["gpu_util", "memory_mib", "sm_active"]  # labels to model (skip
 models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.EXPORTABLE
 compared: list | None = None  # regressors scored on the outer folds for the comparison table; None = the candidates
 schemes: list = ["grouped_random", "lofo"]  # outer split schemes (the out-of-fold file needs grouped_random)
-lofo_targets: list | None = ["gpu_util", "sm_active"]  # labels of the nested leave-one-family-out (None: all)
+lofo_targets: list | None = ["gpu_util"]  # labels of the nested leave-one-family-out (None: all)
 n_outer: int = 5  # grouped random outer folds
 n_inner: int = 3  # inner (model-selection) folds
 n_cal: int = 5  # CV+ calibration folds inside each outer training side
