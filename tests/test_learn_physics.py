@@ -186,3 +186,21 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
     assert not np.allclose(heldout_errors(pdata, moved, h100, y, False)[key], errors[key])  # the others' fits do
     assert extrapolation_width(pdata, table, h100, y, False, 0.1) == conformal_quantile(errors[key], 0.1)  # one key
     assert np.isnan(extrapolation_width(pdata, table, h100[:HELDOUT_MIN_ROWS - 1], y, False, 0.1))
+
+
+def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> None:
+    """Each weighting is scored on the same splits, and the constants of a split are fitted once for all of them."""
+    from gpupred.learn.physics import WEIGHTINGS, weighting_effect, weighting_metrics
+
+    df, pdata = rows
+    fresh = PhysicsData(pdata.rows, pdata.keys)
+    cv = CVSettings(n_cal=3, n_jobs=1)
+    effect = weighting_effect(df, ["gpu_util"], cv, n_within=2, pdata=fresh, schemes=("lofo",), weightings=("pooled",))
+    fits = len(fresh.cache)
+    effect = weighting_effect(df, ["gpu_util"], cv, n_within=2, pdata=fresh, schemes=("lofo",))
+    assert len(fresh.cache) == fits > 0  # the other weightings reuse the fitted constants
+    assert set(effect["weighting"]) == set(WEIGHTINGS) and (effect["method"] == "physics+correction").all()
+    per = effect.groupby("weighting")[["tested", "n"]].apply(lambda f: tuple(map(tuple, f.to_numpy())))
+    assert per.nunique() == 1  # the same rows scored under every weighting
+    metrics = weighting_metrics(effect.assign(error=effect["rmsle"]))
+    assert set(metrics["gpu_util"]["leave one family out"][effect["tested"].iloc[0]]) == set(WEIGHTINGS)

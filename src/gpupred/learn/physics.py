@@ -56,7 +56,7 @@ from gpupred.perf.timeline import STEP_COLUMNS
 
 __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
-    "compare_methods", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
+    "compare_methods", "weighting_effect", "weighting_metrics", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
     "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
     "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS",
 ]
@@ -471,18 +471,49 @@ def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dic
 
 def compare_methods(df: pd.DataFrame, target: str, cv: CVSettings | None = None, weighting: str = "per_source",
                     n_within: int = 5, pdata: PhysicsData | None = None,
-                    schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu")) -> dict[str, dict[str, NestedResult]]:
-    """Every method of ``METHODS`` on the comparison's splits of the rows labelled with ``target``, by scheme."""
+                    schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu"),
+                    methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, NestedResult]]:
+    """Each of ``methods`` on the comparison's splits of the rows labelled with ``target``, by scheme."""
     cv = cv or CVSettings()
     data = df[df[target].notna()].reset_index(drop=True)
     pdata = pdata_subset(pdata, df, data) if pdata is not None else physics_data(data)
     splits = comparison_splits(data, n_within, cv.seed)
-    return {name: evaluate_physics(data, target, groups, sp, pdata, cv, weighting)
+    return {name: evaluate_physics(data, target, groups, sp, pdata, cv, weighting, methods=methods)
             for name, (groups, sp) in splits.items() if name in schemes}
 
 
+def weighting_effect(df: pd.DataFrame, targets: list[str], cv: CVSettings | None = None, n_within: int = 5,
+                     pdata: PhysicsData | None = None, schemes: tuple[str, ...] = ("within", "lofo"),
+                     weightings: tuple[str, ...] = WEIGHTINGS) -> pd.DataFrame:
+    """Physics x correction under each of ``weightings`` (which training rows the correction learns from) on the
+    comparison's splits: one :func:`comparison_table` row per (target, weighting, scheme, tested GPU). The step
+    model's constants are fitted once per split and shared by the weightings (they do not depend on it)."""
+    pdata = pdata or physics_data(df)
+    tables = []
+    for target in targets:
+        data = df[df[target].notna()].reset_index(drop=True)
+        sub = pdata_subset(pdata, df, data)  # one constants cache per target, shared by its weightings
+        for weighting in weightings:
+            res = compare_methods(data, target, cv, weighting, n_within, sub, schemes, ("physics+correction",))
+            tables.append(comparison_table({target: res}).assign(weighting=weighting))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def weighting_metrics(effect: pd.DataFrame) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """``{target: {scheme: {tested: {weighting: error}}}}`` of a :func:`weighting_effect` table with an ``error``
+    column (RMSLE or median relative error), for reports/metrics.json."""
+    out: dict[str, Any] = {}
+    for (target, scheme, tested, weighting), err in effect.set_index(
+            ["target", "scheme", "tested", "weighting"])["error"].items():
+        out.setdefault(target, {}).setdefault(scheme, {}).setdefault(tested, {})[weighting] = float(err)
+    return out
+
+
 def pdata_subset(pdata: PhysicsData, df: pd.DataFrame, rows: pd.DataFrame) -> PhysicsData:
-    """The physics inputs of ``rows`` (a subset of ``df`` by ``run_id``) from those of ``df``."""
+    """The physics inputs of ``rows`` (a subset of ``df`` by ``run_id``) from those of ``df`` (``pdata`` itself, with
+    its cache of fitted constants, when ``rows`` are all of ``df`` in order)."""
+    if len(rows) == len(df) and (rows["run_id"].to_numpy() == df["run_id"].to_numpy()).all():
+        return pdata
     pos = pd.Series(np.arange(len(df)), index=df["run_id"]).loc[rows["run_id"]].to_numpy()
     r = pdata.rows
     sub = FitRows([r.kernels[i] for i in pos], [r.gpus[i] for i in pos], [r.precisions[i] for i in pos],
