@@ -29,16 +29,21 @@ def _mlp(width: int):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _physics_data(df):
+    """FIXTURE kernels for each row of ``df`` (a tiny MLP graph sized by its batch size and params) as PhysicsData."""
+    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
+               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
+    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
+                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
+    return PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+
+
 @pytest.fixture(scope="module")
 def rows():
     """FIXTURE dataset rows with FIXTURE kernels (a tiny MLP graph sized by each row's batch size and params)."""
     df = fixture_dataset(n_batch_sizes=2)
     df["iter_time_mean_s"] = df["iter_time_mean_s"].where(df["family"] != "vgg")  # some rows without a step time
-    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
-               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
-    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
-                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
-    return df, PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+    return df, _physics_data(df)
 
 
 def test_protocol_drops_the_interval() -> None:
@@ -141,11 +146,7 @@ def _three_gpu_rows():
     """FIXTURE rows of three GPU kinds (one FIXTURE protocol), with FIXTURE kernels."""
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090", "NVIDIA A100-SXM4-80GB"),
                          n_batch_sizes=2)
-    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
-               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
-    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
-                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
-    return df, PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+    return df, _physics_data(df)
 
 
 def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
