@@ -19,7 +19,8 @@ from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec, known_gpu_names
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
 from gpupred.predictor.artifact import LICENCE_CLEAN, WITH_IMPORTS, licence_clean
-from gpupred.predictor.extrapolate import BASIS_FAMILY, BASIS_GPU, conformal_quantile, unseen_gpu_width, widen
+from gpupred.learn.conformal import conformal_quantile, widen
+from gpupred.predictor.extrapolate import BASIS_FAMILY, BASIS_GPU, unseen_gpu_width
 
 H100 = "NVIDIA H100 80GB HBM3"
 

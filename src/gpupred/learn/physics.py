@@ -45,7 +45,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
-from gpupred.learn.conformal import conformal_quantile
+from gpupred.learn.conformal import conformal_quantile, widen
 from gpupred.learn.evaluate import Split, constant_baseline, fold_groups, rmsle
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.nested import CVSettings, NestedResult, inner_splits
@@ -306,14 +306,7 @@ def widen_extrapolated(inp: _Inputs, train: np.ndarray, pt: np.ndarray, lo: np.n
             if rows.any():
                 q = extrapolation_width(inp.pdata, table, train, inp.y, step, alpha, level)
                 widths[rows] = widths[rows] if np.isnan(q) else q
-    lo, hi = lo.copy(), hi.copy()
-    if step:
-        lo[unfitted] = np.minimum(lo[unfitted], pt[unfitted] * np.exp(-widths[unfitted]))
-        hi[unfitted] = np.maximum(hi[unfitted], pt[unfitted] * np.exp(widths[unfitted]))
-    else:
-        z = np.log1p(np.clip(pt, 0, None))
-        lo = np.where(unfitted, np.minimum(lo, np.clip(np.expm1(z - widths), 0, None)), lo)
-        hi = np.where(unfitted, np.maximum(hi, np.expm1(z + widths)), hi)
+    lo, hi = widen(pt, lo, hi, widths, unfitted, log1p=not step)
     return pt, lo, hi
 
 

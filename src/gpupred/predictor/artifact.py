@@ -23,7 +23,8 @@ from gpupred.errors import GpupredError
 from gpupred.files import read_json_object, sha256
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width, widen
+from gpupred.learn.conformal import widen
+from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
 
 SCHEMA_VERSION = 2  # 2: measured GPU kinds, extrapolated-interval widths, the artifact's variant
 # libraries whose pickles must be read by the very version that wrote them

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.hardware import gpu_spec
-from gpupred.predictor.extrapolate import conformal_quantile, widen
+from gpupred.learn.conformal import conformal_quantile, widen
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
@@ -132,12 +132,11 @@ class PhysicsCore:
             if target not in out:
                 continue
             pt, low, high = out[target], out[f"{target}_low"], out[f"{target}_high"]
-            if target == "iter_time_mean_s":  # log scale, as its width was measured
-                lo, hi = min(low, pt * np.exp(-width)), max(high, pt * np.exp(width))
-            else:  # utilization: the log1p rule every extrapolated interval follows, capped at 100 %
-                lo, hi = (float(v[0]) for v in widen(np.array([pt]), np.array([low]), np.array([high]), width,
-                                                     np.array([True])))
-                hi = min(100.0, hi)
+            # iteration time in log, utilization in log1p (as their widths were measured), capped at 100 %
+            step = target == "iter_time_mean_s"
+            lo, hi = (float(v[0]) for v in widen(np.array([pt]), np.array([low]), np.array([high]), width,
+                                                 np.array([True]), log1p=not step))
+            hi = hi if step else min(100.0, hi)
             out[f"{target}_low"], out[f"{target}_high"] = lo, hi
         if "iter_time_mean_s" in out and batch_size:
             out["samples_per_s_low"] = float(batch_size) / out["iter_time_mean_s_high"]

@@ -72,12 +72,3 @@ def unseen_gpu_width(model: object, X: np.ndarray, y: np.ndarray, gpu_kinds: np.
     residuals = held_out_residuals(model, X, z, np.asarray([sibling_group(str(f)) for f in families]))
     pooled = np.concatenate(list(residuals.values())) if residuals else np.empty(0)
     return UnseenGpuWidth(conformal_quantile(pooled, alpha), BASIS_FAMILY, len(residuals))
-
-
-def widen(point: np.ndarray, low: np.ndarray, high: np.ndarray, width: float,
-          rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``low``/``high`` (original scale) widened on ``rows`` to at least ``point`` ×/÷ exp(``width``) in log1p."""
-    z = np.log1p(np.clip(point, 0, None))
-    lo = np.where(rows, np.minimum(low, np.clip(np.expm1(z - width), 0, None)), low)
-    hi = np.where(rows, np.maximum(high, np.expm1(z + width)), high)
-    return lo, hi
