@@ -170,6 +170,32 @@ print(f"additive ceiling over {len(effects)} jobs: R² {ceiling['r2']:.3f}, Spea
 reach.round(3)
 
 # %% [markdown]
+# Two more bounds on what any model can reach here, both fitted on every pair (diagnostics, never a held-out
+# prediction). **Utilization alone**: the same additive form with each effect a *non-decreasing* function of
+# one number per member, its solo utilization (`colocation.monotone_ceiling`: isotonic, backfitted), as the
+# time-sharing physics orders them: what a model that scores a pair from the members' utilizations, measured
+# or predicted, can reach on these pairs even in-sample. **Measurement noise**: a pair of a job with itself
+# measures one truth twice, so its two members' slowdowns disagree only by noise
+# (`colocation.self_pair_noise`); the noise's share of the spread is what repeated measurement would leave.
+# An error in a job's *solo* baseline is shared by both members and escapes that estimate; a self-pair whose
+# two members both ran faster than alone, which sharing cannot cause, shows one.
+
+# %%
+pair_rows = table[usable].reset_index(drop=True)
+util_ceiling = {
+    "measured": colocation.monotone_ceiling(pair_rows, pair_rows["solo_util"].to_numpy(float)),
+    "predicted": colocation.monotone_ceiling(pair_rows, member.loc[usable, "gpu_util"].to_numpy(float)),
+}
+noise = colocation.self_pair_noise(pair_rows)
+update_metrics({**{f"slowdown_monotone_util_ceiling_{src}_{k}": v for src, fit in util_ceiling.items() for k, v in fit.items()},
+                **{f"slowdown_self_pair_{k}": v for k, v in noise.items()}})
+print(f"additive, monotone in solo utilization (in-sample): Spearman {util_ceiling['measured']['spearman']:.3f} from measured, "
+      f"{util_ceiling['predicted']['spearman']:.3f} from predicted utilization; {noise['pairs']} self-pairs put the noise of one "
+      f"log slowdown at {noise['noise_sd']:.3f} against a spread of {noise['log_sd']:.3f} "
+      f"({(noise['noise_sd'] / noise['log_sd']) ** 2:.1%} of the variance); in {noise['both_faster']} of them both members "
+      "ran faster than alone, an error in the job's solo baseline that reads as its sensitivity")
+
+# %% [markdown]
 # **What was tried for the slowdown model, and what each choice was made on.** (1) The step model's
 # busy fraction, kernel count and host time as inputs (previous session): held-out Spearman fell to 0.46
 # by pair and -0.08 by model group; removed *after seeing those held-out figures*, kept as a baseline.
@@ -244,7 +270,11 @@ print(f"goal (Spearman >= both baselines + 0.05 = {best + 0.05:.3f}, by pair and
       f"The members' additive ceiling is Spearman {ceiling['spearman']:.3f} (R² {ceiling['r2']:.3f}); a held-out model "
       f"group's sensitivity and aggressiveness rank at {reach.iloc[0]['sensitivity_spearman']:.2f} and "
       f"{reach.iloc[0]['aggressiveness_spearman']:.2f} from the predicted features, {reach.iloc[1]['sensitivity_spearman']:.2f} "
-      f"and {reach.iloc[1]['aggressiveness_spearman']:.2f} from measured solo features")
+      f"and {reach.iloc[1]['aggressiveness_spearman']:.2f} from measured solo features. Even in-sample, an additive rule "
+      f"monotone in the members' solo utilization ranks at {util_ceiling['measured']['spearman']:.3f} (measured) and "
+      f"{util_ceiling['predicted']['spearman']:.3f} (predicted): {'below' if util_ceiling['measured']['spearman'] < best + 0.05 else 'above'} "
+      f"the goal, while noise is {(noise['noise_sd'] / noise['log_sd']) ** 2:.1%} of the variance, so what is missing is "
+      "job-specific sensitivity that solo utilization does not carry")
 print(f"memory: the measured pair memory stayed under the predicted 95 % quantile for {mem_metrics['memfit_q95_coverage']:.1%} "
       f"of {mem_metrics['memfit_pairs']} pairs; {mem_metrics['memfit_failed_pairs_placed']} of "
       f"{mem_metrics['memfit_failed_pairs']} measured out-of-memory pairs would have been placed at risk <= {max_oom_risk}")

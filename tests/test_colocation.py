@@ -312,3 +312,43 @@ def test_slowdown_model_with_effects_agrees_between_predict_and_pair_values() ->
     idx = {k: i for i, k in enumerate(rows.job_key)}
     i, j = idx[table.job_key[0]], idx[table.job_key[1]]
     np.testing.assert_allclose(got, model.pair_values(rows, np.array([i, j]), np.array([j, i])), rtol=1e-9)
+
+
+def monotone_pairs(n: int = 10, seed: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
+    """FIXTURE pairs (self-pairs included) whose log slowdown is exactly a sum of two increasing functions of a made-up
+    per-job utilization: own util cubed and partner util squared; returns (table, aligned utilization)."""
+    util = np.random.default_rng(seed).uniform(5, 100, n)
+    rows = []
+    for pid, (a, b) in enumerate(all_pairs(n)):
+        for own, other in ((a, b), (b, a)):
+            rows.append({"group_id": f"p{pid}", "job_key": f"fixture-j{own}", "util": util[own],
+                         "slowdown": float(np.exp(0.2 * (util[own] / 100) ** 3 + 0.3 * (util[other] / 100) ** 2))})
+    table = pd.DataFrame(rows)
+    return table, table["util"].to_numpy()
+
+
+def test_monotone_ceiling_reaches_a_monotone_truth_and_not_a_reversed_one() -> None:
+    table, util = monotone_pairs()
+    fit = co.monotone_ceiling(table, util)
+    assert fit["spearman"] > 0.99 and fit["r2"] > 0.99
+    falling = co.monotone_ceiling(table.assign(slowdown=1.0 / table["slowdown"]), util)  # falls with both utils
+    assert falling["r2"] < 0.05 and falling["spearman"] == 0.0  # nothing monotone to fit: a constant
+    with pytest.raises(GpupredError, match="utilizations"):
+        co.monotone_ceiling(table, util[:-1])
+
+
+def test_self_pair_noise_reads_the_two_members_of_a_job_with_itself() -> None:
+    table, _ = monotone_pairs(6)
+    keys = table["job_key"].to_numpy()
+    partner = keys[co.partner_rows(table)]
+    selfish = keys == partner
+    bump = np.where(selfish & (np.arange(len(table)) % 2 == 0), np.exp(0.1), 1.0)  # first member of each self-pair +0.1
+    noise = co.self_pair_noise(table.assign(slowdown=table["slowdown"] * bump))
+    assert noise["pairs"] == 6 and noise["both_faster"] == 0  # monotone_pairs' slowdowns are all above 1
+    assert noise["noise_sd"] == pytest.approx(0.0)  # the same +0.1 in every self-pair: no spread, so no noise
+    bump[np.flatnonzero(selfish)[:2]] = [np.exp(0.3), 1.0]
+    assert co.self_pair_noise(table.assign(slowdown=table["slowdown"] * bump))["noise_sd"] > 0.05
+    faster = np.where(selfish, 0.9, 1.0)  # every self-pair's two members ran 10 % faster than alone
+    assert co.self_pair_noise(table.assign(slowdown=faster))["both_faster"] == 6
+    with pytest.raises(GpupredError, match="itself"):
+        co.self_pair_noise(table[~selfish].reset_index(drop=True))

@@ -1,7 +1,14 @@
 """Co-location: measured pairs from every source, the time-sharing estimate and its learned correction, honest
 (held-out) evaluation, and whether a pair fits in memory."""
 
-from gpupred.colocation.effects import EffectsModel, effect_predictability, job_effects, partner_rows
+from gpupred.colocation.effects import (
+    EffectsModel,
+    effect_predictability,
+    job_effects,
+    monotone_ceiling,
+    partner_rows,
+    self_pair_noise,
+)
 from gpupred.colocation.heldout import (
     ESTIMATES,
     FEATURE_KEYS,
@@ -50,7 +57,8 @@ from gpupred.colocation.table import (
 from gpupred.colocation.timeshare import busy_fraction, group_timeshare, pair_timeshare, timeshare_slowdown
 
 __all__ = [
-    "ESTIMATES", "EffectsModel", "effect_predictability", "job_effects", "partner_rows", "busy_fraction", "fits_together", "group_memory_fit", "group_timeshare", "pair_memory_quantile",
+    "ESTIMATES", "EffectsModel", "effect_predictability", "job_effects", "monotone_ceiling", "partner_rows",
+    "self_pair_noise", "busy_fraction", "fits_together", "group_memory_fit", "group_timeshare", "pair_memory_quantile",
     "pair_oom_probability", "pair_timeshare", "plain_estimates", "score", "timeshare_slowdown", "with_busy",
     "FEATURE_KEYS", "LUCID_PAIR_COLUMNS", "LUCID_SOLO_COLUMNS", "MEASURED_BASE", "PREDICTED_BASE", "SOLO_COLUMNS",
     "TABLE_COLUMNS", "CrossFit", "SlowdownModel", "align", "assign_folds", "baseline_slowdown", "colocation_table",

@@ -164,3 +164,53 @@ class EffectsModel:
         s = self.sensitivity.predict(self._z(own))
         a = self.aggressiveness.predict(self._z(partner))
         return self.intercept + s + a
+
+
+def monotone_ceiling(table: pd.DataFrame, util: np.ndarray, sweeps: int = 25) -> dict[str, float]:
+    """In-sample fit of ``log s = c + f(own util) + g(partner util)``, ``f``, ``g`` non-decreasing (isotonic, backfitted).
+
+    The job-effects form of :func:`job_effects` with each effect a monotone function of one number per member,
+    as the time-sharing physics orders them (a busier job waits more, a busier partner makes it wait more):
+    what a model that scores a pair from the members' solo utilization (``util``, aligned with ``table``) can
+    reach on these pairs, fitted and scored on all of them. Returns ``spearman`` (0 for a constant fit) and ``r2``.
+    """
+    from scipy.stats import spearmanr
+    from sklearn.isotonic import IsotonicRegression
+
+    y = np.log(np.maximum(table["slowdown"].to_numpy(float), 1e-3))
+    own = np.asarray(util, dtype=float)
+    if len(own) != len(table) or not (np.isfinite(y).all() and np.isfinite(own).all()):
+        raise GpupredError(f"monotone ceiling: {len(own)} utilizations for {len(table)} rows; "
+                           "every one must be finite, with a slowdown")
+    partner = own[partner_rows(table)]
+    c, f, g = float(y.mean()), np.zeros(len(y)), np.zeros(len(y))
+    for _ in range(sweeps):
+        f = IsotonicRegression().fit_transform(own, y - c - g)
+        f -= f.mean()
+        g = IsotonicRegression().fit_transform(partner, y - c - f)
+        g -= g.mean()
+    fit = c + f + g
+    rho = float(spearmanr(fit, y).statistic) if np.ptp(fit) > 0 else 0.0  # a constant fit ranks nothing
+    return {"spearman": rho, "r2": float(1 - np.var(y - fit) / np.var(y))}
+
+
+def self_pair_noise(table: pd.DataFrame) -> dict[str, float]:
+    """Measurement noise from pairs of a job with itself: both members' slowdowns are one truth measured twice.
+
+    Returns ``pairs`` (how many such pairs), ``noise_sd`` (the standard deviation of one member's log slowdown
+    about the pair's truth: sd of the log ratio over sqrt 2) and ``log_sd`` (the sd of every row's log slowdown),
+    so ``(noise_sd / log_sd)²`` is the share of the spread that repeated measurement alone would leave; and
+    ``both_faster``: the self-pairs whose two members both ran faster than alone. Sharing a GPU with a copy of
+    itself cannot speed a job up, so these point at an error in the job's solo baseline: shared by both members,
+    it is invisible to ``noise_sd`` and reads as the job's sensitivity.
+    """
+    y = np.log(np.maximum(table["slowdown"].to_numpy(float), 1e-3))
+    other = partner_rows(table)
+    keys = table["job_key"].astype(str).to_numpy()
+    first = (np.arange(len(table)) < other) & (keys == keys[other])
+    if first.sum() < 2:
+        raise GpupredError(f"{int(first.sum())} pairs of a job with itself; the noise estimate needs at least 2")
+    ratio = y[first] - y[other[first]]
+    faster = int(((y[first] < 0) & (y[other[first]] < 0)).sum())
+    return {"pairs": int(first.sum()), "noise_sd": float(np.std(ratio, ddof=1) / np.sqrt(2.0)),
+            "log_sd": float(np.std(y, ddof=1)), "both_faster": faster}
