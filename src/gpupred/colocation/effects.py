@@ -20,24 +20,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.colocation.table import log_slowdown
 from gpupred.errors import GpupredError
 
 LOG_COLUMNS: tuple[str, ...] = ("mem_mib", "flops_train", "arithmetic_intensity")  # right-skewed: log1p before ridge
-
-
-def partner_keys(table: pd.DataFrame) -> np.ndarray:
-    """The other member's ``job_key`` for each row of a table of pairs (GpupredError on larger groups)."""
-    size = table.groupby("group_id")["job_key"].transform("size")
-    if (size != 2).any():
-        raise GpupredError(f"{int((size != 2).sum())} rows are in groups of other than two jobs; effects need pairs")
-    return table.groupby("group_id")["job_key"].transform(lambda s: s.iloc[::-1].to_numpy()).to_numpy()
 
 
 def _design(table: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     """One-hot own job and partner job columns of each row, and the job index."""
     jobs = pd.Index(sorted(table["job_key"].astype(str).unique()))
     own = jobs.get_indexer(table["job_key"].astype(str))
-    other = jobs.get_indexer(pd.Series(partner_keys(table)).astype(str))
+    other = jobs.get_indexer(table["job_key"].astype(str).to_numpy()[partner_rows(table)])
     x = np.zeros((len(table), 2 * len(jobs)))
     x[np.arange(len(table)), own] = 1.0
     x[np.arange(len(table)), len(jobs) + other] = 1.0
@@ -53,7 +46,7 @@ def job_effects(table: pd.DataFrame, alpha: float = 1.0) -> tuple[pd.DataFrame, 
     from scipy.stats import spearmanr
     from sklearn.linear_model import Ridge
 
-    y = np.log(np.maximum(table["slowdown"].to_numpy(float), 1e-3))
+    y = log_slowdown(table)
     if not np.isfinite(y).all() or len(y) < 4:
         raise GpupredError("job effects need at least 4 rows, every one with a measured slowdown")
     x, jobs = _design(table)
@@ -71,6 +64,15 @@ def job_effects(table: pd.DataFrame, alpha: float = 1.0) -> tuple[pd.DataFrame, 
                      "r2_own": r2(slice(0, n)), "r2_partner": r2(slice(n, 2 * n))}
 
 
+def _standard(x: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """``columns`` of ``x`` as floats, log1p of :data:`LOG_COLUMNS`."""
+    out = x[columns].astype(float).copy()
+    for c in columns:
+        if c in LOG_COLUMNS:
+            out[c] = np.log1p(out[c].clip(lower=0))
+    return out
+
+
 def effect_predictability(effects: pd.DataFrame, features: pd.DataFrame, groups: pd.Series,
                           columns: list[str]) -> dict[str, float]:
     """Held-out (leave one model group out) Spearman and R² of each job effect from job ``features``.
@@ -85,10 +87,7 @@ def effect_predictability(effects: pd.DataFrame, features: pd.DataFrame, groups:
     cols = [c for c in columns if c in features.columns and features[c].notna().any()]
     if not cols:
         raise GpupredError(f"none of the columns {columns} has a value")
-    x = features.reindex(e.index)[cols].astype(float)
-    for c in cols:
-        if c in LOG_COLUMNS:
-            x[c] = np.log1p(x[c].clip(lower=0))
+    x = _standard(features.reindex(e.index), cols)
     x = x.fillna(x.mean())
     g = groups.reindex(e.index).astype(str).to_numpy()
     out: dict[str, float] = {}
@@ -113,15 +112,6 @@ def partner_rows(table: pd.DataFrame) -> np.ndarray:
         if len(idx) != 2:
             raise GpupredError(f"a group of {len(idx)} jobs: the effects model needs pairs")
         out[idx[0]], out[idx[1]] = idx[1], idx[0]
-    return out
-
-
-def _standard(x: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """``columns`` of ``x`` as floats, log1p of :data:`LOG_COLUMNS`."""
-    out = x[columns].astype(float).copy()
-    for c in columns:
-        if c in LOG_COLUMNS:
-            out[c] = np.log1p(out[c].clip(lower=0))
     return out
 
 
@@ -177,7 +167,7 @@ def monotone_ceiling(table: pd.DataFrame, util: np.ndarray, sweeps: int = 25) ->
     from scipy.stats import spearmanr
     from sklearn.isotonic import IsotonicRegression
 
-    y = np.log(np.maximum(table["slowdown"].to_numpy(float), 1e-3))
+    y = log_slowdown(table)
     own = np.asarray(util, dtype=float)
     if len(own) != len(table) or not (np.isfinite(y).all() and np.isfinite(own).all()):
         raise GpupredError(f"monotone ceiling: {len(own)} utilizations for {len(table)} rows; "
@@ -204,7 +194,7 @@ def self_pair_noise(table: pd.DataFrame) -> dict[str, float]:
     itself cannot speed a job up, so these point at an error in the job's solo baseline: shared by both members,
     it is invisible to ``noise_sd`` and reads as the job's sensitivity.
     """
-    y = np.log(np.maximum(table["slowdown"].to_numpy(float), 1e-3))
+    y = log_slowdown(table)
     other = partner_rows(table)
     keys = table["job_key"].astype(str).to_numpy()
     first = (np.arange(len(table)) < other) & (keys == keys[other])

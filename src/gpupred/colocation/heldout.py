@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.colocation.model import SlowdownModel
+from gpupred.colocation.table import log_slowdown
 from gpupred.colocation.timeshare import busy_fraction, group_timeshare
 from gpupred.errors import GpupredError
 
@@ -191,7 +192,7 @@ def crossfit(table: pd.DataFrame, member: pd.DataFrame, base: Iterable[str] = PR
             predicted[test] = model.predict(t[test], m[test])
             chosen[test] = model.kind if model.kind != "boosted" else f"boosted x{model.shrink:g}"
     cf.base = next(iter(cf.models.values())).base if cf.models else []
-    err = np.abs(np.log(np.maximum(t["slowdown"].to_numpy(float), 1e-3)) - np.log(predicted))
+    err = np.abs(log_slowdown(t) - np.log(predicted))
     for (fa, fb) in cf.models:
         other = np.isfinite(err) & (row_cell != fa * big + fb)
         pool = err[other] if other.any() else err[np.isfinite(err)]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.colocation.table import log_slowdown
 from gpupred.colocation.timeshare import timeshare_slowdown
 from gpupred.errors import GpupredError
 
@@ -194,17 +195,17 @@ class SlowdownModel:
         if not use:
             raise GpupredError(f"none of the features {list(base)} has a value; nothing to fit the slowdown on")
         x = group_features(table, member, use)
-        target, prior = np.log(np.maximum(y, 1e-3)), log_prior(x)
+        target, prior = log_slowdown(table), log_prior(x)
+        t, m = table.reset_index(drop=True), member.reset_index(drop=True)
         kind, shrink = "boosted", 1.0
         if "timeshare" in x.columns and "model_group" in table.columns:
-            t, m = table.reset_index(drop=True), member.reset_index(drop=True)
             kind, shrink = choose_candidate(t, m, x, use, target, prior, seed, params)
         scale, model = fit_residual(x, target, prior, seed, params)
         effects = None
         if kind == "effects":
             from gpupred.colocation.effects import EffectsModel
 
-            effects = EffectsModel.fit(table.reset_index(drop=True), member.reset_index(drop=True), use, target - scale * prior)
+            effects = EffectsModel.fit(t, m, use, target - scale * prior)
         return cls(use, list(x.columns), model, scale, shrink, kind, effects)
 
     def _log_value(self, x: pd.DataFrame, own: pd.DataFrame, partner: pd.DataFrame | None) -> np.ndarray:

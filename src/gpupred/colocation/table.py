@@ -317,3 +317,8 @@ def source_summary(table: pd.DataFrame) -> pd.DataFrame:
                      "measured_members": int(np.isfinite(s).sum()), "slowdown_median": s.median(),
                      "slowdown_min": s.min(), "slowdown_max": s.max()})
     return pd.DataFrame(rows)
+
+
+def log_slowdown(table: pd.DataFrame) -> np.ndarray:
+    """The log of each row's ``slowdown``, floored at 1e-3 (NaN where unmeasured): what every slowdown model fits."""
+    return np.log(np.maximum(table["slowdown"].to_numpy(float), 1e-3))
