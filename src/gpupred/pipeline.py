@@ -28,7 +28,8 @@ from typing import Any, Iterator
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import atomic_write_bytes, write_if_changed
+from gpupred.files import write_if_changed
+from gpupred.reports import update_metrics
 
 
 @dataclass
@@ -185,7 +186,7 @@ def fresh_metrics(path: Path, enabled: bool = True) -> Iterator[None]:
     except BaseException:
         if old is not None:
             new = json.loads(path.read_text()) if path.exists() else {}
-            atomic_write_bytes(path, (json.dumps({**json.loads(old), **new}, indent=2, sort_keys=True) + "\n").encode())
+            update_metrics({**json.loads(old), **new}, path)  # the failed run's keys win over the old ones
         raise
 
 
