@@ -36,7 +36,7 @@ seed: int = 0  # folds and model seeds of that comparison (notebook 03's)
 import matplotlib.pyplot as plt
 
 from gpupred import dataset, reports
-from gpupred.learn import importance
+from gpupred.learn import importance, summary
 from gpupred.learn.choice import read_model_choice
 from gpupred.learn.regressors import TREE_MODELS
 
@@ -128,10 +128,10 @@ if weightings and physics_explain:
     effect = physics.weighting_effect(df, [t for t in weighting_targets if t in df.columns and df[t].notna().sum() >= 10],
                                       CVSettings(seed=seed), pdata=physics.physics_data(df),
                                       weightings=tuple(weightings))
-    effect["error"] = effect["median_rel_err"].where(effect["target"] == "iter_time_mean_s", effect["rmsle"])
+    effect["error"] = summary.headline_metric(effect)  # median relative error for iteration time, else RMSLE
     weighting_table = effect.pivot_table(index=["target", "scheme", "tested"], columns="weighting",
                                          values=["error", "coverage"])
-    reports.update_metrics({"physics_weighting_effect": physics.weighting_metrics(effect)})
+    reports.update_metrics({"physics_weighting_effect": summary.weighting_metrics(effect)})
 weighting_table.round(3) if weightings and physics_explain else "skipped"
 
 

@@ -191,7 +191,8 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
 
 def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> None:
     """Each weighting is scored on the same splits, and the constants of a split are fitted once for all of them."""
-    from gpupred.learn.physics import WEIGHTINGS, weighting_effect, weighting_metrics
+    from gpupred.learn.physics import WEIGHTINGS, weighting_effect
+    from gpupred.learn.summary import weighting_metrics
 
     df, pdata = rows
     fresh = PhysicsData(pdata.rows, pdata.keys)

@@ -56,7 +56,7 @@ from gpupred.perf.timeline import STEP_COLUMNS
 
 __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
-    "compare_methods", "weighting_effect", "weighting_metrics", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
+    "compare_methods", "weighting_effect", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
     "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
     "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS",
 ]
@@ -490,16 +490,6 @@ def weighting_effect(df: pd.DataFrame, targets: list[str], cv: CVSettings | None
             res = compare_methods(data, target, cv, weighting, n_within, sub, schemes, ("physics+correction",))
             tables.append(comparison_table({target: res}).assign(weighting=weighting))
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-
-
-def weighting_metrics(effect: pd.DataFrame) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """``{target: {scheme: {tested: {weighting: error}}}}`` of a :func:`weighting_effect` table with an ``error``
-    column (RMSLE or median relative error), for reports/metrics.json."""
-    out: dict[str, Any] = {}
-    for (target, scheme, tested, weighting), err in effect.set_index(
-            ["target", "scheme", "tested", "weighting"])["error"].items():
-        out.setdefault(target, {}).setdefault(scheme, {}).setdefault(tested, {})[weighting] = float(err)
-    return out
 
 
 def pdata_subset(pdata: PhysicsData, df: pd.DataFrame, rows: pd.DataFrame) -> PhysicsData:

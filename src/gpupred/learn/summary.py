@@ -79,7 +79,6 @@ def learning_metrics(info: dict[str, Any], results: dict[str, dict[str, NestedRe
 
 
 RELATIVE_TARGETS: tuple[str, ...] = ("iter_time_mean_s", "memory_mib")  # scored by median relative error, not RMSLE
-COMPARISON_METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")
 
 
 def headline_metric(table: pd.DataFrame) -> pd.Series:
@@ -88,12 +87,20 @@ def headline_metric(table: pd.DataFrame) -> pd.Series:
                      index=table.index)
 
 
-def nested_figures(table: pd.DataFrame, column: str) -> dict[str, Any]:
-    """``{target: {scheme: {tested: {method: value}}}}`` of one column of a comparison table."""
+def nested_figures(table: pd.DataFrame, column: str, leaf: str = "method") -> dict[str, Any]:
+    """``{target: {scheme: {tested: {<leaf>: value}}}}`` of one column of a comparison table (``leaf``: the column
+    that names the innermost keys, e.g. ``method`` or ``weighting``)."""
     out: dict[str, Any] = {}
-    for r in table.assign(value=table[column]).itertuples():
-        out.setdefault(r.target, {}).setdefault(r.scheme, {}).setdefault(r.tested, {})[r.method] = r.value
+    columns = ["target", "scheme", "tested", leaf, column]
+    for target, scheme, tested, key, value in table[columns].itertuples(index=False):
+        out.setdefault(target, {}).setdefault(scheme, {}).setdefault(tested, {})[key] = value
     return out
+
+
+def weighting_metrics(effect: pd.DataFrame) -> dict[str, Any]:
+    """``{target: {scheme: {tested: {weighting: error}}}}`` of a :func:`gpupred.learn.physics.weighting_effect` table
+    with an ``error`` column (:func:`headline_metric`), for reports/metrics.json."""
+    return nested_figures(effect, "error", leaf="weighting")
 
 
 def comparison_metrics(own: pd.DataFrame, results: dict[str, dict[str, dict[str, Any]]], constants: pd.DataFrame,
@@ -118,7 +125,7 @@ def plot_methods(table: pd.DataFrame, gpu: str = "H200") -> Any:
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from gpupred.learn.physics import tested_on
+    from gpupred.learn.physics import METHODS, tested_on
 
     rows = table[tested_on(table, gpu)].copy()
     rows["metric"] = headline_metric(rows)
@@ -127,7 +134,7 @@ def plot_methods(table: pd.DataFrame, gpu: str = "H200") -> Any:
     fig, axes = plt.subplots(1, len(targets), figsize=(5.0 * len(targets), 4.2), squeeze=False)
     for ax, target in zip(axes[0], targets):
         sns.barplot(data=rows[rows["target"] == target], x="split", y="metric", hue="method",
-                    hue_order=list(COMPARISON_METHODS), ax=ax)
+                    hue_order=list(METHODS), ax=ax)
         ax.set(xlabel="", ylabel="median relative error" if target in RELATIVE_TARGETS else "RMSLE",
                title=f"{target} on {gpu} runs")
         ax.tick_params(axis="x", rotation=25)
