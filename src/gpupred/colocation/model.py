@@ -168,11 +168,12 @@ def choose_candidate(table: pd.DataFrame, member: pd.DataFrame, x: pd.DataFrame,
 
 @dataclass
 class SlowdownModel:
-    """Log slowdown from symmetric group features: ``k log timeshare`` plus a shrunk boosted residual (or boosting alone)."""
+    """Log slowdown from symmetric group features: ``k log timeshare`` plus a shrunk boosted residual (or boosting
+    alone), or plus job effects (:class:`gpupred.colocation.effects.EffectsModel`)."""
 
     base: list[str]
     columns: list[str]
-    model: Any = field(repr=False)
+    model: Any = field(repr=False)  # the boosted residual (None when kind is "effects")
     scale: float = 0.0  # the fitted exponent k of the prior: the model corrects k * log(timeshare)
     shrink: float = 1.0  # weight of the boosted residual (chosen in an inner cross-validation)
     kind: str = "boosted"  # the candidate the inner cross-validation chose: "boosted" or "effects"
@@ -200,17 +201,18 @@ class SlowdownModel:
         kind, shrink = "boosted", 1.0
         if "timeshare" in x.columns and "model_group" in table.columns:
             kind, shrink = choose_candidate(t, m, x, use, target, prior, seed, params)
-        scale, model = fit_residual(x, target, prior, seed, params)
-        effects = None
-        if kind == "effects":
+        if kind == "effects":  # the prior's exponent and the job effects on top: no boosted residual to fit
             from gpupred.colocation.effects import EffectsModel
 
+            scale = prior_scale(target, prior)
             effects = EffectsModel.fit(t, m, use, target - scale * prior)
-        return cls(use, list(x.columns), model, scale, shrink, kind, effects)
+            return cls(use, list(x.columns), None, scale, shrink, kind, effects)
+        scale, model = fit_residual(x, target, prior, seed, params)
+        return cls(use, list(x.columns), model, scale, shrink, kind)
 
     def _log_value(self, x: pd.DataFrame, own: pd.DataFrame, partner: pd.DataFrame | None) -> np.ndarray:
         """Log slowdown: ``k log timeshare`` plus the chosen candidate's part (shrunk boosting or job effects)."""
-        if self.effects is not None and partner is not None:
+        if self.effects is not None:
             return self.scale * log_prior(x) + self.effects.predict(own, partner)
         with single_thread():
             return self.shrink * self.model.predict(x) + self.scale * log_prior(x)
