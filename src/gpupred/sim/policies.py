@@ -119,14 +119,20 @@ class Policy:
         idx = np.flatnonzero(ok)
         return int(idx[np.lexsort((sim.cap[idx], -sim.speed[idx]))[0]])
 
-    def _mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """GPUs holding exactly one running, packable job whose believed memory fits beside ``j`` (and those jobs)."""
+    def _running_mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """GPUs holding exactly one running, packable job that ``j`` may join (and those jobs), memory unchecked."""
         sim = self.sim
         if sim.no_pack[j] or sim.cluster.max_per_gpu < 2:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         gpus = np.flatnonzero(sim.mate >= 0)
         mates = sim.mate[gpus]
-        ok = (~sim.no_pack[mates]) & (sim.state[mates] == RUNNING) & self.pair_fits(j, mates, sim.cap[gpus])
+        ok = (~sim.no_pack[mates]) & (sim.state[mates] == RUNNING)
+        return gpus[ok], mates[ok]
+
+    def _mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """GPUs holding exactly one running, packable job whose believed memory fits beside ``j`` (and those jobs)."""
+        gpus, mates = self._running_mates(j)
+        ok = self.pair_fits(j, mates, self.sim.cap[gpus])
         return gpus[ok], mates[ok]
 
     def pair_fits(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -408,23 +414,28 @@ class OursPolicy(Policy):
         return pair_oom_probability(np.full(len(mates), max(point[j], sim.need_mib[j])), np.full(len(mates), high[j]),
                                     point[mates], high[mates], cap, self.interval_level)
 
-    def pair_fits(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """Memory upper bounds fit (default), or the pair's predicted OOM probability is at most ``max_oom_risk``."""
+    def _fitting_mates(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The partners ``j`` may join, with the predicted probability that each pair fits in memory: with
+        ``max_oom_risk`` set, those whose pair OOM probability is at most it (the risk computed once per decision);
+        without, those whose memory upper bounds fit (:meth:`Policy.pair_fits`), each with probability 1."""
         if self.max_oom_risk is None:
-            return super().pair_fits(j, mates, cap)
-        return self.oom_risk(j, mates, cap) <= self.max_oom_risk
+            gpus, mates = self._mates(j)
+            return gpus, mates, np.ones(len(mates))
+        gpus, mates = self._running_mates(j)
+        risk = self.oom_risk(j, mates, self.sim.cap[gpus])
+        ok = risk <= self.max_oom_risk
+        return gpus[ok], mates[ok], 1.0 - risk[ok]
 
     def choose(self, j: int) -> int:
         """An empty GPU if preferred and free, else the partner with the smallest upper-bound slowdown within bounds."""
         empty = self._empty_gpu(j)
         if empty >= 0 and self.prefer_empty:
             return empty
-        gpus, mates = self._mates(j)
+        gpus, mates, fits = self._fitting_mates(j)
         if len(gpus):
             jj = np.full(len(mates), j)
             read = self.predicted.upper if self.bound == "upper" else self.predicted.pair
             if self.rule == "throughput":  # expected gain: nothing gained when the pair runs out of memory
-                fits = 1.0 - self.oom_risk(j, mates, self.sim.cap[gpus]) if self.max_oom_risk is not None else 1.0
                 gain = pair_gain(read(jj, mates), read(mates, jj)) * fits
                 b = int(np.argmax(gain))
                 return int(gpus[b]) if gain[b] > self.min_gain else empty
