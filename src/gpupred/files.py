@@ -84,4 +84,3 @@ def read_json_object(path: Path, remedy: str, shown: str | None = None) -> dict[
     if not isinstance(value, dict):
         raise GpupredError(f"{shown}: not a JSON object; {remedy}")
     return value
-

@@ -30,4 +30,3 @@ def widen(point: np.ndarray, low: np.ndarray, high: np.ndarray, width: float | n
                 np.where(rows, np.maximum(high, np.expm1(z + width)), high))
     return (np.where(rows, np.minimum(low, point * np.exp(-width)), low),
             np.where(rows, np.maximum(high, point * np.exp(width)), high))
-

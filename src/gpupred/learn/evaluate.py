@@ -143,4 +143,3 @@ def constant_baseline(y_train: np.ndarray, n_test: int, alpha: float) -> tuple[n
     z = np.log1p(np.asarray(y_train, dtype=float))
     q = np.expm1(np.quantile(z, [alpha / 2, 1 - alpha / 2]))
     return np.full(n_test, np.expm1(z.mean())), np.full(n_test, q[0]), np.full(n_test, q[1])
-

@@ -112,8 +112,8 @@ class ConstantsTable:
         from gpupred.hardware import architecture
 
         kin = [(g, c) for g, c in same if architecture(g) == architecture(gpu)]
-        values = {**geometric_means([c for _, c in kin], DEVICE_CONSTANTS), **geometric_means([c for _, c in same],
-                                                                                            HOST_CONSTANTS)}
+        values = {**geometric_means([c for _, c in kin], DEVICE_CONSTANTS),
+                  **geometric_means([c for _, c in same], HOST_CONSTANTS)}
         source = f"host constants of {protocol} on {', '.join(g for g, _ in same)}; device constants " + (
             f"of {', '.join(g for g, _ in kin)} (same architecture)" if kin else "published defaults")
         return replace(DEFAULT, **values, source=source)
