@@ -37,6 +37,11 @@ def _design(table: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     return x, jobs
 
 
+def _in_sample_r2(y: np.ndarray, fit: np.ndarray) -> float:
+    """R² of a fit scored on the rows it was fitted on: 1 - var(residual) / var(y)."""
+    return float(1 - np.var(y - fit) / np.var(y))
+
+
 def job_effects(table: pd.DataFrame, alpha: float = 1.0) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per job: sensitivity, aggressiveness and its pair count; and the additive model's in-sample fit.
 
@@ -53,15 +58,15 @@ def job_effects(table: pd.DataFrame, alpha: float = 1.0) -> tuple[pd.DataFrame, 
     n = len(jobs)
     fit = Ridge(alpha=alpha).fit(x, y)
 
-    def r2(cols: slice) -> float:
-        p = Ridge(alpha=alpha).fit(x[:, cols], y).predict(x[:, cols])
-        return float(1 - np.var(y - p) / np.var(y))
+    def identity_r2(cols: slice) -> float:
+        return _in_sample_r2(y, Ridge(alpha=alpha).fit(x[:, cols], y).predict(x[:, cols]))
 
     p = fit.predict(x)
     effects = pd.DataFrame({"job_key": jobs, "sensitivity": fit.coef_[:n], "aggressiveness": fit.coef_[n:],
                             "pairs": x[:, :n].sum(axis=0).astype(int)})
-    return effects, {"intercept": float(fit.intercept_), "r2": float(1 - np.var(y - p) / np.var(y)), "spearman": float(spearmanr(p, y).statistic),
-                     "r2_own": r2(slice(0, n)), "r2_partner": r2(slice(n, 2 * n))}
+    return effects, {"intercept": float(fit.intercept_), "r2": _in_sample_r2(y, p),
+                     "spearman": float(spearmanr(p, y).statistic),
+                     "r2_own": identity_r2(slice(0, n)), "r2_partner": identity_r2(slice(n, 2 * n))}
 
 
 def _standard(x: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -181,7 +186,7 @@ def monotone_ceiling(table: pd.DataFrame, util: np.ndarray, sweeps: int = 25) ->
         g -= g.mean()
     fit = c + f + g
     rho = float(spearmanr(fit, y).statistic) if np.ptp(fit) > 0 else 0.0  # a constant fit ranks nothing
-    return {"spearman": rho, "r2": float(1 - np.var(y - fit) / np.var(y))}
+    return {"spearman": rho, "r2": _in_sample_r2(y, fit)}
 
 
 def self_pair_noise(table: pd.DataFrame) -> dict[str, float]:
