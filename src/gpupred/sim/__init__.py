@@ -35,6 +35,7 @@ from gpupred.sim.experiment import (
     gain_spread,
     history_classes,
     loads_sweep,
+    make_ours,
     make_policies,
     measured_share,
     ours_jct,
@@ -81,6 +82,6 @@ __all__ = [
     "HorusClasses", "HorusPolicy", "MatrixSlowdown", "OursPolicy", "PairSlowdown", "Policy", "PredictedSlowdown",
     "ReactivePolicy", "Settings", "SimResult", "Simulator", "SlotPolicy", "Slowdown", "TruthLeak", "World", "pair_gain",
     "build_world", "check_workload_table", "ci_halfwidth", "history_classes", "horus_cost", "load_trace_csv",
-    "loads_sweep", "make_policies", "make_policy", "measured_share", "metrics_table", "paired_differences",
+    "loads_sweep", "make_ours", "make_policies", "make_policy", "measured_share", "metrics_table", "paired_differences",
     "report_metrics", "run_policies", "run_seeds", "simulate", "summarize_seeds", "synthetic_trace", "util_timeseries",
 ]

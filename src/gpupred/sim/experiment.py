@@ -40,17 +40,23 @@ def history_classes(world: World, n_gpus: int, n_jobs: int = 2000, k: int = 3, l
     return HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy(), k=k)
 
 
+def make_ours(world: World, trace: pd.DataFrame, settings: Settings,
+              knowledge: PredictedSlowdown | None = None) -> OursPolicy:
+    """A fresh ours policy for one trace, on ``knowledge`` (default: the world's predictions for the trace)."""
+    return OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
+                      max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
+                      lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound,
+                      rule=settings.rule, min_gain=settings.min_gain)
+
+
 def make_policies(world: World, trace: pd.DataFrame, settings: Settings,
                   knowledge: PredictedSlowdown | None = None) -> list[Policy]:
-    """Fresh slot, reactive, horus and ours policies for one trace (ours: ``knowledge``, default the world's)."""
+    """Fresh slot, reactive, horus and ours policies for one trace (ours: :func:`make_ours`)."""
     return [
         SlotPolicy(settings.lookahead),
         ReactivePolicy(profile_s=settings.profile_s, util_cap=settings.util_cap, lookahead=settings.lookahead),
         HorusPolicy(settings.horus_classes, lookahead=settings.lookahead),
-        OursPolicy(knowledge if knowledge is not None else world.knowledge(trace["kind"].to_numpy()),
-                   max_slowdown=settings.max_slowdown, prefer_empty=settings.prefer_empty,
-                   lookahead=settings.lookahead, max_oom_risk=settings.max_oom_risk, bound=settings.bound,
-                   rule=settings.rule, min_gain=settings.min_gain),
+        make_ours(world, trace, settings, knowledge),
     ]
 
 
@@ -209,7 +215,7 @@ def ours_jct(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], 
     for seed in seeds:
         jobs, cluster = make(seed)
         q_jobs, knowledge, oracle = with_quality(world, jobs, "ours", seed)
-        ours = make_policies(world, q_jobs, settings, knowledge)[3]
+        ours = make_ours(world, q_jobs, settings, knowledge)
         jct.append(simulate(q_jobs, cluster, ours, world.truth(jobs["kind"].to_numpy()), oracle=oracle).metrics["mean_jct_s"])
     return float(np.mean(jct))
 
