@@ -58,7 +58,7 @@ __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
     "compare_methods", "weighting_effect", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
     "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
-    "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS",
+    "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS", "physics_log_error",
 ]
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
@@ -310,12 +310,18 @@ def widen_extrapolated(inp: _Inputs, train: np.ndarray, pt: np.ndarray, lo: np.n
     return pt, lo, hi
 
 
+def physics_log_error(y: np.ndarray, pred: np.ndarray, step: bool) -> np.ndarray:
+    """The log error of physics' predictions: ``log(y / pred)`` for a step time (``pred`` floored at 1e-12),
+    ``log1p y - log1p pred`` for a utilization (a percentage)."""
+    y, pred = np.asarray(y, dtype=float), np.asarray(pred, dtype=float)
+    return np.log(y / np.maximum(pred, 1e-12)) if step else np.log1p(y) - np.log1p(pred)
+
+
 def _default_width(inp: _Inputs, train: np.ndarray, alpha: float) -> float:
     """The 1 - alpha quantile of the default-constants physics' log error on the training rows (the fallback width)."""
-    column = "phys_step_s" if PHYSICS_TARGETS[inp.target] == "step" else "phys_util"
-    default = inp.df[column].to_numpy(float)[train]
-    shift = 0.0 if column == "phys_step_s" else 1.0
-    return float(np.quantile(np.abs(np.log((inp.y[train] + shift) / (default + shift))), 1 - alpha))
+    step = PHYSICS_TARGETS[inp.target] == "step"
+    default = inp.df["phys_step_s" if step else "phys_util"].to_numpy(float)[train]
+    return float(np.quantile(np.abs(physics_log_error(inp.y[train], default, step)), 1 - alpha))
 
 
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
@@ -344,8 +350,7 @@ def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, 
         drop = (lambda k: k == key) if level == "key" else (lambda k: k[1] == key[1])
         others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
         util, step_s = predict_rows(pdata.rows, others.get(*key), idx)
-        pred = step_s if step else util
-        err = np.log(y[idx] / np.maximum(pred, 1e-12)) if step else np.log1p(y[idx]) - np.log1p(pred)
+        err = physics_log_error(y[idx], step_s if step else util, step)
         errors[key] = err[np.isfinite(err)]
     return errors
 

@@ -42,11 +42,10 @@ PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is p
 def default_physics_width(df: pd.DataFrame, target: str, alpha: float) -> float:
     """The conformal 1 - alpha quantile of |log error| of the default-constant step model on ``df``'s labelled rows
     (log1p scale for utilization targets, log scale for step time)."""
-    y = df[target].to_numpy(float)
-    if target == "iter_time_mean_s":
-        err = np.log(y) - np.log(np.maximum(df["phys_step_s"].to_numpy(float), 1e-12))
-    else:
-        err = np.log1p(y) - np.log1p(df["phys_util"].to_numpy(float))
+    from gpupred.learn.physics import physics_log_error
+
+    step = target == "iter_time_mean_s"
+    err = physics_log_error(df[target].to_numpy(float), df["phys_step_s" if step else "phys_util"].to_numpy(float), step)
     return conformal_quantile(err[np.isfinite(err)], alpha)
 
 
