@@ -429,11 +429,12 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     from joblib import Parallel, delayed
 
     from gpupred.learn.evaluate import fold_groups
-    from gpupred.learn.nested import CVSettings
+    from gpupred.learn.nested import CVSettings, prediction_frame, result_from_frames
     from gpupred.learn.physics import comparison_splits
 
     cv = cv or CVSettings()
     data = df[df[target].notna()].reset_index(drop=True)
+    y = data[target].to_numpy(float)
     todo = [(name, grouping, k, split)
             for name, (grouping, splits) in comparison_splits(data, n_within, cv.seed).items()
             if name in schemes for k, split in enumerate(splits)]
@@ -452,30 +453,9 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
             cut = slice(start, start + len(split[1]))
             start = cut.stop
             for method, (pt, lo, hi) in out.items():
-                frame = prediction_frame(data, split, k, target).assign(pred=pt[cut], low=lo[cut], high=hi[cut],
-                                                                        model=method)
+                frame = prediction_frame(data, split[1], k, split[2], y[split[1]], (pt[cut], lo[cut], hi[cut]), method)
                 parts.setdefault(name, {}).setdefault(method, []).append(frame)
-    return {name: {m: comparison_result(target, name, p) for m, p in per.items()} for name, per in parts.items()}
-
-
-def prediction_frame(data: pd.DataFrame, split: tuple[np.ndarray, np.ndarray, str], k: int,
-                     target: str = "memory_mib") -> pd.DataFrame:
-    """The keys of one outer split's test rows, with the fold, its label and the measured ``y``."""
-    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in data.columns]
-    frame = data.iloc[split[1]][keys].reset_index(drop=True)
-    return frame.assign(fold=k, fold_label=split[2], y=data[target].to_numpy(float)[split[1]])
-
-
-def comparison_result(target: str, scheme: str, parts: list[pd.DataFrame]) -> Any:
-    """A :class:`gpupred.learn.nested.NestedResult` of one method's outer predictions (a row per fold in ``folds``)."""
-    from gpupred.learn.evaluate import rmsle
-    from gpupred.learn.nested import NestedResult
-
-    preds = pd.concat(parts, ignore_index=True)
-    folds = pd.DataFrame([{"fold": k, "fold_label": p["fold_label"].iloc[0], "n_test": len(p),
-                           "model": p["model"].iloc[0], "outer_rmsle": rmsle(p["y"], p["pred"])}
-                          for k, p in preds.groupby("fold", sort=True)])
-    return NestedResult(target, scheme, preds, folds, pd.DataFrame())
+    return {name: {m: result_from_frames(target, name, p) for m, p in per.items()} for name, per in parts.items()}
 
 
 OWN_SOURCE = "gpupred"  # this project's own runs (the H200 sweep so far)

@@ -196,16 +196,37 @@ def nested_cv(
     return _collect(df, target, scheme, y, outs)
 
 
+KEY_COLUMNS: tuple[str, ...] = ("run_id", "workload_id", "family", "gpu", "source")  # row keys a prediction keeps
+
+
+def prediction_frame(df: pd.DataFrame, test: np.ndarray, fold: int, label: str, y: np.ndarray,
+                     bounds: tuple[np.ndarray, np.ndarray, np.ndarray], model: str) -> pd.DataFrame:
+    """One outer fold's predictions of its ``test`` rows of ``df``: their keys (``KEY_COLUMNS`` present), ``fold``,
+    ``fold_label``, the measured ``y``, ``pred``, ``low``, ``high`` (``bounds``) and the ``model`` that made them."""
+    frame = df.iloc[test][[c for c in KEY_COLUMNS if c in df.columns]].copy()
+    frame["fold"], frame["fold_label"], frame["y"] = fold, label, y
+    frame["pred"], frame["low"], frame["high"], frame["model"] = *bounds, model
+    return frame
+
+
+def result_from_frames(target: str, scheme: str, parts: list[pd.DataFrame]) -> NestedResult:
+    """A NestedResult from one method's :func:`prediction_frame` parts (one row per outer fold in ``folds``:
+    labelled rows and outer RMSLE); no inner selection, so ``comparison`` is empty."""
+    preds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    folds = []
+    for (k, label), p in preds.groupby(["fold", "fold_label"], sort=True) if len(preds) else []:
+        lab = p[p["y"].notna()]
+        folds.append({"fold": k, "fold_label": label, "n_test": len(lab), "model": p["model"].iloc[0],
+                      "outer_rmsle": rmsle(lab["y"], lab["pred"]) if len(lab) else np.nan})
+    return NestedResult(target, scheme, preds, pd.DataFrame(folds), pd.DataFrame())
+
+
 def _collect(df: pd.DataFrame, target: str, scheme: str, y: np.ndarray, outs: list[dict[str, Any]]) -> NestedResult:
     """Assemble per-row predictions, per-fold choices and the comparison table."""
-    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in df.columns]
     preds, folds, comp = [], [], []
     for k, o in enumerate(outs):
         t = o["test"]
-        frame = df.iloc[t][keys].copy()
-        frame["fold"], frame["fold_label"], frame["y"] = k, o["label"], y[t]
-        frame["pred"], frame["low"], frame["high"], frame["model"] = o["point"], o["low"], o["high"], o["chosen"]
-        preds.append(frame)
+        preds.append(prediction_frame(df, t, k, o["label"], y[t], (o["point"], o["low"], o["high"]), o["chosen"]))
         lab = ~np.isnan(y[t])
         inside = (y[t][lab] >= o["low"][lab]) & (y[t][lab] <= o["high"][lab])
         folds.append({"fold": k, "fold_label": o["label"], "n_train": len(o["train"]), "n_test": int(lab.sum()),

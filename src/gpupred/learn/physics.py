@@ -48,7 +48,7 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile, widen
 from gpupred.learn.evaluate import Split, constant_baseline, fold_groups, rmsle
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.nested import CVSettings, NestedResult, inner_splits
+from gpupred.learn.nested import CVSettings, NestedResult, inner_splits, prediction_frame, result_from_frames
 from gpupred.learn.regressors import make_regressor
 from gpupred.perf.constants import FITTED, ConstantsTable
 from gpupred.perf.fit import FitRows, fit_table, predict_rows
@@ -392,7 +392,6 @@ def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Sp
     inp = _inputs(df, target, scheme, pdata or physics_data(df), feature_set)
     percent = PHYSICS_TARGETS[target] == "util"
     per_method: dict[str, list[pd.DataFrame]] = {m: [] for m in methods}
-    keys = [c for c in ("run_id", "workload_id", "family", "gpu", "source") if c in df.columns]
     with threadpool_limits(limits=1):
         for k, split in enumerate(progress_bar(iterable=splits, desc=f"physics {target} ({scheme})", leave=False)):
             if np.isnan(inp.y[split[0]]).all():
@@ -400,22 +399,9 @@ def evaluate_physics(df: pd.DataFrame, target: str, scheme: str, splits: list[Sp
             for method, (pt, lo, hi) in _split_predictions(inp, split, weighting, model, cv, methods).items():
                 if percent:
                     pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
-                frame = df.iloc[split[1]][keys].copy()
-                frame["fold"], frame["fold_label"], frame["y"] = k, split[2], inp.y[split[1]]
-                frame["pred"], frame["low"], frame["high"], frame["model"] = pt, lo, hi, method
-                per_method[method].append(frame)
-    return {m: _result(target, scheme, parts) for m, parts in per_method.items()}
-
-
-def _result(target: str, scheme: str, parts: list[pd.DataFrame]) -> NestedResult:
-    """A NestedResult from per-split prediction frames (one row per outer fold in ``folds``)."""
-    preds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    folds = []
-    for (k, label), p in preds.groupby(["fold", "fold_label"], sort=True) if len(preds) else []:
-        lab = p[p["y"].notna()]
-        folds.append({"fold": k, "fold_label": label, "n_test": len(lab), "model": p["model"].iloc[0],
-                      "outer_rmsle": rmsle(lab["y"], lab["pred"]) if len(lab) else np.nan})
-    return NestedResult(target, scheme, preds, pd.DataFrame(folds), pd.DataFrame())
+                per_method[method].append(prediction_frame(df, split[1], k, split[2], inp.y[split[1]],
+                                                           (pt, lo, hi), method))
+    return {m: result_from_frames(target, scheme, parts) for m, parts in per_method.items()}
 
 
 def median_rel_error(res: NestedResult, rows: pd.Series | None = None) -> float:
