@@ -91,12 +91,13 @@ def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
     ``attention_elems``: the other kept tensors of an attention block a fused kernel never writes (QK^T, its
     scale/mask ops, the scaled Q and K); ``output_elems``: the graph outputs (logits).
     """
+    from gpupred.graph.canonical import shape_elements
     from gpupred.graph.loader import load_graph
 
     graph, _ = load_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
     producer = {o: node for node in cg.nodes for o in node[3]}
-    numel = {name: _numel(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
+    numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
     attention: set[str] = set()
     for op, _d, ins, _o, *_ in cg.nodes:
         if op == "Softmax" and ins:
@@ -106,7 +107,7 @@ def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
     counts.update(
         softmax_elems=float(sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "Softmax" and n[3][0] in kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
-        output_elems=float(sum(_numel(graph.shapes.get(o)) for o in graph.graph_outputs)))
+        output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
     return counts
 
 
@@ -161,13 +162,6 @@ def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:
             break
         node = next((producer[i] for i in node[2] if i in producer), None)
     return chain
-
-
-def _numel(shape: Any) -> int:
-    """Elements of a (dims, elem_type, itemsize) shape; 0 when unknown."""
-    if not shape or shape[0] is None:
-        return 0
-    return int(np.prod(shape[0], dtype=np.int64))
 
 
 def _need(df: pd.DataFrame, cols: tuple[str, ...]) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 from onnx import ModelProto, TensorProto
 
 from gpupred.errors import GpupredError
-from gpupred.graph.canonical import CanonicalGraph, Shape
+from gpupred.graph.canonical import CanonicalGraph, Shape, shape_elements
 from gpupred.graph.loader import (  # graph_fingerprint: re-exported
     FLOAT_TYPES,
     PlainGraph,
@@ -285,18 +285,13 @@ def autocast_sizes(op: str, ins: Iterable[str], outs: Iterable[str], params: Con
     activation inputs, as torch's type promotion does: an input in ``params`` (a weight), an integer index (as
     Gather reads) or a one-element scale promotes nothing.
     """
-    in_sizes = [act_size.get(n) or shapes[n][2] for n in ins
-                if n and n not in params and n in shapes and shapes[n][1] in FLOAT_TYPES and _elements(shapes[n][0]) > 1]
+    in_sizes = [act_size.get(n) or shapes[n][2] for n in ins if n and n not in params and n in shapes
+                and shapes[n][1] in FLOAT_TYPES and shape_elements(shapes[n]) > 1]
     for out in outs:
         shp = shapes.get(out)
         if shp is None or shp[1] not in FLOAT_TYPES or shp[2] != 4:
             continue
         act_size[out] = 2 if mac_op else (4 if op in FP32_UNDER_AUTOCAST or not in_sizes else max(in_sizes))
-
-
-def _elements(dims: tuple[int, ...] | None) -> int:
-    """Elements of a shape (0 when unknown)."""
-    return int(math.prod(dims)) if dims is not None else 0
 
 
 def _tensor_infos(names: tuple[str, ...], params: Iterable[bool], mac_op: bool, shapes: dict[str, Shape],

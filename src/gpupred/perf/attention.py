@@ -18,10 +18,9 @@ and its gradient, and the main kernel: 2.5x the forward FLOPs, as FlashAttention
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from gpupred.graph.canonical import CanonicalGraph
+from gpupred.graph.canonical import CanonicalGraph, shape_elements
 from gpupred.graph.costs import view_rule
 
 SIDE_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where"})  # scale or mask between MatMul and Softmax
@@ -45,8 +44,7 @@ class AttentionCore:
 
 
 def _numel(graph: CanonicalGraph, name: str) -> int:
-    shp = graph.shapes.get(name)
-    return int(math.prod(shp[0])) if shp is not None and shp[0] is not None else 0
+    return shape_elements(graph.shapes.get(name))
 
 
 def _is_view(graph: CanonicalGraph, i: int) -> bool:
