@@ -442,7 +442,7 @@ def lost_nodes(inferred: ModelProto, before: dict[str, tuple[int, ...]], now: di
         for o in node.output[:1]:
             if not grew or o not in before or o not in now or math.prod(before[o]) <= 1:
                 continue
-            if math.prod(now[o]) * old != math.prod(before[o]) * new:
+            if not _grew(o, before, now, old, new):
                 found.append(node)
     return found
 
