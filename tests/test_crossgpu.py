@@ -94,10 +94,11 @@ def test_one_kind_gives_an_empty_table() -> None:
 
 def _hand_frame() -> pd.DataFrame:
     """FIXTURE: two workloads of family f and one of g on kinds X and Y, one workload on X only."""
-    rows = [("f.a", "f", "X", 50.0, 1000.0), ("f.a", "f", "Y", 60.0, 1000.0), ("f.b", "f", "X", 40.0, 2000.0),
-            ("f.b", "f", "Y", 60.0, 3000.0), ("g.a", "g", "X", 80.0, 500.0), ("g.a", "g", "Y", 40.0, 500.0),
-            ("g.x", "g", "X", 10.0, 100.0)]
-    return pd.DataFrame(rows, columns=["workload_id", "family", "gpu", "gpu_util", "memory_mib"]).assign(sync="step")
+    rows = [("f.a", "f", "X", 50.0, 1000.0, 0.10), ("f.a", "f", "Y", 60.0, 1000.0, 0.09),
+            ("f.b", "f", "X", 40.0, 2000.0, 0.20), ("f.b", "f", "Y", 60.0, 3000.0, 0.16),
+            ("g.a", "g", "X", 80.0, 500.0, 0.05), ("g.a", "g", "Y", 40.0, 500.0, 0.10), ("g.x", "g", "X", 10.0, 100.0, 1.0)]
+    columns = ["workload_id", "family", "gpu", "gpu_util", "memory_mib", "iter_time_mean_s"]
+    return pd.DataFrame(rows, columns=columns).assign(sync="step")
 
 
 def test_twin_ratios_by_hand() -> None:
@@ -107,6 +108,8 @@ def test_twin_ratios_by_hand() -> None:
     assert (r.loc["f", "gpu_util_ratio_min"], r.loc["f", "gpu_util_ratio_max"]) == (1.2, 1.5)
     assert r.loc["f", "memory_mib_ratio_median"] == pytest.approx(1.25)
     assert r.loc["g", "gpu_util_ratio_median"] == 0.5 and r.loc["all", "gpu_util_ratio_median"] == 1.2
+    assert r.loc["f", "iter_time_mean_s_ratio_median"] == pytest.approx((0.9 + 0.8) / 2)
+    assert r.loc["g", "iter_time_mean_s_ratio_median"] == pytest.approx(2.0)
     assert "sm_active_ratio_median" not in r.columns
 
 

@@ -58,18 +58,32 @@ def test_build_from_fixture_raw_tree(tmp_path: Path) -> None:
     assert reasons["co-located member"] == 2
     assert reasons["no gpu_util samples in window"] == 1
     assert reasons["no graph features for workload"] == 1
-    row = df.set_index("run_id").loc["fixture-001"]
+    row = df.set_index("run_id").loc["h100-fixture/FIXTURE/fixture-001"]
     assert row["gpu_util"] == pytest.approx(51.0)
     assert row["sm_active"] == pytest.approx(0.8 * 51.0)
     # samples begin 0.5 s before the window, memory already allocated: the label comes from the pre-launch
     # baseline the harness recorded, never from the samples (which would give ~0 MiB)
     assert row["memory_mib"] == pytest.approx(1010.0)
     assert row["memory_source"] == "device-minus-baseline"
-    assert df.set_index("run_id").loc["fixture-000", "memory_source"] == "nvml-process"
+    assert df.set_index("run_id").loc["h100-fixture/FIXTURE/fixture-000", "memory_source"] == "nvml-process"
     assert np.isnan(row["gpu_util_buffered"])
     assert row["gpu"] == "H100 SXM" and row["gpu_sm_count"] == 132
     assert ds.feature_columns(df)[:2] == ["flops_fwd", "flops_train"] or "flops_fwd" in ds.feature_columns(df)
     pd.testing.assert_frame_equal(ds.load_dataset(out), df)
+
+
+def test_twins_on_two_gpu_kinds_keep_distinct_run_ids(tmp_path: Path) -> None:
+    """One FIXTURE sweep copied under a second GPU folder: the profiler's run ids repeat, the dataset's do not."""
+    import shutil
+
+    feats = fixture_features(n_batch_sizes=1)
+    sweep = write_fixture_raw_tree(tmp_path / "raw", feats["workload_id"].tolist()[:3], extras=False)
+    shutil.copytree(sweep, tmp_path / "raw" / "h200-fixture" / sweep.name)
+    df, excl = ds.build_dataset(tmp_path / "raw", features=feats, write=False, sources=())
+    assert len(df) == 6 and df["run_id"].is_unique and excl.empty
+    folders = df.assign(folder=df["run_id"].str.split("/").str[0]).groupby("workload_id")["folder"].apply(set)
+    assert all(f == {"h100-fixture", "h200-fixture"} for f in folders)
+    assert ds.own_run_id(sweep, "fixture-001") == "h100-fixture/FIXTURE/fixture-001"
 
 
 def test_no_ok_runs_is_missing_input(tmp_path: Path) -> None:

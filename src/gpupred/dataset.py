@@ -5,8 +5,9 @@ measurements imported by :mod:`gpupred.importers` (``lucid``: RTX 3090; ``gpumem
 
 Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_dataset`):
 
-- ``ID_COLUMNS``: run and workload identity (``family`` is the leave-one-family-out group, ``gpu`` the
-  short GPU model name of :mod:`gpupred.hardware`), ``source``, and how the source measured: ``sampler``
+- ``ID_COLUMNS``: run and workload identity (``run_id`` unique over every source: ``<gpu>/<sweep-id>/<run id>`` for
+  this project's runs, ``lucid:...`` and ``gpumemnet:...`` for imported ones; ``family`` is the leave-one-family-out
+  group, ``gpu`` the short GPU model name of :mod:`gpupred.hardware`), ``source``, and how the source measured: ``sampler``
   (``nvml-poll-<ms>ms``, ``nvidia-smi-0.2s``, ``dcgm-1s-nonzero``) and ``sync`` (``step``: the loop reads
   its loss every step; ``window``: one synchronize per window; ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``);
 - ``LABEL_COLUMNS``: steady-state labels (``gpu_util`` and ``memory_mib`` never missing; the others NaN
@@ -160,6 +161,15 @@ def _read_features(features: pd.DataFrame | Path | None) -> pd.DataFrame:
     return read_feature_table(path)  # the table's column contract, checked
 
 
+def own_run_id(sweep_dir: str | Path, run_id: str) -> str:
+    """A raw run's id in the dataset: ``<gpu>/<sweep-id>/<run_id>`` (data/raw's layout).
+
+    The profiler's run id is unique within its sweep folder only: the twins of one spec on two GPU kinds share it.
+    """
+    sweep = Path(sweep_dir)
+    return f"{sweep.parent.name}/{sweep.name}/{run_id}"
+
+
 def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(label rows, exclusions) of this project's ok solo runs in data/raw (label rows without features)."""
     from gpupred.profile.schema import read_runs, read_samples
@@ -171,7 +181,8 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
     excluded: list[dict[str, str]] = []
 
     def exclude(rows: pd.DataFrame, reason: str) -> None:
-        excluded.extend({"run_id": r, "workload_id": w, "reason": reason} for r, w in zip(rows["run_id"], rows["workload_id"]))
+        excluded.extend({"run_id": own_run_id(d, r), "workload_id": w, "reason": reason}
+                        for d, r, w in zip(rows["sweep_dir"], rows["run_id"], rows["workload_id"]))
 
     keep = runs
     for column, reason in (("simulated", "simulated (dry-run output, never data)"), ("group_size", "co-located member")):
@@ -196,7 +207,7 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
                 continue
             interval = run.get("sampler_interval_ms")
             row: dict[str, object] = {
-                "run_id": run["run_id"], "sweep_id": run["sweep_id"], "workload_id": run["workload_id"],
+                "run_id": own_run_id(sweep_dir, run["run_id"]), "sweep_id": run["sweep_id"], "workload_id": run["workload_id"],
                 "spec_json": run.get("spec_json"), "gpu_name": run["gpu_name"], "source": SOURCE_OWN,
                 "sampler": f"{OWN_SAMPLER}-{int(interval)}ms" if pd.notna(interval) else OWN_SAMPLER,
                 "sync": run["sync"], "host_batches": int(bool(run.get("host_batches", False))),

@@ -136,7 +136,7 @@ def summarize_transfer(res: NestedResult, meta: pd.DataFrame) -> pd.DataFrame:
 
 
 def twin_ratios(df: pd.DataFrame, numerator: str, denominator: str,
-                labels: Iterable[str] = ("gpu_util", "memory_mib", "sm_active")) -> pd.DataFrame:
+                labels: Iterable[str] = ("gpu_util", "iter_time_mean_s", "memory_mib", "sm_active")) -> pd.DataFrame:
     """Per family: twin count and the median (min, max) ratio ``numerator / denominator`` of each label.
 
     Twins are runs of one workload under one ``sync`` setting measured on both GPU kinds (short ``gpu`` names);
