@@ -55,7 +55,7 @@ tune: bool = False  # small grid search inside every fit (slower: each candidate
 compare_lofo: bool = False  # also score the compared regressors on the leave-one-family-out folds (slower)
 cross_gpu_targets: list = ["gpu_util"]  # labels of the cross-GPU evaluation (about 2 min each here; [] skips it)
 physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active", "memory_mib"]  # the comparison's labels ([]: none)
-physics_schemes: list = ["within", "lofo", "cross_gpu"]  # its split schemes
+physics_schemes: list = ["within", "lofo", "cross_gpu", "cross_gpu_twins"]  # its split schemes
 physics_weighting: str = "per_source"  # training rows of the correction: pooled, balanced or per_source
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation
 n_jobs: int = 2  # parallel fits
@@ -239,7 +239,7 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # %%
 from gpupred import footprint, memory
 from gpupred.learn import physics
-from gpupred.learn.summary import comparison_metrics, plot_methods
+from gpupred.learn.summary import comparison_metrics, gpu_key, plot_methods
 
 step_targets = [t for t in physics_targets if t in physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
 pdata = physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph
@@ -251,9 +251,10 @@ if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
 phys_table = physics.comparison_table(phys_results)
 constants = (pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records())
              if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *physics.FITTED])).set_index(["gpu", "protocol"])
-own = phys_table[physics.tested_on(phys_table, "H200")] if len(phys_table) else phys_table  # scored on H200 runs
+own_gpus = sorted(df.loc[df["source"] == "gpupred", "gpu"].unique())  # the kinds this project measured
+own = phys_table[np.logical_or.reduce([physics.tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
 (own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"])
- .round(3) if len(own) else "no physics comparison on H200 runs")
+ .round(3) if len(own) else "no physics comparison on this project's runs")
 
 # %% [markdown]
 # The step model's constants fitted on every row (what the predictor uses; the figures above refit them
@@ -263,15 +264,15 @@ own = phys_table[physics.tested_on(phys_table, "H200")] if len(phys_table) else 
 constants[list(physics.FITTED)]
 
 # %%
-if len(own):
-    fig = plot_methods(phys_table, gpu="H200")
-    reports.save_figure(fig, "03-physics-vs-regressors")
+for gpu in own_gpus if len(own) else []:
+    fig = plot_methods(phys_table, gpu=gpu)
+    reports.save_figure(fig, f"03-physics-vs-regressors-{gpu_key(gpu)}")
     plt.show()
 
 # %%
-phys_metrics = comparison_metrics(own, phys_results, constants, physics_weighting)  # keys named in gpupred.learn.summary
+phys_metrics = comparison_metrics(phys_table, own_gpus, phys_results, constants, physics_weighting)  # gpupred.learn.summary
 reports.update_metrics(phys_metrics)
-{k: v for k, v in phys_metrics.items() if "coverage" in k and "h200" not in k}
+{k: v for k, v in phys_metrics.items() if "coverage" in k and not k.startswith("physics_comparison_")}
 
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point

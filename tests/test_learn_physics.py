@@ -206,3 +206,21 @@ def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> No
     assert per.nunique() == 1  # the same rows scored under every weighting
     metrics = weighting_metrics(effect.assign(error=effect["rmsle"]))
     assert set(metrics["gpu_util"]["leave one family out"][effect["tested"].iloc[0]]) == set(WEIGHTINGS)
+
+
+def test_twin_splits_keep_the_test_workloads_measured_on_the_training_kind() -> None:
+    """FIXTURE: every workload on two kinds. ``cross_gpu`` (unseen) has no training rows to give; the twins do."""
+    from gpupred.learn.physics import comparison_splits
+
+    df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=1)
+    splits = comparison_splits(df)
+    assert "cross_gpu" not in splits  # every test workload is also on the training kind: nothing unseen to train on
+    grouping, twins = splits["cross_gpu_twins"]
+    assert grouping == "cross_gpu" and sorted(label for *_, label in twins) == [
+        "H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"]
+    for train, test, label in twins:
+        assert df["gpu"].iloc[train].nunique() == 1 and df["gpu"].iloc[test].nunique() == 1
+        assert df["gpu"].iloc[train].iloc[0] == label.split("->")[0]
+        assert set(df["workload_id"].iloc[test]) <= set(df["workload_id"].iloc[train])
+    one_kind = comparison_splits(fixture_dataset(n_batch_sizes=1))
+    assert "cross_gpu_twins" not in one_kind

@@ -18,8 +18,12 @@ def _table() -> pd.DataFrame:
 def test_memory_and_iteration_time_are_scored_by_relative_error() -> None:
     table = _table()
     assert headline_metric(table).tolist() == [0.2, 0.09, 0.2]
-    out = comparison_metrics(table, {}, pd.DataFrame({"gpu": [], "protocol": []}).set_index(["gpu", "protocol"]),
-                             "per_source")
+    h100 = table.assign(tested="H200->H100 SXM", rmsle=table["rmsle"] + 1, median_rel_err=table["median_rel_err"] + 1)
+    constants = pd.DataFrame({"gpu": [], "protocol": []}).set_index(["gpu", "protocol"])
+    out = comparison_metrics(pd.concat([table, h100]), ["H200", "H100 SXM"], {}, constants, "per_source")
+    assert out["physics_comparison_h100_sxm"]["memory_mib"]["leave one family out"] == {
+        "H200->H100 SXM": {"physics+correction": 1.09}}
+    assert list(out["physics_comparison_h200"]["memory_mib"]["leave one family out"]) == ["H200"]
     assert out["physics_comparison_h200"]["memory_mib"]["leave one family out"]["H200"] == {"physics+correction": 0.09}
     assert out["physics_comparison_h200"]["gpu_util"]["leave one family out"]["H200"] == {"physics+correction": 0.2}
     assert out["physics_comparison_h200_coverage"]["memory_mib"]["leave one family out"]["H200"] == {

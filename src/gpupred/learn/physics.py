@@ -430,16 +430,20 @@ def score(res: NestedResult, gpu: str | None = None, source: str | None = None) 
             "coverage": float(inside[covered].mean()) if covered.any() else np.nan, "n": int(len(q))}
 
 
-SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leave one family out", "cross_gpu": "cross GPU (unseen)"}
+SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leave one family out",
+                                 "cross_gpu": "cross GPU (unseen)", "cross_gpu_twins": "cross GPU (twins)"}
 
 
 def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dict[str, tuple[str, list[Split]]]:
     """The splits of the comparison, by scheme: (groups the calibration keeps whole, splits over ``df``'s rows).
 
     ``within``: grouped folds over each GPU kind's own workloads; ``lofo``: one split per sibling family group;
-    ``cross_gpu``: each other GPU kind (and all others) -> a GPU kind, no test workload in training.
+    ``cross_gpu``: each other GPU kind (and all others) -> a GPU kind, no test workload in training;
+    ``cross_gpu_twins``: one GPU kind -> another where they share workloads, those twins kept in training (a job
+    already run on one kind, predicted on the other; the only direction there is where one kind's workloads are
+    all measured on the other too).
     """
-    from gpupred.learn.crossgpu import WITHIN, transfer_splits
+    from gpupred.learn.crossgpu import REST, WITHIN, transfer_splits
     from gpupred.learn.evaluate import splits_for
 
     transfer = transfer_splits(df, n_within, seed)
@@ -447,9 +451,12 @@ def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dic
     if not within:  # one GPU kind: grouped folds over its workloads
         within = splits_for(df, "grouped_random", n_within, seed)
     cross = [s.as_split() for s in transfer if s.train_gpus != WITHIN and s.workloads == "unseen"]
+    twins = [s.as_split() for s in transfer if s.train_gpus not in (WITHIN, REST) and s.workloads == "twins"]
     out = {"within": ("grouped_random", within), "lofo": ("lofo", splits_for(df, "lofo"))}
     if cross:
         out["cross_gpu"] = ("cross_gpu", cross)
+    if twins:
+        out["cross_gpu_twins"] = ("cross_gpu", twins)
     return out
 
 
@@ -506,11 +513,12 @@ def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> 
         for scheme, per_method in per_scheme.items():
             for method, res in per_method.items():
                 p = res.predictions
-                sides = (p["fold_label"].str.replace(" (unseen)", "", regex=False) if scheme == "cross_gpu"
+                cross = scheme.startswith("cross_gpu")
+                sides = (p["fold_label"].str.replace(r" \((unseen|twins)\)$", "", regex=True) if cross
                          else pd.Series("", index=p.index))
                 for (side, gpu), part in p.groupby([sides, p["gpu"]], sort=True):
                     sub = NestedResult(target, scheme, part, res.folds, res.comparison)
-                    label = f"{side}" if scheme == "cross_gpu" else gpu
+                    label = f"{side}" if cross else gpu
                     rows.append({"target": target, "scheme": SCHEME_LABELS.get(scheme, scheme), "tested": label,
                                  "method": method, **score(sub)})
     return pd.DataFrame(rows)

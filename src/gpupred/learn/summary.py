@@ -8,9 +8,9 @@ the dataset's counts (:func:`gpupred.dataset.summarize`).
 
 The comparison of issue 35 item 8 (constant, current regressor, physics, physics x correction on the same
 splits, for utilization, SM activity, iteration time and memory; :func:`comparison_metrics`):
-``physics_comparison_h200`` (``{target: {scheme: {tested: {method: figure}}}}`` on the H200 runs: RMSLE, or the
-median relative error for ``RELATIVE_TARGETS``), ``physics_comparison_h200_coverage`` (the same shape: 90 %
-interval coverage), ``{target}_physics_interval_coverage_{scheme}`` (physics x correction, every row),
+``physics_comparison_<gpu>`` for each GPU kind this project measured (``h200``, ``h100_sxm``: :func:`gpu_key`;
+``{target: {scheme: {tested: {method: figure}}}}`` on that kind's runs: RMSLE, or the median relative error for
+``RELATIVE_TARGETS``), ``physics_comparison_<gpu>_coverage`` (the same shape: 90 % interval coverage), ``{target}_physics_interval_coverage_{scheme}`` (physics x correction, every row),
 ``step_model_constants`` and ``physics_weighting``.
 """
 
@@ -103,16 +103,23 @@ def weighting_metrics(effect: pd.DataFrame) -> dict[str, Any]:
     return nested_figures(effect, "error", leaf="weighting")
 
 
-def comparison_metrics(own: pd.DataFrame, results: dict[str, dict[str, dict[str, Any]]], constants: pd.DataFrame,
-                       weighting: str) -> dict[str, Any]:
-    """The item-8 keys (see the module docstring) from the comparison table's H200 rows (``own``), every
-    target's ``{scheme: {method: NestedResult}}`` and the step model's constants fitted on every row."""
-    from gpupred.learn.physics import score
+def gpu_key(gpu: str) -> str:
+    """A GPU kind's short name as a metrics-key suffix: ``H200`` -> ``h200``, ``H100 SXM`` -> ``h100_sxm``."""
+    return gpu.lower().replace(" ", "_")
 
-    out: dict[str, Any] = {
-        "physics_comparison_h200": nested_figures(own.assign(figure=headline_metric(own)), "figure"),
-        "physics_comparison_h200_coverage": nested_figures(own[own["coverage"].notna()], "coverage"),
-        "step_model_constants": constants.reset_index().to_dict("records"), "physics_weighting": weighting}
+
+def comparison_metrics(table: pd.DataFrame, gpus: list[str], results: dict[str, dict[str, dict[str, Any]]],
+                       constants: pd.DataFrame, weighting: str) -> dict[str, Any]:
+    """The item-8 keys (see the module docstring): per GPU kind of ``gpus``, the comparison table's rows scored on
+    its runs; every target's ``{scheme: {method: NestedResult}}``; the step model's constants fitted on every row."""
+    from gpupred.learn.physics import score, tested_on
+
+    out: dict[str, Any] = {"step_model_constants": constants.reset_index().to_dict("records"),
+                           "physics_weighting": weighting}
+    for gpu in gpus:
+        own = table[tested_on(table, gpu)]
+        out[f"physics_comparison_{gpu_key(gpu)}"] = nested_figures(own.assign(figure=headline_metric(own)), "figure")
+        out[f"physics_comparison_{gpu_key(gpu)}_coverage"] = nested_figures(own[own["coverage"].notna()], "coverage")
     for target, per_scheme in results.items():
         for scheme, per_method in per_scheme.items():
             out[f"{target}_physics_interval_coverage_{scheme}"] = score(per_method["physics+correction"])["coverage"]
@@ -129,7 +136,8 @@ def plot_methods(table: pd.DataFrame, gpu: str = "H200") -> Any:
 
     rows = table[tested_on(table, gpu)].copy()
     rows["metric"] = headline_metric(rows)
-    rows["split"] = np.where(rows["scheme"].str.startswith("cross"), rows["tested"], rows["scheme"])
+    twins = np.where(rows["scheme"].str.contains("twins"), " (twins)", "")
+    rows["split"] = np.where(rows["scheme"].str.startswith("cross"), rows["tested"] + twins, rows["scheme"])
     targets = list(dict.fromkeys(rows["target"])) or [""]
     fig, axes = plt.subplots(1, len(targets), figsize=(5.0 * len(targets), 4.2), squeeze=False)
     for ax, target in zip(axes[0], targets):
