@@ -7,8 +7,8 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
 
 - ``ID_COLUMNS``: run and workload identity (``run_id`` unique over every source: ``<gpu>/<sweep-id>/<run id>`` for
   this project's runs, ``lucid:...`` and ``gpumemnet:...`` for imported ones; ``family`` is the leave-one-family-out
-  group, ``gpu`` the short GPU model name of :mod:`gpupred.hardware`), ``source``, and how the source measured: ``sampler``
-  (``nvml-poll-<ms>ms``, ``nvidia-smi-0.2s``, ``dcgm-1s-nonzero``) and ``sync`` (``step``: the loop reads
+  group, ``gpu`` the short GPU model name of :mod:`gpupred.hardware`), ``source``, and how the source measured:
+  ``sampler`` (``nvml-poll-<ms>ms``, ``nvidia-smi-0.2s``, ``dcgm-1s-nonzero``) and ``sync`` (``step``: the loop reads
   its loss every step; ``window``: one synchronize per window; ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``);
 - ``LABEL_COLUMNS``: steady-state labels (``gpu_util`` and ``memory_mib`` never missing; the others NaN
   where a source did not record them);

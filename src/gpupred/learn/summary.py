@@ -10,7 +10,8 @@ The comparison of issue 35 item 8 (constant, current regressor, physics, physics
 splits, for utilization, SM activity, iteration time and memory; :func:`comparison_metrics`):
 ``physics_comparison_<gpu>`` for each GPU kind this project measured (``h200``, ``h100_sxm``: :func:`gpu_key`;
 ``{target: {scheme: {tested: {method: figure}}}}`` on that kind's runs: RMSLE, or the median relative error for
-``RELATIVE_TARGETS``), ``physics_comparison_<gpu>_coverage`` (the same shape: 90 % interval coverage), ``{target}_physics_interval_coverage_{scheme}`` (physics x correction, every row),
+``RELATIVE_TARGETS``), ``physics_comparison_<gpu>_coverage`` (the same shape: 90 % interval coverage),
+``{target}_physics_interval_coverage_{scheme}`` (physics x correction, every row),
 ``step_model_constants`` and ``physics_weighting``.
 """
 
