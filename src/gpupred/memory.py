@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.dataset import SOURCE_OWN
 from gpupred.errors import GpupredError
 
 MIB = float(2**20)
@@ -262,7 +263,7 @@ class FootprintModel:
         """Choose the correction's setting and calibrate on the rows' inner leave-one-family-out, then fit it all."""
         data = per_source_sample(df[df[target].notna()], MAX_ROWS_PER_SOURCE, self.seed)
         grid = tuple(self.settings or CORRECTION_GRID)
-        sources = data["source"].astype(str).to_numpy() if "source" in data.columns else np.full(len(data), OWN_SOURCE)
+        sources = data["source"].astype(str).to_numpy() if "source" in data.columns else np.full(len(data), SOURCE_OWN)
         self.selection_: dict[CorrectionSetting, float] = {}
         self.setting_, self.halfwidth_ = (grid[0] if len(grid) == 1 else DEFAULT_SETTING), {}
         if self.calibrate or len(grid) > 1:
@@ -458,7 +459,6 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     return {name: {m: result_from_frames(target, name, p) for m, p in per.items()} for name, per in parts.items()}
 
 
-OWN_SOURCE = "gpupred"  # this project's own runs (the H200 sweep so far)
 
 
 def method_key(method: str) -> str:
@@ -469,7 +469,7 @@ def method_key(method: str) -> str:
 def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
                    headline_scheme: str = "grouped_random") -> dict[str, Any]:
     """The figures of merit for reports/metrics.json: per method and scheme, pooled and on this project's own runs."""
-    pooled, own = summarize_memory(errors), summarize_memory(errors[errors["source"] == OWN_SOURCE])
+    pooled, own = summarize_memory(errors), summarize_memory(errors[errors["source"] == SOURCE_OWN])
     out: dict[str, Any] = {
         "memory_median_rel_err": pooled.loc[BEST, ("median", headline_scheme)],
         "memory_p90_rel_err": pooled.loc[BEST, ("p90", headline_scheme)],

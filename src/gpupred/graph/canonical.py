@@ -75,6 +75,7 @@ def shape_elements(shape: Shape | None) -> int:
     """Elements of a tensor of ``shape`` (0 when the shape or its dims are unknown)."""
     return int(math.prod(shape[0])) if shape is not None and shape[0] is not None else 0
 
+
 RANDOM_OPS: frozenset[str] = frozenset({
     "RandomUniformLike", "RandomNormalLike", "RandomUniform", "RandomNormal", "Bernoulli", "Multinomial",
 })
