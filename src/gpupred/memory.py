@@ -459,8 +459,6 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     return {name: {m: result_from_frames(target, name, p) for m, p in per.items()} for name, per in parts.items()}
 
 
-
-
 def method_key(method: str) -> str:
     """A method's name as a metrics.json key part ('footprint*correction' -> 'footprint_times_correction')."""
     return method.replace("+", "_plus_").replace("*", "_times_")

@@ -58,7 +58,7 @@ __all__ = [
     "FITTED", "PHYSICS_TARGETS", "METHODS", "WEIGHTINGS", "PhysicsData", "physics_data", "fitted_physics", "evaluate_physics",
     "compare_methods", "weighting_effect", "comparison_table", "score", "ShrunkCorrection", "correction_bounds", "protocol_of",
     "correction_frame", "correction_shap", "correction_model", "tested_on", "PhysicsPredictor", "fit_physics_predictor",
-    "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS", "physics_log_error",
+    "heldout_errors", "extrapolation_width", "HELDOUT_MIN_ROWS", "physics_log_error", "default_log_error",
 ]
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
@@ -317,11 +317,16 @@ def physics_log_error(y: np.ndarray, pred: np.ndarray, step: bool) -> np.ndarray
     return np.log(y / np.maximum(pred, 1e-12)) if step else np.log1p(y) - np.log1p(pred)
 
 
+def default_log_error(df: pd.DataFrame, target: str) -> np.ndarray:
+    """Per row of ``df``, :func:`physics_log_error` of the default-constants step model (its ``phys_step_s`` or
+    ``phys_util`` column) against the measured ``target`` (NaN where unlabelled)."""
+    step = PHYSICS_TARGETS[target] == "step"
+    return physics_log_error(df[target], df["phys_step_s" if step else "phys_util"], step)
+
+
 def _default_width(inp: _Inputs, train: np.ndarray, alpha: float) -> float:
     """The 1 - alpha quantile of the default-constants physics' log error on the training rows (the fallback width)."""
-    step = PHYSICS_TARGETS[inp.target] == "step"
-    default = inp.df["phys_step_s" if step else "phys_util"].to_numpy(float)[train]
-    return float(np.quantile(np.abs(physics_log_error(inp.y[train], default, step)), 1 - alpha))
+    return float(np.quantile(np.abs(default_log_error(inp.df, inp.target)[train]), 1 - alpha))
 
 
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows

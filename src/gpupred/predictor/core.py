@@ -42,10 +42,9 @@ PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is p
 def default_physics_width(df: pd.DataFrame, target: str, alpha: float) -> float:
     """The conformal 1 - alpha quantile of |log error| of the default-constant step model on ``df``'s labelled rows
     (log1p scale for utilization targets, log scale for step time)."""
-    from gpupred.learn.physics import physics_log_error
+    from gpupred.learn.physics import default_log_error
 
-    step = target == "iter_time_mean_s"
-    err = physics_log_error(df[target].to_numpy(float), df["phys_step_s" if step else "phys_util"].to_numpy(float), step)
+    err = default_log_error(df, target)
     return conformal_quantile(err[np.isfinite(err)], alpha)
 
 
