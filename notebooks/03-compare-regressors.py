@@ -257,7 +257,7 @@ if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
 phys_table = physics.comparison_table(phys_results)
 constants = (pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records())
              if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *physics.FITTED])).set_index(["gpu", "protocol"])
-own_gpus = sorted(df.loc[df["source"] == dataset.SOURCE_OWN, "gpu"].unique())  # the kinds this project measured
+own_gpus = sorted(dataset.own_rows(df)["gpu"].unique())  # the kinds this project measured
 own = phys_table[np.logical_or.reduce([physics.tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
 (own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"])
  .round(3) if len(own) else "no physics comparison on this project's runs")

@@ -93,7 +93,7 @@ if physics_explain and target in physics.PHYSICS_TARGETS:
     frame = physics.correction_frame(df, target, physics.physics_data(df))
     by_family = (frame.groupby(["source", "family"])["log_correction"].agg(["median", "std", "size"])
                  .sort_values("median"))
-    own_rows = frame[frame["source"] == dataset.SOURCE_OWN]
+    own_rows = dataset.own_rows(frame)
     if len(own_rows) >= 20:
         correction = physics.correction_shap(frame, dataset.SOURCE_OWN)
         reports.save_figure(importance.plot_shap_summary(correction), f"04-correction-shap-{target}")

@@ -51,7 +51,7 @@ table.round(3)
 # The same figures on this project's own H200 runs only (the goal's rows):
 
 # %%
-own = memory.summarize_memory(errors[errors["source"] == dataset.SOURCE_OWN])
+own = memory.summarize_memory(dataset.own_rows(errors))
 own.round(3)
 
 # %%
@@ -65,7 +65,7 @@ by_source.round(3)
 
 # %%
 model = memory.FootprintModel().fit(df)
-own_rows = df[df["source"] == dataset.SOURCE_OWN].groupby("family").head(1)
+own_rows = dataset.own_rows(df).groupby("family").head(1)
 footprint.footprint_terms(own_rows, footprint.protocols(own_rows)).set_index(own_rows["workload_id"]).round(0)
 
 # %%

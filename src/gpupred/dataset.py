@@ -58,7 +58,7 @@ from gpupred.perf.timeline import STEP_COLUMNS
 
 DATASET_VERSION = 3  # 3: the step model's phys_* columns
 
-SOURCE_OWN = "gpupred"
+SOURCE_OWN = "gpupred"  # the ``source`` of this project's own runs (imported sources are named by importers)
 ID_COLUMNS: tuple[str, ...] = (
     "run_id", "sweep_id", "workload_id", "arch_key", "family", "arch", "precision", "optimizer", "fused",
     "gpu_name", "gpu", "sync", "source", "sampler",
@@ -159,6 +159,11 @@ def _read_features(features: pd.DataFrame | Path | None) -> pd.DataFrame:
     if not path.exists():
         raise MissingInput(f"no graph features at {path}: run notebook 02-build-features first")
     return read_feature_table(path)  # the table's column contract, checked
+
+
+def own_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``df`` that this project measured itself (``source`` is :data:`SOURCE_OWN`)."""
+    return df[df["source"] == SOURCE_OWN]
 
 
 def own_run_id(sweep_dir: str | Path, run_id: str) -> str:

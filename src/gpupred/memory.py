@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.dataset import SOURCE_OWN
+from gpupred.dataset import SOURCE_OWN, own_rows
 from gpupred.errors import GpupredError
 
 MIB = float(2**20)
@@ -467,7 +467,7 @@ def method_key(method: str) -> str:
 def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
                    headline_scheme: str = "grouped_random") -> dict[str, Any]:
     """The figures of merit for reports/metrics.json: per method and scheme, pooled and on this project's own runs."""
-    pooled, own = summarize_memory(errors), summarize_memory(errors[errors["source"] == SOURCE_OWN])
+    pooled, own = summarize_memory(errors), summarize_memory(own_rows(errors))
     out: dict[str, Any] = {
         "memory_median_rel_err": pooled.loc[BEST, ("median", headline_scheme)],
         "memory_p90_rel_err": pooled.loc[BEST, ("p90", headline_scheme)],

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpupred.dataset import SOURCE_OWN
 from gpupred.errors import GpupredError
 
 TABLE_COLUMNS: tuple[str, ...] = (
@@ -149,7 +150,7 @@ def colocation_table(runs: pd.DataFrame, solo: pd.DataFrame, group_memory: pd.Se
     co = co.rename(columns={"iter_time_mean_s": "iter_time_coloc_s", "iter_time_s": "iter_time_solo_s",
                             "gpu_util": "solo_util", "mem_mib": "solo_mem_mib"})
     co["has_solo"] = co["iter_time_solo_s"].notna()
-    co["source"] = "gpupred"
+    co["source"] = SOURCE_OWN
     co["job_key"] = co["workload_id"]
     co["model_group"] = co["workload_id"].map(_family)
     co["precision"] = co["workload_id"].map(_precision)
@@ -186,7 +187,7 @@ def load_colocation(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def own_solo_truth(solo: pd.DataFrame) -> pd.DataFrame:
     """The solo truth table (:data:`SOLO_COLUMNS`) of our own sweeps' solo measurements."""
     out = pd.DataFrame({
-        "job_key": solo["workload_id"], "workload_id": solo["workload_id"], "source": "gpupred",
+        "job_key": solo["workload_id"], "workload_id": solo["workload_id"], "source": SOURCE_OWN,
         "model_group": solo["workload_id"].map(_family), "gpu_name": solo["gpu_name"], "gpu_util": solo["gpu_util"],
         "mem_mib": solo["mem_mib"], "sm_active": solo["sm_active"], "gmem_util": np.nan,
         "iter_time_s": solo["iter_time_s"], "speed": np.nan,

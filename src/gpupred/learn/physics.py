@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 
+from gpupred.dataset import SOURCE_OWN
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile, widen
@@ -545,7 +546,7 @@ def correction_frame(df: pd.DataFrame, target: str, pdata: PhysicsData, seed: in
     return out[out["measured"].notna()].reset_index(drop=True)
 
 
-def correction_shap(frame: pd.DataFrame, source: str | None = "gpupred", seed: int = 0, max_rows: int = 500) -> Any:
+def correction_shap(frame: pd.DataFrame, source: str | None = SOURCE_OWN, seed: int = 0, max_rows: int = 500) -> Any:
     """A ``shap.Explanation`` of the correction model fitted on ``frame`` (one source's rows by default)."""
     import warnings
 

@@ -387,9 +387,9 @@ WITH_IMPORTS = "non-commercial: trained on this project's measurements and the i
 
 def licence_clean(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``df`` that this project measured itself (what the default, MIT-licensed predictor trains on)."""
-    from gpupred.dataset import SOURCE_OWN
+    from gpupred.dataset import own_rows
 
-    return df[df["source"] == SOURCE_OWN]
+    return own_rows(df)
 
 
 def variant(df: pd.DataFrame) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile, widen
 
@@ -118,7 +119,7 @@ class PhysicsCore:
         if spec.name not in self.measured_:
             self._widen(out, job.row.get("batch_size"))
         frame = pd.DataFrame([{**row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
-                               "gpu": spec.name, "source": "gpupred"}])
+                               "gpu": spec.name, "source": SOURCE_OWN}])
         mem = self.memory_.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
