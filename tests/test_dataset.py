@@ -86,7 +86,6 @@ def test_twins_on_two_gpu_kinds_keep_distinct_run_ids(tmp_path: Path) -> None:
     assert ds.own_run_id(sweep, "fixture-001") == "h100-fixture/FIXTURE/fixture-001"
 
 
-
 def test_own_rows_keeps_this_projects_source_only() -> None:
     """Fixture frame: one own row among imported ones; own_rows keeps it, with its index."""
     df = pd.DataFrame({"source": ["lucid", ds.SOURCE_OWN, "gpumemnet"], "x": [1, 2, 3]})
