@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import typer
+from gpupred.cliapp import new_app, run_app  # run_app re-exported: tests and other entry points run typer apps through it
 
-from gpupred.cliapp import run_app  # re-exported: tests and other entry points run typer apps through it
-
-app = typer.Typer(
-    name="gpupred",
-    help="Predict a training job's GPU utilization, memory and co-location slowdown from its graph.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = new_app("gpupred", "Predict a training job's GPU utilization, memory and co-location slowdown from its graph.")
 
 
 def _register() -> None:
@@ -22,14 +14,12 @@ def _register() -> None:
     from gpupred.pipeline import register as pipeline_register
     from gpupred.predictor import cli as predictor_cli
     from gpupred.profile import cli as profile_cli
-    from gpupred.profile import datacard
     from gpupred.workloads import cli as workloads_cli
 
     for register in (
         workloads_cli.register,
         graph_cli.register,
         profile_cli.register,
-        datacard.register,
         importers_cli.register,
         predictor_cli.register,
         pipeline_register,

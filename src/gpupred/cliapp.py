@@ -7,10 +7,19 @@ Below every stage's ``cli.py`` and :mod:`gpupred.cli`, so a stage's own entry po
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
 from gpupred.errors import GpupredError
+
+
+def new_app(name: str | None = None, help: str | None = None, **options: Any) -> typer.Typer:
+    """A typer app (or command group) as every ``gpupred`` command makes one: plain help (no rich rendering, which
+    costs half a second of imports on every call), no shell completion, no pretty tracebacks."""
+    settings: dict[str, Any] = {"no_args_is_help": True, "add_completion": False, "pretty_exceptions_enable": False,
+                                "rich_markup_mode": None}
+    return typer.Typer(name=name, help=help, **{**settings, **options})
 
 
 def run_app(typer_app: typer.Typer, argv: list[str] | None = None) -> None:

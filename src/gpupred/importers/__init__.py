@@ -9,31 +9,60 @@ committed) with their provenance.
     importers.import_source("gpumemnet", from_dir="../shared/external")
     importers.lucid.read_solo(), importers.lucid.read_pairs(), importers.gpumemnet.read_runs()
     importers.import_source("alibaba-openb"); importers.alibaba.read_tasks(), importers.alibaba.read_nodes()
+
+Importing this package is light (the CLI imports it to register ``gpupred import``): the importer modules, with
+pandas behind them, and the tables of sources are built on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from gpupred.errors import GpupredError
-from gpupred.importers import alibaba, gpumemnet, lucid
-from gpupred.importers import source as _source_module
-from gpupred.importers.source import Source, ensure_imported, is_imported, read_provenance
 
-MODULES: dict[str, ModuleType] = {m.SOURCE.name: m for m in (lucid, gpumemnet)}  # each source's importer module
-SOURCES: dict[str, Source] = {name: m.SOURCE for name, m in MODULES.items()}
-# Scheduling traces: imported the same way, never part of the learning dataset (not in SOURCES).
-TRACES: dict[str, Source] = {alibaba.SOURCE.name: alibaba.SOURCE}
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.importers.source import Source
+
+MEASUREMENT_MODULES: tuple[str, ...] = ("lucid", "gpumemnet")  # importers of measurements (the learning dataset's)
+TRACE_MODULES: tuple[str, ...] = ("alibaba",)  # scheduling traces: imported the same way, never in the dataset
 
 __all__ = ["MODULES", "SOURCES", "TRACES", "alibaba", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source",
            "imported_sources", "is_imported", "lucid", "module", "read_provenance"]
+_FROM_SOURCE = ("Source", "ensure_imported", "is_imported", "read_provenance")
 
 
-def get_source(name: str) -> Source:
+def _modules(names: tuple[str, ...]) -> dict[str, ModuleType]:
+    loaded = [importlib.import_module(f"gpupred.importers.{n}") for n in names]
+    return {m.SOURCE.name: m for m in loaded}
+
+
+def __getattr__(name: str) -> Any:
+    """The importer modules and the tables of sources, built on first use (and kept: tests patch them)."""
+    if name in globals():
+        return globals()[name]
+    if name in ("lucid", "gpumemnet", "alibaba"):
+        return importlib.import_module(f"gpupred.importers.{name}")
+    if name in _FROM_SOURCE:
+        return getattr(importlib.import_module("gpupred.importers.source"), name)
+    if name == "MODULES":  # each source's importer module
+        value: Any = _modules(MEASUREMENT_MODULES)
+    elif name == "SOURCES":
+        value = {n: m.SOURCE for n, m in _modules(MEASUREMENT_MODULES).items()}
+    elif name == "TRACES":
+        value = {n: m.SOURCE for n, m in _modules(TRACE_MODULES).items()}
+    else:
+        raise AttributeError(f"module 'gpupred.importers' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def get_source(name: str) -> "Source":
     """The source called ``name`` (lucid, gpumemnet, or the scheduling trace alibaba-openb)."""
-    known = {**SOURCES, **TRACES}
+    known = {**__getattr__("SOURCES"), **__getattr__("TRACES")}
     if name not in known:
         raise GpupredError(f"unknown source {name!r}; known: {', '.join(known)}")
     return known[name]
@@ -42,16 +71,21 @@ def get_source(name: str) -> Source:
 def module(name: str) -> ModuleType:
     """The importer module of the source called ``name`` (specs(), dataset_rows()...)."""
     get_source(name)
-    if name not in MODULES:
+    modules = __getattr__("MODULES")
+    if name not in modules:
         raise GpupredError(f"{name} is a scheduling trace, not a source of measurements (read it with gpupred.importers.{name.split('-')[0]})")
-    return MODULES[name]
+    return modules[name]
 
 
 def import_source(name: str, from_dir: str | os.PathLike[str] | None = None, **kwargs: object) -> Path:
     """Import one source by name (see :func:`gpupred.importers.source.import_source`); return its folder."""
-    return _source_module.import_source(get_source(name), from_dir, **kwargs)  # type: ignore[arg-type]
+    from gpupred.importers import source
+
+    return source.import_source(get_source(name), from_dir, **kwargs)  # type: ignore[arg-type]
 
 
 def imported_sources() -> list[str]:
     """The sources imported at their pinned commits."""
-    return [name for name, src in SOURCES.items() if is_imported(src)]
+    from gpupred.importers.source import is_imported
+
+    return [name for name, src in __getattr__("SOURCES").items() if is_imported(src)]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 def looks_like_file(text: str) -> bool:
@@ -85,7 +86,7 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
     """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning)."""
     extrapolated = bool(row["extrapolated"])
     values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
-                              if k not in ("extrapolated", "core") and pd.notna(v)}
+                              if k not in ("extrapolated", "core") and v == v and v is not None}
     values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")))
     if as_json:
         print(json.dumps(values))

@@ -19,10 +19,35 @@ def _check_count(value: int | None, flag: str, least: int = 1) -> None:
 
 
 def register(app: Any) -> None:
-    """Add ``profile``, ``sweep`` and the ``plan`` group to the CLI."""
+    """Add ``profile``, ``sweep``, ``datacard`` and the ``plan`` group to the CLI."""
     _register_profile(app)
     _register_sweep(app)
+    _register_datacard(app)
     _register_plan(app)
+
+
+def _register_datacard(app: Any) -> None:
+    """Add ``datacard``: a sweep's sanity checks and its data card (pandas imported when it runs)."""
+    import typer
+
+    @app.command("datacard")
+    def datacard_cmd(
+        sweep_dir: Path = typer.Argument(..., help="A sweep folder, e.g. data/raw/h100/<sweep-id>."),
+        write: bool = typer.Option(False, "--write", help="Write (refresh) its README.md, keeping the Notes section."),
+        as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object."),
+    ) -> None:
+        """Sanity-check a sweep (utilization range and steadiness, samples, memory) and draft its data card."""
+        from gpupred.profile.datacard import datacard_text, sanity, write_datacard
+
+        if not sweep_dir.is_dir():
+            raise GpupredError(f"{sweep_dir}: no such sweep folder")
+        checks, per_family = sanity(sweep_dir)
+        if as_json:
+            typer.echo(json.dumps({**checks, "per_family": json.loads(per_family.to_json(orient="index"))}))
+        else:
+            typer.echo(datacard_text(sweep_dir))
+        if write:
+            typer.echo(f"wrote {write_datacard(sweep_dir)}")
 
 
 def _register_profile(app: Any) -> None:
@@ -95,12 +120,10 @@ def _register_sweep(app: Any) -> None:
 
 def _register_plan(app: Any) -> None:
     """Add the ``plan`` command group: plan files for sweeps, some chosen from earlier solo runs."""
-    import typer
-
     from gpupred import config
+    from gpupred.cliapp import new_app
 
-    plan_app = typer.Typer(name="plan", help="Write sweep plan files (plans/*.txt) for `gpupred sweep --plan FILE`.",
-                           no_args_is_help=True)
+    plan_app = new_app("plan", "Write sweep plan files (plans/*.txt) for `gpupred sweep --plan FILE`.")
     app.add_typer(plan_app, name="plan")
     plans_dir = config.ROOT / "plans"
     for add in (_plan_pairs, _plan_subset, _plan_solo, _plan_sync, _plan_fused, _plan_fusion_coloc):
@@ -250,11 +273,9 @@ def _plan_fusion_coloc(plan_app: Any, plans_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m gpupred.profile.cli``: the profiler's commands alone (same one-line errors, exit 2)."""
-    import typer
+    from gpupred.cliapp import new_app, run_app
 
-    from gpupred.cliapp import run_app
-
-    app = typer.Typer(name="gpupred-profile", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    app = new_app("gpupred-profile")
     register(app)
     run_app(app, argv)
 

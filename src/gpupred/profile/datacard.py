@@ -243,25 +243,3 @@ def write_datacard(sweep_dir: Path) -> Path:
     text = datacard_text(sweep_dir, notes) if notes else datacard_text(sweep_dir)
     atomic_write_bytes(path, text.encode())
     return path
-
-
-def register(app: Any) -> None:
-    """Add ``gpupred datacard`` to the CLI."""
-    import typer
-
-    @app.command("datacard")
-    def datacard_cmd(
-        sweep_dir: Path = typer.Argument(..., help="A sweep folder, e.g. data/raw/h100/<sweep-id>."),
-        write: bool = typer.Option(False, "--write", help="Write (refresh) its README.md, keeping the Notes section."),
-        as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object."),
-    ) -> None:
-        """Sanity-check a sweep (utilization range and steadiness, samples, memory) and draft its data card."""
-        if not sweep_dir.is_dir():
-            raise GpupredError(f"{sweep_dir}: no such sweep folder")
-        checks, per_family = sanity(sweep_dir)
-        if as_json:
-            typer.echo(json.dumps({**checks, "per_family": json.loads(per_family.to_json(orient="index"))}))
-        else:
-            typer.echo(datacard_text(sweep_dir))
-        if write:
-            typer.echo(f"wrote {write_datacard(sweep_dir)}")

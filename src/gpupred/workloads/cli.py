@@ -7,10 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpupred.cliapp import new_app
 from gpupred.workloads.catalog import by_family, catalog, check_family, fused_catalog
 from gpupred.workloads.spec import WorkloadSpec
 
-zoo = typer.Typer(help="The workload catalog (the sweep plan).", no_args_is_help=True)
+zoo = new_app(help="The workload catalog (the sweep plan).")
 
 
 def spec_row(spec: WorkloadSpec) -> dict[str, object]:
