@@ -57,6 +57,7 @@ cross_gpu_targets: list = ["gpu_util"]  # labels of the cross-GPU evaluation (ab
 physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active", "memory_mib"]  # the comparison's labels ([]: none)
 physics_schemes: list = ["within", "lofo", "cross_gpu", "cross_gpu_twins"]  # its split schemes
 physics_weighting: str = "per_source"  # training rows of the correction: pooled, balanced or per_source
+physics_calibration: str = "family"  # what the step estimator's (and baselines') calibration folds keep whole: family or workload
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation
 n_jobs: int = 2  # parallel fits
 seed: int = 0  # fold assignment and model seeds
@@ -224,10 +225,14 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # (GPU kind, protocol) without training rows has its interval widened to at least what that same borrowing gets
 # wrong inside the training rows: each training key (or protocol) held out in turn and predicted from the others'
 # fits, the 90 % conformal quantile of the log error with every held-out key weighing the same
-# (`physics.extrapolation_width`). A correction regressor then learns
+# (`gpupred.step.physics.extrapolation_width`). A correction regressor then learns
 # log(measured / physics) on the same training rows
-# (LightGBM on the physics and a dozen job features, CV+ intervals calibrated on groups like the scheme's,
-# its strength chosen by an inner grouped CV, bounded to its source's training range).
+# (LightGBM on the physics and a dozen job features, CV+ intervals calibrated per source on folds that keep whole
+# family groups (`physics_calibration`), its strength chosen by an inner CV grouped the same way, bounded to its
+# source's training range). That is `gpupred.step.StepEstimator`, the very estimator the predictor ships
+# (notebook 08 fits it on every row): what is scored here is what users get. Its intervals are calibrated on unseen
+# families wherever they are asked, so within one GPU kind they are wider than they need to be: by design, since a
+# user's job is as likely to be an unseen family as a new batch size of a known one.
 #
 # Memory the same way (`gpupred.memory.compare_memory`): *physics* is the analytic footprint of
 # `gpupred.footprint` (weights, gradients, optimizer state, autocast copies, activations saved for backward,
@@ -237,28 +242,30 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 #
 # Four methods on the same splits, for every target: the constant baseline (the training rows' mean of
 # log1p), the current regressor (LightGBM with CV+ intervals on every other feature: no step model, no
-# footprint), physics alone, physics × correction. Splits: within each GPU kind (grouped folds over its own
-# workloads), leave one family out, and cross-GPU (another kind's rows, or all other kinds', to a kind).
-# Utilization and SM activity are scored by RMSLE, iteration time and memory by the median relative error;
-# coverage is that of the 90 % intervals. `gpupred.learn.physics`, `gpupred.memory`.
+# footprint; calibrated like the estimator), physics alone, physics × correction. Splits: within each GPU kind
+# (grouped folds over its own workloads), leave one family out, and cross-GPU (another kind's rows, or all other
+# kinds', to a kind). Utilization and SM activity are scored by RMSLE, iteration time and memory by the median
+# relative error; coverage is that of the 90 % intervals. `gpupred.step.evaluate`, `gpupred.memory`.
 
 # %%
 from gpupred import footprint, memory
-from gpupred.learn import physics
-from gpupred.learn.summary import comparison_metrics, gpu_key, plot_methods
+from gpupred.learn.summary import comparison_metrics, comparison_table, gpu_key, plot_methods, tested_on
+from gpupred.perf.constants import FITTED
+from gpupred.step import evaluate as step_evaluate
+from gpupred.step import physics as step_physics
 
-step_targets = [t for t in physics_targets if t in physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
-pdata = physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph
-phys_results = {t: physics.compare_methods(df, t, cv, physics_weighting, n_within, pdata, tuple(physics_schemes))
-                for t in step_targets}
+step_targets = [t for t in physics_targets if t in step_physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
+pdata = step_physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph
+phys_results = {t: step_evaluate.compare_methods(df, t, cv, physics_weighting, n_within, pdata, tuple(physics_schemes),
+                                                 calibration=physics_calibration) for t in step_targets}
 if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
     phys_results["memory_mib"] = memory.compare_memory(footprint.footprint_columns(df), cv, n_within,
                                                        schemes=tuple(physics_schemes))
-phys_table = physics.comparison_table(phys_results)
-constants = (pd.DataFrame(physics.fitted_physics(pdata, np.arange(len(df)), seed)[0].as_records())
-             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *physics.FITTED])).set_index(["gpu", "protocol"])
+phys_table = comparison_table(phys_results)
+constants = (pd.DataFrame(step_physics.fitted_constants(pdata, np.arange(len(df)), seed).as_records())
+             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *FITTED])).set_index(["gpu", "protocol"])
 own_gpus = sorted(dataset.own_rows(df)["gpu"].unique())  # the kinds this project measured
-own = phys_table[np.logical_or.reduce([physics.tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
+own = phys_table[np.logical_or.reduce([tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
 (own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"])
  .round(3) if len(own) else "no physics comparison on this project's runs")
 
@@ -267,7 +274,7 @@ own = phys_table[np.logical_or.reduce([physics.tested_on(phys_table, g) for g in
 # on each split's training rows). Times in seconds.
 
 # %%
-constants[list(physics.FITTED)]
+constants[list(FITTED)]
 
 # %%
 for gpu in own_gpus if len(own) else []:

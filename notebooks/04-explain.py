@@ -87,18 +87,19 @@ reports.update_metrics({f"{target}_top_features_permutation": perm.index[:5].tol
 # median sits far from 0 has something the step model does not model.
 
 # %%
-from gpupred.learn import physics
+from gpupred.step import evaluate as step_evaluate
+from gpupred.step import physics as step_physics
 
-if physics_explain and target in physics.PHYSICS_TARGETS:
-    frame = physics.correction_frame(df, target, physics.physics_data(df))
+if physics_explain and target in step_physics.PHYSICS_TARGETS:
+    frame = step_evaluate.correction_frame(df, target, step_physics.physics_data(df))
     by_family = (frame.groupby(["source", "family"])["log_correction"].agg(["median", "std", "size"])
                  .sort_values("median"))
     own_rows = dataset.own_rows(frame)
     if len(own_rows) >= 20:
-        correction = physics.correction_shap(frame, dataset.SOURCE_OWN)
+        correction = step_evaluate.correction_shap(frame, dataset.SOURCE_OWN)
         reports.save_figure(importance.plot_shap_summary(correction), f"04-correction-shap-{target}")
         plt.show()
-by_family.round(3) if physics_explain and target in physics.PHYSICS_TARGETS else "skipped"
+by_family.round(3) if physics_explain and target in step_physics.PHYSICS_TARGETS else "skipped"
 
 # %% [markdown]
 # Most families sit within ±0.1 of the step model (log(measured / physics)). It over-predicts (a negative
@@ -125,9 +126,10 @@ by_family.round(3) if physics_explain and target in physics.PHYSICS_TARGETS else
 from gpupred.learn.nested import CVSettings
 
 if weightings and physics_explain:
-    effect = physics.weighting_effect(df, [t for t in weighting_targets if t in df.columns and df[t].notna().sum() >= 10],
-                                      CVSettings(seed=seed), pdata=physics.physics_data(df),
-                                      weightings=tuple(weightings))
+    effect = step_evaluate.weighting_effect(df, [t for t in weighting_targets
+                                                 if t in df.columns and df[t].notna().sum() >= 10],
+                                            CVSettings(seed=seed), pdata=step_physics.physics_data(df),
+                                            weightings=tuple(weightings))
     effect["error"] = summary.headline_metric(effect)  # median relative error for iteration time, else RMSLE
     weighting_table = effect.pivot_table(index=["target", "scheme", "tested"], columns="weighting",
                                          values=["error", "coverage"])

@@ -78,7 +78,7 @@ pd.DataFrame({name: {"variant": c["variant"], "measured GPUs": c["measured_gpus"
 
 # %%
 pd.DataFrame([{"artifact": name, **rec} for name, c in cards.items() if isinstance(c.get("core"), dict)
-              for rec in c["core"]["step_model"]["constants"]])
+              for rec in c["core"]["step"]["constants"]])
 
 # %% [markdown]
 # Each card carries `own_folds`, the RMSLE of the artifact's own workload-grouped CV+ folds (out of fold; the

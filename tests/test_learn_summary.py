@@ -9,7 +9,7 @@ from gpupred.learn.summary import comparison_metrics, headline_metric, plot_meth
 
 
 def _table() -> pd.DataFrame:
-    """A FIXTURE comparison table (the columns of gpupred.learn.physics.comparison_table)."""
+    """A FIXTURE comparison table (the columns of gpupred.learn.summary.comparison_table)."""
     return pd.DataFrame({"target": ["gpu_util", "memory_mib", "iter_time_mean_s"], "scheme": "leave one family out",
                          "tested": "H200", "method": "physics+correction", "rmsle": [0.2, 0.3, 0.4],
                          "median_rel_err": [0.5, 0.09, 0.2], "coverage": [0.9, 0.85, np.nan], "n": 10})

@@ -145,7 +145,7 @@ def test_nested_selection_and_every_baseline_use_training_rows_only() -> None:
 
 def test_compare_memory_schemes_and_constant_baseline() -> None:
     from gpupred.learn.nested import CVSettings
-    from gpupred.learn.physics import comparison_table
+    from gpupred.learn.summary import comparison_table
     from gpupred.memory import compare_memory
 
     df = fixture_dataset(**TWO_GPUS)

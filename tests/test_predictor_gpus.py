@@ -181,7 +181,7 @@ def test_a_graph_is_answered_by_physics_with_iteration_time_and_throughput(physi
     frame = p.predict(fixture_dataset(gpus=(H100,), n_batch_sizes=1).head(2))
     assert (frame["core"] == "regressor").all()  # feature rows without a graph: the regressors
     card = json.loads(physics_artifact.with_suffix(".json").read_text())
-    assert card["core"]["step_model"]["constants"] and "footprint_constants" in card["core"]["memory"]
+    assert card["core"]["step"]["constants"] and "footprint_constants" in card["core"]["memory"]
 
 
 def test_memory_of_a_larger_model_exceeds_every_training_label(physics_artifact: Path) -> None:

@@ -16,7 +16,7 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
   (``phys_step_s``, ``phys_gpu_busy_s``, ``phys_host_s``, ``phys_util`` in percent, ``phys_kernels``: one training
   step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.perf`),
   ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists the regressors' inputs in order
-  (every feature but the step model's, which :mod:`gpupred.learn.physics` uses).
+  (every feature but the step model's, which :class:`gpupred.step.StepEstimator` uses).
 
 Labels across sources (decided here, repeated in notebook 03):
 
@@ -117,7 +117,7 @@ def encode(precision: str, optimizer: str, host_batches: bool | float = False, s
 def feature_columns(df: pd.DataFrame) -> list[str]:
     """The model input columns of a dataset frame, in order: graph features, hardware, encodings."""
     # the step model's columns are not regressor inputs: a featurize row has no GPU or protocol to compute them for;
-    # gpupred.learn.physics uses them (physics x correction) and the predictor does not need them
+    # the step estimator (gpupred.step) uses them (physics x correction) and the predictor does not need them
     skip = set(ID_COLUMNS) | set(LABEL_COLUMNS) | set(META_COLUMNS) | set(FEATURE_ID_COLUMNS) | {"batch_size_spec"}
     skip |= set(STEP_COLUMNS)
     tail = [*HARDWARE_COLUMNS, *ENCODED_COLUMNS]

@@ -17,7 +17,7 @@ baseline counts weights and forward feature maps only: ``(4 * params + activatio
 Evaluation (:func:`evaluate_memory`, notebook 05) uses the same splits as the regressors (grouped by workload, and
 leave-one-family-out with sibling families together) and reports every figure per source as well;
 :func:`compare_memory` (notebook 03) scores the constant baseline, the current regressor, the footprint and the
-footprint x correction on the splits of the utilization comparison (:func:`gpupred.learn.physics.comparison_splits`).
+footprint x correction on the splits of the utilization comparison (:func:`gpupred.step.evaluate.comparison_splits`).
 The correction's setting is chosen inside :meth:`FootprintModel.fit`, on the rows it is given
 (:func:`inner_lofo_residuals`), so both evaluations are nested.
 """
@@ -384,7 +384,7 @@ def lofo_halfwidths(residuals: np.ndarray, sources: np.ndarray) -> dict[str, flo
     return out
 
 
-COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.learn.physics.METHODS) -> what memory runs
+COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.step.evaluate.METHODS) -> what memory runs
     "constant": "the training rows' mean of log1p(memory)", "regressor": "the current regressor (CV+ LightGBM on the "
     "features, no footprint)", "physics": "the analytic footprint", "physics+correction": BEST}
 
@@ -402,7 +402,7 @@ def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, group
     """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
     from gpupred.learn.evaluate import constant_baseline
     from gpupred.learn.intervals import ConformalRegressor
-    from gpupred.learn.physics import correction_model
+    from gpupred.step.correction import correction_model
 
     from threadpoolctl import threadpool_limits
 
@@ -423,23 +423,22 @@ def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, group
 def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: str = "memory_mib",
                    schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu")) -> dict[str, dict[str, Any]]:
     """Notebook 03's four methods (``COMPARISON_METHODS``) on the splits of the utilization comparison
-    (:func:`gpupred.learn.physics.comparison_splits`), as ``{scheme: {method: NestedResult}}``.
+    (:func:`gpupred.step.evaluate.comparison_splits`), as ``{scheme: {method: NestedResult}}``.
 
     ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`). Outer splits run in
     parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
     from joblib import Parallel, delayed
 
-    from gpupred.learn.evaluate import fold_groups
+    from gpupred.learn.folds import calibration_groups
     from gpupred.learn.nested import CVSettings, prediction_frame, result_from_frames
-    from gpupred.learn.physics import comparison_splits
+    from gpupred.step.evaluate import comparison_splits
 
     cv = cv or CVSettings()
     data = df[df[target].notna()].reset_index(drop=True)
     y = data[target].to_numpy(float)
-    todo = [(name, grouping, k, split)
-            for name, (grouping, splits) in comparison_splits(data, n_within, cv.seed).items()
+    todo = [(name, "family", k, split) for name, splits in comparison_splits(data, n_within, cv.seed).items()
             if name in schemes for k, split in enumerate(splits)]
-    groups = {g: fold_groups(data, g) for g in {t[1] for t in todo}}
+    groups = {"family": calibration_groups(data, "family")}  # the regressor baseline calibrated as the step estimator
     fits: dict[tuple[bytes, str], list[int]] = {}  # splits with one training side (e.g. A100 -> H200, A100 -> RTX 3090)
     for i, (_, grouping, _, split) in enumerate(todo):
         fits.setdefault((np.sort(split[0]).tobytes(), grouping), []).append(i)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.learn.folds import SIBLINGS, sibling_group  # noqa: F401  (re-exported: the splits' family groups)
 
 Split = tuple[np.ndarray, np.ndarray, str]
 
@@ -26,22 +27,7 @@ def rmsle(y_true: Any, y_pred: Any) -> float:
     return float(np.sqrt(np.mean((p - t) ** 2)))
 
 
-# Families that share their building blocks are held out together by leave-one-family-out: a model must
-# not see GRU before being tested on LSTM, or GPT before BERT. Families not listed are their own group.
-SIBLINGS: dict[str, str] = {
-    "lstm": "rnn", "gru": "rnn",
-    "bert": "transformer", "gpt": "transformer", "seq2seq": "transformer", "vit": "transformer",
-    "mobilenet": "inverted-residual", "efficientnet": "inverted-residual",  # MBConv blocks (EfficientNet builds on MobileNetV2's)
-    "vgg": "plain-convnet", "alexnet": "plain-convnet",
-    "googlenet": "inception", "inception": "inception",
-    "mlp": "fully-connected", "fcnet": "fully-connected",
-}
 SCHEMES: tuple[str, ...] = ("grouped_random", "lofo", "cross_gpu")
-
-
-def sibling_group(family: str) -> str:
-    """The leave-one-family-out group of a family (its siblings share it; resnet variants are one family)."""
-    return SIBLINGS.get(family, family)
 
 
 def check_grouped(splits: list[Split], groups: Iterable[str]) -> list[Split]:

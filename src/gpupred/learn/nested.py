@@ -22,10 +22,10 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
-from sklearn.model_selection import GroupKFold
 
 from gpupred.errors import GpupredError
 from gpupred.learn.evaluate import Split, fold_groups, rmsle, splits_for
+from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.regressors import make_regressor
 
@@ -78,14 +78,6 @@ def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, te
     with threadpool_limits(limits=1):
         fitted = clone(model).fit(X[train], z[train])
         return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
-
-
-def inner_splits(groups: np.ndarray, n_inner: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Grouped K-fold over (outer training) rows: no group on both sides."""
-    k = min(n_inner, len(set(groups)))
-    if k < 2:
-        raise GpupredError(f"only {len(set(groups))} group(s) in the training rows: too few for an inner cross-validation")
-    return list(GroupKFold(k, shuffle=True, random_state=seed).split(groups, groups=groups))
 
 
 def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: dict[str, Any], n_inner: int = 3,

@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.learn.evaluate import rmsle
 from gpupred.learn.nested import NestedResult
+
+METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")  # the comparison's, in order
+SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leave one family out",
+                                 "cross_gpu": "cross GPU (unseen)", "cross_gpu_twins": "cross GPU (twins)"}
 
 
 def metric_key(target: str) -> str:
@@ -79,6 +84,59 @@ def learning_metrics(info: dict[str, Any], results: dict[str, dict[str, NestedRe
     return metrics
 
 
+def median_rel_error(res: NestedResult, rows: pd.Series | None = None) -> float:
+    """Median of |prediction / measured - 1| over labelled outer rows (optionally only where ``rows`` is true)."""
+    p = res.predictions
+    mask = p["y"].notna() & p["pred"].notna()
+    if rows is not None:
+        mask &= rows.to_numpy()
+    return float(np.median(np.abs(p.loc[mask, "pred"] / p.loc[mask, "y"] - 1))) if mask.any() else float("nan")
+
+
+def score(res: NestedResult, gpu: str | None = None, source: str | None = None) -> dict[str, float]:
+    """RMSLE, median relative error, interval coverage and row count of a result (optionally one GPU / source)."""
+    p = res.predictions
+    mask = p["y"].notna() & p["pred"].notna()
+    if gpu is not None:
+        mask &= p["gpu"] == gpu
+    if source is not None:
+        mask &= p["source"] == source
+    q = p[mask]
+    if q.empty:
+        return {"rmsle": np.nan, "median_rel_err": np.nan, "coverage": np.nan, "n": 0}
+    covered = q["low"].notna()
+    inside = (q["y"] >= q["low"]) & (q["y"] <= q["high"])
+    return {"rmsle": rmsle(q["y"], q["pred"]), "median_rel_err": float(np.median(np.abs(q["pred"] / q["y"] - 1))),
+            "coverage": float(inside[covered].mean()) if covered.any() else np.nan, "n": int(len(q))}
+
+
+def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> pd.DataFrame:
+    """One row per (target, scheme, tested GPU or split side, method): RMSLE, median relative error, coverage, rows.
+
+    ``results`` maps target -> :func:`compare_methods` output. Within-GPU and cross-GPU rows are scored on the
+    tested GPU's rows (cross-GPU per training side); leave-one-family-out rows per GPU kind.
+    """
+    rows = []
+    for target, per_scheme in results.items():
+        for scheme, per_method in per_scheme.items():
+            for method, res in per_method.items():
+                p = res.predictions
+                cross = scheme.startswith("cross_gpu")
+                sides = (p["fold_label"].str.replace(r" \((unseen|twins)\)$", "", regex=True) if cross
+                         else pd.Series("", index=p.index))
+                for (side, gpu), part in p.groupby([sides, p["gpu"]], sort=True):
+                    sub = NestedResult(target, scheme, part, res.folds, res.comparison)
+                    label = f"{side}" if cross else gpu
+                    rows.append({"target": target, "scheme": SCHEME_LABELS.get(scheme, scheme), "tested": label,
+                                 "method": method, **score(sub)})
+    return pd.DataFrame(rows)
+
+
+def tested_on(table: pd.DataFrame, gpu: str) -> pd.Series:
+    """Rows of a :func:`comparison_table` scored on ``gpu``'s runs (within, leave-one-family-out, ``x->gpu``)."""
+    return (table["tested"] == gpu) | table["tested"].str.endswith(f"->{gpu}")
+
+
 RELATIVE_TARGETS: tuple[str, ...] = ("iter_time_mean_s", "memory_mib")  # scored by median relative error, not RMSLE
 
 
@@ -99,7 +157,7 @@ def nested_figures(table: pd.DataFrame, column: str, leaf: str = "method") -> di
 
 
 def weighting_metrics(effect: pd.DataFrame) -> dict[str, Any]:
-    """``{target: {scheme: {tested: {weighting: error}}}}`` of a :func:`gpupred.learn.physics.weighting_effect` table
+    """``{target: {scheme: {tested: {weighting: error}}}}`` of a :func:`gpupred.step.evaluate.weighting_effect` table
     with an ``error`` column (:func:`headline_metric`), for reports/metrics.json."""
     return nested_figures(effect, "error", leaf="weighting")
 
@@ -113,8 +171,6 @@ def comparison_metrics(table: pd.DataFrame, gpus: list[str], results: dict[str, 
                        constants: pd.DataFrame, weighting: str) -> dict[str, Any]:
     """The item-8 keys (see the module docstring): per GPU kind of ``gpus``, the comparison table's rows scored on
     its runs; every target's ``{scheme: {method: NestedResult}}``; the step model's constants fitted on every row."""
-    from gpupred.learn.physics import score, tested_on
-
     out: dict[str, Any] = {"step_model_constants": constants.reset_index().to_dict("records"),
                            "physics_weighting": weighting}
     for gpu in gpus:
@@ -132,8 +188,6 @@ def plot_methods(table: pd.DataFrame, gpu: str = "H200") -> Any:
     relative error for ``RELATIVE_TARGETS``)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
-
-    from gpupred.learn.physics import METHODS, tested_on
 
     rows = table[tested_on(table, gpu)].copy()
     rows["metric"] = headline_metric(rows)

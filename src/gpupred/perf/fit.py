@@ -4,7 +4,7 @@ The fit minimizes, by bounded robust least squares (scipy, soft-L1 loss), the lo
 utilization (``log((phys + 1) / (measured + 1))``) and of the step time (``log(phys / measured)``) where a run
 recorded it, plus a weak pull of each constant's logarithm towards its published default (weight
 ``PRIOR_WEIGHT``), so a handful of runs cannot drive a constant to a bound it does not inform. The callers
-(:mod:`gpupred.learn.physics`) pass training rows only.
+(:mod:`gpupred.step.physics`) pass training rows only.
 """
 
 from __future__ import annotations

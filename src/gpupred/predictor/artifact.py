@@ -184,17 +184,35 @@ class Predictor:
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                 gpu: str | None = None) -> pd.DataFrame:
-        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, and
-        ``extrapolated`` (the row's GPU has no measurements in the training data).
+        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, ``core``
+        (what answered) and ``extrapolated`` (no measurements of the GPU kind under this project's protocol).
 
-        Rows that name their ``source`` (dataset rows) get intervals calibrated on that source's residuals;
-        anything else gets intervals from every training residual. Extrapolated rows' intervals are widened to at
-        least the held-out width of :mod:`gpupred.predictor.extrapolate` (the card says how it was measured).
+        A job given as a graph (an ONNX file, a workload id) is answered by the physics-first core alone
+        (:mod:`gpupred.predictor.core`: the step and memory estimators notebook 03 scores). Feature rows (a featurize
+        dict, a DataFrame) carry no kernels for the step model: the baseline regressors answer them, and rows that
+        name their ``source`` (dataset rows) get intervals calibrated on that source's residuals. Their extrapolated
+        rows' intervals are widened to at least the held-out width of :mod:`gpupred.predictor.extrapolate`.
         """
         job = Job(batch_size, precision, optimizer, gpu)
-        graph = resolve_graph(x, job)  # a job given as a graph: featurized once, for the regressors and physics
-        row = None if graph is None else graph.row()
-        arr, index, kinds = self._matrix(x if row is None else row, job)
+        graph = resolve_graph(x, job)  # a job given as a graph: featurized once
+        if graph is not None and self.core is not None:
+            return self._predict_graph(graph, job)
+        return self._predict_rows(x if graph is None else graph.row(), job)
+
+    def _predict_graph(self, graph: "GraphJob", job: Job) -> pd.DataFrame:
+        """The physics-first core's answer for one job given as a graph (the regressors are not run)."""
+        from gpupred.predictor.core import job_graph
+
+        gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
+        out = self.core.predict(job_graph(graph, graph.row()), gpu_name)
+        frame = pd.DataFrame([{k: v for k, v in out.items() if k != "extrapolated"}])
+        frame["core"] = "physics"
+        frame["extrapolated"] = bool(out["extrapolated"])
+        return frame
+
+    def _predict_rows(self, x: Any, job: Job) -> pd.DataFrame:
+        """The baseline regressors' answer for feature rows (a dict is one row)."""
+        arr, index, kinds = self._matrix(x, job)
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
@@ -213,13 +231,6 @@ class Predictor:
             names += [name, f"{name}_low", f"{name}_high"]
         out = pd.DataFrame(np.column_stack(columns) if columns else np.empty((len(index), 0)), index=index, columns=names)
         out["core"] = "regressor"
-        if graph is not None and self.core is not None:  # physics x correction answers every target it covers
-            from gpupred.predictor.core import job_graph
-
-            gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-            for key, value in self.core.predict(job_graph(graph, row), gpu_name).items():
-                out[key] = value
-            out["core"] = "physics"
         out["extrapolated"] = extrapolated
         return out
 
@@ -318,13 +329,15 @@ def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict
 
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
-                    tune: bool = True, seed: int = 0, min_sm_rows: int = 10, physics: bool = False) -> Predictor:
+                    tune: bool = True, seed: int = 0, min_sm_rows: int = 10, physics: bool = False,
+                    step: Any = None) -> Predictor:
     """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded) on every row.
 
     CV+ folds are grouped by workload (as the grouped-random coverage notebook 03 measures) and residuals
     are kept per source for source-calibrated intervals on dataset rows. With ``physics`` it also fits the
     physics-first core (:class:`gpupred.predictor.core.PhysicsCore`), which answers jobs given as graphs and adds
-    iteration time and throughput; it needs every row's graph and the dataset's step-model columns.
+    iteration time and throughput; it needs every row's graph and the dataset's step-model columns. ``step`` is the
+    unfitted :class:`gpupred.step.StepEstimator` it fits (notebook 03's choice; default: its defaults).
     """
     from threadpoolctl import threadpool_limits
 
@@ -349,7 +362,7 @@ def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", 
     if physics:  # needs every row's graph (the store's, or an imported network's) and the dataset's phys_* columns
         from gpupred.predictor.core import PhysicsCore
 
-        core = PhysicsCore(alpha, seed).fit(df)
+        core = PhysicsCore(alpha, seed, step).fit(df)
     return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha, measured, widths, core)
 
 

@@ -1,26 +1,19 @@
-"""The predictor's physics-first core: the step model x a learned correction, the memory footprint x a bounded one.
+"""The predictor's physics-first core: the step estimator and the memory estimator, fitted on every labelled row.
 
 For a job given as a graph (an ONNX file, or a workload id whose graph is in the store), the exported predictor
-answers from physics (:mod:`gpupred.perf`, :mod:`gpupred.footprint`) with learned corrections on top
-(:class:`gpupred.learn.physics.PhysicsPredictor`, :class:`gpupred.memory.FootprintModel`), so its answers scale
-with the model and the GPU instead of stopping at the largest training label. Targets:
+answers from physics (:mod:`gpupred.perf`, :mod:`gpupred.footprint`) with learned corrections on top, so its answers
+scale with the model and the GPU instead of stopping at the largest training label:
 
-- ``gpu_util`` and ``sm_active``: the step model's analytic utilization x a CV+ correction;
-- ``iter_time_mean_s`` (seconds per step) and ``samples_per_s`` (batch size / step time): the step model's step
-  time x a CV+ correction;
-- ``memory_mib``: the analytic footprint x a bounded correction (its clip, at most x0.61..x1.65, and size chosen by a
-  leave-one-family-out of the training rows), intervals calibrated on
-  leave-one-family-out residuals.
+- ``gpu_util``, ``sm_active`` and ``iter_time_mean_s`` (seconds per step), with ``samples_per_s`` (batch size / step
+  time): :class:`gpupred.step.StepEstimator`, the very estimator notebook 03 scores on its splits;
+- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.FootprintModel`), intervals
+  calibrated on leave-one-family-out residuals of the training rows.
 
-A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML
-polling). On a GPU kind without measurements the step model borrows what the measured GPUs can lend
-(:meth:`gpupred.perf.ConstantsTable.get`): the host constants the same protocol was fitted to, and the device
-constants of the same architecture (else the published defaults); the prediction is marked extrapolated; the
-intervals of the step-model targets are widened to at least the extrapolation width of
-:func:`gpupred.learn.physics.extrapolation_width`: each measured (GPU kind, protocol) held out in turn, predicted as
-an unmeasured one borrows, the conformal quantile of physics' log error on their rows, each key weighing the same
-(how wrong physics is when its constants were not fitted to the GPU, by the rule that predicts); the footprint's
-intervals widen by its own rule.
+A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML polling:
+``PROTOCOL``). On a GPU kind whose constants were not fitted under that protocol the step model borrows what the
+fitted keys can lend (:meth:`gpupred.perf.ConstantsTable.get`); the prediction is marked extrapolated and its
+step-model intervals reach at least the extrapolation width the step estimator measured on its training rows; the
+footprint's intervals widen by its own rule.
 """
 
 from __future__ import annotations
@@ -33,33 +26,10 @@ import pandas as pd
 
 from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
-from gpupred.learn.conformal import conformal_quantile, widen
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
 PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
-
-
-def default_physics_width(df: pd.DataFrame, target: str, alpha: float) -> float:
-    """The conformal 1 - alpha quantile of |log error| of the default-constant step model on ``df``'s labelled rows
-    (log1p scale for utilization targets, log scale for step time)."""
-    from gpupred.learn.physics import default_log_error
-
-    err = default_log_error(df, target)
-    return conformal_quantile(err[np.isfinite(err)], alpha)
-
-
-def extrapolated_width(df: pd.DataFrame, pdata: Any, table: Any, target: str, alpha: float) -> float:
-    """The log width an unmeasured GPU's ``target`` interval reaches: :func:`gpupred.learn.physics.extrapolation_width`
-    over ``df``'s labelled rows, holding out keys when ``PROTOCOL`` has a fit (a new GPU borrows its host constants),
-    whole protocols when it has none; :func:`default_physics_width` when no key has enough rows to hold out."""
-    from gpupred.learn.physics import PHYSICS_TARGETS, extrapolation_width
-
-    y = df[target].to_numpy(float)
-    rows = np.flatnonzero(np.isfinite(y))
-    level = "key" if any(p == PROTOCOL for _, p in table.fitted) else "protocol"
-    width = extrapolation_width(pdata, table, rows, y, PHYSICS_TARGETS[target] == "step", alpha, level)
-    return default_physics_width(df.iloc[rows], target, alpha) if np.isnan(width) else width
 
 
 @dataclass
@@ -85,75 +55,51 @@ def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
                     graph_terms(graph.graph, graph.batch_size), graph.precision, graph.optimizer)
 
 
-class PhysicsCore:
-    """Physics x correction for every core target, fitted on a dataset frame (see the module docstring)."""
+def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
+    """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs."""
+    from gpupred.perf.fit import FitRows
+    from gpupred.step.physics import PhysicsData
 
-    def __init__(self, alpha: float = 0.1, seed: int = 0) -> None:
+    spec = gpu_spec(gpu)
+    frame = pd.DataFrame([{**job.row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
+                           "gpu": spec.name, "sampler": PROTOCOL, "sync": "step", "source": SOURCE_OWN}])
+    rows = FitRows([job.kernels], [spec], [job.precision], ["step"], [False], np.array([np.nan]), np.array([np.nan]))
+    return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
+
+
+class PhysicsCore:
+    """The step and memory estimators fitted on a dataset frame (see the module docstring)."""
+
+    def __init__(self, alpha: float = 0.1, seed: int = 0, step: Any = None) -> None:
         self.alpha = alpha
         self.seed = seed
+        self.step = step  # an unfitted gpupred.step.StepEstimator (notebook 03's choice), default its defaults
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
-        """Fit the step model's constants and corrections, and the memory footprint model, on every labelled row."""
-        from gpupred.footprint import footprint_columns
-        from gpupred.learn.nested import CVSettings
-        from gpupred.learn.physics import fit_physics_predictor, physics_data
-        from gpupred.memory import FootprintModel
+        """Fit the step estimator and the memory footprint model on every labelled row."""
+        from sklearn.base import clone
 
-        targets = tuple(t for t in STEP_TARGETS if t in df.columns and df[t].notna().sum() >= 10)
-        pdata = physics_data(df)
-        self.physics_ = fit_physics_predictor(df, targets, pdata, CVSettings(alpha=self.alpha, seed=self.seed))
+        from gpupred.footprint import footprint_columns
+        from gpupred.memory import FootprintModel
+        from gpupred.step import StepEstimator, physics_data
+
+        step = clone(self.step) if self.step is not None else StepEstimator(alpha=self.alpha, seed=self.seed)
+        targets = tuple(t for t in step.targets if t in df.columns and df[t].notna().sum() >= 10)
+        self.step_ = step.set_params(targets=targets).fit(df, physics_data(df))
         self.memory_ = FootprintModel(seed=self.seed).fit(footprint_columns(df))
-        self.widths_ = {t: extrapolated_width(df, pdata, self.physics_.constants, t, self.alpha)
-                        for t in self.physics_.corrections}
         self.measured_ = sorted({str(g) for g in df["gpu"]})
         return self
 
-    def predict(self, job: JobGraph, gpu: str) -> dict[str, float]:
-        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU."""
-        from gpupred.perf import DEFAULT, simulate
-
-        spec = gpu_spec(gpu)
-        default = simulate(job.kernels, spec, job.precision, DEFAULT, "step", False)
-        row = {**job.row, **default.columns()}
-        out = self.physics_.predict_row(row, job.kernels, spec.name, job.precision, protocol=PROTOCOL)
-        if spec.name not in self.measured_:
-            self._widen(out, job.row.get("batch_size"))
-        frame = pd.DataFrame([{**row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
-                               "gpu": spec.name, "source": SOURCE_OWN}])
+    def predict(self, job: JobGraph, gpu: str) -> dict[str, Any]:
+        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, and ``extrapolated``."""
+        frame, physics = job_frame(job, gpu)
+        out: dict[str, Any] = self.step_.predict(frame, physics).iloc[0].to_dict()
         mem = self.memory_.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
+        out["extrapolated"] = bool(out.get("extrapolated", False))
         return out
 
-    def _widen(self, out: dict[str, float], batch_size: float | None) -> None:
-        """Widen the step-model targets' bounds in ``out`` to at least their extrapolation width (extrapolated)."""
-        for target, width in self.widths_.items():
-            if target not in out:
-                continue
-            pt, low, high = out[target], out[f"{target}_low"], out[f"{target}_high"]
-            # iteration time in log, utilization in log1p (as their widths were measured), capped at 100 %
-            step = target == "iter_time_mean_s"
-            lo, hi = (float(v[0]) for v in widen(np.array([pt]), np.array([low]), np.array([high]), width,
-                                                 np.array([True]), log1p=not step))
-            hi = hi if step else min(100.0, hi)
-            out[f"{target}_low"], out[f"{target}_high"] = lo, hi
-        if "iter_time_mean_s" in out and batch_size:
-            out["samples_per_s_low"] = float(batch_size) / out["iter_time_mean_s_high"]
-            out["samples_per_s_high"] = float(batch_size) / out["iter_time_mean_s_low"]
-
     def describe(self) -> dict[str, Any]:
-        """What the card says of the core: fitted constants, correction inputs, extrapolation widths."""
-        return {
-            "step_model": {"constants": self.physics_.constants.as_records(),
-                           "defaults": "an unfitted (GPU, protocol) borrows as gpupred.perf.ConstantsTable.get says "
-                                       "(host constants of its protocol, device constants of its architecture, the "
-                                       "launch cost alone across protocols), else DEFAULT (published figures)",
-                           "correction_features": self.physics_.feature_names,
-                           "targets": sorted(self.physics_.corrections)},
-            "memory": self.memory_.describe(),
-            "extrapolated_width": {t: {"log_width": w, "basis": "conformal quantile of physics' log error on each "
-                                                                "measured (GPU, protocol) held out in turn, predicted "
-                                                                "as an unmeasured GPU borrows, each key weighing the "
-                                                                "same"} for t, w in self.widths_.items()},
-            "measured_gpus": self.measured_,
-        }
+        """What the card says of the core: the step estimator, the memory model, the GPU kinds measured."""
+        return {"step": self.step_.describe(), "memory": self.memory_.describe(), "measured_gpus": self.measured_}

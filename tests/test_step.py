@@ -1,5 +1,5 @@
-"""Physics x correction (gpupred.learn.physics) on FIXTURE rows: constants see training rows only, every method
-predicts every outer test row, the correction is bounded and shrinkable."""
+"""The step estimator (gpupred.step) on FIXTURE rows: constants see training rows only, every method predicts every
+outer test row, the correction is bounded and shrinkable, what is scored is what ships."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from onnx import TensorProto, helper
 from gpupred.hardware import gpu_spec
 from gpupred.learn.evaluate import splits_for
 from gpupred.learn.nested import CVSettings
-from gpupred.learn.physics import (
-    METHODS, PhysicsData, ShrunkCorrection, correction_bounds, evaluate_physics, fitted_physics, protocol_of,
-)
+from gpupred.learn.summary import METHODS
 from gpupred.perf import canonical_graph, step_kernels
 from gpupred.perf.fit import FitRows
+from gpupred.step import StepEstimator
+from gpupred.step.correction import ShrunkCorrection, correction_bounds
+from gpupred.step.evaluate import evaluate_step
+from gpupred.step.physics import PhysicsData, fitted_physics, physics_data, protocol_of
 
 
 def _mlp(width: int):
@@ -29,13 +31,15 @@ def _mlp(width: int):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _kernels(df):
+    """FIXTURE kernels for each row of ``df``: a tiny MLP graph sized by its batch size and params."""
+    return [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
+            for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
+
+
 def _physics_data(df):
-    """FIXTURE kernels for each row of ``df`` (a tiny MLP graph sized by its batch size and params) as PhysicsData."""
-    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
-               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
-    fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
-                  [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
-    return PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+    """FIXTURE kernels for each row of ``df`` as PhysicsData."""
+    return physics_data(df, _kernels(df))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,8 @@ def test_constants_are_fitted_on_training_rows_only(rows) -> None:
     train = np.arange(0, len(df), 2)
     table, util, _ = fitted_physics(pdata, train)
     scrambled = PhysicsData(FitRows(pdata.rows.kernels, pdata.rows.gpus, pdata.rows.precisions, pdata.rows.syncs,
-                                    pdata.rows.host_batches, pdata.rows.util.copy(), pdata.rows.step_s.copy()), pdata.keys)
+                                    pdata.rows.host_batches, pdata.rows.util.copy(), pdata.rows.step_s.copy()), pdata.keys,
+                            pdata.ids)
     scrambled.rows.util[1::2] = 1.0
     scrambled.rows.step_s[1::2] = 10.0
     table2, util2, _ = fitted_physics(scrambled, train)
@@ -71,15 +76,15 @@ def test_every_method_predicts_every_outer_row(rows) -> None:
     df, pdata = rows
     splits = splits_for(df, "grouped_random", 3)
     cv = CVSettings(n_inner=2, n_cal=3, n_jobs=1)
-    res = evaluate_physics(df, "gpu_util", "grouped_random", splits, pdata, cv, "pooled")
+    res = evaluate_step(df, "gpu_util", "grouped_random", splits, pdata, cv, "pooled")
     assert set(res) == set(METHODS)
     for method, r in res.items():
         p = r.predictions
         assert sorted(p["run_id"]) == sorted(df["run_id"]) and p["pred"].between(0, 100).all(), method
     corr = res["physics+correction"].predictions
     assert ((corr["low"] <= corr["pred"]) & (corr["pred"] <= corr["high"])).all()
-    steps = evaluate_physics(df, "iter_time_mean_s", "grouped_random", splits, pdata, cv, "per_source",
-                             methods=("physics+correction",))
+    steps = evaluate_step(df, "iter_time_mean_s", "grouped_random", splits, pdata, cv, "per_source",
+                          methods=("physics+correction",))
     assert steps["physics+correction"].predictions["pred"].gt(0).all()
 
 
@@ -100,19 +105,56 @@ def test_correction_is_bounded_and_shrinkable() -> None:
     assert np.allclose(half - np.median(y), 0.5 * (full - np.median(y)))
 
 
-def test_physics_predictor_answers_a_new_job(rows) -> None:
-    """Fitted on every FIXTURE row, it predicts a new job's utilization, iteration time and throughput with bounds."""
-    from gpupred.learn.physics import fit_physics_predictor
+def test_the_estimator_answers_a_new_job(rows) -> None:
+    """Fitted on every FIXTURE row, it predicts a new job's utilization, iteration time and throughput with bounds
+    (a frame of one job, its kernels given: what the predictor's core passes)."""
+    from gpupred.perf.fit import FitRows
+    from gpupred.predictor.core import job_frame, JobGraph
 
     df, pdata = rows
-    pred = fit_physics_predictor(df, ("gpu_util", "iter_time_mean_s"), pdata, CVSettings(n_inner=2, n_cal=3, n_jobs=1))
-    row = df.iloc[0].to_dict()
+    est = StepEstimator(("gpu_util", "iter_time_mean_s"), n_cal=3, n_inner=2).fit(df, pdata)
     kernels = step_kernels(canonical_graph(_mlp(96), 32)[0], "fp32", "sgd")
-    out = pred.predict_row({**row, "batch_size": 32.0}, kernels, "NVIDIA H100 80GB HBM3", "fp32")
+    row = {k: v for k, v in df.iloc[0].items() if k not in ("gpu_util", "iter_time_mean_s", "run_id")}
+    frame, physics = job_frame(JobGraph({**row, "batch_size": 32.0}, kernels, {}, "fp32", "sgd"), "NVIDIA H100 80GB HBM3")
+    out = est.predict(frame, physics).iloc[0]
     for target in ("gpu_util", "iter_time_mean_s", "samples_per_s"):
         assert 0 < out[f"{target}_low"] <= out[target] <= out[f"{target}_high"], target
     assert out["gpu_util_high"] <= 100 and out["samples_per_s"] == pytest.approx(32.0 / out["iter_time_mean_s"])
-    assert pred.constants.fitted  # fitted on the FIXTURE rows' (GPU kind, protocol)
+    assert est.constants_.fitted and not out["extrapolated"]  # fitted on the FIXTURE rows' (GPU kind, protocol)
+
+
+def test_what_is_scored_is_what_ships(rows) -> None:
+    """The comparison's physics x correction on a split is exactly the estimator fitted on its training rows (the one
+    the predictor exports), and clone/get_params follow scikit-learn."""
+    from sklearn.base import clone
+
+    df, pdata = rows
+    train, test = np.arange(0, len(df), 2), np.arange(1, len(df), 2)
+    cv = CVSettings(n_inner=2, n_cal=3, n_jobs=1)
+    res = evaluate_step(df, "gpu_util", "grouped_random", [(train, test, "FIXTURE")], pdata, cv, "per_source",
+                        methods=("physics+correction",))
+    est = clone(StepEstimator(("gpu_util",), n_cal=3, n_inner=2)).fit(df.iloc[train], pdata.subset(train))
+    direct = est.predict(df.iloc[test], pdata.subset(test))
+    scored = res["physics+correction"].predictions.set_index("run_id").loc[df["run_id"].iloc[test]]
+    assert np.allclose(scored["pred"], direct["gpu_util"]) and np.allclose(scored["high"], direct["gpu_util_high"])
+    assert est.get_params()["calibration"] == "family" and clone(est).get_params() == est.get_params()
+    assert est.describe()["params"]["weighting"] == "per_source"
+
+
+def test_an_unfitted_gpu_is_extrapolated_with_a_measured_width() -> None:
+    """FIXTURE rows of three GPU kinds: fitted on two, the third's rows are marked extrapolated and their intervals
+    reach the width measured by holding the fitted keys out."""
+    df, pdata = _three_gpu_rows()
+    a100 = (df["gpu"] == gpu_spec("NVIDIA A100-SXM4-80GB").name).to_numpy()
+    train, test = np.flatnonzero(~a100), np.flatnonzero(a100)
+    est = StepEstimator(("gpu_util",), n_cal=3, n_inner=2).fit(df.iloc[train], pdata.subset(train))
+    out = est.predict(df.iloc[test], pdata.subset(test))
+    width = est.widths_["gpu_util"].key
+    assert out["extrapolated"].all() and np.isfinite(width)
+    z = np.log1p(out["gpu_util"])
+    assert (np.log1p(out["gpu_util_high"]) - z >= width - 1e-9).all() or (out["gpu_util_high"] >= 100).all()
+    seen = est.predict(df.iloc[train[:5]], pdata.subset(train[:5]))
+    assert not seen["extrapolated"].any()
 
 
 def test_a_source_without_training_rows_gets_physics_alone_under_per_source() -> None:
@@ -125,14 +167,14 @@ def test_a_source_without_training_rows_gets_physics_alone_under_per_source() ->
                for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
     fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
                   [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
-    pdata = PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])])
+    pdata = PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])], df["run_id"].to_numpy(object))
     own = np.flatnonzero(df["source"] == "gpupred")
     other = np.flatnonzero(df["source"] != "gpupred")
     half = own[::2]
     splits = [(half, np.r_[own[1::2], other], "FIXTURE split")]
     cv = CVSettings(n_inner=2, n_cal=3, n_jobs=1)
-    res = evaluate_physics(df, "gpu_util", "grouped_random", splits, pdata, cv, "per_source",
-                           methods=("physics", "physics+correction"))
+    res = evaluate_step(df, "gpu_util", "grouped_random", splits, pdata, cv, "per_source",
+                        methods=("physics", "physics+correction"))
     phys = res["physics"].predictions.set_index("run_id")["pred"]
     corr = res["physics+correction"].predictions.set_index("run_id")
     unseen = corr["source"] != "gpupred"
@@ -154,7 +196,7 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
     each training key's errors come from the other keys' fits (its own fit never enters them) and are physics'
     errors under exactly that borrowing; every held-out key weighs the same in the width."""
     from gpupred.learn.conformal import conformal_quantile
-    from gpupred.learn.physics import HELDOUT_MIN_ROWS, extrapolation_width, heldout_errors
+    from gpupred.step.physics import HELDOUT_MIN_ROWS, extrapolation_width, heldout_errors
     from gpupred.perf.constants import ConstantsTable
     from gpupred.perf.fit import predict_rows
 
@@ -191,11 +233,12 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
 
 def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> None:
     """Each weighting is scored on the same splits, and the constants of a split are fitted once for all of them."""
-    from gpupred.learn.physics import WEIGHTINGS, weighting_effect
     from gpupred.learn.summary import weighting_metrics
+    from gpupred.step.correction import WEIGHTINGS
+    from gpupred.step.evaluate import weighting_effect
 
     df, pdata = rows
-    fresh = PhysicsData(pdata.rows, pdata.keys)
+    fresh = PhysicsData(pdata.rows, pdata.keys, pdata.ids)
     cv = CVSettings(n_cal=3, n_jobs=1)
     effect = weighting_effect(df, ["gpu_util"], cv, n_within=2, pdata=fresh, schemes=("lofo",), weightings=("pooled",))
     fits = len(fresh.cache)
@@ -210,13 +253,13 @@ def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> No
 
 def test_twin_splits_keep_the_test_workloads_measured_on_the_training_kind() -> None:
     """FIXTURE: every workload on two kinds. ``cross_gpu`` (unseen) has no training rows to give; the twins do."""
-    from gpupred.learn.physics import comparison_splits
+    from gpupred.step.evaluate import comparison_splits
 
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=1)
     splits = comparison_splits(df)
     assert "cross_gpu" not in splits  # every test workload is also on the training kind: nothing unseen to train on
-    grouping, twins = splits["cross_gpu_twins"]
-    assert grouping == "cross_gpu" and sorted(label for *_, label in twins) == [
+    twins = splits["cross_gpu_twins"]
+    assert sorted(label for *_, label in twins) == [
         "H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"]
     for train, test, label in twins:
         assert df["gpu"].iloc[train].nunique() == 1 and df["gpu"].iloc[test].nunique() == 1

@@ -1,0 +1,177 @@
+"""The step estimator: utilization, SM activity and iteration time of a training job, as the step model's answer
+times a learned correction, with its interval rule inside. The one model notebook 03 scores, notebooks 06 and 07
+consume (out of fold), notebook 08 exports and the predictor's card describes.
+
+``fit`` on dataset rows (labels, features, GPU, protocol, source):
+
+1. the step model's constants per (GPU kind, measurement protocol) on the rows (:mod:`gpupred.step.physics`);
+2. per target, the correction of ``measured / physics`` (:mod:`gpupred.step.correction`), calibrated on folds that
+   keep whole families (``calibration="family"``, the default: an interval then carries the error of an unseen
+   family) or workloads;
+3. per target, the extrapolation widths: how wrong physics alone is on a (GPU kind, protocol) whose constants were
+   borrowed, measured on the rows by holding each key (and each protocol) out in turn.
+
+``predict`` on rows of the same columns (no labels needed): point and ``_low``/``_high`` per target, ``samples_per_s``
+from the iteration time and ``batch_size``, and ``extrapolated`` (the row's GPU kind and protocol had no training
+rows: its constants are borrowed, :meth:`gpupred.perf.ConstantsTable.get`, and its intervals reach at least the
+extrapolation width). Kernels come with the rows (:class:`gpupred.step.physics.PhysicsData`) or from each row's
+workload graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+
+from gpupred.errors import GpupredError
+from gpupred.learn.conformal import widen
+from gpupred.learn.folds import CALIBRATIONS, calibration_groups
+from gpupred.step.correction import (
+    CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSettings, correction_matrix,
+)
+from gpupred.step.physics import (
+    PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
+    fitted_physics, physics_data, row_physics, rows_unfitted,
+)
+from gpupred.perf.timeline import STEP_COLUMNS
+
+STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
+MIN_LABELLED = 10  # a target with fewer labelled training rows is not fitted
+
+
+class StepEstimator(BaseEstimator):
+    """Utilization, SM activity and iteration time: the step model x a learned correction (module docstring).
+
+    ``correct=False`` is physics alone (no intervals): the comparison's "physics" method, the same constants.
+    """
+
+    def __init__(self, targets: tuple[str, ...] = STEP_TARGETS, weighting: str = "per_source",
+                 calibration: str = "family", correct: bool = True, alpha: float = 0.1, n_cal: int = 5,
+                 n_inner: int = 3, seed: int = 0) -> None:
+        self.targets = targets
+        self.weighting = weighting
+        self.calibration = calibration
+        self.correct = correct
+        self.alpha = alpha
+        self.n_cal = n_cal
+        self.n_inner = n_inner
+        self.seed = seed
+
+    def _check(self) -> None:
+        if self.weighting not in WEIGHTINGS:
+            raise GpupredError(f"unknown weighting {self.weighting!r}; known: {', '.join(WEIGHTINGS)}")
+        if self.calibration not in CALIBRATIONS:
+            raise GpupredError(f"unknown calibration {self.calibration!r}; known: {', '.join(CALIBRATIONS)}")
+        unknown = [t for t in self.targets if t not in PHYSICS_TARGETS]
+        if unknown:
+            raise GpupredError(f"no physics for target {unknown[0]!r}; known: {', '.join(PHYSICS_TARGETS)}")
+
+    def fit(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> "StepEstimator":
+        """Fit the constants, and per target with at least ``MIN_LABELLED`` labels its correction and widths."""
+        self._check()
+        pdata = physics.align(X) if physics is not None else physics_data(X)
+        X = with_default_physics(X, pdata)
+        every = np.arange(len(X))
+        self.constants_, util, step = fitted_physics(pdata, every, self.seed)
+        self.features_ = [c for c in CORRECTION_FEATURES if c in X.columns]
+        settings = CorrectionSettings(self.weighting, self.alpha, self.n_cal, self.n_inner, self.seed)
+        self.corrections_: dict[str, Correction] = {}
+        self.widths_: dict[str, ExtrapolationWidths] = {}
+        for target in self.targets:
+            y = X[target].to_numpy(float) if target in X.columns else np.full(len(X), np.nan)
+            rows = np.flatnonzero(np.isfinite(y))
+            if len(rows) < MIN_LABELLED:
+                continue
+            is_step = PHYSICS_TARGETS[target] == "step"
+            self.widths_[target] = extrapolation_widths(pdata, self.constants_, rows, y, is_step, self.alpha,
+                                                        default_log_error(X, target))
+            if self.correct:
+                self.corrections_[target] = self._fit_correction(X, y, rows, step if is_step else util, settings,
+                                                                 (util, step))
+        self.fitted_targets_ = list(self.widths_)
+        return self
+
+    def _fit_correction(self, X: pd.DataFrame, y: np.ndarray, rows: np.ndarray, base: np.ndarray,
+                        settings: CorrectionSettings, phys: tuple[np.ndarray, np.ndarray]) -> Correction:
+        sub = X.iloc[rows]
+        matrix = correction_matrix(sub, self.features_, phys[0][rows], phys[1][rows])
+        ratio = 100.0 * y[rows] / np.maximum(base[rows], 1e-12)
+        return Correction(settings).fit(matrix, ratio, calibration_groups(sub, self.calibration),
+                                        _sources(sub), sub["workload_id"].astype(str).to_numpy())
+
+    def physics(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(utilization %, step s) of the step model under the fitted constants, per row of ``X``."""
+        pdata = physics.align(X) if physics is not None else physics_data(X)
+        return row_physics(pdata, self.constants_)
+
+    def predict(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> pd.DataFrame:
+        """Per row of ``X``: each fitted target, its ``_low``/``_high`` bounds, ``samples_per_s`` and ``extrapolated``."""
+        pdata = physics.align(X) if physics is not None else physics_data(X)
+        X = with_default_physics(X, pdata)
+        util, step = row_physics(pdata, self.constants_)
+        unfitted, new_protocol = rows_unfitted(pdata.keys, self.constants_)
+        out = pd.DataFrame(index=X.index)
+        for target in self.fitted_targets_:
+            is_step = PHYSICS_TARGETS[target] == "step"
+            base = step if is_step else util
+            pt, lo, hi = self._corrected(X, target, base, util, step)
+            if target in self.corrections_:
+                lo, hi = widen(pt, lo, hi, self.widths_[target].for_rows(new_protocol), unfitted, log1p=not is_step)
+            if not is_step:
+                pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
+            out[target], out[f"{target}_low"], out[f"{target}_high"] = pt, lo, hi
+        if "iter_time_mean_s" in out.columns and "batch_size" in X.columns:
+            batch = X["batch_size"].to_numpy(float)
+            out["samples_per_s"] = batch / out["iter_time_mean_s"].to_numpy()
+            out["samples_per_s_low"] = batch / out["iter_time_mean_s_high"].to_numpy()
+            out["samples_per_s_high"] = batch / out["iter_time_mean_s_low"].to_numpy()
+        out["extrapolated"] = unfitted
+        return out
+
+    def _corrected(self, X: pd.DataFrame, target: str, base: np.ndarray, util: np.ndarray,
+                   step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Physics x the correction's point and bounds (physics alone, no bounds, without a correction)."""
+        if target not in self.corrections_:
+            nan = np.full(len(base), np.nan)
+            return base.copy(), nan, nan.copy()
+        matrix = correction_matrix(X, self.features_, util, step)
+        pt, lo, hi = self.corrections_[target].predict(matrix, _sources(X))
+        return pt * base / 100.0, lo * base / 100.0, hi * base / 100.0
+
+    def describe(self) -> dict[str, Any]:
+        """What the predictor's card says of the step estimator: settings, fitted constants, widths."""
+        return {
+            "estimator": "gpupred.step.StepEstimator: the step model (gpupred.perf) x a learned correction",
+            "params": self.get_params(),
+            "targets": self.fitted_targets_,
+            "constants": self.constants_.as_records(),
+            "constants_borrowed": "an unfitted (GPU kind, protocol) borrows as gpupred.perf.ConstantsTable.get says "
+                                  "(host constants of its protocol, device constants of its architecture, the launch "
+                                  "cost alone across protocols), else the published defaults",
+            "correction_features": [*self.features_, "log fitted physics utilization", "log fitted physics step time"],
+            "interval": f"CV+ conformal, {1 - self.alpha:.0%} nominal, calibrated per source on folds keeping whole "
+                        f"{'sibling family groups' if self.calibration == 'family' else 'workloads'}",
+            "extrapolated_width": {t: {"key": w.key, "protocol": w.protocol, "fallback": w.fallback,
+                                       "scale": "log" if PHYSICS_TARGETS[t] == "step" else "log1p",
+                                       "basis": "conformal quantile of physics' log error on each fitted (GPU kind, "
+                                                "protocol) held out in turn, predicted as an unfitted one borrows, "
+                                                "each key weighing the same"}
+                                   for t, w in self.widths_.items()},
+        }
+
+
+def with_default_physics(X: pd.DataFrame, pdata: PhysicsData) -> pd.DataFrame:
+    """``X`` with the default-constant step model's ``STEP_COLUMNS`` (computed from ``pdata`` where it lacks them)."""
+    if all(c in X.columns for c in STEP_COLUMNS):
+        return X
+    return X.assign(**{c: v.to_numpy() for c, v in default_columns(pdata).items()})
+
+
+def _sources(df: pd.DataFrame) -> np.ndarray:
+    """Each row's source (the correction's strata): a new job's is this project's protocol."""
+    from gpupred.dataset import SOURCE_OWN
+
+    return df["source"].astype(str).to_numpy() if "source" in df.columns else np.full(len(df), SOURCE_OWN)

@@ -1,0 +1,162 @@
+"""The step estimator and its baselines on the same outer splits: what notebook 03 scores and notebook 04 explains.
+
+Splits (:func:`comparison_splits`): within each GPU kind (grouped folds over its own workloads), leave one family
+out (sibling groups), cross-GPU (another kind's rows, or all other kinds', to a kind; ``twins``: one kind to
+another with their shared workloads kept). Methods (:data:`METHODS`), each an estimator fitted on the split's
+training rows only and asked about its test rows: the constant baseline, the current regressor (HotCloud/Horus
+features, no step model), physics alone (the step model with constants fitted on the training rows), and the
+shipped :class:`gpupred.step.StepEstimator` (physics x correction). Every method's predictions of every outer test
+row come back as a :class:`gpupred.learn.nested.NestedResult`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+
+from gpupred.dataset import SOURCE_OWN
+from gpupred.errors import GpupredError
+from gpupred.learn.baselines import ConstantBaseline, RegressorBaseline
+from gpupred.learn.evaluate import Split
+from gpupred.learn.nested import CVSettings, NestedResult, prediction_frame, result_from_frames
+from gpupred.learn.summary import METHODS, comparison_table
+from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS, correction_model
+from gpupred.step.estimator import StepEstimator
+from gpupred.step.physics import PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data
+
+
+
+def candidates(target: str, cv: CVSettings, weighting: str = "per_source", calibration: str = "family",
+               methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """The unfitted estimators the comparison scores for ``target``, by method (every one calibrated alike)."""
+    step = StepEstimator((target,), weighting, calibration, True, cv.alpha, cv.n_cal, cv.n_inner, cv.seed)
+    every = {"constant": ConstantBaseline(target, cv.alpha),
+             "regressor": RegressorBaseline(target, "lightgbm", None, calibration, cv.alpha, cv.n_cal, cv.seed),
+             "physics": clone(step).set_params(correct=False), "physics+correction": step}
+    unknown = [m for m in methods if m not in every]
+    if unknown:
+        raise GpupredError(f"unknown method {unknown[0]!r}; known: {', '.join(METHODS)}")
+    return {m: every[m] for m in methods}
+
+
+def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dict[str, list[Split]]:
+    """The splits of the comparison over ``df``'s rows, by scheme (see the module docstring)."""
+    from gpupred.learn.crossgpu import REST, WITHIN, transfer_splits
+    from gpupred.learn.evaluate import splits_for
+
+    transfer = transfer_splits(df, n_within, seed)
+    within = [s.as_split() for s in transfer if s.train_gpus == WITHIN]
+    if not within:  # one GPU kind: grouped folds over its workloads
+        within = splits_for(df, "grouped_random", n_within, seed)
+    cross = [s.as_split() for s in transfer if s.train_gpus != WITHIN and s.workloads == "unseen"]
+    twins = [s.as_split() for s in transfer if s.train_gpus not in (WITHIN, REST) and s.workloads == "twins"]
+    out = {"within": within, "lofo": splits_for(df, "lofo")}
+    if cross:
+        out["cross_gpu"] = cross
+    if twins:
+        out["cross_gpu_twins"] = twins
+    return out
+
+
+def _split_predictions(df: pd.DataFrame, target: str, split: Split, pdata: PhysicsData,
+                       models: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every method's (point, low, high) on the test rows of one outer split, each fitted on its training rows."""
+    train, test, _ = split
+    train_rows, test_rows = df.iloc[train], df.iloc[test]
+    fitted_constants(pdata, train)  # one constants fit per split, shared by the physics methods (pdata's cache)
+    out = {}
+    for method, model in models.items():
+        pred = clone(model).fit(train_rows, pdata.subset(train)).predict(test_rows, pdata.subset(test))
+        out[method] = tuple(pred[c].to_numpy(float) for c in (target, f"{target}_low", f"{target}_high"))
+    return out
+
+
+def evaluate_step(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,
+                  cv: CVSettings | None = None, weighting: str = "per_source", calibration: str = "family",
+                  methods: tuple[str, ...] = METHODS) -> dict[str, NestedResult]:
+    """Each method's outer-fold predictions of ``target`` on ``splits`` (rows of ``df``), as NestedResults.
+
+    ``pdata`` (default: built from ``df``) describes the rows of ``df`` in order.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from gpupred.reports import progress_bar
+
+    if target not in PHYSICS_TARGETS:
+        raise GpupredError(f"no physics for target {target!r}; known: {', '.join(PHYSICS_TARGETS)}")
+    if weighting not in WEIGHTINGS:
+        raise GpupredError(f"unknown weighting {weighting!r}; known: {', '.join(WEIGHTINGS)}")
+    cv = cv or CVSettings()
+    pdata = pdata.align(df) if pdata is not None else physics_data(df)
+    models = candidates(target, cv, weighting, calibration, methods)
+    y = df[target].to_numpy(float)
+    per_method: dict[str, list[pd.DataFrame]] = {m: [] for m in methods}
+    with threadpool_limits(limits=1):
+        for k, split in enumerate(progress_bar(iterable=splits, desc=f"step {target} ({scheme})", leave=False)):
+            if np.isnan(y[split[0]]).all():
+                continue
+            for method, bounds in _split_predictions(df, target, split, pdata, models).items():
+                per_method[method].append(prediction_frame(df, split[1], k, split[2], y[split[1]], bounds, method))
+    return {m: result_from_frames(target, scheme, parts) for m, parts in per_method.items()}
+
+
+def compare_methods(df: pd.DataFrame, target: str, cv: CVSettings | None = None, weighting: str = "per_source",
+                    n_within: int = 5, pdata: PhysicsData | None = None,
+                    schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu"), methods: tuple[str, ...] = METHODS,
+                    calibration: str = "family") -> dict[str, dict[str, NestedResult]]:
+    """Each of ``methods`` on the comparison's splits of the rows labelled with ``target``, by scheme."""
+    cv = cv or CVSettings()
+    data = df[df[target].notna()].reset_index(drop=True)
+    pdata = pdata.align(data) if pdata is not None else physics_data(data)
+    splits = comparison_splits(data, n_within, cv.seed)
+    return {name: evaluate_step(data, target, name, sp, pdata, cv, weighting, calibration, methods)
+            for name, sp in splits.items() if name in schemes}
+
+
+def weighting_effect(df: pd.DataFrame, targets: list[str], cv: CVSettings | None = None, n_within: int = 5,
+                     pdata: PhysicsData | None = None, schemes: tuple[str, ...] = ("within", "lofo"),
+                     weightings: tuple[str, ...] = WEIGHTINGS) -> pd.DataFrame:
+    """Physics x correction under each of ``weightings`` (which training rows the correction learns from) on the
+    comparison's splits: one :func:`comparison_table` row per (target, weighting, scheme, tested GPU). The step
+    model's constants are fitted once per split and shared by the weightings (they do not depend on it)."""
+    pdata = pdata or physics_data(df)
+    tables = []
+    for target in targets:
+        for weighting in weightings:
+            res = compare_methods(df, target, cv, weighting, n_within, pdata, schemes, ("physics+correction",))
+            tables.append(comparison_table({target: res}).assign(weighting=weighting))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def correction_frame(df: pd.DataFrame, target: str, pdata: PhysicsData, seed: int = 0) -> pd.DataFrame:
+    """Per labelled row: the fitted physics, the measured value and log(measured / physics) (constants fitted on
+    every row: an explanation, not an evaluation), with the correction's features."""
+    _, util, step = fitted_physics(pdata.align(df), np.arange(len(df)), seed)
+    base = step if PHYSICS_TARGETS[target] == "step" else util
+    out = df[["run_id", "family", "source", "gpu", *[c for c in CORRECTION_FEATURES if c in df.columns]]].copy()
+    out["fit_phys_util"], out["fit_phys_step_s"], out["physics"], out["measured"] = util, step, base, df[target]
+    out["log_correction"] = np.log(out["measured"] / out["physics"])
+    return out[out["measured"].notna()].reset_index(drop=True)
+
+
+def correction_shap(frame: pd.DataFrame, source: str | None = SOURCE_OWN, seed: int = 0, max_rows: int = 500) -> Any:
+    """A ``shap.Explanation`` of the correction model fitted on ``frame`` (one source's rows by default)."""
+    import warnings
+
+    from gpupred.learn.regressors import signed_log1p
+
+    with warnings.catch_warnings():  # shap imports tqdm.auto, which warns in a kernel without ipywidgets
+        warnings.simplefilter("ignore")
+        import shap
+
+    rows = frame if source is None else frame[frame["source"] == source]
+    cols = [c for c in (*CORRECTION_FEATURES, "fit_phys_util", "fit_phys_step_s") if c in rows.columns]
+    X = rows[cols].to_numpy(float)
+    model = correction_model(seed).fit(X, rows["log_correction"].to_numpy(float))
+    sample = rows.sample(min(max_rows, len(rows)), random_state=seed)
+    explanation = shap.TreeExplainer(model[-1])(pd.DataFrame(signed_log1p(sample[cols].to_numpy(float)), columns=cols))
+    explanation.feature_names = cols
+    return explanation

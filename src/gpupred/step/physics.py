@@ -1,0 +1,221 @@
+"""The physics of the step estimator: each run's kernels, the step model's constants fitted per (GPU kind,
+measurement protocol) on training rows, every row's utilization and step time under them, and how wrong physics
+is where its constants were borrowed (the extrapolation widths).
+
+The step model itself is :mod:`gpupred.perf` (kernels of one training step, roofline GPU times, the host's launch
+timeline); this module applies it to rows of a dataset frame. Fitting constants is the expensive part (a bounded
+least-squares fit per key), so :class:`PhysicsData` keeps each fit, keyed by the training rows' ids: every estimator
+fitted on the same rows (physics alone, physics x correction, another weighting) shares one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gpupred.errors import GpupredError
+from gpupred.hardware import gpu_spec
+from gpupred.learn.conformal import conformal_quantile
+from gpupred.perf.constants import ConstantsTable
+from gpupred.perf.fit import FitRows, fit_table, predict_rows
+
+PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
+HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
+
+
+def protocol_of(sampler: str) -> str:
+    """The measurement protocol of a sampler name: its interval dropped (``nvml-poll-50ms`` -> ``nvml-poll``)."""
+    return re.sub(r"-\d+(\.\d+)?m?s(?=$|-)", "", str(sampler))
+
+
+@dataclass
+class PhysicsData:
+    """The step model's inputs for rows of a dataset frame: kernels, GPU, protocol, labels, the constants key, and
+    each row's id (``run_id``); ``cache`` (shared by every subset) keeps fitted constants by training-row ids."""
+
+    rows: FitRows
+    keys: list[tuple[str, str]]
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))
+    cache: dict[Any, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.keys):
+            self.ids = np.arange(len(self.keys)).astype(str).astype(object)
+
+    def subset(self, positions: Sequence[int] | np.ndarray) -> "PhysicsData":
+        """The rows at ``positions``, sharing this data's cache of fitted constants."""
+        pos = np.asarray(positions, dtype=int)
+        r = self.rows
+        sub = FitRows([r.kernels[i] for i in pos], [r.gpus[i] for i in pos], [r.precisions[i] for i in pos],
+                      [r.syncs[i] for i in pos], [r.host_batches[i] for i in pos], r.util[pos], r.step_s[pos])
+        return PhysicsData(sub, [self.keys[i] for i in pos], self.ids[pos], self.cache)
+
+    def align(self, df: pd.DataFrame) -> "PhysicsData":
+        """The rows of ``df`` (by ``run_id``), in its order; this data itself when it already is."""
+        if "run_id" not in df.columns:
+            if len(df) != len(self.keys):
+                raise GpupredError(f"physics inputs for {len(self.keys)} rows, {len(df)} rows to predict")
+            return self
+        ids = df["run_id"].astype(str).to_numpy(dtype=object)
+        if len(ids) == len(self.ids) and (ids == self.ids.astype(str)).all():
+            return self
+        where = pd.Series(np.arange(len(self.ids)), index=self.ids.astype(str))
+        missing = [i for i in ids if i not in where.index]
+        if missing:
+            raise GpupredError(f"no physics inputs for run {missing[0]!r}: build them with physics_data(rows)")
+        return self.subset(where.loc[ids].to_numpy())
+
+
+def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> PhysicsData:
+    """The step model's inputs for every row of a dataset frame: ``kernels`` (one KernelList per row), else each
+    workload's from its graph (the store's, or rebuilt for an imported network)."""
+    from gpupred.reports import progress_bar
+
+    if kernels is None:
+        from gpupred.perf.table import spec_kernels
+        from gpupred.workloads.spec import WorkloadSpec
+
+        kernels = [spec_kernels(WorkloadSpec.from_id(w)) for w in progress_bar(
+            iterable=df["workload_id"].tolist(), desc="step kernels", unit="run", leave=False)]
+    labels = {t: df[t].to_numpy(float) if t in df.columns else np.full(len(df), np.nan)
+              for t in ("gpu_util", "iter_time_mean_s")}
+    host = df["host_batches"].astype(bool).tolist() if "host_batches" in df.columns else [False] * len(df)
+    rows = FitRows(list(kernels), [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
+                   host, labels["gpu_util"], labels["iter_time_mean_s"])
+    ids = df["run_id"].astype(str).to_numpy(dtype=object) if "run_id" in df.columns else np.empty(0, dtype=object)
+    return PhysicsData(rows, [(str(g), protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])], ids)
+
+
+def fitted_constants(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> ConstantsTable:
+    """The constants fitted per (GPU kind, protocol) on the rows ``train`` of ``pdata`` (kept in its cache)."""
+    key = ("constants", seed, tuple(sorted(pdata.ids[train].astype(str))))
+    if key not in pdata.cache:
+        sub = pdata.subset(train)
+        pdata.cache[key] = fit_table(sub.rows, sub.keys, seed)
+    return pdata.cache[key]
+
+
+def row_physics(pdata: PhysicsData, table: ConstantsTable) -> tuple[np.ndarray, np.ndarray]:
+    """(utilization %, step s) of every row of ``pdata`` under the constants ``table`` (each key's own or borrowed)."""
+    util, step = np.empty(len(pdata.keys)), np.empty(len(pdata.keys))
+    keys = np.array([f"{g}\x00{p}" for g, p in pdata.keys], dtype=object)
+    for k in sorted(set(keys)):
+        idx = np.flatnonzero(keys == k)
+        util[idx], step[idx] = predict_rows(pdata.rows, table.get(*k.split("\x00")), idx)
+    return util, step
+
+
+def fitted_physics(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> tuple[ConstantsTable, np.ndarray, np.ndarray]:
+    """(constants fitted on the rows ``train``, utilization % and step s of every row under them)."""
+    table = fitted_constants(pdata, train, seed)
+    key = ("physics", seed, tuple(sorted(pdata.ids[train].astype(str))), tuple(pdata.ids.astype(str)))
+    if key not in pdata.cache:
+        pdata.cache[key] = row_physics(pdata, table)
+    util, step = pdata.cache[key]
+    return table, util, step
+
+
+def default_columns(pdata: PhysicsData) -> pd.DataFrame:
+    """The step model's ``STEP_COLUMNS`` of every row under the default constants (what the dataset's ``phys_*``
+    columns hold, for rows that do not carry them: a new job)."""
+    from gpupred.perf.constants import DEFAULT
+    from gpupred.perf.timeline import simulate
+
+    r = pdata.rows
+    return pd.DataFrame([simulate(r.kernels[i], r.gpus[i], r.precisions[i], DEFAULT, r.syncs[i], r.host_batches[i]).columns()
+                         for i in range(len(r))])
+
+
+def physics_log_error(y: np.ndarray, pred: np.ndarray, step: bool) -> np.ndarray:
+    """The log error of physics' predictions: ``log(y / pred)`` for a step time (``pred`` floored at 1e-12),
+    ``log1p y - log1p pred`` for a utilization (a percentage)."""
+    y, pred = np.asarray(y, dtype=float), np.asarray(pred, dtype=float)
+    return np.log(y / np.maximum(pred, 1e-12)) if step else np.log1p(y) - np.log1p(pred)
+
+
+def default_log_error(df: pd.DataFrame, target: str) -> np.ndarray:
+    """Per row of ``df``, :func:`physics_log_error` of the default-constants step model (its ``phys_step_s`` or
+    ``phys_util`` column) against the measured ``target`` (NaN where unlabelled)."""
+    step = PHYSICS_TARGETS[target] == "step"
+    return physics_log_error(df[target], df["phys_step_s" if step else "phys_util"], step)
+
+
+def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
+                   level: str = "key") -> dict[tuple[str, str], np.ndarray]:
+    """Per fitted (GPU kind, protocol) key with at least ``HELDOUT_MIN_ROWS`` labelled ``rows``, the log errors
+    (log1p for utilization, log for step time) of physics alone on those rows, predicted as an unseen key is: with
+    that key's fit (``level="key"``) or every fit of its protocol (``level="protocol"``) removed from ``table``, the
+    rest borrowed by :meth:`ConstantsTable.get`.
+
+    ``table`` must be fitted on rows that include ``rows`` (:func:`gpupred.perf.fit.fit_table` fits each key on
+    its own rows only, so dropping a key's fit is refitting the constants on the other keys' rows); nothing outside
+    ``rows`` is read.
+    """
+    if level not in ("key", "protocol"):
+        raise GpupredError(f"unknown hold-out level {level!r}; known: key, protocol")
+    rows = rows[np.isfinite(y[rows])]
+    keys = [pdata.keys[i] for i in rows]
+    errors = {}
+    for key in sorted(set(keys) & set(table.fitted)):
+        idx = rows[np.array([k == key for k in keys])]
+        if len(idx) < HELDOUT_MIN_ROWS:
+            continue
+        drop = (lambda k: k == key) if level == "key" else (lambda k: k[1] == key[1])
+        others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
+        util, step_s = predict_rows(pdata.rows, others.get(*key), idx)
+        err = physics_log_error(y[idx], step_s if step else util, step)
+        errors[key] = err[np.isfinite(err)]
+    return errors
+
+
+def extrapolation_width(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
+                        alpha: float, level: str = "key") -> float:
+    """The log width an unseen key's interval needs: the conformal 1 - alpha quantile of :func:`heldout_errors`'
+    |log error| pooled with every held-out key weighing the same (a new GPU or protocol is one more key, not 3,000
+    more rows of the largest one): each key enters as ``m`` evenly spaced quantiles of its |log error|, ``m`` the
+    fewest rows a held-out key has (the smallest key's own errors; no key counts more rows than it has). NaN when no
+    key could be held out."""
+    errors = [np.abs(e) for e in heldout_errors(pdata, table, rows, y, step, level).values() if len(e)]
+    if not errors:
+        return float("nan")
+    m = min(len(e) for e in errors)
+    levels = (np.arange(m) + 0.5) / m
+    return conformal_quantile(np.concatenate([np.quantile(e, levels, method="inverted_cdf") for e in errors]), alpha)
+
+
+@dataclass(frozen=True)
+class ExtrapolationWidths:
+    """How far an interval must reach (log1p for utilization, log for step time) on a row whose (GPU kind, protocol)
+    had no training rows: a new GPU of a fitted protocol (``key``), a protocol never fitted (``protocol``); the
+    default-constant physics' error on the training rows where no key could be held out (``fallback``)."""
+
+    key: float
+    protocol: float
+    fallback: float
+
+    def for_rows(self, new_protocol: np.ndarray) -> np.ndarray:
+        """Per row, its width: ``protocol`` where the row's protocol has no fit, else ``key`` (``fallback`` if NaN)."""
+        key = self.fallback if np.isnan(self.key) else self.key
+        protocol = self.fallback if np.isnan(self.protocol) else self.protocol
+        return np.where(np.asarray(new_protocol, dtype=bool), protocol, key)
+
+
+def extrapolation_widths(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
+                         alpha: float, default_error: np.ndarray) -> ExtrapolationWidths:
+    """The :class:`ExtrapolationWidths` measured on the training ``rows`` alone (``default_error``: each row's
+    default-constant log error, :func:`default_log_error`)."""
+    err = np.abs(np.asarray(default_error, dtype=float)[rows])
+    fallback = conformal_quantile(err[np.isfinite(err)], alpha)
+    return ExtrapolationWidths(extrapolation_width(pdata, table, rows, y, step, alpha, "key"),
+                               extrapolation_width(pdata, table, rows, y, step, alpha, "protocol"), fallback)
+
+
+def rows_unfitted(keys: Sequence[tuple[str, str]], table: ConstantsTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: its (GPU kind, protocol) has no fit (its constants are borrowed), and its protocol has none at all."""
+    protocols = {p for _, p in table.fitted}
+    unfitted = np.array([tuple(k) not in table.fitted for k in keys], dtype=bool)
+    return unfitted, np.array([k[1] not in protocols for k in keys], dtype=bool)
