@@ -15,9 +15,11 @@
 
 # %% [markdown]
 # # 08 · Export the predictor
-# Trains the model notebook 03 chose for each target (by a grouped inner cross-validation on every row)
-# as a CV+ conformal regressor, and writes two artifacts, each with its card (feature order, transforms,
-# figures, training sources with their licences, data fingerprint, library versions, sha256):
+# Fits what notebook 03 chose and scored, on every row: the physics-first core (the step estimator with the
+# parameters 03 declared, and the memory footprint model), which answers jobs given as graphs, and the baseline
+# regressors 03 chose by a grouped inner cross-validation, which answer bare feature rows. It writes two artifacts,
+# each with its card (the estimators, their held-out figures from notebook 03, training sources with their
+# licences, data fingerprint, library versions, sha256):
 #
 # - `models/predictor.joblib`, the default: **this project's own measurements only**, MIT like the code,
 #   so that users inside companies can use it;
@@ -29,45 +31,44 @@
 # when the data hold a single kind; `gpupred.predictor.extrapolate`).
 
 # %% tags=["parameters"]
-model: str = ""  # regressor for every target; "" = notebook 03's choice per target (data/processed/model_choice.json)
+model: str = ""  # baseline regressor for every target; "" = notebook 03's choice per target (data/processed/model_choice.json)
 alpha: float = 0.1  # 1 - nominal interval coverage
 n_folds: int = 5  # CV+ folds (grouped by workload)
 tune: bool = False  # small grid search inside each fit
 physics: bool = True  # fit the physics-first core (step model and footprint x corrections; needs every run's graph)
 
 # %%
-import json
-
 import pandas as pd
 
 from gpupred import config, dataset, reports
+from gpupred.learn.choice import read_choice
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
-from gpupred.learn.choice import read_model_choice
 from gpupred.predictor.artifact import licence_clean
+from gpupred.step import StepEstimator
 
 everything = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
 own = licence_clean(everything)
-earlier = json.loads(config.METRICS.read_text()) if config.METRICS.exists() else {}  # outer-fold figures of 03, 05
-# MissingInput until notebook 03 has written its choice; refused if made from another dataset
-models = {t: model for t in ("gpu_util", "memory_mib", "sm_active")} if model else read_model_choice(everything)
-print(f"models: {models}")
+choice = read_choice(everything)  # MissingInput until notebook 03 has run; refused if made from another dataset
+models = {t: model for t in ("gpu_util", "memory_mib", "sm_active")} if model else choice["models"]
+step = StepEstimator(**choice["step"])  # exactly the estimator notebook 03 scored
+print(f"step estimator: {step}; baseline regressors: {models}")
 print(f"default artifact: {len(own)} own runs; non-commercial artifact: {len(everything)} runs")
 
 # %%
-keep = ("_rmsle_", "_interval_coverage_", "_best_model", "memory_median_rel_err", "memory_p90_rel_err", "n_workloads")
-cv_metrics = {k: v for k, v in earlier.items() if any(part in k for part in keep)}  # notebooks 03 and 05, outer folds
 cards = {}
-for df, path, figures in ((own, config.PREDICTOR, {}), (everything, config.PREDICTOR_NONCOMMERCIAL, cv_metrics)):
+for df, path, variant in ((own, config.PREDICTOR, "default"), (everything, config.PREDICTOR_NONCOMMERCIAL, "noncommercial")):
     if not len(df):
         print(f"{path.name}: no rows to train on; not exported")
         continue
-    predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune, physics=physics)
-    cards[path.name] = load_predictor(export_predictor(predictor, df, path, cv_metrics=figures)).card  # checks pass
+    predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune, physics=physics, step=step)
+    figures = choice["heldout"].get(variant, {}) if physics else {}  # notebook 03's figures of the core shipped here
+    cards[path.name] = load_predictor(export_predictor(predictor, df, path, heldout=figures)).card  # checks pass
 pd.DataFrame({name: {k: v for k, v in entry.items() if k in ("n_runs", "gpus", "licence", "commit")}
               for card in cards.values() for name, entry in card["sources"].items()}).T
 
 # %%
-pd.DataFrame({name: {"variant": c["variant"], "measured GPUs": c["measured_gpus"], "own-fold RMSLE": c["own_folds"],
+pd.DataFrame({name: {"variant": c["variant"], "measured GPUs": c["measured_gpus"],
+                     "baseline own-fold RMSLE": c["baseline"]["own_folds"],
                      "usage restriction": c["usage_restriction"] or "none", "sha256": c["sha256"][:12]}
               for name, c in cards.items()}).T
 
@@ -81,11 +82,19 @@ pd.DataFrame([{"artifact": name, **rec} for name, c in cards.items() if isinstan
               for rec in c["core"]["step"]["constants"]])
 
 # %% [markdown]
-# Each card carries `own_folds`, the RMSLE of the artifact's own workload-grouped CV+ folds (out of fold; the
-# model class was chosen by notebook 03, so not a nested estimate), and the extrapolated-interval widths. The
-# non-commercial card also carries the outer-fold figures of notebooks 03 and 05, which were measured on the
-# same sources; never a figure computed on the rows the exported model was fitted on. A new job is predicted as
-# this project's own sweeps measure (NVML every 50 ms, a sync per step, device-resident batches).
+# Each card's `heldout` holds notebook 03's figures of the core it ships, per target, split and tested GPU kind:
+# error (RMSLE for utilization and SM activity, median relative error for iteration time and memory) and the
+# coverage of its 90 % intervals, for the default predictor from the comparison run on this project's runs alone
+# (as it is trained), for the non-commercial one on every source; never a figure computed on the rows the exported
+# model was fitted on. Its `baseline` section describes the regressors that answer bare feature rows, with
+# `own_folds`, the RMSLE of their own workload-grouped CV+ folds (out of fold; the model class was chosen by
+# notebook 03, so not a nested estimate). A new job is predicted as this project's own sweeps measure (NVML every
+# 50 ms, a sync per step, device-resident batches). The default predictor's leave-one-family-out figures:
+
+# %%
+rows = [{"target": t, "scheme": sc, "tested": g, **e} for t, per in choice["heldout"].get("default", {}).items()
+        for sc, tested in per.items() for g, e in tested.items()]
+pd.DataFrame(rows).set_index(["target", "scheme", "tested"]).round(3) if rows else "no held-out figures (no core)"
 
 # %%
 default = cards.get(config.PREDICTOR.name, {})

@@ -27,7 +27,7 @@ def fixture_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A FIXTURE predictor artifact (trained on toy data, meaningless predictions)."""
     df = fixture_dataset(n_batch_sizes=2)
     predictor = train_predictor(df, models="ridge", tune=False, n_folds=3)
-    return export_predictor(predictor, df, tmp_path_factory.mktemp("models") / "predictor.joblib", cv_metrics={"fixture": True})
+    return export_predictor(predictor, df, tmp_path_factory.mktemp("models") / "predictor.joblib", heldout={"fixture": True})
 
 
 def _copy(src: Path, dst_dir: Path) -> Path:
@@ -41,11 +41,12 @@ def test_round_trip_and_card(fixture_artifact: Path) -> None:
     p = load_predictor(fixture_artifact)
     assert isinstance(p, Predictor)
     card = json.loads(fixture_artifact.with_suffix(".json").read_text())
-    for key in ("schema_version", "feature_names", "targets", "model_names", "cv_metrics", "training_data",
+    for key in ("schema_version", "variant", "answers", "core", "heldout", "baseline", "training_data",
                 "library_versions", "sha256"):
         assert key in card
-    assert card["targets"]["gpu_util"]["transform"] == "log1p"
-    assert card["feature_names"] == p.feature_names
+    assert card["heldout"] == {"fixture": True}
+    assert card["baseline"]["targets"]["gpu_util"]["transform"] == "log1p"
+    assert card["baseline"]["feature_names"] == p.feature_names
     df = fixture_dataset(n_batch_sizes=1).head(5)
     out = p.predict(df)
     assert list(out.columns[:6]) == KEYS and {"sm_active", "sm_active_low", "sm_active_high"} <= set(out.columns)
@@ -200,7 +201,7 @@ def test_card_lists_sources_licences_and_the_inherited_restriction(tmp_path: Pat
     assert card["sources"]["lucid"]["n_runs"] == (df["source"] == "lucid").sum()
     assert "S-Lab License 1.0" in card["sources"]["lucid"]["licence"] and len(card["sources"]["lucid"]["commit"]) == 40
     assert "own measurements" in card["sources"]["gpupred"]["licence"]
-    assert "workload-grouped" in card["targets"]["gpu_util"]["interval"]
+    assert "workload-grouped" in card["baseline"]["targets"]["gpu_util"]["interval"]
     p = load_predictor(path)
     rows = df[df["source"] == "lucid"].head(3)
     as_measured = p.features(rows)

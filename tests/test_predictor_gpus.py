@@ -91,7 +91,7 @@ def test_a_gpu_without_measurements_is_answered_extrapolated_with_wider_interval
         p.predict(rows, gpu="RTX 3090 Ti")
     card = json.loads(h100_only.with_suffix(".json").read_text())
     assert card["measured_gpus"] == p.measured_gpus and card["variant"] == LICENCE_CLEAN
-    assert "leave-one-family-out" in card["extrapolation"]["interval"]["gpu_util"]
+    assert "leave-one-family-out" in card["baseline"]["extrapolation"]["interval"]["gpu_util"]
 
 
 def test_cli_predict_says_extrapolated_and_gpus_lists_the_table(h100_only: Path, tmp_path: Path,
@@ -146,10 +146,10 @@ def test_the_default_artifact_is_licence_clean_and_the_other_says_non_commercial
     assert set(cards["predictor"]["sources"]) == {"gpupred"}
     assert cards["predictor-noncommercial"]["variant"] == WITH_IMPORTS
     assert "non-commercial" in cards["predictor-noncommercial"]["usage_restriction"].lower()
-    assert "leave-one-GPU-kind-out" in cards["predictor-noncommercial"]["extrapolation"]["interval"]["gpu_util"]
+    assert "leave-one-GPU-kind-out" in cards["predictor-noncommercial"]["baseline"]["extrapolation"]["interval"]["gpu_util"]
     for card in cards.values():
-        assert set(card["own_folds"]) >= {"gpu_util", "memory_mib"}
-        assert all(0 < v["rmsle"] < 5 for v in card["own_folds"].values())
+        assert set(card["baseline"]["own_folds"]) >= {"gpu_util", "memory_mib"}
+        assert all(0 < v["rmsle"] < 5 for v in card["baseline"]["own_folds"].values())
 
 
 @pytest.fixture(scope="module")

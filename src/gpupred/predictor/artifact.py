@@ -26,7 +26,7 @@ from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
 
-SCHEMA_VERSION = 2  # 2: measured GPU kinds, extrapolated-interval widths, the artifact's variant
+SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
 # libraries whose pickles must be read by the very version that wrote them
 CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
 MISSING_DEFAULT = "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
@@ -417,9 +417,28 @@ def own_folds(predictor: Predictor) -> dict[str, dict[str, float]]:
             for t, m in predictor.targets.items()}
 
 
+def baseline_card(predictor: Predictor) -> dict[str, Any]:
+    """What the card says of the baseline regressors (what answers bare feature rows): inputs, models, intervals,
+    their own out-of-fold residuals, and how an unmeasured GPU's intervals widen."""
+    return {
+        "answers": "feature rows without a graph (a featurize dict, dataset rows)",
+        "feature_names": predictor.feature_names,
+        "targets": {t: {"transform": "log1p", "model": predictor.model_names[t],
+                        "interval": f"CV+ conformal, {1 - predictor.alpha:.0%} nominal, workload-grouped folds; "
+                                    "calibrated per source for rows that name their source, pooled otherwise"}
+                    for t in predictor.targets},
+        "model_names": sorted(set(predictor.model_names.values())),
+        "own_folds": own_folds(predictor),
+        "extrapolation": {"rule": "a GPU in gpupred.hardware without measurements here is predicted with its hardware "
+                                  "features and marked extrapolated: no measurements on this GPU",
+                          "interval": {t: w.describe() for t, w in predictor.unseen_widths.items()}},
+    }
+
+
 def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None = None,
-                     cv_metrics: dict[str, Any] | None = None) -> Path:
-    """Write the joblib artifact and its JSON card beside it; return the joblib path.
+                     heldout: dict[str, Any] | None = None) -> Path:
+    """Write the joblib artifact and its JSON card beside it; return the joblib path. ``heldout``: the shipped
+    estimators' held-out figures for this variant (notebook 03's, :mod:`gpupred.predictor.heldout`).
 
     Re-exporting the very same predictor (same bytes, same card) leaves the card, and so its ``created_at``,
     as it was: ``make all`` on unchanged data changes nothing that is committed.
@@ -435,27 +454,20 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
     card = {
         "schema_version": SCHEMA_VERSION,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "feature_names": predictor.feature_names,
-        "targets": {t: {"transform": "log1p", "model": predictor.model_names[t],
-                        "interval": f"CV+ conformal, {1 - predictor.alpha:.0%} nominal, workload-grouped folds; "
-                                    "calibrated per source for rows that name their source, pooled otherwise"}
-                    for t in predictor.targets},
-        "model_names": sorted(set(predictor.model_names.values())),
         "variant": variant(df),
+        "answers": {"graphs": "the core: a job given as a graph (ONNX file, workload id) is answered by the step and "
+                              "memory estimators below, physics x a learned correction",
+                    "feature_rows": "the baseline regressors: a bare feature row has no kernels for the step model"},
+        "core": predictor.core.describe() if predictor.core is not None else
+        "none: every job gets the baseline regressors (exported without the physics core)",
+        "heldout": heldout or {},
         "gpus": predictor.gpus,
         "measured_gpus": predictor.measured_gpus,
-        "extrapolation": {"rule": "a GPU in gpupred.hardware without measurements here is predicted (feature rows: with "
-                                  "its hardware features; graphs: by the step model with borrowed constants, see "
-                                  "core) and marked extrapolated: no measurements on this GPU",
-                          "interval": {t: w.describe() for t, w in predictor.unseen_widths.items()}},
         "usage_restriction": usage_restriction(df),
         "sources": source_cards(df),
         "protocol_of_predictions": "a new job is predicted as this project's sweeps measure: NVML polled every 50 ms, "
                                    "a sync every step, device-resident batches (encodings at their defaults)",
-        "cv_metrics": cv_metrics or {},
-        "own_folds": own_folds(predictor),
-        "core": predictor.core.describe() if predictor.core is not None else
-        "none: every job gets the regressors (exported without the physics core)",
+        "baseline": baseline_card(predictor),
         "training_data": {"n_runs": int(len(df)), "n_workloads": int(df["workload_id"].nunique()),
                           "families": sorted(df["family"].unique().tolist()),
                           "fingerprint_sha256": fingerprint(df, [*predictor.feature_names, *predictor.targets])},
