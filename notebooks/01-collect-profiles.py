@@ -40,7 +40,8 @@ from gpupred import config
 from gpupred.errors import MissingInput
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import window_means_all
-from gpupred.reports import save_figure, update_metrics
+from gpupred.profile.datacard import PROFILES_METRICS
+from gpupred.reports import save_figure, write_metrics
 
 if collect:
     from gpupred.profile.sweep import harness_config, run_sweep
@@ -110,5 +111,5 @@ if mem_col:  # NVML's per-process figure (the memory label's usual source), else
 axes[1].set_title(f"{tag}{mem_col or 'no memory figures'} (MiB, log scale), per family")
 fig.tight_layout()
 save_figure(fig, "01-distributions")
-update_metrics({"profiles_runs": int(len(runs)), "profiles_ok": int((runs["status"] == "ok").sum()),
+write_metrics(PROFILES_METRICS, {"profiles_runs": int(len(runs)), "profiles_ok": int((runs["status"] == "ok").sum()),
                 "profiles_simulated": simulated})

@@ -39,6 +39,7 @@ import seaborn as sns
 
 from gpupred import config, importers, reports
 from gpupred.graph import build_feature_table, write_feature_table
+from gpupred.graph.table import FEATURES_METRICS
 from gpupred.importers import graphs
 from gpupred.profile.schema import read_runs
 from gpupred.workloads.catalog import catalog
@@ -101,7 +102,7 @@ for ax, col, label in zip(
     ax.set_ylabel("")
 fig.tight_layout()
 reports.save_figure(fig, "02-graph-features-by-family")
-reports.update_metrics({"graph_features_rows": len(df), "graph_features_unknown_ops": int(df["unknown_ops"].sum())})
+reports.write_metrics(FEATURES_METRICS, {"graph_features_rows": len(df), "graph_features_unknown_ops": int(df["unknown_ops"].sum())})
 
 # %% [markdown]
 # ## The learning dataset

@@ -22,10 +22,9 @@
 # regressors of `gpupred.learn.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
 # exportable ones on these data (XGBoost for utilization, LightGBM for SM activity; scikit-learn's gradient
 # boosting, chosen for memory, is their slower equivalent and costs more than the other candidates together)
-# and ridge as a linear reference. Fewer candidates cut the notebook's time (324 s in all on this project's
-# 2-core machine while other jobs shared it, load 1.1–2.5: 150 s of it the nested CVs and 125 s the comparison
-# of physics with the baselines, memory's share about 15 s; 798 s with all nine), and the choice stays nested;
-# `models=None` brings back all nine. Two outer schemes:
+# and ridge as a linear reference. Fewer candidates cut the notebook's time (about 2.5 times faster than with all
+# nine on this project's 2-core machine), and the choice stays nested; `models=None` brings back all nine. Two outer
+# schemes:
 #
 # - **grouped random** — K folds over whole workloads (every run of a workload, on any GPU or from any
 #   source, falls on one side), stratified by source;
@@ -150,9 +149,10 @@ for target in [t for t in targets if t in results.get("grouped_random", {})]:
         plt.show()
 
 # %% [markdown]
-# Measured against out-of-fold predicted values (log axes) with each row's 90 % interval in grey.
-# GPUMemNet's networks mostly sit at 15–60 % utilization; Lucid's jobs spread from 5–10 % (PointNet,
-# NeuMF) to 100 % (ResNet-50, BERT). Under leave-one-family-out the points scatter far more and the
+# Measured against out-of-fold predicted values (log axes) with each row's 90 % interval in grey. Each source
+# spans its own range of utilization (the table below the figures: per source, its 10th to 90th percentile), and
+# light jobs (PointNet, NeuMF) sit far below heavy ones (ResNet-50, BERT). Under leave-one-family-out the points
+# scatter far more and the
 # intervals widen: an unseen family is much harder than an unseen width or batch size of a known one.
 # Holding out the fully connected group leaves only Lucid's 60 jobs to learn from, so every GPUMemNet
 # network gets nearly the same prediction there.
@@ -162,6 +162,7 @@ for target in [t for t in ("gpu_util", "memory_mib") if any(t in r for r in resu
     fig = plot_outer({s: r[target] for s, r in results.items() if target in r}, title=target)
     reports.save_figure(fig, f"03-oof-{target}")
     plt.show()
+df.groupby("source")["gpu_util"].quantile([0.1, 0.5, 0.9]).unstack().round(1)
 
 # %% [markdown]
 # ## Across GPU kinds
@@ -199,13 +200,16 @@ for target, table in transfer.items():
 # both), per family: how far utilization, iteration time and memory move when only the GPU changes.
 #
 # The H100 SXM and H200 twins are the cleanest case: the same specs, driver and torch on two Hopper cards with
-# the same compute and different memory (3.35 against 4.8 TB/s, 80 against 141 GB). On the first 97 H100 twins
-# (2026-11-24) an H100 step is 9 % slower (median H200/H100 iteration-time ratio 0.91; per family from 0.81 for
-# the MLPs to 0.97 for NeuMF), while memory is the same to the MiB and utilization moves little (median ratio
-# 1.00; per family 0.87 for NeuMF to 1.14 for MobileNet).
+# the same compute and different memory (3.35 against 4.8 TB/s, 80 against 141 GB). What they show, from the
+# table:
 
 # %%
+from IPython.display import Markdown
+
+from gpupred.learn.crossgpu import twins_prose
+
 ratios = {f"{b}/{a}": twin_ratios(df, b, a) for a, b, _ in twin_gpu_pairs(df)}
+display(Markdown(twins_prose(ratios)))
 pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured on two GPU kinds yet"
 
 # %% [markdown]
@@ -249,7 +253,9 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 
 # %%
 from gpupred import footprint, memory
-from gpupred.learn.summary import comparison_metrics, comparison_table, gpu_key, plot_methods, tested_on
+from gpupred.learn.summary import (
+    LEARNING_METRICS, comparison_metrics, comparison_table, gpu_key, headline_metrics, plot_methods, tested_on,
+)
 from gpupred.perf.constants import FITTED
 from gpupred.step import evaluate as step_evaluate
 from gpupred.step import physics as step_physics
@@ -284,12 +290,12 @@ for gpu in own_gpus if len(own) else []:
 
 # %%
 phys_metrics = comparison_metrics(phys_table, own_gpus, phys_results, constants, physics_weighting)  # gpupred.learn.summary
-reports.update_metrics(phys_metrics)
-{k: v for k, v in phys_metrics.items() if "coverage" in k and not k.startswith("physics_comparison_")}
+reports.write_metrics(LEARNING_METRICS, phys_metrics)
+{k: v for k, v in phys_metrics.items() if k.startswith("comparison_") and k.split("_")[-2] == "coverage"}
 
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point
-# clouds on the host each step (about 8 % utilization against the step model's 80 %), and every job that
+# clouds on the host each step (an order of magnitude below the step model's utilization), and every job that
 # copies batches from host memory pays a transfer the model prices at a flat bandwidth. Under
 # leave-one-family-out, the families whose kernels no other family resembles miss most: EfficientNet, held out
 # with MobileNet, gets its depthwise efficiency from ShuffleNet alone and comes out too slow; Inception's
@@ -298,18 +304,22 @@ reports.update_metrics(phys_metrics)
 # the timeline does not simulate (its constants absorb it). SM activity has no occupancy model: it is the step
 # model's busy fraction times the correction.
 #
-# Between the two Hoppers: trained on the H200 and tested on H100 workloads it never saw, physics × correction
-# scores a utilization RMSLE of 0.21 (0.18 within the H100's own runs), iteration time 17 % off (10 %) and memory
-# 6 % (7 %). The other direction exists only with the twins kept (`cross GPU (twins)`), since every H100 workload
-# is also on the H200. There, a regressor that has seen the same job on the other card matches or beats the
-# physics on utilization and memory; on iteration time physics × correction is better (H100 -> H200: 12 % against
-# 21 %). Figures from the first 97 H100 runs.
+# Between the two Hoppers (when both were measured), from the comparison above: the cell below gives physics ×
+# correction trained on one kind and tested on the other's workloads against within the tested kind's own runs.
+# Where one kind's workloads are all measured on the other, that direction exists only with the twins kept
+# (`cross GPU (twins)`): there a regressor that has seen the same job on the other card has an advantage no new
+# job gives it.
 #
 # Memory: under leave-one-family-out the correction learned on other families barely helps the footprint (the
 # inner selection often switches it off), and GPUMemNet's held-out fully connected group is a protocol never
-# measured in training, so its context and allocator are defaults (about 50 % off). Across GPU kinds each
+# measured in training, so its context and allocator are defaults (far off: the table above). Across GPU kinds each
 # source brings its own protocol too: a figure such as RTX 3090 -> H200 measures a new protocol as much as a new
 # GPU. Notebook 05 breaks memory down further (Horus's formula, the first analytical estimate, per source).
+
+# %%
+from gpupred.learn.summary import cross_gpu_prose
+
+display(Markdown(cross_gpu_prose(phys_table, own_gpus)))
 
 # %% [markdown]
 # ## What ships, and how it scores
@@ -330,12 +340,15 @@ shipped_step = StepEstimator(weighting=physics_weighting, calibration=physics_ca
                              n_inner=n_inner, seed=seed)
 own_df = dataset.own_rows(df).reset_index(drop=True)
 own_results = {t: step_evaluate.compare_methods(own_df, t, cv, physics_weighting, n_within, pdata,
-                                                tuple(physics_schemes), ("physics+correction",), physics_calibration)
+                                                tuple(physics_schemes), ("regressor", "physics+correction"),
+                                                physics_calibration)
                for t in step_targets if own_df[t].notna().sum() >= 10}
 if "memory_mib" in phys_results and own_df["memory_mib"].notna().sum() >= 10:
     own_results["memory_mib"] = memory.compare_memory(footprint.footprint_columns(own_df), cv, n_within,
                                                       schemes=tuple(physics_schemes))
 heldout = {"noncommercial": heldout_figures(phys_table), "default": heldout_figures(comparison_table(own_results))}
+headline = {**headline_metrics(own_results), **headline_metrics(own_results, "regressor", "_baseline")}
+reports.write_metrics(LEARNING_METRICS, headline)
 pd.DataFrame([{"variant": v, "target": t, "scheme": s, "tested": g, **e} for v, per in heldout.items()
               for t, schemes_ in per.items() for s, tested_ in schemes_.items() for g, e in tested_.items()]
              ).pivot_table(index=["target", "scheme", "tested"], columns="variant", values=["error", "coverage"]).round(3)
@@ -370,5 +383,5 @@ chosen
 
 # %%
 metrics = learning_metrics(info, results, chosen, transfer, ratios)  # gpupred.learn.summary names the keys
-reports.update_metrics(metrics)
+reports.write_metrics(LEARNING_METRICS, metrics)
 metrics

@@ -76,7 +76,7 @@ for feature in perm.index[:top]:
 # within a source and rank low: they separate the sources, not the runs within one.
 
 # %%
-reports.update_metrics({f"{target}_top_features_permutation": perm.index[:5].tolist()})
+reports.write_metrics(importance.EXPLAIN_METRICS, {f"{target}_top_features_permutation": perm.index[:5].tolist()})
 
 # %% [markdown]
 # ## What the step model misses: the correction
@@ -133,7 +133,7 @@ if weightings and physics_explain:
     effect["error"] = summary.headline_metric(effect)  # median relative error for iteration time, else RMSLE
     weighting_table = effect.pivot_table(index=["target", "scheme", "tested"], columns="weighting",
                                          values=["error", "coverage"])
-    reports.update_metrics({"physics_weighting_effect": summary.weighting_metrics(effect)})
+    reports.write_metrics(importance.EXPLAIN_METRICS, {"step_weighting_effect": summary.weighting_metrics(effect)})
 weighting_table.round(3) if weightings and physics_explain else "skipped"
 
 

@@ -102,5 +102,5 @@ plt.show()
 
 # %%
 metrics = memory.memory_metrics(errors, model, headline_scheme)
-reports.update_metrics(metrics)
+reports.write_metrics(memory.MEMORY_METRICS, metrics)
 {k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}

@@ -51,7 +51,8 @@ import seaborn as sns
 from gpupred import colocation, config
 from gpupred.dataset import load_dataset
 from gpupred.learn.oof import read_oof_predictions
-from gpupred.reports import save_figure, update_metrics
+from gpupred.colocation.heldout import COLOCATION_METRICS
+from gpupred.reports import save_figure, write_metrics
 
 table, solo, notes = colocation.load_pair_sources(config.RAW, lucid=lucid)  # MissingInput when no source has pairs
 for note in notes:
@@ -98,7 +99,7 @@ failed.head(20)
 member = colocation.align(table, features)
 metrics, heldout = colocation.evaluate_heldout(table, member, unit="workload_id", n_folds=n_folds, seed=seed)
 strict, _ = colocation.evaluate_heldout(table, member, unit="model_group", n_folds=n_folds, seed=seed, suffix="_by_model")
-update_metrics({**metrics, **strict})
+write_metrics(COLOCATION_METRICS, {**metrics, **strict})
 names = {"predicted": "time-sharing + learned correction (ours)", "baseline_predicted": "Σ predicted util / 100",
          "baseline_measured": "Σ measured util / 100 (oracle)", "timeshare_predicted": "time-sharing, predicted util",
          "timeshare_phys": "time-sharing, step model", "timeshare_measured": "time-sharing, measured util (oracle)"}
@@ -162,7 +163,7 @@ reach = pd.DataFrame({
     "measured solo features (oracle)": colocation.effect_predictability(effects, measured_jobs, model_groups,
                                                                       list(colocation.MEASURED_BASE)),
 }).T
-update_metrics({**{f"slowdown_additive_ceiling_{k}": v for k, v in ceiling.items() if k != "intercept"},
+write_metrics(COLOCATION_METRICS, {**{f"slowdown_additive_ceiling_{k}": v for k, v in ceiling.items() if k != "intercept"},
                 **{f"slowdown_effects_from_predicted_{k}": v for k, v in reach.iloc[0].items()},
                 **{f"slowdown_effects_from_measured_{k}": v for k, v in reach.iloc[1].items()}})
 print(f"additive ceiling over {len(effects)} jobs: R² {ceiling['r2']:.3f}, Spearman {ceiling['spearman']:.3f} (own job alone "
@@ -187,7 +188,7 @@ util_ceiling = {
     "predicted": colocation.monotone_ceiling(pair_rows, member.loc[usable, "gpu_util"].to_numpy(float)),
 }
 noise = colocation.self_pair_noise(pair_rows)
-update_metrics({**{f"slowdown_monotone_util_ceiling_{src}_{k}": v for src, fit in util_ceiling.items() for k, v in fit.items()},
+write_metrics(COLOCATION_METRICS, {**{f"slowdown_monotone_util_ceiling_{src}_{k}": v for src, fit in util_ceiling.items() for k, v in fit.items()},
                 **{f"slowdown_self_pair_{k}": v for k, v in noise.items()}})
 print(f"additive, monotone in solo utilization (in-sample): Spearman {util_ceiling['measured']['spearman']:.3f} from measured, "
       f"{util_ceiling['predicted']['spearman']:.3f} from predicted utilization; {noise['pairs']} self-pairs put the noise of one "
@@ -246,7 +247,7 @@ mem_metrics = {
     "memfit_failed_pairs_placed": int((memfit["failed"] & memfit["place"]).sum()),
     "memfit_point_fits_but_refused": int(((memfit["point_sum_mib"] <= memfit["capacity_mib"]) & ~memfit["place"]).sum()),
 }
-update_metrics(mem_metrics)
+write_metrics(COLOCATION_METRICS, mem_metrics)
 print(mem_metrics)
 memfit.groupby("gpu_name")[["point_sum_mib", "q95_mib", "p_oom", "measured_mib"]].describe().T.round(2)
 

@@ -76,7 +76,8 @@ from gpupred import colocation, config, sim
 from gpupred.dataset import load_dataset
 from gpupred.importers import alibaba
 from gpupred.learn.oof import read_oof_predictions
-from gpupred.reports import save_figure, update_metrics
+from gpupred.sim.metrics import SIM_METRICS, load_key
+from gpupred.reports import save_figure, write_metrics
 
 table, solo, notes = colocation.load_pair_sources(config.RAW, lucid=lucid)  # MissingInput when no source has pairs
 for note in notes:
@@ -102,7 +103,7 @@ print(f"{world.gpu_name}: {len(world.workloads)} workloads, {world.gpu_memory_mi
 runs, results = sim.run_seeds(world, cluster, lambda s: sim.synthetic_trace(
     world.workloads, n_jobs, cluster.n_gpus, load=load, seed=s, median_duration_s=median_duration_s), seeds, settings)
 summary, diffs = sim.summarize_seeds(runs), sim.paired_differences(runs)
-update_metrics({**sim.report_metrics(summary, diffs), "sim_seeds": len(seeds),
+write_metrics(SIM_METRICS, {**sim.report_metrics(summary, diffs), "sim_seeds": len(seeds),
                 "sim_pairs_measured_frac": sim.measured_share(runs)})
 print(f"{sim.measured_share(runs):.0%} of co-locations ran at a measured slowdown")
 summary.round(1)
@@ -163,7 +164,7 @@ else:
     runs_t, _ = sim.run_seeds(world, cluster, lambda s: sim.load_trace_csv(trace_path, world.workloads, seed=s),
                               seeds, settings)
     summary_t, diffs_t = sim.summarize_seeds(runs_t), sim.paired_differences(runs_t)
-    update_metrics(sim.report_metrics(summary_t, diffs_t, prefix="sim_trace"))
+    write_metrics(SIM_METRICS, sim.report_metrics(summary_t, diffs_t, prefix="sim_trace"))
     display(summary_t.round(1), diffs_t.round(1))  # noqa: F821 (IPython)
 
 # %% [markdown]
@@ -196,11 +197,11 @@ else:
     nodes = sim.with_speeds(nodes, world.gpu_name)  # each model's speed relative to the truth's GPU (logged fallback)
     slices = sim.slice_trace(tasks, tune_frac=tune_frac, eval_tasks=eval_tasks)
     import_counts = alibaba.import_counts(tasks, nodes)
-    update_metrics({f"openb_{k}": v for k, v in {**import_counts, **slices.counts}.items()})
+    write_metrics(SIM_METRICS, {f"openb_{k}": v for k, v in {**import_counts, **slices.counts}.items()})
     display(pd.Series({**import_counts, **slices.counts}, name="count").to_frame())  # noqa: F821 (IPython)
     display(nodes.groupby(["model", "memory_source", "gpu_memory_mib", "speed_source", "speed"])["gpus"].sum()  # noqa: F821
             .to_frame().round(3))
-    update_metrics({"openb_gpus_speed_fallback": int(nodes.loc[nodes["speed_source"] == "fallback", "gpus"].sum())})
+    write_metrics(SIM_METRICS, {"openb_gpus_speed_fallback": int(nodes.loc[nodes["speed_source"] == "fallback", "gpus"].sum())})
 
 # %%
 if not isinstance(openb_data, str):
@@ -218,11 +219,11 @@ if not isinstance(openb_data, str):
     for (at, quality), runs_q in trace_runs.groupby(["load", "quality"], sort=False):
         summary_q, diffs_q = sim.summarize_seeds(runs_q), sim.paired_differences(runs_q)
         shown = summary_q if quality == "ours" else summary_q.iloc[:0]  # other qualities: the paired differences only
-        update_metrics(sim.report_metrics(shown, diffs_q, prefix=f"sim_openb_load{at:g}_{quality}"))
+        write_metrics(SIM_METRICS, sim.report_metrics(shown, diffs_q, prefix=f"sim_openb_load{load_key(at)}_{quality}"))
         tables.append(summary_q.assign(load=at, quality=quality))
         paired.append(diffs_q.assign(load=at, quality=quality))
     openb_summary, openb_paired = pd.concat(tables), pd.concat(paired)
-    update_metrics({"sim_openb_simulations": n_sims})  # the wall time is printed above, not kept: metrics stay reproducible
+    write_metrics(SIM_METRICS, {"sim_openb_simulations": n_sims})  # the wall time is printed above, not kept: metrics stay reproducible
     cols = [c for k in sim.REPORT_KEYS for c in (k, f"{k}_ci")]
     display(openb_summary[["load", "quality", "policy", *cols]].round(1))  # noqa: F821 (IPython)
 
@@ -253,7 +254,7 @@ if not isinstance(openb_data, str):
     display(sharing.round(3))  # noqa: F821
     candidates = sim.candidate_share(world, max_slowdown)
     spread = sim.gain_spread(world)
-    update_metrics({**{f"sim_openb_candidates_{k}": v for k, v in candidates.items()},
+    write_metrics(SIM_METRICS, {**{f"sim_openb_candidates_{k}": v for k, v in candidates.items()},
                     **{f"sim_gain_{k}": v for k, v in spread.items()}})
     print(f"load {max(trace_loads):g}: " + sim.why_line(sharing, candidates, max_slowdown))
     print(f"true throughput gain of sharing: positive for {spread['truth_gain_positive']:.0%} of workload pairs, median "
@@ -297,9 +298,9 @@ if not isinstance(openb_data, str):
                                for (at, q), r in change_runs.groupby(["load", "quality"], sort=False)])
     for (at, q), r in change_runs.groupby(["load", "quality"], sort=False):
         suffix = "" if q == "ours" else f"_{q}"
-        update_metrics(sim.report_metrics(sim.summarize_seeds(r).iloc[:0], sim.paired_differences(r),
-                                          prefix=f"sim_openb_load{at:g}_changed{suffix}"))
-    update_metrics({f"sim_openb_changed_{k}": v for k, v in chosen.items()})
+        write_metrics(SIM_METRICS, sim.report_metrics(sim.summarize_seeds(r).iloc[:0], sim.paired_differences(r),
+                                          prefix=f"sim_openb_load{load_key(at)}_changed{suffix}"))
+    write_metrics(SIM_METRICS, {f"sim_openb_changed_{k}": v for k, v in chosen.items()})
     display(change_paired[["load", "quality", "comparison", *cols]].round(1))  # noqa: F821
     display(sim.sharing_summary(change_runs[change_runs["load"] == max(trace_loads)]).round(3))  # noqa: F821
 

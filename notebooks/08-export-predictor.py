@@ -43,7 +43,7 @@ import pandas as pd
 from gpupred import config, dataset, reports
 from gpupred.learn.choice import read_choice
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
-from gpupred.predictor.artifact import licence_clean
+from gpupred.predictor.artifact import EXPORT_METRICS, licence_clean
 from gpupred.step import StepEstimator
 
 everything = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
@@ -98,6 +98,6 @@ pd.DataFrame(rows).set_index(["target", "scheme", "tested"]).round(3) if rows el
 
 # %%
 default = cards.get(config.PREDICTOR.name, {})
-reports.update_metrics({"predictor_sha256": default.get("sha256"), "predictor_models": models,
+reports.write_metrics(EXPORT_METRICS, {"predictor_sha256": default.get("sha256"), "predictor_models": models,
                         "predictor_usage_restriction": default.get("usage_restriction"),
                         "predictor_noncommercial_sha256": cards.get(config.PREDICTOR_NONCOMMERCIAL.name, {}).get("sha256")})

@@ -12,6 +12,8 @@ import pytest
 from conftest import run_notebook_in
 from fixtures_learning import write_fixture_dataset
 
+from gpupred.reports import read_metrics
+
 pytestmark = pytest.mark.notebook
 
 NOTEBOOKS = ["03-compare-regressors", "04-explain", "05-memory", "08-export-predictor"]
@@ -29,8 +31,9 @@ SMALL = {
 }
 TWO_SOURCES = {"gpus": ("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), "n_batch_sizes": 2,
                "sources": {"NVIDIA GeForce RTX 3090": "lucid"}}
-ITEM_6_FROM_03 = {"util_rmsle_grouped_random", "util_rmsle_lofo", "util_rmsle_by_source", "util_interval_coverage_grouped_random",
-                  "util_interval_coverage_lofo", "n_runs", "n_workloads", "sources"}
+ITEM_6_FROM_03 = {"regressors_gpu_util_rmsle_grouped_random", "regressors_gpu_util_rmsle_lofo",
+                  "regressors_gpu_util_rmsle_by_source", "regressors_gpu_util_coverage_grouped_random",
+                  "regressors_gpu_util_coverage_lofo", "dataset_runs_all", "dataset_workloads_all", "dataset_sources"}
 ITEM_6_FROM_05 = {"memory_median_rel_err", "memory_p90_rel_err", "memory_median_rel_err_horus"}
 
 
@@ -58,19 +61,23 @@ def _copy(tree: Path, to: Path) -> None:
 
 
 def test_03_on_fixture_dataset(after_03: Path) -> None:
-    metrics = json.loads((after_03 / "reports" / "metrics.json").read_text())
+    metrics = read_metrics("03-compare-regressors", after_03 / "reports" / "metrics")
     figures = {f.name for f in (after_03 / "reports" / "figures").glob("*.png")}
-    assert ITEM_6_FROM_03 <= set(metrics) and metrics["sources"] == ["gpupred", "lucid"]
-    assert set(metrics["util_rmsle_by_source"]) == {"gpupred", "lucid"}
-    assert set(metrics["util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
-    assert metrics["util_interval_coverage_grouped_random"] >= 0.8 and metrics["util_best_model"] in ("ridge", "knn")
+    assert ITEM_6_FROM_03 <= set(metrics) and metrics["dataset_sources"] == ["gpupred", "lucid"]
+    assert set(metrics["regressors_gpu_util_rmsle_by_source"]) == {"gpupred", "lucid"}
+    assert set(metrics["regressors_gpu_util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
+    assert metrics["regressors_gpu_util_coverage_grouped_random"] >= 0.8
+    assert metrics["regressors_gpu_util_model"] in ("ridge", "knn")
     assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png"} <= figures
     # every FIXTURE workload is on both GPUs: within-GPU references and twins splits, no unseen ones
-    assert set(metrics["util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
-    assert set(metrics["util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)", "RTX 3090->H100 SXM (twins)"}
+    assert set(metrics["regressors_gpu_util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
+    assert set(metrics["regressors_gpu_util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)",
+                                                                    "RTX 3090->H100 SXM (twins)"}
     assert metrics["twin_ratio_median"]["RTX 3090/H100 SXM"]["all"]["gpu_util_ratio_median"] > 0
-    # memory in the item-8 comparison: its four methods on the within-GPU and leave-one-family-out splits
-    assert {"memory_mib_physics_interval_coverage_within", "memory_mib_physics_interval_coverage_lofo"} <= set(metrics)
+    # memory in the comparison: its four methods on the within-GPU and leave-one-family-out splits, and the shipped
+    # footprint model's headline figures on this project's own rows
+    assert {"comparison_memory_mib_coverage_within", "comparison_memory_mib_coverage_lofo"} <= set(metrics)
+    assert {"memory_mre_within", "memory_mre_lofo", "memory_coverage_lofo", "memory_mre_lofo_baseline"} <= set(metrics)
     from gpupred.learn.choice import read_model_choice
     from gpupred.learn.oof import read_oof_predictions
 
@@ -78,7 +85,7 @@ def test_03_on_fixture_dataset(after_03: Path) -> None:
     oof = read_oof_predictions(dataset, after_03 / "data" / "processed" / "oof_predictions.parquet")
     assert len(oof) == len(dataset) and {"gpu_util_low", "memory_mib_high"} <= set(oof.columns)
     choice = read_model_choice(dataset, after_03 / "data" / "processed" / "model_choice.json")
-    assert choice == {"gpu_util": metrics["util_best_model"], "memory_mib": metrics["memory_mib_best_model"]}
+    assert choice == {"gpu_util": metrics["regressors_gpu_util_model"], "memory_mib": metrics["regressors_memory_mib_model"]}
 
 
 def test_04_explains_with_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
@@ -94,7 +101,7 @@ def test_04_explains_with_the_model_03_chose(after_03: Path, run_notebook, tmp_p
 def test_05_on_fixture_dataset(run_notebook, tmp_path: Path) -> None:
     write_fixture_dataset(tmp_path, **TWO_SOURCES)
     run_notebook("05-memory", SMALL["05-memory"])
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = read_metrics("05-memory", tmp_path / "reports" / "metrics")
     figures = {f.name for f in (tmp_path / "reports" / "figures").glob("*.png")}
     assert ITEM_6_FROM_05 <= set(metrics) and set(metrics["memory_median_rel_err_by_source"]) == {"gpupred", "lucid"}
     assert {"05-memory-rel-err.png", "05-memory-estimate-vs-measured.png"} <= figures
@@ -103,13 +110,14 @@ def test_05_on_fixture_dataset(run_notebook, tmp_path: Path) -> None:
 def test_08_exports_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
     """08 with no model named exports 03's choice and carries 03's outer-fold figures in the card (FIXTURE data)."""
     _copy(after_03, tmp_path)
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = read_metrics("03-compare-regressors", tmp_path / "reports" / "metrics")
     run_notebook("08-export-predictor", {**SMALL["08-export-predictor"], "model": ""})
     default = json.loads((tmp_path / "models" / "predictor.json").read_text())
     assert not default["usage_restriction"] and set(default["sources"]) == {"gpupred"}  # own measurements only
     card = json.loads((tmp_path / "models" / "predictor-noncommercial.json").read_text())  # trained on what 03 saw
     assert "non-commercial" in card["usage_restriction"].lower() and set(card["sources"]) == {"gpupred", "lucid"}
     choice = json.loads((tmp_path / "data" / "processed" / "model_choice.json").read_text())
-    assert card["baseline"]["targets"]["gpu_util"]["model"] == choice["models"]["gpu_util"] == metrics["util_best_model"]
-    assert card["baseline"]["targets"]["memory_mib"]["model"] == metrics["memory_mib_best_model"]
+    assert card["baseline"]["targets"]["gpu_util"]["model"] == choice["models"]["gpu_util"]
+    assert choice["models"]["gpu_util"] == metrics["regressors_gpu_util_model"]
+    assert card["baseline"]["targets"]["memory_mib"]["model"] == metrics["regressors_memory_mib_model"]
     assert card["heldout"] == {} and default["heldout"] == {}  # exported without the core here: no core figures

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+NB06, NB07 = "06-colocation.json", "07-scheduling-sim.json"  # reports/metrics/<notebook>.json
 from fixtures_coloc import write_fixture_trace_csv, write_notebook_tree
 
 from gpupred.errors import GpupredError
@@ -41,7 +43,7 @@ def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
 def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path)
     run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "reports" / "metrics" / NB06).read_text())
     for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
                 "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model",
                 "slowdown_spearman_heldout_timeshare_predicted", "slowdown_mae_heldout_timeshare_measured_by_model"):
@@ -64,14 +66,14 @@ def test_06_missing_input_without_pairs(tmp_path: Path, run_notebook) -> None:
     run_notebook("06-colocation", {"lucid": False}, allow_missing_input=True)
     html = (tmp_path / "reports" / "06-colocation.html").read_text()
     assert "MissingInput" in html and "no measured co-located pairs" in html
-    assert not (tmp_path / "reports" / "metrics.json").exists()
+    assert not (tmp_path / "reports" / "metrics" / NB06).exists()
 
 
 def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path)
     trace = write_fixture_trace_csv(tmp_path / "fixture-trace.csv")
     run_notebook("07-scheduling-sim", {**SMALL_07, "trace_csv": str(trace)})
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "reports" / "metrics" / NB07).read_text())
     for prefix in ("sim", "sim_trace"):
         for policy in POLICIES:
             for m in SIM_METRICS:
@@ -89,7 +91,7 @@ def test_07_openb_section_on_fixture_files(tmp_path: Path, run_notebook) -> None
     params = {**SMALL_07, "n_jobs": 40, "seeds": [0, 1, 2, 3, 4], "openb_fixture_dir": str(fixture), "trace_loads": [1.0],
               "eval_tasks": 60, "tune_frac": 0.3, "tune_oom_risk": [0.05, 1.0], "tune_min_gain": [0.0]}
     run_notebook("07-scheduling-sim", params)
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "reports" / "metrics" / NB07).read_text())
     assert metrics["openb_tasks"] == 160 and metrics["openb_eval_tasks"] == 60
     for quality in ("ours", "perfect", "degraded"):
         for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "avg_util", "makespan_s"):
@@ -114,7 +116,7 @@ def test_07_skips_the_public_trace_when_absent(tmp_path: Path, run_notebook) -> 
     assert len(drawn[0]) == 3 and drawn[0] == drawn[1]
     html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
     assert "public-trace section skipped" in html
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "reports" / "metrics" / NB07).read_text())
     assert "sim_ours_avg_util" in metrics and not any(k.startswith("sim_trace_") for k in metrics)
     assert (tmp_path / "reports" / "figures" / "07-sensitivity-to-load.png").exists()
 

@@ -53,21 +53,91 @@ def test_pipeline_failure_names_the_notebook(tmp_path: Path) -> None:
         run_pipeline(out_dir=tmp_path / "reports", folder=folder)
 
 
-def test_a_whole_run_rebuilds_the_metrics_and_a_failed_one_keeps_the_old_keys(tmp_path: Path) -> None:
+def test_a_notebooks_run_rebuilds_its_metrics_and_a_failed_one_keeps_the_old_file(tmp_path: Path) -> None:
     from gpupred.pipeline import fresh_metrics
-    from gpupred.reports import update_metrics
+    from gpupred.reports import MetricsSchema, read_metrics, write_metrics
 
-    path = tmp_path / "metrics.json"
-    update_metrics({"stale": 1, "kept": 1}, path)
-    with fresh_metrics(path):
-        update_metrics({"kept": 2}, path)
-    assert json.loads(path.read_text()) == {"kept": 2}  # a key no notebook writes any more is gone
-
-    with pytest.raises(RuntimeError), fresh_metrics(path):
-        update_metrics({"new": 3}, path)
+    schema = MetricsSchema("05-fixture", (("stale|kept|new", "FIXTURE keys"),))
+    write_metrics(schema, {"stale": 1, "kept": 1}, tmp_path)
+    with fresh_metrics("05-fixture", tmp_path):
+        write_metrics(schema, {"kept": 2}, tmp_path)
+    assert read_metrics("05-fixture", tmp_path) == {"kept": 2}  # a key the notebook writes no more is gone
+    with pytest.raises(RuntimeError), fresh_metrics("05-fixture", tmp_path):
+        write_metrics(schema, {"new": 3}, tmp_path)
         raise RuntimeError("notebook 05 failed")
-    assert json.loads(path.read_text()) == {"kept": 2, "new": 3}  # the failed run loses nothing of the last one
+    assert read_metrics("05-fixture", tmp_path) == {"kept": 2}  # the failed run loses nothing of the last good one
 
-    with fresh_metrics(path, enabled=False):  # a run of some notebooks (--only) merges
-        update_metrics({"other": 4}, path)
-    assert json.loads(path.read_text()) == {"kept": 2, "new": 3, "other": 4}
+
+def test_metrics_keys_are_a_contract(tmp_path: Path) -> None:
+    """A key the writer's schema does not declare, or a key with a ".", is refused in one line."""
+    from gpupred.reports import MetricsSchema, write_metrics
+
+    schema = MetricsSchema("07-fixture", ((r"sim_load\w+", "FIXTURE"),))
+    assert write_metrics(schema, {"sim_load1p5": 1.0}, tmp_path) == {"sim_load1p5": 1.0}
+    with pytest.raises(GpupredError, match="may not contain '.'"):
+        write_metrics(schema, {"sim_load1.5": 1.0}, tmp_path)
+    with pytest.raises(GpupredError, match="not in its schema"):
+        write_metrics(schema, {"other": 1.0}, tmp_path)
+
+
+def test_every_notebook_declares_what_it_reads_and_writes() -> None:
+    """Every numbered notebook has a stage; each input is a raw input or written by an earlier notebook."""
+    from gpupred import config
+    from gpupred.pipeline import STAGES, notebooks, producers
+
+    names = [p.stem for p in notebooks()]
+    assert sorted(STAGES) == names
+    made_by = producers()
+    for name, stage in STAGES.items():
+        for key in (*stage.inputs, *stage.outputs):
+            assert isinstance(getattr(config, key), Path), key
+        for key in stage.inputs:
+            assert key not in made_by or made_by[key] < name, (name, key)
+
+
+def _fixture_stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: bool = True) -> Path:
+    """FIXTURE notebooks: 01-make writes a file (skipped without input unless ``made``), 02-use reads it."""
+    from gpupred import config, pipeline
+
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    target = tmp_path / "made.txt"
+    monkeypatch.setattr(config, "FIXTURE_MADE", target, raising=False)
+    monkeypatch.setattr(pipeline, "STAGES", {"01-make": pipeline.Stage((), ("FIXTURE_MADE",)),
+                                             "02-use": pipeline.Stage(("FIXTURE_MADE",))})
+    make = f"open({str(target)!r}, 'w').write('x')" if made else \
+        "from gpupred.errors import MissingInput\nraise MissingInput('no FIXTURE input')"
+    _notebook(folder / "01-make.ipynb", make)
+    _notebook(folder / "02-use.ipynb", f"print(open({str(target)!r}).read())")
+    return folder
+
+
+@pytest.mark.notebook
+def test_only_runs_what_a_notebook_needs_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _fixture_stages(tmp_path, monkeypatch)
+    out = tmp_path / "reports"
+    assert [r.notebook for r in run_pipeline(only=["02"], out_dir=out, folder=folder)] == ["01-make.ipynb", "02-use.ipynb"]
+    assert [r.notebook for r in run_pipeline(only=["02"], out_dir=out, folder=folder)] == ["02-use.ipynb"]  # made
+
+
+@pytest.mark.notebook
+def test_only_refuses_in_one_line_when_an_input_cannot_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _fixture_stages(tmp_path, monkeypatch, made=False)
+    with pytest.raises(GpupredError, match=r"02-use needs .*made.txt, which 01-make writes and has not"):
+        run_pipeline(only=["02"], out_dir=tmp_path / "reports", folder=folder)
+
+
+def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
+    """At most 30 figures named <target>_<metric>_<split>, each from its notebook's file (None where not written)."""
+    import re
+
+    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.pipeline import HEADLINES, write_summary
+    from gpupred.reports import write_metrics
+
+    write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.2, "memory_mre_within": 0.05}, tmp_path)
+    summary = write_summary(tmp_path, tmp_path / "summary.json")
+    assert len(HEADLINES) <= 30 and summary["gpu_util_rmsle_lofo"] == 0.2 and summary["iter_time_mre_lofo"] is None
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    for key in summary:
+        assert "." not in key and re.fullmatch(r"[a-z]+(_[a-z]+)?_[a-z]+_[a-z]+(_baseline)?", key), key

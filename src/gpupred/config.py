@@ -38,7 +38,8 @@ PREDICTOR_NONCOMMERCIAL: Path = MODELS / "predictor-noncommercial.joblib"
 
 REPORTS: Path = ROOT / "reports"
 FIGURES: Path = REPORTS / "figures"
-METRICS: Path = REPORTS / "metrics.json"
+METRICS_DIR: Path = REPORTS / "metrics"  # one <notebook>.json of figures of merit per notebook (gpupred.reports)
+SUMMARY: Path = REPORTS / "summary.json"  # the headline figures, what a reader opens first (gpupred.pipeline)
 
 NOTEBOOKS: Path = ROOT / "notebooks"
 

@@ -32,6 +32,7 @@ import pandas as pd
 
 from gpupred.dataset import SOURCE_OWN, own_rows
 from gpupred.errors import GpupredError
+from gpupred.reports import MetricsSchema
 
 MIB = float(2**20)
 METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
@@ -402,7 +403,7 @@ def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, group
     """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
     from gpupred.learn.evaluate import constant_baseline
     from gpupred.learn.intervals import ConformalRegressor
-    from gpupred.step.correction import correction_model
+    from gpupred.learn.regressors import correction_model
 
     from threadpoolctl import threadpool_limits
 
@@ -490,3 +491,8 @@ def memory_metrics(errors: pd.DataFrame, model: FootprintModel | None = None,
         out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
         out["memory_correction_setting"] = model.setting_.describe()
     return out
+
+
+MEMORY_METRICS = MetricsSchema("05-memory", (
+    (r"memory_\w+", "memory estimates' errors per method and scheme, pooled, own runs and per source (memory_metrics)"),
+))

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import write_if_changed
-from gpupred.reports import update_metrics
+from gpupred.reports import metrics_path, read_metrics
 
 
 @dataclass
@@ -174,48 +174,138 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)
 
 
+@dataclass(frozen=True)
+class Stage:
+    """What one notebook reads and writes between stages: names of :mod:`gpupred.config` paths."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...] = ()
+
+
+# Each numbered notebook's inputs and outputs (tests/test_pipeline.py checks every notebook has one). A notebook's
+# figures of merit (reports/metrics/<notebook>.json) and figures are reports, never another stage's input.
+STAGES: dict[str, Stage] = {
+    "01-collect-profiles": Stage(("RAW",)),
+    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET")),
+    "03-compare-regressors": Stage(("DATASET", "GRAPHS"), ("OOF_PREDICTIONS", "MODEL_CHOICE")),
+    "04-explain": Stage(("DATASET", "MODEL_CHOICE")),
+    "05-memory": Stage(("DATASET",)),
+    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS")),
+    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS")),
+    "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "GRAPHS"), ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL")),
+}
+
+
+def stage_of(notebook: str) -> Stage:
+    """The declared inputs and outputs of a notebook (``NN-name`` or ``NN-name.ipynb``)."""
+    name = notebook.removesuffix(".ipynb")
+    if name not in STAGES:
+        raise GpupredError(f"{name}: no inputs and outputs declared; add it to gpupred.pipeline.STAGES")
+    return STAGES[name]
+
+
+def producers() -> dict[str, str]:
+    """Which notebook writes each declared output (a config name)."""
+    return {out: nb for nb, stage in STAGES.items() for out in stage.outputs}
+
+
+def needed(names: list[str]) -> list[str]:
+    """``names`` and, before each, the notebooks that write an input of it that is not on disk yet, in order."""
+    made_by = producers()
+    wanted: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in wanted:
+            return
+        wanted.add(name)
+        for key in STAGES.get(name, Stage(())).inputs:
+            if key in made_by and not getattr(config, key).exists():
+                visit(made_by[key])
+
+    for name in names:
+        visit(name)
+    return sorted(wanted)
+
+
+def check_inputs(notebook: str) -> None:
+    """Refuse, in one line, a notebook whose declared input is still missing after what writes it has run."""
+    made_by = producers()
+    for key in stage_of(notebook).inputs:
+        path = getattr(config, key)
+        if key in made_by and not path.exists():
+            raise GpupredError(f"{notebook} needs {relative_paths(str(path))}, which {made_by[key]} writes and has not "
+                               f"(it was skipped or failed): see reports/pipeline.json")
+
+
 @contextmanager
-def fresh_metrics(path: Path, enabled: bool = True) -> Iterator[None]:
-    """Start ``path`` (the metrics file) empty for the block; if the block fails, merge the old keys back under the
-    new ones (nothing of the last good run is lost to a failed one)."""
-    old = path.read_bytes() if enabled and path.exists() else None
-    if old is not None:
-        path.unlink()
+def fresh_metrics(notebook: str, folder: Path | None = None) -> Iterator[None]:
+    """A notebook's metrics file starts empty for its run (no figure of an earlier run lingers); if the run fails,
+    the old file comes back (nothing of the last good run is lost to a failed one)."""
+    path = metrics_path(notebook, folder)
+    old = path.read_bytes() if path.exists() else None
+    path.unlink(missing_ok=True)
     try:
         yield
     except BaseException:
         if old is not None:
-            new = json.loads(path.read_text()) if path.exists() else {}
-            update_metrics({**json.loads(old), **new}, path)  # the failed run's keys win over the old ones
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(old)
         raise
+
+
+# The headline figures: (summary key, notebook, its metrics key). Keys read <target>_<metric>_<split>: the shipped
+# estimators' held-out figures on this project's own runs (default predictor), and each later stage's verdict.
+HEADLINES: tuple[tuple[str, str, str], ...] = tuple(
+    (key, "03-compare-regressors", key) for key in (
+        "gpu_util_rmsle_within", "gpu_util_rmsle_lofo", "gpu_util_rmsle_crossgpu", "gpu_util_coverage_lofo",
+        "gpu_util_rmsle_lofo_baseline", "sm_active_rmsle_within", "sm_active_rmsle_lofo",
+        "iter_time_mre_within", "iter_time_mre_lofo", "iter_time_mre_crossgpu", "iter_time_coverage_lofo",
+        "memory_mre_within", "memory_mre_lofo", "memory_mre_crossgpu", "memory_coverage_lofo",
+        "dataset_runs_all", "dataset_workloads_all"))
+
+
+def write_summary(folder: Path | None = None, path: Path | None = None) -> dict[str, Any]:
+    """``reports/summary.json``: every headline figure (``HEADLINES``) from its notebook's metrics, ``None`` where
+    that notebook has not written it (skipped for want of input)."""
+    summary = {key: read_metrics(notebook, folder).get(metric) for key, notebook, metric in HEADLINES}
+    write_if_changed(Path(path or config.SUMMARY), (json.dumps(summary, indent=2) + "\n").encode())
+    return summary
 
 
 def run_pipeline(
     only: list[str] | None = None, out_dir: Path | None = None, folder: Path | None = None
 ) -> list[NotebookResult]:
-    """Run the numbered notebooks (or those whose names start with one of ``only``) in order.
+    """Run the numbered notebooks in order; with ``only`` (name prefixes), those and what they need first
+    (:func:`needed`: the notebooks writing an input of theirs that is not on disk), refusing in one line one whose
+    input is still missing.
 
-    ``reports/pipeline.json`` gets one entry per notebook run; with ``only``, the other notebooks' entries
-    from the last run are kept. A whole run rebuilds ``metrics.json`` in ``out_dir`` from nothing, so a key no
-    notebook writes any more does not linger; if a notebook fails, the old keys it did not rewrite come back.
+    ``reports/pipeline.json`` gets one entry per notebook run; with ``only``, the other notebooks' entries from the
+    last run are kept. Each notebook's metrics file is rebuilt from nothing by its run (kept as it was if the run
+    fails); ``reports/summary.json`` is rewritten after a whole run.
     """
     out_dir = out_dir or config.REPORTS
-    results = []
     found = notebooks(folder)
     order = [nb.name for nb in found]
-    with fresh_metrics(out_dir / "metrics.json", enabled=not only):
-        for nb in found:
-            if only and not any(nb.name.startswith(o) for o in only):
-                continue
+    chosen = [nb for nb in found if not only or any(nb.name.startswith(o) for o in only)]
+    if only:
+        wanted = set(needed([nb.stem for nb in chosen]))
+        chosen = [nb for nb in found if nb.stem in wanted]
+    results = []
+    for nb in chosen:
+        if only and nb.stem in STAGES:
+            check_inputs(nb.stem)
+        with fresh_metrics(nb.stem, out_dir / "metrics"):
             result = run_notebook(nb, out_dir=out_dir)
-            print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
-            results.append(result)
+        print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
+        results.append(result)
     summary = out_dir / "pipeline.json"
     entries = {r.notebook: r.summary() for r in results}
     if only and summary.exists():
         kept = {e["notebook"]: e for e in json.loads(summary.read_text()) if e.get("notebook") in order}
         entries = {name: entries.get(name) or kept[name] for name in order if name in entries or name in kept}
     write_if_changed(summary, (json.dumps(list(entries.values()), indent=2) + "\n").encode())
+    if not only:
+        write_summary(out_dir / "metrics", out_dir / "summary.json")
     return results
 
 

@@ -1,9 +1,18 @@
-"""Where notebooks put what they show: figures under reports/figures/, figures of merit in metrics.json."""
+"""Where notebooks put what they show: figures under reports/figures/, figures of merit under reports/metrics/.
+
+Each notebook writes its figures of merit to ``reports/metrics/<notebook>.json`` through :func:`write_metrics`,
+against a :class:`MetricsSchema` owned by the module that computes them: a key the schema does not declare, or a
+key with a ".", is refused, so the file is a contract a reader can rely on. No notebook reads another's metrics
+(inputs between stages are typed files under ``data/processed``); ``reports/summary.json`` gathers the headline
+figures of every notebook for a reader (:func:`gpupred.pipeline.write_summary`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +44,48 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def update_metrics(values: dict[str, Any], path: Path | None = None) -> dict[str, Any]:
-    """Merge ``values`` into reports/metrics.json (keys from other notebooks are kept); return the whole."""
-    path = path or config.METRICS
+@dataclass(frozen=True)
+class MetricsSchema:
+    """The keys one notebook writes to ``reports/metrics/<notebook>.json``: (regular expression, what it is) pairs."""
+
+    notebook: str  # e.g. "03-compare-regressors"
+    keys: tuple[tuple[str, str], ...]
+
+    def check(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` made JSON-safe, after refusing a key with a "." or one no pattern of the schema declares."""
+        from gpupred.errors import GpupredError
+
+        dotted = sorted(k for k in values if "." in str(k))
+        if dotted:
+            raise GpupredError(f"{self.notebook} metrics: keys may not contain '.': {dotted[:3]}")
+        unknown = sorted(k for k in values if not any(re.fullmatch(p, str(k)) for p, _ in self.keys))
+        if unknown:
+            raise GpupredError(f"{self.notebook} metrics: keys {unknown[:5]} are not in its schema; declare them where "
+                               "the schema is defined")
+        return json_safe(values)
+
+    def describe(self) -> dict[str, str]:
+        """Pattern -> meaning, for a reader of the metrics file."""
+        return dict(self.keys)
+
+
+def metrics_path(notebook: str, folder: Path | None = None) -> Path:
+    """Where a notebook's figures of merit live: ``reports/metrics/<notebook>.json``."""
+    return Path(folder or config.METRICS_DIR) / f"{notebook}.json"
+
+
+def read_metrics(notebook: str, folder: Path | None = None) -> dict[str, Any]:
+    """A notebook's figures of merit ({} when it has written none): for reports and tests, never a stage's input."""
+    path = metrics_path(notebook, folder)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_metrics(schema: MetricsSchema, values: dict[str, Any], folder: Path | None = None) -> dict[str, Any]:
+    """Merge ``values`` (checked against ``schema``) into the notebook's metrics file; return the whole file."""
+    path = metrics_path(schema.notebook, folder)
     old = path.read_text() if path.exists() else ""
     current = json.loads(old) if old else {}
-    current.update(json_safe(values))
+    current.update(schema.check(values))
     text = json.dumps(current, indent=2, sort_keys=True) + "\n"
     if text != old:
         atomic_write_bytes(path, text.encode())

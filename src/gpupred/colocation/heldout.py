@@ -40,6 +40,7 @@ from gpupred.colocation.model import SlowdownModel
 from gpupred.colocation.table import log_slowdown
 from gpupred.colocation.timeshare import busy_fraction, group_timeshare
 from gpupred.errors import GpupredError
+from gpupred.reports import MetricsSchema
 
 PREDICTED_BASE: tuple[str, ...] = ("busy", "gpu_util", "sm_active", "mem_mib", "flops_train", "arithmetic_intensity")
 MEASURED_BASE: tuple[str, ...] = ("busy", "gpu_util", "sm_active", "gmem_util", "mem_mib")
@@ -287,3 +288,9 @@ def heldout_by_source(held: pd.DataFrame) -> pd.DataFrame:
             row[f"spearman_{name}"] = _rho(y, d[column].to_numpy(float)) if column in d.columns else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+COLOCATION_METRICS = MetricsSchema("06-colocation", (
+    (r"slowdown_\w+", "held-out slowdown predictions' rank agreement and errors, ceilings and noise floors"),
+    (r"memfit_\w+", "the pair memory fit: coverage of the predicted quantile and the OOM pairs it would place"),
+))

@@ -17,6 +17,7 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.graph.coverage import COVERAGE_KEYS
 from gpupred.graph.features import FEATURE_KEYS
+from gpupred.reports import MetricsSchema
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -128,3 +129,8 @@ def read_feature_table(path: Path | None = None) -> "pd.DataFrame":
     df = pd.read_parquet(path)
     check_columns(df, str(path))
     return df
+
+
+FEATURES_METRICS = MetricsSchema("02-build-features", (
+    (r"graph_features_(rows|unknown_ops)", "rows of the feature table, and ops without a cost rule in it"),
+))

@@ -66,8 +66,7 @@ class RegressorBaseline(BaseEstimator):
         self.seed = seed
 
     def _regressor(self) -> Any:
-        from gpupred.learn.regressors import make_regressor
-        from gpupred.step.correction import correction_model
+        from gpupred.learn.regressors import correction_model, make_regressor
 
         return correction_model(self.seed) if self.model == "lightgbm" else make_regressor(self.model, tune=False,
                                                                                            seed=self.seed)

@@ -168,3 +168,29 @@ def twin_gpu_pairs(df: pd.DataFrame) -> list[tuple[str, str, int]]:
     per = df.groupby("gpu")["workload_id"].apply(set)
     kinds = sorted(per.index)
     return [(a, b, len(per[a] & per[b])) for i, a in enumerate(kinds) for b in kinds[i + 1:] if per[a] & per[b]]
+
+
+def _extremes(table: pd.DataFrame, column: str) -> str:
+    """'from <lo> (<family>) to <hi> (<family>)' of a per-family ratio column (the pooled 'all' row left out)."""
+    fam = table[table["family"] != "all"].dropna(subset=[column])
+    if fam.empty:
+        return "no family figure"
+    lo, hi = fam.loc[fam[column].idxmin()], fam.loc[fam[column].idxmax()]
+    return f"per family from {lo[column]:.2f} ({lo['family']}) to {hi[column]:.2f} ({hi['family']})"
+
+
+def twins_prose(ratios: dict[str, pd.DataFrame]) -> str:
+    """One paragraph per GPU pair of :func:`twin_ratios` tables (keyed 'b/a'), its figures read from the tables."""
+    lines = []
+    for kinds, table in ratios.items():
+        pooled = table[table["family"] == "all"]
+        if pooled.empty:
+            continue
+        row = pooled.iloc[0]
+        parts = [f"**{kinds}**, {int(row['twins'])} twins:"]
+        for label, name in (("iter_time_mean_s", "iteration time"), ("gpu_util", "utilization"), ("memory_mib", "memory")):
+            column = f"{label}_ratio_median"
+            if column in table.columns and pd.notna(row[column]):
+                parts.append(f"{name} median ratio {row[column]:.2f} ({_extremes(table, column)});")
+        lines.append(" ".join(parts).rstrip(";") + ".")
+    return "\n\n".join(lines) or "No workload has been measured on two GPU kinds yet."

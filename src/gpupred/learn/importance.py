@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.learn.regressors import TREE_MODELS, make_regressor
+from gpupred.reports import MetricsSchema
 
 
 def _xy(df: pd.DataFrame, target: str) -> tuple[pd.DataFrame, np.ndarray]:
@@ -103,3 +104,9 @@ def plot_importance(table: pd.DataFrame, column: str = "mean", top: int = 15, ti
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+EXPLAIN_METRICS = MetricsSchema("04-explain", (
+    (r"\w+_top_features_permutation", "the five features whose permutation costs the most held-out accuracy"),
+    (r"step_weighting_effect", "{target: {scheme: {tested: {weighting: error}}}} of the step estimator's correction"),
+))

@@ -22,7 +22,6 @@ import os
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, KFold
 

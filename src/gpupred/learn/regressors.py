@@ -111,3 +111,13 @@ def make_regressor(name: str, tune: bool = True, seed: int = 0, cv: int = 3) -> 
         model = GridSearchCV(model, grid, cv=KFold(cv, shuffle=True, random_state=seed),
                              scoring="neg_root_mean_squared_error", n_jobs=1)
     return model
+
+
+def correction_model(seed: int = 0) -> Any:
+    """The correction regressor: a small LightGBM on signed-log features (150 trees of at most 15 leaves)."""
+    from lightgbm import LGBMRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    return make_pipeline(FunctionTransformer(signed_log1p), LGBMRegressor(
+        n_estimators=150, learning_rate=0.05, num_leaves=15, min_child_samples=10, n_jobs=1, random_state=seed, verbose=-1))

@@ -1,18 +1,20 @@
-"""The figures of merit notebook 03 writes to ``reports/metrics.json``, named once here.
+"""The figures of merit notebook 03 writes to ``reports/metrics/03-compare-regressors.json``, named once here
+(:data:`LEARNING_METRICS` is the file's schema).
 
-Keys (``key`` is ``util`` for ``gpu_util``, else the target's name): ``{key}_rmsle_{scheme}`` and
-``{key}_interval_coverage_{scheme}`` (nested outer folds, pooled), ``{key}_best_model`` (the export choice),
-for utilization also ``util_rmsle_by_source`` and ``util_interval_coverage_by_source``; with a cross-GPU
-evaluation ``{key}_rmsle_within_gpu`` and ``{key}_rmsle_cross_gpu``; ``twin_ratio_median`` per GPU pair; and
-the dataset's counts (:func:`gpupred.dataset.summarize`).
-
-The comparison of issue 35 item 8 (constant, current regressor, physics, physics x correction on the same
-splits, for utilization, SM activity, iteration time and memory; :func:`comparison_metrics`):
-``physics_comparison_<gpu>`` for each GPU kind this project measured (``h200``, ``h100_sxm``: :func:`gpu_key`;
-``{target: {scheme: {tested: {method: figure}}}}`` on that kind's runs: RMSLE, or the median relative error for
-``RELATIVE_TARGETS``), ``physics_comparison_<gpu>_coverage`` (the same shape: 90 % interval coverage),
-``{target}_physics_interval_coverage_{scheme}`` (physics x correction, every row),
-``step_model_constants`` and ``physics_weighting``.
+- headline figures (:func:`headline_metrics`), ``<target>_<metric>_<split>``: the shipped estimators on this project's
+  own runs (the default predictor), ``<target>`` one of ``gpu_util``, ``sm_active``, ``iter_time``, ``memory``,
+  ``<metric>`` ``rmsle`` or ``mre`` (median relative error) or ``coverage``, ``<split>`` ``within``, ``lofo`` or
+  ``crossgpu``; with ``_baseline``: the regressor baseline on the same splits;
+- the nested regressors (HotCloud/Horus, every source): ``regressors_<target>_rmsle_<scheme>``,
+  ``regressors_<target>_coverage_<scheme>``, ``regressors_<target>_model`` (the baseline shipped for feature rows),
+  ``regressors_gpu_util_rmsle_by_source`` and ``regressors_gpu_util_coverage_by_source`` (``{source: {scheme:
+  figure}}``), ``regressors_<target>_rmsle_within_gpu`` and ``regressors_<target>_rmsle_cross_gpu``;
+- the comparison of every method on the same splits (every source): ``comparison_<gpu>`` for each GPU kind this
+  project measured (:func:`gpu_key`; ``{target: {scheme: {tested: {method: figure}}}}`` on that kind's runs: RMSLE,
+  or the median relative error for ``RELATIVE_TARGETS``), ``comparison_<gpu>_coverage`` (90 % interval coverage),
+  ``comparison_<target>_coverage_<scheme>`` (physics x correction, every row), ``step_constants`` and
+  ``step_weighting``;
+- ``twin_ratio_median`` per GPU pair, and the dataset's counts ``dataset_*`` (:func:`gpupred.dataset.summarize`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pandas as pd
 
 from gpupred.learn.evaluate import rmsle
 from gpupred.learn.nested import NestedResult
+from gpupred.reports import MetricsSchema
 
 METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")  # the comparison's, in order
 SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leave one family out",
@@ -31,8 +34,8 @@ SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leav
 
 
 def metric_key(target: str) -> str:
-    """The prefix of a target's keys: ``util`` for ``gpu_util`` (the headline label), else the target."""
-    return "util" if target == "gpu_util" else target
+    """The prefix of a nested regressor's keys: ``regressors_<target>``."""
+    return f"regressors_{target}"
 
 
 def outer_metrics(results: dict[str, dict[str, NestedResult]], chosen: dict[str, str]) -> dict[str, Any]:
@@ -44,20 +47,20 @@ def outer_metrics(results: dict[str, dict[str, NestedResult]], chosen: dict[str,
         for scheme, per_target in results.items():
             if target in per_target:
                 out[f"{key}_rmsle_{scheme}"] = per_target[target].rmsle()
-                out[f"{key}_interval_coverage_{scheme}"] = per_target[target].coverage()
+                out[f"{key}_coverage_{scheme}"] = per_target[target].coverage()
         if target in chosen:
-            out[f"{key}_best_model"] = chosen[target]
+            out[f"{key}_model"] = chosen[target]
     return out
 
 
 def by_source(results: dict[str, dict[str, NestedResult]], target: str, sources: list[str]) -> dict[str, Any]:
-    """``{key}_rmsle_by_source`` and ``{key}_interval_coverage_by_source``: ``{source: {scheme: figure}}``."""
+    """``{key}_rmsle_by_source`` and ``{key}_coverage_by_source``: ``{source: {scheme: figure}}``."""
     per_scheme = {s: r[target] for s, r in results.items() if target in r}
     key = metric_key(target)
     rmsle = {s: r.rmsle("source") for s, r in per_scheme.items()}
     coverage = {s: r.coverage("source") for s, r in per_scheme.items()}
     return {f"{key}_rmsle_by_source": {src: {s: v.get(src) for s, v in rmsle.items()} for src in sources},
-            f"{key}_interval_coverage_by_source": {src: {s: v.get(src) for s, v in coverage.items()} for src in sources}}
+            f"{key}_coverage_by_source": {src: {s: v.get(src) for s, v in coverage.items()} for src in sources}}
 
 
 def transfer_metrics(transfer: dict[str, pd.DataFrame]) -> dict[str, Any]:
@@ -73,8 +76,10 @@ def transfer_metrics(transfer: dict[str, pd.DataFrame]) -> dict[str, Any]:
 
 def learning_metrics(info: dict[str, Any], results: dict[str, dict[str, NestedResult]], chosen: dict[str, str],
                      transfer: dict[str, pd.DataFrame], ratios: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Every key notebook 03 writes to reports/metrics.json (``info`` from :func:`gpupred.dataset.summarize`)."""
-    metrics: dict[str, Any] = {k: info[k] for k in ("n_runs", "n_workloads", "sources", "gpus", "n_families")}
+    """The nested regressors' keys, the twins and the dataset's counts (``info`` from :func:`gpupred.dataset.summarize`)."""
+    metrics: dict[str, Any] = {"dataset_runs_all": info["n_runs"], "dataset_workloads_all": info["n_workloads"],
+                               "dataset_sources": info["sources"], "dataset_gpus": info["gpus"],
+                               "dataset_families": info["n_families"]}
     metrics.update(outer_metrics(results, chosen))
     if any("gpu_util" in r for r in results.values()):
         metrics.update(by_source(results, "gpu_util", list(info["sources"])))
@@ -169,17 +174,16 @@ def gpu_key(gpu: str) -> str:
 
 def comparison_metrics(table: pd.DataFrame, gpus: list[str], results: dict[str, dict[str, dict[str, Any]]],
                        constants: pd.DataFrame, weighting: str) -> dict[str, Any]:
-    """The item-8 keys (see the module docstring): per GPU kind of ``gpus``, the comparison table's rows scored on
+    """The comparison's keys (see the module docstring): per GPU kind of ``gpus``, the comparison table's rows scored on
     its runs; every target's ``{scheme: {method: NestedResult}}``; the step model's constants fitted on every row."""
-    out: dict[str, Any] = {"step_model_constants": constants.reset_index().to_dict("records"),
-                           "physics_weighting": weighting}
+    out: dict[str, Any] = {"step_constants": constants.reset_index().to_dict("records"), "step_weighting": weighting}
     for gpu in gpus:
         own = table[tested_on(table, gpu)]
-        out[f"physics_comparison_{gpu_key(gpu)}"] = nested_figures(own.assign(figure=headline_metric(own)), "figure")
-        out[f"physics_comparison_{gpu_key(gpu)}_coverage"] = nested_figures(own[own["coverage"].notna()], "coverage")
+        out[f"comparison_{gpu_key(gpu)}"] = nested_figures(own.assign(figure=headline_metric(own)), "figure")
+        out[f"comparison_{gpu_key(gpu)}_coverage"] = nested_figures(own[own["coverage"].notna()], "coverage")
     for target, per_scheme in results.items():
         for scheme, per_method in per_scheme.items():
-            out[f"{target}_physics_interval_coverage_{scheme}"] = score(per_method["physics+correction"])["coverage"]
+            out[f"comparison_{target}_coverage_{scheme}"] = score(per_method["physics+correction"])["coverage"]
     return out
 
 
@@ -204,3 +208,63 @@ def plot_methods(table: pd.DataFrame, gpu: str = "H200") -> Any:
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+HEADLINE_TARGETS: dict[str, str] = {"gpu_util": "gpu_util", "sm_active": "sm_active", "iter_time_mean_s": "iter_time",
+                                    "memory_mib": "memory"}
+HEADLINE_SPLITS: dict[str, str] = {"within": "within", "lofo": "lofo", "cross_gpu": "crossgpu"}
+
+
+def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], method: str = "physics+correction",
+                     suffix: str = "") -> dict[str, Any]:
+    """``<target>_<metric>_<split>{suffix}`` of one method, pooled over every row each split tested: ``rmsle`` for
+    utilization and SM activity, ``mre`` (median relative error) for iteration time and memory, and the 90 %
+    intervals' ``coverage`` under leave one family out. ``results``: target -> scheme -> method -> NestedResult."""
+    out: dict[str, Any] = {}
+    for target, per_scheme in results.items():
+        name = HEADLINE_TARGETS.get(target)
+        if name is None:
+            continue
+        metric = "mre" if target in RELATIVE_TARGETS else "rmsle"
+        for scheme, split in HEADLINE_SPLITS.items():
+            res = per_scheme.get(scheme, {}).get(method)
+            if res is None or not len(res.predictions):
+                continue
+            figures = score(res)
+            out[f"{name}_{metric}_{split}{suffix}"] = figures["median_rel_err" if metric == "mre" else "rmsle"]
+            if scheme == "lofo" and not suffix:
+                out[f"{name}_coverage_{split}"] = figures["coverage"]
+    return out
+
+
+LEARNING_METRICS = MetricsSchema("03-compare-regressors", (
+    (r"(gpu_util|sm_active|iter_time|memory)_(rmsle|mre)_(within|lofo|crossgpu)(_baseline)?",
+     "the shipped estimators' held-out error on this project's runs (with _baseline: the regressor baseline's)"),
+    (r"(gpu_util|sm_active|iter_time|memory)_coverage_lofo", "their 90 % intervals' coverage, leave one family out"),
+    (r"regressors_\w+_(rmsle|coverage)_(grouped_random|lofo)", "the nested regressors' outer-fold figures"),
+    (r"regressors_\w+_model", "the baseline regressor chosen for bare feature rows"),
+    (r"regressors_gpu_util_(rmsle|coverage)_by_source", "{source: {scheme: figure}}"),
+    (r"regressors_\w+_rmsle_(within|cross)_gpu", "the nested regressors within and across GPU kinds"),
+    (r"comparison_\w+", "every method on the comparison's splits (see gpupred.learn.summary)"),
+    (r"step_constants|step_weighting", "the step model's constants fitted on every row; the correction's weighting"),
+    (r"twin_ratio_median", "per GPU pair, per family: the measured ratio of twin runs"),
+    (r"dataset_(runs|workloads)_all|dataset_(sources|gpus|families)", "the dataset's counts"),
+))
+
+
+def cross_gpu_prose(table: pd.DataFrame, gpus: list[str], method: str = "physics+correction") -> str:
+    """One sentence per cross-GPU split of a :func:`comparison_table` tested on one of ``gpus``: ``method``'s error
+    there against within the tested kind's own runs, per target, read from the table."""
+    lines = []
+    rows = table[table["method"] == method].assign(figure=lambda t: headline_metric(t))
+    for gpu in gpus:
+        within = rows[(rows["scheme"] == SCHEME_LABELS["within"]) & (rows["tested"] == gpu)].set_index("target")["figure"]
+        cross = rows[rows["scheme"].str.startswith("cross GPU") & rows["tested"].str.endswith(f"->{gpu}")]
+        for (scheme, side), part in cross.groupby(["scheme", "tested"], sort=True):
+            figures = []
+            for r in part.itertuples(index=False):
+                unit = "median relative error" if r.target in RELATIVE_TARGETS else "RMSLE"
+                ref = f" (within {gpu}: {within[r.target]:.3f})" if r.target in within.index else ""
+                figures.append(f"{r.target} {unit} {r.figure:.3f}{ref}")
+            lines.append(f"**{side}**, {scheme}: " + "; ".join(figures) + ".")
+    return "\n\n".join(lines) or "No cross-GPU split on this project's GPU kinds yet (one kind measured)."

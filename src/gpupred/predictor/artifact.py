@@ -21,6 +21,7 @@ from gpupred import config
 from gpupred.dataset import PERCENT_LABELS, fingerprint
 from gpupred.errors import GpupredError
 from gpupred.files import read_json_object, sha256
+from gpupred.reports import MetricsSchema
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
@@ -542,3 +543,9 @@ def load_predictor(path: str | Path | None = None) -> Predictor:
         raise GpupredError(f"{shown}: not a gpupred Predictor")
     predictor.card = card
     return predictor
+
+
+EXPORT_METRICS = MetricsSchema("08-export-predictor", (
+    (r"predictor_(sha256|noncommercial_sha256|models|usage_restriction)",
+     "the exported artifacts' sha256, baseline regressors and usage restriction"),
+))

@@ -20,6 +20,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
+from gpupred.reports import MetricsSchema
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import latest_manifest_path, manifest_paths, read_manifest, window_samples
@@ -243,3 +244,8 @@ def write_datacard(sweep_dir: Path) -> Path:
     text = datacard_text(sweep_dir, notes) if notes else datacard_text(sweep_dir)
     atomic_write_bytes(path, text.encode())
     return path
+
+
+PROFILES_METRICS = MetricsSchema("01-collect-profiles", (
+    (r"profiles_(runs|ok|simulated)", "runs in data/raw, those ok, and simulated (dry-run) ones"),
+))

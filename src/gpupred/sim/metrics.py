@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpupred.reports import MetricsSchema
 from gpupred.sim.cluster import SimResult
 
 METRIC_KEYS: tuple[str, ...] = (
@@ -109,3 +110,14 @@ def why_line(sharing: pd.DataFrame, candidates: dict[str, float], max_slowdown: 
             f"{max_slowdown} its upper-bound slowdowns allow {candidates['upper_bound']:.0%} of workload pairs, its point "
             f"predictions {candidates['point']:.0%}, the truth {candidates['truth']:.0%} (median true pair slowdown "
             f"{candidates['truth_median']:.2f}, median upper bound {candidates['upper_bound_median']:.2f})")
+
+
+def load_key(load: float) -> str:
+    """A load as a metrics-key part: no "." in a key (1.5 -> '1p5', 1.0 -> '1')."""
+    return f"{load:g}".replace(".", "p")
+
+
+SIM_METRICS = MetricsSchema("07-scheduling-sim", (
+    (r"sim_\w+", "each policy's scheduling figures, their paired differences and the trace's (see this module)"),
+    (r"openb_\w+", "the openb trace's import and slice counts"),
+))

@@ -27,6 +27,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.regressors import correction_model
 from gpupred.perf.timeline import STEP_COLUMNS
 
 CORRECTION_FEATURES: tuple[str, ...] = (  # what the correction reads besides the fitted physics
@@ -60,18 +61,6 @@ class ShrunkCorrection(RegressorMixin, BaseEstimator):
         if self.model_ is None:
             return np.full(len(X), self.center_)
         return self.center_ + self.weight * (np.asarray(self.model_.predict(X), dtype=float) - self.center_)
-
-
-def correction_model(seed: int = 0) -> Any:
-    """The correction regressor: a small LightGBM on signed-log features (150 trees of at most 15 leaves)."""
-    from lightgbm import LGBMRegressor
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import FunctionTransformer
-
-    from gpupred.learn.regressors import signed_log1p
-
-    return make_pipeline(FunctionTransformer(signed_log1p), LGBMRegressor(
-        n_estimators=150, learning_rate=0.05, num_leaves=15, min_child_samples=10, n_jobs=1, random_state=seed, verbose=-1))
 
 
 def correction_matrix(df: pd.DataFrame, names: list[str], util: np.ndarray, step: np.ndarray) -> np.ndarray:

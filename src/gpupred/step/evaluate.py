@@ -23,7 +23,8 @@ from gpupred.learn.baselines import ConstantBaseline, RegressorBaseline
 from gpupred.learn.evaluate import Split
 from gpupred.learn.nested import CVSettings, NestedResult, prediction_frame, result_from_frames
 from gpupred.learn.summary import METHODS, comparison_table
-from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS, correction_model
+from gpupred.learn.regressors import correction_model
+from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS
 from gpupred.step.estimator import StepEstimator
 from gpupred.step.physics import PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data
 
