@@ -266,6 +266,26 @@ def test_a_resumed_sweep_runs_a_repeat_of_a_finished_unit(tmp_path: Path) -> Non
     assert s.planned == 4 and s.already_done == 2 and s.remaining == 2  # the repeats are still to run
 
 
+@pytest.mark.slow
+def test_a_dry_sweep_writes_each_repeat_as_its_own_unit_and_the_card_counts_them(tmp_path: Path) -> None:
+    from gpupred.profile.datacard import sanity
+    from gpupred.profile.schema import read_runs
+    from gpupred.profile.sweep import SweepOptions, run_sweep
+    from profile_faults import tiny_config, tiny_ids
+
+    a, b = tiny_ids(2)
+    plan = tmp_path / "plan.txt"
+    plan.write_text(f"{a}\n{a} + {b}\n{a} repeat=2\n{a} + {b} repeat=2\n")
+    out = tmp_path / "data" / "dryrun" / "cpu" / "FIXTURE-repeats"
+    s = run_sweep(str(plan), out, SweepOptions(dry_run=True, progress=False), tiny_config())
+    assert s.done_now == 4 and s.remaining == 0
+    runs = read_runs(out)
+    assert set(runs["group_id"]) == {u.group_id for u in load_plan(str(plan))} and len(runs) == 6
+    checks, _ = sanity(out)
+    assert checks["unit_outcomes"] == {"solo": {"ok": 2}, "pair": {"ok": 2}}
+    assert checks["noise_floor"]["solo"]["units"] == 1 and checks["noise_floor"]["co-located members"]["units"] == 1
+
+
 @pytest.mark.parametrize("gpu", ["h200", "h100"])
 def test_committed_matrix_plans_load_with_solo_runs_before_pairs(gpu: str) -> None:
     path = REPO / "plans" / f"{gpu}-pairs-matrix.txt"

@@ -140,6 +140,7 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
                   predictor: Any = None) -> FusionAdvice:
     """The F of fused copies of ``model`` that maximizes trials/s and fits ``gpu``'s memory, beside Hydro's F."""
     from gpupred.predictor import load_predictor
+    from gpupred.reports import progress_bar
 
     _check(step, tuple(counts))
     base = base_spec(model)
@@ -149,7 +150,9 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
                            "notebook 08 (`gpupred pipeline --only 08`)")
     name = _gpu_name(predictor, gpu)
     card = float(memory_mib) if memory_mib is not None else card_mib(name)
-    rows = [_predict_f(predictor, base, int(f), name, step) for f in sorted({int(f) for f in counts})]
+    fs = sorted({int(f) for f in counts})
+    rows = [_predict_f(predictor, base, f, name, step)
+            for f in progress_bar(iterable=fs, desc=f"F of {base.id} on {name}", unit="F", leave=False)]
     curve = pd.DataFrame(rows)
     curve["fits"] = curve["memory_mib_high"] <= card
     curve = curve[list(CURVE_COLUMNS)]
