@@ -85,7 +85,7 @@ def test_ray_executor_on_a_local_cpu_instance(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     plan = tmp_path / "plan.txt"
     ids = tiny_ids(2)
-    plan.write_text("\n".join(ids) + "\n")
+    plan.write_text("\n".join(ids) + f"\n{ids[0]} repeat=2\n{ids[1]} sync=window\n")
     out = tmp_path / "data" / "dryrun" / "cpu" / "ray"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -93,6 +93,8 @@ def test_ray_executor_on_a_local_cpu_instance(tmp_path: Path) -> None:
                           tiny_config())
     finally:
         ray.shutdown()
-    assert s.done_now == 2 and s.remaining == 0, s
-    runs = read_runs(out)
-    assert sorted(runs["workload_id"]) == sorted(ids) and runs["simulated"].all()
+    assert s.done_now == 4 and s.remaining == 0, s
+    runs = read_runs(out).set_index("group_id")
+    assert sorted(runs["workload_id"]) == sorted([*ids, *ids]) and runs["simulated"].all()
+    # a Ray task runs the plan line's unit: its repeat number and sync mode survive the trip (group id and the run)
+    assert runs.at[f"{ids[0]}~rep-2", "sync"] == "step" and runs.at[f"{ids[1]}~sync-window", "sync"] == "window"

@@ -7,6 +7,7 @@ The public face is small and never imports torch::
     features = gpupred.featurize("resnet50.onnx", batch_size=64)
     predictor = gpupred.load_predictor()          # the committed models/predictor.joblib
     predictor.predict("resnet50.onnx", batch_size=64, precision="bf16")
+    gpupred.advise_fusion("resnet.resnet18-bs128-img32-fp32-sgd", gpu="H100 SXM")  # how many trials to fuse
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred.version import __version__
 
-__all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
+__all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "advise_fusion", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.graph import featurize
     from gpupred.graph.export import export_model
+    from gpupred.fusion import advise_fusion
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
 
@@ -29,6 +31,7 @@ _LAZY = {
     "load_predictor": "gpupred.predictor",
     "Predictor": "gpupred.predictor",
     "WorkloadSpec": "gpupred.workloads",
+    "advise_fusion": "gpupred.fusion",
 }
 
 

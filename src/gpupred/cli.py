@@ -9,6 +9,7 @@ app = new_app("gpupred", "Predict a training job's GPU utilization, memory and c
 
 def _register() -> None:
     """Attach every stage's commands (modules whose import stays free of torch)."""
+    from gpupred.fusion import cli as fusion_cli
     from gpupred.graph import cli as graph_cli
     from gpupred.importers import cli as importers_cli
     from gpupred.pipeline import register as pipeline_register
@@ -22,6 +23,7 @@ def _register() -> None:
         profile_cli.register,
         importers_cli.register,
         predictor_cli.register,
+        fusion_cli.register,
         pipeline_register,
     ):
         register(app)

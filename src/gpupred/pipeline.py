@@ -193,6 +193,7 @@ STAGES: dict[str, Stage] = {
     "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS")),
     "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS")),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "GRAPHS"), ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL")),
+    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW")),
 }
 
 

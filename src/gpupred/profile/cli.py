@@ -126,27 +126,45 @@ def _register_plan(app: Any) -> None:
     plan_app = new_app("plan", "Write sweep plan files (plans/*.txt) for `gpupred sweep --plan FILE`.")
     app.add_typer(plan_app, name="plan")
     plans_dir = config.ROOT / "plans"
-    for add in (_plan_pairs, _plan_subset, _plan_solo, _plan_sync, _plan_fused, _plan_fusion_coloc):
+    for add in (_plan_pairs, _plan_subset, _plan_solo, _plan_sync, _plan_fused, _plan_fusion_coloc, _plan_estimate):
         add(plan_app, plans_dir)
 
 
 def _plan_pairs(plan_app: Any, plans_dir: Path) -> None:
-    """Add ``plan pairs``."""
+    """Add ``plan pairs`` (and its ``--matrix`` form)."""
     import typer
 
     @plan_app.command("pairs")
     def pairs_cmd(
         source: Path = typer.Option(..., "--from", help="Solo sweep of one GPU kind, e.g. data/raw/h100/<sweep-id>."),
-        n: int = typer.Option(110, "--n", help="Number of 2-job pairs."),
-        groups: int = typer.Option(6, "--groups", help="Number of 3- and 4-job groups (alternating)."),
+        matrix: bool = typer.Option(False, "--matrix", help="The pair matrix (issue 59): reference jobs x jobs, all "
+                                                            "pairs among a few, repeats, fresh solo runs."),
+        n: int = typer.Option(110, "--n", help="Number of 2-job pairs (not with --matrix)."),
+        groups: int = typer.Option(6, "--groups", help="Number of 3- and 4-job groups, alternating (not with --matrix)."),
+        jobs: int = typer.Option(30, "--jobs", help="--matrix: jobs besides the 4 references."),
+        all_pairs: int = typer.Option(8, "--all", help="--matrix: jobs whose every pair is measured."),
+        repeated: int = typer.Option(10, "--repeated", help="--matrix: reference pairs measured again."),
+        repeats: int = typer.Option(3, "--repeats", help="--matrix: measurements of each repeated pair in all."),
+        probes: int = typer.Option(2, "--probes", help="--matrix: memory probes (scaled-up heavy jobs; 0: none)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the (deterministic) choice."),
-        out: Path = typer.Option(plans_dir / "h100-pairs.txt", "--out", help="Plan file to write."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Plan file to write (default plans/h100-pairs.txt; "
+                                                               "with --matrix plans/<gpu>-pairs-matrix.txt)."),
     ) -> None:
-        """Co-located pairs spanning summed solo utilization (<100, 100-150, >150), memory-heavy pairs, 3-4 job groups."""
+        """Co-located pairs from solo runs: spanning summed utilization with 3-4 job groups, or the pair matrix."""
+        if matrix:
+            from gpupred.profile.pair_matrix import MatrixSettings
+
+            for value, flag, least in ((jobs, "--jobs", 1), (all_pairs, "--all", 0), (repeated, "--repeated", 0),
+                                       (repeats, "--repeats", 1), (probes, "--probes", 0)):
+                _check_count(value, flag, least)
+            settings = MatrixSettings(jobs, all_pairs, repeated, repeats, probes, seed=seed)
+            _write_matrix(source, settings, out or plans_dir / f"{_gpu_folder(source)}-pairs-matrix.txt")
+            return
         from gpupred.profile.plan_builder import build_pairs, write_plan
 
         _check_count(n, "--n")
         _check_count(groups, "--groups", 0)
+        out = out or plans_dir / "h100-pairs.txt"
         built = build_pairs(source, n, groups, seed)
         write_plan(out, built.lines, [
             "Co-located pairs and 3-4 job groups (issue 5 item 1): `gpupred sweep --plan <this file>`.",
@@ -155,6 +173,51 @@ def _plan_pairs(plan_app: Any, plans_dir: Path) -> None:
             "annotations: sum_util = summed solo mean polled gpu_util (%), mem = summed peak solo memory / card memory",
         ])
         print(f"{out}: {built.summary}")
+
+
+def _gpu_folder(source: Path) -> str:
+    """The GPU folder of a sweep under data/raw (``data/raw/h200/<sweep-id>`` -> ``h200``), else ``gpu``."""
+    parts = Path(source).resolve().parts
+    return parts[-2] if len(parts) >= 3 and parts[-3] == "raw" else "gpu"
+
+
+def _shown(path: Path) -> str:
+    """A path as a command in a plan's header shows it: relative to the repository root when it lies under it."""
+    from gpupred import config
+
+    try:
+        return str(Path(path).resolve().relative_to(config.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _write_matrix(source: Path, settings: Any, out: Path) -> None:
+    """Build, write and describe the pair-matrix plan (its GPU time from the source sweep's manifests)."""
+    from gpupred.profile.pair_matrix import build_matrix, reference_notes
+    from gpupred.profile.plan_builder import plan_cost, write_plan
+
+    built = build_matrix(source, settings)
+    cost = plan_cost(len(built.lines), source)
+    first = plan_cost(int(built.details["matrix_units"]), source)
+    s = settings
+    command = (f"`gpupred plan pairs --matrix --from {_shown(source)} --jobs {s.n_jobs} --all {s.n_all} --repeated "
+               f"{s.n_repeated} --repeats {s.repeats} --probes {s.memory_probes} --seed {s.seed} --out {_shown(out)}`")
+    write_plan(out, built.lines, [
+        "Pair matrix (issue 59 item 1): `gpupred sweep --plan <this file> --out data/raw/<gpu>/<sweep-id> --max-minutes 8`,",
+        "in chunks (docs/remote-sweeps.md). Regenerate with",
+        command,
+        built.summary,
+        *reference_notes(source, settings),
+        f"GPU time: {cost.line()}; the reference matrix (first {first.units} units): {first.minutes:.0f} minutes, "
+        f"{first.chunks()} chunks",
+        "Solo lines measure each member again in this sweep, just before its pairs (the solo sweep's runs are the",
+        "earlier baseline: `gpupred datacard` compares them); `repeat=K` is the K-th measurement of the same unit.",
+        "annotations: sum_util = summed solo mean polled gpu_util (%), mem = summed solo memory / card memory; a memory",
+        "probe's memory is extrapolated linearly in the batch from its job's solo run (an upper estimate)",
+    ])
+    print(f"{_shown(out)}: {built.summary}")
+    print(f"GPU time: {cost.line()}")
+    print(f"the reference matrix (first {first.units} units): {first.minutes:.0f} GPU minutes, {first.chunks()} chunks")
 
 
 def _plan_subset(plan_app: Any, plans_dir: Path) -> None:
@@ -240,9 +303,12 @@ def _plan_fused(plan_app: Any, plans_dir: Path) -> None:
 
         lines = fused_plan()
         write_plan(out, lines, [
-            "Fused hyper-parameter trials (issue 8 item 2): every fused catalog spec, the same units as `--plan fused`.",
-            "5 small models x F in 1,2,4,8,16,32,64 x fp32/bf16, interleaved by model; large F may OOM (kept as such).",
-            "`gpupred plan fused`",
+            "Fused hyper-parameter trials (issue 41 item 1, first filed as issue 8): every fused catalog spec, the same",
+            "units as `--plan fused`: resnet18 and mobilenet_v2 at 32x32, an MLP, an LSTM language model and a small",
+            "Transformer encoder (bert), x F in 1,2,4,8,16,32,64 x fp32/bf16, F ascending, models interleaved (any prefix",
+            "covers every model); a large F may run out of memory (kept as such, status oom).",
+            "Then plans/fusion-coloc.txt into the same sweep folder. GPU time: `gpupred plan estimate <this file> --from",
+            "data/raw/<gpu>/<solo sweep>`. Regenerate with `gpupred plan fused`",
         ])
         print(f"{out}: {len(lines)} fused specs")
 
@@ -263,12 +329,39 @@ def _plan_fusion_coloc(plan_app: Any, plans_dir: Path) -> None:
         summary = f"{len(lines)} co-located groups (" + ", ".join(
             f"F={f}: {sum(len(x.split('#')[0].split('+')) == f for x in lines)}" for f in fs) + ")"
         write_plan(out, lines, [
-            "Fusion vs plain co-location (issue 8 item 2): F copies of a fused model's F=1 spec as F processes.",
-            "Only F = 2 and 4 exist in the fused catalog up to the 4-job limit (no F = 3).",
-            "`gpupred plan fusion-coloc`; compare with the fused runs of plans/fusion.txt",
+            "Fusion vs plain co-location (issue 41 item 1, first filed as issue 8): F copies of a fused model's F=1 spec",
+            "as F processes sharing the GPU; only F = 2 and 4 exist in the fused catalog up to the 4-job limit (no F = 3).",
+            "Run it into the fused sweep's folder after plans/fusion.txt (whose F=1 runs are the solo baselines).",
+            "GPU time: `gpupred plan estimate <this file> --from data/raw/<gpu>/<solo sweep>`. Regenerate with",
+            "`gpupred plan fusion-coloc`",
             summary,
         ])
         print(f"{out}: {summary}")
+
+
+def _plan_estimate(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan estimate``."""
+    import typer
+
+    @plan_app.command("estimate")
+    def estimate_cmd(
+        plan: str = typer.Argument(..., help="A plan: a file of ids / groups, catalog[:N] or fused[:N]."),
+        source: Path = typer.Option(..., "--from", help="A real sweep of the GPU kind it will run on (its manifests "
+                                                        "say how long a unit took), e.g. data/raw/h100/<sweep-id>."),
+        done: Optional[Path] = typer.Option(None, "--out", help="The sweep folder it will run into: units already "
+                                                                "finished there are not counted."),
+    ) -> None:
+        """The GPU time and 8-minute chunks a plan needs, at the per-unit time of an earlier sweep of that GPU kind."""
+        from gpupred.profile.plan_builder import plan_cost
+        from gpupred.profile.store import finished_units
+        from gpupred.profile.units import load_plan
+
+        units = load_plan(plan)
+        finished = finished_units(done) if done is not None else set()
+        left = [u for u in units if u.group_id not in finished]
+        cost = plan_cost(len(left), source)
+        already = f" ({len(units) - len(left)} of {len(units)} already in {done})" if finished else ""
+        print(f"{plan}: {cost.line()}{already}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,10 +20,11 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
-from gpupred.reports import MetricsSchema
+from gpupred.profile.coloc_card import coloc_checks, coloc_lines
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import latest_manifest_path, manifest_paths, read_manifest, window_samples
+from gpupred.reports import MetricsSchema
 
 NOTES_HEADING = "## Notes"
 CARD = "README.md"
@@ -60,13 +61,13 @@ def run_table(sweep_dir: Path) -> pd.DataFrame:
     }).reindex(runs["run_id"])
     stats["n_util_samples"] = stats["n_util_samples"].fillna(0).astype(int)
     stats["util_cv"] = (stats["util_std"] / stats["util_mean"]).where(stats["util_mean"] > 0)
-    table = runs[["run_id", "workload_id", "family", "status", "group_size", "gpu_name", "sync"]].assign(
+    table = runs[["run_id", "group_id", "member", "workload_id", "family", "status", "group_size", "gpu_name", "sync"]].assign(
         memory_total_mib=runs["gpu_memory_total_mib"], torch_reserved_mib=runs["torch_peak_reserved_mib"],
         iter_time_mean_s=runs["iter_time_mean_s"], simulated=runs["simulated"].astype(bool))
     return table.join(stats.drop(columns="util_std"), on="run_id").join(memory_labels(runs, samples), on="run_id")
 
 
-def _gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
+def gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
     """Wall time of the sweep's sessions over the units they ran (the GPU time one profile costs)."""
     seconds, units = 0.0, 0
     for session in (manifest or {}).get("sessions", []):
@@ -80,8 +81,11 @@ def _gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
 
 
 def sanity(sweep_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
-    """The sweep's checks (dict of figures) and its per-family summary of ok solo runs."""
-    return table_sanity(run_table(sweep_dir), read_manifest(sweep_dir))
+    """The sweep's checks (dict of figures, with :func:`gpupred.profile.coloc_card.coloc_checks`'s) and its per-family
+    summary of ok solo runs."""
+    table = run_table(sweep_dir)
+    checks, per_family = table_sanity(table, read_manifest(sweep_dir))
+    return {**checks, **coloc_checks(sweep_dir, table)}, per_family
 
 
 def table_sanity(table: pd.DataFrame, manifest: dict[str, Any] | None) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -105,7 +109,7 @@ def table_sanity(table: pd.DataFrame, manifest: dict[str, Any] | None) -> tuple[
         "memory_transient_runs": int((ok["memory_transient_excess"] > TRANSIENT_FLAG).sum()),
         "memory_transient_max": float(ok["memory_transient_excess"].max()),
         "sync_counts": {str(k): int(v) for k, v in table["sync"].value_counts().items()},
-        "gpu_seconds_per_unit": _gpu_seconds_per_unit(manifest),
+        "gpu_seconds_per_unit": gpu_seconds_per_unit(manifest),
     }
     labelled = solo[solo["memory_reason"] == ""]
     per_family = solo.groupby("family").agg(
@@ -159,6 +163,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
     manifest = read_manifest(sweep_dir) or {}
     table = run_table(sweep_dir)
     checks, per_family = table_sanity(table, manifest)
+    checks.update(coloc_checks(sweep_dir, table))
     sources = table.set_index("run_id")["memory_source"]
     checks["memory_fallback_runs"] = [f"{r} ({sources[r]})" for r in checks["memory_fallback_runs"]]
     runs = read_runs(sweep_dir)
@@ -191,6 +196,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         f"p90 {checks['util_cv_p90']:.3f}, max {checks['util_cv_max']:.3f}",
         *_memory_lines(checks, int((table["status"] == "ok").sum())),
         "",
+        *coloc_lines(checks),
         "## Per family (ok solo runs)", "",
         _markdown(per_family.round(1)) if len(per_family) else "(none)",
         "",

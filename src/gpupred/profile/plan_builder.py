@@ -16,9 +16,11 @@ deterministic given the seed. Lines may end in a ``# ...`` annotation, which pla
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -30,6 +32,7 @@ UTIL_BINS: tuple[str, ...] = ("low", "medium", "high")  # summed solo util <100,
 MEM_HEAVY = 0.70  # summed peak memory / card memory above which a pair is memory-heavy
 MEM_OVER = 1.00  # above which the pair is expected to fail together
 GROUP_MEM_MAX = 0.90  # 3-4 job groups are chosen to fit (they measure interference, not OOM)
+T = TypeVar("T")
 
 
 @dataclass
@@ -41,13 +44,40 @@ class PlanBuild:
     details: dict[str, object] = field(default_factory=dict)
 
 
+# solo window means a plan may choose on: metric -> the sample source it is read from (device-wide, member -1)
+SOLO_METRICS: dict[str, str] = {"gpu_util": "poll", "mem_util": "poll", "sm_active": "gpm", "tensor_active": "gpm",
+                                "dram_bw_util": "gpm"}
+
+
 def solo_table(root: Path) -> pd.DataFrame:
-    """One row per workload with an ok solo run under ``root``: family, precision, mean gpu_util, peak memory."""
-    from gpupred.profile.schema import read_runs, read_samples
-    from gpupred.profile.store import window_samples
+    """One row per workload with an ok solo run under ``root``: family, precision, peak memory, mean iteration time and
+    the window means of :data:`SOLO_METRICS` (``gpu_util`` always there; the GPM ones NaN where not recorded)."""
     from gpupred.workloads.spec import WorkloadSpec
 
-    root = Path(root)
+    solo = _ok_solo_runs(Path(root))
+    solo = solo[solo["sync"] == "step"]  # the default setting; sync=window runs are a separate study
+    frames = [_solo_window_means(Path(sweep), g) for sweep, g in solo.groupby("sweep_dir")]
+    t = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=[*solo.columns, *SOLO_METRICS, "label_mib"])
+    t["mem_mib"] = t["label_mib"].fillna(t["torch_peak_reserved_mib"])
+    t = t[t["gpu_util"].notna() & t["mem_mib"].notna()]
+    if t.empty:
+        raise GpupredError(f"{root}: no ok solo run has gpu_util samples in its measured window")
+    out = t.groupby("workload_id", as_index=False, sort=True).agg(
+        family=("family", "first"), gpu_util=("gpu_util", "mean"), mem_mib=("mem_mib", "max"),
+        card_mib=("gpu_memory_total_mib", "max"), n_runs=("run_id", "count"),
+        iter_time_s=("iter_time_mean_s", "mean"), context_mib=("cuda_context_mib", "median"),
+        **{m: (m, "mean") for m in SOLO_METRICS if m != "gpu_util"})
+    out["precision"] = [WorkloadSpec.from_id(w).precision for w in out["workload_id"]]
+    out.attrs["gpu_name"] = str(solo["gpu_name"].iloc[0])
+    out.attrs["root"] = str(root)
+    return out
+
+
+def _ok_solo_runs(root: Path) -> pd.DataFrame:
+    """The ok, real solo runs under ``root``, all of one GPU kind (else a one-line GpupredError)."""
+    from gpupred.profile.schema import read_runs
+
     if not root.exists():
         raise GpupredError(f"{root}: no such folder; pass a sweep folder such as data/raw/h100/<sweep-id>")
     runs = read_runs(root)
@@ -61,32 +91,25 @@ def solo_table(root: Path) -> pd.DataFrame:
     gpus = sorted(set(solo["gpu_name"]))
     if len(gpus) != 1:
         raise GpupredError(f"{root}: ok solo runs from {len(gpus)} GPU kinds ({', '.join(gpus)}); pass the folder of one GPU kind")
+    return solo
+
+
+def _solo_window_means(sweep: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (of one sweep folder) with their memory label and the window mean of each of :data:`SOLO_METRICS`."""
     from gpupred.profile.labels import memory_label
+    from gpupred.profile.schema import read_samples
+    from gpupred.profile.store import window_samples
 
-    solo = solo[solo["sync"] == "step"]  # the default setting; sync=window runs are a separate study
-    frames = []
-    for sweep, g in solo.groupby("sweep_dir"):
-        s = read_samples(Path(sweep), sorted(set(g["group_id"])))
-        w = window_samples(g, s)
-        util = w[(w["metric"] == "gpu_util") & (w["source"] == "poll") & (w["member"] == -1)]
-        util = util.groupby("group_id")["value"].mean().rename("gpu_util")
-        g = g.assign(label_mib=[m if not why else np.nan for m, _, why in (memory_label(r, s) for _, r in g.iterrows())])
-        frames.append(g.set_index("group_id").join(util).reset_index())
-    t = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*solo.columns, "gpu_util", "label_mib"])
-    t["mem_mib"] = t["label_mib"].fillna(t["torch_peak_reserved_mib"])
-    t = t[t["gpu_util"].notna() & t["mem_mib"].notna()]
-    if t.empty:
-        raise GpupredError(f"{root}: no ok solo run has gpu_util samples in its measured window")
-    out = t.groupby("workload_id", as_index=False, sort=True).agg(
-        family=("family", "first"), gpu_util=("gpu_util", "mean"), mem_mib=("mem_mib", "max"),
-        card_mib=("gpu_memory_total_mib", "max"), n_runs=("run_id", "count"))
-    out["precision"] = [WorkloadSpec.from_id(w).precision for w in out["workload_id"]]
-    out.attrs["gpu_name"] = gpus[0]
-    out.attrs["root"] = str(root)
-    return out
+    s = read_samples(sweep, sorted(set(runs["group_id"])))
+    w = window_samples(runs, s)
+    w = w[w["member"] == -1]
+    means = {m: w[(w["metric"] == m) & (w["source"] == src)].groupby("group_id")["value"].mean().rename(m)
+             for m, src in SOLO_METRICS.items()}
+    runs = runs.assign(label_mib=[m if not why else np.nan for m, _, why in (memory_label(r, s) for _, r in runs.iterrows())])
+    return runs.set_index("group_id").join(pd.DataFrame(means)).reset_index()
 
 
-def _spread_merge(lists: list[list[str]]) -> list[str]:
+def spread_merge(lists: list[list[T]]) -> list[T]:
     """Merge lists so each is spread evenly through the result (item j of a list of n at (j + 0.5) / n)."""
     keyed = [((j + 0.5) / len(lst), i, x) for i, lst in enumerate(lists) for j, x in enumerate(lst)]
     return [x for _, _, x in sorted(keyed, key=lambda k: (k[0], k[1]))]
@@ -115,7 +138,7 @@ def build_pairs(solo_runs_root: Path, n_pairs: int = 110, n_groups34: int = 6, s
     pairs_lines = _pairs_lines(c, picker.order, set(heavy), ids)
     groups = _groups34(util, mem, fam_codes, card, n_groups34, rng)
     group_lines = [_plan_line(ids, list(g), float(util[list(g)].sum()), float(mem[list(g)].sum() / card)) for g in groups]
-    lines = _spread_merge([x for x in (pairs_lines, group_lines) if x])
+    lines = spread_merge([x for x in (pairs_lines, group_lines) if x])
     sel = np.array(picker.order, int)
     bins = [int((c.pbin[sel] == k).sum()) for k in range(3)]
     fams = {fam_names[fam_codes[m]] for i in picker.order for m in (c.a[i], c.b[i])}
@@ -251,8 +274,8 @@ def _pairs_lines(c: _PairCandidates, order: list[int], heavy: set[int], ids: lis
     for k in range(3):
         normal = [_plan_line(ids, [c.a[i], c.b[i]], c.su[i], c.mf[i]) for i in order if c.pbin[i] == k and i not in heavy]
         hv = [_plan_line(ids, [c.a[i], c.b[i]], c.su[i], c.mf[i]) for i in order if c.pbin[i] == k and i in heavy]
-        by_bin.append(_spread_merge([x for x in (normal, hv) if x]))
-    return _spread_merge([x for x in by_bin if x])
+        by_bin.append(spread_merge([x for x in (normal, hv) if x]))
+    return spread_merge([x for x in by_bin if x])
 
 
 def _pairs_summary(c: _PairCandidates, sel: np.ndarray, bins: list[int], n_families: int,
@@ -295,7 +318,7 @@ def pairs_plan(solo_runs_root: Path, n_pairs: int = 110, n_groups34: int = 6, se
     return build_pairs(Path(solo_runs_root), n_pairs, n_groups34, seed).lines
 
 
-def _spread_order(k: int, offset: float) -> list[int]:
+def spread_order(k: int, offset: float) -> list[int]:
     """Indices 0..k-1 in an order whose every prefix spreads over the range (van der Corput, rotated)."""
     def vdc(i: int) -> float:
         x, denom = 0.0, 1.0
@@ -327,7 +350,7 @@ def build_subset(solo_runs_root: Path, n: int = 90, seed: int = 0) -> PlanBuild:
     for fam in [f for f in FAMILIES if f in set(w["family"])]:
         g = w[w["family"] == fam].sort_values(["gpu_util", "workload_id"])
         gids = g["workload_id"].tolist()
-        per_family.append([gids[j] for j in _spread_order(len(gids), float(rng.random()))])
+        per_family.append([gids[j] for j in spread_order(len(gids), float(rng.random()))])
     chosen: list[str] = []
     for i in range(max(map(len, per_family))):
         chosen += [lst[i] for lst in per_family if i < len(lst)]
@@ -406,3 +429,48 @@ def write_plan(path: Path, lines: list[str], header: list[str]) -> Path:
     path.write_text("".join(f"# {h}\n" for h in head) + "\n" + "".join(f"{x}\n" for x in lines))
     load_plan(str(path))
     return path
+
+
+CHUNK_MINUTES = 8.0  # one remote call's time budget (`gpupred sweep --max-minutes 8`, docs/remote-sweeps.md)
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """A plan's estimated GPU time: its units at the per-unit time earlier sweeps of the same GPU kind took."""
+
+    units: int
+    seconds_per_unit: float  # session wall time over the units run, start-up of every session included
+    basis: str  # the sweep folders the per-unit time comes from
+
+    @property
+    def minutes(self) -> float:
+        """Estimated GPU minutes of the whole plan."""
+        return self.units * self.seconds_per_unit / 60.0
+
+    def chunks(self, chunk_minutes: float = CHUNK_MINUTES) -> int:
+        """How many remote chunks of ``chunk_minutes`` the plan takes."""
+        return math.ceil(self.minutes / chunk_minutes) if self.units else 0
+
+    def line(self) -> str:
+        """One line: units, per-unit time, GPU minutes and 8-minute chunks."""
+        n = self.chunks()
+        return (f"{self.units} units x {self.seconds_per_unit:.1f} s (per unit in {self.basis}) = "
+                f"{self.minutes:.0f} GPU minutes, {n} chunk{'' if n == 1 else 's'} of {CHUNK_MINUTES:g} minutes")
+
+
+def plan_cost(n_units: int, solo_root: Path) -> PlanCost:
+    """The estimated GPU time of ``n_units`` run units: the sweeps under ``solo_root`` (one GPU kind) measured how long
+    a unit takes, sessions' start-up included (:func:`gpupred.profile.datacard.gpu_seconds_per_unit`)."""
+    from gpupred.profile.datacard import gpu_seconds_per_unit
+    from gpupred.profile.schema import sweep_dirs
+    from gpupred.profile.store import read_manifest
+
+    sessions: list[dict[str, object]] = []
+    dirs = sweep_dirs(Path(solo_root))
+    for d in dirs:
+        sessions += (read_manifest(d) or {}).get("sessions", [])
+    per_unit = gpu_seconds_per_unit({"sessions": sessions})
+    if not per_unit == per_unit:  # NaN: no finished session
+        raise GpupredError(f"{solo_root}: no sweep session with an end time and units run in its manifests; "
+                           "pass a sweep folder that a real sweep wrote")
+    return PlanCost(int(n_units), per_unit, ", ".join(str(d) for d in dirs))

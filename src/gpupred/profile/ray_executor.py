@@ -16,17 +16,17 @@ from gpupred.profile.units import Unit
 
 
 def _unit_task(workload_ids: tuple[str, ...], cfg: dict[str, Any], dry_run: bool, sweep_id: str,
-               deadline_wall: float | None) -> UnitResult | None:
+               deadline_wall: float | None, sync: str = "step", repeat: int = 1) -> UnitResult | None:
     """Run one unit on the task's GPU (or the CPU when dry); None if the sweep's deadline cut it."""
     from gpupred.profile.harness import run_unit
     from gpupred.profile.nvml import open_backend
     from gpupred.profile.units import Unit as _Unit
 
-    unit = _Unit(workload_ids)
+    unit = _Unit(workload_ids, sync, repeat)  # the plan line's sync mode and repeat number: its group id
     deadline = None if deadline_wall is None else time.monotonic() + (deadline_wall - time.time())
     backend = open_backend(dry_run)
     try:
-        return run_unit(unit.specs, backend, HarnessConfig(**cfg), unit.group_id, sweep_id, deadline)
+        return run_unit(unit.specs, backend, HarnessConfig(**cfg), unit.group_id, sweep_id, deadline, sync=unit.sync)
     except UnitInterrupted:
         return None
     finally:
@@ -82,7 +82,8 @@ def _drive(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: str, d
                 pending = []
                 break
             unit = pending.pop(0)
-            in_flight[task.remote(unit.workload_ids, cfg.to_dict(), dry_run, sweep_id, deadline_wall)] = unit
+            in_flight[task.remote(unit.workload_ids, cfg.to_dict(), dry_run, sweep_id, deadline_wall, unit.sync,
+                                  unit.repeat)] = unit
         if not in_flight:
             break
         done, _ = ray.wait(list(in_flight), num_returns=1, timeout=5.0)

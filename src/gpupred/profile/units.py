@@ -3,8 +3,15 @@
 PLAN is ``catalog`` (every spec), ``catalog:N`` (the first N), ``catalog:family=resnet,vgg``,
 ``fused`` / ``fused:N`` (the fused catalog), or a text file with one workload id per line, or a
 group ``id1 + id2 [+ id3 [+ id4]]`` per line for a co-located unit; ``#`` starts a comment. A line may
-end with ``sync=step`` or ``sync=window`` (how the training loop synchronizes, see RUN_SCHEMA's ``sync``);
-without it the unit takes the sweep's ``--sync`` (default ``step``).
+end with options, in any order:
+
+- ``sync=step`` or ``sync=window``: how the training loop synchronizes (RUN_SCHEMA's ``sync``); without it the
+  unit takes the sweep's ``--sync`` (default ``step``);
+- ``repeat=K`` (K >= 2): the K-th measurement of the same unit, its own unit with its own id (``~rep-K`` at the end
+  of the group id), so a sweep runs it instead of skipping it as already done. ``repeat=1`` is the plain unit.
+
+The raw-data schema carries no new column for either: both live in the group id (:func:`parse_group_id`), so
+sweeps written before a marker existed read as they always did.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from gpupred.workloads.spec import WorkloadSpec
 
 MAX_GROUP = 4
 DEFAULT_SYNC = "step"
+SYNC_SUFFIX = "~sync-"  # a group id's marker of a non-default sync mode
+REPEAT_SUFFIX = "~rep-"  # a group id's marker of a repeated measurement (the K-th, K >= 2)
 
 
 def check_sync(sync: str, where: str = "sync") -> str:
@@ -34,19 +43,22 @@ class Unit:
 
     workload_ids: tuple[str, ...]
     sync: str = DEFAULT_SYNC
+    repeat: int = 1  # the how-many-th measurement of this unit in its sweep (1: the first)
 
     @property
     def group_id(self) -> str:
         """Deterministic id: the workload id for a solo run, ``co<k>-<hash>`` for a group (file-name safe).
 
-        A unit run with ``sync=window`` ends in ``~sync-window`` so both settings of one spec live in one sweep.
+        A unit run with ``sync=window`` ends in ``~sync-window`` so both settings of one spec live in one sweep; the
+        K-th repeat (K >= 2) then ends in ``~rep-K``.
         """
         if len(self.workload_ids) == 1:
             base = self.workload_ids[0]
         else:
             digest = hashlib.sha1(" + ".join(self.workload_ids).encode()).hexdigest()[:12]
             base = f"co{len(self.workload_ids)}-{digest}"
-        return base if self.sync == DEFAULT_SYNC else f"{base}~sync-{self.sync}"
+        base = base if self.sync == DEFAULT_SYNC else f"{base}{SYNC_SUFFIX}{self.sync}"
+        return base if self.repeat == 1 else f"{base}{REPEAT_SUFFIX}{self.repeat}"
 
     @property
     def specs(self) -> list[WorkloadSpec]:
@@ -81,22 +93,52 @@ def _catalog_units(kind: str, arg: str) -> list[Unit]:
     return [Unit((s.id,)) for s in specs]
 
 
-def _line_sync(line: str, default: str, where: str) -> tuple[str, str]:
-    """(the line without its trailing ``sync=MODE``, the unit's sync mode)."""
-    head, _, last = line.rpartition(" ")
-    if last.startswith("sync="):
-        return head.strip(), check_sync(last[len("sync="):], where)
-    return line, default
+def parse_group_id(group_id: str) -> tuple[str, str, int]:
+    """(the group id without its markers, its sync mode, its repeat number): :attr:`Unit.group_id` reversed."""
+    base, repeat = group_id, 1
+    head, marker, tail = base.rpartition(REPEAT_SUFFIX)
+    if marker and tail.isdigit() and int(tail) >= 2:
+        base, repeat = head, int(tail)
+    head, marker, tail = base.rpartition(SYNC_SUFFIX)
+    if marker and tail in SYNC_MODES:
+        return head, tail, repeat
+    return base, DEFAULT_SYNC, repeat
+
+
+def _check_repeat(value: str, where: str) -> int:
+    """The repeat number of a ``repeat=K`` option, else a one-line GpupredError."""
+    if not value.isdigit() or int(value) < 1:
+        raise GpupredError(f"{where}: repeat={value!r} must be a whole number >= 1 (2 for the second measurement)")
+    return int(value)
+
+
+def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, int]:
+    """(the line without its trailing ``sync=MODE`` / ``repeat=K`` options, the unit's sync mode, its repeat)."""
+    sync, repeat, seen = default_sync, 1, set()
+    while True:
+        head, _, last = line.rpartition(" ")
+        key, eq, value = last.partition("=")
+        if not eq or key not in ("sync", "repeat"):
+            return line, sync, repeat
+        if key in seen:
+            raise GpupredError(f"{where}: {key}= given twice")
+        seen.add(key)
+        if key == "sync":
+            sync = check_sync(value, where)
+        else:
+            repeat = _check_repeat(value, where)
+        line = head.strip()
 
 
 def parse_plan_text(text: str, source: str = "<plan>", sync: str = DEFAULT_SYNC) -> list[Unit]:
-    """Units from plan-file text (one id, or ``id + id ...``, per line, optionally ending in ``sync=MODE``)."""
+    """Units from plan-file text (one id, or ``id + id ...``, per line, optionally ending in ``sync=MODE`` and
+    ``repeat=K``)."""
     units: list[Unit] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        line, unit_sync = _line_sync(line, sync, f"{source}:{lineno}")
+        line, unit_sync, repeat = _line_options(line, sync, f"{source}:{lineno}")
         ids = tuple(p.strip() for p in line.split("+"))
         if not 1 <= len(ids) <= MAX_GROUP or any(not i for i in ids):
             raise GpupredError(f"{source}:{lineno}: expected a workload id or 2-{MAX_GROUP} ids joined by '+', got {line!r}")
@@ -105,7 +147,7 @@ def parse_plan_text(text: str, source: str = "<plan>", sync: str = DEFAULT_SYNC)
                 WorkloadSpec.from_id(i)
             except GpupredError as err:
                 raise GpupredError(f"{source}:{lineno}: {err}") from None
-        units.append(Unit(ids, unit_sync))
+        units.append(Unit(ids, unit_sync, repeat))
     return units
 
 
