@@ -40,12 +40,11 @@ from typing import Any
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.fusion.rules import STEP_MODELS, TOLERANCE
 from gpupred.reports import MetricsSchema
 from gpupred.workloads.catalog import FUSED_COUNTS
 from gpupred.workloads.spec import WorkloadSpec
 
-TOLERANCE = 0.05  # the advisor's F reaches this close to the best fitting F's trials/s
-STEP_MODELS: tuple[str, ...] = ("vmap", "graph")
 RECURRENT_FAMILIES: dict[str, str] = {"lstm": "lstm", "gru": "gru"}  # family -> gpupred.perf.fused cell
 CURVE_COLUMNS: tuple[str, ...] = (
     "F", "workload_id", "iter_time_mean_s", "iter_time_mean_s_low", "iter_time_mean_s_high", "gpu_util",

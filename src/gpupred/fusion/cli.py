@@ -45,7 +45,7 @@ def register(app: Any) -> None:
     """Add ``gpupred advise-fusion`` to the CLI."""
     import typer
 
-    from gpupred.fusion.advisor import STEP_MODELS, TOLERANCE
+    from gpupred.fusion.rules import STEP_MODELS, TOLERANCE
 
     @app.command("advise-fusion")
     def advise_fusion_cmd(

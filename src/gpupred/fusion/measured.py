@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.fusion.advisor import TOLERANCE
+from gpupred.fusion.rules import TOLERANCE
 from gpupred.workloads.spec import WorkloadSpec
 
 MEASURED_COLUMNS: tuple[str, ...] = ("model", "gpu", "kind", "F", "status", "n_runs", "iter_time_s", "trials_per_s",
