@@ -7,6 +7,7 @@ The public face is small and never imports torch::
     features = gpupred.featurize("resnet50.onnx", batch_size=64)
     predictor = gpupred.load_predictor()          # the committed models/predictor.joblib
     predictor.predict("resnet50.onnx", batch_size=64, precision="bf16")
+    gpupred.calibrate()                            # on a GPU machine: measure its constants (needs torch)
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred.version import __version__
 
-__all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
+__all__ = ["calibrate", "export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.calibration import calibrate
     from gpupred.graph import featurize
     from gpupred.graph.export import export_model
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
 
 _LAZY = {
+    "calibrate": "gpupred.calibration",
     "export_model": "gpupred.graph.export",
     "featurize": "gpupred.graph",
     "load_predictor": "gpupred.predictor",

@@ -17,6 +17,7 @@ app = typer.Typer(
 
 def _register() -> None:
     """Attach every stage's commands (modules whose import stays free of torch)."""
+    from gpupred.calibration import cli as calibration_cli
     from gpupred.graph import cli as graph_cli
     from gpupred.importers import cli as importers_cli
     from gpupred.pipeline import register as pipeline_register
@@ -32,6 +33,7 @@ def _register() -> None:
         datacard.register,
         importers_cli.register,
         predictor_cli.register,
+        calibration_cli.register,
         pipeline_register,
     ):
         register(app)

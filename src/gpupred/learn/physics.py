@@ -577,14 +577,15 @@ class PhysicsPredictor:
     alpha: float = 0.1
 
     def predict_row(self, row: dict[str, float], kernels: Any, gpu: str, precision: str, sync: str = "step",
-                    host_batches: bool = False, protocol: str = "nvml-poll") -> dict[str, float]:
+                    host_batches: bool = False, protocol: str = "nvml-poll",
+                    constants: Any = None) -> dict[str, float]:
         """Each target's point and ``_low``/``_high`` bounds for one job: its feature row (graph features, encodings
         and default ``phys_*``) and its kernels (:func:`gpupred.perf.kernels_for`); throughput follows from the
-        iteration time where ``batch_size`` is in the row."""
+        iteration time where ``batch_size`` is in the row. ``constants`` (a calibrated GPU's) replace the table's."""
         from gpupred.perf.timeline import simulate
 
-        est = simulate(kernels, gpu_spec(gpu), precision, self.constants.get(gpu_spec(gpu).name, protocol), sync,
-                       host_batches)
+        constants = constants if constants is not None else self.constants.get(gpu_spec(gpu).name, protocol)
+        est = simulate(kernels, gpu_spec(gpu), precision, constants, sync, host_batches)
         x = np.array([[float(row.get(c, 0.0)) for c in self.feature_names] + [np.log(max(est.util, 1e-3)),
                                                                                np.log(max(est.step_s, 1e-9))]])
         out: dict[str, float] = {}

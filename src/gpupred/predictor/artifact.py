@@ -183,15 +183,34 @@ class Predictor:
         raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                gpu: str | None = None) -> pd.DataFrame:
-        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, and
-        ``extrapolated`` (the row's GPU has no measurements in the training data).
+                gpu: str | None = None, calibration: Any = None) -> pd.DataFrame:
+        """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``,
+        ``extrapolated`` (the row's GPU has no measurements in the training data and no calibration was used),
+        ``calibrated`` (the calibration file used, '' if none) and ``calibration_note``.
 
         Rows that name their ``source`` (dataset rows) get intervals calibrated on that source's residuals;
         anything else gets intervals from every training residual. Extrapolated rows' intervals are widened to at
         least the held-out width of :mod:`gpupred.predictor.extrapolate` (the card says how it was measured).
+        ``calibration``: a file written by ``gpupred calibrate`` (or a :class:`gpupred.calibration.Calibration`) for
+        the GPU (``gpu`` defaults to its GPU); a job given as a graph on a GPU without measurements is then predicted
+        with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks for
+        the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
+        uses none. A calibration of another GPU than ``gpu`` is refused.
         """
-        job = Job(batch_size, precision, optimizer, gpu)
+        from contextlib import nullcontext
+
+        from gpupred.calibration.use import resolve_calibration
+
+        if calibration is None and (self.core is None or not isinstance(x, (str, Path))):
+            calibration = False  # only a job given as a graph, answered by physics, looks in the user's folder
+        cal = resolve_calibration(calibration, gpu)
+        gpu = gpu if gpu is not None or cal is None else cal.calibration.gpu_name
+        with cal.hardware() if cal is not None else nullcontext():
+            out = self._predict(x, Job(batch_size, precision, optimizer, gpu), cal)
+        return out
+
+    def _predict(self, x: Any, job: Job, cal: Any) -> pd.DataFrame:
+        """:meth:`predict` for one job, with the calibration (if any) already resolved."""
         graph = resolve_graph(x, job)  # a job given as a graph: featurized once, for the regressors and physics
         row = None if graph is None else graph.row()
         arr, index, kinds = self._matrix(x if row is None else row, job)
@@ -217,10 +236,27 @@ class Predictor:
             from gpupred.predictor.core import job_graph
 
             gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-            for key, value in self.core.predict(job_graph(graph, row), gpu_name).items():
+            for key, value in self.core.predict(job_graph(graph, row), gpu_name, cal).items():
                 out[key] = value
             out["core"] = "physics"
         out["extrapolated"] = extrapolated
+        return self._mark_calibration(out, cal, kinds)
+
+    def _mark_calibration(self, out: pd.DataFrame, cal: Any, kinds: np.ndarray) -> pd.DataFrame:
+        """Columns ``calibrated`` and ``calibration_note``; a row the calibration answered is not extrapolated."""
+        from gpupred.calibration.use import calibration_status
+
+        out["calibrated"], out["calibration_note"] = "", ""
+        if cal is None:
+            return out
+        software = self.core.calibration_.software if self.core is not None else {}
+        keys = [(str(core), str(kind)) for core, kind in zip(out["core"], kinds)]
+        status = {k: calibration_status(cal, k[0] == "physics", int(self.measured_gpus.get(k[1], 0)), software)
+                  for k in set(keys)}
+        used = np.array([status[k][0] for k in keys], dtype=bool)
+        out["calibrated"] = np.where(used, cal.shown, "")
+        out["calibration_note"] = [status[k][1] for k in keys]
+        out["extrapolated"] = out["extrapolated"].to_numpy(bool) & ~used
         return out
 
 

@@ -88,9 +88,18 @@ def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
 class PhysicsCore:
     """Physics x correction for every core target, fitted on a dataset frame (see the module docstring)."""
 
-    def __init__(self, alpha: float = 0.1, seed: int = 0) -> None:
+    def __init__(self, alpha: float = 0.1, seed: int = 0, calibrations: list[Any] | None = None) -> None:
         self.alpha = alpha
         self.seed = seed
+        self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.heldout); None: data/calibrations/
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Cores pickled before calibrations existed load with none (a calibrated GPU then gets the extrapolated width)."""
+        from gpupred.calibration.heldout import CalibratedCore
+
+        self.__dict__.update(state)
+        self.__dict__.setdefault("calibrations", None)
+        self.__dict__.setdefault("calibration_", CalibratedCore())
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
         """Fit the step model's constants and corrections, and the memory footprint model, on every labelled row."""
@@ -99,35 +108,60 @@ class PhysicsCore:
         from gpupred.learn.physics import fit_physics_predictor, physics_data
         from gpupred.memory import FootprintModel
 
+        from gpupred.calibration.heldout import calibrated_core
+
         targets = tuple(t for t in STEP_TARGETS if t in df.columns and df[t].notna().sum() >= 10)
         pdata = physics_data(df)
         self.physics_ = fit_physics_predictor(df, targets, pdata, CVSettings(alpha=self.alpha, seed=self.seed))
-        self.memory_ = FootprintModel(seed=self.seed).fit(footprint_columns(df))
+        memory_frame = footprint_columns(df)
+        self.memory_ = FootprintModel(seed=self.seed).fit(memory_frame)
         self.widths_ = {t: extrapolated_width(df, pdata, self.physics_.constants, t, self.alpha)
                         for t in self.physics_.corrections}
         self.measured_ = sorted({str(g) for g in df["gpu"]})
+        self.calibration_ = calibrated_core(df, pdata, self.physics_.constants, memory_frame, self.alpha,
+                                            self.calibrations, PROTOCOL)
         return self
 
-    def predict(self, job: JobGraph, gpu: str) -> dict[str, float]:
-        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU."""
+    def predict(self, job: JobGraph, gpu: str, calibration: Any = None) -> dict[str, float]:
+        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU; a calibration
+        (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces its borrowed constants."""
         from gpupred.perf import DEFAULT, simulate
 
         spec = gpu_spec(gpu)
         default = simulate(job.kernels, spec, job.precision, DEFAULT, "step", False)
         row = {**job.row, **default.columns()}
-        out = self.physics_.predict_row(row, job.kernels, spec.name, job.precision, protocol=PROTOCOL)
+        use = calibration if calibration is not None and spec.name not in self.measured_ else None
+        constants, memory = self._calibrated(spec.name, use)
+        out = self.physics_.predict_row(row, job.kernels, spec.name, job.precision, protocol=PROTOCOL,
+                                        constants=constants)
+        measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
         if spec.name not in self.measured_:
-            self._widen(out, job.row.get("batch_size"))
+            self._widen(out, job.row.get("batch_size"), {t: measured.get(t, w) for t, w in self.widths_.items()})
         frame = pd.DataFrame([{**row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
                                "gpu": spec.name, "source": SOURCE_OWN}])
-        mem = self.memory_.predict(frame).iloc[0]
+        mem = memory.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
+        if "memory_mib" in measured:  # a measured width replaces the extrapolated rule's
+            out["memory_mib_low"], out["memory_mib_high"] = (out["memory_mib"] * float(np.exp(s * measured["memory_mib"]))
+                                                             for s in (-1, 1))
         return out
 
-    def _widen(self, out: dict[str, float], batch_size: float | None) -> None:
-        """Widen the step-model targets' bounds in ``out`` to at least their extrapolation width (extrapolated)."""
-        for target, width in self.widths_.items():
+    def _calibrated(self, gpu: str, use: Any) -> tuple[Any, Any]:
+        """(step constants, memory model) for a GPU: (None, the fitted model) without a calibration to use."""
+        if use is None:
+            return None, self.memory_
+        import copy
+
+        ref = self.calibration_.reference
+        constants = use.step_constants(self.physics_.constants.get(gpu, PROTOCOL), ref)
+        memory = copy.copy(self.memory_)
+        memory.footprint_ = use.footprint(self.memory_.footprint_, f"{gpu}|{SOURCE_OWN}", ref)
+        return constants, memory
+
+    def _widen(self, out: dict[str, float], batch_size: float | None, widths: dict[str, float] | None = None) -> None:
+        """Widen the step-model targets' bounds in ``out`` to at least their width (default: extrapolation's)."""
+        for target, width in (self.widths_ if widths is None else widths).items():
             if target not in out:
                 continue
             pt, low, high = out[target], out[f"{target}_low"], out[f"{target}_high"]
@@ -156,4 +190,5 @@ class PhysicsCore:
                                                                 "as an unmeasured GPU borrows, each key weighing the "
                                                                 "same"} for t, w in self.widths_.items()},
             "measured_gpus": self.measured_,
+            "calibrated_gpus": self.calibration_.describe(),
         }
