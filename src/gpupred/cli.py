@@ -24,6 +24,7 @@ def _register() -> None:
     from gpupred.predictor import cli as predictor_cli
     from gpupred.profile import cli as profile_cli
     from gpupred.profile import datacard
+    from gpupred.traces import cli as traces_cli
     from gpupred.workloads import cli as workloads_cli
 
     for register in (
@@ -34,6 +35,7 @@ def _register() -> None:
         importers_cli.register,
         predictor_cli.register,
         calibration_cli.register,
+        traces_cli.register,
         pipeline_register,
     ):
         register(app)
