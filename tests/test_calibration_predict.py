@@ -239,3 +239,13 @@ def test_cli_predict_with_a_calibration(artifact: Path, cals: dict, capsys: pyte
     bad.write_text(cals["slow"].read_text().replace('"launch_s": 2.4e-05', '"launch_s": 2.5e-05', 1))
     code, _, err = _cli([*base, "--calibration", str(bad)], capsys)
     assert code == 2 and err.count("\n") == 1 and "checksum does not match" in err
+
+
+def test_the_training_runs_software_is_read_from_their_raw_files(tmp_path: Path) -> None:
+    from fixtures_learning import write_fixture_raw_tree
+    from gpupred.calibration.use import training_software
+
+    write_fixture_raw_tree(tmp_path, ["resnet.resnet18-bs16-img128-fp32-sgd"], extras=False)
+    ids = pd.DataFrame({"run_id": ["h100-fixture/FIXTURE/fixture-000", "lucid:job-1", "h100-fixture/FIXTURE/absent"]})
+    assert training_software(ids, tmp_path) == {"torch": ["fixture"], "cuda": ["fixture"]}  # the FIXTURE runs' own
+    assert training_software(ids.iloc[1:], tmp_path) == {}

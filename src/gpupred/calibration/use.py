@@ -213,25 +213,25 @@ def software_note(cal: Calibration, training: dict[str, list[str]]) -> str:
 
 
 def training_software(df: Any, raw_root: Path | None = None) -> dict[str, list[str]]:
-    """The torch and CUDA versions this project's training runs in ``df`` were measured with (read from their raw
-    run rows under ``raw_root``, default ``data/raw``); {} when none of them is found there."""
+    """The torch and CUDA versions this project's training runs in ``df`` were measured with, read from their raw run
+    files (``<raw_root>/<gpu>/<sweep-id>/runs/<run>.parquet``, the dataset's ``run_id``; default root ``data/raw``);
+    {} when none of them is there (imported sources, fixtures)."""
+    import pyarrow.dataset as pads
+
     from gpupred import config
-    from gpupred.dataset import own_run_id
-    from gpupred.profile.schema import read_runs
 
     root = config.RAW if raw_root is None else Path(raw_root)
+    ids = df["run_id"].astype(str) if "run_id" in df.columns else []
+    files = sorted({root / r.rsplit("/", 1)[0] / "runs" / f"{r.rsplit('/', 1)[1]}.parquet" for r in ids if r.count("/") == 2})
+    files = [f for f in files if f.is_file()]
+    if not files:
+        return {}
     try:
-        runs = read_runs(root)
-    except GpupredError:
+        table = pads.dataset([str(f) for f in files], format="parquet").to_table(columns=["torch_version", "cuda_version"])
+    except Exception:  # an unreadable raw file: the note then says the software is unknown
         return {}
-    if runs.empty or "run_id" not in df.columns:
-        return {}
-    ids = {own_run_id(d, r): (t, c) for d, r, t, c in zip(runs["sweep_dir"], runs["run_id"], runs["torch_version"],
-                                                          runs["cuda_version"])}
-    used = [ids[r] for r in df["run_id"].astype(str) if r in ids]
-    if not used:
-        return {}
-    return {"torch": sorted({t for t, _ in used}), "cuda": sorted({c for _, c in used})}
+    return {"torch": sorted(set(table.column("torch_version").to_pylist())),
+            "cuda": sorted(set(table.column("cuda_version").to_pylist()))}
 
 
 def calibration_status(cal: AppliedCalibration, by_physics: bool, measured_runs: int,
