@@ -265,23 +265,27 @@ def optimizer_constants(results: list[dict[str, Any]], launch_s: float, notes: l
     return {"param_host_s": float(fit.x[0]), "optimizer_launch_ratio": float(fit.x[1])}
 
 
+def _outside_allocator(v: dict[str, float], stage: str) -> float:
+    """MiB NVML counts for this process after a memory stage beyond the caching allocator's reserved bytes (the
+    device's figure less its pre-CUDA baseline; NVML's per-process figure where the device's is missing)."""
+    delta = float(v.get(f"device_used_{stage}_mib", math.nan)) - float(v.get("device_used_base_mib", math.nan))
+    if not math.isfinite(delta):
+        delta = float(v.get(f"process_{stage}_mib", math.nan))
+    return delta - float(v.get(f"reserved_{stage}_mib", math.nan))
+
+
 def memory_constants(results: list[dict[str, Any]], notes: list[str]) -> dict[str, float]:
     """The footprint's fixed terms and allocator ratio from the memory and allocator benchmarks (see MEASURED_BY)."""
     out: dict[str, float] = {}
     for _, v in _values(results, "memory"):
-        def outside(stage: str) -> float:  # NVML's figure beyond the caching allocator's reserved bytes
-            delta = float(v.get(f"device_used_{stage}_mib", math.nan)) - float(v.get("device_used_base_mib", math.nan))
-            if not math.isfinite(delta):
-                delta = float(v.get(f"process_{stage}_mib", math.nan))
-            return delta - float(v.get(f"reserved_{stage}_mib", math.nan))
-
         ws = [float(v.get(k, math.nan)) for k in ("cublas_workspace_mib", "cudnn_workspace_mib")]
         if all(math.isfinite(w) for w in ws):
             out["workspace_mib"] = sum(max(0.0, w) for w in ws)
-        if math.isfinite(outside("context")) and outside("context") > 0:
-            out["context_mib"] = outside("context")
-        if math.isfinite(outside("cudnn")) and outside("cudnn") > 0 and "workspace_mib" in out:
-            out["fixed_mib"] = outside("cudnn") + out["workspace_mib"]
+        context, libraries = _outside_allocator(v, "context"), _outside_allocator(v, "cudnn")
+        if math.isfinite(context) and context > 0:
+            out["context_mib"] = context
+        if math.isfinite(libraries) and libraries > 0 and "workspace_mib" in out:
+            out["fixed_mib"] = libraries + out["workspace_mib"]
     for _, v in _values(results, "allocator"):
         req, res = float(v.get("requested_peak_bytes", math.nan)), float(v.get("reserved_peak_bytes", math.nan))
         if math.isfinite(req) and math.isfinite(res) and req > 0:
@@ -305,7 +309,7 @@ def derive(gpu: dict[str, Any], results: list[dict[str, Any]]) -> Derived:
     step.update(efficiencies(results, spec, step.get("min_kernel_s"), notes))
     step.update(host_constants(results, step.get("min_kernel_s", DEFAULT.min_kernel_s), notes))
     step.update(optimizer_constants(results, step.get("launch_s", DEFAULT.launch_s), notes))
-    step = {k: float(np.clip(v, *BOUNDS[k])) if k in BOUNDS else v for k, v in step.items()}
+    step = {k: float(np.clip(v, *BOUNDS[k])) if k.endswith("_eff") else v for k, v in step.items()}
     peaks = {"source": source, "mem_bw_gbs": spec.mem_bw_gbs, "tflops_fp32": spec.tflops_fp32,
              "tflops_tf32": spec.tflops_tf32, "tflops_bf16": spec.tflops_bf16, "tflops_fp16": spec.fp16}
     return Derived(step, memory_constants(results, notes), peaks, notes)

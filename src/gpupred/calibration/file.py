@@ -26,6 +26,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ SCHEMA: dict[str, Any] = {
         "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
     },
 }
+_DERIVED: dict[str, Any] = {}  # checksum -> Derived (a checked file's content never changes under its checksum)
 REMEDY = "run `gpupred calibrate` again on that GPU (a calibration file is never edited by hand)"
 
 
@@ -116,6 +118,15 @@ def write_calibration(data: dict[str, Any], path: Path) -> Path:
     return Path(path)
 
 
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    """The schema's validator, its own schema checked once."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    return jsonschema.Draft202012Validator(SCHEMA)
+
+
 def validate(data: Any, shown: str) -> None:
     """Raise a one-line GpupredError naming ``shown`` unless ``data`` follows ``SCHEMA`` and its checksum matches."""
     import jsonschema
@@ -123,9 +134,8 @@ def validate(data: Any, shown: str) -> None:
     if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME and data.get("schema_version") != SCHEMA_VERSION:
         raise GpupredError(f"{shown}: calibration schema version {data.get('schema_version')!r}, this gpupred reads "
                            f"{SCHEMA_VERSION}; {REMEDY}")
-    try:
-        jsonschema.validate(data, SCHEMA)
-    except jsonschema.ValidationError as err:
+    err = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "top level"
         raise GpupredError(f"{shown}: not a gpupred calibration ({where}: {err.message[:160]}); {REMEDY}") from None
     try:
@@ -154,10 +164,14 @@ class Calibration:
         return str(self.path) if self.path is not None else f"calibration of {self.gpu_name}"
 
     def derived(self) -> Any:
-        """The constants, re-derived from the raw results by this gpupred (:func:`gpupred.calibration.derive.derive`)."""
+        """The constants, re-derived from the raw results by this gpupred (:func:`gpupred.calibration.derive.derive`;
+        once per content, by its checksum)."""
         from gpupred.calibration.derive import derive
 
-        return derive(self.data["gpu"], self.data["results"])
+        key = str(self.data["sha256"])
+        if key not in _DERIVED:
+            _DERIVED[key] = derive(self.data["gpu"], self.data["results"])
+        return _DERIVED[key]
 
     def gpu_spec(self) -> Any:
         """The GPU's specs: the hardware table's, or (a GPU outside it) its measured peaks."""

@@ -100,9 +100,9 @@ class AppliedCalibration:
     def step_constants(self, borrowed: StepConstants, ref: Reference) -> StepConstants:
         """``borrowed`` with every measured constant scaled by this GPU's reading over the reference's."""
         values = {}
-        for k, reading in self.derived.step.items():
+        for k, reading in self.derived.step.items():  # efficiencies stay fractions; times and ratios are as scaled
             scaled = getattr(borrowed, k) * reading / ref.step[k]
-            values[k] = float(np.clip(scaled, *BOUNDS[k])) if k in BOUNDS else float(scaled)
+            values[k] = float(np.clip(scaled, *BOUNDS[k])) if k.endswith("_eff") else float(scaled)
         return replace(borrowed, **values, source=f"calibrated by {self.shown} (readings relative to {ref.basis}); "
                                                   f"unmeasured constants: {borrowed.source}")
 

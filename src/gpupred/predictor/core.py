@@ -103,12 +103,11 @@ class PhysicsCore:
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
         """Fit the step model's constants and corrections, and the memory footprint model, on every labelled row."""
+        from gpupred.calibration.heldout import calibrated_core
         from gpupred.footprint import footprint_columns
         from gpupred.learn.nested import CVSettings
         from gpupred.learn.physics import fit_physics_predictor, physics_data
         from gpupred.memory import FootprintModel
-
-        from gpupred.calibration.heldout import calibrated_core
 
         targets = tuple(t for t in STEP_TARGETS if t in df.columns and df[t].notna().sum() >= 10)
         pdata = physics_data(df)
