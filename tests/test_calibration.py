@@ -248,3 +248,23 @@ def test_a_gpu_recorded_calibration_replays_and_derives_plausible_constants(path
     assert 100 < d.memory["context_mib"] < 4096 and 1.0 <= d.memory["allocator"] < 2.0
     replayed = calibrate(tmp_path / "replayed.json", backend=FakeBackend.from_file(path), progress=False)
     assert read_calibration(replayed).data["derived"]["step"] == pytest.approx(d.step)
+
+
+def test_a_failing_case_is_recorded_and_left_out_and_its_replay_fails_alike(tmp_path: Path) -> None:
+    """One benchmark's failure (out of memory, an API an older torch lacks) must not cost the whole GPU run."""
+
+    class OneFails(FakeBackend):
+        def measure(self, bench: str, params: dict, seconds: float) -> dict[str, float]:
+            if bench == "optimizer" and params["impl"] == "fused":
+                raise RuntimeError("fused=True requires all the params to be floating point Tensors of supported devices")
+            return super().measure(bench, params, seconds)
+
+    path = calibrate(tmp_path / "cal.json", backend=OneFails(fixture_recording(gpu_name=H100)), progress=False)
+    cal = read_calibration(path)
+    failed = [r for r in cal.data["results"] if "error" in r]
+    assert len(failed) == 8 and all(r["values"] == {} for r in failed)
+    assert failed[0]["error"].startswith("RuntimeError: fused=True requires")
+    assert cal.derived().step["optimizer_launch_ratio"] == pytest.approx(TRUE_STEP["optimizer_launch_ratio"])
+    assert cal.derived().notes[0].startswith("8 of 74 cases failed, e.g. optimizer")
+    again = read_calibration(calibrate(tmp_path / "again.json", backend=FakeBackend.from_file(path), progress=False))
+    assert [r.get("error") for r in again.data["results"]] == [r.get("error") for r in cal.data["results"]]

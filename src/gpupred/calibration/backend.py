@@ -12,6 +12,10 @@ import platform
 from typing import Any, Protocol
 
 
+class ReplayedFailure(Exception):
+    """A recorded case that failed when it was measured, failing again on replay with the recorded message."""
+
+
 class Backend(Protocol):
     """One GPU's measurements, by benchmark name and parameters (see ``gpupred.calibration.bench.BENCHES``)."""
 

@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupred.calibration.backend import Backend
+from gpupred.calibration.backend import Backend, ReplayedFailure
+from gpupred.errors import GpupredError
 
 DEFAULT_SECONDS = 40.0  # the measuring budget of a whole calibration (set-up and cuDNN autotuning come on top)
 MATMUL_SHAPES: tuple[tuple[int, int, int], ...] = (  # (m, n, k): square, and a tall one like a batch of tokens
@@ -105,7 +106,7 @@ def default_cases() -> list[Case]:
 def run_benchmarks(backend: Backend, seconds: float = DEFAULT_SECONDS, cases: list[Case] | None = None,
                    progress: bool = True) -> list[dict[str, Any]]:
     """Every case measured on ``backend``, each given its share of ``seconds``: one record per case
-    (``bench``, ``params``, ``values``, ``wall_s``)."""
+    (``bench``, ``params``, ``values``, ``wall_s``; ``error`` and no values where the case failed)."""
     from gpupred.reports import progress_bar
 
     cases = default_cases() if cases is None else cases
@@ -115,7 +116,15 @@ def run_benchmarks(backend: Backend, seconds: float = DEFAULT_SECONDS, cases: li
     for case in bar:
         bar.set_postfix_str(case.bench, refresh=False)
         t0 = time.monotonic()
-        values = backend.measure(case.bench, dict(case.params), seconds * case.weight / total)
-        out.append({"bench": case.bench, "params": dict(case.params), "values": {k: math.nan if v is None else float(v) for k, v in values.items()},
-                    "wall_s": round(time.monotonic() - t0, 3)})
+        record: dict[str, Any] = {"bench": case.bench, "params": dict(case.params), "values": {}}
+        try:
+            values = backend.measure(case.bench, dict(case.params), seconds * case.weight / total)
+            record["values"] = {k: math.nan if v is None else float(v) for k, v in values.items()}
+        except GpupredError:
+            raise
+        except Exception as err:  # one case's failure (out of memory, an API a torch lacks) is recorded, not fatal
+            text = " ".join(str(err).split())
+            record["error"] = (text if isinstance(err, ReplayedFailure) else f"{type(err).__name__}: {text}")[:300]
+        record["wall_s"] = round(time.monotonic() - t0, 3)
+        out.append(record)
     return out

@@ -297,8 +297,12 @@ def memory_constants(results: list[dict[str, Any]], notes: list[str]) -> dict[st
 
 
 def derive(gpu: dict[str, Any], results: list[dict[str, Any]]) -> Derived:
-    """Every constant a calibration measures, from its GPU identity and raw results (see ``MEASURED_BY``)."""
-    notes: list[str] = []
+    """Every constant a calibration measures, from its GPU identity and raw results (see ``MEASURED_BY``); cases that
+    failed are left out and named in the notes."""
+    failed = [r for r in results if r.get("error")]
+    notes = [f"{len(failed)} of {len(results)} cases failed, e.g. {failed[0]['bench']} {failed[0]['params']}: "
+             f"{failed[0]['error']}"] if failed else []
+    results = [r for r in results if not r.get("error")]
     spec, source = gpu_of(gpu, results)
     step: dict[str, float] = {}
     for _, v in _values(results, "min_kernel"):

@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from gpupred.calibration.backend import ReplayedFailure
 from gpupred.calibration.bench import case_key
 from gpupred.errors import GpupredError
 
@@ -19,8 +20,11 @@ class FakeBackend:
         self.replayed_from = label
         self.recording = copy.deepcopy(recording)
         self._values: dict[Any, dict[str, float]] = {}
+        self._errors: dict[Any, str] = {}
         for item in self.recording.get("results", []):
             self._values[case_key(item["bench"], item["params"])] = dict(item["values"])
+            if item.get("error"):
+                self._errors[case_key(item["bench"], item["params"])] = str(item["error"])
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     @classmethod
@@ -47,6 +51,8 @@ class FakeBackend:
         if key not in self._values:
             raise GpupredError(f"{self.replayed_from}: no recorded result for {bench} {params}; record it again with "
                                "`gpupred calibrate` on the GPU, or replay with the cases it has")
+        if key in self._errors:  # replayed as it happened
+            raise ReplayedFailure(self._errors[key])
         return dict(self._values[key])
 
     def close(self) -> None:

@@ -9,7 +9,8 @@ One JSON object per calibration run (``gpupred calibrate``)::
     gpu                         NVML name and UUID, SM count, memory, max SM and memory clocks, power limit, compute capability
     software                    driver, the driver's CUDA, torch's CUDA runtime, cuDNN, torch, Python, gpupred
     host                        CPU model, logical cores, OS
-    results                     every micro-benchmark case: bench, params, values, wall_s (gpupred.calibration.bench)
+    results                     every micro-benchmark case: bench, params, values, wall_s, and error where it failed
+                                (gpupred.calibration.bench)
     derived                     the constants as the writing gpupred derived them (gpupred.calibration.derive), the
                                 peaks they are fractions of, what each constant's measurement is, notes
     sha256                      hex sha256 of the canonical JSON (sorted keys, compact) of everything else
@@ -59,7 +60,8 @@ SCHEMA: dict[str, Any] = {
         "results": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["bench", "params", "values"],
             "properties": {"bench": _TEXT, "params": {"type": "object"},
-                           "values": {"type": "object", "additionalProperties": _NUMBER}, "wall_s": {"type": "number"}}}},
+                           "values": {"type": "object", "additionalProperties": _NUMBER}, "wall_s": {"type": "number"},
+                           "error": _TEXT}}},
         "derived": {"type": "object", "required": ["step", "memory", "peaks", "measured_by", "notes"],
                     "properties": {"step": {"type": "object", "additionalProperties": {"type": "number"}},
                                    "memory": {"type": "object", "additionalProperties": {"type": "number"}},
