@@ -2,7 +2,7 @@
 
 The constants the predictor fits to training runs are not the readings of micro-benchmarks: a fitted launch cost
 (41-51 us per forward kernel on this project's H100 and H200 runs) holds everything a training step spends per
-kernel on the host (modules, hooks, autocast), where a bare eager launch reads a few microseconds; fitted
+kernel on the host (modules, hooks, autocast), where PyTorch's profiler puts a bare eager launch at 5-10 us; fitted
 efficiencies hold what training-sized layers reach, not a benchmark grid's. So a calibration does not paste its
 readings in. Each measured constant of a GPU without fits becomes
 
