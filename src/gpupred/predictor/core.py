@@ -20,7 +20,10 @@ intervals of the step-model targets are widened to at least the extrapolation wi
 :func:`gpupred.learn.physics.extrapolation_width`: each measured (GPU kind, protocol) held out in turn, predicted as
 an unmeasured one borrows, the conformal quantile of physics' log error on their rows, each key weighing the same
 (how wrong physics is when its constants were not fitted to the GPU, by the rule that predicts); the footprint's
-intervals widen by its own rule.
+intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured constants
+replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked extrapolated,
+and its intervals take the calibrated width :mod:`gpupred.calibration.heldout` measured (the extrapolated width
+until a GPU-recorded calibration of a measured GPU is committed).
 """
 
 from __future__ import annotations
