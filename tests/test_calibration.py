@@ -268,3 +268,14 @@ def test_a_failing_case_is_recorded_and_left_out_and_its_replay_fails_alike(tmp_
     assert cal.derived().notes[0].startswith("8 of 74 cases failed, e.g. optimizer")
     again = read_calibration(calibrate(tmp_path / "again.json", backend=FakeBackend.from_file(path), progress=False))
     assert [r.get("error") for r in again.data["results"]] == [r.get("error") for r in cal.data["results"]]
+
+
+def test_without_torch_calibrate_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import gpupred.profile.nvml as nvml
+    from gpupred.calibration.torch_backend import no_gpu_message
+
+    monkeypatch.setattr(nvml, "probe", lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", None)  # the analyst's install: no torch
+    assert no_gpu_message() == 'torch is not installed (pip install -c constraints.txt "gpupred[torch]")'

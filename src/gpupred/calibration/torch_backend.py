@@ -39,7 +39,10 @@ def no_gpu_message() -> str | None:
     why = probe()
     if why is not None:
         return f"no NVIDIA GPU/driver found ({why})"
-    import torch
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (pip install -c constraints.txt \"gpupred[torch]\")"
 
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no CUDA device (a CPU-only build, or CUDA_VISIBLE_DEVICES hides it)"
