@@ -279,3 +279,20 @@ def test_without_torch_calibrate_says_what_to_install(monkeypatch: pytest.Monkey
     monkeypatch.setattr(nvml, "probe", lambda: None)
     monkeypatch.setitem(sys.modules, "torch", None)  # the analyst's install: no torch
     assert no_gpu_message() == 'torch is not installed (pip install -c constraints.txt "gpupred[torch]")'
+
+
+def test_the_public_name_is_lazy_and_nothing_here_imports_torch_until_it_measures() -> None:
+    import os
+    import subprocess
+    import sys
+
+    import gpupred
+
+    assert gpupred.calibrate is calibrate
+    code = ("import sys, gpupred, gpupred.calibration.use, gpupred.calibration.heldout, gpupred.calibration.cli, "
+            "gpupred.traces.table, gpupred.traces.compare, gpupred.traces.runner, gpupred.traces.cli; "
+            "gpupred.calibrate; assert not {'torch', 'pynvml'} & set(sys.modules), sorted(sys.modules)")
+    env_path = str(Path(__file__).resolve().parent.parent / "src")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": env_path})
+    assert result.returncode == 0, result.stderr[-500:]
