@@ -185,8 +185,9 @@ class Predictor:
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                 gpu: str | None = None, calibration: Any = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``,
-        ``extrapolated`` (the row's GPU has no measurements in the training data and no calibration was used),
-        ``calibrated`` (the calibration file used, '' if none) and ``calibration_note``.
+        ``extrapolated`` (the row's GPU has no measurements in the training data and no calibration was used), and
+        where a calibration was given or found, ``calibrated`` (the file used for the row, '' if not) and
+        ``calibration_note``.
 
         Rows that name their ``source`` (dataset rows) get intervals calibrated on that source's residuals;
         anything else gets intervals from every training residual. Extrapolated rows' intervals are widened to at
@@ -243,10 +244,10 @@ class Predictor:
         return self._mark_calibration(out, cal, kinds)
 
     def _mark_calibration(self, out: pd.DataFrame, cal: Any, kinds: np.ndarray) -> pd.DataFrame:
-        """Columns ``calibrated`` and ``calibration_note``; a row the calibration answered is not extrapolated."""
+        """With a calibration, columns ``calibrated`` and ``calibration_note``; a row it answered is not extrapolated.
+        (Without one the frame stays as it was: two more columns cost a one-row prediction about a millisecond.)"""
         from gpupred.calibration.use import calibration_status
 
-        out["calibrated"], out["calibration_note"] = "", ""
         if cal is None:
             return out
         software = self.core.calibration_.software if self.core is not None else {}
