@@ -39,3 +39,9 @@ def run_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..
         return run_notebook_in(tmp_path, monkeypatch, name, parameters, allow_missing_input)
 
     return _run
+
+
+@pytest.fixture(autouse=True)
+def _no_user_calibrations(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Predictions look for this user's calibrations (gpupred calibrate): tests see an empty folder of their own."""
+    monkeypatch.setenv("GPUPRED_CALIBRATION_DIR", str(tmp_path_factory.mktemp("calibrations")))

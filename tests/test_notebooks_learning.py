@@ -21,7 +21,7 @@ SMALL = {
     "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
                               "n_jobs": 1, "cross_gpu_targets": ["gpu_util"], "n_within": 3,
                               "compared": ["ridge", "decision_tree"],
-                              # the step model needs real graphs (tests/test_learn_physics.py); the memory footprint falls
+                              # the step model needs real graphs (tests/test_step.py); the memory footprint falls
                               # back to the feature row's activation_bytes without them
                               "physics_targets": ["memory_mib"]},
     "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1, "physics_explain": False},

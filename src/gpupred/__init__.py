@@ -8,6 +8,7 @@ The public face is small and never imports torch::
     predictor = gpupred.load_predictor()          # the committed models/predictor.joblib
     predictor.predict("resnet50.onnx", batch_size=64, precision="bf16")
     gpupred.advise_fusion("resnet.resnet18-bs128-img32-fp32-sgd", gpu="H100 SXM")  # how many trials to fuse
+    gpupred.calibrate()                            # on a GPU machine: measure its constants (needs torch)
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred.version import __version__
 
-__all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "advise_fusion", "__version__"]
+__all__ = ["advise_fusion", "calibrate", "export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec",
+           "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.calibration import calibrate
     from gpupred.graph import featurize
     from gpupred.graph.export import export_model
     from gpupred.fusion import advise_fusion
@@ -26,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads import WorkloadSpec
 
 _LAZY = {
+    "calibrate": "gpupred.calibration",
     "export_model": "gpupred.graph.export",
     "featurize": "gpupred.graph",
     "load_predictor": "gpupred.predictor",

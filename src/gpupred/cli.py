@@ -9,12 +9,14 @@ app = new_app("gpupred", "Predict a training job's GPU utilization, memory and c
 
 def _register() -> None:
     """Attach every stage's commands (modules whose import stays free of torch)."""
+    from gpupred.calibration import cli as calibration_cli
     from gpupred.fusion import cli as fusion_cli
     from gpupred.graph import cli as graph_cli
     from gpupred.importers import cli as importers_cli
     from gpupred.pipeline import register as pipeline_register
     from gpupred.predictor import cli as predictor_cli
     from gpupred.profile import cli as profile_cli
+    from gpupred.traces import cli as traces_cli
     from gpupred.workloads import cli as workloads_cli
 
     for register in (
@@ -24,6 +26,8 @@ def _register() -> None:
         importers_cli.register,
         predictor_cli.register,
         fusion_cli.register,
+        calibration_cli.register,
+        traces_cli.register,
         pipeline_register,
     ):
         register(app)

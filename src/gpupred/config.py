@@ -69,3 +69,19 @@ GRAPHS: Path = DATA / "graphs"
 CORPUS: Path = DATA / "corpus"
 # ONNX exports (structure only, weights stripped) of architectures outside the store, cached per architecture.
 ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onnx"
+
+# Calibrations of this project's own GPU kinds, recorded by `gpupred calibrate` on a lent GPU and committed as
+# written: the tests replay them and the exported predictor measures a calibrated GPU's interval width on them.
+CALIBRATIONS: Path = DATA / "calibrations"
+CALIBRATION_DIR_ENV = "GPUPRED_CALIBRATION_DIR"
+
+
+def calibration_dir() -> Path:
+    """Where ``gpupred calibrate`` writes this user's calibrations and predictions look for them:
+    ``$GPUPRED_CALIBRATION_DIR``, else the per-user cache (``$XDG_CACHE_HOME/gpupred/calibrations`` on Linux)."""
+    override = os.environ.get(CALIBRATION_DIR_ENV, "").strip()
+    if override:
+        return Path(override).expanduser().resolve()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("gpupred", appauthor=False)) / "calibrations"

@@ -12,7 +12,10 @@ Memory is the vendor's marketed size in GB; bandwidth in GB/s.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
+from typing import Iterable, Iterator
 
 import pandas as pd
 
@@ -115,6 +118,9 @@ def gpu_spec(name: str) -> GpuSpec:
     factor: "NVIDIA H100 80GB HBM3" is the H100 SXM, but "RTX 3090 Ti" or "A1000" are not guessed at.
     """
     norm = _normalize(name)
+    for extra, _arch in _EXTRA.get():
+        if _normalize(extra.name) == norm:
+            return extra
     for pattern, spec in _TABLE:
         match = re.search(pattern, norm)
         if match and _leftover_is_noise(norm, match):
@@ -140,7 +146,23 @@ ARCHITECTURES: dict[str, str] = {
 
 def architecture(name: str) -> str:
     """The architecture (``hopper``, ``ampere``, ...) of the GPU called ``name``."""
-    return ARCHITECTURES[gpu_spec(name).name]
+    spec = gpu_spec(name)
+    extra = {s.name: arch for s, arch in _EXTRA.get()}
+    return extra[spec.name] if spec.name in extra else ARCHITECTURES[spec.name]
+
+
+# GPUs outside the table that a block of code may name (a calibration's GPU with its measured peaks): see extra_gpus
+_EXTRA: ContextVar[tuple[tuple[GpuSpec, str], ...]] = ContextVar("gpupred_extra_gpus", default=())
+
+
+@contextmanager
+def extra_gpus(specs: Iterable[tuple[GpuSpec, str]]) -> Iterator[None]:
+    """Inside the block, :func:`gpu_spec` also knows these (spec, architecture) pairs by their exact names."""
+    token = _EXTRA.set((*_EXTRA.get(), *specs))
+    try:
+        yield
+    finally:
+        _EXTRA.reset(token)
 
 
 def known_gpus() -> pd.DataFrame:

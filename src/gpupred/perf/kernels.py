@@ -339,12 +339,20 @@ def _loss_and_dropout(b: _Builder, graph: CanonicalGraph, out_bytes: list[float]
         b.bwd.append((typical / 4, 2.25 * typical, False))
 
 
+def foreach_launches(n_tensors: int, numel: int, reads: int, writes: int) -> int:
+    """Kernels one multi-tensor op launches: one per ``FOREACH_TENSORS[depth]`` tensors and per ``FOREACH_CHUNK``
+    elements (0 for no tensors)."""
+    if n_tensors <= 0:
+        return 0
+    depth = min(5, reads + (writes if writes and reads < 2 else 0))
+    return max(math.ceil(n_tensors / FOREACH_TENSORS[max(1, depth)]), math.ceil(numel / FOREACH_CHUNK))
+
+
 def _foreach(b: _Builder, n_tensors: int, numel: int, reads: int, writes: int, flops_per: float = 1.0) -> None:
     """One multi-tensor op: one launch per ``FOREACH_TENSORS[depth]`` tensors and per ``FOREACH_CHUNK`` elements."""
     if n_tensors <= 0:
         return
-    depth = min(5, reads + (writes if writes and reads < 2 else 0))
-    launches = max(math.ceil(n_tensors / FOREACH_TENSORS[max(1, depth)]), math.ceil(numel / FOREACH_CHUNK))
+    launches = foreach_launches(n_tensors, numel, reads, writes)
     for k in range(launches):  # one dispatched op; its further launches come from torch's C++ loop
         b.opt.append((flops_per * numel / launches, 4.0 * (reads + writes) * numel / launches, False, k > 0))
 

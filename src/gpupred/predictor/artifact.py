@@ -184,35 +184,53 @@ class Predictor:
         raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                gpu: str | None = None) -> pd.DataFrame:
+                gpu: str | None = None, calibration: Any = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, ``core``
-        (what answered) and ``extrapolated`` (no measurements of the GPU kind under this project's protocol).
+        (what answered), ``extrapolated`` (no measurements of the GPU kind under this project's protocol, and no
+        calibration used) and, where a calibration was given or found, ``calibrated`` (the file used for the row, ''
+        if not) and ``calibration_note``.
 
         A job given as a graph (an ONNX file, a workload id) is answered by the physics-first core alone
         (:mod:`gpupred.predictor.core`: the step and memory estimators notebook 03 scores). Feature rows (a featurize
         dict, a DataFrame) carry no kernels for the step model: the baseline regressors answer them, and rows that
         name their ``source`` (dataset rows) get intervals calibrated on that source's residuals. Their extrapolated
         rows' intervals are widened to at least the held-out width of :mod:`gpupred.predictor.extrapolate`.
+        ``calibration``: a file written by ``gpupred calibrate`` (or a :class:`gpupred.calibration.Calibration`) for
+        the GPU (``gpu`` defaults to its GPU); a job given as a graph on a GPU without measurements is then predicted
+        with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks for
+        the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
+        uses none. A calibration of another GPU than ``gpu`` is refused.
         """
-        job = Job(batch_size, precision, optimizer, gpu)
-        graph = resolve_graph(x, job)  # a job given as a graph: featurized once
-        if graph is not None and self.core is not None:
-            return self._predict_graph(graph, job)
-        return self._predict_rows(x if graph is None else graph.row(), job)
+        from contextlib import nullcontext
 
-    def _predict_graph(self, graph: "GraphJob", job: Job) -> pd.DataFrame:
-        """The physics-first core's answer for one job given as a graph (the regressors are not run)."""
+        from gpupred.calibration.use import resolve_calibration
+
+        if calibration is None and (self.core is None or not isinstance(x, (str, Path))):
+            calibration = False  # only a job given as a graph, answered by physics, looks in the user's folder
+        cal = resolve_calibration(calibration, gpu)
+        gpu = gpu if gpu is not None or cal is None else cal.calibration.gpu_name
+        job = Job(batch_size, precision, optimizer, gpu)
+        with cal.hardware() if cal is not None else nullcontext():
+            graph = resolve_graph(x, job)  # a job given as a graph: featurized once
+            if graph is not None and self.core is not None:
+                out, kinds = self._predict_graph(graph, job, cal)
+            else:
+                out, kinds = self._predict_rows(x if graph is None else graph.row(), job)
+        return self._mark_calibration(out, cal, kinds)
+
+    def _predict_graph(self, graph: "GraphJob", job: Job, cal: Any = None) -> tuple[pd.DataFrame, np.ndarray]:
+        """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
         from gpupred.predictor.core import job_graph
 
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-        out = self.core.predict(job_graph(graph, graph.row()), gpu_name)
+        out = self.core.predict(job_graph(graph, graph.row()), gpu_name, cal)
         frame = pd.DataFrame([{k: v for k, v in out.items() if k != "extrapolated"}])
         frame["core"] = "physics"
         frame["extrapolated"] = bool(out["extrapolated"])
-        return frame
+        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))
 
-    def _predict_rows(self, x: Any, job: Job) -> pd.DataFrame:
-        """The baseline regressors' answer for feature rows (a dict is one row)."""
+    def _predict_rows(self, x: Any, job: Job) -> tuple[pd.DataFrame, np.ndarray]:
+        """The baseline regressors' answer for feature rows (a dict is one row), and each row's GPU kind."""
         arr, index, kinds = self._matrix(x, job)
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
         strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
@@ -233,6 +251,23 @@ class Predictor:
         out = pd.DataFrame(np.column_stack(columns) if columns else np.empty((len(index), 0)), index=index, columns=names)
         out["core"] = "regressor"
         out["extrapolated"] = extrapolated
+        return out, kinds
+
+    def _mark_calibration(self, out: pd.DataFrame, cal: Any, kinds: np.ndarray) -> pd.DataFrame:
+        """With a calibration, columns ``calibrated`` and ``calibration_note``; a row it answered is not extrapolated.
+        (Without one the frame stays as it was: two more columns cost a one-row prediction about a millisecond.)"""
+        from gpupred.calibration.use import calibration_status
+
+        if cal is None:
+            return out
+        software = self.core.calibration_.software if self.core is not None else {}
+        keys = [(str(core), str(kind)) for core, kind in zip(out["core"], kinds)]
+        status = {k: calibration_status(cal, k[0] == "physics", int(self.measured_gpus.get(k[1], 0)), software)
+                  for k in set(keys)}
+        used = np.array([status[k][0] for k in keys], dtype=bool)
+        out["calibrated"] = np.where(used, cal.shown, "")
+        out["calibration_note"] = [status[k][1] for k in keys]
+        out["extrapolated"] = out["extrapolated"].to_numpy(bool) & ~used
         return out
 
 

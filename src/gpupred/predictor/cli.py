@@ -48,6 +48,10 @@ def register(app: Any) -> None:
         noncommercial: bool = typer.Option(False, "--noncommercial", help="Use models/predictor-noncommercial.joblib, "
                                                                           "trained with imported data (non-commercial use only)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
+        calibration: str = typer.Option(None, "--calibration", help="A file `gpupred calibrate` wrote for the GPU "
+                                                                    "(default: the newest of this user's for --gpu)."),
+        no_calibration: bool = typer.Option(False, "--no-calibration", help="Use no calibration, not even this "
+                                                                            "user's."),
     ) -> None:
         """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph."""
         from gpupred import config
@@ -61,8 +65,11 @@ def register(app: Any) -> None:
             raise GpupredError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         if noncommercial and predictor_path:
             raise GpupredError("give --predictor PATH or --noncommercial, not both")
+        if calibration and no_calibration:
+            raise GpupredError("give --calibration FILE or --no-calibration, not both")
         predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
-        row = predictor.predict(model, batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu).iloc[0]
+        row = predictor.predict(model, batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu,
+                                calibration=False if no_calibration else calibration).iloc[0]
         print_prediction(predictor, row, as_json)
 
     @app.command("gpus")
@@ -85,9 +92,11 @@ UNITS: dict[str, tuple[str, str]] = {  # target -> (label, unit) in the order a 
 def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
     """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning)."""
     extrapolated = bool(row["extrapolated"])
+    text = ("extrapolated", "core", "calibrated", "calibration_note")
     values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
-                              if k not in ("extrapolated", "core") and v == v and v is not None}
-    values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")))
+                              if k not in text and v == v and v is not None}
+    values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")),
+                  calibrated=str(row.get("calibrated", "")) or None, calibration_note=str(row.get("calibration_note", "")))
     if as_json:
         print(json.dumps(values))
         return
@@ -98,5 +107,9 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
                   f"{values[target + '_high']:{fmt}}]  ({1 - predictor.alpha:.0%} interval)")
     print(f"answered by: {values['core']}" + (" (step model x correction, footprint x correction)"
                                                if values["core"] == "physics" else ""))
+    if values["calibrated"]:
+        print(f"calibrated: {values['calibrated']}" + (f" ({values['calibration_note']})" if values["calibration_note"] else ""))
+    elif values["calibration_note"]:
+        print(f"calibration {values['calibration_note']}")
     if extrapolated:
         print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")

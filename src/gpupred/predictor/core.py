@@ -13,7 +13,10 @@ A new job is predicted as this project's sweeps measure it (a sync per step, dev
 ``PROTOCOL``). On a GPU kind whose constants were not fitted under that protocol the step model borrows what the
 fitted keys can lend (:meth:`gpupred.perf.ConstantsTable.get`); the prediction is marked extrapolated and its
 step-model intervals reach at least the extrapolation width the step estimator measured on its training rows; the
-footprint's intervals widen by its own rule.
+footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
+constants replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked
+extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.heldout` measured (the
+extrapolated width until a GPU-recorded calibration of a measured GPU is committed).
 """
 
 from __future__ import annotations
@@ -70,36 +73,74 @@ def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
 class PhysicsCore:
     """The step and memory estimators fitted on a dataset frame (see the module docstring)."""
 
-    def __init__(self, alpha: float = 0.1, seed: int = 0, step: Any = None) -> None:
+    def __init__(self, alpha: float = 0.1, seed: int = 0, step: Any = None, calibrations: list[Any] | None = None) -> None:
         self.alpha = alpha
         self.seed = seed
         self.step = step  # an unfitted gpupred.step.StepEstimator (notebook 03's choice), default its defaults
+        self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.heldout); None: data/calibrations/
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Cores pickled before calibrations existed load with none (a calibrated GPU then gets the extrapolated width)."""
+        from gpupred.calibration.heldout import CalibratedCore
+
+        self.__dict__.update(state)
+        self.__dict__.setdefault("calibrations", None)
+        self.__dict__.setdefault("calibration_", CalibratedCore())
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
-        """Fit the step estimator and the memory footprint model on every labelled row."""
+        """Fit the step estimator and the memory footprint model on every labelled row; measure what calibrations of
+        the measured GPUs would have changed (:func:`gpupred.calibration.heldout.calibrated_core`)."""
         from sklearn.base import clone
 
+        from gpupred.calibration.heldout import calibrated_core
         from gpupred.footprint import footprint_columns
         from gpupred.memory import FootprintModel
         from gpupred.step import StepEstimator, physics_data
 
         step = clone(self.step) if self.step is not None else StepEstimator(alpha=self.alpha, seed=self.seed)
         targets = tuple(t for t in step.targets if t in df.columns and df[t].notna().sum() >= 10)
-        self.step_ = step.set_params(targets=targets).fit(df, physics_data(df))
-        self.memory_ = FootprintModel(seed=self.seed).fit(footprint_columns(df))
+        pdata = physics_data(df)
+        self.step_ = step.set_params(targets=targets).fit(df, pdata)
+        memory_frame = footprint_columns(df)
+        self.memory_ = FootprintModel(seed=self.seed).fit(memory_frame)
         self.measured_ = sorted({str(g) for g in df["gpu"]})
+        self.calibration_ = calibrated_core(df, pdata, self.step_.constants_, memory_frame, self.alpha,
+                                            self.calibrations, PROTOCOL)
         return self
 
-    def predict(self, job: JobGraph, gpu: str) -> dict[str, Any]:
-        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, and ``extrapolated``."""
+    def predict(self, job: JobGraph, gpu: str, calibration: Any = None) -> dict[str, Any]:
+        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, and ``extrapolated``; a
+        calibration (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces its borrowed
+        constants."""
         frame, physics = job_frame(job, gpu)
-        out: dict[str, Any] = self.step_.predict(frame, physics).iloc[0].to_dict()
-        mem = self.memory_.predict(frame).iloc[0]
+        name = gpu_spec(gpu).name
+        use = calibration if calibration is not None and name not in self.measured_ else None
+        constants, memory = self._calibrated(name, use)
+        measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
+        out: dict[str, Any] = self.step_.predict(frame, physics, constants=constants,
+                                                 widths=measured or None).iloc[0].to_dict()
+        mem = memory.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
+        if "memory_mib" in measured:  # a measured width replaces the extrapolated rule's
+            out["memory_mib_low"], out["memory_mib_high"] = (out["memory_mib"] * float(np.exp(s * measured["memory_mib"]))
+                                                             for s in (-1, 1))
         out["extrapolated"] = bool(out.get("extrapolated", False))
         return out
 
+    def _calibrated(self, gpu: str, use: Any) -> tuple[Any, Any]:
+        """(step constants, memory model) for a GPU: (None, the fitted model) without a calibration to use."""
+        if use is None:
+            return None, self.memory_
+        import copy
+
+        ref = self.calibration_.reference
+        constants = use.step_constants(self.step_.constants_.get(gpu, PROTOCOL), ref)
+        memory = copy.copy(self.memory_)
+        memory.footprint_ = use.footprint(self.memory_.footprint_, f"{gpu}|{SOURCE_OWN}", ref)
+        return constants, memory
+
     def describe(self) -> dict[str, Any]:
-        """What the card says of the core: the step estimator, the memory model, the GPU kinds measured."""
-        return {"step": self.step_.describe(), "memory": self.memory_.describe(), "measured_gpus": self.measured_}
+        """What the card says of the core: the step estimator, the memory model, the GPU kinds measured and calibrated."""
+        return {"step": self.step_.describe(), "memory": self.memory_.describe(), "measured_gpus": self.measured_,
+                "calibrated_gpus": self.calibration_.describe()}

@@ -36,6 +36,7 @@ from gpupred.step.physics import (
     PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
     fitted_physics, physics_data, row_physics, rows_unfitted,
 )
+from gpupred.perf.constants import StepConstants
 from gpupred.perf.timeline import STEP_COLUMNS
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
@@ -107,11 +108,17 @@ class StepEstimator(BaseEstimator):
         pdata = physics.align(X) if physics is not None else physics_data(X)
         return row_physics(pdata, self.constants_)
 
-    def predict(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> pd.DataFrame:
-        """Per row of ``X``: each fitted target, its ``_low``/``_high`` bounds, ``samples_per_s`` and ``extrapolated``."""
+    def predict(self, X: pd.DataFrame, physics: PhysicsData | None = None, constants: StepConstants | None = None,
+                widths: dict[str, float] | None = None) -> pd.DataFrame:
+        """Per row of ``X``: each fitted target, its ``_low``/``_high`` bounds, ``samples_per_s`` and ``extrapolated``.
+
+        ``constants`` (a calibrated GPU's: :mod:`gpupred.calibration.use`) replace the fitted or borrowed ones for
+        every row, and ``widths`` (per target, measured for calibrated GPUs) replace the extrapolation widths of rows
+        whose (GPU kind, protocol) has no fit.
+        """
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
-        util, step = row_physics(pdata, self.constants_)
+        util, step = row_physics(pdata, self.constants_) if constants is None else _physics_under(pdata, constants)
         unfitted, new_protocol = rows_unfitted(pdata.keys, self.constants_)
         out = pd.DataFrame(index=X.index)
         for target in self.fitted_targets_:
@@ -119,7 +126,8 @@ class StepEstimator(BaseEstimator):
             base = step if is_step else util
             pt, lo, hi = self._corrected(X, target, base, util, step)
             if target in self.corrections_:
-                lo, hi = widen(pt, lo, hi, self.widths_[target].for_rows(new_protocol), unfitted, log1p=not is_step)
+                width = self.widths_[target].for_rows(new_protocol) if not widths or target not in widths else widths[target]
+                lo, hi = widen(pt, lo, hi, width, unfitted, log1p=not is_step)
             if not is_step:
                 pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
             out[target], out[f"{target}_low"], out[f"{target}_high"] = pt, lo, hi
@@ -161,6 +169,13 @@ class StepEstimator(BaseEstimator):
                                                 "each key weighing the same"}
                                    for t, w in self.widths_.items()},
         }
+
+
+def _physics_under(pdata: PhysicsData, constants: StepConstants) -> tuple[np.ndarray, np.ndarray]:
+    """(utilization %, step s) of every row of ``pdata`` under one set of constants."""
+    from gpupred.perf.fit import predict_rows
+
+    return predict_rows(pdata.rows, constants)
 
 
 def with_default_physics(X: pd.DataFrame, pdata: PhysicsData) -> pd.DataFrame:

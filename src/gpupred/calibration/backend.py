@@ -1,0 +1,52 @@
+"""What a micro-benchmark backend provides: the machine's identity and one measurement per (benchmark, parameters).
+
+Two backends implement :class:`Backend`: :class:`gpupred.calibration.torch_backend.TorchBackend` (torch CUDA events
+and pynvml on the local GPU) and :class:`gpupred.calibration.fake.FakeBackend` (replays a recorded calibration
+file's measurements). The benchmarks (:mod:`gpupred.calibration.bench`) say what to measure; a backend only measures.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any, Protocol
+
+
+class ReplayedFailure(Exception):
+    """A recorded case that failed when it was measured, failing again on replay with the recorded message."""
+
+
+class Backend(Protocol):
+    """One GPU's measurements, by benchmark name and parameters (see ``gpupred.calibration.bench.BENCHES``)."""
+
+    name: str  # "torch-cuda", or "replay:<file>" for a recording
+    replayed_from: str  # the recording a fake replays ('' for a real backend)
+
+    def identity(self) -> dict[str, dict[str, Any]]:
+        """``{"gpu": {...}, "software": {...}, "host": {...}}`` (the fields of ``gpupred.calibration.file.SCHEMA``)."""
+        ...
+
+    def measure(self, bench: str, params: dict[str, Any], seconds: float) -> dict[str, float]:
+        """The values of one benchmark case, spending about ``seconds`` on it."""
+        ...
+
+    def close(self) -> None:
+        """Release the device and NVML."""
+        ...
+
+
+def host_cpu() -> str:
+    """The host CPU's model name (``/proc/cpuinfo`` on Linux, else what :mod:`platform` says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def host_identity() -> dict[str, Any]:
+    """The host fields of a calibration file: CPU model, logical cores, OS."""
+    return {"cpu": host_cpu(), "cores": int(os.cpu_count() or 0), "platform": platform.platform(terse=True)}

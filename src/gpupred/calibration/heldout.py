@@ -1,0 +1,167 @@
+"""How much a calibration helps, and how wide a calibrated GPU's intervals must be: measured on the project's own GPUs.
+
+For each measured GPU kind that has a committed calibration (``data/calibrations/``, recorded by ``gpupred
+calibrate`` on that GPU) and at least ``HELDOUT_MIN_ROWS`` labelled runs: its training runs are held out (its fit
+removed from the constants table, its rows from the footprint's fit), and its runs are predicted, by physics alone as
+:func:`gpupred.step.physics.extrapolation_width` does, three ways:
+
+- ``borrowed``: as an unmeasured GPU is today (:meth:`gpupred.perf.ConstantsTable.get`, the footprint's borrowing);
+- ``calibrated``: the borrowed constants scaled by its calibration relative to the other measured GPUs' calibrations
+  (:mod:`gpupred.calibration.use`: what a prediction on a calibrated GPU does);
+- ``raw``: its micro-benchmark readings pasted in (kept to show why predictions do not do that).
+
+Utilization (log1p), iteration time (log) and memory (log; the footprint alone) are scored per GPU. A calibrated
+GPU's interval width is the conformal quantile of the ``calibrated`` |log error| with every held-out GPU weighing the
+same. Nothing here runs until a GPU-recorded calibration of a measured GPU is committed; until then a calibrated GPU
+gets the extrapolated width (the predictor card says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpupred.calibration.file import Calibration
+from gpupred.calibration.use import Reference, applied, reference_of, standin_reference
+from gpupred.learn.conformal import conformal_quantile
+
+METHODS: tuple[str, ...] = ("borrowed", "calibrated", "raw")
+STEP_TARGETS: dict[str, bool] = {"gpu_util": False, "iter_time_mean_s": True}  # target -> scored in log (else log1p)
+HELDOUT_MIN_ROWS = 20  # as gpupred.step.physics.HELDOUT_MIN_ROWS: a GPU held out needs this many labelled runs
+MEMORY_PROTOCOL = "gpupred"  # the footprint's protocol of this project's runs
+
+
+def committed_calibrations(folder: Any = None) -> list[Calibration]:
+    """The calibrations committed under ``data/calibrations/`` (each checked; a bad one is refused)."""
+    from pathlib import Path
+
+    from gpupred import config
+    from gpupred.calibration.file import read_calibration
+
+    root = Path(folder) if folder is not None else config.CALIBRATIONS
+    return [read_calibration(p) for p in sorted(root.glob("*.json"))] if root.is_dir() else []
+
+
+def _step_errors(pdata: Any, table: Any, gpu: str, cal: Calibration, y: dict[str, np.ndarray], protocol: str,
+                 calibrations: list[Calibration]) -> list[dict[str, Any]]:
+    """Per target and method, the log errors of physics alone on ``gpu``'s runs with its fit removed."""
+    from gpupred.step.physics import physics_log_error
+    from gpupred.perf.constants import ConstantsTable
+    from gpupred.perf.fit import predict_rows
+
+    idx = np.array([i for i, k in enumerate(pdata.keys) if k == (gpu, protocol)])
+    others = ConstantsTable({k: c for k, c in table.fitted.items() if k != (gpu, protocol)})
+    borrowed = others.get(gpu, protocol)
+    ref = reference_of([c for c in calibrations if c is not cal], {g for g, p in others.fitted if p == protocol})
+    use = applied(cal)
+    constants = {"borrowed": borrowed, "calibrated": use.step_constants(borrowed, ref),
+                 "raw": replace(borrowed, **use.derived.step)}
+    out = []
+    for method, c in constants.items():
+        util, step = predict_rows(pdata.rows, c, idx)
+        for target, in_log in STEP_TARGETS.items():
+            err = physics_log_error(y[target][idx], step if in_log else util, in_log)
+            out.append({"gpu": gpu, "target": target, "method": method, "errors": err[np.isfinite(err)],
+                        "reference": ref.basis})
+    return out
+
+
+def _memory_errors(frame: pd.DataFrame, gpu: str, cal: Calibration, calibrations: list[Calibration]) -> list[dict[str, Any]]:
+    """Per method, the log errors of the footprint alone on ``gpu``'s own runs, fitted without them."""
+    from gpupred.footprint import WORKSPACE_MIB, Footprint
+
+    own = frame["source"].astype(str) == MEMORY_PROTOCOL
+    held = own & (frame["gpu"].astype(str) == gpu) & frame["memory_mib"].notna()
+    fitted = Footprint().fit(frame[~(frame["gpu"].astype(str) == gpu) & frame["memory_mib"].notna()])
+    key = f"{gpu}|{MEMORY_PROTOCOL}"
+    use = applied(cal)
+    ref = reference_of([c for c in calibrations if c is not cal], {k.split("|")[0] for k in fitted.context_mib})
+    mem = use.derived.memory
+    alloc = mem.get("allocator", fitted.constant(key, fitted.allocator, 1.0))
+    raw = replace(fitted, context_mib={**fitted.context_mib, key: mem.get("fixed_mib", 0.0) - alloc * WORKSPACE_MIB},
+                  allocator={**fitted.allocator, key: alloc})
+    y = np.log(frame.loc[held, "memory_mib"].to_numpy(float))
+    return [{"gpu": gpu, "target": "memory_mib", "method": method, "reference": ref.basis,
+             "errors": y - np.log(np.maximum(fp.predict(frame[held]), 1.0))}
+            for method, fp in (("borrowed", fitted), ("calibrated", use.footprint(fitted, key, ref)), ("raw", raw))]
+
+
+def heldout_errors(df: pd.DataFrame, pdata: Any, table: Any, calibrations: list[Calibration],
+                   memory_frame: pd.DataFrame | None = None, protocol: str = "nvml-poll") -> list[dict[str, Any]]:
+    """Per held-out GPU, target and method, the log errors of its runs (see the module docstring); [] when no
+    measured GPU has a calibration and enough runs."""
+    from gpupred.hardware import gpu_spec
+
+    y = {t: df[t].to_numpy(float) for t in STEP_TARGETS if t in df.columns}
+    out: list[dict[str, Any]] = []
+    for cal in calibrations:
+        if not cal.in_table():
+            continue
+        gpu = gpu_spec(cal.gpu_name).name
+        n = sum(1 for i, k in enumerate(pdata.keys) if k == (gpu, protocol) and np.isfinite(y["gpu_util"][i]))
+        if (gpu, protocol) not in table.fitted or n < HELDOUT_MIN_ROWS:
+            continue
+        out += _step_errors(pdata, table, gpu, cal, y, protocol, calibrations)
+        if memory_frame is not None:
+            out += _memory_errors(memory_frame, gpu, cal, calibrations)
+    return out
+
+
+def equal_weight_quantile(errors: list[np.ndarray], alpha: float) -> float:
+    """The conformal 1 - alpha quantile of |errors| pooled with every group weighing the same (each enters as as many
+    evenly spaced quantiles as the smallest group has rows); NaN without errors."""
+    groups = [np.abs(e) for e in errors if len(e)]
+    if not groups:
+        return float("nan")
+    m = min(len(e) for e in groups)
+    levels = (np.arange(m) + 0.5) / m
+    return conformal_quantile(np.concatenate([np.quantile(e, levels, method="inverted_cdf") for e in groups]), alpha)
+
+
+def summarize(errors: list[dict[str, Any]], alpha: float = 0.1) -> pd.DataFrame:
+    """One row per (GPU, target, method): runs, median |log error|, its conformal 1 - alpha quantile."""
+    rows = [{"gpu": e["gpu"], "target": e["target"], "method": e["method"], "n": int(len(e["errors"])),
+             "median_abs_log_error": float(np.median(np.abs(e["errors"]))) if len(e["errors"]) else float("nan"),
+             "q_abs_log_error": conformal_quantile(np.abs(e["errors"]), alpha), "reference": e["reference"]}
+            for e in errors]
+    return pd.DataFrame(rows, columns=["gpu", "target", "method", "n", "median_abs_log_error", "q_abs_log_error",
+                                       "reference"])
+
+
+@dataclass
+class CalibratedCore:
+    """What a predictor keeps about calibrations: the reference readings, measured widths, the held-out table."""
+
+    reference: Reference = field(default_factory=standin_reference)
+    widths: dict[str, float] = field(default_factory=dict)  # target -> log width (measured; {} = not yet)
+    heldout: list[dict[str, Any]] = field(default_factory=list)  # summarize() records
+    software: dict[str, list[str]] = field(default_factory=dict)  # the training runs' torch and CUDA versions
+
+    def describe(self) -> dict[str, Any]:
+        """The card's account of calibrated GPUs."""
+        width = ({t: round(w, 4) for t, w in self.widths.items()} if self.widths else
+                 "not measured yet (no GPU-recorded calibration of a measured GPU is committed): a calibrated GPU's "
+                 "intervals are as wide as an extrapolated GPU's")
+        return {"reference_readings": self.reference.basis, "interval_log_width": width, "heldout": self.heldout,
+                "training_software": self.software,
+                "rule": "a GPU without fits but with a calibration: measured constants = borrowed x (its reading / "
+                        "the reference reading), unmeasured ones borrowed; a GPU with fits keeps them"}
+
+
+def calibrated_core(df: pd.DataFrame, pdata: Any, table: Any, memory_frame: pd.DataFrame | None, alpha: float,
+                    calibrations: list[Calibration] | None = None, protocol: str = "nvml-poll") -> CalibratedCore:
+    """The :class:`CalibratedCore` of a predictor fitted on ``df`` (default calibrations: the committed ones)."""
+    from gpupred.calibration.use import training_software
+
+    cals = committed_calibrations() if calibrations is None else calibrations
+    measured = {g for g, p in table.fitted if p == protocol}
+    errors = heldout_errors(df, pdata, table, cals, memory_frame, protocol)
+    widths: dict[str, float] = {}
+    for target in sorted({e["target"] for e in errors}):
+        widths[target] = equal_weight_quantile([e["errors"] for e in errors if e["target"] == target
+                                                and e["method"] == "calibrated"], alpha)
+    return CalibratedCore(reference_of(cals, measured), widths, summarize(errors, alpha).to_dict("records"),
+                          training_software(df))
