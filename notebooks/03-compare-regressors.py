@@ -262,8 +262,8 @@ from gpupred.step import physics as step_physics
 
 step_targets = [t for t in physics_targets if t in step_physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
 pdata = step_physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph
-phys_results = {t: step_evaluate.compare_methods(df, t, cv, physics_weighting, n_within, pdata, tuple(physics_schemes),
-                                                 calibration=physics_calibration) for t in step_targets}
+phys_results = step_evaluate.compare_targets(df, tuple(step_targets), cv, physics_weighting, n_within, pdata,
+                                            tuple(physics_schemes), calibration=physics_calibration) if step_targets else {}
 if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
     phys_results["memory_mib"] = memory.compare_memory(footprint.footprint_columns(df), cv, n_within,
                                                        schemes=tuple(physics_schemes))
@@ -339,10 +339,10 @@ from gpupred.step import StepEstimator
 shipped_step = StepEstimator(weighting=physics_weighting, calibration=physics_calibration, alpha=alpha, n_cal=n_cal,
                              n_inner=n_inner, seed=seed)
 own_df = dataset.own_rows(df).reset_index(drop=True)
-own_results = {t: step_evaluate.compare_methods(own_df, t, cv, physics_weighting, n_within, pdata,
-                                                tuple(physics_schemes), ("regressor", "physics+correction"),
-                                                physics_calibration)
-               for t in step_targets if own_df[t].notna().sum() >= 10}
+own_targets = tuple(t for t in step_targets if own_df[t].notna().sum() >= 10)
+own_results = step_evaluate.compare_targets(own_df, own_targets, cv, physics_weighting, n_within, pdata,
+                                            tuple(physics_schemes), ("regressor", "physics+correction"),
+                                            physics_calibration) if own_targets else {}
 if "memory_mib" in phys_results and own_df["memory_mib"].notna().sum() >= 10:
     own_results["memory_mib"] = memory.compare_memory(footprint.footprint_columns(own_df), cv, n_within,
                                                       schemes=tuple(physics_schemes))

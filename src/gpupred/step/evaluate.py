@@ -25,18 +25,20 @@ from gpupred.learn.nested import CVSettings, NestedResult, prediction_frame, res
 from gpupred.learn.summary import METHODS, comparison_table
 from gpupred.learn.regressors import correction_model
 from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS
-from gpupred.step.estimator import StepEstimator
+from gpupred.step.estimator import MIN_LABELLED, StepEstimator
 from gpupred.step.physics import PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data
 
 
 
-def candidates(target: str, cv: CVSettings, weighting: str = "per_source", calibration: str = "family",
-               methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    """The unfitted estimators the comparison scores for ``target``, by method (every one calibrated alike)."""
-    step = StepEstimator((target,), weighting, calibration, True, cv.alpha, cv.n_cal, cv.n_inner, cv.seed)
-    every = {"constant": ConstantBaseline(target, cv.alpha),
-             "regressor": RegressorBaseline(target, "lightgbm", None, calibration, cv.alpha, cv.n_cal, cv.seed),
-             "physics": clone(step).set_params(correct=False), "physics+correction": step}
+def candidates(targets: tuple[str, ...], cv: CVSettings, weighting: str = "per_source", calibration: str = "family",
+               methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, Any]]:
+    """The unfitted estimators the comparison scores, by method and target (every one calibrated alike): one step
+    estimator answers every target of ``targets`` (its constants are fitted once), a baseline one target each."""
+    step = StepEstimator(tuple(targets), weighting, calibration, True, cv.alpha, cv.n_cal, cv.n_inner, cv.seed)
+    every = {"constant": {t: ConstantBaseline(t, cv.alpha) for t in targets},
+             "regressor": {t: RegressorBaseline(t, "lightgbm", None, calibration, cv.alpha, cv.n_cal, cv.seed)
+                           for t in targets},
+             "physics": {"*": clone(step).set_params(correct=False)}, "physics+correction": {"*": step}}
     unknown = [m for m in methods if m not in every]
     if unknown:
         raise GpupredError(f"unknown method {unknown[0]!r}; known: {', '.join(METHODS)}")
@@ -62,23 +64,31 @@ def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dic
     return out
 
 
-def _split_predictions(df: pd.DataFrame, target: str, split: Split, pdata: PhysicsData,
-                       models: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Every method's (point, low, high) on the test rows of one outer split, each fitted on its training rows."""
+def _split_predictions(df: pd.DataFrame, targets: tuple[str, ...], split: Split, pdata: PhysicsData,
+                       models: dict[str, dict[str, Any]]) -> dict[str, dict[str, tuple[np.ndarray, ...]]]:
+    """Every method's (point, low, high) per target on the test rows of one outer split, each estimator fitted on the
+    split's training rows (a target's baseline on those labelled with it)."""
     train, test, _ = split
     train_rows, test_rows = df.iloc[train], df.iloc[test]
     fitted_constants(pdata, train)  # one constants fit per split, shared by the physics methods (pdata's cache)
-    out = {}
-    for method, model in models.items():
-        pred = clone(model).fit(train_rows, pdata.subset(train)).predict(test_rows, pdata.subset(test))
-        out[method] = tuple(pred[c].to_numpy(float) for c in (target, f"{target}_low", f"{target}_high"))
+    out: dict[str, dict[str, tuple[np.ndarray, ...]]] = {}
+    for method, per_target in models.items():
+        out[method] = {}
+        for key, model in per_target.items():
+            if key != "*" and train_rows[key].notna().sum() < MIN_LABELLED:
+                continue
+            pred = clone(model).fit(train_rows, pdata.subset(train)).predict(test_rows, pdata.subset(test))
+            for t in (targets if key == "*" else (key,)):
+                if t in pred.columns:
+                    out[method][t] = tuple(pred[c].to_numpy(float) for c in (t, f"{t}_low", f"{t}_high"))
     return out
 
 
-def evaluate_step(df: pd.DataFrame, target: str, scheme: str, splits: list[Split], pdata: PhysicsData | None = None,
-                  cv: CVSettings | None = None, weighting: str = "per_source", calibration: str = "family",
-                  methods: tuple[str, ...] = METHODS) -> dict[str, NestedResult]:
-    """Each method's outer-fold predictions of ``target`` on ``splits`` (rows of ``df``), as NestedResults.
+def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str, splits: list[Split],
+                  pdata: PhysicsData | None = None, cv: CVSettings | None = None, weighting: str = "per_source",
+                  calibration: str = "family", methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, NestedResult]]:
+    """Each method's outer-fold predictions of each target on ``splits`` (rows of ``df``), as NestedResults:
+    ``{target: {method: result}}`` (a single target name gives ``{method: result}``).
 
     ``pdata`` (default: built from ``df``) describes the rows of ``df`` in order.
     """
@@ -86,22 +96,38 @@ def evaluate_step(df: pd.DataFrame, target: str, scheme: str, splits: list[Split
 
     from gpupred.reports import progress_bar
 
-    if target not in PHYSICS_TARGETS:
-        raise GpupredError(f"no physics for target {target!r}; known: {', '.join(PHYSICS_TARGETS)}")
+    names = (targets,) if isinstance(targets, str) else tuple(targets)
+    unknown = [t for t in names if t not in PHYSICS_TARGETS]
+    if unknown:
+        raise GpupredError(f"no physics for target {unknown[0]!r}; known: {', '.join(PHYSICS_TARGETS)}")
     if weighting not in WEIGHTINGS:
         raise GpupredError(f"unknown weighting {weighting!r}; known: {', '.join(WEIGHTINGS)}")
     cv = cv or CVSettings()
     pdata = pdata.align(df) if pdata is not None else physics_data(df)
-    models = candidates(target, cv, weighting, calibration, methods)
-    y = df[target].to_numpy(float)
-    per_method: dict[str, list[pd.DataFrame]] = {m: [] for m in methods}
+    models = candidates(names, cv, weighting, calibration, methods)
+    parts: dict[str, dict[str, list[pd.DataFrame]]] = {t: {m: [] for m in methods} for t in names}
     with threadpool_limits(limits=1):
-        for k, split in enumerate(progress_bar(iterable=splits, desc=f"step {target} ({scheme})", leave=False)):
-            if np.isnan(y[split[0]]).all():
-                continue
-            for method, bounds in _split_predictions(df, target, split, pdata, models).items():
-                per_method[method].append(prediction_frame(df, split[1], k, split[2], y[split[1]], bounds, method))
-    return {m: result_from_frames(target, scheme, parts) for m, parts in per_method.items()}
+        for k, split in enumerate(progress_bar(iterable=splits, desc=f"step ({scheme})", leave=False)):
+            for method, per_target in _split_predictions(df, names, split, pdata, models).items():
+                for t, bounds in per_target.items():
+                    parts[t][method].append(prediction_frame(df, split[1], k, split[2], df[t].to_numpy(float)[split[1]],
+                                                             bounds, method))
+    out = {t: {m: result_from_frames(t, scheme, p) for m, p in per.items()} for t, per in parts.items()}
+    return out[names[0]] if isinstance(targets, str) else out
+
+
+def compare_targets(df: pd.DataFrame, targets: tuple[str, ...], cv: CVSettings | None = None,
+                    weighting: str = "per_source", n_within: int = 5, pdata: PhysicsData | None = None,
+                    schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu"), methods: tuple[str, ...] = METHODS,
+                    calibration: str = "family") -> dict[str, dict[str, dict[str, NestedResult]]]:
+    """Each of ``methods`` on the comparison's splits of the rows labelled with any of ``targets``, every target
+    scored on the rows labelled with it: ``{target: {scheme: {method: result}}}``."""
+    cv = cv or CVSettings()
+    data = df[df[list(targets)].notna().any(axis=1)].reset_index(drop=True)
+    pdata = pdata.align(data) if pdata is not None else physics_data(data)
+    per_scheme = {name: evaluate_step(data, tuple(targets), name, sp, pdata, cv, weighting, calibration, methods)
+                  for name, sp in comparison_splits(data, n_within, cv.seed).items() if name in schemes}
+    return {t: {name: res[t] for name, res in per_scheme.items()} for t in targets}
 
 
 def compare_methods(df: pd.DataFrame, target: str, cv: CVSettings | None = None, weighting: str = "per_source",
@@ -109,12 +135,7 @@ def compare_methods(df: pd.DataFrame, target: str, cv: CVSettings | None = None,
                     schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu"), methods: tuple[str, ...] = METHODS,
                     calibration: str = "family") -> dict[str, dict[str, NestedResult]]:
     """Each of ``methods`` on the comparison's splits of the rows labelled with ``target``, by scheme."""
-    cv = cv or CVSettings()
-    data = df[df[target].notna()].reset_index(drop=True)
-    pdata = pdata.align(data) if pdata is not None else physics_data(data)
-    splits = comparison_splits(data, n_within, cv.seed)
-    return {name: evaluate_step(data, target, name, sp, pdata, cv, weighting, calibration, methods)
-            for name, sp in splits.items() if name in schemes}
+    return compare_targets(df, (target,), cv, weighting, n_within, pdata, schemes, methods, calibration)[target]
 
 
 def weighting_effect(df: pd.DataFrame, targets: list[str], cv: CVSettings | None = None, n_within: int = 5,
@@ -125,10 +146,9 @@ def weighting_effect(df: pd.DataFrame, targets: list[str], cv: CVSettings | None
     model's constants are fitted once per split and shared by the weightings (they do not depend on it)."""
     pdata = pdata or physics_data(df)
     tables = []
-    for target in targets:
-        for weighting in weightings:
-            res = compare_methods(df, target, cv, weighting, n_within, pdata, schemes, ("physics+correction",))
-            tables.append(comparison_table({target: res}).assign(weighting=weighting))
+    for weighting in weightings:
+        res = compare_targets(df, tuple(targets), cv, weighting, n_within, pdata, schemes, ("physics+correction",))
+        tables.append(comparison_table(res).assign(weighting=weighting))
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 

@@ -25,6 +25,7 @@ from gpupred.perf.fit import FitRows, fit_table, predict_rows
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
+HELDOUT_MAX_ROWS = 200  # and reads at most this many of them (evenly spaced): 3,000 rows of one key cost a minute
 
 
 def protocol_of(sampler: str) -> str:
@@ -164,12 +165,23 @@ def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, 
         idx = rows[np.array([k == key for k in keys])]
         if len(idx) < HELDOUT_MIN_ROWS:
             continue
-        drop = (lambda k: k == key) if level == "key" else (lambda k: k[1] == key[1])
-        others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
-        util, step_s = predict_rows(pdata.rows, others.get(*key), idx)
+        idx = idx[np.unique(np.linspace(0, len(idx) - 1, min(len(idx), HELDOUT_MAX_ROWS)).round().astype(int))]
+        util, step_s = heldout_physics(pdata, table, idx, key, level)
         err = physics_log_error(y[idx], step_s if step else util, step)
         errors[key] = err[np.isfinite(err)]
     return errors
+
+
+def heldout_physics(pdata: PhysicsData, table: ConstantsTable, idx: np.ndarray, key: tuple[str, str],
+                    level: str) -> tuple[np.ndarray, np.ndarray]:
+    """(utilization %, step s) of the rows ``idx`` of ``key`` under ``table`` without that key's fit (``key``) or its
+    protocol's fits (``protocol``), the rest borrowed; kept in ``pdata``'s cache (every target of a fit reads it)."""
+    cache_key = ("heldout", level, key, tuple(sorted(table.fitted.items())), tuple(pdata.ids[idx].astype(str)))
+    if cache_key not in pdata.cache:
+        drop = (lambda k: k == key) if level == "key" else (lambda k: k[1] == key[1])
+        others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
+        pdata.cache[cache_key] = predict_rows(pdata.rows, others.get(*key), idx)
+    return pdata.cache[cache_key]
 
 
 def extrapolation_width(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
