@@ -39,8 +39,21 @@ def register(app: Any) -> None:
     def predict_cmd(
         model: str = typer.Argument(..., help="An ONNX model file (or a workload id, which needs torch)."),
         batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 (autocast)."),
-        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
+                                                                  "bf16-pure (bf16 weights, no autocast)."),
+        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd (momentum 0.9), adam or adamw."),
+        optimizer_impl: str = typer.Option(None, "--optimizer-impl", help="foreach (torch's default on CUDA), fused "
+                                                                          "or forloop."),
+        no_momentum: bool = typer.Option(False, "--no-momentum", help="SGD without momentum (torch's default)."),
+        weight_decay: float = typer.Option(None, "--weight-decay", help="Weight decay (default: torch's: 0, AdamW 0.01)."),
+        tf32: bool = typer.Option(None, "--tf32/--no-tf32", help="fp32 matmuls and convolutions on TF32 tensor cores "
+                                                                  "(default: torch's: matmuls off, convolutions on)."),
+        checkpointing: bool = typer.Option(False, "--checkpointing", help="Activation (gradient) checkpointing of "
+                                                                         "every repeated block."),
+        accumulation: int = typer.Option(1, "--accumulation", help="Gradient accumulation: micro-batches of "
+                                                                   "--batch-size per optimizer step."),
+        attention: str = typer.Option(None, "--attention", help="auto (as exported), eager, sdpa or flash."),
+        channels_last: bool = typer.Option(False, "--channels-last", help="Convolutions in channels_last (NHWC)."),
         gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; default: the "
                                                     "one it was trained on)."),
         predictor_path: str = typer.Option(None, "--predictor", help="Predictor artifact (default models/predictor.joblib)."),
@@ -52,17 +65,18 @@ def register(app: Any) -> None:
         from gpupred import config
         from gpupred.errors import GpupredError
         from gpupred.predictor.artifact import load_predictor
-        from gpupred.workloads.spec import PRECISIONS
+        from gpupred.setups import setup_of
 
         if looks_like_file(model) and not Path(model).is_file():  # the user's file first, before the predictor
             raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
-        if precision not in PRECISIONS:
-            raise GpupredError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        setup = setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
+                         weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
+                         accumulation=accumulation, attention=attention, channels_last=channels_last)
         if noncommercial and predictor_path:
             raise GpupredError("give --predictor PATH or --noncommercial, not both")
         predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
-        row = predictor.predict(model, batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu).iloc[0]
-        print_prediction(predictor, row, as_json)
+        row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup).iloc[0]
+        print_prediction(predictor, row, as_json, setup.changes())
 
     @app.command("gpus")
     def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON records.")) -> None:
@@ -81,12 +95,15 @@ UNITS: dict[str, tuple[str, str]] = {  # target -> (label, unit) in the order a 
 }
 
 
-def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
-    """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning)."""
+def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[str, Any] | None = None) -> None:
+    """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning);
+    ``setup``: the training-setup options that differ from the sweeps' (printed when there are any)."""
     extrapolated = bool(row["extrapolated"])
     values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
                               if k not in ("extrapolated", "core") and pd.notna(v)}
     values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")))
+    if setup:
+        values["setup"] = setup
     if as_json:
         print(json.dumps(values))
         return
@@ -97,5 +114,8 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
                   f"{values[target + '_high']:{fmt}}]  ({1 - predictor.alpha:.0%} interval)")
     print(f"answered by: {values['core']}" + (" (step model x correction, footprint x correction)"
                                                if values["core"] == "physics" else ""))
+    if setup:
+        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the sweeps ran; "
+              "iter_time is one optimizer step)")
     if extrapolated:
         print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")

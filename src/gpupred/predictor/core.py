@@ -64,13 +64,15 @@ def extrapolated_width(df: pd.DataFrame, pdata: Any, table: Any, target: str, al
 
 @dataclass
 class JobGraph:
-    """One job given as a graph: its feature row, the step's kernels and the footprint's graph terms."""
+    """One job given as a graph: its feature row, the step's kernels and the footprint's graph terms, under its
+    training setup (:class:`gpupred.setups.TrainingSetup`)."""
 
     row: dict[str, float]
     kernels: Any
     terms: dict[str, float]
     precision: str
     optimizer: str
+    setup: Any = None  # gpupred.setups.TrainingSetup; None: the sweeps' setup of precision and optimizer
 
 
 def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
@@ -79,10 +81,11 @@ def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
     from gpupred.footprint import graph_terms
     from gpupred.perf import kernels_for
 
-    kernels = kernels_for(graph.graph, graph.batch_size, graph.precision, graph.optimizer, key=graph.key,
-                          recipe=graph.recipe)
-    return JobGraph({**row, **encode(graph.precision, graph.optimizer)}, kernels,
-                    graph_terms(graph.graph, graph.batch_size), graph.precision, graph.optimizer)
+    setup = graph.training()
+    kernels = kernels_for(graph.graph, graph.batch_size, setup.precision, setup.optimizer, key=graph.key,
+                          recipe=graph.recipe, setup=setup)
+    return JobGraph({**row, **encode(setup.job_precision, setup.job_optimizer)}, kernels,
+                    graph_terms(graph.graph, graph.batch_size, setup), setup.precision, setup.optimizer, setup)
 
 
 class PhysicsCore:
@@ -112,14 +115,21 @@ class PhysicsCore:
         """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU."""
         from gpupred.perf import DEFAULT, simulate
 
+        from gpupred.footprint import setup_columns
+        from gpupred.setups import as_setup
+
+        setup = as_setup(job.setup, job.precision, job.optimizer)
         spec = gpu_spec(gpu)
-        default = simulate(job.kernels, spec, job.precision, DEFAULT, "step", False)
+        default = simulate(job.kernels, spec, setup.precision, DEFAULT, "step", False)
         row = {**job.row, **default.columns()}
-        out = self.physics_.predict_row(row, job.kernels, spec.name, job.precision, protocol=PROTOCOL)
+        out = self.physics_.predict_row(row, job.kernels, spec.name, setup.precision, protocol=PROTOCOL)
+        samples = float(job.row.get("batch_size") or 0.0) * setup.accumulation  # samples of one optimizer step
         if spec.name not in self.measured_:
-            self._widen(out, job.row.get("batch_size"))
-        frame = pd.DataFrame([{**row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
-                               "gpu": spec.name, "source": SOURCE_OWN}])
+            self._widen(out, samples)
+        if samples and "iter_time_mean_s" in out:
+            out.update(samples_per_s=samples / out["iter_time_mean_s"], samples_per_s_low=samples / out[
+                "iter_time_mean_s_high"], samples_per_s_high=samples / out["iter_time_mean_s_low"])
+        frame = pd.DataFrame([{**row, **job.terms, **setup_columns(setup), "gpu": spec.name, "source": SOURCE_OWN}])
         mem = self.memory_.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
