@@ -389,3 +389,53 @@ def test_tf32_matmuls_run_on_tensor_cores_only_when_allowed() -> None:
     assert t_tf32 == pytest.approx(plain.flops[gemm] / (gpu.tflops_tf32 * 1e12 * c.tensor_eff))
     assert t_pure == pytest.approx(plain.flops[gemm] / (gpu.tflops_bf16 * 1e12 * c.tensor_eff))
     assert pure.bytes[gemm] == plain.bytes[gemm] / 2 and len(pure) == len(plain)
+
+
+def test_failure_classes_from_graph_traits_and_time_shares() -> None:
+    """Fixture: x -> Conv 3x3 and Conv 1x1 of the same x, summed (a RepVGG branch pair), twice. Two such sums mark
+    the multi-branch class; depthwise or CUDA-core matmul time at or over SHARE of the GPU time marks theirs (the
+    latter only on an architecture without fits)."""
+    from gpupred.perf.caveats import SHARE, job_caveats, multi_branch_sums, time_shares
+
+    C = 4
+    nodes, inits, x = [], [], "x"
+    for k in range(2):
+        nodes += [helper.make_node("Conv", [x, f"W3_{k}"], [f"a{k}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Conv", [x, f"W1_{k}"], [f"b{k}"]),
+                  helper.make_node("Add", [f"a{k}", f"b{k}"], [f"y{k}"])]
+        inits += [helper.make_tensor(f"W3_{k}", TensorProto.FLOAT, [C, C, 3, 3], [0.0] * C * C * 9),
+                  helper.make_tensor(f"W1_{k}", TensorProto.FLOAT, [C, C, 1, 1], [0.0] * C * C)]
+        x = f"y{k}"
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 5, 5])], x, inits)
+    graph, _ = canonical_graph(m, B)
+    assert multi_branch_sums(graph) == 2
+    assert step_kernels(graph).traits == {"multi_branch_sums": 2.0, "eager_attention_cores": 0.0}
+    assert job_caveats({"multi_branch_sums": 2}, {}, True) == ["multi_branch"]
+    times = np.array([1.0, 1.0, 8.0])
+    shares = time_shares(times, np.array([True, False, False]), np.array([False, True, False]))
+    assert shares == {"depthwise": 0.1, "fp32_matmul": 0.1} and SHARE > 0.1
+    assert job_caveats({"eager_attention_cores": 3}, {"depthwise": 0.3, "fp32_matmul": 0.5}, False) == [
+        "eager_attention", "depthwise_heavy", "fp32_matmul_unfitted"]
+    assert job_caveats({}, {"fp32_matmul": 0.5}, True) == []
+
+
+def test_a_masked_sdpa_export_with_its_nan_guard_is_one_core() -> None:
+    """torch's export of scaled_dot_product_attention with a float mask writes Where(IsNaN(p), 0, p) after the
+    softmax (Hugging Face's sdpa attention): still one fused core, the guard inside it."""
+    from gpupred.perf.attention import attention_cores
+
+    S, D = 6, 4
+    nodes = [helper.make_node("MatMul", ["x", f"W{n}"], [n]) for n in "qkv"]
+    nodes += [helper.make_node("Mul", ["q", "scale"], ["qs"]), helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+              helper.make_node("Mul", ["kt", "scale"], ["kts"]), helper.make_node("MatMul", ["qs", "kts"], ["s"]),
+              helper.make_node("Add", ["s", "mask"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+              helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+              helper.make_node("MatMul", ["pg", "v"], ["o"])]
+    inits = [helper.make_tensor(f"W{n}", TensorProto.FLOAT, [D, D], [0.0] * D * D) for n in "qkv"]
+    inits += [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.7]), helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", S, D]),
+              helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", S, S])]
+    graph, _ = canonical_graph(_model(nodes, inputs, "o", inits), B)
+    cores = attention_cores(graph)
+    assert len(cores) == 1 and cores[0].sdpa and cores[0].mask == "mask"
+    assert {graph.nodes[i][0] for i in cores[0].nodes} >= {"IsNaN", "Where", "Softmax", "Add"}

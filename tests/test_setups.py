@@ -341,3 +341,51 @@ def test_attention_implementations_save_what_torch_saves(tmp_path: Path) -> None
     ours = 4 * (kept(written) - kept(auto))
     logsumexp = 4 * B * S
     assert ours == eager - (fused - logsumexp)
+
+
+@pytest.mark.parametrize("setup", [setup_of(optimizer="adam"), setup_of(optimizer="adamw"),
+                                   setup_of(optimizer="sgd", weight_decay=1e-4), setup_of(optimizer="sgd"),
+                                   setup_of(optimizer="adam", optimizer_impl="fused")],
+                         ids=lambda s: f"{s.optimizer}-{s.optimizer_impl}-wd{s.decay:g}")
+def test_optimizer_state_and_temporaries_match_torch(exported: Path, setup: TrainingSetup) -> None:
+    """The optimizer's state is what torch's ``optimizer.state`` holds (SGD's momentum, Adam's two moments; the step
+    counters aside), and the step's temporaries what its out-of-place foreach ops allocate (Adam's list of square
+    roots, a coupled weight decay's gradient copies; fused: none)."""
+    import pandas as pd
+
+    from gpupred.footprint import MIB, footprint_terms, optimizer_temp_bytes, setup_columns
+    from gpupred.graph import featurize
+
+    net = Net()
+    opt = _torch_optimizer(setup, net.parameters())
+    for _ in range(2):
+        net(torch.randn(B, IN)).sum().backward()
+        with Count() as count:
+            opt.step()
+    state = sum(t.numel() * t.element_size() for s in opt.state.values() for k, t in s.items()
+                if isinstance(t, torch.Tensor) and k != "step")
+    temp = 0
+    for func, args in count.ops:
+        if "_foreach" in str(func) and not str(func).split(".")[-2].endswith("_"):  # out of place: new tensors
+            temp += sum(t.numel() * t.element_size() for t in args[0])
+    row = pd.DataFrame([{**featurize(exported, batch_size=B), **setup_columns(setup)}])
+    assert footprint_terms(row).iloc[0]["optimizer"] * MIB == pytest.approx(state)
+    assert optimizer_temp_bytes(row)[0] == pytest.approx(temp)
+
+
+def test_context_from_architecture_and_software() -> None:
+    """The CUDA context: the H200's measured 619 MiB under the sweeps' software; elsewhere local memory (threads per
+    SM x SMs x 1 KiB) + the software's share, plus the kernel images eager loading adds on old stacks."""
+    from gpupred.footprint import EAGER_IMAGES_MIB, context_mib, lazy_loading, local_memory_mib, workspace_mib
+
+    assert context_mib("H200") == 619.0 and local_memory_mib("H200") == 132 * 2048 / 1024
+    software = 619.0 - 264.0
+    assert context_mib("A100 40GB") == pytest.approx(108 * 2048 / 1024 + software)
+    assert context_mib("RTX 3090") == pytest.approx(82 * 1536 / 1024 + software)  # compute capability 8.6
+    assert context_mib("T4") == pytest.approx(40 * 1024 / 1024 + software)  # 7.5: 1,024 threads per SM
+    assert lazy_loading("2.1", "12.1") and lazy_loading("1.12", "12.2") and not lazy_loading("1.12", "11.6")
+    assert not lazy_loading("2.0", "11.6") and EAGER_IMAGES_MIB == pytest.approx(362.0, abs=0.5)
+    assert context_mib("H200", "1.12", "11.3") == pytest.approx(619.0 + EAGER_IMAGES_MIB)
+    assert workspace_mib("H100 SXM") == 64.0 and workspace_mib("A100 40GB") == 16.25
+    with pytest.raises(GpupredError, match="version"):
+        lazy_loading("two", "12.1")

@@ -50,7 +50,8 @@ checkpointed block's inputs, plus the recomputed activations of the largest bloc
 step can be the peak of its own: weights, gradients, state, the batch, workspaces and the step's temporaries
 (``optimizer_temp_bytes``: torch's foreach Adam and AdamW keep a parameter-sized list of square roots, foreach
 weight decay without decoupling a parameter-sized copy of the gradients; fused and per-tensor steps nearly none),
-so the allocated peak is the larger of the two.
+so the allocated peak is the larger of the two (for protocols measured with torch >= 2, ``FOREACH_PROTOCOLS``, whose
+optimizers default to foreach; the imported sources' software is older or unknown).
 
 A *protocol* is how a source measured memory (``PROTOCOLS``): this project's NVML per-process peak over the
 window (``gpupred``), Lucid's ``gmem`` (nvidia-smi's used memory, mean over the window) and GPUMemNet's
@@ -93,6 +94,7 @@ CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per hand
 CUBLAS_HANDLES = 2  # the forward's thread and the autograd engine's backward thread each take a handle
 WORKSPACE_MIB = CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[True]  # on Hopper: 64 MiB
 SDPA_PROTOCOLS: frozenset[str] = frozenset({"gpupred"})  # protocols measured with torch >= 2 fused attention
+FOREACH_PROTOCOLS: frozenset[str] = frozenset({"gpupred"})  # measured with torch >= 2 (foreach optimizers by default)
 PROTOCOLS: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
                           "workspace")
@@ -171,6 +173,8 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
             if op == "Softmax" and ins:
                 gone |= _score_chain(ins[0], producer)
                 softmax.add(outs[0])
+            elif i != core.last:
+                gone |= set(outs)  # whatever else the core's nodes write (a NaN guard's output): inside the kernel
     return gone, softmax
 
 
@@ -340,7 +344,9 @@ def allocated_mib(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> np
     own peak where it is larger (weights, gradients, state, its temporaries, the batch and the workspaces)."""
     terms = footprint_terms(df, protocol)
     step = terms[["weights", "gradients", "optimizer", "inputs", "workspace"]].sum(axis=1).to_numpy(float)
-    return np.maximum(terms.sum(axis=1).to_numpy(float), step + optimizer_temp_bytes(df) / MIB)
+    proto = pd.Series(protocol, index=df.index) if isinstance(protocol, str) else protocol.reindex(df.index)
+    temp = np.where(proto.isin(list(FOREACH_PROTOCOLS)).to_numpy(), optimizer_temp_bytes(df) / MIB, 0.0)
+    return np.maximum(terms.sum(axis=1).to_numpy(float), step + temp)
 
 
 def local_memory_mib(gpu: str) -> float:

@@ -9,8 +9,9 @@ step model that charged those nodes one kernel each would move the ``S x S`` sco
 times each way, which the GPU never does.
 
 :func:`attention_cores` finds every such chain: a Softmax whose input comes, through views and elementwise
-scale or mask ops, from a MatMul of two activations, and whose output feeds (through views, casts) the first
-operand of a MatMul by an activation. Scale ops on Q or K (an elementwise op with a one-element operand) join
+scale or mask ops, from a MatMul of two activations, and whose output feeds (through views, casts, and the
+``Where(IsNaN(p), 0, p)`` guard torch's exporter writes after a masked softmax) the first operand of a MatMul by an
+activation. Scale ops on Q or K (an elementwise op with a one-element operand) join
 the core. :mod:`gpupred.perf.kernels` charges each core as one forward kernel (the two MatMuls' FLOPs; Q, K, V,
 the output and a mask read or written once) and two backward kernels (a preprocessing pass over the output
 and its gradient, and the main kernel: 2.5x the forward FLOPs, as FlashAttention recomputes the scores).
@@ -99,8 +100,23 @@ class _Links:
             name = chain[0]
         return None
 
+    def nan_guard(self, name: str, found: set[int]) -> str:
+        """The output of ``Where(IsNaN(p), 0, p)`` when ``name`` (p) feeds only that (torch's export of
+        scaled_dot_product_attention with a mask zeroes fully masked rows so), else ``name``."""
+        readers = self.consumers.get(name, [])
+        ops = {self.graph.nodes[i][0]: i for i in readers}
+        if len(readers) != 2 or set(ops) != {"IsNaN", "Where"}:
+            return name
+        guard, where = ops["IsNaN"], ops["Where"]
+        if self.graph.nodes[guard][3][0] not in self.graph.nodes[where][2]:
+            return name
+        found |= {guard, where}
+        return self.graph.nodes[where][3][0]
+
     def forward(self, name: str, found: set[int]) -> int | None:
-        """Walk down from ``name`` through views and casts to the MatMul that reads it as its first operand."""
+        """Walk down from ``name`` through views, casts and a NaN guard to the MatMul that reads it as its first
+        operand."""
+        name = self.nan_guard(name, found)
         while len(self.consumers.get(name, [])) == 1:
             i = self.consumers[name][0]
             op, _d, ins, outs, _n, _a, _e = self.graph.nodes[i]

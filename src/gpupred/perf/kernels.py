@@ -65,8 +65,9 @@ import numpy as np
 from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
 from gpupred.graph.features import autocast_sizes
-from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, fused_cores
+from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores, fused_cores
 from gpupred.perf.blocks import checkpoint_blocks
+from gpupred.perf.caveats import multi_branch_sums
 from gpupred.setups import TrainingSetup, as_setup
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
@@ -116,6 +117,7 @@ class KernelList:
     on_tc: np.ndarray | None = None  # bool: runs on tensor cores (None: decided by the precision, as before setups)
     precision: str = "fp32"  # the setup's precision: which tensor-core peak (16-bit or TF32) ``on_tc`` kernels reach
     micro_batches: int = 1  # forward/backward passes per optimizer step (gradient accumulation)
+    traits: dict[str, float] = field(default_factory=dict)  # graph traits of failure classes (gpupred.perf.caveats)
 
     def __len__(self) -> int:
         return int(self.flops.shape[0])
@@ -619,4 +621,6 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     kl.param_tensors = len(trainable)
     kl.cycles = cycles * b.setup.accumulation
     kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
+    eager = len(attention_cores(graph)) - len(fused_cores(graph, b.setup.attention))
+    kl.traits = {"multi_branch_sums": float(multi_branch_sums(graph)), "eager_attention_cores": float(eager)}
     return kl

@@ -100,8 +100,11 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[
     ``setup``: the training-setup options that differ from the sweeps' (printed when there are any)."""
     extrapolated = bool(row["extrapolated"])
     values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
-                              if k not in ("extrapolated", "core") and pd.notna(v)}
+                              if k not in ("extrapolated", "core", "caveats") and pd.notna(v)}
     values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")))
+    caveats = [c for c in str(row.get("caveats", "") or "").split(",") if c and c != "nan"]
+    if caveats:
+        values["caveats"] = caveats
     if setup:
         values["setup"] = setup
     if as_json:
@@ -117,5 +120,8 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[
     if setup:
         print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the sweeps ran; "
               "iter_time is one optimizer step)")
+    if caveats:
+        print(f"caveats: {', '.join(caveats)} (failure classes the step model does not model whole: intervals "
+              "widened; see the card's core.failure_classes)")
     if extrapolated:
         print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")

@@ -34,6 +34,8 @@ import pandas as pd
 from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile, widen
+from gpupred.perf.caveats import CAVEATS, widest
+from gpupred.setups import FRAMEWORK_DEFAULTS
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
@@ -113,9 +115,8 @@ class PhysicsCore:
 
     def predict(self, job: JobGraph, gpu: str) -> dict[str, float]:
         """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU."""
-        from gpupred.perf import DEFAULT, simulate
-
         from gpupred.footprint import setup_columns
+        from gpupred.perf import DEFAULT, simulate
         from gpupred.setups import as_setup
 
         setup = as_setup(job.setup, job.precision, job.optimizer)
@@ -124,21 +125,25 @@ class PhysicsCore:
         row = {**job.row, **default.columns()}
         out = self.physics_.predict_row(row, job.kernels, spec.name, setup.precision, protocol=PROTOCOL)
         samples = float(job.row.get("batch_size") or 0.0) * setup.accumulation  # samples of one optimizer step
-        if spec.name not in self.measured_:
-            self._widen(out, samples)
-        if samples and "iter_time_mean_s" in out:
+        caveats = self.caveats(job, spec.name)
+        least = {t: max(widest(caveats), w if spec.name not in self.measured_ else 0.0) for t, w in self.widths_.items()}
+        if any(w > 0 for w in least.values()):
+            self._widen(out, least)
+        if samples and "iter_time_mean_s" in out:  # throughput: the samples of one optimizer step over its time
             out.update(samples_per_s=samples / out["iter_time_mean_s"], samples_per_s_low=samples / out[
                 "iter_time_mean_s_high"], samples_per_s_high=samples / out["iter_time_mean_s_low"])
         frame = pd.DataFrame([{**row, **job.terms, **setup_columns(setup), "gpu": spec.name, "source": SOURCE_OWN}])
         mem = self.memory_.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
+        out["caveats"] = ",".join(caveats)  # type: ignore[assignment]
         return out
 
-    def _widen(self, out: dict[str, float], batch_size: float | None) -> None:
-        """Widen the step-model targets' bounds in ``out`` to at least their extrapolation width (extrapolated)."""
-        for target, width in self.widths_.items():
-            if target not in out:
+    def _widen(self, out: dict[str, float], least: dict[str, float]) -> None:
+        """Widen the step-model targets' bounds in ``out`` to at least ``least[target]`` (an extrapolated GPU's width,
+        a failure class's: :mod:`gpupred.perf.caveats`)."""
+        for target, width in least.items():
+            if target not in out or width <= 0:
                 continue
             pt, low, high = out[target], out[f"{target}_low"], out[f"{target}_high"]
             # iteration time in log, utilization in log1p (as their widths were measured), capped at 100 %
@@ -147,9 +152,20 @@ class PhysicsCore:
                                                  np.array([True]), log1p=not step))
             hi = hi if step else min(100.0, hi)
             out[f"{target}_low"], out[f"{target}_high"] = lo, hi
-        if "iter_time_mean_s" in out and batch_size:
-            out["samples_per_s_low"] = float(batch_size) / out["iter_time_mean_s_high"]
-            out["samples_per_s_high"] = float(batch_size) / out["iter_time_mean_s_low"]
+
+    def caveats(self, job: JobGraph, gpu: str) -> list[str]:
+        """The failure classes the job shows on a GPU kind (:func:`gpupred.perf.caveats.job_caveats`), its kernels timed
+        with the constants its prediction uses."""
+        from gpupred.hardware import architecture
+        from gpupred.perf.caveats import job_caveats, time_shares
+        from gpupred.perf.kernels import DEPTHWISE, MATMUL
+        from gpupred.perf.timeline import kernel_times, on_tensor_cores
+
+        kl, table = job.kernels, self.physics_.constants
+        times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
+        shares = time_shares(times, kl.tensor_core == DEPTHWISE, (kl.tensor_core == MATMUL) & ~on_tensor_cores(kl, kl.precision))
+        fitted = any(architecture(g) == architecture(gpu) for g, _ in table.fitted)
+        return job_caveats(getattr(kl, "traits", {}), shares, fitted)
 
     def describe(self) -> dict[str, Any]:
         """What the card says of the core: fitted constants, correction inputs, extrapolation widths."""
@@ -166,4 +182,14 @@ class PhysicsCore:
                                                                 "as an unmeasured GPU borrows, each key weighing the "
                                                                 "same"} for t, w in self.widths_.items()},
             "measured_gpus": self.measured_,
+            "failure_classes": {"rule": "a job showing one of these classes gets step-model intervals at least "
+                                        "log_width wide (log of the step time, log1p of utilization) and names it in "
+                                        "its prediction's 'caveats' (gpupred.perf.caveats)",
+                                **{n: c.describe() for n, c in CAVEATS.items()}},
+            "training_setup": {"modelled": "precision (fp32 with TF32 flags, bf16/fp16 autocast, pure bf16), SGD/Adam/"
+                                           "AdamW foreach/fused/forloop, activation checkpointing, gradient "
+                                           "accumulation, attention auto/eager/sdpa/flash, channels_last: in the "
+                                           "step model and the footprint (gpupred.setups); the corrections were "
+                                           "trained on the sweeps' setup only",
+                               "defaults": FRAMEWORK_DEFAULTS},
         }
