@@ -4,7 +4,8 @@ Each kernel's GPU time is ``max(FLOPs / (peak x efficiency), bytes / (bandwidth 
 kernel time``: the minimum is a fixed cost every kernel pays on the device (its launch latency, ramp-up and tail;
 added rather than a floor, which fitted this project's H200 runs better: utilization RMSLE 0.205 against 0.227
 in-sample), with the tensor-core peak of the precision for contractions (fp32 convolutions and
-recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default)
+recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default; the
+training setup's ``tf32_conv`` and ``tf32_matmul`` change them: :attr:`gpupred.perf.kernels.KernelList.on_tc`)
 and the FP32 peak for everything else; tensor-core kernels run at ``tensor_eff`` of their peak, depthwise
 convolutions at ``depthwise_eff`` of the FP32 peak, the rest at ``compute_eff``. The host launches kernels one
 after another (a launch cost per kernel, scaled per phase: the autograd engine launches backward kernels from
@@ -18,7 +19,8 @@ dataset's ``sync``):
 - ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``: every launch waits for its kernel (Lucid's protocol).
 
 A batch copied from host memory (``host_batches``) blocks the host for ``input bytes / host_copy_gbs`` with
-the GPU idle. Analytic utilization is GPU-busy time over step time (NVML counts a sample period busy when a
+the GPU idle. Under gradient accumulation a step is one optimizer step: every micro-batch's kernels, overhead and
+batch copy. Analytic utilization is GPU-busy time over step time (NVML counts a sample period busy when a
 kernel runs).
 """
 
