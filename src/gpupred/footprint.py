@@ -46,17 +46,10 @@ The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pu
 and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
 checkpointed block's inputs, plus the recomputed activations of the largest block during its backward
 (:mod:`gpupred.perf.blocks`); the attention option decides which cores' scores a fused kernel never writes
-(:func:`gpupred.perf.attention.fused_cores`); gradient accumulation changes nothing at the peak. The optimizer
-step can be the peak of its own: weights, gradients, state, the batch, workspaces and the step's temporaries
-(``optimizer_temp_bytes``: torch's foreach Adam and AdamW keep a parameter-sized list of square roots, foreach
-weight decay without decoupling a parameter-sized copy of the gradients; fused and per-tensor steps nearly none),
-so the allocated peak is the larger of the two (for protocols measured with torch >= 2, ``FOREACH_PROTOCOLS``, whose
-optimizers default to foreach; the imported sources' software is older or unknown).
-
-A *protocol* is how a source measured memory (``PROTOCOLS``): this project's NVML per-process peak over the
-window (``gpupred``), Lucid's ``gmem`` (nvidia-smi's used memory, mean over the window) and GPUMemNet's
-maximum of DCGM's used memory. Their contexts and allocators differ (older torch and CUDA load every
-kernel image eagerly), which is why the context and the allocator ratio are fitted per protocol.
+(:func:`gpupred.perf.attention.fused_cores`); gradient accumulation and the optimizer's implementation change
+nothing at the peak here. (A foreach Adam step allocates a parameter-sized list of square roots; counted as a peak of
+its own, the larger of it and the forward/backward peak, it made the 13 own runs where it would bind worse, median
+|log error| in sample 2.9% -> 5.1%: the caching allocator gives the step blocks the backward freed.)
 """
 
 from __future__ import annotations
@@ -94,7 +87,6 @@ CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per hand
 CUBLAS_HANDLES = 2  # the forward's thread and the autograd engine's backward thread each take a handle
 WORKSPACE_MIB = CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[True]  # on Hopper: 64 MiB
 SDPA_PROTOCOLS: frozenset[str] = frozenset({"gpupred"})  # protocols measured with torch >= 2 fused attention
-FOREACH_PROTOCOLS: frozenset[str] = frozenset({"gpupred"})  # measured with torch >= 2 (foreach optimizers by default)
 PROTOCOLS: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
                           "workspace")
@@ -300,22 +292,6 @@ def _workspaces(df: pd.DataFrame) -> np.ndarray:
     return gpu.map(per).to_numpy(float)
 
 
-def optimizer_temp_bytes(df: pd.DataFrame) -> np.ndarray:
-    """Bytes the optimizer step allocates for its own temporaries (columns ``optimizer_impl``, ``weight_decay``
-    where the frame has them, else torch's defaults: foreach, the optimizer's default decay): a foreach Adam or
-    AdamW step keeps a parameter-sized list of square roots of its second moments, a foreach coupled weight decay
-    (SGD, Adam) a parameter-sized copy of the gradients; fused and per-tensor steps about one tensor (none here)."""
-    from gpupred.setups import TORCH_WEIGHT_DECAY
-
-    opt = _optimizers(df)
-    impl = df["optimizer_impl"].astype(str) if "optimizer_impl" in df.columns else pd.Series("foreach", index=df.index)
-    default_decay = opt.map(lambda o: TORCH_WEIGHT_DECAY.get(o.split("_")[0], 0.0)).astype(float)
-    decay = df["weight_decay"].astype(float).fillna(default_decay) if "weight_decay" in df.columns else default_decay
-    lists = opt.isin(["adam", "adamw"]).astype(float) + ((opt != "adamw") & (decay > 0)).astype(float)
-    p = df["param_bytes"].to_numpy(float) * np.where(df["precision"].astype(str) == "bf16-pure", 0.5, 1.0)
-    return np.where((impl == "foreach").to_numpy(), lists.to_numpy(float) * p, 0.0)
-
-
 def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
     """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
     feature row's ``activation_bytes``; less the scores of the fused attention cores where the protocol's torch
@@ -340,13 +316,8 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def allocated_mib(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> np.ndarray:
-    """What the training step allocates at its peak (MiB): the sum of ``footprint_terms``, or the optimizer step's
-    own peak where it is larger (weights, gradients, state, its temporaries, the batch and the workspaces)."""
-    terms = footprint_terms(df, protocol)
-    step = terms[["weights", "gradients", "optimizer", "inputs", "workspace"]].sum(axis=1).to_numpy(float)
-    proto = pd.Series(protocol, index=df.index) if isinstance(protocol, str) else protocol.reindex(df.index)
-    temp = np.where(proto.isin(list(FOREACH_PROTOCOLS)).to_numpy(), optimizer_temp_bytes(df) / MIB, 0.0)
-    return np.maximum(terms.sum(axis=1).to_numpy(float), step + temp)
+    """What the training step allocates at its peak (MiB): the sum of ``footprint_terms``."""
+    return footprint_terms(df, protocol).sum(axis=1).to_numpy(float)
 
 
 def local_memory_mib(gpu: str) -> float:
