@@ -174,5 +174,8 @@ def test_a_new_gpu_takes_its_protocols_constants() -> None:
     a100, h200 = 108 * 2048 / 1024, 132 * 2048 / 1024
     # this project's protocol, fitted on an H200: its software share (700 - H200's local memory) + the A100's
     assert fitted.predict(row)[0] == pytest.approx(700 - h200 + a100 + 1.2 * allocated)
-    # a protocol without fits: the sweeps' software share (619 MiB measured on the H200, less its local memory)
-    assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(619 - h200 + a100 + allocated)
+    # a protocol without fits: the mean software share of every fit, the A100's local memory
+    share = ((700 - h200) + (1500 - a100)) / 2
+    assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(share + a100 + allocated)
+    # no fit at all: the sweeps' software share (619 MiB measured on the H200, less its local memory)
+    assert Footprint().predict(row)[0] == pytest.approx(619 - h200 + a100 + allocated)

@@ -393,9 +393,9 @@ def test_tf32_matmuls_run_on_tensor_cores_only_when_allowed() -> None:
 
 def test_failure_classes_from_graph_traits_and_time_shares() -> None:
     """Fixture: x -> Conv 3x3 and Conv 1x1 of the same x, summed (a RepVGG branch pair), twice. Two such sums mark
-    the multi-branch class; depthwise or CUDA-core matmul time at or over SHARE of the GPU time marks theirs (the
-    latter only on an architecture without fits)."""
-    from gpupred.perf.caveats import SHARE, job_caveats, multi_branch_sums, time_shares
+    the multi-branch class; depthwise time from DEPTHWISE_SHARE and CUDA-core matmul time from SHARE of the GPU time
+    mark theirs on an architecture without fits."""
+    from gpupred.perf.caveats import DEPTHWISE_SHARE, SHARE, job_caveats, multi_branch_sums, time_shares
 
     C = 4
     nodes, inits, x = [], [], "x"
@@ -411,12 +411,13 @@ def test_failure_classes_from_graph_traits_and_time_shares() -> None:
     assert multi_branch_sums(graph) == 2
     assert step_kernels(graph).traits == {"multi_branch_sums": 2.0, "eager_attention_cores": 0.0}
     assert job_caveats({"multi_branch_sums": 2}, {}, True) == ["multi_branch"]
-    times = np.array([1.0, 1.0, 8.0])
+    times = np.array([1.0, 1.0, 18.0])
     shares = time_shares(times, np.array([True, False, False]), np.array([False, True, False]))
-    assert shares == {"depthwise": 0.1, "fp32_matmul": 0.1} and SHARE > 0.1
-    assert job_caveats({"eager_attention_cores": 3}, {"depthwise": 0.3, "fp32_matmul": 0.5}, False) == [
+    assert shares == {"depthwise": 0.05, "fp32_matmul": 0.05} and DEPTHWISE_SHARE > 0.05 and SHARE > 0.05
+    assert job_caveats({}, shares, False) == []
+    assert job_caveats({"eager_attention_cores": 3}, {"depthwise": 0.12, "fp32_matmul": 0.5}, False) == [
         "eager_attention", "depthwise_heavy", "fp32_matmul_unfitted"]
-    assert job_caveats({}, {"fp32_matmul": 0.5}, True) == []
+    assert job_caveats({}, {"depthwise": 0.5, "fp32_matmul": 0.5}, True) == []
 
 
 def test_a_masked_sdpa_export_with_its_nan_guard_is_one_core() -> None:

@@ -40,7 +40,8 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   362 MiB (PyTorch PR #86509, torch 1.13: 636 MiB eager against 274 MiB lazy). Lazy loading needs a CUDA 11.7+
   runtime and is on when torch >= 1.13 sets ``CUDA_MODULE_LOADING=LAZY`` or the driver defaults to it (Linux,
   CUDA 12.2+: CUDA C++ Programming Guide, "Lazy Loading"). A GPU kind the protocol was fitted on elsewhere
-  borrows the fits' software share (their context less their local memory) and adds its own local memory.
+  borrows the fits' software share (their context less their local memory) and adds its own local memory; a
+  protocol without any fit borrows the mean software share of every fit.
 
 The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
 and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
@@ -407,13 +408,15 @@ class Footprint:
         return float(np.mean(same)) if same else default
 
     def context(self, key: str) -> float:
-        """The context for 'gpu|protocol': fitted there; else the mean software share of the GPUs fitted under the
-        protocol (their context less their local memory) plus this GPU's local memory; else
-        :func:`default_context_mib` (the GPU's architecture, the sweeps' software)."""
+        """The context for 'gpu|protocol': fitted there; else the mean software share (context less local memory) of
+        the GPUs fitted under the protocol, or of every fit when the protocol has none (its software is unknown: the
+        fits span the software measured), plus this GPU's local memory; else :func:`default_context_mib` (the GPU's
+        architecture, the sweeps' software)."""
         gpu, protocol = key.split("|")
         if key in self.context_mib:
             return self.context_mib[key]
-        same = [v - local_memory_mib(k.split("|")[0]) for k, v in self.context_mib.items() if k.split("|")[1] == protocol]
+        shares = {k: v - local_memory_mib(k.split("|")[0]) for k, v in self.context_mib.items()}
+        same = [v for k, v in shares.items() if k.split("|")[1] == protocol] or list(shares.values())
         return float(np.mean(same)) + local_memory_mib(gpu) if same else default_context_mib(gpu)
 
     def constants(self) -> dict[str, dict[str, float]]:

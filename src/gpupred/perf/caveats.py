@@ -12,8 +12,9 @@ least ``log_width`` wide (log of the step time; log1p of utilization) and its pr
 - ``eager_attention``: attention cores run as their ops (timm's Swin and Swin-V2 windows, CrossViT's
   cross-attention, Hugging Face ``eager``): their kernels are modelled, not the low efficiency of many tiny batched
   products;
-- ``depthwise_heavy``: depthwise convolutions take at least ``SHARE`` of the GPU time (GhostNet, MobileNets at large
-  batch): their efficiency is one constant, fitted on Hopper only;
+- ``depthwise_heavy``: depthwise convolutions take at least ``DEPTHWISE_SHARE`` of the GPU time (GhostNet, MobileNets
+  at large batch) on an architecture without fitted constants: their efficiency is one constant, fitted on Hopper
+  only;
 - ``fp32_matmul_unfitted``: matmuls on CUDA cores (fp32 with TF32 off) take at least ``SHARE`` of the GPU time on
   an architecture without fitted constants: its FP32 GEMM rate is the published default.
 
@@ -30,7 +31,8 @@ import numpy as np
 
 from gpupred.graph.canonical import CanonicalGraph
 
-SHARE = 0.2  # share of the GPU-busy time from which a kernel class marks a job
+SHARE = 0.2  # share of the GPU-busy time from which CUDA-core matmuls mark a job
+DEPTHWISE_SHARE = 0.1  # share of the GPU-busy time from which depthwise convolutions mark a job
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ CAVEATS: dict[str, Caveat] = {c.name: c for c in (
            "CrossViT -43%, Swin-V2 -46% (#62, RTX 3090, AMP); this change adds 10.4% and 31% (default constants, "
            "batch 64): -37% and -29% left"),
     Caveat("depthwise_heavy", math.log(1 / (0.29 * 1.217)),
-           f"depthwise convolutions take at least {SHARE:.0%} of the GPU time: one efficiency, fitted on Hopper only",
+           f"depthwise convolutions take at least {DEPTHWISE_SHARE:.0%} of the GPU time on an architecture without "
+           "fitted constants: one efficiency, fitted on Hopper only",
            "GhostNet-0.5 at batch 512 -71% (#62, RTX 3090, AMP); this change adds 21.7%: -65% left"),
     Caveat("fp32_matmul_unfitted", math.log(1 / (0.43 * 1.49)),
            f"fp32 matmuls on CUDA cores (TF32 off) take at least {SHARE:.0%} of the GPU time on an architecture "
@@ -89,7 +92,7 @@ def job_caveats(traits: dict[str, float], shares: dict[str, float], fitted_archi
         out.append("multi_branch")
     if traits.get("eager_attention_cores", 0) > 0:
         out.append("eager_attention")
-    if shares.get("depthwise", 0.0) >= SHARE:
+    if shares.get("depthwise", 0.0) >= DEPTHWISE_SHARE and not fitted_architecture:
         out.append("depthwise_heavy")
     if shares.get("fp32_matmul", 0.0) >= SHARE and not fitted_architecture:
         out.append("fp32_matmul_unfitted")
