@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import numpy as np
 import pytest
 
 from fixtures_calibration import write_fixture_calibration
@@ -198,9 +199,14 @@ def test_a_measured_calibrated_width_replaces_the_extrapolated_one(artifact: Pat
     wide = p.predict(JOB, gpu="L4", calibration=cals["slow"]).iloc[0]
     p.core.calibration_.widths = {"gpu_util": 0.01, "iter_time_mean_s": 0.01, "memory_mib": 0.05}  # as if measured
     narrow = p.predict(JOB, gpu="L4", calibration=cals["slow"]).iloc[0]
-    assert narrow["iter_time_mean_s"] == wide["iter_time_mean_s"]
+    p.core.calibration_.widths = {"gpu_util": 3.0, "iter_time_mean_s": 3.0, "memory_mib": 0.05}  # as if measured
+    broad = p.predict(JOB, gpu="L4", calibration=cals["slow"]).iloc[0]
+    assert narrow["iter_time_mean_s"] == wide["iter_time_mean_s"] == broad["iter_time_mean_s"]
     ratio = lambda r, t: r[f"{t}_high"] / r[f"{t}_low"]  # noqa: E731
-    assert ratio(narrow, "iter_time_mean_s") < ratio(wide, "iter_time_mean_s")
+    # the measured width is the floor the step model's interval is widened to, in place of the extrapolated one: a
+    # narrow one leaves the correction's own interval, a broad one reaches exp(+-3)
+    assert ratio(narrow, "iter_time_mean_s") <= ratio(wide, "iter_time_mean_s")
+    assert ratio(broad, "iter_time_mean_s") == pytest.approx(np.exp(6.0), rel=1e-6)
     assert narrow["memory_mib_high"] == pytest.approx(narrow["memory_mib"] * 1.0513, rel=1e-3)
     card = p.core.describe()["calibrated_gpus"]
     assert card["interval_log_width"]["memory_mib"] == 0.05

@@ -12,6 +12,7 @@ from gpupred.footprint import (
     MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
 )
 from gpupred.memory import BEST, CORRECTION_CLIP, FootprintModel
+from gpupred.setups import setup_of
 
 
 def _attention_graph() -> object:
@@ -47,9 +48,14 @@ def test_graph_terms_by_hand() -> None:
     assert t["saved_elems"] == 64 + 64 + 32 + 32 + 64 + 64 + 150
     assert t["fp32_elems"] == 32 + 64  # the Softmax and LayerNormalization outputs
     assert t["cast_elems"] == 32  # the fp32 softmax output read by the attention-times-V MatMul
-    assert t["softmax_elems"] == 32
-    assert t["attention_elems"] == 32  # of the scores chain (sc, ss, kt), only sc is kept
     assert t["index_elems"] == 0 and t["output_elems"] == 64 + 150
+    # hand-written attention (the scores scaled, not Q and K: no scaled_dot_product_attention export) runs as its
+    # ops under the default attention='auto': no score a fused kernel would skip
+    assert t["softmax_elems"] == 0 and t["attention_elems"] == 0
+    fused = graph_terms(_attention_graph(), batch_size=2, setup=setup_of(attention="sdpa"))
+    assert fused["softmax_elems"] == 32
+    assert fused["attention_elems"] == 32  # of the scores chain (sc, ss, kt), only sc is kept
+    assert fused["saved_elems"] == t["saved_elems"]
 
 
 def _row(**kw: object) -> pd.DataFrame:
@@ -134,7 +140,7 @@ def test_onnx_footprint_matches_the_terms() -> None:
     # momentum: weights + gradients + one buffer
     params = (64 + 64 + 1 + 8 + 8 + 3 + 3) * 4 / MIB
     t = graph_terms(graph, 2)
-    act = 4 * (t["saved_elems"] - t["softmax_elems"] - t["attention_elems"]) / MIB  # fp32, fused attention
+    act = 4 * t["saved_elems"] / MIB  # fp32; hand-written attention keeps its scores
     inputs = (64 + 150) * 4 / MIB
     loss = 2 * 4 * t["output_elems"] / MIB
     assert mib == pytest.approx(619 + 3 * params + act + loss + inputs + WORKSPACE_MIB, rel=1e-6)
@@ -163,6 +169,13 @@ def test_a_new_gpu_takes_its_protocols_constants() -> None:
     fitted = Footprint(context_mib={"H200|gpupred": 700.0, "A100 40GB|lucid": 1500.0},
                        allocator={"H200|gpupred": 1.2, "A100 40GB|lucid": 1.4})
     row = _row(gpu="NVIDIA A100-SXM4-40GB")  # allocated: 4 + 4 + 8 + 10 + 1 + workspace
-    allocated = 27 + WORKSPACE_MIB
-    assert fitted.predict(row)[0] == pytest.approx(700 + 1.2 * allocated)  # this project's protocol, fitted on an H200
-    assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(619 + allocated)  # unknown: defaults
+    allocated = 27 + 2 * 8.125  # two cuBLAS workspaces of 8 MiB + 128 KiB off Hopper
+    # local memory: 1 KiB for each of 2,048 threads on each of 108 SMs (A100), 132 SMs (H200)
+    a100, h200 = 108 * 2048 / 1024, 132 * 2048 / 1024
+    # this project's protocol, fitted on an H200: its software share (700 - H200's local memory) + the A100's
+    assert fitted.predict(row)[0] == pytest.approx(700 - h200 + a100 + 1.2 * allocated)
+    # a protocol without fits: the mean software share of every fit, the A100's local memory
+    share = ((700 - h200) + (1500 - a100)) / 2
+    assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(share + a100 + allocated)
+    # no fit at all: the sweeps' software share (619 MiB measured on the H200, less its local memory)
+    assert Footprint().predict(row)[0] == pytest.approx(619 - h200 + a100 + allocated)

@@ -13,6 +13,7 @@ from gpupred.hardware import gpu_spec
 from gpupred.perf import (
     KernelList, StepConstants, canonical_graph, estimate_onnx, estimate_step, kernel_times, simulate, step_kernels,
 )
+from gpupred.setups import setup_of
 
 B, K, N = 4, 8, 16
 
@@ -223,32 +224,62 @@ def test_depthwise_convolution_runs_on_cuda_cores_at_its_own_efficiency() -> Non
     assert t == pytest.approx(expected)
 
 
-def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
-    """Fixture: q, k, v projections of x[B, S, D], Mul(q, scale), MatMul(q, k^T), Softmax, MatMul(., v). The
-    MatMul -> Softmax -> MatMul chain (and the scale) is one forward kernel with both MatMuls' FLOPs, reading
-    q, k, v and writing the output once; backward two kernels (a preprocessing pass, 2.5x the FLOPs)."""
-    from gpupred.perf.attention import attention_cores
-
+def _attention_model(sdpa: bool = True) -> object:
+    """Fixture: q, k, v projections of x[B, S, D], then MatMul(q * c, k^T * c) -> Softmax -> MatMul(., v): torch's
+    export of ``scaled_dot_product_attention`` (both operands scaled by the square root of the scale); with
+    ``sdpa=False`` hand-written attention, ``(q * scale) @ k^T``."""
     S, D = 6, 4
     nodes = [helper.make_node("MatMul", ["x", f"W{n}"], [n]) for n in "qkv"]
     nodes += [helper.make_node("Mul", ["q", "scale"], ["qs"]),
-              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-              helper.make_node("MatMul", ["qs", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
-              helper.make_node("MatMul", ["p", "v"], ["o"])]
+              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1])]
+    if sdpa:
+        nodes += [helper.make_node("Mul", ["kt", "scale"], ["kts"]), helper.make_node("MatMul", ["qs", "kts"], ["s"])]
+    else:
+        nodes.append(helper.make_node("MatMul", ["qs", "kt"], ["s"]))
+    nodes += [helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"])]
     inits = [helper.make_tensor(f"W{n}", TensorProto.FLOAT, [D, D], [0.0] * D * D) for n in "qkv"]
     inits.append(helper.make_tensor("scale", TensorProto.FLOAT, [1], [0.5]))
-    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", S, D])], "o", inits)
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", S, D])], "o", inits)
+
+
+def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
+    """The exported scaled_dot_product_attention chain (and its scales) is one forward kernel with both MatMuls'
+    FLOPs, reading q, k, v and writing the output once; backward two kernels (a preprocessing pass, 2.5x the FLOPs)."""
+    from gpupred.perf.attention import attention_cores
+
+    S, D = 6, 4
+    m = _attention_model()
     graph, _ = canonical_graph(m, B)
     cores = attention_cores(graph)
     assert len(cores) == 1 and (cores[0].q, cores[0].k, cores[0].v, cores[0].out) == ("q", "k", "v", "o")
+    assert cores[0].sdpa
     kl = step_kernels(graph, "fp32", "sgd")
-    proj = step_kernels(canonical_graph(_model(nodes[:3], m.graph.input, "v", inits[:3]), B)[0], "fp32", "sgd")
+    proj = step_kernels(canonical_graph(_model(m.graph.node[:3], m.graph.input, "v", m.graph.initializer[:3]), B)[0],
+                        "fp32", "sgd")
     flops = 2 * (2 * B * S * S * D)  # Q K^T and P V
     fused_fwd = kl.flops[(kl.phase == 0) & (kl.tensor_core > 0)]
     assert fused_fwd[-1] == flops and kl.bytes[(kl.phase == 0) & (kl.tensor_core > 0)][-1] == 4 * 4 * B * S * D
     assert kl.counts["forward"] == 3 + 1 + 2  # projections, the fused kernel, the loss
     assert (kl.flops[kl.phase == 1] == 2.5 * flops).sum() == 1
     assert kl.counts["backward"] - proj.counts["backward"] == 2  # the fused backward (x, an input, sums no gradient)
+
+
+def test_hand_written_attention_runs_as_its_ops_unless_the_setup_fuses_it() -> None:
+    """Under attention='auto' only cores exported from scaled_dot_product_attention are fused: hand-written
+    attention (q alone scaled) runs as its ops (scale, scores, softmax, product by V: 4 forward kernels); 'sdpa'
+    fuses it, 'eager' unfuses the exported one."""
+    from gpupred.perf.attention import attention_cores
+    from gpupred.setups import setup_of
+
+    hand, _ = canonical_graph(_attention_model(sdpa=False), B)
+    export, _ = canonical_graph(_attention_model(), B)
+    assert [c.sdpa for c in attention_cores(hand)] == [False]
+    auto = step_kernels(hand, setup=setup_of())
+    fused = step_kernels(hand, setup=setup_of(attention="sdpa"))
+    assert auto.counts["forward"] == 3 + 4 + 2 and fused.counts["forward"] == 3 + 1 + 2
+    eager = step_kernels(export, setup=setup_of(attention="eager"))
+    assert eager.counts["forward"] == 3 + 5 + 2  # both scales, scores, softmax, product by V
+    assert step_kernels(export, setup=setup_of(attention="auto")).counts["forward"] == 3 + 1 + 2
 
 
 def test_gan_recipe_runs_the_discriminator_again_and_steps_two_optimizers() -> None:
@@ -294,10 +325,118 @@ def test_a_batchnorm_folded_by_the_canonical_form_still_runs_in_training_mode() 
     m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 3, 3])], "y", inits)
     graph, _ = canonical_graph(m, B)
     assert [n[0] for n in graph.nodes] == ["Conv", "Relu"]
-    kl = step_kernels(graph, "fp32", "sgd")
+    kl = step_kernels(graph, setup=setup_of(channels_last=True))  # no NCHW transposes around the convolution
     out = B * C * 9 * 4
     assert kl.counts["forward"] == 3 + 2  # Conv, its BatchNorm, Relu, the loss's two
     bn = (kl.flops == 7 * B * C * 9)  # statistics, normalize, affine: 7 FLOPs an element
     assert (bn & (kl.phase == 0) & (kl.bytes == 2 * out)).sum() == 1
     assert (bn & (kl.phase == 1) & (kl.bytes == 3 * out)).sum() == 1
     assert kl.param_tensors == 3
+
+
+def test_nchw_tensor_core_convolutions_transpose_unless_channels_last() -> None:
+    """Fixture: one 3x3 conv over x[B, C, 6, 6] (its input a graph input: no data gradient). In NCHW a tensor-core
+    convolution (16-bit, or fp32 with TF32 on, torch's cuDNN default) transposes x in and y out forward and x and dy
+    in for its weight gradient, each a copy of the tensor (read + write); channels_last, or fp32 convolutions on CUDA
+    cores (TF32 off), have none; neither do depthwise convolutions (CUDA cores)."""
+    C = 8
+    m = _model([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 6, 6])], "y",
+               [helper.make_tensor("W", TensorProto.FLOAT, [C, C, 3, 3], [0.0] * C * C * 9)])
+    graph, _ = canonical_graph(m, B)
+    t = B * C * 36  # elements of x and of y
+    kinds = {}
+    for name, setup in {"bf16": setup_of("bf16"), "tf32": setup_of(), "no_tf32": setup_of(tf32_conv=False),
+                        "nhwc": setup_of("bf16", channels_last=True)}.items():
+        kl = step_kernels(graph, setup=setup)
+        transposes = kl.library & (kl.tensor_core == 0) & (kl.flops == 0)
+        kinds[name] = sorted(kl.bytes[transposes].tolist())
+    assert kinds["bf16"] == [2 * 2 * t] * 4 and kinds["tf32"] == [2 * 4 * t] * 4
+    assert kinds["no_tf32"] == [] and kinds["nhwc"] == []
+    fp32 = step_kernels(graph, setup=setup_of(tf32_conv=False))
+    assert not fp32.on_tc.any() and step_kernels(graph, setup=setup_of()).on_tc.any()
+
+
+def test_a_permute_that_a_reshape_needs_contiguous_is_copied_each_way() -> None:
+    """Fixture: x[B, 2, 3, 4] -> Transpose(0, 2, 1, 3) -> Reshape [B, 24] -> Relu. torch's reshape of the permuted
+    tensor copies it (one kernel forward, one backward); a permute read only by an elementwise op stays a view, and so
+    does a swap of the last two axes before a reshape-free matmul."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, 2, 3, 4])
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [B, 24])
+    copy = _model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+                   helper.make_node("Reshape", ["t", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+                  [x], "y", [shape])
+    view = _model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]), helper.make_node("Relu", ["t"], ["y"])],
+                  [x], "y", [])
+    a, b = step_kernels(canonical_graph(copy, B)[0]), step_kernels(canonical_graph(view, B)[0])
+    assert a.counts["forward"] == b.counts["forward"] + 1 and a.counts["backward"] == b.counts["backward"] + 1
+    assert ((a.flops == 0) & (a.bytes == 2 * 4 * B * 24)).sum() == 2  # the copy each way: read + write
+
+
+def test_tf32_matmuls_run_on_tensor_cores_only_when_allowed() -> None:
+    """fp32 matmuls run at the FP32 CUDA-core rate under torch's default (allow_tf32 False) and at the TF32 tensor
+    rate with tf32_matmul; pure bf16 runs them at the bf16 rate, with 2-byte tensors and no casts."""
+    graph, _ = canonical_graph(_linear_relu(), B)
+    gpu = gpu_spec("H200")
+    c = StepConstants(min_kernel_s=0.0, memory_eff=1e-9 ** -1)
+    plain = step_kernels(graph, setup=setup_of())
+    tf32 = step_kernels(graph, setup=setup_of(tf32_matmul=True))
+    pure = step_kernels(graph, setup=setup_of("bf16-pure"))
+    gemm = 0
+    assert not plain.on_tc[gemm] and tf32.on_tc[gemm] and pure.on_tc[gemm]
+    t_plain, t_tf32, t_pure = (kernel_times(k, gpu, "fp32", c)[gemm] for k in (plain, tf32, pure))
+    assert t_plain == pytest.approx(plain.flops[gemm] / (gpu.tflops_fp32 * 1e12 * c.compute_eff))
+    assert t_tf32 == pytest.approx(plain.flops[gemm] / (gpu.tflops_tf32 * 1e12 * c.tensor_eff))
+    assert t_pure == pytest.approx(plain.flops[gemm] / (gpu.tflops_bf16 * 1e12 * c.tensor_eff))
+    assert pure.bytes[gemm] == plain.bytes[gemm] / 2 and len(pure) == len(plain)
+
+
+def test_failure_classes_from_graph_traits_and_time_shares() -> None:
+    """Fixture: x -> Conv 3x3 and Conv 1x1 of the same x, summed (a RepVGG branch pair), twice. Two such sums mark
+    the multi-branch class; depthwise time from DEPTHWISE_SHARE and CUDA-core matmul time from SHARE of the GPU time
+    mark theirs on an architecture without fits."""
+    from gpupred.perf.caveats import DEPTHWISE_SHARE, SHARE, job_caveats, multi_branch_sums, time_shares
+
+    C = 4
+    nodes, inits, x = [], [], "x"
+    for k in range(2):
+        nodes += [helper.make_node("Conv", [x, f"W3_{k}"], [f"a{k}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Conv", [x, f"W1_{k}"], [f"b{k}"]),
+                  helper.make_node("Add", [f"a{k}", f"b{k}"], [f"y{k}"])]
+        inits += [helper.make_tensor(f"W3_{k}", TensorProto.FLOAT, [C, C, 3, 3], [0.0] * C * C * 9),
+                  helper.make_tensor(f"W1_{k}", TensorProto.FLOAT, [C, C, 1, 1], [0.0] * C * C)]
+        x = f"y{k}"
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 5, 5])], x, inits)
+    graph, _ = canonical_graph(m, B)
+    assert multi_branch_sums(graph) == 2
+    assert step_kernels(graph).traits == {"multi_branch_sums": 2.0, "eager_attention_cores": 0.0}
+    assert job_caveats({"multi_branch_sums": 2}, {}, True) == ["multi_branch"]
+    times = np.array([1.0, 1.0, 18.0])
+    shares = time_shares(times, np.array([True, False, False]), np.array([False, True, False]))
+    assert shares == {"depthwise": 0.05, "fp32_matmul": 0.05} and DEPTHWISE_SHARE > 0.05 and SHARE > 0.05
+    assert job_caveats({}, shares, False) == []
+    assert job_caveats({"eager_attention_cores": 3}, {"depthwise": 0.12, "fp32_matmul": 0.5}, False) == [
+        "eager_attention", "depthwise_heavy", "fp32_matmul_unfitted"]
+    assert job_caveats({}, {"depthwise": 0.5, "fp32_matmul": 0.5}, True) == []
+
+
+def test_a_masked_sdpa_export_with_its_nan_guard_is_one_core() -> None:
+    """torch's export of scaled_dot_product_attention with a float mask writes Where(IsNaN(p), 0, p) after the
+    softmax (Hugging Face's sdpa attention): still one fused core, the guard inside it."""
+    from gpupred.perf.attention import attention_cores
+
+    S, D = 6, 4
+    nodes = [helper.make_node("MatMul", ["x", f"W{n}"], [n]) for n in "qkv"]
+    nodes += [helper.make_node("Mul", ["q", "scale"], ["qs"]), helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+              helper.make_node("Mul", ["kt", "scale"], ["kts"]), helper.make_node("MatMul", ["qs", "kts"], ["s"]),
+              helper.make_node("Add", ["s", "mask"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+              helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+              helper.make_node("MatMul", ["pg", "v"], ["o"])]
+    inits = [helper.make_tensor(f"W{n}", TensorProto.FLOAT, [D, D], [0.0] * D * D) for n in "qkv"]
+    inits += [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.7]), helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", S, D]),
+              helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", S, S])]
+    graph, _ = canonical_graph(_model(nodes, inputs, "o", inits), B)
+    cores = attention_cores(graph)
+    assert len(cores) == 1 and cores[0].sdpa and cores[0].mask == "mask"
+    assert {graph.nodes[i][0] for i in cores[0].nodes} >= {"IsNaN", "Where", "Softmax", "Add"}

@@ -176,7 +176,9 @@ def test_a_graph_is_answered_by_physics_with_iteration_time_and_throughput(physi
             assert 0 < row[f"{t}_low"] <= row[t] <= row[f"{t}_high"], t
         assert row["samples_per_s"] == pytest.approx(16 / row["iter_time_mean_s"])
     assert not seen["extrapolated"] and unseen["extrapolated"]
-    assert unseen["iter_time_mean_s_high"] / unseen["iter_time_mean_s_low"] > seen["iter_time_mean_s_high"] / seen["iter_time_mean_s_low"]
+    ratio = lambda r: r["iter_time_mean_s_high"] / r["iter_time_mean_s_low"]  # noqa: E731
+    width = p.core.step_.widths_["iter_time_mean_s"].for_rows([False])[0]  # a new GPU under the fitted protocol
+    assert ratio(unseen) >= ratio(seen) * (1 - 1e-9) and ratio(unseen) >= np.exp(2 * width) * (1 - 1e-9)  # at least the width
     assert unseen["iter_time_mean_s"] > seen["iter_time_mean_s"]  # an L4 has a tenth of the H100's bandwidth
     frame = p.predict(fixture_dataset(gpus=(H100,), n_batch_sizes=1).head(2))
     assert (frame["core"] == "regressor").all()  # feature rows without a graph: the regressors
@@ -207,3 +209,69 @@ def test_a_graph_job_is_featurized_once_for_the_regressors_and_physics(physics_a
     monkeypatch.setattr(graph, "featurize", counting)
     out = load_predictor(physics_artifact).predict("resnet.resnet18-bs16-img128-bf16-sgd", gpu="H100 SXM")
     assert seen == ["bf16"] and out["core"].iloc[0] == "physics"
+
+
+def test_training_setups_move_physics_answers_the_way_torch_runs_them(physics_artifact: Path) -> None:
+    """The same job under other setups: checkpointing costs time and saves memory; two micro-batches per optimizer
+    step take about twice the time and give the same throughput's order; channels_last drops the NCHW transposes;
+    feature rows (the regressors) refuse options only the physics core models."""
+    from gpupred.errors import GpupredError
+    from gpupred.setups import setup_of
+
+    p = load_predictor(physics_artifact)
+    job = "resnet.resnet50-bs64-img224-bf16-sgd"
+
+    def answer(**options: Any) -> pd.Series:
+        return p.predict(job, gpu="H100 SXM", setup=setup_of("bf16", "sgd", **options)).iloc[0]
+
+    base, ckpt, accum, nhwc = answer(), answer(checkpointing=True), answer(accumulation=2), answer(channels_last=True)
+    assert ckpt["memory_mib"] < base["memory_mib"] and ckpt["iter_time_mean_s"] > base["iter_time_mean_s"]
+    assert 1.6 < accum["iter_time_mean_s"] / base["iter_time_mean_s"] < 2.4
+    assert accum["samples_per_s"] == pytest.approx(2 * 64 / accum["iter_time_mean_s"])
+    assert nhwc["iter_time_mean_s"] < base["iter_time_mean_s"]
+    adam = p.predict(job.replace("-sgd", "-adam"), gpu="H100 SXM").iloc[0]
+    assert adam["memory_mib"] > base["memory_mib"]  # two moments against one momentum buffer
+    with pytest.raises(GpupredError, match="physics core"):
+        p.predict(fixture_dataset(gpus=(H100,), n_batch_sizes=1).head(1), setup=setup_of(checkpointing=True))
+
+
+def test_a_failure_class_widens_the_interval_and_is_named(physics_artifact: Path) -> None:
+    """ViT's attention exported from scaled_dot_product_attention runs fused; run as its ops (attention='eager') it
+    is the eager-attention class: named in 'caveats', its step-time interval at least that class's width."""
+    from gpupred.perf.caveats import CAVEATS
+    from gpupred.setups import setup_of
+
+    p = load_predictor(physics_artifact)
+    job = "vit.vit_b_16-bs32-img224-bf16-adam"
+    fused = p.predict(job, gpu="H100 SXM").iloc[0]
+    eager = p.predict(job, gpu="H100 SXM", setup=setup_of("bf16", "adam", attention="eager")).iloc[0]
+    assert fused["caveats"] == "" and eager["caveats"] == "eager_attention"
+    assert eager["iter_time_mean_s"] > fused["iter_time_mean_s"]
+    width = np.log(eager["iter_time_mean_s_high"] / eager["iter_time_mean_s"])
+    assert width >= CAVEATS["eager_attention"].log_width - 1e-9
+    card = json.loads(physics_artifact.with_suffix(".json").read_text())
+    assert set(card["core"]["failure_classes"]) >= set(CAVEATS)
+    assert card["core"]["training_setup"]["defaults"]["transformers_trainer"]["optimizer"].startswith("adamw_torch_fused")
+
+
+def test_predict_cli_takes_the_setup_flags(physics_artifact: Path) -> None:
+    """``gpupred predict`` with setup flags answers from physics, prints the options that differ from the sweeps'
+    and the failure classes; a contradictory option is one line and exit 2."""
+    import subprocess
+    import sys
+
+    def gpupred(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpupred.cli", "predict", *args, "--predictor", str(physics_artifact)],
+                              capture_output=True, text=True, timeout=300)
+
+    job = "vit.vit_b_16-bs32-img224-bf16-adam"
+    out = gpupred(job, "--gpu", "H100 SXM", "--optimizer-impl", "fused", "--checkpointing", "--accumulation", "4",
+                  "--attention", "eager", "--json")
+    assert out.returncode == 0, out.stderr
+    values = json.loads(out.stdout)
+    assert values["core"] == "physics" and values["caveats"] == ["eager_attention"]
+    assert values["setup"] == {"optimizer_impl": "fused", "checkpointing": True, "accumulation": 4, "attention": "eager"}
+    text = gpupred(job, "--gpu", "H100 SXM", "--channels-last")
+    assert text.returncode == 0 and "setup: channels_last=True" in text.stdout
+    bad = gpupred(job, "--gpu", "H100 SXM", "--attention", "flash", "--precision", "fp32")
+    assert bad.returncode == 2 and "flash" in bad.stderr and "Traceback" not in bad.stderr

@@ -6,7 +6,8 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
                                           + activations saved for backward + loss buffers + input batch
                                           + workspace)
 
-- weights = gradients = ``param_bytes`` (fp32 master weights and fp32 gradients, also under autocast);
+- weights = gradients = ``param_bytes`` (fp32 master weights and fp32 gradients, also under autocast; half of it
+  under pure bf16, whose weights, gradients and optimizer state are bf16);
 - optimizer state = ``OPTIMIZER_STATES[optimizer] x param_bytes`` (SGD with momentum: one buffer; plain
   SGD none; Adam/AdamW two moments; RMSprop/Adagrad one);
 - autocast weight copies = ``param_bytes / 2`` under bf16/fp16: autocast caches a 16-bit copy of every
@@ -21,18 +22,35 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
 - loss buffers = the graph outputs (logits) in fp32: log_softmax's saved output and its gradient, plus the
   fp32 upcast of 16-bit logits (the catalog's ``F.cross_entropy(out.float(), ...)``);
 - input batch = ``input_bytes`` (the measured loops keep their batches resident on the GPU);
-- workspace = ``WORKSPACE_MIB``: cuBLAS's per-handle workspace (torch >= 2.3 allocates 32 MiB on Hopper
-  through the caching allocator) plus a typical cuDNN convolution workspace; the rest is in ``allocator``;
+- workspace = :func:`workspace_mib`: torch's cuBLAS workspace, one per handle and stream, allocated through the
+  caching allocator: 32 MiB on Hopper, 8 MiB + 128 KiB elsewhere (``CUBLAS_WORKSPACE_CONFIG``'s default in
+  ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares it), two handles in a training step (the
+  forward's thread and the autograd engine's); cuDNN's convolution workspaces are in ``allocator``;
 - allocator = the caching allocator's reserved / allocated ratio (rounding to 512 B blocks and 2/20 MiB
   segments, fragmentation between forward and backward), 1.0 by default and fitted per protocol;
 - context = the CUDA context plus the kernel images that lazy loading brings in (cuBLAS, cuDNN, torch's
   own kernels): ``CONTEXT_MIB`` by GPU kind (the H200 data card measured a bare context at 619 MiB), fitted
-  per (GPU kind, protocol) on training rows where there are any.
+  per (GPU kind, protocol) on training rows where there are any. On a GPU without a measurement or a fit it
+  comes from the GPU's architecture and the software (:func:`context_mib`): the local-memory reservation, which
+  the driver makes for every thread the GPU can hold (``MAX_THREADS_PER_SM x SMs x 1 KiB``, the default
+  ``cudaLimitStackSize``: NVIDIA's answer on its developer forum, "Local memory management", 2024, and
+  ``cuCtxCreate``'s ``CU_CTX_LMEM_RESIZE_TO_MAX``; threads per SM from the CUDA C++ Programming Guide's
+  compute-capability table), plus the software's share (the H200's 619 MiB less its 264 MiB of local memory:
+  355 MiB under torch 2.11, CUDA 13, lazy loading), plus the kernel images that eager module loading adds:
+  362 MiB (PyTorch PR #86509, torch 1.13: 636 MiB eager against 274 MiB lazy). Lazy loading needs a CUDA 11.7+
+  runtime and is on when torch >= 1.13 sets ``CUDA_MODULE_LOADING=LAZY`` or the driver defaults to it (Linux,
+  CUDA 12.2+: CUDA C++ Programming Guide, "Lazy Loading"). A GPU kind the protocol was fitted on elsewhere
+  borrows the fits' software share (their context less their local memory) and adds its own local memory; a
+  protocol without any fit borrows the mean software share of every fit.
 
-A *protocol* is how a source measured memory (``PROTOCOLS``): this project's NVML per-process peak over the
-window (``gpupred``), Lucid's ``gmem`` (nvidia-smi's used memory, mean over the window) and GPUMemNet's
-maximum of DCGM's used memory. Their contexts and allocators differ (older torch and CUDA load every
-kernel image eagerly), which is why the context and the allocator ratio are fitted per protocol.
+The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
+and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
+checkpointed block's inputs, plus the recomputed activations of the largest block during its backward
+(:mod:`gpupred.perf.blocks`); the attention option decides which cores' scores a fused kernel never writes
+(:func:`gpupred.perf.attention.fused_cores`); gradient accumulation and the optimizer's implementation change
+nothing at the peak here. (A foreach Adam step allocates a parameter-sized list of square roots; counted as a peak of
+its own, the larger of it and the forward/backward peak, it made the 13 own runs where it would bind worse, median
+|log error| in sample 2.9% -> 5.1%: the caching allocator gives the step blocks the backward freed.)
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 
 MIB = float(2**20)
 OPTIMIZER_STATES: dict[str, float] = {  # param-sized buffers an optimizer keeps (the catalog's sgd has momentum)
@@ -53,8 +72,22 @@ HALF_PRECISIONS: frozenset[str] = frozenset({"bf16", "fp16"})
 CONTEXT_MIB: dict[str, float] = {  # bare CUDA context by GPU kind (gpupred.hardware short name)
     "H200": 619.0,  # measured: data/raw/h200/2026-11-catalog (torch 2.11, CUDA 13, lazy module loading)
 }
-DEFAULT_CONTEXT_MIB = 619.0  # other GPU kinds: the one bare context measured here (CUDA >= 11.7 lazy loading)
-WORKSPACE_MIB = 64.0  # cuBLAS workspace (32 MiB on Hopper) + a typical cuDNN workspace
+DEFAULT_CONTEXT_MIB = 619.0  # the one bare context measured here: the starting point of context fits
+# compute capability of each GPU kind (NVIDIA's CUDA GPUs list) and the resident threads an SM of it holds (CUDA C++
+# Programming Guide, "Features and Technical Specifications": maximum number of resident threads per SM)
+COMPUTE_CAPABILITY: dict[str, str] = {
+    "H200": "9.0", "H100 NVL": "9.0", "H100 PCIe": "9.0", "H100 SXM": "9.0", "A100 PCIe 80GB": "8.0",
+    "A100 SXM 80GB": "8.0", "A100 40GB": "8.0", "A10": "8.6", "RTX 3090": "8.6", "L40S": "8.9", "L4": "8.9",
+    "RTX 4090": "8.9", "V100 PCIe": "7.0", "V100 SXM2 16GB": "7.0", "V100 SXM2 32GB": "7.0", "T4": "7.5", "P100": "6.0",
+}
+MAX_THREADS_PER_SM: dict[str, int] = {"6.0": 2048, "7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536,
+                                      "9.0": 2048}
+MAX_THREADS_UNKNOWN = 2048  # a GPU outside the table (a calibrated one): the most any listed architecture holds
+STACK_BYTES = 1024  # cudaLimitStackSize's default: local memory reserved per resident thread
+EAGER_IMAGES_MIB = (666_632_192 - 287_047_680) / MIB  # kernel images eager loading adds (PyTorch PR #86509): 362 MiB
+CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per handle: Hopper (sm90) or not (torch)
+CUBLAS_HANDLES = 2  # the forward's thread and the autograd engine's backward thread each take a handle
+WORKSPACE_MIB = CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[True]  # on Hopper: 64 MiB
 SDPA_PROTOCOLS: frozenset[str] = frozenset({"gpupred"})  # protocols measured with torch >= 2 fused attention
 PROTOCOLS: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
@@ -79,36 +112,85 @@ SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", 
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
 
 
-def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
-    """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``).
+def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None) -> dict[str, float]:
+    """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``), under a
+    training setup's attention and checkpointing options (default: the sweeps').
 
     ``saved_elems``: the op outputs autograd keeps for backward (read by an op that saves its inputs, i.e. not
     in ``NO_INPUT_SAVE``; written by one that saves its output, ``OUTPUT_SAVE``; with views, ``VIEW_OPS``,
     resolved to the tensor they alias, since torch runs transposes, gathers and slices as views);
     ``fp32_elems``: those autocast keeps in fp32 (outputs of
     ``FP32_OPS``, and of elementwise ops with an fp32 input: type promotion); ``cast_elems``: fp32 tensors a
-    contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs;
-    ``attention_elems``: the other kept tensors of an attention block a fused kernel never writes (QK^T, its
-    scale/mask ops, the scaled Q and K); ``output_elems``: the graph outputs (logits).
+    contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs of the attention cores
+    the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
+    scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
+    ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits).
+    Under checkpointing the kept tensors are those of :func:`checkpointed`.
     """
     from gpupred.graph.canonical import shape_elements
     from gpupred.graph.loader import load_graph
-
+    job = setup or DEFAULT_SETUP
     graph, _ = load_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
     producer = {o: node for node in cg.nodes for o in node[3]}
     numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
-    attention: set[str] = set()
-    for op, _d, ins, _o, *_ in cg.nodes:
-        if op == "Softmax" and ins:
-            attention |= _score_chain(ins[0], producer)
+    attention, softmax = _attention_tensors(cg, producer, job.attention)
     kept = _kept_tensors(cg, producer)
+    if job.checkpointing:
+        kept = checkpointed(cg, kept, numel)
     counts = _activation_counts(cg, producer, numel, kept)
     counts.update(
-        softmax_elems=float(sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "Softmax" and n[3][0] in kept)),
+        softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
         output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
     return counts
+
+
+def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tuple[set[str], set[str]]:
+    """(tensors no kernel writes or keeps, fused cores' softmax outputs) under the setup's attention option: a fused
+    core's scores chain (:func:`_score_chain`) and softmax output; an exported ``scaled_dot_product_attention`` core
+    run as its ops keeps its scores but not the exporter's scaled copies of Q and K (written-out attention scales
+    the scores or Q alone, in place of both)."""
+    from gpupred.perf.attention import attention_cores, fused_cores
+
+    fused = {c.last for c in fused_cores(cg, attention)}
+    gone: set[str] = set()
+    softmax: set[str] = set()
+    for core in attention_cores(cg):
+        first = cg.nodes[core.first]
+        if core.last not in fused:
+            if core.sdpa:
+                gone |= {i for i in first[2][:2] if i in producer and producer[i][0] in ("Mul", "Div")}
+            continue
+        for i in core.nodes:
+            op, _d, ins, outs, *_ = cg.nodes[i]
+            if op == "Softmax" and ins:
+                gone |= _score_chain(ins[0], producer)
+                softmax.add(outs[0])
+            elif i != core.last:
+                gone |= set(outs)  # whatever else the core's nodes write (a NaN guard's output): inside the kernel
+    return gone, softmax
+
+
+def checkpointed(cg: Any, kept: set[str], numel: dict[str, int]) -> set[str]:
+    """What autograd keeps under activation checkpointing: the kept tensors made outside every checkpointed block
+    (:func:`gpupred.perf.blocks.checkpoint_blocks`), each block's inputs and outputs read after it, and the kept
+    tensors of the largest block, which its backward recomputes (the peak: one block at a time); graph outputs stay."""
+    from gpupred.perf.blocks import checkpoint_blocks
+
+    blocks = checkpoint_blocks(cg)
+    block_of = {o: k for k, b in enumerate(blocks) for i in b.nodes for o in cg.nodes[i][3]}
+    node_block = {i: k for k, b in enumerate(blocks) for i in b.nodes}
+    read = {t for node in cg.nodes for t in node[2]}
+    outside = {t for i, node in enumerate(cg.nodes) for t in node[2] if t in block_of and node_block.get(i) != block_of[t]}
+    outside |= {t for t in block_of if t not in read}  # graph outputs
+    inputs = {t for b in blocks for t in b.inputs if t in numel and t not in cg.graph_inputs}
+    out = {t for t in kept if t not in block_of or t in outside} | inputs
+    inner: dict[int, set[str]] = {}
+    for t in kept - out:
+        inner.setdefault(block_of[t], set()).add(t)
+    largest = max(inner.values(), key=lambda ts: sum(numel.get(t, 0) for t in ts), default=set())
+    return out | largest
 
 
 def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str]) -> dict[str, float]:
@@ -175,33 +257,57 @@ def _need(df: pd.DataFrame, cols: tuple[str, ...]) -> None:
 def footprint_terms(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> pd.DataFrame:
     """Each allocated term of the footprint in MiB (``TERMS``), one row per input row (no context, no allocator)."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
-    p = df["param_bytes"].to_numpy(float)
-    opt = df["optimizer"].astype(str).str.lower()
-    unknown = sorted(set(opt) - set(OPTIMIZER_STATES))
-    if unknown:
-        raise GpupredError(f"unknown optimizer {unknown[0]!r}; known: {', '.join(OPTIMIZER_STATES)}")
-    half = df["precision"].isin(list(HALF_PRECISIONS)).to_numpy()
+    opt = _optimizers(df)
+    precision = df["precision"].astype(str)
+    autocast = precision.isin(list(HALF_PRECISIONS)).to_numpy()
+    pure = (precision == "bf16-pure").to_numpy()
+    p = df["param_bytes"].to_numpy(float) * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
     proto = pd.Series(protocol, index=df.index) if isinstance(protocol, str) else protocol.reindex(df.index)
     sdpa = proto.isin(list(SDPA_PROTOCOLS)).to_numpy()
-    act = activation_bytes(df, half, sdpa)
-    loss = _col(df, "output_elems") * 4.0 * (2.0 + half)
+    act = activation_bytes(df, autocast, sdpa, pure)
+    loss = _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure))
     terms = {
         "weights": p, "gradients": p, "optimizer": opt.map(OPTIMIZER_STATES).to_numpy(float) * p,
-        "autocast_copies": 0.5 * p * half, "activations": act, "loss": loss, "inputs": _col(df, "input_bytes"),
-        "workspace": np.full(len(df), WORKSPACE_MIB * MIB),
+        "autocast_copies": 0.5 * p * autocast, "activations": act, "loss": loss, "inputs": _col(df, "input_bytes"),
+        "workspace": _workspaces(df) * MIB,
     }
     return pd.DataFrame({k: v / MIB for k, v in terms.items()}, index=df.index)
 
 
-def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray) -> np.ndarray:
+def _optimizers(df: pd.DataFrame) -> pd.Series:
+    """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
+    opt = df["optimizer"].astype(str).str.lower()
+    if "sgd_momentum" in df.columns:
+        opt = opt.where(~((opt == "sgd") & (df["sgd_momentum"] == False)), "sgd_nomomentum")  # noqa: E712
+    unknown = sorted(set(opt) - set(OPTIMIZER_STATES))
+    if unknown:
+        raise GpupredError(f"unknown optimizer {unknown[0]!r}; known: {', '.join(OPTIMIZER_STATES)}")
+    return opt
+
+
+def _workspaces(df: pd.DataFrame) -> np.ndarray:
+    """The cuBLAS workspaces of each row's GPU kind, in MiB (Hopper's where the frame names no GPU)."""
+    if "gpu" not in df.columns:
+        return np.full(len(df), WORKSPACE_MIB)
+    gpu = df["gpu"].astype(str)
+    per = {g: workspace_mib(g) for g in pd.unique(gpu)}
+    return gpu.map(per).to_numpy(float)
+
+
+def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
     """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
-    feature row's ``activation_bytes``; less the attention scores under fused attention."""
+    feature row's ``activation_bytes``; less the scores of the fused attention cores where the protocol's torch
+    fuses attention. ``half``: autocast rows (16-bit where autocast runs in 16 bits); ``pure``: pure bf16 rows
+    (every activation in 2 bytes)."""
     fallback = df["activation_bytes"].to_numpy(float)
     if "saved_elems" not in df.columns:
         return fallback
+    pure = np.zeros(len(df), bool) if pure is None else pure
     saved, fp32 = _col(df, "saved_elems"), _col(df, "fp32_elems")
     act = np.where(half, 2.0 * (saved - fp32) + 4.0 * fp32 + 2.0 * _col(df, "cast_elems"), 4.0 * saved)
-    scores = _col(df, "softmax_elems") * 4.0 + _col(df, "attention_elems") * np.where(half, 2.0, 4.0)
+    act = np.where(pure, 2.0 * saved, act)
+    scores = _col(df, "softmax_elems") * np.where(pure, 2.0, 4.0) + _col(df, "attention_elems") * np.where(
+        half | pure, 2.0, 4.0)
     act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * _col(df, "index_elems")  # MaxPool's int64 argmax
     return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
 
@@ -216,11 +322,55 @@ def allocated_mib(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> np
     return footprint_terms(df, protocol).sum(axis=1).to_numpy(float)
 
 
-def default_context_mib(gpu: str) -> float:
-    """The CUDA context of a GPU kind (MiB): measured where the table has it, else ``DEFAULT_CONTEXT_MIB``."""
+def local_memory_mib(gpu: str) -> float:
+    """The local memory the CUDA driver reserves for every thread a GPU can hold (MiB): threads per SM x SMs x the
+    default stack size (see the module notes)."""
     from gpupred.hardware import gpu_spec
 
-    return CONTEXT_MIB.get(gpu_spec(gpu).name, DEFAULT_CONTEXT_MIB)
+    spec = gpu_spec(gpu)
+    threads = MAX_THREADS_PER_SM.get(COMPUTE_CAPABILITY.get(spec.name, ""), MAX_THREADS_UNKNOWN)
+    return spec.sm_count * threads * STACK_BYTES / MIB
+
+
+SOFTWARE_CONTEXT_MIB = CONTEXT_MIB["H200"] - 132 * 2048 * STACK_BYTES / MIB  # the H200's context less its local memory
+
+
+def lazy_loading(torch_version: str = "2.11", cuda_version: str = "13.0") -> bool:
+    """Whether CUDA loads kernel images lazily: a CUDA 11.7+ runtime, and torch >= 1.13 (which sets
+    ``CUDA_MODULE_LOADING=LAZY``) or CUDA >= 12.2 (the Linux driver's default)."""
+    def version(text: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in str(text).split("+")[0].split(".")[:2])
+        except ValueError:
+            raise GpupredError(f"cannot read version {text!r}; give it as MAJOR.MINOR, e.g. 2.4 or 12.1") from None
+
+    cuda, torch = version(cuda_version), version(torch_version)
+    return cuda >= (11, 7) and (torch >= (1, 13) or cuda >= (12, 2))
+
+
+def context_mib(gpu: str, torch_version: str = "2.11", cuda_version: str = "13.0") -> float:
+    """The CUDA context of a GPU kind under a torch and CUDA version (MiB): measured where ``CONTEXT_MIB`` has it
+    (for the software it was measured with), else the GPU's local memory + the software's share + the kernel
+    images eager loading adds (see the module notes)."""
+    from gpupred.hardware import gpu_spec
+
+    lazy = lazy_loading(torch_version, cuda_version)
+    name = gpu_spec(gpu).name
+    if name in CONTEXT_MIB and lazy:
+        return CONTEXT_MIB[name]
+    return local_memory_mib(name) + SOFTWARE_CONTEXT_MIB + (0.0 if lazy else EAGER_IMAGES_MIB)
+
+
+def default_context_mib(gpu: str) -> float:
+    """The CUDA context of a GPU kind (MiB) under the sweeps' software: :func:`context_mib`'s defaults."""
+    return context_mib(gpu)
+
+
+def workspace_mib(gpu: str) -> float:
+    """torch's cuBLAS workspaces of a training step on a GPU kind (MiB): ``CUBLAS_HANDLES`` x the per-handle size."""
+    from gpupred.hardware import architecture
+
+    return CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[architecture(gpu) == "hopper"]
 
 
 @dataclass
@@ -246,17 +396,29 @@ class Footprint:
         """The analytic footprint in MiB, one per row."""
         keys = pd.Series(protocol_keys(df))
         uniq = keys.unique()
-        ctx = {k: self.constant(k, self.context_mib, default_context_mib(k.split("|")[0])) for k in uniq}
+        ctx = {k: self.context(k) for k in uniq}
         alloc = {k: self.constant(k, self.allocator, 1.0) for k in uniq}
         return keys.map(ctx).to_numpy(float) + keys.map(alloc).to_numpy(float) * allocated_mib(df, protocols(df))
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
         """A constant for 'gpu|protocol': fitted there, else the mean over GPUs measured with the protocol
-        (context and allocator are mostly the software's), else the default."""
+        (the allocator ratio is the software's), else the default."""
         if key in fitted:
             return fitted[key]
         same = [v for k, v in fitted.items() if k.split("|")[1] == key.split("|")[1]]
         return float(np.mean(same)) if same else default
+
+    def context(self, key: str) -> float:
+        """The context for 'gpu|protocol': fitted there; else the mean software share (context less local memory) of
+        the GPUs fitted under the protocol, or of every fit when the protocol has none (its software is unknown: the
+        fits span the software measured), plus this GPU's local memory; else :func:`default_context_mib` (the GPU's
+        architecture, the sweeps' software)."""
+        gpu, protocol = key.split("|")
+        if key in self.context_mib:
+            return self.context_mib[key]
+        shares = {k: v - local_memory_mib(k.split("|")[0]) for k, v in self.context_mib.items()}
+        same = [v for k, v in shares.items() if k.split("|")[1] == protocol] or list(shares.values())
+        return float(np.mean(same)) + local_memory_mib(gpu) if same else default_context_mib(gpu)
 
     def constants(self) -> dict[str, dict[str, float]]:
         """The fitted constants, for a predictor card."""
@@ -292,23 +454,34 @@ def protocol_keys(df: pd.DataFrame) -> np.ndarray:
     return (gpu.map(names) + "|" + protocols(df)).to_numpy()
 
 
+def setup_columns(setup: TrainingSetup) -> dict[str, Any]:
+    """The frame columns the footprint reads of a training setup (precision, optimizer and its implementation)."""
+    return {"precision": setup.precision, "optimizer": setup.optimizer_key, "optimizer_impl": setup.optimizer_impl,
+            "weight_decay": setup.decay}
+
+
 def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer: str,
                   terms: dict[str, float] | None = None, protocol: str = "gpupred",
-                  fitted: Footprint | None = None) -> float:
-    """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU."""
-    row = pd.DataFrame([{**features, **(terms or {}), "precision": precision, "optimizer": optimizer, "gpu": gpu,
-                         "source": protocol}])
+                  fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
+    """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU;
+    ``setup`` (:class:`gpupred.setups.TrainingSetup`) replaces ``precision`` and ``optimizer`` when given."""
+    job = {"precision": precision, "optimizer": optimizer} if setup is None else setup_columns(setup)
+    row = pd.DataFrame([{**features, **(terms or {}), **job, "gpu": gpu, "source": protocol}])
     return float((fitted or Footprint()).predict(row)[0])
 
 
 def onnx_footprint_mib(path_or_proto: Any, batch_size: int, precision: str, optimizer: str, gpu: str,
-                       fitted: Footprint | None = None) -> float:
-    """Analytic training memory (MiB) of an ONNX graph at a batch size, precision and optimizer on a GPU."""
+                       fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
+    """Analytic training memory (MiB) of an ONNX graph at a batch size and training setup (default: the sweeps'
+    setup of ``precision`` and ``optimizer``) on a GPU."""
     from gpupred.graph import featurize
+    from gpupred.setups import as_setup
 
-    features = featurize(path_or_proto, batch_size=batch_size, precision=precision,
-                         optimizer="adam" if OPTIMIZER_STATES.get(optimizer, 0) >= 2 else "sgd")
-    return footprint_mib(features, gpu, precision, optimizer, graph_terms(path_or_proto, batch_size), fitted=fitted)
+    job = as_setup(setup, precision, optimizer)
+    features = featurize(path_or_proto, batch_size=batch_size, precision=job.job_precision,
+                         optimizer="adam" if job.state_buffers >= 2 else "sgd")
+    return footprint_mib(features, gpu, job.precision, job.optimizer_key, graph_terms(path_or_proto, batch_size, job),
+                         fitted=fitted, setup=job)
 
 
 def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:

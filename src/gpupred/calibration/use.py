@@ -109,7 +109,7 @@ class AppliedCalibration:
     def footprint(self, fitted: Any, key: str, ref: Reference) -> Any:
         """A copy of the fitted footprint (:class:`gpupred.footprint.Footprint`) whose constants for ``key``
         ('gpu|protocol') are the borrowed ones moved by this GPU's memory readings."""
-        ctx = fitted.constant(key, fitted.context_mib, _default_context(key))
+        ctx = fitted.context(key)  # the borrowed context, by the footprint's own rule (local memory + software share)
         alloc = fitted.constant(key, fitted.allocator, 1.0)
         mem = self.derived.memory
         if "fixed_mib" in mem:
@@ -125,17 +125,6 @@ class AppliedCalibration:
         from gpupred.hardware import extra_gpus
 
         return extra_gpus([(self.spec, "calibrated")])
-
-
-def _default_context(key: str) -> float:
-    from gpupred.footprint import default_context_mib
-
-    try:
-        return default_context_mib(key.split("|")[0])
-    except GpupredError:  # a GPU outside the table
-        from gpupred.footprint import DEFAULT_CONTEXT_MIB
-
-        return DEFAULT_CONTEXT_MIB
 
 
 def applied(cal: Calibration) -> AppliedCalibration:

@@ -27,7 +27,7 @@ from gpupred.graph.rebatch import rebatch
 
 ATTR_OPS: frozenset[str] = frozenset({  # ops whose cost rule reads attributes
     "Gemm", "Einsum", "LSTM", "GRU", "RNN", "BatchNormalization", "MaxPool", "AveragePool", "LpPool", "LRN",
-    "Attention", "MultiHeadAttention",
+    "Attention", "MultiHeadAttention", "Transpose",  # Transpose: the step model reads perm (views vs copies)
 })
 FLOAT_TYPES: frozenset[int] = frozenset({
     TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE,

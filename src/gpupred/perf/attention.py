@@ -9,11 +9,21 @@ step model that charged those nodes one kernel each would move the ``S x S`` sco
 times each way, which the GPU never does.
 
 :func:`attention_cores` finds every such chain: a Softmax whose input comes, through views and elementwise
-scale or mask ops, from a MatMul of two activations, and whose output feeds (through views, casts) the first
-operand of a MatMul by an activation. Scale ops on Q or K (an elementwise op with a one-element operand) join
+scale or mask ops, from a MatMul of two activations, and whose output feeds (through views, casts, and the
+``Where(IsNaN(p), 0, p)`` guard torch's exporter writes after a masked softmax) the first operand of a MatMul by an
+activation. Scale ops on Q or K (an elementwise op with a one-element operand) join
 the core. :mod:`gpupred.perf.kernels` charges each core as one forward kernel (the two MatMuls' FLOPs; Q, K, V,
 the output and a mask read or written once) and two backward kernels (a preprocessing pass over the output
 and its gradient, and the main kernel: 2.5x the forward FLOPs, as FlashAttention recomputes the scores).
+
+Not every core runs fused: only the model code decides. A model that calls ``scaled_dot_product_attention`` is
+exported by torch's ONNX symbolic as ``MatMul(Q * sqrt(scale), K^T * sqrt(scale))``: both operands of the scores
+product scaled by one-element constants (the exporter's ``Sqrt`` of the scale). Hand-written attention scales Q alone,
+or the scores, or neither (timm's Swin and Swin-V2 windows, CrossViT's cross-attention, Hugging Face models with
+``attn_implementation="eager"``) and runs as its ops: the scores written, a softmax kernel, a product by V.
+:attr:`AttentionCore.sdpa` tells the two apart, and :func:`fused_cores` picks the cores a training setup's
+``attention`` option fuses: ``auto`` those exported from ``scaled_dot_product_attention``, ``sdpa`` and ``flash``
+every one (the model run with a fused implementation), ``eager`` none.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ class AttentionCore:
     v: str
     out: str
     mask: str | None  # a mask tensor the kernel reads (None: none, or a one-element scale)
+    sdpa: bool = True  # exported from scaled_dot_product_attention (both operands of Q K^T scaled by one element)
 
 
 def _numel(graph: CanonicalGraph, name: str) -> int:
@@ -89,8 +100,23 @@ class _Links:
             name = chain[0]
         return None
 
+    def nan_guard(self, name: str, found: set[int]) -> str:
+        """The output of ``Where(IsNaN(p), 0, p)`` when ``name`` (p) feeds only that (torch's export of
+        scaled_dot_product_attention with a mask zeroes fully masked rows so), else ``name``."""
+        readers = self.consumers.get(name, [])
+        ops = {self.graph.nodes[i][0]: i for i in readers}
+        if len(readers) != 2 or set(ops) != {"IsNaN", "Where"}:
+            return name
+        guard, where = ops["IsNaN"], ops["Where"]
+        if self.graph.nodes[guard][3][0] not in self.graph.nodes[where][2]:
+            return name
+        found |= {guard, where}
+        return self.graph.nodes[where][3][0]
+
     def forward(self, name: str, found: set[int]) -> int | None:
-        """Walk down from ``name`` through views and casts to the MatMul that reads it as its first operand."""
+        """Walk down from ``name`` through views, casts and a NaN guard to the MatMul that reads it as its first
+        operand."""
+        name = self.nan_guard(name, found)
         while len(self.consumers.get(name, [])) == 1:
             i = self.consumers[name][0]
             op, _d, ins, outs, _n, _a, _e = self.graph.nodes[i]
@@ -101,6 +127,14 @@ class _Links:
             found.add(i)
             name = outs[0]
         return None
+
+    def scaled_by_one_element(self, name: str) -> bool:
+        """Whether ``name`` is a product (or quotient) of an activation and a one-element tensor."""
+        g = self.graph
+        if name not in self.producer:
+            return False
+        op, _d, ins, _o, _n, _a, _e = g.nodes[self.producer[name]]
+        return op in ("Mul", "Div") and len(ins) == 2 and _numel(g, ins[1]) == 1 and self.activation(ins[0])
 
     def scaled(self, name: str, found: set[int]) -> str:
         """The tensor before the views and one-element scales that lead only to ``name`` (they join ``found``)."""
@@ -132,6 +166,7 @@ def attention_cores(graph: CanonicalGraph) -> list[AttentionCore]:
         last = links.forward(outs[0], found) if first is not None else None
         if first is None or last is None:
             continue
+        sdpa = all(links.scaled_by_one_element(n) for n in graph.nodes[first][2][:2])
         q = links.scaled(graph.nodes[first][2][0], found)
         k = links.scaled(graph.nodes[first][2][1], found)
         v = links.scaled(graph.nodes[last][2][1], found)
@@ -141,5 +176,14 @@ def attention_cores(graph: CanonicalGraph) -> list[AttentionCore]:
         taken |= nodes
         masks = [n for n in side if _numel(graph, n) > 1]
         cores.append(AttentionCore(first, last, nodes, q, k, v, graph.nodes[last][3][0],
-                                   masks[0] if masks else None))
+                                   masks[0] if masks else None, sdpa))
     return cores
+
+
+def fused_cores(graph: CanonicalGraph, attention: str = "auto") -> list[AttentionCore]:
+    """The attention cores that run as one fused kernel under a training setup's ``attention`` option (``auto``:
+    those exported from ``scaled_dot_product_attention``; ``sdpa``, ``flash``: all; ``eager``: none)."""
+    if attention == "eager":
+        return []
+    cores = attention_cores(graph)
+    return cores if attention in ("sdpa", "flash") else [c for c in cores if c.sdpa]

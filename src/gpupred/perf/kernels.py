@@ -5,7 +5,9 @@ A :class:`KernelList` holds one entry per CUDA kernel: FLOPs, bytes moved, wheth
 how eager PyTorch runs a training step on a GPU:
 
 - **forward**: one kernel per op that does work (views and shape metadata launch none; Slice, Split, Expand and
-  Transpose are views in torch); a Conv with a bias adds a bias kernel; the loss adds two (log-softmax, NLL);
+  Transpose are views in torch, but a permute that a reshape, a convolution or a matmul needs contiguous is copied,
+  :func:`copied_transposes`, one kernel each way); a Conv with a bias adds a bias kernel; the loss adds two
+  (log-softmax, NLL);
 - **training-mode layers an eval export drops**: every BatchNorm the canonical form folded into a
   contraction (the contraction carries ``FOLDED_BATCHNORM``, or its bias is named ``...::folded_batchnorm_bias``) runs
   as one forward and one backward kernel on the contraction's output, and its scale and shift are stepped by the
@@ -19,7 +21,8 @@ how eager PyTorch runs a training step on a GPU:
   launch none (the gradient passes through); other ops launch one; a tensor read by k ops accumulates k-1
   gradients (one add kernel each); the backward starts with one fill kernel and the loss's two;
 - **autocast** (bf16/fp16): each weight a contraction reads is cast to 16 bits once per step (forward) and its
-  gradient cast back (backward); an fp32 activation entering a contraction is cast each way too;
+  gradient cast back (backward); an fp32 activation entering a contraction is cast each way too, and a 16-bit one
+  entering an op autocast runs in fp32 (``FP32_CAST_OPS``: softmax, layer norm, ...);
 - **recurrent layers** (LSTM/GRU/RNN): per layer and direction, one input-projection GEMM, then two kernels per
   time step (recurrent GEMM, gate update) forward and backward, plus two weight-gradient GEMMs; the per-step
   kernels are launched by cuDNN from C++ (``library``: a bare launch, no dispatcher or Python on the host);
@@ -28,6 +31,26 @@ how eager PyTorch runs a training step on a GPU:
   GradScaler adds an unscale op, three small kernels and one host synchronization (its inf check);
 - **recipe** ``gan`` (a DCGAN's step, :func:`gpupred.perf.table.recipe_of`): the discriminator's second pass over
   shared weights runs once more each way, three BCE losses, one optimizer per network, two overhead cycles.
+
+The training setup (:class:`gpupred.setups.TrainingSetup`; its defaults are the sweeps') changes them:
+
+- **precision**: autocast (bf16, fp16) as above; ``bf16-pure`` runs every tensor in 2 bytes and casts nothing; which
+  contractions run on tensor cores: every one in 16 bits, fp32 matmuls only with ``tf32_matmul``, fp32 cuDNN
+  convolutions and RNNs only with ``tf32_conv`` (:attr:`KernelList.on_tc`);
+- **optimizer**: SGD (3 foreach ops with momentum, 1 without), Adam (7), AdamW (Adam's and a decay multiply when
+  its weight decay is not 0); ``fused``: one ``_fused_*`` op over the tensors (Adam adds the device step counters'
+  increment), and GradScaler's inf check feeds the fused kernel without a host synchronization; ``forloop``: each
+  op once per tensor, launched from Python;
+- **checkpointing**: the forward kernels of every checkpointed block (:mod:`gpupred.perf.blocks`) run again
+  before its backward;
+- **accumulation** k: forward and backward k times (the loss divided by k each time), every micro-batch after the
+  first adds its gradients into ``.grad`` (one add per parameter tensor), one optimizer step; the per-step overhead
+  is paid per micro-batch;
+- **attention**: which attention cores run fused (:func:`gpupred.perf.attention.fused_cores`); the others run as
+  their ops (scores written, softmax, product by V);
+- **memory format**: under the default NCHW, each tensor-core convolution over a 4-D (or 5-D) tensor transposes
+  its operands to NHWC and back (``NCHW_TRANSPOSES``: cuDNN's tensor-core kernels are NHWC-native);
+  ``channels_last`` removes those.
 """
 
 from __future__ import annotations
@@ -42,7 +65,10 @@ import numpy as np
 from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
 from gpupred.graph.features import autocast_sizes
-from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores
+from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores, fused_cores
+from gpupred.perf.blocks import checkpoint_blocks
+from gpupred.perf.caveats import multi_branch_sums
+from gpupred.setups import TrainingSetup, as_setup
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
 MATMUL, CONV, DEPTHWISE = 1, 2, 3  # contraction kinds: torch runs fp32 matmuls at the FP32 peak, cuDNN convolutions
@@ -54,12 +80,24 @@ PRODUCTS: frozenset[str] = frozenset({"Mul", "Div"})
 PASS_GRADIENT: frozenset[str] = frozenset({"Add", "Sub"})
 FOREACH_TENSORS: dict[int, int] = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}  # torch multi_tensor_apply depth_to_max_tensors
 FOREACH_CHUNK = 320 * 65536  # elements one multi-tensor launch covers (max blocks x chunk size)
-# the foreach ops of one optimizer step: (tensor lists read, lists written) per op
+# the foreach (or per-tensor) ops of one optimizer step without weight decay: (tensor lists read, lists written)
 OPTIMIZER_OPS: dict[str, tuple[tuple[int, int], ...]] = {
     "sgd": ((1, 1), (2, 1), (2, 1)),  # buf *= momentum; buf += grad; param -= lr * buf
+    "sgd_nomomentum": ((2, 1),),  # param -= lr * grad
     "adam": ((2, 1), (1, 1), (3, 1), (1, 1), (1, 1), (1, 1), (3, 1)),  # lerp m, v*=b2, addcmul v, sqrt, div, add eps, addcdiv
 }
-HALF = frozenset({"bf16", "fp16"})
+DECAY_OP = (2, 1)  # weight decay: grad += wd * param (SGD, Adam); AdamW's param *= 1 - lr * wd reads one list (1, 1)
+# fused kernels: (tensor lists read, lists written, FLOPs per element); Adam's and AdamW's also step device counters
+FUSED_OPS: dict[str, tuple[int, int, float]] = {"sgd": (3, 2, 4.0), "sgd_nomomentum": (2, 1, 2.0), "adam": (4, 3, 12.0),
+                                                "adamw": (4, 3, 14.0)}
+NCHW_TRANSPOSES: tuple[int, int] = (2, 4)  # NCHW <-> NHWC transposes of a tensor-core convolution: forward (x in, y
+# out), backward (dy in and dx out for the data gradient, x and dy in for the weight gradient)
+LAYOUT_VIEWS: frozenset[str] = frozenset({"Split", "Squeeze", "Unsqueeze", "Slice", "Gather"})  # keep a permuted layout
+NEEDS_CONTIGUOUS: frozenset[str] = frozenset({"Reshape", "Flatten", "MatMul", "Conv", "Gemm", "Einsum"})
+# ops autocast runs in fp32 (torch's CUDA autocast fp32 list): a 16-bit activation input is cast up first, each way
+FP32_CAST_OPS: frozenset[str] = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "Exp",
+                                           "Log", "Pow", "ReduceSum"})
+HALF = frozenset({"bf16", "fp16"})  # autocast precisions (gpupred.setups.AUTOCAST)
 
 
 @dataclass
@@ -76,37 +114,55 @@ class KernelList:
     param_tensors: int = 0  # trainable parameter tensors (the optimizer's Python loop runs over them)
     cycles: int = 1  # zero_grad / loss / backward / optimizer cycles of a step (a GAN's: 2), each paying the overhead
     counts: Counter[str] = field(default_factory=Counter)  # kernels per phase name
+    on_tc: np.ndarray | None = None  # bool: runs on tensor cores (None: decided by the precision, as before setups)
+    precision: str = "fp32"  # the setup's precision: which tensor-core peak (16-bit or TF32) ``on_tc`` kernels reach
+    micro_batches: int = 1  # forward/backward passes per optimizer step (gradient accumulation)
+    traits: dict[str, float] = field(default_factory=dict)  # graph traits of failure classes (gpupred.perf.caveats)
 
     def __len__(self) -> int:
         return int(self.flops.shape[0])
 
 
 class _Builder:
-    """Accumulates kernels phase by phase (backward collected in forward order, then reversed)."""
+    """Accumulates kernels phase by phase (backward collected in forward order, then reversed).
 
-    def __init__(self) -> None:
-        # (FLOPs, bytes, tensor core[, launched by a library]) per kernel
+    A kernel is ``(FLOPs, bytes, unit[, launched by a library[, phase]])``: ``unit`` is 0 (CUDA cores) or a
+    contraction kind; a phase given overrides the list's (a checkpointed block's forward, run again in backward).
+    """
+
+    def __init__(self, setup: TrainingSetup) -> None:
+        self.setup = setup
         self.fwd: list[tuple[Any, ...]] = []
         self.bwd: list[tuple[Any, ...]] = []  # forward order; launched in reverse
         self.opt: list[tuple[Any, ...]] = []
         self.other: list[tuple[Any, ...]] = []
+        self.accumulate: list[tuple[Any, ...]] = []  # what each micro-batch after the first adds (gradient adds)
         self.sync_after_opt_prefix = -1  # index into opt after which the host syncs (-1: none)
+
+    def _sequence(self) -> list[tuple[tuple[Any, ...], int]]:
+        one = [(k, FWD) for k in self.fwd] + [(k, BWD) for k in reversed(self.bwd)]
+        seq = list(one)
+        for _ in range(1, self.setup.accumulation):
+            seq += one + [(k, BWD) for k in self.accumulate]
+        return seq + [(k, OPT) for k in self.opt] + [(k, OTHER) for k in self.other]
 
     def arrays(self) -> KernelList:
         """The kernels in launch order."""
-        seq = [(k, FWD) for k in self.fwd] + [(k, BWD) for k in reversed(self.bwd)] + [(k, OPT) for k in self.opt]
-        seq += [(k, OTHER) for k in self.other]
+        seq = self._sequence()
         n = len(seq)
         flops = np.fromiter((k[0] for k, _ in seq), float, n)
         nbytes = np.fromiter((k[1] for k, _ in seq), float, n)
         tc = np.fromiter((int(k[2]) for k, _ in seq), np.int8, n)
         library = np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n)
-        phase = np.fromiter((p for _, p in seq), np.int8, n)
+        phase = np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
-            sync[len(self.fwd) + len(self.bwd) + self.sync_after_opt_prefix] = True
+            sync[n - len(self.other) - len(self.opt) + self.sync_after_opt_prefix] = True
         counts = Counter({PHASES[p]: int((phase == p).sum()) for p in range(len(PHASES))})
-        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts)
+        s = self.setup
+        on_tc = ((tc == CONV) & (s.half or s.tf32_conv)) | ((tc == MATMUL) & (s.half or s.tf32_matmul))
+        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=on_tc, precision=s.precision,
+                          micro_batches=s.accumulation)
 
 
 def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> TensorInfo | None:
@@ -122,13 +178,16 @@ def _nbytes(t: TensorInfo | None) -> int:
 
 
 def _node_info(graph: CanonicalGraph, op: str, attrs: dict, ins: tuple[str, ...], outs: tuple[str, ...], mac: bool,
-               half: bool, size_of: dict[str, int]) -> NodeInfo:
-    """What a cost rule of :mod:`gpupred.graph.costs` reads about a node, with autocast item sizes."""
+               setup: TrainingSetup, size_of: dict[str, int]) -> NodeInfo:
+    """What a cost rule of :mod:`gpupred.graph.costs` reads about a node, with the precision's item sizes (autocast:
+    16 bits at contractions, as autocast decides elsewhere; pure bf16: every float tensor in 2 bytes)."""
+    pure, autocast = setup.precision == "bf16-pure", setup.autocast
+
     def size(name: str, is_in: bool) -> int | None:
         shp = graph.shapes.get(name)
-        if not half or shp is None or shp[2] != 4:
+        if not (pure or autocast) or shp is None or shp[2] != 4:
             return None
-        if mac:
+        if mac or pure:
             return 2
         return None if (is_in and name in graph.params) else size_of.get(name)
 
@@ -159,6 +218,19 @@ def _contraction_kind(info: NodeInfo) -> int:
     return DEPTHWISE if w.shape[1] == 1 and x.shape[1] > 1 else CONV
 
 
+def _layout_transposes(b: _Builder, info: NodeInfo, unit: int, x_bytes: float, out: float, data_grad: bool) -> None:
+    """NCHW tensor-core convolutions: cuDNN transposes operands to NHWC and results back (``NCHW_TRANSPOSES``);
+    none under ``channels_last``, on CUDA cores, or for 1-D convolutions (no memory format)."""
+    s = b.setup
+    x = info.inputs[0] if info.inputs else None
+    if s.channels_last or unit != CONV or not (s.half or s.tf32_conv) or x is None or len(x.shape) < 4:
+        return
+    b.fwd.extend([(0.0, 2 * x_bytes, False, True), (0.0, 2 * out, False, True)][:NCHW_TRANSPOSES[0]])
+    bwd = [(0.0, 2 * out, False, True), (0.0, 2 * x_bytes, False, True)] if data_grad else []
+    bwd += [(0.0, 2 * x_bytes, False, True), (0.0, 2 * out, False, True)]
+    b.bwd.extend(bwd[:NCHW_TRANSPOSES[1]])
+
+
 def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info: NodeInfo,
                  cost: tuple[float, float, float, float]) -> None:
     """A Conv/Gemm/MatMul: forward (+ bias, + a folded BatchNorm), data and weight gradients, bias gradient."""
@@ -175,11 +247,13 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
         b.bwd.append((7 * out / 4, 3 * out, False))
     x, w = (info.inputs + [None, None])[:2]
     weight_bytes = _nbytes(w)
-    if ins and ins[0] not in graph.graph_inputs:
+    data_grad = bool(ins) and ins[0] not in graph.graph_inputs
+    if data_grad:
         b.bwd.append((flops, out + weight_bytes + _nbytes(x), unit))  # d input
     b.bwd.append((flops, out + _nbytes(x) + weight_bytes, unit))  # d weight (or d of the second operand)
     if bias:
         b.bwd.append((out / 4, out, False))  # bias gradient: a reduction over the output gradient
+    _layout_transposes(b, info, unit, float(_nbytes(x)), out, data_grad)
 
 
 def _recurrent(b: _Builder, info: NodeInfo, cost: tuple[float, float, float, float]) -> None:
@@ -244,6 +318,17 @@ def _casts(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], size_of: di
         b.bwd.append((0.0, 6 * numel, False))
 
 
+def _upcasts(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], size_of: dict[str, int]) -> None:
+    """Autocast before an op it runs in fp32 (``FP32_CAST_OPS``): each 16-bit activation input cast up, each way."""
+    for n in ins[:1]:
+        shp = graph.shapes.get(n) if n else None
+        if shp is None or shp[0] is None or n in graph.params or size_of.get(n, 4) != 2:
+            continue
+        numel = float(math.prod(shp[0]))
+        b.fwd.append((0.0, 6 * numel, False))
+        b.bwd.append((0.0, 6 * numel, False))
+
+
 def _trainable(graph: CanonicalGraph, op: str, ins: tuple[str, ...], out: dict[str, int], folded: bool = False) -> None:
     """Record the trainable parameter tensors a node reads (key -> elements); a folded BatchNorm's bias counts two
     (its shift and its scale)."""
@@ -268,48 +353,116 @@ def _fused_attention(b: _Builder, graph: CanonicalGraph, core: AttentionCore, fl
     b.bwd.append((BACKWARD_FLOPS * flops, 2 * sum(qkvo) + mask, MATMUL))  # reads Q, K, V, O, dO; writes dQ, dK, dV
 
 
-def _forward_pass(b: _Builder, graph: CanonicalGraph, half: bool,
+def copied_transposes(graph: CanonicalGraph, fused: set[int]) -> set[int]:
+    """The Transpose nodes torch runs as a copy: a permute is a view, but a reshape that merges permuted axes, a
+    convolution, or a matmul folding permuted batch axes (``torch.matmul`` reshapes them) needs it contiguous first
+    (``.contiguous()``, or ``reshape``'s own copy). A swap of the last two axes stays a view (matmuls take transposed
+    operands), as does a permute read by a fused attention kernel or only by elementwise ops."""
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        for t in node[2]:
+            readers.setdefault(t, []).append(i)
+    out = set()
+    for i, (op, _d, _ins, outs, _n, attrs, _e) in enumerate(graph.nodes):
+        perm = list(attrs.get("perm", ())) if op == "Transpose" else []
+        rank = len(perm)
+        if not perm or i in fused or perm == [*range(rank - 2), rank - 1, rank - 2]:
+            continue
+        frontier, seen = list(outs), 0
+        while frontier and seen < 32 and i not in out:
+            seen += 1
+            for j in readers.get(frontier.pop(), []):
+                if j in fused:
+                    continue
+                if graph.nodes[j][0] in LAYOUT_VIEWS:
+                    frontier += list(graph.nodes[j][3])
+                elif graph.nodes[j][0] in NEEDS_CONTIGUOUS:
+                    out.add(i)
+    return out
+
+
+class _Pass:
+    """The state of one forward pass over the graph: autocast sizes, cast weights, fused attention cores, the
+    checkpointed block of each node and the forward kernels of the block being recorded."""
+
+    def __init__(self, b: _Builder, graph: CanonicalGraph) -> None:
+        self.size_of: dict[str, int] = {}
+        self.cast_weights: set[str] = set()
+        self.trainable: dict[str, int] = {}
+        self.out_bytes: list[float] = []
+        self.fused = {i: core for core in fused_cores(graph, b.setup.attention) for i in core.nodes}
+        self.core_flops: dict[int, float] = {}
+        self.block_of: dict[int, int] = {}
+        self.block_end: set[int] = set()
+        if b.setup.checkpointing:
+            for k, block in enumerate(checkpoint_blocks(graph)):
+                self.block_of.update((i, k) for i in block.nodes)
+                self.block_end.add(max(block.nodes))
+        self.recorded: list[tuple[Any, ...]] = []
+        self.copies = copied_transposes(graph, set(self.fused))
+
+    def recompute(self, b: _Builder, i: int, start: int) -> None:
+        """Record node ``i``'s forward kernels (from ``b.fwd[start:]``) when it is checkpointed; at its block's end,
+        queue the block's forward to run again before the block's backward."""
+        if i not in self.block_of:
+            return
+        self.recorded += [(*k, *(() if len(k) > 3 else (False,)), FWD)[:5] for k in b.fwd[start:]]
+        if i in self.block_end:
+            b.bwd.extend(reversed(self.recorded))  # launched in reverse: the block's forward, then its backward
+            self.recorded = []
+
+
+def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
+    """The forward and backward kernels of node ``i`` (its autocast sizes already recorded)."""
+    op, _domain, ins, outs, _name, attrs, entry = graph.nodes[i]
+    info = _node_info(graph, op, attrs, ins, outs, mac, b.setup, st.size_of)
+    cost = _forward_cost(entry, info)
+    st.out_bytes.append(cost[3])
+    if i in st.fused:
+        core = st.fused[i]
+        if op == "MatMul" and i in (core.first, core.last):
+            st.core_flops[core.last] = st.core_flops.get(core.last, 0.0) + cost[0]
+        if i == core.last:
+            _fused_attention(b, graph, core, st.core_flops[i], b.setup.half)
+    elif op in RECURRENT:
+        _recurrent(b, info, cost)
+    elif mac:
+        _contraction(b, graph, ins, info, cost)
+    else:
+        _pointwise(b, graph, op, category, ins, cost)
+        if i in st.copies:  # the permuted tensor made contiguous: a copy each way
+            b.fwd.append((0.0, 2 * cost[3], False))
+            b.bwd.append((0.0, 2 * cost[3], False))
+    _trainable(graph, op, ins, st.trainable, bool(attrs.get(FOLDED_BATCHNORM)))
+
+
+def _forward_pass(b: _Builder, graph: CanonicalGraph,
                   only: set[int] | None = None) -> tuple[dict[str, int], list[float]]:
     """Forward and backward kernels of every node (of the nodes ``only``, when given); returns the trainable
     tensors and each op's output bytes."""
-    size_of: dict[str, int] = {}
-    cast_weights: set[str] = set()
-    trainable: dict[str, int] = {}
-    out_bytes: list[float] = []
-    fused = {i: core for core in attention_cores(graph) for i in core.nodes}
-    core_flops: dict[int, float] = {}
-    for i, (op, _domain, ins, outs, _name, attrs, entry) in enumerate(graph.nodes):
+    st = _Pass(b, graph)
+    autocast = b.setup.autocast
+    for i, (op, _domain, ins, outs, _name, _attrs, entry) in enumerate(graph.nodes):
         if entry is not None and entry.rule is view_rule:
-            if ins and ins[0] in size_of:
-                size_of.update((o, size_of[ins[0]]) for o in outs)
+            if ins and ins[0] in st.size_of:
+                st.size_of.update((o, st.size_of[ins[0]]) for o in outs)
             continue
         category = entry.category if entry is not None else "other"
         mac = category in MAC_CATEGORIES
         if only is not None and i not in only:
-            if half:
-                autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, size_of)
+            if autocast:
+                autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, st.size_of)
             continue
-        if half and mac and op not in RECURRENT and i not in fused:
-            _casts(b, graph, ins, size_of, cast_weights)
-        if half:
-            autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, size_of)
-        info = _node_info(graph, op, attrs, ins, outs, mac, half, size_of)
-        cost = _forward_cost(entry, info)
-        out_bytes.append(cost[3])
-        if i in fused:
-            core = fused[i]
-            if op == "MatMul" and i in (core.first, core.last):
-                core_flops[core.last] = core_flops.get(core.last, 0.0) + cost[0]
-            if i == core.last:
-                _fused_attention(b, graph, core, core_flops[i], half)
-        elif op in RECURRENT:
-            _recurrent(b, info, cost)
-        elif mac:
-            _contraction(b, graph, ins, info, cost)
-        else:
-            _pointwise(b, graph, op, category, ins, cost)
-        _trainable(graph, op, ins, trainable, bool(attrs.get(FOLDED_BATCHNORM)))
-    return trainable, out_bytes
+        start = len(b.fwd)
+        if autocast and mac and op not in RECURRENT and i not in st.fused:
+            _casts(b, graph, ins, st.size_of, st.cast_weights)
+        if autocast and op in FP32_CAST_OPS and i not in st.fused:
+            _upcasts(b, graph, ins, st.size_of)
+        if autocast:
+            autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, st.size_of)
+        _node_kernels(b, graph, st, i, mac, category)
+        st.recompute(b, i, start)
+    return st.trainable, st.out_bytes
 
 
 def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
@@ -320,18 +473,23 @@ def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
         if entry is not None and entry.rule is view_rule:
             continue
         readers.update(n for n in set(ins) if n and n not in graph.params and n not in inputs)
+    item = 2 if b.setup.precision == "bf16-pure" else None
     for name, k in readers.items():
-        t = _tensor(graph, name)
+        t = _tensor(graph, name, item)
         if k > 1 and t is not None:
             b.bwd.extend([(float(t.numel), 3.0 * t.nbytes, False)] * (k - 1))
 
 
 def _loss_and_dropout(b: _Builder, graph: CanonicalGraph, out_bytes: list[float]) -> None:
-    """The loss (log-softmax + NLL, two backward kernels and the gradient's fill) and dropped Dropout kernels."""
+    """The loss (log-softmax + NLL, two backward kernels and the gradient's fill), its division by the micro-batches
+    under gradient accumulation, and dropped Dropout kernels."""
     outs = [t for t in (_tensor(graph, n) for n in graph.nodes[-1][3]) if t is not None] if graph.nodes else []
     logits = float(sum(t.nbytes for t in outs)) or 4.0
     b.fwd.extend([(logits, 2 * logits, False), (0.0, logits, False)])
     b.bwd.extend([(logits, 2 * logits, False), (0.0, logits, False), (0.0, 4.0, False)])  # fill first (reversed)
+    if b.setup.accumulation > 1:  # loss / k, and its backward
+        b.fwd.append((1.0, 8.0, False))
+        b.bwd.append((1.0, 8.0, False))
     n_drop = int(graph.dropped.get("dropout", 0) + graph.dropped.get("stochastic depth", 0))
     typical = float(np.median(out_bytes)) if out_bytes else 4.0
     for _ in range(n_drop):
@@ -339,35 +497,68 @@ def _loss_and_dropout(b: _Builder, graph: CanonicalGraph, out_bytes: list[float]
         b.bwd.append((typical / 4, 2.25 * typical, False))
 
 
-def foreach_launches(n_tensors: int, numel: int, reads: int, writes: int) -> int:
+def foreach_launches(n_tensors: int, numel: int, reads: int, writes: int, depth: int | None = None) -> int:
     """Kernels one multi-tensor op launches: one per ``FOREACH_TENSORS[depth]`` tensors and per ``FOREACH_CHUNK``
-    elements (0 for no tensors)."""
+    elements (0 for no tensors); ``depth`` (tensor lists per launch) defaults to the op's reads and writes."""
     if n_tensors <= 0:
         return 0
-    depth = min(5, reads + (writes if writes and reads < 2 else 0))
+    if depth is None:
+        depth = min(5, reads + (writes if writes and reads < 2 else 0))
     return max(math.ceil(n_tensors / FOREACH_TENSORS[max(1, depth)]), math.ceil(numel / FOREACH_CHUNK))
 
 
-def _foreach(b: _Builder, n_tensors: int, numel: int, reads: int, writes: int, flops_per: float = 1.0) -> None:
+def _foreach(b: _Builder, n_tensors: int, numel: int, reads: int, writes: int, flops_per: float = 1.0,
+             depth: int | None = None) -> None:
     """One multi-tensor op: one launch per ``FOREACH_TENSORS[depth]`` tensors and per ``FOREACH_CHUNK`` elements."""
     if n_tensors <= 0:
         return
-    launches = foreach_launches(n_tensors, numel, reads, writes)
+    item = b.setup.state_bytes
+    launches = foreach_launches(n_tensors, numel, reads, writes, depth)
     for k in range(launches):  # one dispatched op; its further launches come from torch's C++ loop
-        b.opt.append((flops_per * numel / launches, 4.0 * (reads + writes) * numel / launches, False, k > 0))
+        b.opt.append((flops_per * numel / launches, item * (reads + writes) * numel / launches, False, k > 0))
 
 
-def _optimizer(b: _Builder, trainable: dict[str, int], optimizer: str, precision: str) -> None:
-    """The optimizer step as torch's foreach path runs it, with fp16's GradScaler around it."""
-    n, numel = len(trainable), int(sum(trainable.values()))
-    if precision == "fp16":
+def optimizer_ops(setup: TrainingSetup) -> tuple[tuple[int, int], ...]:
+    """(lists read, lists written) of each foreach (or per-tensor) op of the setup's optimizer step."""
+    ops = OPTIMIZER_OPS["adam" if setup.optimizer == "adamw" else setup.optimizer_key]
+    if setup.decay > 0:
+        ops = (((1, 1),) if setup.optimizer == "adamw" else (DECAY_OP,)) + ops
+    return ops
+
+
+def _optimizer_step(b: _Builder, trainable: dict[str, int]) -> None:
+    """The optimizer's kernels as its implementation runs them: foreach ops, one fused op, or each op per tensor."""
+    s, n, numel = b.setup, len(trainable), int(sum(trainable.values()))
+    if s.optimizer_impl == "fused":
+        reads, writes, flops = FUSED_OPS[s.optimizer_key]
+        if s.optimizer != "sgd":
+            _foreach(b, n, n, 1, 1)  # the device step counters += 1
+        _foreach(b, n, numel, reads, writes, flops, depth=reads)
+    elif s.optimizer_impl == "forloop":
+        item = s.state_bytes
+        for _key, size in sorted(trainable.items()):
+            b.opt.extend((2.0 * size, item * (r + w) * size, False) for r, w in optimizer_ops(s))
+    else:
+        for reads, writes in optimizer_ops(s):
+            _foreach(b, n, numel, reads, writes, 2.0)
+
+
+def _optimizer(b: _Builder, trainable: dict[str, int]) -> None:
+    """The optimizer step as the setup runs it, with fp16's GradScaler around it: the loss scaled each micro-batch,
+    an inf check over the gradients, a host synchronization on its result (none for fused optimizers, which take
+    the result on the device), the step, the scale's update."""
+    scaler = b.setup.grad_scaler
+    if scaler:
+        n, numel = len(trainable), int(sum(trainable.values()))
         b.fwd.append((1.0, 8.0, False))  # scale the loss
         _foreach(b, n, numel, 1, 1)  # unscale + inf check
-        b.opt.extend([(1.0, 8.0, False)] * 2)
-        b.sync_after_opt_prefix = len(b.opt) - 1  # found_inf.item(): the host waits for the GPU
-    for reads, writes in OPTIMIZER_OPS.get(optimizer, OPTIMIZER_OPS["sgd"]):
-        _foreach(b, n, numel, reads, writes, 2.0)
-    if precision == "fp16":
+        if b.setup.optimizer_impl == "fused":
+            b.opt.append((1.0, 8.0, False))  # found_inf summed on the device, passed to the fused kernel
+        else:
+            b.opt.extend([(1.0, 8.0, False)] * 2)
+            b.sync_after_opt_prefix = len(b.opt) - 1  # found_inf.item(): the host waits for the GPU
+    _optimizer_step(b, trainable)
+    if scaler:
         b.opt.append((1.0, 8.0, False))  # update the scale
 
 
@@ -396,20 +587,19 @@ def _bce_losses(b: _Builder, graph: CanonicalGraph, n: int) -> None:
         b.bwd.extend([(0.0, 4.0, False), (logits / 4, 2 * logits, False), (logits / 2, 3 * logits, False)])
 
 
-def _gan_step(b: _Builder, graph: CanonicalGraph, precision: str, optimizer: str) -> dict[str, int]:
+def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     """A GAN iteration over a graph that exports G(z), D(real), D(G(z)): the discriminator step (D on the real
     and the detached fake batch, two losses, its optimizer), then the generator step (D on the fake batch again,
     one loss, backward through D and G, the generator's optimizer). The second pass over shared weights
     (:func:`reread_nodes`) runs once more each way; each optimizer steps its own parameters."""
-    half = precision in HALF
-    trainable, _ = _forward_pass(b, graph, half)
+    trainable, _ = _forward_pass(b, graph)
     second = reread_nodes(graph)
-    disc, _ = _forward_pass(b, graph, half, only=second)  # the generator step's pass through D
+    disc, _ = _forward_pass(b, graph, only=second)  # the generator step's pass through D
     _accumulations(b, graph)
     _bce_losses(b, graph, 3)
     b.fwd.append((1.0, 12.0, False))  # loss_d = real + fake
-    _optimizer(b, {k: v for k, v in trainable.items() if k in disc}, optimizer, precision)
-    _optimizer(b, {k: v for k, v in trainable.items() if k not in disc}, optimizer, precision)
+    _optimizer(b, {k: v for k, v in trainable.items() if k in disc})
+    _optimizer(b, {k: v for k, v in trainable.items() if k not in disc})
     return trainable
 
 
@@ -417,23 +607,28 @@ RECIPES: tuple[str, ...] = ("standard", "gan")  # how a training step runs over 
 
 
 def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str = "sgd",
-                 recipe: str = "standard") -> KernelList:
+                 recipe: str = "standard", setup: TrainingSetup | None = None) -> KernelList:
     """The kernels of one training step of a canonical graph, in launch order (see the module notes).
 
-    ``recipe`` says how the step runs over the graph: ``standard`` (one forward, loss, backward, optimizer) or
-    ``gan`` (the two-player step of :func:`_gan_step`, for a graph exporting G(z), D(real) and D(G(z)))."""
-    b = _Builder()
+    ``setup`` is how the job trains (:class:`gpupred.setups.TrainingSetup`); without one, the sweeps' setup of
+    ``precision`` and ``optimizer``. ``recipe`` says how the step runs over the graph: ``standard`` (one forward,
+    loss, backward, optimizer, per micro-batch) or ``gan`` (the two-player step of :func:`_gan_step`, for a graph
+    exporting G(z), D(real) and D(G(z)))."""
+    b = _Builder(as_setup(setup, precision, optimizer))
     if recipe == "gan":
-        trainable = _gan_step(b, graph, precision, optimizer)
+        trainable = _gan_step(b, graph)
         cycles = 2
     else:
-        trainable, out_bytes = _forward_pass(b, graph, precision in HALF)
+        trainable, out_bytes = _forward_pass(b, graph)
         _accumulations(b, graph)
         _loss_and_dropout(b, graph, out_bytes)
-        _optimizer(b, trainable, optimizer, precision)
+        _optimizer(b, trainable)
         cycles = 1
+    b.accumulate = [(float(v), 3.0 * b.setup.state_bytes * v, False) for _k, v in sorted(trainable.items())]
     kl = b.arrays()
     kl.param_tensors = len(trainable)
-    kl.cycles = cycles
-    kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs)))
+    kl.cycles = cycles * b.setup.accumulation
+    kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
+    eager = len(attention_cores(graph)) - len(fused_cores(graph, b.setup.attention))
+    kl.traits = {"multi_branch_sums": float(multi_branch_sums(graph)), "eager_attention_cores": float(eager)}
     return kl

@@ -15,34 +15,34 @@ from gpupred.hardware import gpu_spec
 from gpupred.perf.constants import DEFAULT, StepConstants
 from gpupred.perf.kernels import RECIPES, KernelList, step_kernels
 from gpupred.perf.timeline import SYNC_MODES, StepEstimate, simulate
+from gpupred.setups import TrainingSetup, as_setup
 
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 _CACHE_SIZE = 256
 _KERNELS: "OrderedDict[tuple[Any, ...], KernelList]" = OrderedDict()
 
 
-def _check(precision: str, optimizer: str, sync: str) -> None:
-    if precision not in PRECISIONS:
-        raise GpupredError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
-    if optimizer not in OPTIMIZERS:
-        raise GpupredError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+def _check(precision: str, optimizer: str, sync: str, setup: TrainingSetup | None = None) -> TrainingSetup:
+    """The job's setup (``setup``, else the sweeps' setup of the precision and optimizer), the protocol checked."""
     if sync not in SYNC_MODES:
         raise GpupredError(f"unknown synchronization mode {sync!r}; known: {', '.join(SYNC_MODES)}")
+    return as_setup(setup, precision, optimizer)
 
 
 def estimate_step(graph: CanonicalGraph, batch_size: int, precision: str, optimizer: str, gpu: str,
-                  sync: str = "step", host_batches: bool = False, constants: StepConstants | None = None) -> StepEstimate:
-    """Step time, GPU-busy and host time, analytic utilization and kernel count of one training step.
+                  sync: str = "step", host_batches: bool = False, constants: StepConstants | None = None,
+                  setup: TrainingSetup | None = None) -> StepEstimate:
+    """Step time, GPU-busy and host time, analytic utilization and kernel count of one training step (one optimizer
+    step: ``setup.accumulation`` micro-batches of ``batch_size``).
 
     ``graph`` is a canonical graph whose shapes are at ``batch_size`` (what :func:`canonical_graph` returns);
-    ``gpu`` any name :func:`gpupred.hardware.gpu_spec` knows; ``constants`` default to the published figures.
+    ``gpu`` any name :func:`gpupred.hardware.gpu_spec` knows; ``constants`` default to the published figures;
+    ``setup`` (:class:`gpupred.setups.TrainingSetup`) replaces ``precision`` and ``optimizer`` when given.
     """
-    _check(precision, optimizer, sync)
+    job = _check(precision, optimizer, sync, setup)
     if int(batch_size) < 1:
         raise GpupredError(f"batch size must be positive, got {batch_size}")
-    kl = step_kernels(graph, precision, optimizer)
-    return simulate(kl, gpu_spec(gpu), precision, constants or DEFAULT, sync, host_batches)
+    kl = step_kernels(graph, setup=job)
+    return simulate(kl, gpu_spec(gpu), job.precision, constants or DEFAULT, sync, host_batches)
 
 
 def canonical_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[CanonicalGraph, int]:
@@ -52,20 +52,22 @@ def canonical_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_si
 
 
 def kernels_for(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None, precision: str,
-                optimizer: str, key: Any = None, recipe: str = "standard") -> KernelList:
+                optimizer: str, key: Any = None, recipe: str = "standard",
+                setup: TrainingSetup | None = None) -> KernelList:
     """The step's kernels for a graph at a batch size, kept in-process under ``key`` (default: the path);
-    ``recipe`` as :func:`gpupred.perf.kernels.step_kernels` takes it."""
+    ``recipe`` and ``setup`` as :func:`gpupred.perf.kernels.step_kernels` takes them."""
     if recipe not in RECIPES:
         raise GpupredError(f"unknown step recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    job = as_setup(setup, precision, optimizer)
     if key is None and not isinstance(path_or_proto, ModelProto):
         key = os.path.abspath(path_or_proto)
-    full = None if key is None else (key, batch_size, precision, optimizer, recipe)
+    full = None if key is None else (key, batch_size, recipe, job.key())
     hit = _KERNELS.get(full) if full is not None else None
     if hit is not None:
         _KERNELS.move_to_end(full)
         return hit
     graph, _ = canonical_graph(path_or_proto, batch_size)
-    kl = step_kernels(graph, precision, optimizer, recipe)
+    kl = step_kernels(graph, recipe=recipe, setup=job)
     if full is not None:
         _KERNELS[full] = kl
         if len(_KERNELS) > _CACHE_SIZE:
@@ -75,8 +77,8 @@ def kernels_for(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: 
 
 def estimate_onnx(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None, precision: str = "fp32",
                   optimizer: str = "sgd", gpu: str = "H200", sync: str = "step", host_batches: bool = False,
-                  constants: StepConstants | None = None) -> StepEstimate:
+                  constants: StepConstants | None = None, setup: TrainingSetup | None = None) -> StepEstimate:
     """:func:`estimate_step` for an ONNX file or proto (no weights read, no torch)."""
-    _check(precision, optimizer, sync)
-    kl = kernels_for(path_or_proto, batch_size, precision, optimizer)
-    return simulate(kl, gpu_spec(gpu), precision, constants or DEFAULT, sync, host_batches)
+    job = _check(precision, optimizer, sync, setup)
+    kl = kernels_for(path_or_proto, batch_size, job.precision, job.optimizer, setup=job)
+    return simulate(kl, gpu_spec(gpu), job.precision, constants or DEFAULT, sync, host_batches)

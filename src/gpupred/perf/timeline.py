@@ -4,7 +4,8 @@ Each kernel's GPU time is ``max(FLOPs / (peak x efficiency), bytes / (bandwidth 
 kernel time``: the minimum is a fixed cost every kernel pays on the device (its launch latency, ramp-up and tail;
 added rather than a floor, which fitted this project's H200 runs better: utilization RMSLE 0.205 against 0.227
 in-sample), with the tensor-core peak of the precision for contractions (fp32 convolutions and
-recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default)
+recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default; the
+training setup's ``tf32_conv`` and ``tf32_matmul`` change them: :attr:`gpupred.perf.kernels.KernelList.on_tc`)
 and the FP32 peak for everything else; tensor-core kernels run at ``tensor_eff`` of their peak, depthwise
 convolutions at ``depthwise_eff`` of the FP32 peak, the rest at ``compute_eff``. The host launches kernels one
 after another (a launch cost per kernel, scaled per phase: the autograd engine launches backward kernels from
@@ -18,7 +19,8 @@ dataset's ``sync``):
 - ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``: every launch waits for its kernel (Lucid's protocol).
 
 A batch copied from host memory (``host_batches``) blocks the host for ``input bytes / host_copy_gbs`` with
-the GPU idle. Analytic utilization is GPU-busy time over step time (NVML counts a sample period busy when a
+the GPU idle. Under gradient accumulation a step is one optimizer step: every micro-batch's kernels, overhead and
+batch copy. Analytic utilization is GPU-busy time over step time (NVML counts a sample period busy when a
 kernel runs).
 """
 
@@ -55,16 +57,26 @@ STEP_COLUMNS: tuple[str, ...] = ("phys_step_s", "phys_gpu_busy_s", "phys_host_s"
 
 
 def peaks(gpu: GpuSpec, precision: str) -> tuple[float, float]:
-    """(contraction peak, CUDA-core peak) in FLOP/s for a precision on a GPU."""
-    tc = {"bf16": gpu.tflops_bf16, "fp16": gpu.fp16}.get(precision, gpu.tflops_tf32)
+    """(tensor-core peak, CUDA-core peak) in FLOP/s for a precision on a GPU: 16-bit precisions at their own tensor
+    rate, fp32 at the TF32 rate (what fp32 contractions reach where TF32 is on)."""
+    tc = {"bf16": gpu.tflops_bf16, "bf16-pure": gpu.tflops_bf16, "fp16": gpu.fp16}.get(precision, gpu.tflops_tf32)
     return tc * 1e12, gpu.tflops_fp32 * 1e12
+
+
+def on_tensor_cores(kl: KernelList, precision: str) -> np.ndarray:
+    """Which kernels run on tensor cores: as the kernels' training setup decided, or for kernels built without one,
+    torch's defaults (cuDNN convolutions in TF32, fp32 matmuls at the FP32 peak)."""
+    if kl.on_tc is not None:
+        return kl.on_tc
+    return (kl.tensor_core == CONV) | ((kl.tensor_core == MATMUL) & (precision != "fp32"))
 
 
 def kernel_times(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants) -> np.ndarray:
     """GPU seconds of each kernel: roofline on the GPU's peaks plus the minimum kernel time."""
+    if kl.on_tc is not None:
+        precision = kl.precision  # the kernels' own setup decides the tensor-core rate
     tc_peak, fp32_peak = peaks(gpu, precision)
-    on_tc = (kl.tensor_core == CONV) | ((kl.tensor_core == MATMUL) & (precision != "fp32"))  # fp32 matmuls: no TF32
-    peak = np.where(on_tc, tc_peak * c.tensor_eff, fp32_peak * c.compute_eff)
+    peak = np.where(on_tensor_cores(kl, precision), tc_peak * c.tensor_eff, fp32_peak * c.compute_eff)
     peak = np.where(kl.tensor_core == DEPTHWISE, fp32_peak * c.depthwise_eff, peak)
     return np.maximum(kl.flops / peak, kl.bytes / (gpu.mem_bw_gbs * 1e9 * c.memory_eff)) + c.min_kernel_s
 

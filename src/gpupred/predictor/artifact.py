@@ -26,6 +26,7 @@ from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
+from gpupred.setups import TrainingSetup, as_setup
 
 SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
 # libraries whose pickles must be read by the very version that wrote them
@@ -54,12 +55,25 @@ def _versions_match(lib: str, built: str, installed: str) -> bool:
 
 @dataclass(frozen=True)
 class Job:
-    """The job being predicted where its input rows do not say it: batch size, precision, optimizer, GPU."""
+    """The job being predicted where its input rows do not say it: batch size, precision, optimizer, GPU, and the
+    rest of its training setup (:class:`gpupred.setups.TrainingSetup`; None: the sweeps' setup of the precision
+    and optimizer)."""
 
     batch_size: int | None = None  # needed for an ONNX file (a workload id carries its own)
     precision: str = "fp32"
     optimizer: str = "sgd"
     gpu: str | None = None  # an NVML name or a gpupred.hardware name; None = the rows' own, or the only trained one
+    setup: TrainingSetup | None = None  # its precision and optimizer must agree with the two above where both are given
+
+    def __post_init__(self) -> None:
+        s = self.setup
+        if s is not None and (self.precision, self.optimizer) not in (("fp32", "sgd"), (s.precision, s.optimizer)):
+            raise GpupredError(f"precision {self.precision!r} and optimizer {self.optimizer!r} disagree with the "
+                               f"setup's ({s.precision!r}, {s.optimizer!r}); give them in the setup only")
+
+    def training(self) -> TrainingSetup:
+        """The job's training setup: ``setup``, else the sweeps' setup of ``precision`` and ``optimizer``."""
+        return as_setup(self.setup, self.precision, self.optimizer)
 
 
 class Predictor:
@@ -106,9 +120,9 @@ class Predictor:
         return graph.row()
 
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                 gpu: str | None = None) -> pd.DataFrame:
+                 gpu: str | None = None, setup: TrainingSetup | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
-        matrix, index, _ = self._matrix(x, Job(batch_size, precision, optimizer, gpu))
+        matrix, index, _ = self._matrix(x, Job(batch_size, precision, optimizer, gpu, setup))
         return pd.DataFrame(matrix, index=index, columns=self.feature_names)
 
     def _matrix(self, x: Any, job: Job) -> tuple[np.ndarray, pd.Index, np.ndarray]:
@@ -139,8 +153,9 @@ class Predictor:
             raise GpupredError(f"input lacks graph features {missing[:5]}{'...' if len(missing) > 5 else ''}: "
                                "use gpupred.featurize output or dataset rows")
         columns: dict[str, np.ndarray] = dict(zip(graph, block(graph).T))
-        prec = column("precision") if "precision" in present else np.full(n, job.precision, dtype=object)
-        opt = column("optimizer") if "optimizer" in present else np.full(n, job.optimizer, dtype=object)
+        training = job.training()  # the regressors' encodings know the catalog's precisions and optimizers
+        prec = column("precision") if "precision" in present else np.full(n, training.job_precision, dtype=object)
+        opt = column("optimizer") if "optimizer" in present else np.full(n, training.job_optimizer, dtype=object)
         hardware = list(HARDWARE_COLUMNS)
         if job.gpu is None and all(c in present for c in hardware):
             columns.update(zip(hardware, block(hardware).T))
@@ -174,6 +189,19 @@ class Predictor:
         """Pickle without the combined forest (rebuilt from the targets' on first use)."""
         return {k: v for k, v in self.__dict__.items() if k != "_forest"}
 
+    def _check_setup(self, job: Job, graph: "GraphJob | None") -> None:
+        """Refuse setup options the answer could not see: the regressors know the catalog's precisions and
+        optimizers only (the physics core, answering for graphs, models every option)."""
+        from gpupred.setups import setup_of
+
+        training = job.training()
+        if training == setup_of(training.job_precision, training.job_optimizer):
+            return
+        if graph is None:
+            raise _regressor_setup_error(training, "these rows are feature rows (answered by the regressors)")
+        if self.core is None:
+            raise _regressor_setup_error(training, "this predictor has no physics core")
+
     def _gpu_names(self, present: set[str], column: Any, gpu: str | None, n: int) -> np.ndarray:
         if gpu is not None:
             return np.full(n, gpu, dtype=object)
@@ -184,7 +212,7 @@ class Predictor:
         raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                gpu: str | None = None, calibration: Any = None) -> pd.DataFrame:
+                gpu: str | None = None, calibration: Any = None, setup: TrainingSetup | None = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, ``core``
         (what answered), ``extrapolated`` (no measurements of the GPU kind under this project's protocol, and no
         calibration used) and, where a calibration was given or found, ``calibrated`` (the file used for the row, ''
@@ -200,6 +228,12 @@ class Predictor:
         with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks for
         the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
         uses none. A calibration of another GPU than ``gpu`` is refused.
+
+        ``setup`` (:class:`gpupred.setups.TrainingSetup`) is how the job trains: precision and TF32, optimizer and
+        its implementation, checkpointing, gradient accumulation (``iter_time_mean_s`` is then one optimizer step of
+        ``setup.accumulation`` micro-batches of ``batch_size``), attention kernel, memory format; without one, the
+        sweeps' setup of ``precision`` and ``optimizer``. The physics core models every option; the regressors (rows
+        given as features, or a predictor without a core) see only the precision and optimizer, and refuse the rest.
         """
         from contextlib import nullcontext
 
@@ -209,9 +243,10 @@ class Predictor:
             calibration = False  # only a job given as a graph, answered by physics, looks in the user's folder
         cal = resolve_calibration(calibration, gpu)
         gpu = gpu if gpu is not None or cal is None else cal.calibration.gpu_name
-        job = Job(batch_size, precision, optimizer, gpu)
+        job = Job(batch_size, precision, optimizer, gpu, setup)
         with cal.hardware() if cal is not None else nullcontext():
             graph = resolve_graph(x, job)  # a job given as a graph: featurized once
+            self._check_setup(job, graph)
             if graph is not None and self.core is not None:
                 out, kinds = self._predict_graph(graph, job, cal)
             else:
@@ -271,6 +306,16 @@ class Predictor:
         return out
 
 
+def _regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
+    """The error for setup options the regressors cannot see."""
+    from gpupred.setups import setup_of
+
+    plain = setup_of(training.job_precision, training.job_optimizer)
+    options = ", ".join(f"{k}={v}" for k, v in training.as_dict().items() if v != getattr(plain, k))
+    return GpupredError(f"training setup {options}: only the physics core models it, and {why}; give an ONNX file or "
+                        "a workload id to a predictor exported with its physics core (notebook 08)")
+
+
 @dataclass(frozen=True)
 class GraphJob:
     """A job given as a graph: the ONNX file or proto, what to call it in errors, and how it trains."""
@@ -282,28 +327,36 @@ class GraphJob:
     optimizer: str
     key: Any = None  # the step model's cache key (a workload's architecture), default the file's path
     recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.table.recipe_of a workload's family)
+    setup: TrainingSetup | None = None  # the training setup (None: the sweeps' setup of precision and optimizer)
+
+    def training(self) -> TrainingSetup:
+        """The job's training setup."""
+        return as_setup(self.setup, self.precision, self.optimizer)
 
     def row(self) -> dict[str, Any]:
         """The graph's feature row; refuses a graph it could not see whole (over 1% missing)."""
         from gpupred.graph import check_complete, featurize
 
-        row = featurize(self.graph, batch_size=self.batch_size, precision=self.precision, optimizer=self.optimizer,
+        t = self.training()
+        row = featurize(self.graph, batch_size=self.batch_size, precision=t.job_precision, optimizer=t.job_optimizer,
                         warn=False)
         check_complete(row, self.label)
-        return {**row, "precision": self.precision, "optimizer": self.optimizer}
+        return {**row, "precision": t.job_precision, "optimizer": t.job_optimizer}
 
 
 def resolve_graph(x: Any, job: Job) -> GraphJob | None:
-    """The :class:`GraphJob` of an input given as an ONNX file or a workload id, else None (feature rows)."""
+    """The :class:`GraphJob` of an input given as an ONNX file or a workload id, else None (feature rows). A workload
+    id sets the precision and optimizer; the job's other setup options still apply."""
     if not isinstance(x, (str, Path)):
         return None
     text = str(x)
+    training = job.training()
     if text.endswith(".onnx") or Path(text).is_file():
         if not Path(text).is_file():
             raise GpupredError(f"{text}: no such ONNX file")
         if job.batch_size is None:
             raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-        return GraphJob(text, text, int(job.batch_size), job.precision, job.optimizer)
+        return GraphJob(text, text, int(job.batch_size), training.precision, training.optimizer, setup=training)
     from gpupred.importers.graphs import graph_for
     from gpupred.workloads.spec import WorkloadSpec
 
@@ -313,8 +366,9 @@ def resolve_graph(x: Any, job: Job) -> GraphJob | None:
         raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
     from gpupred.perf.table import recipe_of
 
+    setup = training.with_options(precision=spec.precision, optimizer=spec.optimizer)
     return GraphJob(graph_for(spec), text, spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key,
-                    recipe=recipe_of(spec.family))
+                    recipe=recipe_of(spec.family), setup=setup)
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:

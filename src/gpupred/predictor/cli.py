@@ -34,14 +34,50 @@ def gpu_table() -> pd.DataFrame:
 
 def register(app: Any) -> None:
     """Add ``gpupred predict`` and ``gpupred gpus`` to the CLI."""
+    _register_predict(app)
+    _register_gpus(app)
+
+
+def run_predict(model: str, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
+                noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool) -> None:
+    """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed."""
+    from gpupred import config
+    from gpupred.errors import GpupredError
+    from gpupred.predictor.artifact import load_predictor
+
+    if noncommercial and predictor_path:
+        raise GpupredError("give --predictor PATH or --noncommercial, not both")
+    if calibration and no_calibration:
+        raise GpupredError("give --calibration FILE or --no-calibration, not both")
+    predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
+    row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup,
+                            calibration=False if no_calibration else calibration).iloc[0]
+    print_prediction(predictor, row, as_json, setup.changes())
+
+
+def _register_predict(app: Any) -> None:
+    """Add ``gpupred predict``."""
     import typer
 
     @app.command("predict")
     def predict_cmd(
         model: str = typer.Argument(..., help="An ONNX model file (or a workload id, which needs torch)."),
         batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 (autocast)."),
-        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
+                                                                  "bf16-pure (bf16 weights, no autocast)."),
+        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd (momentum 0.9), adam or adamw."),
+        optimizer_impl: str = typer.Option(None, "--optimizer-impl", help="foreach (torch's default on CUDA), fused "
+                                                                          "or forloop."),
+        no_momentum: bool = typer.Option(False, "--no-momentum", help="SGD without momentum (torch's default)."),
+        weight_decay: float = typer.Option(None, "--weight-decay", help="Weight decay (default: torch's: 0, AdamW 0.01)."),
+        tf32: bool = typer.Option(None, "--tf32/--no-tf32", help="fp32 matmuls and convolutions on TF32 tensor cores "
+                                                                  "(default: torch's: matmuls off, convolutions on)."),
+        checkpointing: bool = typer.Option(False, "--checkpointing", help="Activation (gradient) checkpointing of "
+                                                                         "every repeated block."),
+        accumulation: int = typer.Option(1, "--accumulation", help="Gradient accumulation: micro-batches of "
+                                                                   "--batch-size per optimizer step."),
+        attention: str = typer.Option(None, "--attention", help="auto (as exported), eager, sdpa or flash."),
+        channels_last: bool = typer.Option(False, "--channels-last", help="Convolutions in channels_last (NHWC)."),
         gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; default: the "
                                                     "one it was trained on)."),
         predictor_path: str = typer.Option(None, "--predictor", help="Predictor artifact (default models/predictor.joblib)."),
@@ -54,23 +90,20 @@ def register(app: Any) -> None:
                                                                             "user's."),
     ) -> None:
         """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph."""
-        from gpupred import config
         from gpupred.errors import GpupredError
-        from gpupred.predictor.artifact import load_predictor
-        from gpupred.workloads.spec import PRECISIONS
+        from gpupred.setups import setup_of
 
         if looks_like_file(model) and not Path(model).is_file():  # the user's file first, before the predictor
             raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
-        if precision not in PRECISIONS:
-            raise GpupredError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-        if noncommercial and predictor_path:
-            raise GpupredError("give --predictor PATH or --noncommercial, not both")
-        if calibration and no_calibration:
-            raise GpupredError("give --calibration FILE or --no-calibration, not both")
-        predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
-        row = predictor.predict(model, batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu,
-                                calibration=False if no_calibration else calibration).iloc[0]
-        print_prediction(predictor, row, as_json)
+        setup = setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
+                         weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
+                         accumulation=accumulation, attention=attention, channels_last=channels_last)
+        run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json)
+
+
+def _register_gpus(app: Any) -> None:
+    """Add ``gpupred gpus``."""
+    import typer
 
     @app.command("gpus")
     def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON records.")) -> None:
@@ -89,14 +122,20 @@ UNITS: dict[str, tuple[str, str]] = {  # target -> (label, unit) in the order a 
 }
 
 
-def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
-    """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning)."""
+def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[str, Any] | None = None) -> None:
+    """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning);
+    ``setup``: the training-setup options that differ from the sweeps' (printed when there are any)."""
     extrapolated = bool(row["extrapolated"])
-    text = ("extrapolated", "core", "calibrated", "calibration_note")
+    text = ("extrapolated", "core", "calibrated", "calibration_note", "caveats")
     values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
                               if k not in text and v == v and v is not None}
     values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")),
                   calibrated=str(row.get("calibrated", "")) or None, calibration_note=str(row.get("calibration_note", "")))
+    caveats = [c for c in str(row.get("caveats", "") or "").split(",") if c and c != "nan"]
+    if caveats:
+        values["caveats"] = caveats
+    if setup:
+        values["setup"] = setup
     if as_json:
         print(json.dumps(values))
         return
@@ -111,5 +150,11 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool) -> None:
         print(f"calibrated: {values['calibrated']}" + (f" ({values['calibration_note']})" if values["calibration_note"] else ""))
     elif values["calibration_note"]:
         print(f"calibration {values['calibration_note']}")
+    if setup:
+        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the sweeps ran; "
+              "iter_time is one optimizer step)")
+    if caveats:
+        print(f"caveats: {', '.join(caveats)} (failure classes the step model does not model whole: intervals "
+              "widened; see the card's core.failure_classes)")
     if extrapolated:
         print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")

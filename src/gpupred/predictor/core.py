@@ -29,6 +29,9 @@ import pandas as pd
 
 from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
+from gpupred.learn.conformal import widen
+from gpupred.perf.caveats import CAVEATS, widest
+from gpupred.setups import FRAMEWORK_DEFAULTS
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
@@ -37,13 +40,15 @@ PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is p
 
 @dataclass
 class JobGraph:
-    """One job given as a graph: its feature row, the step's kernels and the footprint's graph terms."""
+    """One job given as a graph: its feature row, the step's kernels and the footprint's graph terms, under its
+    training setup (:class:`gpupred.setups.TrainingSetup`)."""
 
     row: dict[str, float]
     kernels: Any
     terms: dict[str, float]
     precision: str
     optimizer: str
+    setup: Any = None  # gpupred.setups.TrainingSetup; None: the sweeps' setup of precision and optimizer
 
 
 def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
@@ -52,10 +57,11 @@ def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
     from gpupred.footprint import graph_terms
     from gpupred.perf import kernels_for
 
-    kernels = kernels_for(graph.graph, graph.batch_size, graph.precision, graph.optimizer, key=graph.key,
-                          recipe=graph.recipe)
-    return JobGraph({**row, **encode(graph.precision, graph.optimizer)}, kernels,
-                    graph_terms(graph.graph, graph.batch_size), graph.precision, graph.optimizer)
+    setup = graph.training()
+    kernels = kernels_for(graph.graph, graph.batch_size, setup.precision, setup.optimizer, key=graph.key,
+                          recipe=graph.recipe, setup=setup)
+    return JobGraph({**row, **encode(setup.job_precision, setup.job_optimizer)}, kernels,
+                    graph_terms(graph.graph, graph.batch_size, setup), setup.precision, setup.optimizer, setup)
 
 
 def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
@@ -63,10 +69,14 @@ def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
     from gpupred.perf.fit import FitRows
     from gpupred.step.physics import PhysicsData
 
+    from gpupred.footprint import setup_columns
+    from gpupred.setups import as_setup
+
+    setup = as_setup(job.setup, job.precision, job.optimizer)
     spec = gpu_spec(gpu)
-    frame = pd.DataFrame([{**job.row, **job.terms, "precision": job.precision, "optimizer": job.optimizer,
-                           "gpu": spec.name, "sampler": PROTOCOL, "sync": "step", "source": SOURCE_OWN}])
-    rows = FitRows([job.kernels], [spec], [job.precision], ["step"], [False], np.array([np.nan]), np.array([np.nan]))
+    frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
+                           "sync": "step", "source": SOURCE_OWN}])
+    rows = FitRows([job.kernels], [spec], [setup.precision], ["step"], [False], np.array([np.nan]), np.array([np.nan]))
     return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
 
 
@@ -109,9 +119,12 @@ class PhysicsCore:
         return self
 
     def predict(self, job: JobGraph, gpu: str, calibration: Any = None) -> dict[str, Any]:
-        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, and ``extrapolated``; a
-        calibration (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces its borrowed
-        constants."""
+        """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, ``extrapolated`` and
+        ``caveats``; a calibration (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces
+        its borrowed constants. Throughput is the samples of one optimizer step (batch x accumulation) over its time."""
+        from gpupred.setups import as_setup
+
+        setup = as_setup(job.setup, job.precision, job.optimizer)
         frame, physics = job_frame(job, gpu)
         name = gpu_spec(gpu).name
         use = calibration if calibration is not None and name not in self.measured_ else None
@@ -119,6 +132,12 @@ class PhysicsCore:
         measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
         out: dict[str, Any] = self.step_.predict(frame, physics, constants=constants,
                                                  widths=measured or None).iloc[0].to_dict()
+        caveats = self.caveats(job, name)
+        self._widen(out, widest(caveats))
+        samples = float(job.row.get("batch_size") or 0.0) * setup.accumulation
+        if samples and "iter_time_mean_s" in out:
+            out.update(samples_per_s=samples / out["iter_time_mean_s"], samples_per_s_low=samples / out[
+                "iter_time_mean_s_high"], samples_per_s_high=samples / out["iter_time_mean_s_low"])
         mem = memory.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
                     "memory_mib_high": float(mem["high"])})
@@ -126,7 +145,36 @@ class PhysicsCore:
             out["memory_mib_low"], out["memory_mib_high"] = (out["memory_mib"] * float(np.exp(s * measured["memory_mib"]))
                                                              for s in (-1, 1))
         out["extrapolated"] = bool(out.get("extrapolated", False))
+        out["caveats"] = ",".join(caveats)
         return out
+
+    def _widen(self, out: dict[str, Any], width: float) -> None:
+        """Widen the step-model targets' bounds in ``out`` to at least ``width`` (a failure class's:
+        :mod:`gpupred.perf.caveats`; log of the step time, log1p of utilization, capped at 100 %)."""
+        if width <= 0:
+            return
+        for target in STEP_TARGETS:
+            if target not in out:
+                continue
+            step = target == "iter_time_mean_s"
+            lo, hi = (float(v[0]) for v in widen(np.array([out[target]]), np.array([out[f"{target}_low"]]),
+                                                 np.array([out[f"{target}_high"]]), width, np.array([True]),
+                                                 log1p=not step))
+            out[f"{target}_low"], out[f"{target}_high"] = lo, hi if step else min(100.0, hi)
+
+    def caveats(self, job: JobGraph, gpu: str) -> list[str]:
+        """The failure classes the job shows on a GPU kind (:func:`gpupred.perf.caveats.job_caveats`), its kernels timed
+        with the constants its prediction uses."""
+        from gpupred.hardware import architecture
+        from gpupred.perf.caveats import job_caveats, time_shares
+        from gpupred.perf.kernels import DEPTHWISE, MATMUL
+        from gpupred.perf.timeline import kernel_times, on_tensor_cores
+
+        kl, table = job.kernels, self.step_.constants_
+        times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
+        shares = time_shares(times, kl.tensor_core == DEPTHWISE, (kl.tensor_core == MATMUL) & ~on_tensor_cores(kl, kl.precision))
+        fitted = any(architecture(g) == architecture(gpu) for g, _ in table.fitted)
+        return job_caveats(getattr(kl, "traits", {}), shares, fitted)
 
     def _calibrated(self, gpu: str, use: Any) -> tuple[Any, Any]:
         """(step constants, memory model) for a GPU: (None, the fitted model) without a calibration to use."""
@@ -141,6 +189,19 @@ class PhysicsCore:
         return constants, memory
 
     def describe(self) -> dict[str, Any]:
-        """What the card says of the core: the step estimator, the memory model, the GPU kinds measured and calibrated."""
-        return {"step": self.step_.describe(), "memory": self.memory_.describe(), "measured_gpus": self.measured_,
-                "calibrated_gpus": self.calibration_.describe()}
+        """What the card says of the core: the step estimator, the memory model, the GPU kinds measured and calibrated,
+        the failure classes and the training setups it models."""
+        return {
+            "step": self.step_.describe(), "memory": self.memory_.describe(), "measured_gpus": self.measured_,
+            "calibrated_gpus": self.calibration_.describe(),
+            "failure_classes": {"rule": "a job showing one of these classes gets step-model intervals at least "
+                                        "log_width wide (log of the step time, log1p of utilization) and names it in "
+                                        "its prediction's 'caveats' (gpupred.perf.caveats)",
+                                **{n: c.describe() for n, c in CAVEATS.items()}},
+            "training_setup": {"modelled": "precision (fp32 with TF32 flags, bf16/fp16 autocast, pure bf16), SGD/Adam/"
+                                           "AdamW foreach/fused/forloop, activation checkpointing, gradient "
+                                           "accumulation, attention auto/eager/sdpa/flash, channels_last: in the "
+                                           "step model and the footprint (gpupred.setups); the corrections were "
+                                           "trained on the sweeps' setup only",
+                               "defaults": FRAMEWORK_DEFAULTS},
+        }
