@@ -21,14 +21,14 @@ def test_memory_and_iteration_time_are_scored_by_relative_error() -> None:
     h100 = table.assign(tested="H200->H100 SXM", rmsle=table["rmsle"] + 1, median_rel_err=table["median_rel_err"] + 1)
     constants = pd.DataFrame({"gpu": [], "protocol": []}).set_index(["gpu", "protocol"])
     out = comparison_metrics(pd.concat([table, h100]), ["H200", "H100 SXM"], {}, constants, "per_source")
-    assert out["physics_comparison_h100_sxm"]["memory_mib"]["leave one family out"] == {
+    assert out["comparison_h100_sxm"]["memory_mib"]["leave one family out"] == {
         "H200->H100 SXM": {"physics+correction": 1.09}}
-    assert list(out["physics_comparison_h200"]["memory_mib"]["leave one family out"]) == ["H200"]
-    assert out["physics_comparison_h200"]["memory_mib"]["leave one family out"]["H200"] == {"physics+correction": 0.09}
-    assert out["physics_comparison_h200"]["gpu_util"]["leave one family out"]["H200"] == {"physics+correction": 0.2}
-    assert out["physics_comparison_h200_coverage"]["memory_mib"]["leave one family out"]["H200"] == {
+    assert list(out["comparison_h200"]["memory_mib"]["leave one family out"]) == ["H200"]
+    assert out["comparison_h200"]["memory_mib"]["leave one family out"]["H200"] == {"physics+correction": 0.09}
+    assert out["comparison_h200"]["gpu_util"]["leave one family out"]["H200"] == {"physics+correction": 0.2}
+    assert out["comparison_h200_coverage"]["memory_mib"]["leave one family out"]["H200"] == {
         "physics+correction": 0.85}
-    assert "iter_time_mean_s" not in out["physics_comparison_h200_coverage"]  # no interval there: no key
+    assert "iter_time_mean_s" not in out["comparison_h200_coverage"]  # no interval there: no key
 
 
 def test_one_figure_has_a_panel_per_target() -> None:
