@@ -1,14 +1,15 @@
-"""Importers for published GPU measurements of other groups (Lucid, GPUMemNet) and a public scheduling trace
-(Alibaba openb): fetched at a pinned commit, sha256-checked, kept under data/external/ (never data/raw, never
-committed) with their provenance.
+"""Importers for published GPU measurements of other groups (Lucid, GPUMemNet; Gavel's co-location throughputs) and a
+public scheduling trace (Alibaba openb): fetched at a pinned commit, sha256-checked, kept under data/external/ (never
+data/raw, never committed) with their provenance.
 
-``gpupred import lucid|gpumemnet|alibaba-openb [--from DIR]`` on the command line; in Python::
+``gpupred import lucid|gpumemnet|gavel|alibaba-openb [--from DIR]`` on the command line; in Python::
 
     from gpupred import importers
     importers.import_source("lucid")            # download, or fall back to config.EXTERNAL_LOCAL
     importers.import_source("gpumemnet", from_dir="../shared/external")
     importers.lucid.read_solo(), importers.lucid.read_pairs(), importers.gpumemnet.read_runs()
     importers.import_source("alibaba-openb"); importers.alibaba.read_tasks(), importers.alibaba.read_nodes()
+    importers.import_source("gavel"); importers.gavel.read_solo(), importers.gavel.read_pairs()
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from gpupred.errors import GpupredError
-from gpupred.importers import alibaba, gpumemnet, lucid
+from gpupred.importers import alibaba, gavel, gpumemnet, lucid
 from gpupred.importers import source as _source_module
 from gpupred.importers.source import Source, ensure_imported, is_imported, read_provenance
 
@@ -26,14 +27,16 @@ MODULES: dict[str, ModuleType] = {m.SOURCE.name: m for m in (lucid, gpumemnet)} 
 SOURCES: dict[str, Source] = {name: m.SOURCE for name, m in MODULES.items()}
 # Scheduling traces: imported the same way, never part of the learning dataset (not in SOURCES).
 TRACES: dict[str, Source] = {alibaba.SOURCE.name: alibaba.SOURCE}
+# Co-location measurements without solo utilization or memory: read by gpupred.colocation, not in the dataset.
+COLOCATION: dict[str, Source] = {gavel.SOURCE.name: gavel.SOURCE}
 
-__all__ = ["MODULES", "SOURCES", "TRACES", "alibaba", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source",
+__all__ = ["COLOCATION", "MODULES", "SOURCES", "TRACES", "alibaba", "gavel", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source",
            "imported_sources", "is_imported", "lucid", "module", "read_provenance"]
 
 
 def get_source(name: str) -> Source:
-    """The source called ``name`` (lucid, gpumemnet, or the scheduling trace alibaba-openb)."""
-    known = {**SOURCES, **TRACES}
+    """The source called ``name`` (lucid, gpumemnet, gavel, or the scheduling trace alibaba-openb)."""
+    known = {**SOURCES, **COLOCATION, **TRACES}
     if name not in known:
         raise GpupredError(f"unknown source {name!r}; known: {', '.join(known)}")
     return known[name]
@@ -43,7 +46,7 @@ def module(name: str) -> ModuleType:
     """The importer module of the source called ``name`` (specs(), dataset_rows()...)."""
     get_source(name)
     if name not in MODULES:
-        raise GpupredError(f"{name} is a scheduling trace, not a source of measurements (read it with gpupred.importers.{name.split('-')[0]})")
+        raise GpupredError(f"{name} is not a source of learning rows (read it with gpupred.importers.{name.split('-')[0]})")
     return MODULES[name]
 
 
