@@ -38,30 +38,55 @@ def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
     return folder
 
 
+def write_gavel_fixture(path: Path) -> Path:
+    """A FIXTURE throughput file in Gavel's layout (made up; tests/fixtures_gavel.py), read without the sha256 pin."""
+    from fixtures_gavel import fixture_throughput_text
+
+    path.write_text(fixture_throughput_text())
+    return path
+
+
+SMALL_06 = {"n_folds": 3, "lucid": False, "gavel": False, "max_k": 2, "gavel_gpus": ["v100"]}
+
+
 def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path)
-    run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
+    gavel = write_gavel_fixture(tmp_path / "gavel-fixture.json")
+    run_notebook("06-colocation", {**SMALL_06, "gavel_fixture_file": str(gavel)})
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
-    for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
-                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model",
-                "slowdown_spearman_heldout_timeshare_predicted", "slowdown_mae_heldout_timeshare_measured_by_model"):
-        assert key in metrics
-    assert metrics["memfit_pairs"] > 0 and 0 <= metrics["memfit_q95_coverage"] <= 1
-    assert metrics["slowdown_heldout_pairs"] > 0 and metrics["slowdown_excluded_jobs"] >= 2  # the failed pair
-    for fig in ("06-slowdown-vs-summed-util", "06-slowdown-model-vs-baselines"):
+    own = [k.removeprefix("slowdown_rows_") for k in metrics if k.startswith("slowdown_rows_own_")]
+    assert len(own) == 1 and metrics["slowdown_rows_gavel_v100"] > 0
+    for name in (*own, "gavel_v100"):
+        for metric in ("spearman_pooled", "spearman_cell", "spearman_job", "mae"):
+            assert f"slowdown_{metric}_{name}_calibrated_k2" in metrics and f"slowdown_{metric}_{name}_corrected" in metrics
+    for key in ("sum_util_pred", "timeshare_phys", "timeshare_meas"):
+        assert f"slowdown_spearman_pooled_{own[0]}_{key}_unflagged" in metrics
+    assert metrics["slowdown_spearman_pooled_gavel_v100_calibrated_k2"] > metrics["slowdown_spearman_pooled_gavel_v100_step_share"]
+    assert "slowdown_goal_spearman_cell_gavel_v100_met" in metrics and metrics["memfit_pairs"] > 0
+    assert not any("." in k for k in metrics)
+    html = (tmp_path / "reports" / "06-colocation.html").read_text()
+    assert "Closing note (every figure read from this run" in html and "Goal on gavel_v100" in html
+    for fig in ("06-slowdowns-by-slice", "06-scoring-table", "06-calibration-curve"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
     assert not (tmp_path / "data" / "processed" / "colocation.parquet").exists()  # nothing reads it: not written
+
+
+def test_06_runs_on_gavel_alone_without_a_dataset(tmp_path: Path, run_notebook) -> None:
+    gavel = write_gavel_fixture(tmp_path / "gavel-fixture.json")
+    run_notebook("06-colocation", {**SMALL_06, "gavel_fixture_file": str(gavel)})
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    assert "slowdown_rows_gavel_v100" in metrics and not any(k.startswith("slowdown_rows_own") for k in metrics)
 
 
 def test_06_refuses_stale_predictions(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path, stale_oof=True)
     with pytest.raises(GpupredError, match="stale"):
-        run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
+        run_notebook("06-colocation", SMALL_06)
 
 
 def test_06_missing_input_without_pairs(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path, pairs=False)
-    run_notebook("06-colocation", {"lucid": False}, allow_missing_input=True)
+    run_notebook("06-colocation", SMALL_06, allow_missing_input=True)
     html = (tmp_path / "reports" / "06-colocation.html").read_text()
     assert "MissingInput" in html and "no measured co-located pairs" in html
     assert not (tmp_path / "reports" / "metrics.json").exists()
