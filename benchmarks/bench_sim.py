@@ -29,6 +29,7 @@ from gpupred.sim import (
     PairSlowdown,
     Policy,
     PredictedSlowdown,
+    RandomPairPolicy,
     ReactivePolicy,
     SlotPolicy,
     simulate,
@@ -75,7 +76,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--load", type=float, default=1.0)
-    ap.add_argument("--policies", default="slot,reactive,horus,ours")
+    ap.add_argument("--policies", default="slot,reactive,random,horus,ours")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python allocations per policy (slows the run ~3x)")
     ap.add_argument("--openb", action="store_true", help="arrivals, durations and nodes of the Alibaba openb trace")
     args = ap.parse_args()
@@ -98,7 +99,7 @@ def main() -> None:
     classes = HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy())
     policies: dict[str, Callable[[], Policy]] = {
         "slot": SlotPolicy, "reactive": ReactivePolicy, "horus": lambda: HorusPolicy(classes),
-        "ours": lambda: OursPolicy(knowledge),
+        "random": lambda: RandomPairPolicy(classes), "ours": lambda: OursPolicy(knowledge, classes),
     }
     where = "openb trace arrivals/durations/nodes" if args.openb else "synthetic arrivals"
     print(f"# {where}, load-generator workloads (NOT measurements): {len(jobs)} jobs, {cluster.n_gpus} GPUs, load {args.load}")

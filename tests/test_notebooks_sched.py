@@ -6,16 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures_coloc import write_fixture_trace_csv, write_notebook_tree
+from fixtures_coloc import write_notebook_tree
 
 from gpupred.errors import GpupredError
 
 pytestmark = pytest.mark.notebook
 
-POLICIES = ("slot", "reactive", "horus", "ours")
-SIM_METRICS = ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s")
-SMALL_07 = {"nodes": 1, "gpus_per_node": 4, "n_jobs": 120, "loads": [], "seeds": [0, 1, 2, 3, 4],
-            "median_duration_s": 300.0, "bin_s": 300.0, "n_folds": 3, "lucid": False, "openb": False}
+POLICIES = ("slot", "reactive", "random", "horus", "ours", "oracle")
+SMALL_07 = {"seeds": [0, 1, 2, 3, 4], "n_folds": 3, "lucid": False, "openb": False, "gavel": False, "trace_loads": [1.0],
+            "eval_tasks": 60, "tune_frac": 0.3, "tune_weight": [0.0, 1.0], "tune_seeds": 2}
 
 
 def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
@@ -94,56 +93,42 @@ def test_06_missing_input_without_pairs(tmp_path: Path, run_notebook) -> None:
 
 def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path)
-    trace = write_fixture_trace_csv(tmp_path / "fixture-trace.csv")
-    run_notebook("07-scheduling-sim", {**SMALL_07, "trace_csv": str(trace)})
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
-    for prefix in ("sim", "sim_trace"):
-        for policy in POLICIES:
-            for m in SIM_METRICS:
-                assert f"{prefix}_{policy}_{m}" in metrics and f"{prefix}_{policy}_{m}_ci" in metrics
-        for other in ("slot", "horus"):
-            assert f"{prefix}_ours_minus_{other}_mean_jct_s_ci" in metrics
-    assert metrics["sim_seeds"] == 5 and 0 <= metrics["sim_pairs_measured_frac"] <= 1
-    for fig in ("07-policies-synthetic", "07-util-over-time"):
-        assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
-
-
-def test_07_openb_section_on_fixture_files(tmp_path: Path, run_notebook) -> None:
-    write_notebook_tree(tmp_path)
-    fixture = write_openb_fixture(tmp_path / "openb-fixture")
-    params = {**SMALL_07, "n_jobs": 40, "seeds": [0, 1, 2, 3, 4], "openb_fixture_dir": str(fixture), "trace_loads": [1.0],
-              "eval_tasks": 60, "tune_frac": 0.3, "tune_oom_risk": [0.05, 1.0], "tune_min_gain": [0.0]}
+    params = {**SMALL_07, "openb_fixture_dir": str(write_openb_fixture(tmp_path / "openb-fixture")),
+              "gavel_fixture_file": str(write_gavel_fixture(tmp_path / "gavel-fixture.json"))}
     run_notebook("07-scheduling-sim", params)
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
     assert metrics["openb_tasks"] == 160 and metrics["openb_eval_tasks"] == 60
-    for quality in ("ours", "perfect", "degraded"):
-        for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "avg_util", "makespan_s"):
-            assert f"sim_openb_load1_{quality}_ours_minus_horus_{key}_ci" in metrics
-    assert metrics["sim_openb_changed_max_oom_risk"] in (0.05, 1.0) and metrics["sim_openb_changed_min_gain"] == 0.0
-    assert 0 <= metrics["sim_gain_truth_gain_positive"] <= 1 and "openb_gpus_speed_fallback" in metrics
-    assert "sim_openb_load1_changed_ours_minus_horus_mean_jct_s" in metrics
+    for trace in ("openb", "gavel"):
+        for policy in POLICIES:
+            for key in ("mean_jct_s", "p95_jct_s", "p95_rho", "ooms", "failed_placements", "throughput"):
+                assert f"sim_{trace}_load1_{policy}_{key}_ci" in metrics
+        assert f"sim_{trace}_load1_ours_minus_horus_p95_rho_ci" in metrics
+        assert f"sim_{trace}_load1_ours_oracle_gain_share" in metrics and f"sim_{trace}_tuned_weight" in metrics
+    assert metrics["sim_gavel_load1_oracle_failed_placements"] == 0 and "sim_openb_goal_load1_met" in metrics
+    assert "sim_gavel_goal_load1_rho_met" in metrics and not any("." in k for k in metrics)
     html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
-    assert "ours - Horus mean JCT" in html and (tmp_path / "reports" / "figures" / "07-openb-policies.png").exists()
+    assert "Closing note (every figure read from this run" in html
+    for fig in ("07-policies-by-trace", "07-p95-rho-by-trace"):
+        assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
 
 
-def test_07_skips_the_public_trace_when_absent(tmp_path: Path, run_notebook) -> None:
-    """...and a second run draws the very same figures (bootstrapped intervals are seeded: make all on unchanged
-    data changes no committed figure)."""
-    write_notebook_tree(tmp_path)
-    params = {**SMALL_07, "trace_csv": str(tmp_path / "none.csv"), "loads": [0.8, 1.2]}  # five seeds: bootstrapped CIs
+def test_07_runs_the_gavel_trace_without_a_dataset_and_draws_the_same_figures_twice(tmp_path: Path, run_notebook) -> None:
+    """...a second run draws the very same figures (intervals are seeded: make all on unchanged data changes no
+    committed figure)."""
+    params = {**SMALL_07, "openb_fixture_dir": str(write_openb_fixture(tmp_path / "openb-fixture")),
+              "gavel_fixture_file": str(write_gavel_fixture(tmp_path / "gavel-fixture.json")), "seeds": [0, 1]}
     figures = tmp_path / "reports" / "figures"
     drawn = []
     for _ in range(2):
         run_notebook("07-scheduling-sim", params)
         drawn.append({f.name: f.read_bytes() for f in sorted(figures.glob("07-*.png"))})
-    assert len(drawn[0]) == 3 and drawn[0] == drawn[1]
-    html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
-    assert "public-trace section skipped" in html
+    assert len(drawn[0]) == 2 and drawn[0] == drawn[1]
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
-    assert "sim_ours_avg_util" in metrics and not any(k.startswith("sim_trace_") for k in metrics)
-    assert (tmp_path / "reports" / "figures" / "07-sensitivity-to-load.png").exists()
+    assert "sim_gavel_load1_ours_mean_jct_s" in metrics and not any(k.startswith("sim_openb_load") for k in metrics)
+    assert "openb world skipped" in (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
 
 
-def test_07_missing_input_without_dataset(tmp_path: Path, run_notebook) -> None:
-    result = run_notebook("07-scheduling-sim", {"lucid": False}, allow_missing_input=True)
-    assert "MissingInput" in result.with_suffix(".html").read_text()
+def test_07_missing_input_without_the_openb_trace(tmp_path: Path, run_notebook) -> None:
+    result = run_notebook("07-scheduling-sim", {**SMALL_07, "openb": False}, allow_missing_input=True)
+    html = result.with_suffix(".html").read_text()
+    assert "MissingInput" in html and "openb trace" in html

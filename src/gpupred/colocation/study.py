@@ -40,7 +40,7 @@ from gpupred.colocation.estimators import (
     TimeSharing,
     pair_frame,
 )
-from gpupred.colocation.features import align, usable_groups
+from gpupred.colocation.features import align, usable_groups, with_busy
 from gpupred.errors import GpupredError
 
 LABELS: dict[str, str] = {
@@ -76,7 +76,7 @@ class Slice:
 
 def _lucid_inputs(table: pd.DataFrame, features: pd.DataFrame, fill_measured: bool) -> tuple[pd.DataFrame, int]:
     """Per row of ``table``: :data:`LUCID_INPUTS` (predicted, measured); rows filled from measured inputs counted."""
-    m = align(table, features)
+    m = align(table, features if "busy_phys" in features.columns else with_busy(features))
     util_meas = table["solo_util"].to_numpy(float)
     out = pd.DataFrame({"util_pred": m["gpu_util"].to_numpy(float), "busy_phys": m["busy_phys"].to_numpy(float),
                         "mem_pred": m["mem_mib"].to_numpy(float), "util_meas": util_meas, "busy_meas": util_meas / 100.0,
