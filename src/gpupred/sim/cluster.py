@@ -202,7 +202,8 @@ class PredictedSlowdown(Slowdown):
         """Predicted probability that ``a`` and ``b`` fail to run together (0 where failures were not modelled)."""
         if self.fail is None:
             return np.zeros(len(np.atleast_1d(a)))
-        return np.nan_to_num(self.fail[self.kind[a], self.kind[b]], nan=1.0)
+        p = self.fail[self.kind[a], self.kind[b]]
+        return np.where(p == p, p, 1.0)  # NaN (no prediction): taken to fail
 
 
 @dataclass

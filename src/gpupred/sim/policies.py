@@ -441,11 +441,14 @@ class OursPolicy(HorusPolicy):
         return {"point": self.predicted.point, "upper-bound": self.predicted.high}
 
     def oom_risk(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """Predicted probability that ``j`` beside each of ``mates`` overflows GPUs of capacity ``cap``."""
+        """Predicted probability that ``j`` beside each of ``mates`` overflows GPUs of capacity ``cap`` (0 where no
+        memory is known at all, as for Gavel's job types)."""
         from gpupred.colocation.memfit import pair_oom_probability
 
         sim = self.sim
         point, high = sim.known_mem["pred"], sim.known_mem["high"]
+        if not len(mates) or (high[j] <= 0 and not (high[mates] > 0).any()):
+            return np.zeros(len(mates))
         return pair_oom_probability(np.full(len(mates), max(point[j], sim.need_mib[j])), np.full(len(mates), high[j]),
                                     point[mates], high[mates], cap, self.interval_level)
 
@@ -453,13 +456,16 @@ class OursPolicy(HorusPolicy):
         """An empty GPU where ``j``'s upper-bound memory fits, and every running partner that passes the hard memory fit
         (pair OOM probability <= ``max_oom_risk``), the failure cap (<= ``max_fail``) and gains more than ``min_gain``."""
         gpus, mates = self._running_mates(j)
+        empty = self._empty_gpu(j)
+        if not len(mates):
+            self._gain = np.zeros(1 if empty >= 0 else 0)
+            return (np.array([empty]), np.array([-1])) if empty >= 0 else (gpus, mates)
         jj = np.full(len(mates), j)
         gain = pair_gain(self.predicted.pair(jj, mates), self.predicted.pair(mates, jj))
         ok = (gain > self.min_gain) & (self.predicted.fail_probability(jj, mates) <= self.max_fail)
         gpus, mates, gain = gpus[ok], mates[ok], gain[ok]
         fits = self.oom_risk(j, mates, self.sim.cap[gpus]) <= self.max_oom_risk  # the costlier test, on fewer partners
         gpus, mates, gain = gpus[fits], mates[fits], gain[fits]
-        empty = self._empty_gpu(j)
         if empty >= 0:
             gpus, mates, gain = np.append(empty, gpus), np.append(-1, mates), np.append(0.0, gain)
         self._gain = gain
