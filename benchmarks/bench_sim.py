@@ -3,7 +3,8 @@
 The job attributes here come from a random LOAD GENERATOR (uniform/lognormal draws), NOT from
 measurements: the figures measure the simulator's speed, nothing about real workloads. The truth is a
 load-generator "measured" matrix with a third of the pairs unmeasured (so both truth paths run); ours
-decides with a perturbed copy, Horus with classes fitted on a separate load-generator history.
+decides with a perturbed copy; Horus, random pairing and ours share classes fitted on a separate load-generator
+history.
 Run: ``python benchmarks/bench_sim.py [--jobs 100000] [--nodes 32] [--gpus-per-node 8] [--load 0.9]``.
 ``--openb`` replaces the synthetic arrivals by the Alibaba openb trace (imported with ``gpupred import alibaba-openb``):
 every GPU task after its prehistory, on a load-sized subset of its heterogeneous nodes, workloads still from the

@@ -84,7 +84,7 @@ def test_missing_input_until_imported(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_registered_as_a_colocation_source_not_a_dataset_source() -> None:
     assert importers.get_source("gavel").repo == "stanford-futuredata/gavel"
     assert "gavel" in importers.COLOCATION and "gavel" not in importers.SOURCES
-    with pytest.raises(GpupredError, match="not a source of learning rows"):
+    with pytest.raises(GpupredError, match="co-location matrix, not a source of learning rows"):
         importers.module("gavel")
 
 

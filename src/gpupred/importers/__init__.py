@@ -46,7 +46,9 @@ def module(name: str) -> ModuleType:
     """The importer module of the source called ``name`` (specs(), dataset_rows()...)."""
     get_source(name)
     if name not in MODULES:
-        raise GpupredError(f"{name} is not a source of learning rows (read it with gpupred.importers.{name.split('-')[0]})")
+        kind = "a scheduling trace" if name in TRACES else "a co-location matrix"
+        raise GpupredError(f"{name} is {kind}, not a source of learning rows (read it with "
+                           f"gpupred.importers.{name.split('-')[0]})")
     return MODULES[name]
 
 
