@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.sim.experiment import POLICY_ORDER
-from gpupred.sim.metrics import REPORT_KEYS, interval, oracle_gain_share, paired_differences, report_metrics, summarize_seeds
+from gpupred.sim.metrics import interval, oracle_gain_share, paired_differences, report_metrics, summarize_seeds
 
 GOAL_RHO = 0.10  # Gavel trace: ours' p95 rho at least this far below Horus's (relative), at equal or better throughput
 GOAL_SHARE = 0.25  # Gavel trace: ours gets at least this share of the oracle pairing gain over random pairing
@@ -125,4 +125,4 @@ def closing_markdown(traces: dict[str, tuple[pd.DataFrame, pd.DataFrame, pd.Data
     return "\n".join(lines)
 
 
-__all__ = ["REPORT_KEYS", "closing_markdown", "display_table", "gavel_goals", "openb_goals", "trace_metrics", "trace_tables"]
+__all__ = ["TABLE_KEYS", "closing_markdown", "display_table", "gavel_goals", "openb_goals", "trace_metrics", "trace_tables"]
