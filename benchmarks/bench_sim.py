@@ -3,7 +3,8 @@
 The job attributes here come from a random LOAD GENERATOR (uniform/lognormal draws), NOT from
 measurements: the figures measure the simulator's speed, nothing about real workloads. The truth is a
 load-generator "measured" matrix with a third of the pairs unmeasured (so both truth paths run); ours
-decides with a perturbed copy, Horus with classes fitted on a separate load-generator history.
+decides with a perturbed copy; Horus, random pairing and ours share classes fitted on a separate load-generator
+history.
 Run: ``python benchmarks/bench_sim.py [--jobs 100000] [--nodes 32] [--gpus-per-node 8] [--load 0.9]``.
 ``--openb`` replaces the synthetic arrivals by the Alibaba openb trace (imported with ``gpupred import alibaba-openb``):
 every GPU task after its prehistory, on a load-sized subset of its heterogeneous nodes, workloads still from the
@@ -29,6 +30,7 @@ from gpupred.sim import (
     PairSlowdown,
     Policy,
     PredictedSlowdown,
+    RandomPairPolicy,
     ReactivePolicy,
     SlotPolicy,
     simulate,
@@ -75,7 +77,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--load", type=float, default=1.0)
-    ap.add_argument("--policies", default="slot,reactive,horus,ours")
+    ap.add_argument("--policies", default="slot,reactive,random,horus,ours")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python allocations per policy (slows the run ~3x)")
     ap.add_argument("--openb", action="store_true", help="arrivals, durations and nodes of the Alibaba openb trace")
     args = ap.parse_args()
@@ -98,7 +100,7 @@ def main() -> None:
     classes = HorusClasses.fit(history["pred_util"].to_numpy(), history["pred_mem_mib"].to_numpy())
     policies: dict[str, Callable[[], Policy]] = {
         "slot": SlotPolicy, "reactive": ReactivePolicy, "horus": lambda: HorusPolicy(classes),
-        "ours": lambda: OursPolicy(knowledge),
+        "random": lambda: RandomPairPolicy(classes), "ours": lambda: OursPolicy(knowledge, classes),
     }
     where = "openb trace arrivals/durations/nodes" if args.openb else "synthetic arrivals"
     print(f"# {where}, load-generator workloads (NOT measurements): {len(jobs)} jobs, {cluster.n_gpus} GPUs, load {args.load}")

@@ -238,13 +238,3 @@ def write_notebook_tree(root: Path, pairs: bool = True, stale_oof: bool = False,
     source = ds.assign(gpu_util=ds["gpu_util"] + 1.0) if stale_oof else ds
     write_oof_predictions(oof, source, processed / "oof_predictions.parquet")
     return ids
-
-
-def write_fixture_trace_csv(path: Path, n: int = 60, seed: int = 0) -> Path:
-    """A FIXTURE job trace in the Philly/Helios export format (made-up jobs: id, submit time, duration, GPUs)."""
-    rng = np.random.default_rng(seed)
-    submit = pd.Timestamp("2020-10-01") + pd.to_timedelta(np.cumsum(rng.exponential(60, n)), unit="s")
-    pd.DataFrame({"job_id": [f"fixture-{k}" for k in range(n)], "submit_time": submit.strftime("%Y-%m-%d %H:%M:%S"),
-                  "duration": rng.lognormal(np.log(300), 0.8, n).round(), "gpu_num": rng.choice([1, 1, 1, 2], n),
-                  "state": "COMPLETED"}).to_csv(path, index=False)
-    return path

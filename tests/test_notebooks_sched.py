@@ -6,18 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-
-NB06, NB07 = "06-colocation.json", "07-scheduling-sim.json"  # reports/metrics/<notebook>.json
-from fixtures_coloc import write_fixture_trace_csv, write_notebook_tree
+from fixtures_coloc import write_notebook_tree
 
 from gpupred.errors import GpupredError
 
 pytestmark = pytest.mark.notebook
 
-POLICIES = ("slot", "reactive", "horus", "ours")
-SIM_METRICS = ("avg_util", "makespan_s", "mean_jct_s", "mean_wait_s")
-SMALL_07 = {"nodes": 1, "gpus_per_node": 4, "n_jobs": 120, "loads": [], "seeds": [0, 1, 2, 3, 4],
-            "median_duration_s": 300.0, "bin_s": 300.0, "n_folds": 3, "lucid": False, "openb": False}
+POLICIES = ("slot", "reactive", "random", "horus", "ours", "oracle")
+SMALL_07 = {"seeds": [0, 1, 2, 3, 4], "n_folds": 3, "lucid": False, "openb": False, "gavel": False, "trace_loads": [1.0],
+            "eval_tasks": 60, "tune_frac": 0.3, "tune_weight": [0.0, 1.0], "tune_seeds": 2}
 
 
 def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
@@ -40,87 +37,98 @@ def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
     return folder
 
 
+def write_gavel_fixture(path: Path) -> Path:
+    """A FIXTURE throughput file in Gavel's layout (made up; tests/fixtures_gavel.py), read without the sha256 pin."""
+    from fixtures_gavel import fixture_throughput_text
+
+    path.write_text(fixture_throughput_text())
+    return path
+
+
+SMALL_06 = {"n_folds": 3, "lucid": False, "gavel": False, "max_k": 2, "gavel_gpus": ["v100"]}
+
+
 def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path)
-    run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
-    metrics = json.loads((tmp_path / "reports" / "metrics" / NB06).read_text())
-    for key in ("slowdown_spearman_heldout", "slowdown_mae_heldout", "slowdown_spearman_heldout_baseline_predicted",
-                "slowdown_spearman_heldout_baseline_measured", "slowdown_spearman_heldout_by_model",
-                "slowdown_spearman_heldout_timeshare_predicted", "slowdown_mae_heldout_timeshare_measured_by_model"):
-        assert key in metrics
-    assert metrics["memfit_pairs"] > 0 and 0 <= metrics["memfit_q95_coverage"] <= 1
-    assert metrics["slowdown_heldout_pairs"] > 0 and metrics["slowdown_excluded_jobs"] >= 2  # the failed pair
-    for fig in ("06-slowdown-vs-summed-util", "06-slowdown-model-vs-baselines"):
+    gavel = write_gavel_fixture(tmp_path / "gavel-fixture.json")
+    run_notebook("06-colocation", {**SMALL_06, "gavel_fixture_file": str(gavel)})
+    metrics = json.loads((tmp_path / "reports" / "metrics" / "06-colocation.json").read_text())
+    own = [k.removeprefix("slowdown_rows_") for k in metrics if k.startswith("slowdown_rows_own_")]
+    assert len(own) == 1 and metrics["slowdown_rows_gavel_v100"] > 0
+    for name in (*own, "gavel_v100"):
+        for metric in ("spearman_pooled", "spearman_cell", "spearman_job", "mae"):
+            assert f"slowdown_{metric}_{name}_calibrated_k2" in metrics and f"slowdown_{metric}_{name}_corrected" in metrics
+    for key in ("sum_util_pred", "timeshare_phys", "timeshare_meas"):
+        assert f"slowdown_spearman_pooled_{own[0]}_{key}_unflagged" in metrics
+    assert metrics["slowdown_spearman_pooled_gavel_v100_calibrated_k2"] > metrics["slowdown_spearman_pooled_gavel_v100_step_share"]
+    assert "slowdown_goal_spearman_cell_gavel_v100_met" in metrics and metrics["memfit_pairs"] > 0
+    assert not any("." in k for k in metrics)
+    html = (tmp_path / "reports" / "06-colocation.html").read_text()
+    assert "Closing note (every figure read from this run" in html and "Goal on gavel_v100" in html
+    for fig in ("06-slowdowns-by-slice", "06-scoring-table", "06-calibration-curve"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
     assert not (tmp_path / "data" / "processed" / "colocation.parquet").exists()  # nothing reads it: not written
+
+
+def test_06_runs_on_gavel_alone_without_a_dataset(tmp_path: Path, run_notebook) -> None:
+    gavel = write_gavel_fixture(tmp_path / "gavel-fixture.json")
+    run_notebook("06-colocation", {**SMALL_06, "gavel_fixture_file": str(gavel)})
+    metrics = json.loads((tmp_path / "reports" / "metrics" / "06-colocation.json").read_text())
+    assert "slowdown_rows_gavel_v100" in metrics and not any(k.startswith("slowdown_rows_own") for k in metrics)
 
 
 def test_06_refuses_stale_predictions(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path, stale_oof=True)
     with pytest.raises(GpupredError, match="stale"):
-        run_notebook("06-colocation", {"n_folds": 3, "lucid": False})
+        run_notebook("06-colocation", SMALL_06)
 
 
 def test_06_missing_input_without_pairs(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path, pairs=False)
-    run_notebook("06-colocation", {"lucid": False}, allow_missing_input=True)
+    run_notebook("06-colocation", SMALL_06, allow_missing_input=True)
     html = (tmp_path / "reports" / "06-colocation.html").read_text()
     assert "MissingInput" in html and "no measured co-located pairs" in html
-    assert not (tmp_path / "reports" / "metrics" / NB06).exists()
+    assert not (tmp_path / "reports" / "metrics" / "06-colocation.json").exists()
 
 
 def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
     write_notebook_tree(tmp_path)
-    trace = write_fixture_trace_csv(tmp_path / "fixture-trace.csv")
-    run_notebook("07-scheduling-sim", {**SMALL_07, "trace_csv": str(trace)})
-    metrics = json.loads((tmp_path / "reports" / "metrics" / NB07).read_text())
-    for prefix in ("sim", "sim_trace"):
+    params = {**SMALL_07, "openb_fixture_dir": str(write_openb_fixture(tmp_path / "openb-fixture")),
+              "gavel_fixture_file": str(write_gavel_fixture(tmp_path / "gavel-fixture.json"))}
+    run_notebook("07-scheduling-sim", params)
+    metrics = json.loads((tmp_path / "reports" / "metrics" / "07-scheduling-sim.json").read_text())
+    assert metrics["openb_tasks"] == 160 and metrics["openb_eval_tasks"] == 60
+    for trace in ("openb", "gavel"):
         for policy in POLICIES:
-            for m in SIM_METRICS:
-                assert f"{prefix}_{policy}_{m}" in metrics and f"{prefix}_{policy}_{m}_ci" in metrics
-        for other in ("slot", "horus"):
-            assert f"{prefix}_ours_minus_{other}_mean_jct_s_ci" in metrics
-    assert metrics["sim_seeds"] == 5 and 0 <= metrics["sim_pairs_measured_frac"] <= 1
-    for fig in ("07-policies-synthetic", "07-util-over-time"):
+            for key in ("mean_jct_s", "p95_jct_s", "p95_rho", "ooms", "failed_placements", "throughput"):
+                assert f"sim_{trace}_load1_{policy}_{key}_ci" in metrics
+        assert f"sim_{trace}_load1_ours_minus_horus_p95_rho_ci" in metrics
+        assert f"sim_{trace}_load1_ours_oracle_gain_share" in metrics and f"sim_{trace}_tuned_weight" in metrics
+    assert metrics["sim_gavel_load1_oracle_failed_placements"] == 0 and "sim_openb_goal_load1_met" in metrics
+    assert "sim_gavel_goal_load1_rho_met" in metrics and not any("." in k for k in metrics)
+    html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
+    assert "Closing note (every figure read from this run" in html
+    for fig in ("07-policies-by-trace", "07-p95-rho-by-trace"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
 
 
-def test_07_openb_section_on_fixture_files(tmp_path: Path, run_notebook) -> None:
-    write_notebook_tree(tmp_path)
-    fixture = write_openb_fixture(tmp_path / "openb-fixture")
-    params = {**SMALL_07, "n_jobs": 40, "seeds": [0, 1, 2, 3, 4], "openb_fixture_dir": str(fixture), "trace_loads": [1.0],
-              "eval_tasks": 60, "tune_frac": 0.3, "tune_oom_risk": [0.05, 1.0], "tune_min_gain": [0.0]}
-    run_notebook("07-scheduling-sim", params)
-    metrics = json.loads((tmp_path / "reports" / "metrics" / NB07).read_text())
-    assert metrics["openb_tasks"] == 160 and metrics["openb_eval_tasks"] == 60
-    for quality in ("ours", "perfect", "degraded"):
-        for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "avg_util", "makespan_s"):
-            assert f"sim_openb_load1_{quality}_ours_minus_horus_{key}_ci" in metrics
-    assert metrics["sim_openb_changed_max_oom_risk"] in (0.05, 1.0) and metrics["sim_openb_changed_min_gain"] == 0.0
-    assert 0 <= metrics["sim_gain_truth_gain_positive"] <= 1 and "openb_gpus_speed_fallback" in metrics
-    assert "sim_openb_load1_changed_ours_minus_horus_mean_jct_s" in metrics
-    html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
-    assert "ours - Horus mean JCT" in html and (tmp_path / "reports" / "figures" / "07-openb-policies.png").exists()
-
-
-def test_07_skips_the_public_trace_when_absent(tmp_path: Path, run_notebook) -> None:
-    """...and a second run draws the very same figures (bootstrapped intervals are seeded: make all on unchanged
-    data changes no committed figure)."""
-    write_notebook_tree(tmp_path)
-    params = {**SMALL_07, "trace_csv": str(tmp_path / "none.csv"), "loads": [0.8, 1.2]}  # five seeds: bootstrapped CIs
+def test_07_runs_the_gavel_trace_without_a_dataset_and_draws_the_same_figures_twice(tmp_path: Path, run_notebook) -> None:
+    """...a second run draws the very same figures (intervals are seeded: make all on unchanged data changes no
+    committed figure)."""
+    params = {**SMALL_07, "openb_fixture_dir": str(write_openb_fixture(tmp_path / "openb-fixture")),
+              "gavel_fixture_file": str(write_gavel_fixture(tmp_path / "gavel-fixture.json")), "seeds": [0, 1]}
     figures = tmp_path / "reports" / "figures"
     drawn = []
     for _ in range(2):
         run_notebook("07-scheduling-sim", params)
         drawn.append({f.name: f.read_bytes() for f in sorted(figures.glob("07-*.png"))})
-    assert len(drawn[0]) == 3 and drawn[0] == drawn[1]
-    html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
-    assert "public-trace section skipped" in html
-    metrics = json.loads((tmp_path / "reports" / "metrics" / NB07).read_text())
-    assert "sim_ours_avg_util" in metrics and not any(k.startswith("sim_trace_") for k in metrics)
-    assert (tmp_path / "reports" / "figures" / "07-sensitivity-to-load.png").exists()
+    assert len(drawn[0]) == 2 and drawn[0] == drawn[1]
+    metrics = json.loads((tmp_path / "reports" / "metrics" / "07-scheduling-sim.json").read_text())
+    assert "sim_gavel_load1_ours_mean_jct_s" in metrics and not any(k.startswith("sim_openb_load") for k in metrics)
+    assert "openb world skipped" in (tmp_path / "reports" / "07-scheduling-sim.html").read_text()
 
 
-def test_07_missing_input_without_dataset(tmp_path: Path, run_notebook) -> None:
-    result = run_notebook("07-scheduling-sim", {"lucid": False}, allow_missing_input=True)
-    assert "MissingInput" in result.with_suffix(".html").read_text()
+def test_07_missing_input_without_the_openb_trace(tmp_path: Path, run_notebook) -> None:
+    result = run_notebook("07-scheduling-sim", {**SMALL_07, "openb": False}, allow_missing_input=True)
+    html = result.with_suffix(".html").read_text()
+    assert "MissingInput" in html and "openb trace" in html

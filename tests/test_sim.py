@@ -86,28 +86,35 @@ def test_slot_serializes_two_jobs() -> None:
     assert jct(res) == [100.0, 100.0] and res.metrics["avg_util"] == pytest.approx(40.0)
 
 
-def test_ours_packs_when_the_predicted_upper_bound_allows() -> None:
-    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.4), max_slowdown=1.5), Const(1.5))
+def test_ours_packs_when_the_predicted_pair_gains() -> None:
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.4)), Const(1.5))  # gain 2 / 1.4 - 1 > 0
     assert jct(res) == [150.0, 150.0]  # work x true slowdown
     assert res.metrics["mean_wait_s"] == 0.0
     assert res.metrics["avg_util"] == pytest.approx(80 / 1.5)  # min(100, 40/1.5 + 40/1.5)
     assert res.metrics["pairs_modelled"] == 1 and res.metrics["pairs_measured"] == 0
 
 
-def test_ours_refuses_pair_above_its_bound() -> None:
-    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.6), max_slowdown=1.5), Const(1.1))
-    assert jct(res) == [100.0, 200.0]
-    # the upper bound decides, not the point: point 1.2 but upper 1.7
-    knowledge = PredictedSlowdown(np.full((2, 2), 1.2), np.full((2, 2), 1.7), np.arange(2))
-    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(knowledge, max_slowdown=1.5), Const(1.1))
-    assert jct(res) == [100.0, 200.0]
+def test_ours_refuses_a_pair_predicted_to_lose_combined_throughput() -> None:
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(2.5)), Const(1.1))  # gain 2 / 2.5 - 1 < 0
+    assert jct(res) == [100.0, 200.0]  # serialized, although the truth (1.1) would have gained
+    assert jct(simulate(jobs({}, {}), one_gpu(), HorusPolicy(), Const(1.1))) == [110.0, 110.0]  # Horus packs
+    refuse = OursPolicy(predicted(1.8), min_gain=0.2)  # gain 2 / 1.8 - 1 = 0.11: above 0, below the bar
+    assert jct(simulate(jobs({}, {}), one_gpu(), refuse, Const(1.8))) == [100.0, 200.0]
 
 
-def test_ours_prefers_an_empty_gpu() -> None:
-    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), OursPolicy(predicted(1.0)), Const(1.5))
-    assert jct(res) == [100.0, 100.0]
-    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), OursPolicy(predicted(1.0), prefer_empty=False), Const(1.5))
-    assert jct(res) == [150.0, 150.0]
+def test_ours_weighs_the_predicted_gain_against_horus_cost() -> None:
+    # an empty GPU costs 1.3 x 0.125 + 0.6 = 0.7625 for a 40 %, 10 GB job; beside a partner 1.525 - weight x gain
+    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), OursPolicy(predicted(1.0), weight=0.5), Const(1.5))
+    assert jct(res) == [100.0, 100.0]  # 1.525 - 0.5 > 0.7625: the empty GPU, as Horus
+    res = simulate(jobs({}, {}), Cluster(1, 2, CAP), OursPolicy(predicted(1.0), weight=1.0), Const(1.5))
+    assert jct(res) == [150.0, 150.0]  # 1.525 - 1 < 0.7625: a predicted gain of 1 beats the empty GPU
+    # among partners, the one of larger predicted gain wins at equal cost: C joins A (gain 1), not B (gain 0.25)
+    point = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 1.6], [1.0, 1.6, 1.0]])
+    table = jobs({}, {}, {"arrival": 1.0})
+    res = simulate(table, Cluster(1, 2, CAP), OursPolicy(PredictedSlowdown(point, point, np.arange(3)), weight=0.1),
+                   Const(1.0))
+    gpu = res.jobs.set_index("job_id").gpu
+    assert gpu["j2"] == gpu["j0"] != gpu["j1"]
 
 
 def test_partner_speeds_up_when_other_finishes() -> None:
@@ -199,7 +206,7 @@ class PeekingOurs(OursPolicy):
 
     def choose(self, j: int) -> int:
         gpus, mates = self._mates(j)
-        if len(gpus) and self.sim.truth.pair(np.full(len(mates), j), mates).min() <= self.max_slowdown:
+        if len(gpus) and self.sim.truth.pair(np.full(len(mates), j), mates).min() <= 1.5:
             return int(gpus[0])
         return self._empty_gpu(j)
 
@@ -257,7 +264,7 @@ def test_memory_never_overcommitted_in_policy_view() -> None:
     table = jobs(*({"arrival": float(k), "mem": 30_000.0, "util": 20.0} for k in range(12)))
     cluster = Cluster(1, 3, gpu_memory_mib=CAP, max_per_gpu=2)
     knowledge = PredictedSlowdown(np.ones((12, 12)), np.ones((12, 12)), np.arange(12))
-    for policy in (OursPolicy(knowledge, max_slowdown=3.0), HorusPolicy(), ReactivePolicy(profile_s=5.0)):
+    for policy in (OursPolicy(knowledge), HorusPolicy(), ReactivePolicy(profile_s=5.0)):
         s = Simulator(table, cluster, Const(1.2))
         res = s.run(policy)
         assert s.max_view_mem_frac <= 1.0 and res.metrics["ooms"] == 0
@@ -275,7 +282,7 @@ def test_oom_counted_when_prediction_said_it_fits() -> None:
     assert res.jobs.sort_values("job_id").ooms.tolist() == [0, 1]
     # the upper bound protects "ours": 2 x 60 GB > 80 GB, so no pairing and no OOM
     hi = table.assign(pred_mem_mib_high=60_000.0)
-    res = simulate(hi, one_gpu(), OursPolicy(predicted(1.0), max_slowdown=3.0), Const(1.0))
+    res = simulate(hi, one_gpu(), OursPolicy(predicted(1.0)), Const(1.0))
     assert res.metrics["ooms"] == 0 and jct(res) == [100.0, 200.0]
 
 
@@ -304,22 +311,35 @@ def test_metrics_and_timeseries() -> None:
     assert set(sim.util_timeseries([res], 50.0).policy) == {"slot"}
 
 
-def test_seed_summary_ci_and_report_keys() -> None:
-    runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "policy": ["slot"] * 3 + ["ours"] * 3,
-                         "avg_util": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "makespan_s": 10.0, "mean_jct_s": 5.0, "p95_jct_s": 9.0, "ooms": 0,
+def test_seed_summary_ci_paired_differences_and_report_keys() -> None:
+    runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "policy": ["horus"] * 3 + ["ours"] * 3,
+                         "p95_rho": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "mean_jct_s": 5.0, "p95_jct_s": 9.0, "ooms": 0,
+                         "failed_placements": 0, "throughput": 1.0, "avg_util": 50.0,
                          "mean_wait_s": [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]})
     summary = sim.summarize_seeds(runs).set_index("policy")
-    assert summary.loc["slot", "avg_util"] == 2.0
-    assert summary.loc["slot", "avg_util_ci"] == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) x sd 1 / sqrt 3
-    assert summary.loc["slot", "makespan_s_ci"] == 0.0 and summary.loc["slot", "seeds"] == 3
-    diff = sim.paired_differences(runs, others=("slot",)).set_index("comparison")
-    assert diff.loc["ours_minus_slot", "avg_util"] == 2.0 and diff.loc["ours_minus_slot", "mean_wait_s"] == -1.0
-    flat = sim.report_metrics(sim.summarize_seeds(runs), sim.paired_differences(runs, others=("slot",)))
-    for key in ("sim_slot_avg_util", "sim_slot_avg_util_ci", "sim_ours_mean_wait_s_ci", "sim_ours_minus_slot_avg_util",
-                "sim_ours_minus_slot_avg_util_ci"):
+    assert summary.loc["horus", "p95_rho"] == 2.0 and summary.loc["horus", "seeds"] == 3
+    assert summary.loc["horus", "p95_rho_ci"] == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) x 1 / sqrt 3
+    assert summary.loc["horus", "mean_jct_s_ci"] == 0.0
+    diff = sim.paired_differences(runs).set_index("comparison")
+    assert list(diff.index) == ["ours_minus_horus"]
+    assert diff.loc["ours_minus_horus", "p95_rho"] == 2.0 and diff.loc["ours_minus_horus", "mean_wait_s"] == -1.0
+    flat = sim.report_metrics(sim.summarize_seeds(runs), sim.paired_differences(runs), prefix="sim_x")
+    for key in ("sim_x_horus_p95_rho", "sim_x_horus_p95_rho_ci", "sim_x_ours_minus_horus_p95_rho_ci",
+                "sim_x_ours_failed_placements", "sim_x_ours_minus_horus_throughput"):
         assert key in flat
-    assert "sim_trace_ours_avg_util" in sim.report_metrics(sim.summarize_seeds(runs), prefix="sim_trace")
     assert np.isnan(sim.ci_halfwidth(np.array([1.0])))
+
+
+def test_oracle_gain_share_is_the_fraction_of_the_oracle_gap_closed() -> None:
+    jct_of = {"random": [100.0, 120.0], "oracle": [60.0, 80.0], "horus": [90.0, 110.0], "ours": [70.0, 90.0],
+              "slot": [200.0, 220.0]}
+    runs = pd.DataFrame([{"seed": s, "policy": p, "mean_jct_s": v[s]} for p, v in jct_of.items() for s in (0, 1)])
+    share = sim.oracle_gain_share(runs).set_index("policy")
+    assert share.loc["ours", "share"] == pytest.approx(0.75) and share.loc["horus", "share"] == pytest.approx(0.25)
+    assert share.loc["random", "share"] == 0.0 and share.loc["oracle", "share"] == 1.0
+    assert share.loc["slot", "share"] == pytest.approx(-2.5)
+    assert share.loc["ours", "low"] == pytest.approx(0.75) and share.loc["ours", "high"] == pytest.approx(0.75)
+    assert sim.oracle_gain_share(runs[runs.policy != "oracle"]).empty
 
 
 def test_world_from_measured_pairs(tmp_path: Path) -> None:
@@ -327,7 +347,7 @@ def test_world_from_measured_pairs(tmp_path: Path) -> None:
     table = co.lucid_table(pairs[pairs.pair_id % 7 != 0], solo)  # some pairs never measured
     truth = co.lucid_solo_truth(solo)
     feats = fixture_predicted_features(latent[latent.workload_id.notna()])
-    world = sim.build_world(table, truth, feats, gpu_memory_mib=24_000.0, n_folds=4)
+    world = sim.build_world(table, truth, feats, gpu_memory_mib=24_000.0, n_folds=3)
     assert len(world.workloads) == latent.workload_id.notna().sum()  # jobs without predictions left out
     assert world.notes and "no out-of-fold prediction" in world.notes[0]
     assert 0.5 < world.measured_fraction < 1.0 and np.isfinite(world.fallback).all()
@@ -336,12 +356,12 @@ def test_world_from_measured_pairs(tmp_path: Path) -> None:
     assert world.measured[k[first.job_key.iloc[0]], k[first.job_key.iloc[1]]] == pytest.approx(first.slowdown.iloc[0])
     both = np.isfinite(world.measured) & np.isfinite(world.predicted)
     assert not np.allclose(world.predicted[both], world.measured[both])  # predictions, not the measurements
-    trace = synthetic_trace(world.workloads, 200, 4, load=1.2, seed=0, median_duration_s=300)
-    runs, _ = sim.run_seeds(world, Cluster(1, 4, world.gpu_memory_mib), lambda s: synthetic_trace(
-        world.workloads, 200, 4, load=1.2, seed=s, median_duration_s=300), [0, 1], sim.Settings())
-    assert set(runs.policy) == {"slot", "reactive", "horus", "ours"} and len(runs) == 8
+    assert len(world.refs) == 3 and "calibrated on 3 co-runs" in world.notes[-1]
+    cluster = Cluster(1, 4, world.gpu_memory_mib)
+    runs = sim.run_trace(world, lambda s: (synthetic_trace(world.workloads, 200, 4, load=1.2, seed=s,
+                                                           median_duration_s=300), cluster), [0, 1], sim.Settings())
+    assert list(runs.policy[:6]) == list(sim.POLICY_ORDER) and len(runs) == 12
     assert runs.pairs_measured.sum() > 0 and 0 < sim.measured_share(runs) < 1
-    assert trace.kind.max() < len(world.workloads)
 
 
 def test_all_policies_on_small_synthetic_trace() -> None:
@@ -451,19 +471,6 @@ def test_a_job_believed_too_big_for_every_gpu_still_runs_on_the_largest() -> Non
     assert jct(res) == [100.0] and res.metrics["ooms"] == 0
 
 
-def test_verdict_and_why_line_read_the_numbers() -> None:
-    paired = pd.DataFrame([{"comparison": "ours_minus_horus", "mean_jct_s": -50.0, "mean_jct_s_ci": 20.0, "ooms": 0.0,
-                            "p95_jct_s": -10.0}])
-    assert sim.verdict(paired, "x").endswith("beats Horus") and "[-70, -30]" in sim.verdict(paired, "x")
-    assert "does not beat" in sim.verdict(paired.assign(mean_jct_s_ci=60.0), "x")
-    assert "does not beat" in sim.verdict(paired.assign(ooms=1.0), "x")
-    sharing = pd.DataFrame({"policy": ["ours", "horus"], "shared_per_job": [0.2, 0.6], "mean_wait_s": [90.0, 10.0],
-                            "ooms": [0.0, 3.0]})
-    cand = {"upper_bound": 0.5, "point": 0.9, "truth": 0.95, "truth_median": 1.1, "upper_bound_median": 1.6}
-    line = sim.why_line(sharing, cand, 1.5)
-    assert "0.200 co-locations per job against Horus's 0.600" in line and "allow 50% of workload pairs" in line
-
-
 # --- GPU speed and ours' throughput rule (issue 37) --------------------------------------------------------
 
 
@@ -471,7 +478,7 @@ def test_gpu_speed_scales_run_time_and_the_fastest_empty_gpu_is_taken() -> None:
     slow = Cluster(per_gpu_memory_mib=(CAP,), per_gpu_speed=(0.5,))
     res = simulate(jobs({}), slow, SlotPolicy(), Const(1.0))
     assert jct(res) == [200.0]  # 100 s of work at half speed
-    res = simulate(jobs({}, {}), slow, OursPolicy(predicted(1.5), max_slowdown=2.0), Const(1.5))
+    res = simulate(jobs({}, {}), slow, OursPolicy(predicted(1.5)), Const(1.5))
     assert jct(res) == [300.0, 300.0]  # shared: speed / slowdown = 1/3
     two = Cluster(per_gpu_memory_mib=(CAP, CAP), per_gpu_speed=(0.5, 2.0))
     res = simulate(jobs({}), two, SlotPolicy(), Const(1.0))
@@ -487,31 +494,48 @@ def test_observed_slowdown_divides_out_the_gpu_speed() -> None:
     assert s.observed_slowdown(0) == pytest.approx(1.6)
 
 
-def test_pair_gain_and_the_throughput_rule() -> None:
+def test_pair_gain() -> None:
     assert sim.pair_gain(np.array([1.0, 2.0, 1.5, np.nan]), np.array([1.0, 2.0, 3.0, 1.0])).tolist() == pytest.approx(
         [1.0, 0.0, 1 / 1.5 + 1 / 3 - 1, -np.inf])
-    # slowdown 1.8 both ways: above max_slowdown 1.5, yet sharing gains 1/1.8 * 2 - 1 > 0 of throughput
-    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.8), bound="point", rule="throughput"), Const(1.8))
-    assert jct(res) == pytest.approx([180.0, 180.0])  # both done by 180 s, against 100 and 200 serially
-    refuse = OursPolicy(predicted(1.8), bound="point", rule="throughput", min_gain=0.2)
-    assert jct(simulate(jobs({}, {}), one_gpu(), refuse, Const(1.8))) == [100.0, 200.0]
-    with pytest.raises(GpupredError, match="rule"):
-        OursPolicy(predicted(1.0), rule="fastest")
+    # slowdown 1.8 both ways still gains 2 / 1.8 - 1 > 0 of throughput: ours packs, and both finish by 180 s
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.8)), Const(1.8))
+    assert jct(res) == pytest.approx([180.0, 180.0])
 
 
-def test_throughput_rule_weighs_the_gain_by_the_chance_the_pair_fits() -> None:
-    # predicted 30 + 45 GB with wide intervals on a 80 GB GPU: OOM probability well above 0 -> expected gain shrinks
-    wide = jobs({"mem": 30_000.0, "pred_mem_high": 60_000.0}, {"mem": 45_000.0, "pred_mem_high": 90_000.0})
-    policy = OursPolicy(predicted(1.2), bound="point", rule="throughput", max_oom_risk=1.0, min_gain=0.5)
-    s = Simulator(wide, one_gpu(), Const(1.2))
-    policy.attach(s)
-    risk = float(policy.oom_risk(1, np.array([0]), np.array([CAP]))[0])
-    assert 0.05 < risk < 1
-    gain = 2 / 1.2 - 1
-    packed = gain * (1 - risk) > 0.5
-    res = simulate(wide, one_gpu(), policy, Const(1.2))
-    assert (res.metrics["pairs_modelled"] == 1) == packed
-    assert packed is False  # 0.67 x (1 - risk) falls under the 0.5 bar
+def test_a_measured_failed_pair_fails_at_start_and_ours_avoids_a_predicted_one() -> None:
+    failed = np.array([[False, True], [True, False]])
+    truth = PairSlowdown(np.full((2, 2), 1.2), np.full((2, 2), 1.2), np.arange(2), failed)
+    assert truth.fails(np.array([0, 0]), np.array([1, 0])).tolist() == [True, False]
+    res = simulate(jobs({}, {}), one_gpu(), HorusPolicy(), truth)
+    assert res.metrics["failed_pairs"] == 1 and res.metrics["ooms"] == 0 and res.metrics["failed_placements"] == 1
+    assert jct(res) == [100.0, 230.0]  # the newcomer fails at 0 (+30 s of work), runs after the first
+    risky = PredictedSlowdown(np.full((2, 2), 1.25), np.full((2, 2), 1.3), np.arange(2), failed.astype(float))
+    res = simulate(jobs({}, {}), one_gpu(), OursPolicy(risky), truth)
+    assert res.metrics["failed_placements"] == 0 and jct(res) == [100.0, 200.0]
+    with pytest.raises(GpupredError, match="symmetric"):
+        PairSlowdown(np.ones((2, 2)), np.ones((2, 2)), np.arange(2), np.array([[False, True], [False, False]]))
+
+
+def test_random_pairing_takes_an_empty_gpu_then_a_seeded_random_partner() -> None:
+    table = jobs({}, {}, {"arrival": 1.0}, {"arrival": 1.0}, {"arrival": 2.0})
+    cluster = Cluster(1, 2, CAP)
+    first = simulate(table, cluster, sim.RandomPairPolicy(seed=3), Const(1.0)).jobs.set_index("job_id").gpu
+    assert first["j0"] != first["j1"]  # two empty GPUs taken first
+    again = simulate(table, cluster, sim.RandomPairPolicy(seed=3), Const(1.0)).jobs.set_index("job_id").gpu
+    assert first.equals(again)  # seeded
+    draws = {tuple(simulate(table, cluster, sim.RandomPairPolicy(seed=s), Const(1.0)).jobs.gpu) for s in range(8)}
+    assert len(draws) > 1
+
+
+def test_rho_and_throughput_by_hand() -> None:
+    res = simulate(jobs({}, {}), one_gpu(), SlotPolicy(), Const(1.0))
+    assert res.jobs.sort_values("job_id").rho.tolist() == [1.0, 2.0]  # the second waited 100 s for 100 s of work
+    assert res.metrics["p95_rho"] == pytest.approx(1.95) and res.metrics["mean_rho"] == pytest.approx(1.5)
+    assert res.metrics["throughput"] == pytest.approx(1.0)  # one job's work per second all along
+    shared = simulate(jobs({}, {}), one_gpu(), HorusPolicy(), Const(1.5))
+    assert shared.metrics["throughput"] == pytest.approx(200.0 / 150.0)  # both at 1 / 1.5 until 150 s
+    slow = simulate(jobs({}), Cluster(per_gpu_memory_mib=(CAP,), per_gpu_speed=(0.5,)), SlotPolicy(), Const(1.0))
+    assert slow.jobs.rho.tolist() == [1.0]  # its solo run time on that GPU is 200 s
 
 
 def test_a_setting_is_tuned_on_the_tuning_maker_only() -> None:
@@ -528,7 +552,7 @@ def test_a_setting_is_tuned_on_the_tuning_maker_only() -> None:
         seen.append(seed)
         return synthetic_trace(world.workloads, 60, 2, load=1.5, seed=seed, median_duration_s=300), Cluster(1, 2, CAP)
 
-    settings = sim.Settings(bound="point", rule="throughput", max_oom_risk=None)
+    settings = sim.Settings()
     grid, best = sim.tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}])
     assert set(seen) == {0, 1} and len(grid) == 2 and best in ({"min_gain": 0.0}, {"min_gain": 0.9})
     # gain 2/1.3 - 1 = 0.54: packing (min_gain 0) beats never packing (0.9) on an overloaded cluster

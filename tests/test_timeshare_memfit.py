@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 
 from gpupred import colocation as co
-from gpupred.colocation.model import derive
 
 
 def test_timeshare_limits_and_hand_value() -> None:
@@ -38,7 +37,6 @@ def test_busy_fraction_prefers_the_step_model() -> None:
     b = co.with_busy(f)
     assert b["busy_util"].tolist() == pytest.approx([0.5, 0.8])
     assert np.isnan(b["busy_phys"].iloc[1]) and b["busy_phys"].iloc[0] == pytest.approx(0.3)
-    assert b["busy"].tolist() == pytest.approx([0.5, 0.8])  # the model's input: predicted utilization
 
 
 def test_group_timeshare_pairs_rows() -> None:
@@ -47,10 +45,9 @@ def test_group_timeshare_pairs_rows() -> None:
     assert s.tolist() == pytest.approx([2.0, 2.0, 1.0, 1.0])
 
 
-def test_model_features_hold_the_estimate() -> None:
-    own, other = np.array([[0.5], [1.0]]), np.array([[0.5], [1.0]])
-    x = derive(own, other, other, np.ones(2), ["busy"])
-    assert x["timeshare"].tolist() == pytest.approx([1 + 0.5 * (np.sqrt(5) - 1) / 2, 2.0])
+def test_time_sharing_estimator_is_the_estimate_on_a_pair_frame() -> None:
+    X = pd.DataFrame({"own_busy": [0.5, 1.0], "partner_busy": [0.5, 1.0]})
+    assert co.TimeSharing("busy").predict(X).tolist() == pytest.approx([1 + 0.5 * (np.sqrt(5) - 1) / 2, 2.0])
 
 
 def test_oom_probability_point_and_spread() -> None:

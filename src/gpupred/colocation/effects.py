@@ -3,27 +3,21 @@
 Each measured pair gives two log slowdowns, one per member. An *additive* two-way model writes the log
 slowdown of job ``a`` beside job ``b`` as ``c + sensitivity_a + aggressiveness_b``: how much ``a`` suffers
 from any partner, and how much ``b`` hurts any partner. Fitted on job identities (ridge, every pair), it is
-the ceiling of any model that scores a pair from one vector per member and adds the members' parts: its
-in-sample R² and Spearman bound what member features can do in that form, and what is left (R² below 1)
-is pair-specific interaction and measurement noise. Whether a model *reaches* that ceiling depends on
-whether a job's features predict its two effects; :func:`effect_predictability` measures that held out by
-whole model group (each group's jobs predicted by a ridge fitted on the other groups' jobs).
+the ceiling of any model that scores a pair from one vector per member and adds the members' parts (and what
+calibration from reference co-runs, :class:`gpupred.colocation.SlowdownModel`, approaches as its co-runs grow): its
+in-sample R² and Spearman bound that form, and what is left (R² below 1) is pair-specific interaction and
+measurement noise.
 
 These are diagnostics of the measured pairs (every pair is used): they never feed a held-out prediction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from gpupred.colocation.table import log_slowdown
 from gpupred.errors import GpupredError
-
-LOG_COLUMNS: tuple[str, ...] = ("mem_mib", "flops_train", "arithmetic_intensity")  # right-skewed: log1p before ridge
 
 
 def _design(table: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
@@ -69,46 +63,6 @@ def job_effects(table: pd.DataFrame, alpha: float = 1.0) -> tuple[pd.DataFrame, 
                      "r2_own": identity_r2(slice(0, n)), "r2_partner": identity_r2(slice(n, 2 * n))}
 
 
-def _standard(x: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """``columns`` of ``x`` as floats, log1p of :data:`LOG_COLUMNS`."""
-    out = x[columns].astype(float).copy()
-    for c in columns:
-        if c in LOG_COLUMNS:
-            out[c] = np.log1p(out[c].clip(lower=0))
-    return out
-
-
-def effect_predictability(effects: pd.DataFrame, features: pd.DataFrame, groups: pd.Series,
-                          columns: list[str]) -> dict[str, float]:
-    """Held-out (leave one model group out) Spearman and R² of each job effect from job ``features``.
-
-    ``features`` and ``groups`` are indexed by ``job_key``; a ridge (penalty by inner leave-one-out) on the
-    standardized ``columns`` (log1p of :data:`LOG_COLUMNS`) of the other groups' jobs predicts each group's.
-    """
-    from scipy.stats import spearmanr
-    from sklearn.linear_model import RidgeCV
-
-    e = effects.set_index("job_key")
-    cols = [c for c in columns if c in features.columns and features[c].notna().any()]
-    if not cols:
-        raise GpupredError(f"none of the columns {columns} has a value")
-    x = _standard(features.reindex(e.index), cols)
-    x = x.fillna(x.mean())
-    g = groups.reindex(e.index).astype(str).to_numpy()
-    out: dict[str, float] = {}
-    for effect in ("sensitivity", "aggressiveness"):
-        y = e[effect].to_numpy(float)
-        pred = np.full(len(y), np.nan)
-        for held in np.unique(g):
-            tr, te = g != held, g == held
-            mu, sd = x[tr].mean(), x[tr].std().replace(0, 1).fillna(1)
-            model = RidgeCV(alphas=np.logspace(-2, 3, 12)).fit(((x[tr] - mu) / sd).to_numpy(), y[tr])
-            pred[te] = model.predict(((x[te] - mu) / sd).to_numpy())
-        out[f"{effect}_spearman"] = float(spearmanr(pred, y).statistic)
-        out[f"{effect}_r2"] = float(1 - np.mean((y - pred) ** 2) / np.var(y))
-    return out
-
-
 def partner_rows(table: pd.DataFrame) -> np.ndarray:
     """For each row of a table of pairs, the position of its partner's row (GpupredError on larger groups)."""
     pos = np.arange(len(table))
@@ -118,47 +72,6 @@ def partner_rows(table: pd.DataFrame) -> np.ndarray:
             raise GpupredError(f"a group of {len(idx)} jobs: the effects model needs pairs")
         out[idx[0]], out[idx[1]] = idx[1], idx[0]
     return out
-
-
-@dataclass
-class EffectsModel:
-    """A log-slowdown residual as ``c + sensitivity(own features) + aggressiveness(partner features)``.
-
-    Fitting: the job effects of the training pairs (:func:`job_effects` on the residual), then one ridge per
-    effect from the jobs' standardized features (penalty by inner leave-one-out). Pairwise symmetric: the
-    same two functions score every member of every pair, so a pair's two slowdowns come from one model.
-    """
-
-    columns: list[str]
-    intercept: float
-    sensitivity: Any = field(repr=False)
-    aggressiveness: Any = field(repr=False)
-    mean: pd.Series = field(repr=False)
-    scale: pd.Series = field(repr=False)
-
-    @classmethod
-    def fit(cls, table: pd.DataFrame, member: pd.DataFrame, columns: list[str], residual: np.ndarray) -> EffectsModel:
-        """Fit on the pairs of ``table`` (aligned ``member`` features) to ``residual`` (log slowdown minus any prior)."""
-        from sklearn.linear_model import RidgeCV
-
-        effects, fit = job_effects(table.assign(slowdown=np.exp(residual)))
-        jobs = member.assign(job_key=table["job_key"].astype(str).to_numpy()).drop_duplicates("job_key")
-        x = _standard(jobs.set_index("job_key").reindex(effects["job_key"]), columns)
-        mean, scale = x.mean(), x.std().replace(0, 1).fillna(1)
-        z = ((x - mean) / scale).fillna(0.0).to_numpy()
-        weight = effects["pairs"].to_numpy(float)
-        fits = [RidgeCV(alphas=np.logspace(-2, 3, 12)).fit(z, effects[e].to_numpy(float), sample_weight=weight)
-                for e in ("sensitivity", "aggressiveness")]
-        return cls(columns, fit["intercept"], fits[0], fits[1], mean, scale)
-
-    def _z(self, x: pd.DataFrame) -> np.ndarray:
-        return ((_standard(x, self.columns) - self.mean) / self.scale).fillna(0.0).to_numpy()
-
-    def predict(self, own: pd.DataFrame, partner: pd.DataFrame) -> np.ndarray:
-        """The residual of each job (row of ``own``) beside the matching row of ``partner``."""
-        s = self.sensitivity.predict(self._z(own))
-        a = self.aggressiveness.predict(self._z(partner))
-        return self.intercept + s + a
 
 
 def monotone_ceiling(table: pd.DataFrame, util: np.ndarray, sweeps: int = 25) -> dict[str, float]:

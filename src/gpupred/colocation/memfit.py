@@ -12,21 +12,29 @@ sum that fits with a wide interval above it is refused.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
 
 
-def log_sigma(point: np.ndarray, high: np.ndarray, level: float = 0.9) -> np.ndarray:
-    """Spread of log memory implied by a central ``level`` interval's upper bound (0 where high <= point)."""
+@functools.lru_cache(maxsize=16)
+def _upper_z(level: float) -> float:
+    """The standard normal quantile of a central ``level`` interval's upper end."""
     from scipy.special import ndtri
 
     if not 0 < level < 1:
         raise GpupredError(f"interval level {level} must lie in (0, 1)")
+    return float(ndtri(0.5 + level / 2))
+
+
+def log_sigma(point: np.ndarray, high: np.ndarray, level: float = 0.9) -> np.ndarray:
+    """Spread of log memory implied by a central ``level`` interval's upper bound (0 where high <= point)."""
     p = np.maximum(np.asarray(point, dtype=float), 1e-9)
     h = np.asarray(high, dtype=float)
-    return np.maximum(0.0, np.log(np.maximum(h, p) / p)) / float(ndtri(0.5 + level / 2))
+    return np.maximum(0.0, np.log(np.maximum(h, p) / p)) / _upper_z(float(level))
 
 
 def sum_lognormal(point_a: np.ndarray, sigma_a: np.ndarray, point_b: np.ndarray,

@@ -1,14 +1,15 @@
-"""Importers for published GPU measurements of other groups (Lucid, GPUMemNet) and a public scheduling trace
+"""Importers for published GPU measurements of other groups (Lucid, GPUMemNet, Gavel) and a public scheduling trace
 (Alibaba openb): fetched at a pinned commit, sha256-checked, kept under data/external/ (never data/raw, never
 committed) with their provenance.
 
-``gpupred import lucid|gpumemnet|alibaba-openb [--from DIR]`` on the command line; in Python::
+``gpupred import lucid|gpumemnet|gavel|alibaba-openb [--from DIR]`` on the command line; in Python::
 
     from gpupred import importers
     importers.import_source("lucid")            # download, or fall back to config.EXTERNAL_LOCAL
     importers.import_source("gpumemnet", from_dir="../shared/external")
     importers.lucid.read_solo(), importers.lucid.read_pairs(), importers.gpumemnet.read_runs()
     importers.import_source("alibaba-openb"); importers.alibaba.read_tasks(), importers.alibaba.read_nodes()
+    importers.import_source("gavel"); importers.gavel.read_solo(), importers.gavel.read_pairs()
 
 Importing this package is light (the CLI imports it to register ``gpupred import``): the importer modules, with
 pandas behind them, and the tables of sources are built on first use.
@@ -29,9 +30,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MEASUREMENT_MODULES: tuple[str, ...] = ("lucid", "gpumemnet")  # importers of measurements (the learning dataset's)
 TRACE_MODULES: tuple[str, ...] = ("alibaba",)  # scheduling traces: imported the same way, never in the dataset
+# co-location measurements without solo utilization or memory: read by gpupred.colocation, not in the dataset
+COLOCATION_MODULES: tuple[str, ...] = ("gavel",)
 
-__all__ = ["MODULES", "SOURCES", "TRACES", "alibaba", "Source", "ensure_imported", "get_source", "gpumemnet", "import_source",
-           "imported_sources", "is_imported", "lucid", "module", "read_provenance"]
+__all__ = ["COLOCATION", "MODULES", "SOURCES", "TRACES", "alibaba", "gavel", "Source", "ensure_imported", "get_source",
+           "gpumemnet", "import_source", "imported_sources", "is_imported", "lucid", "module", "read_provenance"]
 _FROM_SOURCE = ("Source", "ensure_imported", "is_imported", "read_provenance")
 
 
@@ -44,25 +47,23 @@ def __getattr__(name: str) -> Any:
     """The importer modules and the tables of sources, built on first use (and kept: tests patch them)."""
     if name in globals():
         return globals()[name]
-    if name in ("lucid", "gpumemnet", "alibaba"):
+    if name in (*MEASUREMENT_MODULES, *TRACE_MODULES, *COLOCATION_MODULES):
         return importlib.import_module(f"gpupred.importers.{name}")
     if name in _FROM_SOURCE:
         return getattr(importlib.import_module("gpupred.importers.source"), name)
-    if name == "MODULES":  # each source's importer module
-        value: Any = _modules(MEASUREMENT_MODULES)
-    elif name == "SOURCES":
-        value = {n: m.SOURCE for n, m in _modules(MEASUREMENT_MODULES).items()}
-    elif name == "TRACES":
-        value = {n: m.SOURCE for n, m in _modules(TRACE_MODULES).items()}
-    else:
+    tables = {"MODULES": MEASUREMENT_MODULES, "SOURCES": MEASUREMENT_MODULES, "TRACES": TRACE_MODULES,
+              "COLOCATION": COLOCATION_MODULES}
+    if name not in tables:
         raise AttributeError(f"module 'gpupred.importers' has no attribute {name!r}")
+    modules = _modules(tables[name])
+    value: Any = modules if name == "MODULES" else {n: m.SOURCE for n, m in modules.items()}
     globals()[name] = value
     return value
 
 
 def get_source(name: str) -> "Source":
-    """The source called ``name`` (lucid, gpumemnet, or the scheduling trace alibaba-openb)."""
-    known = {**__getattr__("SOURCES"), **__getattr__("TRACES")}
+    """The source called ``name`` (lucid, gpumemnet, gavel, or the scheduling trace alibaba-openb)."""
+    known = {**__getattr__("SOURCES"), **__getattr__("COLOCATION"), **__getattr__("TRACES")}
     if name not in known:
         raise GpupredError(f"unknown source {name!r}; known: {', '.join(known)}")
     return known[name]
@@ -73,7 +74,9 @@ def module(name: str) -> ModuleType:
     get_source(name)
     modules = __getattr__("MODULES")
     if name not in modules:
-        raise GpupredError(f"{name} is a scheduling trace, not a source of measurements (read it with gpupred.importers.{name.split('-')[0]})")
+        kind = "a scheduling trace" if name in __getattr__("TRACES") else "a co-location matrix"
+        raise GpupredError(f"{name} is {kind}, not a source of learning rows (read it with "
+                           f"gpupred.importers.{name.split('-')[0]})")
     return modules[name]
 
 

@@ -1,4 +1,4 @@
-"""``gpupred import lucid|gpumemnet|alibaba-openb [--from DIR]``: fetch published measurements at their pinned commits."""
+"""``gpupred import lucid|gpumemnet|gavel|alibaba-openb [--from DIR]``: fetch published measurements at their pinned commits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 
 def import_cmd(
-    source: Annotated[str, typer.Argument(help="Which published data: lucid, gpumemnet or alibaba-openb (a scheduling trace).", show_default=False)],
+    source: Annotated[str, typer.Argument(help="Which published data: lucid, gpumemnet, gavel or alibaba-openb (a scheduling trace).", show_default=False)],
     from_dir: Annotated[Optional[Path], typer.Option(
         "--from", help="Read the files from this folder (holding <source>/<file> or <file>) instead of downloading.")] = None,
 ) -> None:

@@ -30,6 +30,9 @@ What comes from the trace (:mod:`gpupred.importers.alibaba`), and what had to be
   Pair slowdowns are the truth's GPU's on every model.
 - **Load.** The trace's cluster was mostly idle for these tasks; a *load* ``L`` keeps a seeded random
   subset of nodes whose summed GPU speed is the slice's solo GPU work over (``L`` x its arrival span).
+- **Gavel's trace** (:func:`homogeneous_scenario`): the same slices' arrivals and durations, each job one of
+  Gavel's job types drawn uniformly at random (seeded; heavy ones included), on identical GPUs of the matrix's kind,
+  as many as the load asks for.
 - **Multi-GPU tasks** are not gang-scheduled: each of their GPUs is an independent job (they are 1 % of
   the GPU tasks; gang placement would need node structure in :class:`gpupred.sim.Cluster` and in every
   policy, left undone).
@@ -96,8 +99,14 @@ def assign_workloads(share: np.ndarray, util: np.ndarray, seed: int, jitter: flo
 
 
 def trace_jobs(tasks: pd.DataFrame, workloads: pd.DataFrame, seed: int, max_duration_s: float = 2 * 86400.0,
-               jitter: float = 0.1) -> pd.DataFrame:
-    """A simulator job table from trace tasks (multi-GPU tasks split, durations clipped, workloads assigned)."""
+               jitter: float = 0.1, assign: str = "share") -> pd.DataFrame:
+    """A simulator job table from trace tasks (multi-GPU tasks split, durations clipped, workloads assigned).
+
+    ``assign="share"``: by requested GPU share against measured solo utilization (:func:`assign_workloads`);
+    ``"uniform"``: each job a workload drawn uniformly at random (seeded), whatever it asked for.
+    """
+    if assign not in ("share", "uniform"):
+        raise GpupredError(f"assign={assign!r}: workloads are assigned by 'share' or 'uniform'")
     table = check_workload_table(workloads)
     reps = tasks["num_gpu"].to_numpy(np.int64)
     ids = np.array([f"{t}" if r == 1 else f"{t}.g{k}" for t, r in zip(tasks["task_id"], reps) for k in range(r)],
@@ -105,7 +114,10 @@ def trace_jobs(tasks: pd.DataFrame, workloads: pd.DataFrame, seed: int, max_dura
     arrival = np.repeat(tasks["arrival_s"].to_numpy(float), reps)
     work = np.minimum(np.repeat(tasks["duration_s"].to_numpy(float), reps), max_duration_s)
     share = np.repeat(tasks["gpu_share"].to_numpy(float), reps)
-    kind = assign_workloads(share, table["true_util"].to_numpy(float), seed, jitter)
+    if assign == "share":
+        kind = assign_workloads(share, table["true_util"].to_numpy(float), seed, jitter)
+    else:
+        kind = np.random.default_rng([seed, 11]).integers(0, len(table), size=len(share))
     jobs = jobs_from(table, kind, arrival - arrival.min(), work, ids)
     jobs["gpu_share"] = share
     return jobs
@@ -197,6 +209,22 @@ def load_openb(fixture_dir: str = "", allow_import: bool = True) -> tuple[pd.Dat
         return "the openb section is switched off (openb=False)"
     ok, why = ensure_imported(alibaba.SOURCE)
     return (alibaba.read_tasks(), alibaba.read_nodes()) if ok else why
+
+
+def homogeneous_scenario(part: pd.DataFrame, workloads: pd.DataFrame, load: float, gpu_memory_mib: float,
+                         max_duration_s: float = 2 * 86400.0) -> Callable[[int], tuple[pd.DataFrame, Cluster]]:
+    """A seed -> (jobs, cluster) maker: the slice's arrivals and durations, workloads drawn uniformly, on as many
+    identical GPUs of the truth's kind (speed 1) as make its solo GPU work ``load`` x GPUs x arrival span."""
+    if load <= 0:
+        raise GpupredError(f"load={load} must be positive")
+
+    def make(seed: int) -> tuple[pd.DataFrame, Cluster]:
+        jobs = trace_jobs(part, workloads, seed, max_duration_s=max_duration_s, assign="uniform")
+        span = float(jobs["arrival_s"].max() - jobs["arrival_s"].min()) or float(jobs["work_s"].max())
+        n = max(1, int(np.ceil(float(jobs["work_s"].sum()) / (load * span))))
+        return jobs, Cluster(nodes=1, gpus_per_node=n, gpu_memory_mib=gpu_memory_mib)
+
+    return make
 
 
 def scenario(part: pd.DataFrame, workloads: pd.DataFrame, nodes: pd.DataFrame, load: float,

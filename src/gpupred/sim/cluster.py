@@ -24,6 +24,10 @@ Model (documented once, here):
   ``oom_restart_s`` of extra work and is requeued; beside a partner it is marked never-pack, alone it is
   known from then on to need more than that GPU's capacity (``need_mib``, observable, not truth).
 - Queueing delay of a job is the total time it spent waiting in a queue (JCT minus running time).
+- A pair whose measured co-run failed (:meth:`PairSlowdown.fails`) fails at start like an out-of-memory newcomer:
+  counted as a failed pair (``failed_pairs``; ``failed_placements`` = OOMs + failed pairs), same penalty and rule.
+- Finish-time fairness (Themis): ``rho`` = a job's JCT over its solo run time on the GPU it finished on;
+  ``throughput``: work done per second between the first and the last arrival, per unit of summed GPU speed.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ class Slowdown:
     """
 
     _seal_depth = 0
-    READERS: tuple[str, ...] = ("pair", "upper")  # the methods that read slowdowns: sealed while a policy decides
+    READERS: tuple[str, ...] = ("pair", "upper", "fails")  # the methods that read the truth: sealed while a policy decides
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -99,6 +103,10 @@ class Slowdown:
 
     def measured(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Whether each (a, b) slowdown is a measurement (False: a model's)."""
+        return np.zeros(len(np.atleast_1d(a)), dtype=bool)
+
+    def fails(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether each pair (a, b) fails to run together (a measured failed co-run); False by default."""
         return np.zeros(len(np.atleast_1d(a)), dtype=bool)
 
 
@@ -136,18 +144,23 @@ class MatrixSlowdown(Slowdown):
 
 
 class PairSlowdown(Slowdown):
-    """The simulator's truth: measured pair slowdowns where measured, else a fitted model's (both per workload)."""
+    """The simulator's truth: measured pair slowdowns where measured, else a fitted model's (both per workload);
+    ``failed`` marks the pairs whose measured co-run failed (they never run together)."""
 
-    def __init__(self, measured: np.ndarray, fallback: np.ndarray, kind: np.ndarray) -> None:
+    def __init__(self, measured: np.ndarray, fallback: np.ndarray, kind: np.ndarray,
+                 failed: np.ndarray | None = None) -> None:
         measured = np.asarray(measured, dtype=float)
         fallback = np.asarray(fallback, dtype=float)
         if measured.shape != fallback.shape:
             raise GpupredError(f"measured {measured.shape} and fallback {fallback.shape} slowdown matrices differ in shape")
-        if not np.isfinite(fallback[~np.isfinite(measured)]).all():
+        self.failed = np.zeros(measured.shape, dtype=bool) if failed is None else np.asarray(failed, dtype=bool)
+        if self.failed.shape != measured.shape or (self.failed != self.failed.T).any():
+            raise GpupredError(f"failed-pair matrix must be symmetric and of shape {measured.shape}")
+        if not np.isfinite(fallback[~np.isfinite(measured) & ~self.failed]).all():
             raise GpupredError("the fallback slowdown model leaves a pair without a slowdown (NaN)")
         both = np.isfinite(measured) & np.isfinite(measured.T)  # a pair counts as measured when both members were
         self.is_measured = both
-        self.matrix = np.where(both, measured, fallback)
+        self.matrix = np.where(both, measured, np.where(self.failed, np.nan, fallback))
         self.kind = workload_kinds(kind, self.matrix.shape, "slowdown matrices are")
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -158,15 +171,23 @@ class PairSlowdown(Slowdown):
         """Whether each (a, b) slowdown was measured."""
         return self.is_measured[self.kind[a], self.kind[b]]
 
+    def fails(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether each pair's measured co-run failed."""
+        return self.failed[self.kind[a], self.kind[b]]
+
 
 class PredictedSlowdown(Slowdown):
-    """A policy's knowledge of pair slowdowns: point predictions and interval upper bounds per workload pair."""
+    """A policy's knowledge of pair slowdowns: point predictions and interval upper bounds per workload pair, and
+    (where failures were modelled) the probability that a pair fails to run together."""
 
-    def __init__(self, point: np.ndarray, high: np.ndarray, kind: np.ndarray) -> None:
+    def __init__(self, point: np.ndarray, high: np.ndarray, kind: np.ndarray, fail: np.ndarray | None = None) -> None:
         self.point = np.asarray(point, dtype=float)
         self.high = np.fmax(np.asarray(high, dtype=float), self.point)
         if self.point.shape != self.high.shape or self.point.ndim != 2:
             raise GpupredError(f"predicted slowdown matrices differ in shape: {self.point.shape} vs {self.high.shape}")
+        self.fail = None if fail is None else np.asarray(fail, dtype=float)
+        if self.fail is not None and self.fail.shape != self.point.shape:
+            raise GpupredError(f"predicted failure matrix {self.fail.shape} differs from the slowdowns' {self.point.shape}")
         self.kind = workload_kinds(kind, self.point.shape, "predicted slowdown matrix is")
 
     def pair(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -176,6 +197,13 @@ class PredictedSlowdown(Slowdown):
     def upper(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Upper bounds of the predicted slowdowns of ``a`` sharing with ``b`` (NaN: no prediction)."""
         return self.high[self.kind[a], self.kind[b]]
+
+    def fail_probability(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Predicted probability that ``a`` and ``b`` fail to run together (0 where failures were not modelled)."""
+        if self.fail is None:
+            return np.zeros(len(np.atleast_1d(a)))
+        p = self.fail[self.kind[a], self.kind[b]]
+        return np.where(p == p, p, 1.0)  # NaN (no prediction): taken to fail
 
 
 @dataclass
@@ -327,6 +355,9 @@ class Simulator:
         self.gpu_jobs: list[list[int]] = [[] for _ in range(g)]
         self.gpu_n = np.zeros(g, dtype=np.int64)
         self.gpu_busy = np.zeros(g)  # actual utilization of each GPU, %
+        self.gpu_rate = np.zeros(g)  # summed progress rate of the jobs on each GPU (work-seconds per second)
+        self.rate_sum = 0.0
+        self.tl_r: list[float] = [0.0]
         self.mate = np.full(g, -1, dtype=np.int64)  # the job alone on a GPU (-1 if empty or shared)
         self.busy_sum = 0.0
         self.tl_t: list[float] = [0.0]
@@ -334,6 +365,7 @@ class Simulator:
         self.heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.n_ooms = 0
+        self.n_failed_pairs = 0  # placements beside a partner whose measured co-run failed
         self.n_migrations = 0
         self.n_pairs_measured = 0
         self.n_pairs_modelled = 0
@@ -379,6 +411,15 @@ class Simulator:
         finally:
             self.truth._seal_depth = depth
 
+    def _truth_fails(self, a: int, b: int) -> bool:
+        """The simulator's own read of whether jobs ``a`` and ``b`` fail together (unsealed for the call)."""
+        depth = self.truth._seal_depth
+        self.truth._seal_depth = 0
+        try:
+            return bool(self.truth.fails(np.array([a]), np.array([b]))[0])
+        finally:
+            self.truth._seal_depth = depth
+
     def _refuse_copy_of_truth(self, policy: str, name: str, matrix: np.ndarray) -> None:
         """TruthLeak if a policy's slowdown knowledge equals the truth on every measured pair (unless an oracle run)."""
         if self.oracle:
@@ -421,24 +462,28 @@ class Simulator:
             slow = [max(1.0, float(s[0])), max(1.0, float(s[1]))]
         else:
             slow = []
-        busy = 0.0
+        busy = rates = 0.0
         ut = self._true_util
         for j, sj in zip(jobs, slow):
             r = float(self.speed[g]) / sj  # a GPU of relative speed v runs the job's work v times as fast
             self.rate[j] = r
+            rates += r
             self.version[j] += 1
             busy += ut[j] / sj
             self.push(now + max(self.rem[j], 0.0) / r, EV_FINISH, j, int(self.version[j]))
         busy = min(100.0, busy)
         self.busy_sum += busy - self.gpu_busy[g]
         self.gpu_busy[g] = busy
+        self.rate_sum += rates - self.gpu_rate[g]
+        self.gpu_rate[g] = rates
         self.mate[g] = jobs[0] if len(jobs) == 1 else -1
         u = self.busy_sum / len(self.gpu_busy)
         if self.tl_t[-1] == now:
-            self.tl_u[-1] = u
+            self.tl_u[-1], self.tl_r[-1] = u, self.rate_sum
         else:
             self.tl_t.append(now)
             self.tl_u.append(u)
+            self.tl_r.append(self.rate_sum)
 
     def place(self, j: int, g: int, view: str = "pred", profiling: bool = False) -> bool:
         """Start job ``j`` on GPU ``g``; False (and an OOM counted) if the true memory overflows."""
@@ -456,6 +501,8 @@ class Simulator:
             self.max_view_mem_frac = max(self.max_view_mem_frac, (sum(known[o] for o in others) + known[j]) / cap)
             if sum(self._true_mem[o] for o in others) + self._true_mem[j] > cap:  # mispredicted: the newcomer OOMs
                 return self._oom(j, float(cap), alone=False)
+            if self._truth_fails(j, others[0]):  # a co-run measured to fail: the newcomer fails as on an OOM
+                return self._oom(j, float(cap), alone=False, failed_pair=True)
             if bool(self.truth.measured(np.array([j]), np.array([others[0]]))[0]):
                 self.n_pairs_measured += 1
             else:
@@ -473,9 +520,13 @@ class Simulator:
         self._rerate(g)
         return True
 
-    def _oom(self, j: int, cap: float, alone: bool) -> bool:
-        """Count an out-of-memory start of ``j``: alone, it needs more than ``cap``; beside a partner, never pack it."""
-        self.n_ooms += 1
+    def _oom(self, j: int, cap: float, alone: bool, failed_pair: bool = False) -> bool:
+        """Count an out-of-memory start of ``j`` (or, ``failed_pair``, a start beside a partner it was measured to fail
+        with): alone, it needs more than ``cap``; beside a partner, never pack it."""
+        if failed_pair:
+            self.n_failed_pairs += 1
+        else:
+            self.n_ooms += 1
         self.ooms[j] += 1
         if alone:
             self.need_mib[j] = max(self.need_mib[j], cap + 1.0)
@@ -565,6 +616,19 @@ class Simulator:
             self.truth._seal_depth = 0
         return self._result(policy.name)
 
+    def _throughput(self) -> float:
+        """Work done per second while jobs keep arriving (first to last arrival), per unit of GPU speed.
+
+        1 means every GPU ran one job alone at its speed the whole time; sharing at a gain pushes it above 1.
+        """
+        if self.n == 0:
+            return 0.0
+        start, end = float(self.arrival.min()), float(self.arrival.max())
+        if end <= start:
+            end = float(np.nanmax(self.finish))
+        done = _integral(np.asarray(self.tl_t), np.asarray(self.tl_r), start, end)
+        return done / ((end - start) * float(self.speed.sum())) if end > start else 0.0
+
     def _result(self, name: str) -> SimResult:
         jct = self.finish - self.arrival
         t = np.asarray(self.tl_t)
@@ -577,10 +641,12 @@ class Simulator:
             avg_util = float(np.sum(u * seg) / span)
         else:
             avg_util = 0.0
+        alone = self.work / self.speed[np.maximum(self.last_gpu, 0)]  # its solo run time on the GPU it finished on
+        rho = jct / np.where(alone > 0, alone, np.nan)
         jobs = pd.DataFrame({
             "job_id": self.table["job_id"].to_numpy(), "arrival_s": self.arrival, "start_s": self.first_start,
             "finish_s": self.finish, "jct_s": jct, "wait_s": self.wait, "ooms": self.ooms, "migrations": self.migrations,
-            "gpu": self.last_gpu,
+            "gpu": self.last_gpu, "rho": rho,
         })
         metrics = {
             "n_jobs": int(self.n),
@@ -591,11 +657,22 @@ class Simulator:
             "p95_jct_s": float(np.quantile(jct, 0.95)) if self.n else 0.0,
             "mean_wait_s": float(np.mean(self.wait)) if self.n else 0.0,
             "ooms": int(self.n_ooms),
+            "failed_pairs": int(self.n_failed_pairs),
+            "failed_placements": int(self.n_ooms + self.n_failed_pairs),
+            "p95_rho": float(np.nanquantile(rho, 0.95)) if self.n else 0.0,
+            "mean_rho": float(np.nanmean(rho)) if self.n else 0.0,
+            "throughput": self._throughput(),
             "migrations": int(self.n_migrations),
             "pairs_measured": int(self.n_pairs_measured),
             "pairs_modelled": int(self.n_pairs_modelled),
         }
         return SimResult(name, jobs, t, u, metrics)
+
+
+def _integral(t: np.ndarray, v: np.ndarray, start: float, end: float) -> float:
+    """The integral over ``[start, end]`` of the step function equal to ``v[i]`` from ``t[i]`` on."""
+    edges = np.clip(np.append(t, np.inf), start, end)
+    return float(np.sum(v * np.diff(edges)))
 
 
 def simulate(jobs: pd.DataFrame, cluster: Cluster, policy: SchedulingPolicy, truth: Slowdown | None = None,

@@ -1,15 +1,16 @@
-"""Summaries of simulation results: per-policy tables, utilization over time, spread over seeds, report keys.
+"""Summaries of simulation results: per-policy tables over seeds, paired differences, the oracle-gain share, keys.
 
-Keys written to ``reports/metrics.json`` (:func:`report_metrics`), for ``<policy>`` in slot, reactive,
-horus, ours and ``<metric>`` in :data:`REPORT_KEYS` (``avg_util`` %, ``makespan_s``, ``mean_jct_s``,
-``p95_jct_s``, ``mean_wait_s`` (queueing delay), ``ooms`` (out-of-memory failures)):
+Keys written to ``reports/metrics.json`` (:func:`report_metrics`), for a trace prefix ``<p>`` (e.g.
+``sim_openb_load1``), ``<policy>`` in :data:`gpupred.sim.POLICY_ORDER` and ``<metric>`` in :data:`REPORT_KEYS`
+(``mean_jct_s``, ``p95_jct_s``, ``p95_rho`` (Themis finish-time fairness: JCT over solo run time), ``ooms``,
+``failed_placements`` (OOMs plus placements beside a partner measured to fail), ``throughput`` (work per second per
+unit of GPU speed while jobs arrive), ``avg_util`` %, ``mean_wait_s``):
 
-- ``sim_<policy>_<metric>``: mean over seeds on the synthetic trace; ``sim_<policy>_<metric>_ci``: the
-  half-width of its 95 % confidence interval (Student t over seeds);
-- ``sim_trace_<policy>_<metric>`` and ``..._ci``: the same on the public-format (Philly/Helios) trace;
-- ``sim_ours_minus_<other>_<metric>`` and ``..._ci`` (``sim_trace_ours_minus_...`` on the public trace):
-  the paired difference ours - other over the same seeds, for other in slot and horus;
-- ``sim_seeds``, ``sim_pairs_measured_frac`` (share of co-locations whose slowdown was measured).
+- ``<p>_<policy>_<metric>``: mean over seeds; ``<p>_<policy>_<metric>_ci``: half-width of its 95 % interval
+  (Student t over seeds);
+- ``<p>_<policy>_minus_horus_<metric>`` and ``..._ci``: the paired difference policy - Horus over the same seeds;
+- ``<p>_<policy>_oracle_gain_share`` and ``..._low`` / ``..._high``: the share of the oracle pairing's mean-JCT gain
+  over random pairing that the policy gets (:func:`oracle_gain_share`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from gpupred.reports import MetricsSchema
 from gpupred.sim.cluster import SimResult
 
 METRIC_KEYS: tuple[str, ...] = (
-    "avg_util", "makespan_s", "mean_jct_s", "median_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "migrations", "n_jobs",
-    "pairs_measured", "pairs_modelled",
+    "avg_util", "makespan_s", "mean_jct_s", "median_jct_s", "p95_jct_s", "mean_wait_s", "ooms", "failed_pairs",
+    "failed_placements", "p95_rho", "mean_rho", "throughput", "migrations", "n_jobs", "pairs_measured", "pairs_modelled",
 )
-REPORT_KEYS: tuple[str, ...] = ("avg_util", "makespan_s", "mean_jct_s", "p95_jct_s", "mean_wait_s", "ooms")
+REPORT_KEYS: tuple[str, ...] = ("mean_jct_s", "p95_jct_s", "p95_rho", "ooms", "failed_placements", "throughput",
+                                "avg_util", "mean_wait_s")
 
 
 def metrics_table(results: list[SimResult]) -> pd.DataFrame:
@@ -50,7 +52,7 @@ def ci_halfwidth(values: np.ndarray, level: float = 0.95) -> float:
 
 
 def summarize_seeds(runs: pd.DataFrame, keys: tuple[str, ...] = REPORT_KEYS) -> pd.DataFrame:
-    """Mean and CI half-width over seeds per policy (``runs``: one row per seed and policy, as run_seeds gives)."""
+    """Mean and CI half-width over seeds per policy (``runs``: one row per seed and policy)."""
     rows = []
     for policy, g in runs.groupby("policy", sort=False):
         row: dict[str, object] = {"policy": policy, "seeds": int(g["seed"].nunique())}
@@ -61,25 +63,52 @@ def summarize_seeds(runs: pd.DataFrame, keys: tuple[str, ...] = REPORT_KEYS) -> 
     return pd.DataFrame(rows)
 
 
-def paired_differences(runs: pd.DataFrame, ours: str = "ours", others: tuple[str, ...] = ("slot", "horus"),
+def paired_differences(runs: pd.DataFrame, base: str = "horus", policies: tuple[str, ...] | None = None,
                        keys: tuple[str, ...] = REPORT_KEYS) -> pd.DataFrame:
-    """Ours minus each other policy, paired by seed: mean difference and CI half-width per metric."""
+    """Each policy minus ``base``, paired by seed: mean difference and CI half-width per metric."""
     wide = runs.pivot(index="seed", columns="policy")
+    present = list(dict.fromkeys(runs["policy"]))
     rows = []
-    for other in others:
-        if other not in runs["policy"].values or ours not in runs["policy"].values:
+    for policy in policies if policies is not None else [p for p in present if p != base]:
+        if policy not in present or base not in present:
             continue
-        row: dict[str, object] = {"comparison": f"{ours}_minus_{other}"}
+        row: dict[str, object] = {"comparison": f"{policy}_minus_{base}"}
         for k in keys:
-            d = (wide[(k, ours)] - wide[(k, other)]).to_numpy(float)
+            d = (wide[(k, policy)] - wide[(k, base)]).to_numpy(float)
             row[k] = float(np.mean(d))
             row[f"{k}_ci"] = ci_halfwidth(d)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def report_metrics(summary: pd.DataFrame, differences: pd.DataFrame | None = None, prefix: str = "sim") -> dict[str, float]:
-    """Flat metrics.json keys (see the module doc) from :func:`summarize_seeds` and :func:`paired_differences`."""
+def _shares(v: np.ndarray, r: int, o: int) -> np.ndarray:
+    """``(v[:, r] - v) / (v[:, r] - v[:, o])`` per row of means (NaN where the oracle column is no lower)."""
+    gap = v[:, r] - v[:, o]
+    safe = np.where(gap > 0, gap, 1.0)
+    return np.where((gap > 0)[:, None], (v[:, [r]] - v) / safe[:, None], np.nan)
+
+
+def oracle_gain_share(runs: pd.DataFrame, metric: str = "mean_jct_s", n_boot: int = 2000,
+                      seed: int = 0) -> pd.DataFrame:
+    """Per policy: ``(random - policy) / (random - oracle)`` of the mean ``metric`` over seeds, with a 95 % bootstrap
+    interval over seeds (resampled together for every policy; NaN where the oracle gains nothing over random)."""
+    wide = runs.pivot(index="seed", columns="policy", values=metric)
+    if not {"random", "oracle"} <= set(wide.columns):
+        return pd.DataFrame(columns=["policy", "share", "low", "high"])
+    cols = list(wide.columns)
+    r, o = cols.index("random"), cols.index("oracle")
+    v = wide.to_numpy(float)
+    idx = np.random.default_rng(seed).integers(0, len(v), size=(n_boot, len(v)))
+    draws = _shares(v[idx].mean(axis=1), r, o)
+    point = _shares(v.mean(axis=0, keepdims=True), r, o)[0]
+    with np.errstate(all="ignore"):
+        low, high = np.nanquantile(draws, 0.025, axis=0), np.nanquantile(draws, 0.975, axis=0)
+    return pd.DataFrame({"policy": cols, "share": point, "low": low, "high": high})
+
+
+def report_metrics(summary: pd.DataFrame, differences: pd.DataFrame | None = None, prefix: str = "sim",
+                   shares: pd.DataFrame | None = None) -> dict[str, float]:
+    """Flat metrics.json keys (see the module doc) from the summaries of :func:`summarize_seeds` and friends."""
     out: dict[str, float] = {}
     for _, r in summary.iterrows():
         for k in REPORT_KEYS:
@@ -89,35 +118,21 @@ def report_metrics(summary: pd.DataFrame, differences: pd.DataFrame | None = Non
         for k in REPORT_KEYS:
             out[f"{prefix}_{r['comparison']}_{k}"] = r[k]
             out[f"{prefix}_{r['comparison']}_{k}_ci"] = r[f"{k}_ci"]
+    for _, r in (shares if shares is not None else pd.DataFrame()).iterrows():
+        out[f"{prefix}_{r['policy']}_oracle_gain_share"] = r["share"]
+        out[f"{prefix}_{r['policy']}_oracle_gain_share_low"] = r["low"]
+        out[f"{prefix}_{r['policy']}_oracle_gain_share_high"] = r["high"]
     return out
 
 
-def verdict(paired: pd.DataFrame, label: str) -> str:
-    """One line: ours - Horus mean JCT with its 95 % interval and OOM difference, and whether ours beats Horus."""
-    row = paired[paired["comparison"] == "ours_minus_horus"].iloc[0]
-    lo, hi = row["mean_jct_s"] - row["mean_jct_s_ci"], row["mean_jct_s"] + row["mean_jct_s_ci"]
-    beats = hi < 0 and row["ooms"] <= 0
-    return (f"{label}: ours - Horus mean JCT {row['mean_jct_s']:+.0f} s [{lo:+.0f}, {hi:+.0f}], OOMs {row['ooms']:+.1f}, "
-            f"p95 JCT {row['p95_jct_s']:+.0f} s: {'beats Horus' if beats else 'does not beat Horus'}")
-
-
-def why_line(sharing: pd.DataFrame, candidates: dict[str, float], max_slowdown: float, quality: str = "ours") -> str:
-    """One line, from the numbers: how often ours and Horus share, what it costs in waiting, and how many pairs ours may pack."""
-    s = sharing[sharing["quality"] == quality].set_index("policy") if "quality" in sharing else sharing.set_index("policy")
-    o, h = s.loc["ours"], s.loc["horus"]
-    return (f"ours shares {o['shared_per_job']:.3f} co-locations per job against Horus's {h['shared_per_job']:.3f} and waits "
-            f"{o['mean_wait_s']:.0f} s against {h['mean_wait_s']:.0f} s (OOMs {o['ooms']:.1f} vs {h['ooms']:.1f}); at its bound "
-            f"{max_slowdown} its upper-bound slowdowns allow {candidates['upper_bound']:.0%} of workload pairs, its point "
-            f"predictions {candidates['point']:.0%}, the truth {candidates['truth']:.0%} (median true pair slowdown "
-            f"{candidates['truth_median']:.2f}, median upper bound {candidates['upper_bound_median']:.2f})")
-
-
-def load_key(load: float) -> str:
-    """A load as a metrics-key part: no "." in a key (1.5 -> '1p5', 1.0 -> '1')."""
-    return f"{load:g}".replace(".", "p")
+def interval(row: pd.Series, key: str) -> tuple[float, float, float]:
+    """(mean, low, high) of a summary or difference row's ``key`` with its 95 % half-width."""
+    m, h = float(row[key]), float(row[f"{key}_ci"])
+    return m, m - h, m + h
 
 
 SIM_METRICS = MetricsSchema("07-scheduling-sim", (
-    (r"sim_\w+", "each policy's scheduling figures, their paired differences and the trace's (see this module)"),
+    (r"sim_\w+", "each trace's policies: figures with 95 % intervals, paired differences against Horus, the goals"),
     (r"openb_\w+", "the openb trace's import and slice counts"),
+    (r"gavel_\w+", "the Gavel-matrix trace's counts"),
 ))

@@ -1,4 +1,4 @@
-"""Scheduling policies: slot-based, reactive (profile, then pack), Horus (proactive, its published cost) and ours.
+"""Scheduling policies: slot-based, reactive (profile, then pack), Horus (its published cost), random pairing and ours.
 
 Shared rules (every policy, unless its definition below says otherwise):
 
@@ -23,18 +23,19 @@ Definitions:
   (k-means on predicted utilization and memory, fitted on a *separate history*, never the scheduled
   trace) it serves per-class queues by weighted fair queueing (weight: median wait x queue length), as
   the paper describes; without, the shared FIFO queue.
-- **ours**: predicted utilization, memory and pair slowdown with intervals: an empty GPU when one is
-  free (``prefer_empty``), else a running partner whose memory fits (the upper bounds sum within the
-  capacity, or, with ``max_oom_risk`` set, the pair's predicted out-of-memory probability,
-  :func:`gpupred.colocation.pair_oom_probability`, is at most ``max_oom_risk``). Which partner, by ``rule``:
-  ``"slowdown"`` (as first built): the one whose *upper-bound* (``bound="point"``: point) pair slowdown,
-  the larger of the two directions, is smallest, if it is at most ``max_slowdown``; ``"throughput"`` (the
-  one change, issue 37): the one whose *expected* throughput gain is largest, if it exceeds ``min_gain``:
-  the predicted gain :func:`pair_gain`, ``1/s_ab + 1/s_ba - 1`` (what sharing does beyond running the two
-  one after the other), times the predicted probability that the pair fits in memory (an OOM gains
-  nothing); ``max_oom_risk`` stays a hard cap on that probability. A job left waiting progresses at
-  rate 0, so a pair that shares at a positive gain finishes the two jobs' work sooner than queueing the
-  newcomer behind its partner.
+- **random**: Horus's queue and memory view; an empty GPU when one fits (as Horus's cost always picks), else a
+  uniformly random running partner whose predicted memory fits (seeded): partner choice at its worst informed.
+- **ours**: Horus's policy -- the same queues and the same cost on the same predicted utilization and memory --
+  with three changes, each resting on a prediction: (1) a *hard* memory fit: a partner is allowed only when the
+  pair's predicted out-of-memory probability from the memory intervals
+  (:func:`gpupred.colocation.pair_oom_probability`) is at most ``max_oom_risk``, and (where failures were modelled,
+  :class:`gpupred.colocation.failures.FailureModel`) its predicted failure probability at most ``max_fail``; an
+  empty GPU needs its upper-bound memory to fit; (2) refusal: a partner whose predicted throughput gain
+  :func:`pair_gain`, ``1/s_ab + 1/s_ba - 1``, is at most ``min_gain`` (0: sharing would lose combined throughput)
+  is not a candidate; (3) complementarity: among the candidates it minimizes Horus's cost minus ``weight`` x the
+  predicted gain (0 for an empty GPU), so partners whose slowdowns on each other are small win; ``weight`` is
+  chosen on a tuning slice. With perfect knowledge (the measured matrix as its predictions) it is the *oracle*
+  pairing.
 - Heterogeneous GPUs: an empty GPU is the fastest one where the job fits in the policy's memory view, the
   smallest of those on a tie
   (slot knows no memory; reactive only after profiling; after an OOM alone every policy knows the job
@@ -334,22 +335,35 @@ class HorusPolicy(Policy):
         """Jobs waiting in all classes."""
         return sum(len(q) for q in self.queues)
 
-    def choose(self, j: int) -> int:
-        """The cheapest fitting GPU (an empty one, or one beside a running partner)."""
-        sim = self.sim
-        util, mem = sim.known_util["pred"], sim.known_mem["pred"]
+    def candidates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The GPUs ``j`` may take now and the job on each (-1: the empty GPU :meth:`Policy._empty_gpu` picks, first),
+        beside every running partner whose memory fits in this policy's view."""
         gpus, mates = self._mates(j)
         empty = self._empty_gpu(j)
         if empty >= 0:
             gpus, mates = np.append(empty, gpus), np.append(-1, mates)
-        if not len(gpus):
-            return -1
+        return gpus.astype(np.int64), mates.astype(np.int64)
+
+    def cost(self, j: int, gpus: np.ndarray, mates: np.ndarray) -> np.ndarray:
+        """Horus's cost of each candidate, from predicted (point) utilization and memory."""
+        sim = self.sim
+        util, mem = sim.known_util["pred"], sim.known_mem["pred"]
         shared = mates >= 0
         mate = np.where(shared, mates, 0)
         cap = sim.cap[gpus]
-        cost = horus_cost(np.where(shared, util[mate], 0.0), np.where(shared, mem[mate], 0.0) / cap,
+        return horus_cost(np.where(shared, util[mate], 0.0), np.where(shared, mem[mate], 0.0) / cap,
                           shared.astype(float), float(util[j]), float(mem[j]) / cap)
-        return int(gpus[int(np.argmin(cost))])
+
+    def score(self, j: int, gpus: np.ndarray, mates: np.ndarray) -> np.ndarray:
+        """What :meth:`choose` minimizes over the candidates (Horus: its cost)."""
+        return self.cost(j, gpus, mates)
+
+    def choose(self, j: int) -> int:
+        """The candidate of lowest :meth:`score` (an empty GPU, or one beside a running partner), or -1."""
+        gpus, mates = self.candidates(j)
+        if not len(gpus):
+            return -1
+        return int(gpus[int(np.argmin(self.score(j, gpus, mates)))])
 
     def schedule(self) -> None:
         """Serve the queues (one: FIFO; per class: highest weight first) until none can start a job."""
@@ -366,6 +380,32 @@ class HorusPolicy(Policy):
                 return
 
 
+class RandomPairPolicy(HorusPolicy):
+    """Horus's queue and memory view, but the partner drawn at random: an empty GPU when one fits, else a uniformly
+    random running partner whose predicted memory fits (seeded). The lower bound of partner choice."""
+
+    name = "random"
+
+    def __init__(self, classes: HorusClasses | None = None, lookahead: int = 8, seed: int = 0) -> None:
+        super().__init__(classes, lookahead)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def attach(self, sim: Simulator) -> None:
+        """Bind and restart the partner draws from the seed."""
+        super().attach(sim)
+        self.rng = np.random.default_rng(self.seed)
+
+    def choose(self, j: int) -> int:
+        """An empty GPU if one fits, else a random fitting partner's GPU, else -1."""
+        gpus, mates = self.candidates(j)
+        if not len(gpus):
+            return -1
+        if mates[0] < 0:
+            return int(gpus[0])
+        return int(gpus[int(self.rng.integers(len(gpus)))])
+
+
 def pair_gain(s_ab: np.ndarray, s_ba: np.ndarray) -> np.ndarray:
     """Throughput gained by sharing a GPU instead of running one job after the other: ``1/s_ab + 1/s_ba - 1``.
 
@@ -376,82 +416,79 @@ def pair_gain(s_ab: np.ndarray, s_ba: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(gain), gain, -np.inf)
 
 
-class OursPolicy(Policy):
-    """Pack on predicted pair slowdowns (upper bounds) and memory upper bounds; an empty GPU first."""
+class OursPolicy(HorusPolicy):
+    """Horus's queue and cost, plus a hard memory fit, refusal of predicted losing pairs, and complementarity."""
 
     name = "ours"
     view = "high"
 
-    def __init__(self, predicted: PredictedSlowdown, max_slowdown: float = 1.5, prefer_empty: bool = True,
-                 lookahead: int = 8, max_oom_risk: float | None = None, interval_level: float = 0.9,
-                 bound: str = "upper", rule: str = "slowdown", min_gain: float = 0.0) -> None:
-        super().__init__(lookahead)
-        if bound not in ("upper", "point"):
-            raise GpupredError(f"bound={bound!r}: ours packs on the 'upper' bound or the 'point' slowdown prediction")
-        if rule not in ("slowdown", "throughput"):
-            raise GpupredError(f"rule={rule!r}: ours packs by 'slowdown' (at most max_slowdown) or 'throughput' (gain > min_gain)")
-        self.bound = bound
-        self.rule = rule
+    def __init__(self, predicted: PredictedSlowdown, classes: HorusClasses | None = None, weight: float = 1.0,
+                 min_gain: float = 0.0, max_oom_risk: float = 0.05, max_fail: float = 0.05, interval_level: float = 0.9,
+                 lookahead: int = 8) -> None:
+        super().__init__(classes, lookahead)
+        if not isinstance(predicted, PredictedSlowdown):
+            raise GpupredError(f"ours needs a PredictedSlowdown (held-out predictions), got {type(predicted).__name__}")
+        self.predicted = predicted
+        self.weight = weight
         self.min_gain = min_gain
         self.max_oom_risk = max_oom_risk
+        self.max_fail = max_fail
         self.interval_level = interval_level
-        if not isinstance(predicted, PredictedSlowdown):
-            raise GpupredError(f"ours needs a PredictedSlowdown (cross-fitted predictions), got {type(predicted).__name__}")
-        self.predicted = predicted
-        self.max_slowdown = max_slowdown
-        self.prefer_empty = prefer_empty
+        self._gain = np.zeros(0)
 
     def knowledge(self) -> dict[str, np.ndarray]:
         """The predicted slowdown matrices (point and upper bound)."""
         return {"point": self.predicted.point, "upper-bound": self.predicted.high}
 
     def oom_risk(self, j: int, mates: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """Predicted probability that ``j`` beside each of ``mates`` overflows GPUs of capacity ``cap``."""
+        """Predicted probability that ``j`` beside each of ``mates`` overflows GPUs of capacity ``cap`` (0 where no
+        memory is known at all, as for Gavel's job types)."""
         from gpupred.colocation.memfit import pair_oom_probability
 
         sim = self.sim
         point, high = sim.known_mem["pred"], sim.known_mem["high"]
+        if not len(mates) or (high[j] <= 0 and not (high[mates] > 0).any()):
+            return np.zeros(len(mates))
         return pair_oom_probability(np.full(len(mates), max(point[j], sim.need_mib[j])), np.full(len(mates), high[j]),
                                     point[mates], high[mates], cap, self.interval_level)
 
-    def _fitting_mates(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The partners ``j`` may join, with the predicted probability that each pair fits in memory: with
-        ``max_oom_risk`` set, those whose pair OOM probability is at most it (the risk computed once per decision);
-        without, those whose memory upper bounds fit (:meth:`Policy.pair_fits`), each with probability 1."""
-        if self.max_oom_risk is None:
-            gpus, mates = self._mates(j)
-            return gpus, mates, np.ones(len(mates))
+    def candidates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """An empty GPU where ``j``'s upper-bound memory fits, and every running partner that passes the hard memory fit
+        (pair OOM probability <= ``max_oom_risk``), the failure cap (<= ``max_fail``) and gains more than ``min_gain``."""
         gpus, mates = self._running_mates(j)
-        risk = self.oom_risk(j, mates, self.sim.cap[gpus])
-        ok = risk <= self.max_oom_risk
-        return gpus[ok], mates[ok], 1.0 - risk[ok]
-
-    def choose(self, j: int) -> int:
-        """An empty GPU if preferred and free, else the partner with the smallest upper-bound slowdown within bounds."""
         empty = self._empty_gpu(j)
-        if empty >= 0 and self.prefer_empty:
-            return empty
-        gpus, mates, fits = self._fitting_mates(j)
-        if len(gpus):
-            jj = np.full(len(mates), j)
-            read = self.predicted.upper if self.bound == "upper" else self.predicted.pair
-            if self.rule == "throughput":  # expected gain: nothing gained when the pair runs out of memory
-                gain = pair_gain(read(jj, mates), read(mates, jj)) * fits
-                b = int(np.argmax(gain))
-                return int(gpus[b]) if gain[b] > self.min_gain else empty
-            s = np.maximum(read(jj, mates), read(mates, jj))
-            s = np.where(np.isnan(s), np.inf, s)  # no prediction: never pack
-            b = int(np.argmin(s))
-            if s[b] <= self.max_slowdown:
-                return int(gpus[b])
-        return empty
+        if not len(mates):
+            self._gain = np.zeros(1 if empty >= 0 else 0)
+            return (np.array([empty]), np.array([-1])) if empty >= 0 else (gpus, mates)
+        jj = np.full(len(mates), j)
+        gain = pair_gain(self.predicted.pair(jj, mates), self.predicted.pair(mates, jj))
+        ok = (gain > self.min_gain) & (self.predicted.fail_probability(jj, mates) <= self.max_fail)
+        gpus, mates, gain = gpus[ok], mates[ok], gain[ok]
+        fits = self.oom_risk(j, mates, self.sim.cap[gpus]) <= self.max_oom_risk  # the costlier test, on fewer partners
+        gpus, mates, gain = gpus[fits], mates[fits], gain[fits]
+        if empty >= 0:
+            gpus, mates, gain = np.append(empty, gpus), np.append(-1, mates), np.append(0.0, gain)
+        self._gain = gain
+        return gpus.astype(np.int64), mates.astype(np.int64)
+
+    def score(self, j: int, gpus: np.ndarray, mates: np.ndarray) -> np.ndarray:
+        """Horus's cost minus ``weight`` x the predicted throughput gain of the pair (0 for an empty GPU)."""
+        return self.cost(j, gpus, mates) - self.weight * self._gain
+
+
+class OraclePolicy(OursPolicy):
+    """Ours handed the measured matrix, the true failures and the true memory as its predictions (an oracle run)."""
+
+    name = "oracle"
 
 
 POLICIES: dict[str, type[Policy]] = {
     "slot": SlotPolicy,
     "reactive": ReactivePolicy,
     "horus": HorusPolicy,
+    "random": RandomPairPolicy,
     "ours": OursPolicy,
+    "oracle": OraclePolicy,
 }
 
 

@@ -1,0 +1,341 @@
+"""Slowdown estimators, from the cheapest to the richest, in scikit-learn form (fit / predict / get_params / describe).
+
+Every estimator reads a *pair frame* (:func:`pair_frame`): one row per member of a co-located pair, with the member's
+and its partner's keys (``job_key``, ``partner_key``, ``model_group``, ``partner_group``) and solo inputs
+(``own_<c>``, ``partner_<c>``), and predicts each member's slowdown. ``fit(X, y)`` takes the measured slowdowns of
+the training rows. What each one knows:
+
+- **Zero-parameter priors** (``fit`` learns nothing): :class:`SummedUtilization` (``max(1, (u_a + u_b) / 100)``,
+  HotCloud's additive rule), :class:`TimeSharing` (``s_a = 1 + b_a q_b`` from the members' GPU-busy fractions,
+  :mod:`gpupred.colocation.timeshare`: the step model's busy over step time, or utilization / 100) and
+  :class:`StepShare` (``1 + T_b / (T_a + T_b)`` from solo step times alone: a member waits for its partner's share
+  of the two steps; the prior where no utilization was recorded, as in Gavel's matrix).
+- **A learned correction** (:class:`CorrectedSlowdown`): the prior times a correction learned on the training pairs'
+  member features, *kept only when an inner cross-validation over the training rows' model groups shows it ranks
+  better than its prior* -- in every inner fold, and by ``margin`` in Spearman on average -- (otherwise the prior
+  itself is returned, so a cell never trades its prior for a guess).
+- **Calibration from reference co-runs** (:class:`SlowdownModel`): ``log s(a|b) = log prior(a, b) + sens_a + aggr_b``,
+  each job's sensitivity and aggressiveness fitted on training pairs (ridge on job identities, no intercept); a new
+  job gets both from ``k`` short co-runs with fixed reference jobs (:meth:`SlowdownModel.calibrate`), each effect the
+  mean of its co-run residuals shrunk to 0 (the prior) by ``noise variance / effect variance`` (empirical Bayes from
+  the training fit). With no co-run a new job is predicted by the prior exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+
+from gpupred.colocation.timeshare import timeshare_slowdown
+from gpupred.errors import GpupredError
+
+PAIR_KEYS: tuple[str, ...] = ("group_id", "member", "job_key", "partner_key", "model_group", "partner_group")
+
+
+def pair_frame(table: pd.DataFrame, member: pd.DataFrame | None = None, columns: tuple[str, ...] | list[str] = ()) -> pd.DataFrame:
+    """One row per member of every pair (groups of two) of a co-location table, with own and partner inputs.
+
+    ``member`` is aligned with ``table`` (e.g. :func:`gpupred.colocation.align`); each of its ``columns`` gives
+    ``own_<c>`` and ``partner_<c>``. Keeps ``slowdown`` and ``failed`` (the group failed); larger groups are left out.
+    """
+    t = table.reset_index(drop=True)
+    size = t.groupby("group_id")["group_id"].transform("size").to_numpy()
+    keep = np.flatnonzero(size == 2)
+    t = t.iloc[keep].reset_index(drop=True)
+    order = np.lexsort((t["member"].to_numpy(), pd.factorize(t["group_id"])[0]))
+    t = t.iloc[order].reset_index(drop=True)
+    partner = np.arange(len(t)) ^ 1  # rows come in (member 0, member 1) order per group
+    out = pd.DataFrame({
+        "group_id": t["group_id"].to_numpy(), "member": t["member"].to_numpy(), "job_key": t["job_key"].astype(str).to_numpy(),
+        "partner_key": t["job_key"].astype(str).to_numpy()[partner], "model_group": t["model_group"].astype(str).to_numpy(),
+        "partner_group": t["model_group"].astype(str).to_numpy()[partner], "gpu_name": t["gpu_name"].to_numpy(),
+        "slowdown": t["slowdown"].astype(float).to_numpy(), "failed": t["group_failed"].astype(bool).to_numpy(),
+    })
+    if member is not None and len(columns):
+        m = member.reset_index(drop=True)
+        if len(m) != len(table):
+            raise GpupredError(f"member inputs have {len(m)} rows for a table of {len(table)}; align them first")
+        m = m.iloc[keep].reset_index(drop=True).iloc[order].reset_index(drop=True)
+        for c in columns:
+            v = m[c].to_numpy(float) if c in m.columns else np.full(len(m), np.nan)
+            out[f"own_{c}"], out[f"partner_{c}"] = v, v[partner]
+    return out
+
+
+def _pair(X: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(own, partner) values of one input column of a pair frame."""
+    missing = [c for c in (f"own_{column}", f"partner_{column}") if c not in X.columns]
+    if missing:
+        raise GpupredError(f"pair frame lacks {missing}; build it with pair_frame(..., columns=[{column!r}, ...])")
+    return X[f"own_{column}"].to_numpy(float), X[f"partner_{column}"].to_numpy(float)
+
+
+class SlowdownEstimator(BaseEstimator):  # type: ignore[misc]
+    """Base of the slowdown estimators: ``fit(X, y)``, ``predict(X)`` (slowdown per pair-frame row), ``describe()``."""
+
+    kind = "prior"  # "prior" (zero parameters), "learned" or "calibrated"
+    what = ""  # one line: what it computes
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray | None = None) -> SlowdownEstimator:
+        """Learn from training rows (priors learn nothing)."""
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted slowdown of each row (NaN where an input is missing)."""
+        raise NotImplementedError
+
+    def log_predict(self, X: pd.DataFrame) -> np.ndarray:
+        """The log of :meth:`predict`."""
+        return np.log(np.maximum(self.predict(X), 1e-6))
+
+    def describe(self) -> dict[str, Any]:
+        """Name, kind, settings and one line of what it computes."""
+        params = {k: (v.describe()["name"] if isinstance(v, SlowdownEstimator) else v) for k, v in self.get_params(deep=False).items()}
+        return {"name": type(self).__name__, "kind": self.kind, "params": params, "what": self.what}
+
+
+class SummedUtilization(SlowdownEstimator):
+    """``max(1, (u_own + u_partner) / 100)`` from a utilization input (%)."""
+
+    what = "max(1, summed solo utilization / 100): the additive rule"
+
+    def __init__(self, column: str = "util_pred") -> None:
+        self.column = column
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """The additive rule on each row."""
+        own, partner = _pair(X, self.column)
+        return np.maximum(1.0, (own + partner) / 100.0)
+
+
+class TimeSharing(SlowdownEstimator):
+    """``s = 1 + b_own q_partner`` from GPU-busy fractions (0..1): :func:`gpupred.colocation.timeshare_slowdown`."""
+
+    what = "time-sharing estimate from the members' GPU-busy fractions"
+
+    def __init__(self, column: str = "busy_pred") -> None:
+        self.column = column
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """The time-sharing estimate on each row."""
+        own, partner = _pair(X, self.column)
+        return timeshare_slowdown(own, partner)
+
+
+class StepShare(SlowdownEstimator):
+    """``1 + T_partner / (T_own + T_partner)`` from solo step times: the partner's share of the two steps."""
+
+    what = "1 + the partner's share of the two solo step times"
+
+    def __init__(self, column: str = "step_s") -> None:
+        self.column = column
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """The step-share estimate on each row."""
+        own, partner = _pair(X, self.column)
+        return 1.0 + partner / (own + partner)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman of finite pairs (Pearson of average ranks); NaN with fewer than 3 or a constant side."""
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return float("nan")
+    return float(np.corrcoef(rankdata(a[ok]), rankdata(b[ok]))[0, 1])
+
+
+def group_folds(X: pd.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) rows per fold of whole model groups: test rows are the fold's jobs' rows, train rows the pairs
+    with no member in the fold (a test job is in no training pair)."""
+    groups = sorted(set(X["model_group"]) | set(X["partner_group"]))
+    fold_of = {g: k % n_folds for k, g in enumerate(groups)}
+    own = X["model_group"].map(fold_of).to_numpy()
+    partner = X["partner_group"].map(fold_of).to_numpy()
+    return [(np.flatnonzero((own != k) & (partner != k)), np.flatnonzero(own == k)) for k in range(n_folds)]
+
+
+def _design(X: pd.DataFrame, features: list[str], log_prior: np.ndarray) -> np.ndarray:
+    """The correction's inputs: log prior, own and partner features (log1p of non-negative ones)."""
+    cols = [log_prior]
+    for f in features:
+        for side in ("own", "partner"):
+            v = X[f"{side}_{f}"].to_numpy(float)
+            cols.append(np.log1p(np.maximum(v, 0.0)) if np.nanmin(np.append(v, 0.0)) >= 0 else v)
+    return np.column_stack(cols)
+
+
+CANDIDATES: dict[str, tuple[str, float]] = {  # correction tried against the prior: (model, weight of its log correction)
+    "boosted": ("boosted", 1.0), "boosted_half": ("boosted", 0.5), "linear": ("linear", 1.0),
+}
+
+
+def single_thread() -> Any:
+    """A context that keeps OpenMP to one thread: small fits run far faster than with threads on a shared CPU."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
+
+
+def _fit_model(model: str, x: np.ndarray, resid: np.ndarray, seed: int) -> Any:
+    """A ``"boosted"`` (gradient boosting) or ``"linear"`` (ridge) model of the log residual on inputs ``x``; the
+    boosted one sees only the columns with at least two distinct values (returned with it)."""
+    if model == "boosted":
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        varied = np.array([np.unique(c[np.isfinite(c)]).size > 1 for c in x.T])
+        with single_thread():
+            fitted = HistGradientBoostingRegressor(max_iter=60, learning_rate=0.1, max_leaf_nodes=7, l2_regularization=1.0,
+                                                   min_samples_leaf=max(2, min(40, len(x) // 20)),
+                                                   random_state=seed).fit(x[:, varied], resid)
+        return fitted, varied
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12))).fit(np.nan_to_num(x), resid)
+
+
+def _apply(model: str, fitted: Any, x: np.ndarray) -> np.ndarray:
+    """The log correction a fitted model predicts on inputs ``x``."""
+    if model == "boosted":
+        trees, varied = fitted
+        with single_thread():
+            return trees.predict(x[:, varied])
+    return fitted.predict(np.nan_to_num(x))
+
+
+class CorrectedSlowdown(SlowdownEstimator):
+    """Its prior times a learned correction, or the prior alone where inner CV shows no correction ranks better."""
+
+    kind = "learned"
+    what = "prior x learned correction, kept only where it beats the prior in every inner fold by model group"
+
+    def __init__(self, prior: SlowdownEstimator | None = None, features: tuple[str, ...] = (), n_inner: int = 3,
+                 margin: float = 0.02, seed: int = 0) -> None:
+        self.prior = prior
+        self.features = features
+        self.n_inner = n_inner
+        self.margin = margin
+        self.seed = seed
+
+    def _inner_scores(self, X: pd.DataFrame, y: np.ndarray, log_prior: np.ndarray,
+                      x: np.ndarray) -> dict[str, list[float]]:
+        """Spearman per inner fold (whole model groups) of the prior and of each candidate."""
+        scores: dict[str, list[float]] = {"prior": [], **{c: [] for c in CANDIDATES}}
+        resid = np.log(y) - log_prior
+        for tr, te in group_folds(X, self.n_inner):
+            if len(tr) < 20 or len(te) < 4:
+                continue
+            scores["prior"].append(spearman(log_prior[te], y[te]))
+            fitted = {m: _apply(m, _fit_model(m, x[tr], resid[tr], self.seed), x[te]) for m in {m for m, _ in CANDIDATES.values()}}
+            for name, (model, weight) in CANDIDATES.items():
+                scores[name].append(spearman(log_prior[te] + weight * fitted[model], y[te]))
+        return scores
+
+    def _beats(self, scores: dict[str, list[float]], name: str) -> bool:
+        """Whether candidate ``name`` ranks better than the prior in every inner fold and by ``margin`` on average."""
+        d = np.asarray(scores[name], dtype=float) - np.asarray(scores["prior"], dtype=float)
+        return bool(len(d) and np.isfinite(d).all() and (d > 0).all() and d.mean() > self.margin)
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray | None = None) -> CorrectedSlowdown:
+        """Choose (inner CV) and fit the correction on the training rows; ``chosen_`` says which, ``inner_`` the scores."""
+        if self.prior is None:
+            raise GpupredError("CorrectedSlowdown needs a prior estimator")
+        y = np.asarray(y if y is not None else X["slowdown"], dtype=float)
+        ok = np.isfinite(y) & (y > 0)
+        X, y = X[ok].reset_index(drop=True), y[ok]
+        log_prior = self.prior.fit(X, y).log_predict(X)
+        x = _design(X, list(self.features), log_prior)
+        scores = self._inner_scores(X, y, log_prior, x) if self.features else {"prior": []}
+        self.inner_ = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in scores.items()}
+        best = max(CANDIDATES, key=lambda c: np.nan_to_num(self.inner_.get(c, np.nan), nan=-2.0))
+        beats = best in scores and self._beats(scores, best)
+        self.chosen_ = best if beats else "prior"
+        self.model_ = _fit_model(CANDIDATES[best][0], x, np.log(y) - log_prior, self.seed) if beats else None
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """The prior, times the chosen correction when one was kept."""
+        log_prior = self.prior.log_predict(X)
+        if self.model_ is None:
+            return self.prior.predict(X)
+        model, weight = CANDIDATES[self.chosen_]
+        return np.exp(log_prior + weight * _apply(model, self.model_, _design(X, list(self.features), log_prior)))
+
+
+class SlowdownModel(SlowdownEstimator):
+    """``log s(a|b) = log prior(a, b) + sens_a + aggr_b``: job effects on a prior, calibrated for new jobs from co-runs."""
+
+    kind = "calibrated"
+    what = "prior x exp(own sensitivity + partner aggressiveness); new jobs calibrated from reference co-runs"
+
+    def __init__(self, prior: SlowdownEstimator | None = None, alpha: float = 1.0) -> None:
+        self.prior = prior
+        self.alpha = alpha
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray | None = None) -> SlowdownModel:
+        """Fit every training job's two effects (ridge on identities) and the noise and effect variances."""
+        from sklearn.linear_model import Ridge
+
+        if self.prior is None:
+            raise GpupredError("SlowdownModel needs a prior estimator")
+        y = np.asarray(y if y is not None else X["slowdown"], dtype=float)
+        ok = np.isfinite(y) & (y > 0)
+        X, y = X[ok].reset_index(drop=True), y[ok]
+        if len(X) < 4:
+            raise GpupredError(f"{len(X)} co-located jobs with a measured slowdown: fit on at least 4")
+        resid = np.log(y) - self.prior.fit(X, y).log_predict(X)
+        jobs = pd.Index(sorted(set(X["job_key"]) | set(X["partner_key"])))
+        own, partner = jobs.get_indexer(X["job_key"]), jobs.get_indexer(X["partner_key"])
+        n = len(jobs)
+        design = np.zeros((len(X), 2 * n))
+        design[np.arange(len(X)), own] = 1.0
+        design[np.arange(len(X)), n + partner] = 1.0
+        ok_rows = np.isfinite(resid)
+        fit = Ridge(alpha=self.alpha, fit_intercept=False).fit(design[ok_rows], resid[ok_rows])
+        self.sens_ = dict(zip(jobs, fit.coef_[:n]))
+        self.aggr_ = dict(zip(jobs, fit.coef_[n:]))
+        seen_own, seen_partner = np.unique(own[ok_rows]), np.unique(partner[ok_rows])
+        self.noise_var_ = float(np.mean((resid[ok_rows] - fit.predict(design[ok_rows])) ** 2))
+        self.sens_var_ = float(np.mean(fit.coef_[:n][seen_own] ** 2)) or 1e-6
+        self.aggr_var_ = float(np.mean(fit.coef_[n:][seen_partner] ** 2)) or 1e-6
+        self.calibrated_: dict[str, int] = {}
+        return self
+
+    def calibrate(self, job: str, coruns: pd.DataFrame) -> SlowdownModel:
+        """Fit ``job``'s sensitivity and aggressiveness from its co-runs with jobs the model knows, shrunk to the prior.
+
+        ``coruns`` are pair-frame rows (with ``slowdown``) of ``job`` beside reference jobs and of the references
+        beside ``job``; rows with another job, an unknown partner or no finite slowdown are ignored. A ``log_prior``
+        column, when present, is taken as the prior's log on those rows (callers that calibrate often compute it once).
+        """
+        own, partner = coruns["job_key"].to_numpy(), coruns["partner_key"].to_numpy()
+        y = coruns["slowdown"].to_numpy(float)
+        log_prior = coruns["log_prior"].to_numpy(float) if "log_prior" in coruns else self.prior.log_predict(coruns)
+        resid = np.log(np.where(y > 0, y, np.nan)) - log_prior
+        usable = np.isfinite(resid)
+        as_own = [i for i in np.flatnonzero(usable) if own[i] == job and partner[i] != job and partner[i] in self.aggr_]
+        as_partner = [i for i in np.flatnonzero(usable) if partner[i] == job and own[i] != job and own[i] in self.sens_]
+        e_sens = np.array([resid[i] - self.aggr_[partner[i]] for i in as_own])
+        e_aggr = np.array([resid[i] - self.sens_[own[i]] for i in as_partner])
+        self.sens_[job] = float(e_sens.sum() / (len(e_sens) + self.noise_var_ / self.sens_var_))
+        self.aggr_[job] = float(e_aggr.sum() / (len(e_aggr) + self.noise_var_ / self.aggr_var_))
+        self.calibrated_[job] = int(min(len(e_sens), len(e_aggr)))
+        return self
+
+    def effects(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(own sensitivity, partner aggressiveness) of each row: 0 for a job neither fitted nor calibrated."""
+        sens = X["job_key"].map(self.sens_).fillna(0.0).to_numpy(float)
+        aggr = X["partner_key"].map(self.aggr_).fillna(0.0).to_numpy(float)
+        return sens, aggr
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """The prior times ``exp(sens_own + aggr_partner)``."""
+        sens, aggr = self.effects(X)
+        return np.exp(self.prior.log_predict(X) + sens + aggr)

@@ -1,0 +1,133 @@
+"""Tables, goal checks and the closing note of notebook 06, computed from :func:`gpupred.colocation.study.run_slice`.
+
+Every figure in the closing note is read from these results (never typed): :func:`closing_markdown` renders it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gpupred.colocation.scoring import METRICS
+from gpupred.colocation.study import LABELS, SliceResult
+
+GOAL_LUCID = 0.10  # k = 3 calibration over summed utilization on Lucid non-RL, pooled and per cell (issue 61)
+GOAL_GAVEL = 0.25  # k = 3 calibration over its prior on Gavel V100, pooled and per cell
+GOAL_K = 3
+
+
+def label(name: str) -> str:
+    """A predictor's readable name."""
+    if name.startswith("calibrated_k"):
+        return f"calibrated, k = {name.removeprefix('calibrated_k')} reference co-runs"
+    return LABELS.get(name, name)
+
+
+def scores_table(results: list[SliceResult], rows_kept: str = "all", calibrated: tuple[int, ...] = (GOAL_K,)) -> pd.DataFrame:
+    """One row per (slice, predictor): the four metrics and the scored rows (calibration only at ``calibrated`` k)."""
+    frames = []
+    keep = {f"calibrated_k{k}" for k in calibrated}
+    for r in results:
+        s = r.scores[r.scores["rows_kept"] == rows_kept]
+        s = s[~s["predictor"].str.startswith("calibrated_k") | s["predictor"].isin(keep)]
+        frames.append(s.assign(slice=r.name, predictor_label=s["predictor"].map(label)))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return out[["slice", "predictor", "predictor_label", *METRICS, "rows", "cells", "jobs"]] if len(out) else out
+
+
+def calibration_curve(results: list[SliceResult]) -> pd.DataFrame:
+    """Per slice and k: the calibrated model's metrics, beside its prior and summed utilization on the same rows."""
+    rows = []
+    for r in results:
+        s = r.scores[r.scores["rows_kept"] == "all"].set_index("predictor")
+        for name in s.index[s.index.str.startswith("calibrated_k")]:
+            rows.append({"slice": r.name, "k": int(name.removeprefix("calibrated_k")),
+                         **{m: float(s.loc[name, m]) for m in METRICS}})
+    return pd.DataFrame(rows)
+
+
+def references_table(results: list[SliceResult], features: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per slice: the reference jobs in order (the first k are calibration's k) with the solo features they were
+    chosen from (``features``: slice name -> per-job solo features)."""
+    rows = []
+    for r in results:
+        f = features.get(r.name, pd.DataFrame())
+        for i, job in enumerate(r.refs):
+            extra = f.loc[job].to_dict() if job in f.index else {}
+            rows.append({"slice": r.name, "order": i + 1, "job_key": job, **extra})
+    return pd.DataFrame(rows)
+
+
+def cell_comparison(result: SliceResult, predictor: str, prior: str) -> dict[str, float]:
+    """Cells where ``predictor`` ranks worse / better than ``prior`` (Spearman within the cell), and the mean gap."""
+    pc = result.per_cell
+    if predictor not in pc or prior not in pc:
+        return {"cells": 0, "worse": 0, "better": 0, "mean_gap": float("nan")}
+    d = (pc[predictor] - pc[prior]).dropna()
+    return {"cells": int(len(d)), "worse": int((d < -1e-9).sum()), "better": int((d > 1e-9).sum()),
+            "mean_gap": float(d.mean()) if len(d) else float("nan")}
+
+
+def _metric(result: SliceResult, predictor: str, metric: str) -> float:
+    s = result.scores[(result.scores["rows_kept"] == "all") & (result.scores["predictor"] == predictor)]
+    return float(s[metric].iloc[0]) if len(s) else float("nan")
+
+
+def goal_checks(results: list[SliceResult], priors: dict[str, str]) -> dict[str, float]:
+    """The issue's goals from the results: calibration at k = 3 against its reference, and correction vs prior per cell.
+
+    ``priors``: slice name -> its prior. On Lucid non-RL the reference is summed utilization (the larger of its
+    predicted and measured Spearman); on Gavel V100, the slice's prior.
+    """
+    by = {r.name: r for r in results}
+    out: dict[str, float] = {}
+    for name, ref_names, goal in (("lucid_nonrl", ("sum_util_pred", "sum_util_meas"), GOAL_LUCID),
+                                  ("gavel_v100", (priors.get("gavel_v100", "step_share"),), GOAL_GAVEL)):
+        if name not in by:
+            continue
+        for m in ("spearman_pooled", "spearman_cell"):
+            ref = max(_metric(by[name], n, m) for n in ref_names)
+            got = _metric(by[name], f"calibrated_k{GOAL_K}", m)
+            out[f"slowdown_goal_{m}_{name}_reference"] = ref
+            out[f"slowdown_goal_{m}_{name}_gain"] = got - ref
+            out[f"slowdown_goal_{m}_{name}_met"] = float(got - ref >= goal)
+    for r in results:
+        c = cell_comparison(r, "corrected", priors[r.name])
+        out[f"slowdown_cells_worse_than_prior_{r.name}_corrected"] = c["worse"]
+        out[f"slowdown_cells_{r.name}"] = c["cells"]
+    return out
+
+
+def _fmt(v: float) -> str:
+    return "n/a" if not np.isfinite(v) else f"{v:.3f}"
+
+
+def closing_markdown(results: list[SliceResult], goals: dict[str, float], priors: dict[str, str]) -> str:
+    """The closing note: per slice the scoring table, the calibration curve, and whether each goal is met."""
+    lines = ["### Closing note (every figure read from this run's results)", ""]
+    for r in results:
+        s = r.scores[r.scores["rows_kept"] == "all"].set_index("predictor")
+        lines += [f"**{r.label}** ({int(s['rows'].max())} held-out member rows, {int(s['cells'].max())} cells; references: "
+                  f"{', '.join(r.refs[:GOAL_K])}):", "",
+                  "| predictor | pooled | per cell | within job | MAE |", "|---|---|---|---|---|"]
+        for name in s.index:
+            if name.startswith("calibrated_k") and name != f"calibrated_k{GOAL_K}":
+                continue
+            lines.append(f"| {label(name)} | {_fmt(s.loc[name, 'spearman_pooled'])} | {_fmt(s.loc[name, 'spearman_cell'])} | "
+                         f"{_fmt(s.loc[name, 'spearman_job'])} | {_fmt(s.loc[name, 'mae'])} |")
+        curve = s[s.index.str.startswith("calibrated_k")]
+        lines += ["", "calibration, k = 0..5, pooled: " + ", ".join(_fmt(v) for v in curve["spearman_pooled"])
+                  + "; per cell: " + ", ".join(_fmt(v) for v in curve["spearman_cell"]), ""]
+        c = cell_comparison(r, "corrected", priors[r.name])
+        lines += [f"the correction is worse than its prior ({label(priors[r.name])}) in {c['worse']} of {c['cells']} "
+                  f"cells, better in {c['better']} (mean gap {_fmt(c['mean_gap'])}); it was kept in "
+                  f"{int((r.chosen != 'prior').sum())} of {len(r.chosen)} cells.", ""]
+    for name, goal in (("lucid_nonrl", GOAL_LUCID), ("gavel_v100", GOAL_GAVEL)):
+        if f"slowdown_goal_spearman_pooled_{name}_met" not in goals:
+            lines.append(f"Goal on {name}: not evaluated (slice not present).")
+            continue
+        parts = [f"{m.removeprefix('spearman_')} {goals[f'slowdown_goal_{m}_{name}_gain']:+.3f} over "
+                 f"{_fmt(goals[f'slowdown_goal_{m}_{name}_reference'])}" for m in ("spearman_pooled", "spearman_cell")]
+        met = all(goals[f"slowdown_goal_{m}_{name}_met"] for m in ("spearman_pooled", "spearman_cell"))
+        lines.append(f"Goal on {name} (k = {GOAL_K} at least +{goal:.2f}): {'met' if met else 'not met'} ({'; '.join(parts)}).")
+    return "\n".join(lines)
