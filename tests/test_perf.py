@@ -440,3 +440,32 @@ def test_a_masked_sdpa_export_with_its_nan_guard_is_one_core() -> None:
     cores = attention_cores(graph)
     assert len(cores) == 1 and cores[0].sdpa and cores[0].mask == "mask"
     assert {graph.nodes[i][0] for i in cores[0].nodes} >= {"IsNaN", "Where", "Softmax", "Add"}
+
+
+def test_batched_timeline_is_the_per_run_timeline() -> None:
+    """BatchedRuns (every run's kernels at once: what the constants fit evaluates) gives simulate's answers for store
+    graphs of several kinds, every sync mode, host batches, 16-bit and fp16 (a GradScaler sync: the per-run path),
+    on two GPUs and two sets of constants."""
+    from dataclasses import replace
+
+    from gpupred.hardware import gpu_spec
+    from gpupred.perf import DEFAULT, simulate
+    from gpupred.perf.batched import BatchedRuns
+    from gpupred.perf.table import spec_kernels
+    from gpupred.workloads.spec import WorkloadSpec
+
+    ids = ["resnet.resnet18-bs32-img64-fp32-sgd", "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam",
+           "mobilenet.mobilenet_v2-bs16-img64-fp16-adam", "mlp.mlp-w1024-d2-bs64-in784-fp32-adam"]
+    runs = []
+    for k, wid in enumerate(ids):
+        spec = WorkloadSpec.from_id(wid)
+        for sync in ("step", "window", "kernel"):
+            runs.append((spec_kernels(spec), gpu_spec(("H200", "RTX 3090")[k % 2]), spec.precision, sync, k == 1))
+    kernels, gpus, precisions, syncs, hosts = (list(x) for x in zip(*runs))
+    batch = BatchedRuns.build(kernels, gpus, precisions, syncs, hosts)
+    assert batch.per_run.sum() == 3  # the fp16 runs (GradScaler's sync) take the per-run path
+    for c in (DEFAULT, replace(DEFAULT, launch_s=40e-6, tensor_eff=0.3, min_kernel_s=7e-6, step_overhead_s=3e-4)):
+        util, step = batch.simulate(c, kernels, gpus, precisions, syncs, hosts)
+        for i, (kl, gpu, prec, sync, host) in enumerate(runs):
+            est = simulate(kl, gpu, prec, c, sync, host)
+            assert step[i] == pytest.approx(est.step_s, rel=1e-9) and util[i] == pytest.approx(est.util, rel=1e-9), i

@@ -9,15 +9,14 @@ recorded it, plus a weak pull of each constant's logarithm towards its published
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
 from gpupred.hardware import GpuSpec
 from gpupred.perf.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants
 from gpupred.perf.kernels import KernelList
-from gpupred.perf.timeline import simulate
 
 PRIOR_WEIGHT = 0.05  # per constant, in log units: a 1 % pull of a 2x departure against ~400 run residuals
 MAX_FIT_ROWS = 250  # runs per (GPU kind, protocol) the fit reads (a deterministic sample of larger groups)
@@ -35,16 +34,30 @@ class FitRows:
     host_batches: Sequence[bool]
     util: np.ndarray  # measured utilization, percent (NaN: not recorded)
     step_s: np.ndarray  # measured step time, s (NaN: not recorded)
+    batches: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # laid-out kernels per row set
 
     def __len__(self) -> int:
         return len(self.kernels)
 
 
+MAX_BATCHES = 64  # row sets a FitRows keeps laid out (each the size of its rows' kernels)
+
+
 def predict_rows(rows: FitRows, c: StepConstants, idx: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(analytic utilization %, step time s) of the runs ``idx`` (default all) under constants ``c``."""
-    idx = range(len(rows)) if idx is None else idx
-    ests = [simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], c, rows.syncs[i], rows.host_batches[i]) for i in idx]
-    return np.array([e.util for e in ests]), np.array([e.step_s for e in ests])
+    """(analytic utilization %, step time s) of the runs ``idx`` (default all) under constants ``c``: the timeline of
+    :func:`gpupred.perf.timeline.simulate`, every run at once (:class:`gpupred.perf.batched.BatchedRuns`, laid out once
+    per row set and kept)."""
+    from gpupred.perf.batched import BatchedRuns
+
+    idx = list(range(len(rows)) if idx is None else np.asarray(idx, dtype=int).tolist())
+    inputs = ([rows.kernels[i] for i in idx], [rows.gpus[i] for i in idx], [rows.precisions[i] for i in idx],
+              [rows.syncs[i] for i in idx], [rows.host_batches[i] for i in idx])
+    key = tuple(idx)
+    if key not in rows.batches:
+        if len(rows.batches) >= MAX_BATCHES:
+            rows.batches.pop(next(iter(rows.batches)))
+        rows.batches[key] = BatchedRuns.build(*inputs)
+    return rows.batches[key].simulate(c, *inputs)
 
 
 def _residuals(theta: np.ndarray, rows: FitRows, idx: np.ndarray, base: StepConstants) -> np.ndarray:

@@ -1,0 +1,128 @@
+"""The step model's timeline for many runs at once: :func:`gpupred.perf.timeline.simulate` over every kernel of every
+run in a few numpy passes (torch-free).
+
+Fitting the constants evaluates hundreds of runs a few hundred times each (a bounded least-squares fit with a
+finite-difference Jacobian); one :func:`~gpupred.perf.timeline.simulate` call per run costs a Python round trip
+per run and evaluation. :class:`BatchedRuns` lays every run's kernels end to end once, with each kernel's peaks
+(its run's GPU and precision) beside it; :meth:`BatchedRuns.simulate` then prices every kernel, launches them and
+runs each run's queue with segment sums and segment maxima. Runs whose host waits inside the step (a GradScaler's
+inf check: ``sync_after``) keep the per-run path. The answers are :func:`~gpupred.perf.timeline.simulate`'s to the
+rounding (``tests/test_perf.py`` checks them, to a relative 1e-9, on graphs of several kinds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from gpupred.hardware import GpuSpec
+from gpupred.perf.constants import StepConstants
+from gpupred.perf.kernels import BWD, DEPTHWISE, OPT, KernelList
+from gpupred.perf.timeline import on_tensor_cores, peaks, simulate
+
+
+@dataclass
+class BatchedRuns:
+    """Every kernel of many runs, end to end, with what the timeline needs per kernel and per run."""
+
+    starts: np.ndarray  # per run: index of its first kernel (runs without kernels are left to the per-run path)
+    flops: np.ndarray
+    bytes: np.ndarray
+    tc_peak: np.ndarray  # per kernel: its run's tensor-core peak (FLOP/s) where it runs on tensor cores, else 0
+    fp32_peak: np.ndarray  # per kernel: its run's CUDA-core peak
+    depthwise: np.ndarray  # bool
+    bandwidth: np.ndarray  # per kernel: its run's bytes/s
+    phase: np.ndarray
+    library: np.ndarray  # bool
+    cycles: np.ndarray  # per run
+    param_tensors: np.ndarray
+    copy_bytes: np.ndarray  # per run: input bytes copied each step (0 without host batches)
+    counts: np.ndarray  # per run: kernels
+    sync: np.ndarray  # per run: the protocol's sync mode
+    per_run: np.ndarray  # bool per run: simulated one by one (a host wait inside the step, or no kernels)
+    run_of: np.ndarray  # per kernel: its position among the batched runs
+
+    @classmethod
+    def build(cls, kernels: Sequence[KernelList], gpus: Sequence[GpuSpec], precisions: Sequence[str],
+              syncs: Sequence[str], host_batches: Sequence[bool]) -> "BatchedRuns":
+        """Lay out ``kernels`` (one KernelList per run) with each run's GPU, precision, sync mode and input feeding."""
+        per_run = np.array([len(k) == 0 or bool(np.any(k.sync_after)) for k in kernels], dtype=bool)
+        batched = [i for i in range(len(kernels)) if not per_run[i]]
+        parts = [_run_arrays(kernels[i], gpus[i], precisions[i]) for i in batched]
+        counts = np.array([len(k) for k in kernels], dtype=int)
+        starts = np.zeros(len(kernels), dtype=int)
+        starts[batched] = np.concatenate(([0], np.cumsum(counts[batched])[:-1])) if batched else []
+        cat = (lambda j: np.concatenate([p[j] for p in parts]) if parts else np.empty(0))
+        return cls(starts, cat(0), cat(1), cat(2), cat(3), cat(4).astype(bool), cat(5), cat(6).astype(int),
+                   cat(7).astype(bool), np.array([k.cycles for k in kernels], dtype=float),
+                   np.array([k.param_tensors for k in kernels], dtype=float),
+                   np.array([float(k.input_bytes) if h else 0.0 for k, h in zip(kernels, host_batches)]),
+                   counts, np.asarray(syncs, dtype=object), per_run,
+                   np.repeat(np.arange(len(batched)), counts[batched]) if batched else np.empty(0, dtype=int))
+
+    def simulate(self, c: StepConstants, kernels: Sequence[KernelList], gpus: Sequence[GpuSpec],
+                 precisions: Sequence[str], syncs: Sequence[str],
+                 host_batches: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+        """(analytic utilization %, step s) of every run under constants ``c`` (the inputs as given to :meth:`build`,
+        for the runs that keep the per-run path)."""
+        util, step = np.zeros(len(self.counts)), np.zeros(len(self.counts))
+        batched = np.flatnonzero(~self.per_run)
+        if len(batched):
+            util[batched], step[batched] = self._timeline(c, batched)
+        for i in np.flatnonzero(self.per_run):
+            est = simulate(kernels[i], gpus[i], precisions[i], c, syncs[i], bool(host_batches[i]))
+            util[i], step[i] = est.util, est.step_s
+        return util, step
+
+    def _timeline(self, c: StepConstants, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The batched runs' (utilization %, step s): kernel times, launches, and each run's queue."""
+        peak = np.where(self.tc_peak > 0, self.tc_peak * c.tensor_eff, self.fp32_peak * c.compute_eff)
+        peak = np.where(self.depthwise, self.fp32_peak * c.depthwise_eff, peak)
+        g = np.maximum(self.flops / peak, self.bytes / (self.bandwidth * c.memory_eff)) + c.min_kernel_s
+        scale = np.ones(len(g))
+        scale[self.phase == BWD] = c.backward_launch_ratio
+        scale[self.phase == OPT] = c.optimizer_launch_ratio
+        scale[self.library] = c.library_launch_ratio
+        launch = c.launch_s * scale
+        starts, counts = self.starts[runs], self.counts[runs]
+        busy = np.add.reduceat(g, starts)
+        launched = np.add.reduceat(launch, starts)
+        pre = c.step_overhead_s * self.cycles[runs] + c.param_host_s * self.param_tensors[runs]
+        pre = pre + self.copy_bytes[runs] / (c.host_copy_gbs * 1e9)
+        host = pre + launched
+        lead = _segment_lead(g, launch, starts, self.run_of, pre)  # max over a run's kernels of (issue - GPU work before)
+        end = busy + np.maximum(0.0, lead)
+        sync = self.sync[runs]
+        step = np.where(sync == "step", np.maximum(host, end) + c.sync_s, np.maximum(host, busy))
+        step = np.where(sync == "kernel", host + c.sync_s * counts + busy, step)
+        step = np.maximum(step, busy)
+        util = np.where(step > 0, 100.0 * busy / np.where(step > 0, step, 1.0), 0.0)
+        return util, step
+
+
+def _run_arrays(kl: KernelList, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, ...]:
+    """One run's per-kernel arrays: FLOPs, bytes, tensor-core peak (0 off tensor cores), CUDA-core peak, depthwise,
+    bandwidth, phase, library launch."""
+    rate = kl.precision if kl.on_tc is not None else precision  # as kernel_times decides the tensor-core rate
+    tc_peak, fp32_peak = peaks(gpu, rate)
+    n = len(kl)
+    on_tc = on_tensor_cores(kl, rate)
+    library = kl.library if kl.library is not None else np.zeros(n, dtype=bool)
+    return (kl.flops.astype(float), kl.bytes.astype(float), np.where(on_tc, tc_peak, 0.0), np.full(n, fp32_peak),
+            (kl.tensor_core == DEPTHWISE).astype(float), np.full(n, gpu.mem_bw_gbs * 1e9), kl.phase.astype(float),
+            library.astype(float))
+
+
+def _segment_lead(g: np.ndarray, launch: np.ndarray, starts: np.ndarray, run_of: np.ndarray,
+                  pre: np.ndarray) -> np.ndarray:
+    """Per run: max over its kernels i of (issue_i - GPU work of the kernels before i), issue_i = pre + its launches
+    up to i (the queue of :func:`gpupred.perf.timeline._queue` without a host wait: the GPU ends at busy + this)."""
+    cum_launch = np.cumsum(launch)
+    cum_g = np.cumsum(g)
+    before_launch = np.where(starts > 0, cum_launch[np.maximum(starts - 1, 0)], 0.0)
+    before_g = np.where(starts > 0, cum_g[np.maximum(starts - 1, 0)], 0.0)
+    issue = pre[run_of] + cum_launch - before_launch[run_of]
+    prev = cum_g - g - before_g[run_of]
+    return np.maximum.reduceat(issue - prev, starts)
