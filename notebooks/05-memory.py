@@ -40,9 +40,9 @@ residual_model: str = "lightgbm"  # regressor of the old analytical+residual bas
 # %%
 import matplotlib.pyplot as plt
 
-from gpupred import dataset, footprint, memory, reports
+from gpupred import dataset, footprint, jobtables, memory, reports
 
-df = footprint.footprint_columns(dataset.load_dataset())  # MissingInput until notebook 02 has run
+df = jobtables.with_terms(dataset.load_dataset())  # MissingInput until notebook 02 has run
 errors = memory.evaluate_memory(df, schemes=schemes, n_folds=n_folds, residual_model=residual_model)
 table = memory.summarize_memory(errors)
 table.round(3)

@@ -28,6 +28,8 @@ DRYRUN: Path = DATA / "dryrun"  # simulated (--dry-run) sweeps; the dataset buil
 PROCESSED: Path = DATA / "processed"  # derived tables, rebuilt by the pipeline
 GRAPH_FEATURES: Path = PROCESSED / "graph_features.parquet"
 DATASET: Path = PROCESSED / "dataset.parquet"
+JOB_KERNELS: Path = PROCESSED / "job_kernels.parquet"  # gpupred.jobtables: each dataset workload's step kernels
+JOB_TERMS: Path = PROCESSED / "job_terms.parquet"  # gpupred.jobtables: each dataset workload's footprint graph terms
 OOF_PREDICTIONS: Path = PROCESSED / "oof_predictions.parquet"  # gpupred.learn.oof: what downstream stages read
 MODEL_CHOICE: Path = PROCESSED / "model_choice.json"  # gpupred.learn.choice: the regressor notebook 03 chose per target
 

@@ -186,13 +186,14 @@ class Stage:
 # figures of merit (reports/metrics/<notebook>.json) and figures are reports, never another stage's input.
 STAGES: dict[str, Stage] = {
     "01-collect-profiles": Stage(("RAW",)),
-    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET")),
-    "03-compare-regressors": Stage(("DATASET", "GRAPHS"), ("OOF_PREDICTIONS", "MODEL_CHOICE")),
-    "04-explain": Stage(("DATASET", "MODEL_CHOICE")),
-    "05-memory": Stage(("DATASET",)),
+    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS")),
+    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("OOF_PREDICTIONS", "MODEL_CHOICE")),
+    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS")),
+    "05-memory": Stage(("DATASET", "JOB_TERMS")),
     "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS")),
     "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS")),
-    "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "GRAPHS"), ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL")),
+    "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
+                                 ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL")),
     "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW")),
 }
 

@@ -122,7 +122,8 @@ def read_runs() -> pd.DataFrame:
         "excluded_reason": reasons,
     })
     if df["run_id"].duplicated().any():
-        raise GpupredError(f"{path}: duplicate file names, e.g. {df['run_id'][df['run_id'].duplicated()].iloc[0]!r}")
+        raise GpupredError(f"{SOURCE.name}'s mlp_data_step1.csv: duplicate file names, e.g. "
+                           f"{df['run_id'][df['run_id'].duplicated()].iloc[0]!r}; re-import it (gpupred import gpumemnet)")
     return df[list(RUN_COLUMNS)]
 
 

@@ -103,7 +103,7 @@ class PhysicsCore:
         from sklearn.base import clone
 
         from gpupred.calibration.heldout import calibrated_core
-        from gpupred.footprint import footprint_columns
+        from gpupred.jobtables import with_terms
         from gpupred.memory import FootprintModel
         from gpupred.step import StepEstimator, physics_data
 
@@ -111,7 +111,7 @@ class PhysicsCore:
         targets = tuple(t for t in step.targets if t in df.columns and df[t].notna().sum() >= 10)
         pdata = physics_data(df)
         self.step_ = step.set_params(targets=targets).fit(df, pdata)
-        memory_frame = footprint_columns(df)
+        memory_frame = with_terms(df)
         self.memory_ = FootprintModel(seed=self.seed).fit(memory_frame)
         self.measured_ = sorted({str(g) for g in df["gpu"]})
         self.calibration_ = calibrated_core(df, pdata, self.step_.constants_, memory_frame, self.alpha,

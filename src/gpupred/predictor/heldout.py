@@ -46,10 +46,10 @@ def _step_oof(df: pd.DataFrame, folds: list[Split], step: Any, pdata: Any) -> pd
 
 
 def _memory_oof(df: pd.DataFrame, folds: list[Split], seed: int) -> pd.DataFrame:
-    from gpupred.footprint import footprint_columns
+    from gpupred.jobtables import with_terms
     from gpupred.memory import BEST, FootprintModel
 
-    data = footprint_columns(df)
+    data = with_terms(df)
     parts = []
     for train, test, _ in folds:
         est = FootprintModel(seed=seed).fit(data.iloc[train]).predict(data.iloc[test])

@@ -10,7 +10,6 @@ unusual under "Notes").
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from pathlib import Path

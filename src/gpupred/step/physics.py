@@ -73,15 +73,11 @@ class PhysicsData:
 
 def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> PhysicsData:
     """The step model's inputs for every row of a dataset frame: ``kernels`` (one KernelList per row), else each
-    workload's from its graph (the store's, or rebuilt for an imported network)."""
-    from gpupred.reports import progress_bar
-
+    workload's (:func:`gpupred.jobtables.kernels_of`: notebook 02's table, or from its graph)."""
     if kernels is None:
-        from gpupred.perf.table import spec_kernels
-        from gpupred.workloads.spec import WorkloadSpec
+        from gpupred.jobtables import kernels_of
 
-        kernels = [spec_kernels(WorkloadSpec.from_id(w)) for w in progress_bar(
-            iterable=df["workload_id"].tolist(), desc="step kernels", unit="run", leave=False)]
+        kernels = kernels_of(df)  # notebook 02's table when current, else from each workload's graph
     labels = {t: df[t].to_numpy(float) if t in df.columns else np.full(len(df), np.nan)
               for t in ("gpu_util", "iter_time_mean_s")}
     host = df["host_batches"].astype(bool).tolist() if "host_batches" in df.columns else [False] * len(df)

@@ -1,0 +1,174 @@
+"""What notebook 02 derives once per dataset workload for the stages after it: each workload's step kernels (the step
+model's :class:`gpupred.perf.kernels.KernelList`) and its footprint graph terms (:func:`gpupred.footprint.graph_terms`).
+
+Notebooks 03, 04, 05 and 08 each needed them for every run and rebuilt them from the graph store (about 16 s a time
+on this project's 2-core machine); notebook 02 now writes them once:
+
+- ``data/processed/job_kernels.parquet`` (``config.JOB_KERNELS``): one row per kernel, in launch order, keyed by
+  ``workload_id`` (``KERNEL_COLUMNS``), and per workload its scalars (``JOB_COLUMNS``, repeated on its rows);
+- ``data/processed/job_terms.parquet`` (``config.JOB_TERMS``): one row per workload, ``FOOTPRINT_COLUMNS``.
+
+Both carry, in their parquet metadata, the fingerprint of the code that made them (:func:`code_fingerprint`: the
+step model's, the graph reader's and the footprint's sources). A reader given a stale or incomplete table computes
+what it needs from the graphs instead, as before, so a table is only ever a cache of that computation: it never
+changes a figure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gpupred import config
+
+FINGERPRINT_KEY = b"gpupred.code_fingerprint"
+KERNEL_COLUMNS: tuple[str, ...] = ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc")
+JOB_COLUMNS: tuple[str, ...] = ("input_bytes", "param_tensors", "cycles", "precision", "micro_batches", "counts",
+                                "traits", "has_library", "has_on_tc")
+CODE_PARTS: tuple[str, ...] = ("perf", "graph", "setups.py", "footprint.py", "workloads/spec.py", "workloads/fcnet.py",
+                               "importers/gpumemnet.py", "importers/lucid.py")
+
+
+def code_fingerprint() -> str:
+    """sha256 over the sources that decide a workload's kernels and graph terms (a table made by other code is stale)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for part in CODE_PARTS:
+        path = root / part
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(file.relative_to(root).as_posix().encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _spec(workload_id: str) -> Any:
+    from gpupred.workloads.spec import WorkloadSpec
+
+    return WorkloadSpec.from_id(workload_id)
+
+
+def _kernel_frame(workload_id: str, kl: Any) -> pd.DataFrame:
+    """One workload's kernels as table rows (its scalars repeated on each)."""
+    n = len(kl)
+    frame = pd.DataFrame({
+        "workload_id": workload_id, "flops": kl.flops.astype(float), "bytes": kl.bytes.astype(float),
+        "tensor_core": kl.tensor_core.astype(np.int8), "phase": kl.phase.astype(np.int8),
+        "sync_after": kl.sync_after.astype(bool),
+        "library": kl.library.astype(bool) if kl.library is not None else np.zeros(n, dtype=bool),
+        "on_tc": kl.on_tc.astype(bool) if kl.on_tc is not None else np.zeros(n, dtype=bool)})
+    scalars = {"input_bytes": float(kl.input_bytes), "param_tensors": int(kl.param_tensors), "cycles": int(kl.cycles),
+               "precision": kl.precision, "micro_batches": int(kl.micro_batches), "counts": json.dumps(dict(kl.counts)),
+               "traits": json.dumps(kl.traits), "has_library": kl.library is not None, "has_on_tc": kl.on_tc is not None}
+    return frame.assign(**scalars)
+
+
+def _write(frame: pd.DataFrame, path: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpupred.files import atomic_write
+
+    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+    meta = {**(table.schema.metadata or {}), FINGERPRINT_KEY: code_fingerprint().encode()}
+    atomic_write(path, lambda fh: pq.write_table(table.replace_schema_metadata(meta), fh))
+    return path
+
+
+def write_job_tables(workload_ids: Iterable[str], progress: bool = True) -> tuple[Path, Path]:
+    """Compute every workload's kernels and graph terms (one graph load per architecture) and write both tables."""
+    from gpupred.footprint import FOOTPRINT_COLUMNS, footprint_columns
+    from gpupred.perf.table import spec_kernels
+    from gpupred.reports import progress_bar
+
+    ids = sorted(set(map(str, workload_ids)))
+    kernels = [_kernel_frame(w, spec_kernels(_spec(w))) for w in progress_bar(
+        iterable=ids, desc="step kernels", unit="workload", disable=not progress)]
+    terms = footprint_columns(pd.DataFrame({"workload_id": ids}), progress=progress)
+    columns = ["workload_id", *KERNEL_COLUMNS, *JOB_COLUMNS]
+    kernel_frame = pd.concat(kernels, ignore_index=True) if kernels else pd.DataFrame(columns=columns)
+    return (_write(kernel_frame[columns], config.JOB_KERNELS),
+            _write(terms[["workload_id", *FOOTPRINT_COLUMNS]], config.JOB_TERMS))
+
+
+def _fresh(path: Path) -> pd.DataFrame | None:
+    """The table at ``path`` if it was made by this code, else None."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        return None
+    table = pq.read_table(path)
+    if (table.schema.metadata or {}).get(FINGERPRINT_KEY, b"").decode() != code_fingerprint():
+        return None
+    return table.to_pandas()
+
+
+def _kernel_list(rows: pd.DataFrame) -> Any:
+    from collections import Counter
+
+    from gpupred.perf.kernels import KernelList
+
+    first = rows.iloc[0]
+    return KernelList(rows["flops"].to_numpy(float), rows["bytes"].to_numpy(float), rows["tensor_core"].to_numpy(int),
+                      rows["phase"].to_numpy(int), rows["sync_after"].to_numpy(bool),
+                      rows["library"].to_numpy(bool) if first["has_library"] else None, int(first["input_bytes"]),
+                      int(first["param_tensors"]), int(first["cycles"]), Counter(json.loads(first["counts"])),
+                      rows["on_tc"].to_numpy(bool) if first["has_on_tc"] else None, str(first["precision"]),
+                      int(first["micro_batches"]), json.loads(first["traits"]))
+
+
+def stored_kernels(workload_ids: Sequence[str]) -> list[Any] | None:
+    """Each workload's kernels from notebook 02's table, in the order given; None when the table is missing, stale or
+    lacks one of them (the caller then computes them from the graphs)."""
+    table = _fresh(config.JOB_KERNELS)
+    if table is None:
+        return None
+    wanted = set(map(str, workload_ids))
+    table = table[table["workload_id"].isin(wanted)]
+    groups = {w: _kernel_list(rows) for w, rows in table.groupby("workload_id", sort=False)}
+    if wanted - set(groups):
+        return None
+    return [groups[str(w)] for w in workload_ids]
+
+
+def stored_terms(workload_ids: Sequence[str]) -> pd.DataFrame | None:
+    """Each workload's footprint graph terms from notebook 02's table, one row per id given (its index that order);
+    None when the table is missing, stale or lacks one of them."""
+    table = _fresh(config.JOB_TERMS)
+    if table is None:
+        return None
+    table = table.drop_duplicates("workload_id").set_index("workload_id")
+    ids = [str(w) for w in workload_ids]
+    if set(ids) - set(table.index):
+        return None
+    return table.loc[ids].reset_index(drop=True)
+
+
+def kernels_of(df: pd.DataFrame) -> list[Any]:
+    """Each row's step kernels (by ``workload_id``): notebook 02's table when it is current, else from the graphs."""
+    from gpupred.perf.table import spec_kernels
+    from gpupred.reports import progress_bar
+
+    ids = df["workload_id"].astype(str).tolist()
+    stored = stored_kernels(ids)
+    if stored is not None:
+        return stored
+    return [spec_kernels(_spec(w)) for w in progress_bar(iterable=ids, desc="step kernels", unit="run", leave=False)]
+
+
+def with_terms(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the footprint's graph terms (``FOOTPRINT_COLUMNS``): notebook 02's table when it is current, else
+    :func:`gpupred.footprint.footprint_columns` from the graphs."""
+    from gpupred.footprint import FOOTPRINT_COLUMNS, footprint_columns
+
+    terms = stored_terms(df["workload_id"].astype(str).tolist())
+    if terms is None:
+        return footprint_columns(df)
+    out = df.copy()
+    for col in FOOTPRINT_COLUMNS:
+        out[col] = terms[col].to_numpy(float)
+    return out
