@@ -60,7 +60,7 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from gpupred import colocation, config
-from gpupred.colocation import report, study
+from gpupred.colocation import closing, study
 from gpupred.errors import MissingInput
 from gpupred.colocation.study import COLOCATION_METRICS
 from gpupred.reports import progress_bar, save_figure, write_metrics
@@ -149,8 +149,8 @@ flags[flags["flagged"]].round(3)
 # Calibration is shown at `k` = 3 here and at every `k` below.
 
 # %%
-scores = report.scores_table(results)
-scores_unflagged = report.scores_table(results, rows_kept="unflagged")
+scores = closing.scores_table(results)
+scores_unflagged = closing.scores_table(results, rows_kept="unflagged")
 display(scores.drop(columns="predictor").round(3))
 scores_unflagged.drop(columns="predictor").round(3)
 
@@ -172,7 +172,7 @@ plt.show()
 # `k` = 0 *is* the prior (no co-run, the job's effects are shrunk all the way), so it is never worse.
 
 # %%
-comparison = pd.DataFrame([{"slice": r.name, "prior": priors[r.name], **report.cell_comparison(r, "corrected", priors[r.name]),
+comparison = pd.DataFrame([{"slice": r.name, "prior": priors[r.name], **closing.cell_comparison(r, "corrected", priors[r.name]),
                             "kept_correction": int((r.chosen != "prior").sum()), "fitted_cells": len(r.chosen),
                             "kept_kinds": ", ".join(sorted(set(r.chosen) - {"prior"}))} for r in results])
 comparison.round(3)
@@ -188,10 +188,10 @@ comparison.round(3)
 
 # %%
 ref_features = {s.name: s.ref_features for s in slices}
-report.references_table(results, ref_features).round(3)
+closing.references_table(results, ref_features).round(3)
 
 # %%
-curve = report.calibration_curve(results)
+curve = closing.calibration_curve(results)
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
 for ax, metric in zip(axes, ("spearman_pooled", "spearman_cell", "mae")):
     sns.lineplot(data=curve, x="k", y=metric, hue="slice", marker="o", ax=ax, legend=ax is axes[0])
@@ -274,6 +274,6 @@ else:
 # its prior on Gavel V100. Rendered from this run's results.
 
 # %%
-goals = report.goal_checks(results, priors)
+goals = closing.goal_checks(results, priors)
 write_metrics(COLOCATION_METRICS, goals)
-display(Markdown(report.closing_markdown(results, goals, priors)))
+display(Markdown(closing.closing_markdown(results, goals, priors)))

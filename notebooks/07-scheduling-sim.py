@@ -23,7 +23,7 @@
 # Two traces, each cut into a **tuning slice** (the constant ours chooses is fitted there, nowhere else) and an
 # **evaluation slice** (every figure below): Alibaba's **openb** GPU-sharing trace as before (its arrivals,
 # durations, GPU requests and heterogeneous nodes; each job a measured Lucid RTX 3090 workload by its requested
-# GPU share; `gpupred.sim.alibaba` documents every choice), and a **Gavel-matrix trace**: openb's arrivals and
+# GPU share; `gpupred.sim.openb` documents every choice), and a **Gavel-matrix trace**: openb's arrivals and
 # durations, each job one of Gavel's 26 job types on a V100 drawn at random (heavy ones included), on identical
 # V100s.
 #
@@ -79,7 +79,7 @@ from gpupred.errors import MissingInput
 from gpupred.importers import alibaba
 from gpupred.sim.metrics import SIM_METRICS
 from gpupred.reports import save_figure, write_metrics
-from gpupred.sim import report
+from gpupred.sim import outcomes
 
 openb_data = sim.load_openb(openb_fixture_dir, allow_import=openb)
 if isinstance(openb_data, str):
@@ -179,17 +179,17 @@ started = time.perf_counter()
 for name, w in worlds.items():
     runs = pd.concat([sim.run_trace(w, makers[(name, "evaluate", at)], list(seeds), settings[name]).assign(load=at)
                       for at in trace_loads], ignore_index=True)
-    traces[name] = (runs, *report.trace_tables(runs))
-    write_metrics(SIM_METRICS, report.trace_metrics(f"sim_{name}", *traces[name][1:]))
+    traces[name] = (runs, *outcomes.trace_tables(runs))
+    write_metrics(SIM_METRICS, outcomes.trace_metrics(f"sim_{name}", *traces[name][1:]))
 n_sims = sum(len(t[0]) for t in traces.values())
 print(f"{n_sims} simulations in {time.perf_counter() - started:.0f} s")
 for name, (runs, summary, paired, shares) in traces.items():
     display(Markdown(f"**{name}**"))
-    display(report.display_table(summary))
+    display(outcomes.display_table(summary))
 
 # %%
 for name, (runs, summary, paired, shares) in traces.items():
-    cols = [c for key in report.TABLE_KEYS for c in (key, f"{key}_ci")]
+    cols = [c for key in outcomes.TABLE_KEYS for c in (key, f"{key}_ci")]
     display(Markdown(f"**{name}: each policy minus Horus, paired by seed**"))
     display(paired[["load", "comparison", *cols]].round(3))
     display(shares.round(3))
@@ -223,8 +223,8 @@ pd.concat([sim.sharing_summary(t[0]).assign(trace=name) for name, t in traces.it
 # %%
 goals = {}
 if "gavel" in traces:
-    goals.update(report.gavel_goals(*traces["gavel"]))
+    goals.update(outcomes.gavel_goals(*traces["gavel"]))
 if "openb" in traces:
-    goals.update(report.openb_goals(traces["openb"][2]))
+    goals.update(outcomes.openb_goals(traces["openb"][2]))
 write_metrics(SIM_METRICS, goals)
-display(Markdown(report.closing_markdown({name: t[1:] for name, t in traces.items()}, goals)))
+display(Markdown(outcomes.closing_markdown({name: t[1:] for name, t in traces.items()}, goals)))

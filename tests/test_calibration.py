@@ -18,7 +18,7 @@ from gpupred import config
 from gpupred.calibration import calibrate, read_calibration
 from gpupred.calibration.bench import Case, default_cases, run_benchmarks
 from gpupred.calibration.derive import MEASURED_BY, MEMORY_MEASURED, NOT_MEASURED, STEP_MEASURED, derive
-from gpupred.calibration.fake import FakeBackend
+from gpupred.calibration.replay import FakeBackend
 from gpupred.calibration.file import canonical_sha256
 from gpupred.errors import GpupredError
 from gpupred.perf.constants import BOUNDS, DEFAULT, StepConstants
@@ -289,8 +289,8 @@ def test_the_public_name_is_lazy_and_nothing_here_imports_torch_until_it_measure
     import gpupred
 
     assert gpupred.calibrate is calibrate
-    code = ("import sys, gpupred, gpupred.calibration.use, gpupred.calibration.heldout, gpupred.calibration.cli, "
-            "gpupred.traces.table, gpupred.traces.compare, gpupred.traces.runner, gpupred.traces.cli; "
+    code = ("import sys, gpupred, gpupred.calibration.use, gpupred.calibration.evaluation, gpupred.calibration.cli, "
+            "gpupred.traces.tracetable, gpupred.traces.compare, gpupred.traces.runner, gpupred.traces.cli; "
             "gpupred.calibrate; assert not {'torch', 'pynvml'} & set(sys.modules), sorted(sys.modules)")
     env_path = str(Path(__file__).resolve().parent.parent / "src")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -16,7 +16,7 @@ import pytest
 from fixtures_calibration import write_fixture_calibration
 from fixtures_learning import fixture_dataset
 from gpupred.calibration import read_calibration
-from gpupred.calibration.heldout import (METHODS, CalibratedCore, calibrated_core, committed_calibrations,
+from gpupred.calibration.evaluation import (METHODS, CalibratedCore, calibrated_core, committed_calibrations,
                                          equal_weight_quantile, heldout_errors)
 from gpupred.calibration.use import STANDIN
 from gpupred.learn.conformal import conformal_quantile
@@ -118,7 +118,7 @@ def test_the_predictor_core_uses_the_measured_width_for_a_calibrated_gpu(runs: t
 
 
 def _steps(workload_id: str, gpu: str) -> dict[str, float]:
-    from gpupred.perf.table import spec_step_columns
+    from gpupred.perf.columns import spec_step_columns
     from gpupred.workloads.spec import WorkloadSpec
 
     return spec_step_columns(WorkloadSpec.from_id(workload_id), gpu)

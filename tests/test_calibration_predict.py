@@ -34,7 +34,7 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A FIXTURE artifact with the physics core, trained on H100 rows only."""
     df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
     df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)
-    from gpupred.perf.table import spec_step_columns
+    from gpupred.perf.columns import spec_step_columns
     from gpupred.workloads.spec import WorkloadSpec
 
     steps = [spec_step_columns(WorkloadSpec.from_id(w), g) for w, g in zip(df["workload_id"], df["gpu"])]

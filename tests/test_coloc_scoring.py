@@ -165,7 +165,7 @@ def test_heldout_matrix_never_reads_the_pair_it_predicts(v100: study.Slice) -> N
 
 
 def test_cross_gpu_busy_recovers_a_planted_split() -> None:
-    from gpupred.colocation.gavel import time_factor
+    from gpupred.colocation.gavelpairs import time_factor
 
     u = time_factor("p100")
     assert u == pytest.approx(np.sqrt(15.7 / 9.3 * 900 / 732))  # V100 16 GB over P100, datasheet peaks

@@ -19,7 +19,7 @@ from fixtures_coloc import (
 from scipy.stats import spearmanr
 
 from gpupred import colocation as co
-from gpupred.colocation import table as co_table
+from gpupred.colocation import pairtable as co_table
 from gpupred.errors import GpupredError
 from gpupred.errors import MissingInput
 

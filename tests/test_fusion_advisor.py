@@ -24,7 +24,7 @@ from gpupred.errors import GpupredError
 from gpupred.fusion import advise_fusion, choose_f
 from gpupred.fusion.advisor import CURVE_COLUMNS, base_spec, catalog_models
 from gpupred.fusion.measured import compare_with_advice, fusion_vs_colocation, measured_curves, measured_knee
-from gpupred.perf.fused import LOOP_CELL_KERNELS, STACKED_OPTIMIZER_OPS, fused_kernels
+from gpupred.perf.vmapped import LOOP_CELL_KERNELS, STACKED_OPTIMIZER_OPS, fused_kernels
 from gpupred.perf.kernels import BWD, CONV, FOREACH_CHUNK, FWD, MATMUL, OPT, KernelList
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA
 from gpupred.profile.units import Unit

@@ -451,7 +451,7 @@ def test_batched_timeline_is_the_per_run_timeline() -> None:
     from gpupred.hardware import gpu_spec
     from gpupred.perf import DEFAULT, simulate
     from gpupred.perf.batched import BatchedRuns
-    from gpupred.perf.table import spec_kernels
+    from gpupred.perf.columns import spec_kernels
     from gpupred.workloads.spec import WorkloadSpec
 
     ids = ["resnet.resnet18-bs32-img64-fp32-sgd", "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam",

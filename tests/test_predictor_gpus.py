@@ -157,7 +157,7 @@ def physics_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A FIXTURE artifact with the physics core: toy labels on workloads whose graphs are in the graph store."""
     df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
     df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)  # their ids' graphs are in data/graphs
-    from gpupred.perf.table import spec_step_columns
+    from gpupred.perf.columns import spec_step_columns
     from gpupred.workloads.spec import WorkloadSpec
 
     steps = [spec_step_columns(WorkloadSpec.from_id(w), g) for w, g in zip(df["workload_id"], df["gpu"])]

@@ -11,7 +11,7 @@ from fixtures_gavel import fixture_throughputs
 from gpupred import sim
 from gpupred.errors import GpupredError
 from gpupred.importers.gavel import tables_from_json
-from gpupred.sim import report
+from gpupred.sim import outcomes
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +58,14 @@ def test_every_policy_on_the_gavel_trace_and_the_goal_checks(world: sim.World) -
     assert set(runs.policy) == set(sim.POLICY_ORDER) and len(runs) == 30
     by = runs.groupby("policy")["failed_placements"].sum()
     assert by["oracle"] == 0 and by["ours"] == 0  # ours' reference co-runs caught FixHuge; the oracle knows
-    summary, paired, shares = report.trace_tables(runs)
+    summary, paired, shares = outcomes.trace_tables(runs)
     assert set(paired.comparison) == {f"{p}_minus_horus" for p in sim.POLICY_ORDER if p != "horus"}
-    goals = report.gavel_goals(runs, summary, paired, shares)
+    goals = outcomes.gavel_goals(runs, summary, paired, shares)
     assert goals["sim_gavel_goal_load1p5_ours_failed_placements"] == 0 and goals["sim_gavel_goal_load1p5_zero_failed_met"] == 1
-    metrics = report.trace_metrics("sim_gavel", summary, paired, shares)
+    metrics = outcomes.trace_metrics("sim_gavel", summary, paired, shares)
     assert "sim_gavel_load1p5_ours_minus_horus_p95_rho_ci" in metrics and "sim_gavel_load1p5_ours_oracle_gain_share" in metrics
     assert not any("." in k for k in {**metrics, **goals})
-    text = report.closing_markdown({"gavel": (summary, paired, shares)}, goals)
+    text = outcomes.closing_markdown({"gavel": (summary, paired, shares)}, goals)
     assert "| ours |" in text and "sim_gavel_goal_load1p5_zero_failed: met" in text
 
 
@@ -74,7 +74,7 @@ def test_openb_goal_reads_the_interval() -> None:
                             "ooms": 0.0},
                            {"load": 1.5, "comparison": "ours_minus_horus", "mean_jct_s": -50.0, "mean_jct_s_ci": 60.0,
                             "ooms": 0.0}])
-    goals = report.openb_goals(paired)
+    goals = outcomes.openb_goals(paired)
     assert goals["sim_openb_goal_load1_met"] == 1.0 and goals["sim_openb_goal_load1_jct_diff_high"] == -30.0
     assert goals["sim_openb_goal_load1p5_met"] == 0.0  # the interval reaches above 0
-    assert report.openb_goals(paired.assign(ooms=1.0))["sim_openb_goal_load1_met"] == 0.0
+    assert outcomes.openb_goals(paired.assign(ooms=1.0))["sim_openb_goal_load1_met"] == 0.0

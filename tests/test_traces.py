@@ -15,7 +15,7 @@ import pytest
 
 from gpupred.errors import GpupredError
 from gpupred.traces.compare import GROUPS, compare_traces, error_table, group_table, model_groups, predicted
-from gpupred.traces.table import (OP_CLASSES, TRACE_SCHEMA, busy_seconds, op_class, read_traces, summarize_trace,
+from gpupred.traces.tracetable import (OP_CLASSES, TRACE_SCHEMA, busy_seconds, op_class, read_traces, summarize_trace,
                                   trace_path, write_traces)
 
 MAIN, AUTOGRAD = 100, 200
@@ -164,7 +164,7 @@ def test_the_comparison_reports_each_familys_errors_and_each_groups() -> None:
 
 
 def test_model_groups_label_contractions_optimizer_and_the_rest() -> None:
-    from gpupred.perf.table import spec_kernels
+    from gpupred.perf.columns import spec_kernels
     from gpupred.workloads.spec import WorkloadSpec
 
     kl = spec_kernels(WorkloadSpec.from_id("resnet.resnet18-bs16-img128-fp32-sgd"))

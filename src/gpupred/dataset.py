@@ -53,7 +53,7 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.errors import MissingInput
-from gpupred.perf.table import spec_step_columns
+from gpupred.perf.columns import spec_step_columns
 from gpupred.perf.timeline import STEP_COLUMNS
 
 DATASET_VERSION = 3  # 3: the step model's phys_* columns

@@ -82,7 +82,7 @@ def _write(frame: pd.DataFrame, path: Path) -> Path:
 def write_job_tables(workload_ids: Iterable[str], progress: bool = True) -> tuple[Path, Path]:
     """Compute every workload's kernels and graph terms (one graph load per architecture) and write both tables."""
     from gpupred.footprint import FOOTPRINT_COLUMNS, footprint_columns
-    from gpupred.perf.table import spec_kernels
+    from gpupred.perf.columns import spec_kernels
     from gpupred.reports import progress_bar
 
     ids = sorted(set(map(str, workload_ids)))
@@ -150,7 +150,7 @@ def stored_terms(workload_ids: Sequence[str]) -> pd.DataFrame | None:
 
 def kernels_of(df: pd.DataFrame) -> list[Any]:
     """Each row's step kernels (by ``workload_id``): notebook 02's table when it is current, else from the graphs."""
-    from gpupred.perf.table import spec_kernels
+    from gpupred.perf.columns import spec_kernels
     from gpupred.reports import progress_bar
 
     ids = df["workload_id"].astype(str).tolist()

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupred.calibration.backend import Backend, ReplayedFailure
+from gpupred.calibration.benchbackend import Backend, ReplayedFailure
 from gpupred.errors import GpupredError
 
 DEFAULT_SECONDS = 40.0  # the measuring budget of a whole calibration (set-up and cuDNN autotuning come on top)

@@ -50,7 +50,7 @@ def register(app: Any) -> None:
 
         backend = None
         if replay:
-            from gpupred.calibration.fake import FakeBackend
+            from gpupred.calibration.replay import FakeBackend
 
             backend = FakeBackend.from_file(replay)
         path = calibrate(out, seconds, backend)

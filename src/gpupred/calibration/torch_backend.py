@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from gpupred.calibration.backend import host_identity
+from gpupred.calibration.benchbackend import host_identity
 from gpupred.errors import GpupredError
 
 MIB = float(2**20)

@@ -14,7 +14,7 @@ from gpupred.colocation.estimators import (
     pair_frame,
 )
 from gpupred.colocation.failures import FailureModel
-from gpupred.colocation.features import (
+from gpupred.colocation.members import (
     FEATURE_KEYS,
     align,
     baseline_slowdown,
@@ -23,7 +23,7 @@ from gpupred.colocation.features import (
     usable_groups,
     with_busy,
 )
-from gpupred.colocation.gavel import cross_gpu_busy, gavel_job_features, gavel_solo_truth, gavel_table, load_gavel
+from gpupred.colocation.gavelpairs import cross_gpu_busy, gavel_job_features, gavel_solo_truth, gavel_table, load_gavel
 from gpupred.colocation.matrix import PairKnowledge, heldout_matrices, ordered_pairs
 from gpupred.colocation.memfit import (
     fits_together,
@@ -50,7 +50,7 @@ from gpupred.colocation.study import (
     slice_metrics,
     utilization_slice,
 )
-from gpupred.colocation.table import (
+from gpupred.colocation.pairtable import (
     LUCID_PAIR_COLUMNS,
     LUCID_SOLO_COLUMNS,
     SOLO_COLUMNS,

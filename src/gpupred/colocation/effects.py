@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpupred.colocation.table import log_slowdown
+from gpupred.colocation.pairtable import log_slowdown
 from gpupred.errors import GpupredError
 
 

@@ -40,7 +40,7 @@ from gpupred.colocation.estimators import (
     TimeSharing,
     pair_frame,
 )
-from gpupred.colocation.features import align, usable_groups, with_busy
+from gpupred.colocation.members import align, usable_groups, with_busy
 from gpupred.errors import GpupredError
 from gpupred.reports import MetricsSchema
 
@@ -168,7 +168,7 @@ def own_slices(table: pd.DataFrame, solo: pd.DataFrame, features: pd.DataFrame) 
 
 def gavel_slice(solo: pd.DataFrame, pairs: pd.DataFrame, gpu: str) -> Slice:
     """The slice of Gavel's pairs on one GPU kind (``k80``, ``p100``, ``v100``)."""
-    from gpupred.colocation.gavel import cross_gpu_busy, gavel_job_features, gavel_table
+    from gpupred.colocation.gavelpairs import cross_gpu_busy, gavel_job_features, gavel_table
 
     table = gavel_table(pairs, gpu)
     steps = gavel_job_features(solo)
@@ -273,6 +273,6 @@ def slice_metrics(result: SliceResult) -> dict[str, float]:
 
 COLOCATION_METRICS = MetricsSchema("06-colocation", (
     (r"slowdown_\w+", "per slice and slowdown predictor, held out by model group: pooled, per-cell and within-job "
-                      "Spearman, MAE (slice_metrics); ceilings, noise floors and the goals (gpupred.colocation.report)"),
+                      "Spearman, MAE (slice_metrics); ceilings, noise floors and the goals (gpupred.colocation.closing)"),
     (r"memfit_\w+", "the pair memory fit: coverage of the predicted quantile and the OOM pairs it would place"),
 ))

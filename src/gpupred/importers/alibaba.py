@@ -7,7 +7,7 @@ in this file), ``qos``, ``pod_phase``, creation / scheduled / deletion times in 
 ``openb_node_list_gpu_node.csv`` (the GPU nodes: ``sn``, CPU, memory, GPU count and ``model``).
 
 It is a *scheduling* trace, not measurements: it has no model names, so the simulator assigns a measured
-workload to each task (:mod:`gpupred.sim.alibaba`). It never enters the learning dataset (it is not in
+workload to each task (:mod:`gpupred.sim.openb`). It never enters the learning dataset (it is not in
 :data:`gpupred.importers.SOURCES`). Licence: none stated for this folder; research evaluation only, cite
 the paper, never commit the files or rows of them.
 

@@ -4,7 +4,7 @@
 seconds, analytic utilization in percent, kernel count); ``estimate_onnx`` does the same from a file.
 :class:`StepConstants` holds the few constants (efficiencies, launch cost, per-step overhead, minimum kernel
 time): defaults from published figures, fitted per (GPU kind, measurement protocol) by :mod:`gpupred.perf.fit`.
-``STEP_COLUMNS`` are the feature-table columns (``phys_*``) that :mod:`gpupred.perf.table` adds to the dataset.
+``STEP_COLUMNS`` are the feature-table columns (``phys_*``) that :mod:`gpupred.perf.columns` adds to the dataset.
 """
 
 from __future__ import annotations

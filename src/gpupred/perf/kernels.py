@@ -29,7 +29,7 @@ how eager PyTorch runs a training step on a GPU:
 - **optimizer** as torch runs it by default on CUDA (``foreach``): SGD with momentum 3 multi-tensor ops, Adam 7;
   each op launches one kernel per ``FOREACH_TENSORS[depth]`` tensors (and per 320 x 64 Ki elements); fp16's
   GradScaler adds an unscale op, three small kernels and one host synchronization (its inf check);
-- **recipe** ``gan`` (a DCGAN's step, :func:`gpupred.perf.table.recipe_of`): the discriminator's second pass over
+- **recipe** ``gan`` (a DCGAN's step, :func:`gpupred.perf.columns.recipe_of`): the discriminator's second pass over
   shared weights runs once more each way, three BCE losses, one optimizer per network, two overhead cycles.
 
 The training setup (:class:`gpupred.setups.TrainingSetup`; its defaults are the sweeps') changes them:

@@ -326,7 +326,7 @@ class GraphJob:
     precision: str
     optimizer: str
     key: Any = None  # the step model's cache key (a workload's architecture), default the file's path
-    recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.table.recipe_of a workload's family)
+    recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.columns.recipe_of a workload's family)
     setup: TrainingSetup | None = None  # the training setup (None: the sweeps' setup of precision and optimizer)
 
     def training(self) -> TrainingSetup:
@@ -364,7 +364,7 @@ def resolve_graph(x: Any, job: Job) -> GraphJob | None:
         spec = WorkloadSpec.from_id(text)
     except GpupredError:
         raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
-    from gpupred.perf.table import recipe_of
+    from gpupred.perf.columns import recipe_of
 
     setup = training.with_options(precision=spec.precision, optimizer=spec.optimizer)
     return GraphJob(graph_for(spec), text, spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key,

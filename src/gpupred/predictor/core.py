@@ -15,7 +15,7 @@ fitted keys can lend (:meth:`gpupred.perf.ConstantsTable.get`); the prediction i
 step-model intervals reach at least the extrapolation width the step estimator measured on its training rows; the
 footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
 constants replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked
-extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.heldout` measured (the
+extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.evaluation` measured (the
 extrapolated width until a GPU-recorded calibration of a measured GPU is committed).
 """
 
@@ -87,11 +87,11 @@ class PhysicsCore:
         self.alpha = alpha
         self.seed = seed
         self.step = step  # an unfitted gpupred.step.StepEstimator (notebook 03's choice), default its defaults
-        self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.heldout); None: data/calibrations/
+        self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.evaluation); None: data/calibrations/
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Cores pickled before calibrations existed load with none (a calibrated GPU then gets the extrapolated width)."""
-        from gpupred.calibration.heldout import CalibratedCore
+        from gpupred.calibration.evaluation import CalibratedCore
 
         self.__dict__.update(state)
         self.__dict__.setdefault("calibrations", None)
@@ -99,10 +99,10 @@ class PhysicsCore:
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
         """Fit the step estimator and the memory footprint model on every labelled row; measure what calibrations of
-        the measured GPUs would have changed (:func:`gpupred.calibration.heldout.calibrated_core`)."""
+        the measured GPUs would have changed (:func:`gpupred.calibration.evaluation.calibrated_core`)."""
         from sklearn.base import clone
 
-        from gpupred.calibration.heldout import calibrated_core
+        from gpupred.calibration.evaluation import calibrated_core
         from gpupred.jobtables import with_terms
         from gpupred.memory import FootprintModel
         from gpupred.step import StepEstimator, physics_data

@@ -2,7 +2,7 @@
 pairing, horus, ours, oracle pairing) on two traces (Alibaba's openb on measured pairs; openb's arrivals on Gavel's
 matrix)."""
 
-from gpupred.sim.alibaba import (
+from gpupred.sim.openb import (
     TraceSlices,
     assign_workloads,
     cluster_for_load,

@@ -11,7 +11,7 @@ Two worlds:
 - :func:`gavel_world` -- Gavel's 26 job types on one GPU kind. **Truth**: the measured matrix, complete; a pair
   whose co-run failed never runs (:meth:`gpupred.sim.PairSlowdown.fails`). Gavel records no utilization or memory:
   every policy (and the utilization timeline) takes a job's utilization from its solo step times on P100 and V100
-  (:func:`gpupred.colocation.gavel.cross_gpu_busy`, the same number as truth and as prediction, so no policy is
+  (:func:`gpupred.colocation.gavelpairs.cross_gpu_busy`, the same number as truth and as prediction, so no policy is
   misled by it), and memory is unknown (0 for every policy).
 
 **Ours' knowledge** in both (:func:`gpupred.colocation.matrix.heldout_matrices`): pair slowdowns from the job-effects
@@ -31,7 +31,7 @@ from sklearn.base import clone
 
 from gpupred.colocation.estimators import SlowdownModel, TimeSharing, pair_frame
 from gpupred.colocation.matrix import heldout_matrices, ordered_pairs
-from gpupred.colocation.table import pair_slowdown_matrix
+from gpupred.colocation.pairtable import pair_slowdown_matrix
 from gpupred.errors import GpupredError
 from gpupred.sim.cluster import PairSlowdown, PredictedSlowdown
 from gpupred.sim.traces import check_workload_table
@@ -157,7 +157,7 @@ def _gavel_workloads(sl_busy: pd.Series, steps: pd.Series, groups: pd.Series) ->
 def gavel_world(solo: pd.DataFrame, pairs: pd.DataFrame, gpu: str = "v100", k: int = 3, n_folds: int = 5,
                 seed: int = 0) -> World:
     """The world of Gavel's job types on one GPU kind (``solo``, ``pairs``: :func:`gpupred.importers.gavel.read_tables`)."""
-    from gpupred.colocation.gavel import gavel_table
+    from gpupred.colocation.gavelpairs import gavel_table
     from gpupred.colocation.study import GAVEL_INPUTS, gavel_slice, reference_choice
 
     sl = gavel_slice(solo, pairs, gpu)

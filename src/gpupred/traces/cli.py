@@ -64,7 +64,7 @@ def _register_summarize(trace_app: Any) -> None:
         """Per profiled step: kernels, GPU-busy and host time, and per op class kernels and time."""
         import pandas as pd
 
-        from gpupred.traces.table import summarize_trace
+        from gpupred.traces.tracetable import summarize_trace
 
         frame = pd.DataFrame(summarize_trace(trace))
         print(frame.to_json(orient="records") if as_json else frame.T.to_string())
@@ -83,7 +83,7 @@ def _register_compare(trace_app: Any) -> None:
         """The step model's kernel count, GPU-busy and host time against the traces: per family, per op-class group."""
         from gpupred.errors import GpupredError
         from gpupred.traces.compare import compare_traces, error_table, group_table
-        from gpupred.traces.table import read_traces
+        from gpupred.traces.tracetable import read_traces
 
         traces = read_traces(root)
         if traces.empty:

@@ -6,7 +6,7 @@ spec on the trace's GPU under the same protocol (a sync per step, device-residen
 published defaults, or a calibration's of that GPU: :mod:`gpupred.calibration`). Errors are ``log(predicted /
 measured)``; a family's median and 90th percentile of their absolute values are reported, with the signed median
 (the bias). Op classes are compared in ``GROUPS``, the finest split both sides know: the step model labels its
-kernels by contraction kind and launch phase, a trace by kernel name (:data:`gpupred.traces.table.OP_CLASSES`).
+kernels by contraction kind and launch phase, a trace by kernel name (:data:`gpupred.traces.tracetable.OP_CLASSES`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.traces.table import OP_CLASSES
+from gpupred.traces.tracetable import OP_CLASSES
 
 GROUPS: tuple[str, ...] = ("contraction", "optimizer", "other")
 TRACE_GROUP: dict[str, str] = {c: ("contraction" if c in ("conv", "gemm", "attention") else
@@ -50,7 +50,7 @@ def measured(traces: pd.DataFrame) -> pd.DataFrame:
 def predicted(workload_id: str, gpu: str, constants: Any) -> dict[str, float]:
     """The step model's kernels, GPU-busy and host seconds, and per group kernels and seconds, of one spec on a GPU."""
     from gpupred.hardware import gpu_spec
-    from gpupred.perf.table import spec_kernels
+    from gpupred.perf.columns import spec_kernels
     from gpupred.perf.timeline import kernel_times, simulate
     from gpupred.workloads.spec import WorkloadSpec
 

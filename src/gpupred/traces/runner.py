@@ -2,7 +2,7 @@
 
 For each spec (sequentially, in this process): build it as the sweeps do (``gpupred.workloads.builders``), warm it up
 (cuDNN autotuning, the caching allocator's growth), then profile ``steps`` steps, each synchronized as the sweeps'
-``sync=step`` runs are, and write :func:`gpupred.traces.table.summarize_trace`'s rows to
+``sync=step`` runs are, and write :func:`gpupred.traces.tracetable.summarize_trace`'s rows to
 ``<sweep>/traces/<workload_id>.parquet``. The raw trace is a temporary file, deleted once summarized. A spec already
 summarized is skipped (the run resumes); one that runs out of memory or fails is written as one row with its status.
 """
@@ -43,7 +43,7 @@ class TraceSummary:
 
 def identity(torch: Any, device: str) -> dict[str, str]:
     """The GPU, driver and software every trace row records."""
-    from gpupred.calibration.backend import host_cpu
+    from gpupred.calibration.benchbackend import host_cpu
     from gpupred.version import __version__
 
     out = {"gpu_name": "cpu", "gpu_uuid": "", "driver_version": "", "cuda_version": str(torch.version.cuda or ""),
@@ -90,7 +90,7 @@ def trace_spec(spec: Any, device: str, steps: int, warmup: int) -> tuple[str, st
     import torch
 
     from gpupred.profile.harness import failure_status
-    from gpupred.traces.table import summarize_trace
+    from gpupred.traces.tracetable import summarize_trace
     from gpupred.workloads.builders import build
 
     try:
@@ -118,7 +118,7 @@ def run_traces(specs: list[Any], out: Path, steps: int = DEFAULT_STEPS, warmup: 
     import torch
 
     from gpupred.reports import progress_bar
-    from gpupred.traces.table import trace_path, write_traces
+    from gpupred.traces.tracetable import trace_path, write_traces
 
     if steps < 1 or warmup < 0:
         raise GpupredError(f"--steps must be at least 1 and --warmup at least 0 (got {steps}, {warmup})")
@@ -145,7 +145,7 @@ def run_traces(specs: list[Any], out: Path, steps: int = DEFAULT_STEPS, warmup: 
 
 def failed_row() -> dict[str, Any]:
     """The step columns of a spec that could not be traced: step -1, NaN times, no kernels."""
-    from gpupred.traces.table import STEP_COLUMNS
+    from gpupred.traces.tracetable import STEP_COLUMNS
 
     nan = float("nan")
     return {"step": -1, **{name: (0 if str(t) == "int32" else nan) for name, t in STEP_COLUMNS}}

@@ -187,7 +187,7 @@ def trace_table(rows: list[dict[str, Any]]) -> pa.Table:
     full = [{**defaults, **r, "schema_version": SCHEMA_VERSION} for r in rows]
     missing = [n for n in TRACE_SCHEMA.names if any(n not in r for r in full)]
     if missing:
-        raise GpupredError(f"trace rows lack columns {missing[:5]} of gpupred.traces.table.TRACE_SCHEMA")
+        raise GpupredError(f"trace rows lack columns {missing[:5]} of gpupred.traces.tracetable.TRACE_SCHEMA")
     return pa.Table.from_pylist([{n: r[n] for n in TRACE_SCHEMA.names} for r in full], schema=TRACE_SCHEMA)
 
 
@@ -218,7 +218,7 @@ def read_traces(root: Path) -> pd.DataFrame:
             raise GpupredError(f"{path}: not a readable parquet file ({type(err).__name__})") from None
         missing = [n for n in TRACE_SCHEMA.names if n not in table.column_names]
         if missing:
-            raise GpupredError(f"{path}: missing columns {missing[:5]} of gpupred.traces.table.TRACE_SCHEMA")
+            raise GpupredError(f"{path}: missing columns {missing[:5]} of gpupred.traces.tracetable.TRACE_SCHEMA")
         frames.append(table.select(TRACE_SCHEMA.names).to_pandas().assign(sweep_dir=str(path.parent.parent)))
     if not frames:
         return pd.DataFrame(columns=[*TRACE_SCHEMA.names, "sweep_dir"])

@@ -7,7 +7,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from gpupred.calibration.backend import ReplayedFailure
+from gpupred.calibration.benchbackend import ReplayedFailure
 from gpupred.calibration.bench import case_key
 from gpupred.errors import GpupredError
 

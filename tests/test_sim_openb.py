@@ -74,10 +74,10 @@ def test_node_speeds_from_hardware_with_a_logged_fallback(caplog: pytest.LogCapt
     assert t4["speed_source"] == "gpupred.hardware"
     assert t4["speed"] == pytest.approx(np.sqrt(8.1 / 35.6 * 320 / 936))  # FP32 and bandwidth ratios to the RTX 3090
     g2 = nodes[nodes["model"] == "G2"].iloc[0]
-    assert g2["speed"] == sim.alibaba.SPEED_FALLBACK and g2["speed_source"] == "fallback"
-    sim.alibaba._logged_fallbacks.discard("G9")
+    assert g2["speed"] == sim.openb.SPEED_FALLBACK and g2["speed_source"] == "fallback"
+    sim.openb._logged_fallbacks.discard("G9")
     with caplog.at_level("WARNING"):
-        assert sim.relative_speed("G9", "RTX 3090") == (sim.alibaba.SPEED_FALLBACK, "fallback")
+        assert sim.relative_speed("G9", "RTX 3090") == (sim.openb.SPEED_FALLBACK, "fallback")
     assert "G9" in caplog.text
 
 

@@ -57,7 +57,7 @@ def predicted_features(dataset: pd.DataFrame, oof: pd.DataFrame) -> pd.DataFrame
 
 
 def measured_features(solo: pd.DataFrame) -> pd.DataFrame:
-    """Per (job_key, gpu_name): the measured solo features (colocation.table.SOLO_COLUMNS) and ``busy_util``."""
+    """Per (job_key, gpu_name): the measured solo features (colocation.pairtable.SOLO_COLUMNS) and ``busy_util``."""
     cols = [c for c in MEASURED_COLUMNS if c in solo.columns]
     out = solo[["job_key", "gpu_name", *cols]].groupby(["job_key", "gpu_name"], as_index=False).mean()
     return out.assign(busy_util=busy_fraction(out, "util"))

@@ -1,7 +1,7 @@
 """What a micro-benchmark backend provides: the machine's identity and one measurement per (benchmark, parameters).
 
 Two backends implement :class:`Backend`: :class:`gpupred.calibration.torch_backend.TorchBackend` (torch CUDA events
-and pynvml on the local GPU) and :class:`gpupred.calibration.fake.FakeBackend` (replays a recorded calibration
+and pynvml on the local GPU) and :class:`gpupred.calibration.replay.FakeBackend` (replays a recorded calibration
 file's measurements). The benchmarks (:mod:`gpupred.calibration.bench`) say what to measure; a backend only measures.
 """
 

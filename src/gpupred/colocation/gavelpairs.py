@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpupred.colocation.table import SOLO_COLUMNS, TABLE_COLUMNS
+from gpupred.colocation.pairtable import SOLO_COLUMNS, TABLE_COLUMNS
 from gpupred.errors import GpupredError, MissingInput
 
 SOURCE_GAVEL = "gavel"
 
 
 def gavel_table(pairs: pd.DataFrame, gpu: str) -> pd.DataFrame:
-    """The co-location table (:data:`~gpupred.colocation.table.TABLE_COLUMNS`) of Gavel's pairs on GPU kind ``gpu``."""
+    """The co-location table (:data:`~gpupred.colocation.pairtable.TABLE_COLUMNS`) of Gavel's pairs on GPU kind ``gpu``."""
     p = pairs[pairs["gpu"] == gpu].sort_values(["pair_id", "member"]).reset_index(drop=True)
     if p.empty:
         raise GpupredError(f"Gavel has no pairs on {gpu!r}; kinds: {sorted(pairs['gpu'].unique())}")
@@ -39,7 +39,7 @@ def gavel_table(pairs: pd.DataFrame, gpu: str) -> pd.DataFrame:
 
 
 def gavel_solo_truth(solo: pd.DataFrame, gpu: str) -> pd.DataFrame:
-    """The solo truth table (:data:`~gpupred.colocation.table.SOLO_COLUMNS`) of Gavel's job types on ``gpu``."""
+    """The solo truth table (:data:`~gpupred.colocation.pairtable.SOLO_COLUMNS`) of Gavel's job types on ``gpu``."""
     from gpupred.importers.gavel import job_fields
 
     s = solo[solo["gpu"] == gpu].reset_index(drop=True)
