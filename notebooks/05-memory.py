@@ -66,7 +66,7 @@ by_source.round(3)
 # %%
 model = memory.FootprintModel().fit(df)
 own_rows = dataset.own_rows(df).groupby("family").head(1)
-footprint.footprint_terms(own_rows, footprint.protocols(own_rows)).set_index(own_rows["workload_id"]).round(0)
+footprint.footprint_terms(own_rows, footprint.sources(own_rows)).set_index(own_rows["workload_id"]).round(0)
 
 # %%
 model.describe()

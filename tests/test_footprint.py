@@ -165,7 +165,7 @@ def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
     assert footprint_terms(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
 
 
-def test_a_new_gpu_takes_its_protocols_constants() -> None:
+def test_a_new_gpu_takes_its_sources_constants() -> None:
     fitted = Footprint(context_mib={"H200|gpupred": 700.0, "A100 40GB|lucid": 1500.0},
                        allocator={"H200|gpupred": 1.2, "A100 40GB|lucid": 1.4})
     row = _row(gpu="NVIDIA A100-SXM4-40GB")  # allocated: 4 + 4 + 8 + 10 + 1 + workspace

@@ -2,7 +2,7 @@
 
 The footprint (MiB) of a job training with torch's caching allocator, as NVML sees its process:
 
-    context(gpu, protocol) + allocator x (weights + gradients + optimizer state + autocast weight copies
+    context(gpu, source) + allocator x (weights + gradients + optimizer state + autocast weight copies
                                           + activations saved for backward + loss buffers + input batch
                                           + workspace)
 
@@ -15,7 +15,7 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
 - activations saved for backward = the graph's ``activation_bytes`` (gpupred.graph sizes each op's output
   at the precision: 16-bit for what autocast runs in 16 bits, fp32 for softmax/normalizations/reductions)
   minus what torch never keeps: the attention scores a fused attention kernel never writes
-  (``SDPA_PROTOCOLS``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
+  (``SDPA_SOURCES``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
   which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
   scale/mask ops and the scaled Q and K (at the precision's width); and the outputs of data-movement ops
   (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing;
@@ -27,10 +27,10 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares it), two handles in a training step (the
   forward's thread and the autograd engine's); cuDNN's convolution workspaces are in ``allocator``;
 - allocator = the caching allocator's reserved / allocated ratio (rounding to 512 B blocks and 2/20 MiB
-  segments, fragmentation between forward and backward), 1.0 by default and fitted per protocol;
+  segments, fragmentation between forward and backward), 1.0 by default and fitted per source;
 - context = the CUDA context plus the kernel images that lazy loading brings in (cuBLAS, cuDNN, torch's
   own kernels): ``CONTEXT_MIB`` by GPU kind (the H200 data card measured a bare context at 619 MiB), fitted
-  per (GPU kind, protocol) on training rows where there are any. On a GPU without a measurement or a fit it
+  per (GPU kind, source) on training rows where there are any. On a GPU without a measurement or a fit it
   comes from the GPU's architecture and the software (:func:`context_mib`): the local-memory reservation, which
   the driver makes for every thread the GPU can hold (``MAX_THREADS_PER_SM x SMs x 1 KiB``, the default
   ``cudaLimitStackSize``: NVIDIA's answer on its developer forum, "Local memory management", 2024, and
@@ -39,9 +39,9 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   355 MiB under torch 2.11, CUDA 13, lazy loading), plus the kernel images that eager module loading adds:
   362 MiB (PyTorch PR #86509, torch 1.13: 636 MiB eager against 274 MiB lazy). Lazy loading needs a CUDA 11.7+
   runtime and is on when torch >= 1.13 sets ``CUDA_MODULE_LOADING=LAZY`` or the driver defaults to it (Linux,
-  CUDA 12.2+: CUDA C++ Programming Guide, "Lazy Loading"). A GPU kind the protocol was fitted on elsewhere
+  CUDA 12.2+: CUDA C++ Programming Guide, "Lazy Loading"). A GPU kind its source was fitted on elsewhere
   borrows the fits' software share (their context less their local memory) and adds its own local memory; a
-  protocol without any fit borrows the mean software share of every fit.
+  source without any fit borrows the mean software share of every fit.
 
 The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
 and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
@@ -88,8 +88,8 @@ EAGER_IMAGES_MIB = (666_632_192 - 287_047_680) / MIB  # kernel images eager load
 CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per handle: Hopper (sm90) or not (torch)
 CUBLAS_HANDLES = 2  # the forward's thread and the autograd engine's backward thread each take a handle
 WORKSPACE_MIB = CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[True]  # on Hopper: 64 MiB
-SDPA_PROTOCOLS: frozenset[str] = frozenset({"gpupred"})  # protocols measured with torch >= 2 fused attention
-PROTOCOLS: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")
+SDPA_SOURCES: frozenset[str] = frozenset({"gpupred"})  # sources that measured with torch >= 2 fused attention
+SOURCES: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")  # whose memory measurements it models
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
                           "workspace")
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
@@ -254,7 +254,7 @@ def _need(df: pd.DataFrame, cols: tuple[str, ...]) -> None:
                                "with footprint_columns() added")
 
 
-def footprint_terms(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> pd.DataFrame:
+def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:
     """Each allocated term of the footprint in MiB (``TERMS``), one row per input row (no context, no allocator)."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
@@ -262,8 +262,8 @@ def footprint_terms(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> 
     autocast = precision.isin(list(HALF_PRECISIONS)).to_numpy()
     pure = (precision == "bf16-pure").to_numpy()
     p = df["param_bytes"].to_numpy(float) * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
-    proto = pd.Series(protocol, index=df.index) if isinstance(protocol, str) else protocol.reindex(df.index)
-    sdpa = proto.isin(list(SDPA_PROTOCOLS)).to_numpy()
+    proto = pd.Series(source, index=df.index) if isinstance(source, str) else source.reindex(df.index)
+    sdpa = proto.isin(list(SDPA_SOURCES)).to_numpy()
     act = activation_bytes(df, autocast, sdpa, pure)
     loss = _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure))
     terms = {
@@ -296,7 +296,7 @@ def _workspaces(df: pd.DataFrame) -> np.ndarray:
 
 def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
     """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
-    feature row's ``activation_bytes``; less the scores of the fused attention cores where the protocol's torch
+    feature row's ``activation_bytes``; less the scores of the fused attention cores where the source's torch
     fuses attention. ``half``: autocast rows (16-bit where autocast runs in 16 bits); ``pure``: pure bf16 rows
     (every activation in 2 bytes)."""
     fallback = df["activation_bytes"].to_numpy(float)
@@ -317,9 +317,9 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].fillna(0.0).to_numpy(float) if name in df.columns else np.zeros(len(df))
 
 
-def allocated_mib(df: pd.DataFrame, protocol: str | pd.Series = "gpupred") -> np.ndarray:
+def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.ndarray:
     """What the training step allocates at its peak (MiB): the sum of ``footprint_terms``."""
-    return footprint_terms(df, protocol).sum(axis=1).to_numpy(float)
+    return footprint_terms(df, source).sum(axis=1).to_numpy(float)
 
 
 def local_memory_mib(gpu: str) -> float:
@@ -375,16 +375,16 @@ def workspace_mib(gpu: str) -> float:
 
 @dataclass
 class Footprint:
-    """Per-(GPU kind, protocol) context and allocator ratio: the analytic footprint's fitted constants."""
+    """Per-(GPU kind, source) context and allocator ratio: the analytic footprint's fitted constants."""
 
-    context_mib: dict[str, float] = field(default_factory=dict)  # key "gpu|protocol"
+    context_mib: dict[str, float] = field(default_factory=dict)  # key "gpu|source"
     allocator: dict[str, float] = field(default_factory=dict)
-    min_rows: int = 8  # fewer training rows than this in a (gpu, protocol): keep the defaults
+    min_rows: int = 8  # fewer training rows than this in a (gpu, source): keep the defaults
 
     def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "Footprint":
-        """Fit context and allocator ratio per (gpu, protocol) on ``df``'s rows (training rows only)."""
-        keys = protocol_keys(df)
-        dyn = allocated_mib(df, protocols(df))
+        """Fit context and allocator ratio per (gpu, source) on ``df``'s rows (training rows only)."""
+        keys = source_keys(df)
+        dyn = allocated_mib(df, sources(df))
         y = df[target].to_numpy(float)
         for key in pd.unique(keys):
             m = (keys == key) & np.isfinite(y)
@@ -394,14 +394,14 @@ class Footprint:
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         """The analytic footprint in MiB, one per row."""
-        keys = pd.Series(protocol_keys(df))
+        keys = pd.Series(source_keys(df))
         uniq = keys.unique()
         ctx = {k: self.context(k) for k in uniq}
         alloc = {k: self.constant(k, self.allocator, 1.0) for k in uniq}
-        return keys.map(ctx).to_numpy(float) + keys.map(alloc).to_numpy(float) * allocated_mib(df, protocols(df))
+        return keys.map(ctx).to_numpy(float) + keys.map(alloc).to_numpy(float) * allocated_mib(df, sources(df))
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
-        """A constant for 'gpu|protocol': fitted there, else the mean over GPUs measured with the protocol
+        """A constant for 'gpu|source': fitted there, else the mean over GPUs measured by the source
         (the allocator ratio is the software's), else the default."""
         if key in fitted:
             return fitted[key]
@@ -409,15 +409,15 @@ class Footprint:
         return float(np.mean(same)) if same else default
 
     def context(self, key: str) -> float:
-        """The context for 'gpu|protocol': fitted there; else the mean software share (context less local memory) of
-        the GPUs fitted under the protocol, or of every fit when the protocol has none (its software is unknown: the
+        """The context for 'gpu|source': fitted there; else the mean software share (context less local memory) of
+        the GPUs fitted under the source, or of every fit when the source has none (its software is unknown: the
         fits span the software measured), plus this GPU's local memory; else :func:`default_context_mib` (the GPU's
         architecture, the sweeps' software)."""
-        gpu, protocol = key.split("|")
+        gpu, source = key.split("|")
         if key in self.context_mib:
             return self.context_mib[key]
         shares = {k: v - local_memory_mib(k.split("|")[0]) for k, v in self.context_mib.items()}
-        same = [v for k, v in shares.items() if k.split("|")[1] == protocol] or list(shares.values())
+        same = [v for k, v in shares.items() if k.split("|")[1] == source] or list(shares.values())
         return float(np.mean(same)) + local_memory_mib(gpu) if same else default_context_mib(gpu)
 
     def constants(self) -> dict[str, dict[str, float]]:
@@ -440,18 +440,19 @@ def fit_context_allocator(allocated: np.ndarray, measured: np.ndarray) -> tuple[
     return ctx, ratio
 
 
-def protocols(df: pd.DataFrame) -> pd.Series:
-    """Each row's measurement protocol: its ``source`` column, else this project's ('gpupred')."""
+def sources(df: pd.DataFrame) -> pd.Series:
+    """Each row's source (whose way of measuring memory its constants are fitted to): its ``source`` column, else
+    this project's ('gpupred')."""
     return df["source"].astype(str) if "source" in df.columns else pd.Series("gpupred", index=df.index)
 
 
-def protocol_keys(df: pd.DataFrame) -> np.ndarray:
-    """'gpu|protocol' per row (the key of the fitted constants)."""
+def source_keys(df: pd.DataFrame) -> np.ndarray:
+    """'gpu|source' per row (the key of the fitted constants)."""
     from gpupred.hardware import gpu_spec
 
     gpu = df["gpu"].astype(str) if "gpu" in df.columns else pd.Series("H200", index=df.index)
     names = {g: gpu_spec(g).name for g in pd.unique(gpu)}
-    return (gpu.map(names) + "|" + protocols(df)).to_numpy()
+    return (gpu.map(names) + "|" + sources(df)).to_numpy()
 
 
 def setup_columns(setup: TrainingSetup) -> dict[str, Any]:
@@ -461,12 +462,12 @@ def setup_columns(setup: TrainingSetup) -> dict[str, Any]:
 
 
 def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer: str,
-                  terms: dict[str, float] | None = None, protocol: str = "gpupred",
+                  terms: dict[str, float] | None = None, source: str = "gpupred",
                   fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
     """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU;
     ``setup`` (:class:`gpupred.setups.TrainingSetup`) replaces ``precision`` and ``optimizer`` when given."""
     job = {"precision": precision, "optimizer": optimizer} if setup is None else setup_columns(setup)
-    row = pd.DataFrame([{**features, **(terms or {}), **job, "gpu": gpu, "source": protocol}])
+    row = pd.DataFrame([{**features, **(terms or {}), **job, "gpu": gpu, "source": source}])
     return float((fitted or Footprint()).predict(row)[0])
 
 

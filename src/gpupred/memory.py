@@ -192,9 +192,9 @@ def plot_estimates(errors: pd.DataFrame, scheme: str = "grouped_random") -> Any:
 
 def correction_features(df: pd.DataFrame) -> np.ndarray:
     """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total."""
-    from gpupred.footprint import footprint_terms, protocols
+    from gpupred.footprint import footprint_terms, sources
 
-    terms = footprint_terms(df, protocols(df))
+    terms = footprint_terms(df, sources(df))
     shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
     flags = np.column_stack([df[c].fillna(0.0).to_numpy(float) if c in df.columns else np.zeros(len(df))
                              for c in CORRECTION_FEATURES])
@@ -275,7 +275,7 @@ class FootprintModel:
             if self.calibrate:
                 self.halfwidth_ = lofo_halfwidths(residuals[grid.index(self.setting_)], sources)
         self.footprint_, self.correction_ = fit_correction(data, self.setting_, target, self.seed)
-        self.protocols_ = set(self.footprint_.context_mib)
+        self.fitted_keys_ = set(self.footprint_.context_mib)
         return self
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -301,16 +301,16 @@ class FootprintModel:
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
-        from gpupred.footprint import protocol_keys, protocols
+        from gpupred.footprint import source_keys, sources
 
         base = self.footprint_.predict(df)
         best = np.maximum(base, 1.0) * np.exp(self.correction(df))
-        src = protocols(df).to_numpy()
+        src = sources(df).to_numpy()
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
-        seen = np.isin(protocol_keys(df), list(self.protocols_))
-        known = np.isin(src, [k.split("|")[1] for k in self.protocols_])
-        # extrapolated: a GPU not measured with the protocol gets the widest calibrated half-width doubled; a
-        # protocol never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
+        seen = np.isin(source_keys(df), list(self.fitted_keys_))
+        known = np.isin(src, [k.split("|")[1] for k in self.fitted_keys_])
+        # extrapolated: a GPU not measured by the source gets the widest calibrated half-width doubled; a
+        # source never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
         q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
                       for s, ok, kn in zip(src, seen, known)])
         return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q)},
@@ -334,15 +334,15 @@ def inner_lofo_residuals(data: pd.DataFrame, grid: tuple[CorrectionSetting, ...]
                          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """log(measured / footprint*correction) of every row of ``data`` with its family group held out of ``data``,
     per setting of ``grid`` (shape settings x rows; NaN where a row could not be held out: one group only), and
-    per row whether its (GPU kind, protocol) had rows in the fold's training side (else default constants).
+    per row whether its (GPU kind, source) had rows in the fold's training side (else default constants).
 
     One footprint fit per held-out group serves every setting, and one tree fit per leaf size serves every clip
     and tree count (the clip bounds the output; fewer trees are the first iterations)."""
-    from gpupred.footprint import Footprint, protocol_keys
+    from gpupred.footprint import Footprint, source_keys
     from gpupred.learn.evaluate import lofo_splits
 
     y = np.log(data[target].to_numpy(float))
-    keys = protocol_keys(data)
+    keys = source_keys(data)
     X = correction_features(data)
     weights = source_weights(data)
     out = np.full((len(grid), len(data)), np.nan)
