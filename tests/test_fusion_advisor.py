@@ -234,3 +234,18 @@ def test_notebook_09_says_so_without_fused_runs(run_notebook, tmp_path: Path) ->
     (tmp_path / "models").symlink_to(REPO / "models")
     nb = run_notebook("09-fusion-advisor", {"models": [RESNET], "gpus": ["H200"], "counts": [1, 2], "steps": ["vmap"]})
     assert "no fused runs under" in _outputs(nb)
+
+
+def test_fused_kernels_keep_the_setups_tensor_core_flags() -> None:
+    """A fused step's kernels carry one tensor-core flag per kernel (the setup's), so they can be timed."""
+    from gpupred.hardware import gpu_spec
+    from gpupred.perf import DEFAULT
+    from gpupred.perf.columns import spec_kernels
+    from gpupred.perf.timeline import kernel_times
+    from gpupred.perf.vmapped import fused_kernels
+    from gpupred.workloads.spec import WorkloadSpec
+
+    kl = spec_kernels(WorkloadSpec.from_id(RESNET))
+    fused = fused_kernels(kl, 8, "sgd", 11.2e6)
+    assert kl.on_tc is not None and fused.on_tc is not None and len(fused.on_tc) == len(fused) != len(kl)
+    assert kernel_times(fused, gpu_spec("H100 SXM"), fused.precision, DEFAULT).shape == (len(fused),)

@@ -175,10 +175,13 @@ def _predict_f(predictor: Any, base: WorkloadSpec, f: int, gpu: str, step: str) 
     out = predictor.core.predict(graph, gpu)
     it, lo, hi = out["iter_time_mean_s"], out["iter_time_mean_s_low"], out["iter_time_mean_s_high"]
     per = f * spec.batch_size
-    return {"F": f, "workload_id": spec.id, **{k: float(v) for k, v in out.items() if not k.startswith("samples_per_s")},
+    figures = {k: float(v) for k, v in out.items()
+               if not k.startswith("samples_per_s") and k not in ("extrapolated", "caveats")}
+    return {"F": f, "workload_id": spec.id, **figures,
             "trials_per_s": f / it, "trials_per_s_low": f / hi, "trials_per_s_high": f / lo,
             "samples_per_s": per / it, "samples_per_s_low": per / hi, "samples_per_s_high": per / lo,
-            "extrapolated": gpu not in predictor.measured_gpus}
+            "extrapolated": bool(out.get("extrapolated", gpu not in predictor.measured_gpus)),
+            "caveats": str(out.get("caveats", ""))}
 
 
 @lru_cache(maxsize=64)

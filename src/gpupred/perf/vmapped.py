@@ -45,31 +45,34 @@ LOOP_CELL_KERNELS: dict[str, tuple[int, int]] = {"lstm": (10, 16), "gru": (11, 1
 STACKED_OPTIMIZER_OPS: dict[str, int] = {"sgd": 4, "adam": 10}  # sgd: mul_, add_, mul, sub_; adam: lerp_ ... sub_
 
 
-def _rows(kl: KernelList) -> list[tuple[float, float, int, int, bool]]:
-    """(FLOPs, bytes, tensor core, phase, library) per kernel."""
+Row = tuple[float, float, int, int, bool, bool]  # FLOPs, bytes, tensor core, phase, library, on tensor cores
+
+
+def _rows(kl: KernelList) -> list[Row]:
+    """(FLOPs, bytes, tensor core, phase, library, on tensor cores) per kernel (the last as the setup decided it, False
+    for kernels built without one: the fused list keeps ``on_tc`` None then)."""
     lib = kl.library if kl.library is not None else np.zeros(len(kl), bool)
-    return [(float(f), float(b), int(t), int(p), bool(x)) for f, b, t, p, x in
-            zip(kl.flops, kl.bytes, kl.tensor_core, kl.phase, lib)]
+    on_tc = kl.on_tc if kl.on_tc is not None else np.zeros(len(kl), bool)
+    return [(float(f), float(b), int(t), int(p), bool(x), bool(o)) for f, b, t, p, x, o in
+            zip(kl.flops, kl.bytes, kl.tensor_core, kl.phase, lib, on_tc)]
 
 
-def _loop_rnn(rows: list[tuple[float, float, int, int, bool]], copies: int,
-              cell: tuple[int, int]) -> list[tuple[float, float, int, int, bool]]:
+def _loop_rnn(rows: list[Row], copies: int, cell: tuple[int, int]) -> list[Row]:
     """Forward and backward kernels with each cuDNN time step replaced by LoopRNN's (work x ``copies``)."""
     out = []
-    for f, b, tc, phase, lib in rows:
+    for f, b, tc, phase, lib, on in rows:
         f, b = f * copies, b * copies
         if phase not in (FWD, BWD) or not lib:
-            out.append((f, b, tc, phase, lib))
+            out.append((f, b, tc, phase, lib, on))
         elif tc:  # the step's recurrent GEMM: cuBLAS from Python (twice backward: data and weight gradients)
-            out += [(f, b, MATMUL, phase, False)] * (1 if phase == FWD else 2)
+            out += [(f, b, MATMUL, phase, False, on)] * (1 if phase == FWD else 2)
         else:  # the step's gate kernel: the cell's pointwise kernels
             n = cell[0] if phase == FWD else cell[1]
-            out += [(f / n, b / n, 0, phase, False)] * n
+            out += [(f / n, b / n, 0, phase, False, False)] * n
     return out
 
 
-def _stacked_optimizer(rows: list[tuple[float, float, int, int, bool]], copies: int, optimizer: str,
-                       params: float) -> list[tuple[float, float, int, int, bool]]:
+def _stacked_optimizer(rows: list[Row], copies: int, optimizer: str, params: float) -> list[Row]:
     """The stacked optimizer's kernels from one copy's optimizer kernels (``rows``, phase OPT)."""
     if optimizer not in STACKED_OPTIMIZER_OPS:
         raise GpupredError(f"unknown optimizer {optimizer!r} for a fused step; known: {', '.join(STACKED_OPTIMIZER_OPS)}")
@@ -82,7 +85,7 @@ def _stacked_optimizer(rows: list[tuple[float, float, int, int, bool]], copies: 
     launches = max(per_op, math.ceil(copies * params / FOREACH_CHUNK))
     out = []
     for _ in range(STACKED_OPTIMIZER_OPS[optimizer]):
-        out += [(flops / launches, nbytes / launches, 0, OPT, k > 0) for k in range(launches)]
+        out += [(flops / launches, nbytes / launches, 0, OPT, k > 0, False) for k in range(launches)]
     return out
 
 
@@ -98,7 +101,7 @@ def fused_kernels(kl: KernelList, copies: int, optimizer: str, params: float, rn
     rows = _rows(kl)
     steps = [r for r in rows if r[3] != OPT]
     steps = _loop_rnn(steps, copies, LOOP_CELL_KERNELS[rnn]) if rnn else \
-        [(f * copies, b * copies, tc, p, lib) for f, b, tc, p, lib in steps]
+        [(f * copies, b * copies, tc, p, lib, on) for f, b, tc, p, lib, on in steps]
     opt = _stacked_optimizer([r for r in rows if r[3] == OPT], copies, optimizer, params)
     seq = [r for r in steps if r[3] != OTHER] + opt + [r for r in steps if r[3] == OTHER]  # launch order
     n = len(seq)
@@ -106,4 +109,5 @@ def fused_kernels(kl: KernelList, copies: int, optimizer: str, params: float, rn
     counts = type(kl.counts)({name: int((phase == p).sum()) for p, name in enumerate(PHASES)})
     return replace(kl, flops=np.fromiter((r[0] for r in seq), float, n), bytes=np.fromiter((r[1] for r in seq), float, n),
                    tensor_core=np.fromiter((r[2] for r in seq), np.int8, n), phase=phase,
-                   sync_after=np.zeros(n, bool), library=np.fromiter((r[4] for r in seq), bool, n), counts=counts)
+                   sync_after=np.zeros(n, bool), library=np.fromiter((r[4] for r in seq), bool, n), counts=counts,
+                   on_tc=None if kl.on_tc is None else np.fromiter((r[5] for r in seq), bool, n))

@@ -19,12 +19,13 @@ pooled correction's calibration gives).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 
+from gpupred.errors import GpupredError
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.regressors import correction_model
@@ -140,20 +141,29 @@ class Correction:
                                                                         strata=strata[rows])
 
     def fit(self, X: np.ndarray, ratio: np.ndarray, groups: np.ndarray, strata: np.ndarray,
-            workloads: np.ndarray) -> "Correction":
-        """Fit the pooled (or balanced) correction and, under ``per_source``, one per source with enough rows."""
+            workloads: np.ndarray, asked: Sequence[str] | None = None) -> "Correction":
+        """Fit the pooled (or balanced) correction and, under ``per_source``, one per source with enough rows.
+
+        ``asked``: the sources it will be asked about (an evaluation knows its test rows'); a correction none of them
+        reads is not fitted. Default: any source, a new one included (what a shipped estimator must answer)."""
         strata = np.asarray(strata).astype(str)
         every = np.arange(len(ratio))
-        pooled = balanced_rows(strata, workloads, self.settings.seed) if self.settings.weighting == "balanced" else every
-        self.pooled_ = self._conformal(X, ratio, groups, strata, pooled)
-        self.by_source_: dict[str, ConformalRegressor] = {}
         self.sources_ = sorted(set(strata))
-        if self.settings.weighting == "per_source":
-            for s in self.sources_:
-                own = np.flatnonzero(strata == s)
-                if len(own) >= MIN_SOURCE_ROWS:
-                    self.by_source_[s] = self.pooled_ if len(own) == len(every) else self._conformal(
-                        X, ratio, groups, strata, own)
+        counts = {s: int((strata == s).sum()) for s in self.sources_}
+        asked_set = None if asked is None else {str(a) for a in asked}
+        per_source = self.settings.weighting == "per_source"
+        own = {s for s in self.sources_ if per_source and counts[s] >= MIN_SOURCE_ROWS
+               and (asked_set is None or s in asked_set)}
+        needs_pooled = asked_set is None or any(counts.get(a, 0) < MIN_SOURCE_ROWS or not per_source for a in asked_set)
+        self.pooled_ = None
+        if needs_pooled or any(counts[s] == len(every) for s in own):
+            rows = balanced_rows(strata, workloads, self.settings.seed) if self.settings.weighting == "balanced" else every
+            self.pooled_ = self._conformal(X, ratio, groups, strata, rows)
+        self.by_source_: dict[str, ConformalRegressor] = {}
+        for s in sorted(own):
+            own_rows = np.flatnonzero(strata == s)
+            self.by_source_[s] = self.pooled_ if len(own_rows) == len(every) else self._conformal(
+                X, ratio, groups, strata, own_rows)
         self.ratio_, self.strata_ = np.asarray(ratio, dtype=float), strata
         return self
 
@@ -165,6 +175,8 @@ class Correction:
         for s in np.unique(strata):
             mask = strata == s
             model = self.by_source_.get(s, self.pooled_)
+            if model is None:
+                raise GpupredError(f"the correction was fitted for sources {sorted(self.by_source_)} only, not {s!r}")
             pt, lo, hi = model.predict(X[mask], strata[mask])
             lo_b, hi_b = correction_bounds(self.ratio_, self.strata_, strata[mask])
             pt = np.clip(pt, lo_b, hi_b)

@@ -70,8 +70,12 @@ class StepEstimator(BaseEstimator):
         if unknown:
             raise GpupredError(f"no physics for target {unknown[0]!r}; known: {', '.join(PHYSICS_TARGETS)}")
 
-    def fit(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> "StepEstimator":
-        """Fit the constants, and per target with at least ``MIN_LABELLED`` labels its correction and widths."""
+    def fit(self, X: pd.DataFrame, physics: PhysicsData | None = None,
+            asked: list[str] | None = None) -> "StepEstimator":
+        """Fit the constants, and per target with at least ``MIN_LABELLED`` labels its correction and widths.
+
+        ``asked``: the sources the estimator will be asked about (an evaluation's test rows'), so corrections no one
+        reads are not fitted; default any source, a new one included."""
         self._check()
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
@@ -91,17 +95,18 @@ class StepEstimator(BaseEstimator):
                                                         default_log_error(X, target))
             if self.correct:
                 self.corrections_[target] = self._fit_correction(X, y, rows, step if is_step else util, settings,
-                                                                 (util, step))
+                                                                 (util, step), asked)
         self.fitted_targets_ = list(self.widths_)
         return self
 
     def _fit_correction(self, X: pd.DataFrame, y: np.ndarray, rows: np.ndarray, base: np.ndarray,
-                        settings: CorrectionSettings, phys: tuple[np.ndarray, np.ndarray]) -> Correction:
+                        settings: CorrectionSettings, phys: tuple[np.ndarray, np.ndarray],
+                        asked: list[str] | None = None) -> Correction:
         sub = X.iloc[rows]
         matrix = correction_matrix(sub, self.features_, phys[0][rows], phys[1][rows])
         ratio = 100.0 * y[rows] / np.maximum(base[rows], 1e-12)
         return Correction(settings).fit(matrix, ratio, calibration_groups(sub, self.calibration),
-                                        _sources(sub), sub["workload_id"].astype(str).to_numpy())
+                                        _sources(sub), sub["workload_id"].astype(str).to_numpy(), asked)
 
     def physics(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(utilization %, step s) of the step model under the fitted constants, per row of ``X``."""

@@ -77,7 +77,12 @@ def _split_predictions(df: pd.DataFrame, targets: tuple[str, ...], split: Split,
         for key, model in per_target.items():
             if key != "*" and train_rows[key].notna().sum() < MIN_LABELLED:
                 continue
-            pred = clone(model).fit(train_rows, pdata.subset(train)).predict(test_rows, pdata.subset(test))
+            fitted = clone(model)
+            if key == "*":  # the step estimator: corrections only for the sources the test rows come from
+                fitted.fit(train_rows, pdata.subset(train), asked=sorted(set(test_rows["source"].astype(str))))
+            else:
+                fitted.fit(train_rows, pdata.subset(train))
+            pred = fitted.predict(test_rows, pdata.subset(test))
             for t in (targets if key == "*" else (key,)):
                 if t in pred.columns:
                     out[method][t] = tuple(pred[c].to_numpy(float) for c in (t, f"{t}_low", f"{t}_high"))
