@@ -15,16 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred.version import __version__
 
-__all__ = ["export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
+__all__ = ["export_model", "weightless", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.graph import featurize
     from gpupred.graph.export import export_model
+    from gpupred.graph.weightless import weightless
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
 
 _LAZY = {
     "export_model": "gpupred.graph.export",
+    "weightless": "gpupred.graph.weightless",
     "featurize": "gpupred.graph",
     "load_predictor": "gpupred.predictor",
     "Predictor": "gpupred.predictor",
