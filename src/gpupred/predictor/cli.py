@@ -31,13 +31,27 @@ def gpu_table() -> pd.DataFrame:
     return table
 
 
+def check_model_choice(model: str | None, timm: str | None, hf: str | None, head: str | None, seq_len: int | None,
+                       image_size: int | None) -> bool:
+    """Whether ``predict`` was given a model by name (--timm/--hf); one line when the choice is not exactly one."""
+    from gpupred.errors import GpupredError
+
+    named = timm is not None or hf is not None
+    if named == (model is not None):
+        raise GpupredError("give MODEL (an .onnx file or a workload id), or --timm NAME, or --hf MODEL")
+    if not named and (head, seq_len, image_size) != (None, None, None):
+        raise GpupredError("--head, --seq-len and --image-size go with --timm or --hf")
+    return named
+
+
 def register(app: Any) -> None:
     """Add ``gpupred predict`` and ``gpupred gpus`` to the CLI."""
     import typer
 
     @app.command("predict")
     def predict_cmd(
-        model: str = typer.Argument(..., help="An ONNX model file (or a workload id, which needs torch)."),
+        model: str = typer.Argument(None, help="An ONNX model file (or a workload id, which needs torch).",
+                                    show_default=False),
         batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
         precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 (autocast)."),
         optimizer: str = typer.Option("sgd", "--optimizer", help="sgd or adam."),
@@ -47,20 +61,34 @@ def register(app: Any) -> None:
         noncommercial: bool = typer.Option(False, "--noncommercial", help="Use models/predictor-noncommercial.joblib, "
                                                                           "trained with imported data (non-commercial use only)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
+        timm: str = typer.Option(None, "--timm", help="A timm model by name instead of MODEL (random weights, no "
+                                                      "download; exported once, then cached)."),
+        hf: str = typer.Option(None, "--hf", help="A Hugging Face model instead of MODEL: a model type (llama, bert, "
+                                                  "gpt2...), a config.json or its folder, or a hub id."),
+        head: str = typer.Option(None, "--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, seq2seq-lm "
+                                                      "or speech-seq2seq (default: the config's)."),
+        seq_len: int = typer.Option(None, "--seq-len", help="With --hf: tokens per sample (default: the model's longest "
+                                                            "position, at most 2048)."),
+        image_size: int = typer.Option(None, "--image-size", help="With --timm or an image --hf model: the image side."),
     ) -> None:
-        """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph."""
+        """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name)."""
         from gpupred import config
         from gpupred.errors import GpupredError
         from gpupred.predictor.artifact import load_predictor
         from gpupred.workloads.spec import PRECISIONS
 
-        if looks_like_file(model) and not Path(model).is_file():  # the user's file first, before the predictor
+        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
+        if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
             raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
         if precision not in PRECISIONS:
             raise GpupredError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         if noncommercial and predictor_path:
             raise GpupredError("give --predictor PATH or --noncommercial, not both")
         predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
+        if named:  # after the predictor loads: a missing one is said before minutes of export
+            from gpupred.graph.named import graph_for_options
+
+            model = str(graph_for_options(timm, hf, head, seq_len, image_size))
         row = predictor.predict(model, batch_size=batch_size, precision=precision, optimizer=optimizer, gpu=gpu).iloc[0]
         print_prediction(predictor, row, as_json)
 
