@@ -174,3 +174,13 @@ def test_an_unknown_name_offline_gets_one_line(monkeypatch: pytest.MonkeyPatch) 
         build_named(timm_model("resnet5000"))
     with pytest.raises(GpupredError, match="T5Config has no image-cls model in transformers; its heads: .*seq2seq-lm"):
         build_named(hf_model("t5", head="image-cls"))
+
+
+@pytest.mark.slow
+def test_overrides_reach_the_config_constructor() -> None:
+    """Fields a config derives at construction follow the overrides: LLaMA-13B's 40 heads give 40 key/value heads
+    (set after construction they stayed LlamaConfig's 32, and the export failed to broadcast)."""
+    from gpupred.graph.named import hf_config
+
+    cfg = hf_config(hf_model("llama", hidden_size=5120, num_attention_heads=40, num_hidden_layers=40))
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads) == (40, 40, 128)

@@ -205,28 +205,26 @@ def _build_timm(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
 
 
 def hf_config(named: NamedModel) -> Any:
-    """The transformers config of a named model: a local file, a model type's defaults, or a hub id (overrides set)."""
+    """The transformers config of a named model: a local file, a model type's defaults, or a hub id, built with the
+    overrides."""
     transformers = _import("transformers", named)
     path = _local_config(named.name)
+    overrides = dict(named.overrides)  # given to the constructor, so that derived fields follow (head_dim, kv heads)
     if path is not None:
         _config_identity(named)  # a missing file: one line
         values = json.loads(path.read_text())
         model_type = values.pop("model_type", None)
         if model_type is None:
             raise GpupredError(f"{path}: no model_type, so it is not a transformers config.json")
-        cfg = transformers.AutoConfig.for_model(model_type, **values)
-    elif named.name in transformers.CONFIG_MAPPING:
-        cfg = transformers.AutoConfig.for_model(named.name)
-    else:
-        try:
-            cfg = transformers.AutoConfig.from_pretrained(named.name)
-        except (OSError, ValueError) as err:
-            raise GpupredError(
-                f"--hf {named.name}: not a local config.json, not a transformers model type (e.g. llama, bert, gpt2, "
-                f"t5) and the hub gave no config ({' '.join(str(err).split())[:160]}); give a config.json") from None
-    for key, value in named.overrides:
-        setattr(cfg, key, value)
-    return cfg
+        return transformers.AutoConfig.for_model(model_type, **{**values, **overrides})
+    if named.name in transformers.CONFIG_MAPPING:
+        return transformers.AutoConfig.for_model(named.name, **overrides)
+    try:
+        return transformers.AutoConfig.from_pretrained(named.name, **overrides)
+    except (OSError, ValueError) as err:
+        raise GpupredError(
+            f"--hf {named.name}: not a local config.json, not a transformers model type (e.g. llama, bert, gpt2, "
+            f"t5) and the hub gave no config ({' '.join(str(err).split())[:160]}); give a config.json") from None
 
 
 def default_head(cfg: Any) -> str:
