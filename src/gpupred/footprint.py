@@ -92,9 +92,9 @@ def graph_terms(path_or_proto: Any, batch_size: int) -> dict[str, float]:
     scale/mask ops, the scaled Q and K); ``output_elems``: the graph outputs (logits).
     """
     from gpupred.graph.canonical import shape_elements
-    from gpupred.graph.loader import load_graph
+    from gpupred.graph.loader import cached_graph
 
-    graph, _ = load_graph(path_or_proto, int(batch_size))
+    graph, _ = cached_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
     producer = {o: node for node in cg.nodes for o in node[3]}
     numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}

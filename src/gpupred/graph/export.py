@@ -355,44 +355,6 @@ def copy_graph(source: Path, target: Path) -> Path:
 # ---------------------------------------------------------------- a user's own model
 
 
-def _flatten_outputs(out: Any) -> tuple[Any, ...]:
-    """The tensors of a model's output, in order: a tensor, a tuple/list, a dict or a ModelOutput-like object."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return (out,)
-    if out is None:
-        return ()
-    if hasattr(out, "to_tuple") and callable(out.to_tuple):  # transformers' ModelOutput
-        out = out.to_tuple()
-    elif isinstance(out, dict):
-        out = list(out.values())
-    elif hasattr(out, "__dataclass_fields__"):
-        out = [getattr(out, f) for f in out.__dataclass_fields__]
-    if isinstance(out, (tuple, list)):
-        return tuple(t for item in out for t in _flatten_outputs(item))
-    return ()
-
-
-def _adapter(model: Any, keys: Sequence[str] | None, constants: dict[str, Any]) -> Any:
-    """A module taking the example's tensors positionally and returning a flat tuple of tensors."""
-    import torch
-
-    class Adapter(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *args: Any) -> tuple[Any, ...]:
-            out = self.model(**dict(zip(keys, args)), **constants) if keys is not None else self.model(*args)
-            flat = _flatten_outputs(out)
-            if not flat:
-                raise GpupredError(f"{type(model).__name__} returned no tensor; export_model needs tensor outputs")
-            return flat
-
-    return Adapter()
-
-
 def export_model(
     model: Any,
     example_input: Any,
@@ -410,31 +372,11 @@ def export_model(
     tuples, dicts or ModelOutput-like objects. The model is exported in training mode, as the catalog is
     (BatchNorm keeps its batch statistics, Dropout stays), with the catalog's recipe
     (:func:`export_module`); weights are left out unless ``keep_weights``. ``precompute`` and ``symbolic``
-    are :func:`export_module`'s.
+    are :func:`export_module`'s. A module built without weights (:func:`gpupred.weightless`) is traced with fake
+    tensors (:mod:`gpupred.graph.weightless`).
     """
-    import torch
+    from gpupred.graph.adapter import positional
 
-    if not isinstance(model, torch.nn.Module):
-        raise GpupredError(f"export_model needs a torch.nn.Module, got {type(model).__name__}")
-    keys: list[str] | None = None
-    constants: dict[str, Any] = {}
-    if isinstance(example_input, torch.Tensor):
-        tensors: list[Any] = [example_input]
-        names = ["input"]
-    elif isinstance(example_input, (tuple, list)):
-        tensors = list(example_input)
-        names = [f"input_{i}" for i in range(len(tensors))] if len(tensors) > 1 else ["input"]
-    elif isinstance(example_input, dict):
-        keys = [k for k, v in example_input.items() if isinstance(v, torch.Tensor)]
-        tensors = [example_input[k] for k in keys]
-        constants = {k: v for k, v in example_input.items() if not isinstance(v, torch.Tensor)}
-        names = list(keys)
-    else:
-        raise GpupredError(f"example_input must be a tensor, a tuple of tensors or a dict, got {type(example_input).__name__}")
-    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
-        raise GpupredError("example_input must hold at least one tensor, and only tensors when it is a tuple")
-    for name, t in zip(names, tensors):
-        if t.dim() <= batch_axis:
-            raise GpupredError(f"example input {name!r} has shape {tuple(t.shape)}: no batch axis {batch_axis}")
-    return export_module(_adapter(model, keys, constants), tensors, path, names, [batch_axis] * len(tensors),
+    adapter, tensors, names = positional(model, example_input, batch_axis)
+    return export_module(adapter, tensors, path, names, [batch_axis] * len(tensors),
                          keep_weights=keep_weights, precompute=precompute, symbolic=symbolic)

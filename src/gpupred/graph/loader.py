@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +315,41 @@ class PlainGraph:
         """Whether some node output has no static shape."""
         known = self.known
         return any(o and o not in known for node in self.nodes for o in node[3])
+
+
+_CACHE_SIZE = 64
+_CACHE: "OrderedDict[tuple[Any, ...], tuple[PlainGraph, int]]" = OrderedDict()
+
+
+def clear_graph_cache() -> None:
+    """Forget every graph :func:`cached_graph` keeps in this process."""
+    _CACHE.clear()
+
+
+def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
+    if isinstance(path_or_proto, ModelProto):
+        return None
+    try:
+        st = os.stat(path_or_proto)
+    except OSError:
+        return None
+    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino, batch_size)
+
+
+def cached_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[PlainGraph, int]:
+    """:func:`load_graph`, kept in-process per (file, mtime, size, batch size): featurize, the step model and the footprint
+    of one job load its graph once. The graph is shared: read it, never change it."""
+    key = _cache_key(path_or_proto, None if batch_size is None else int(batch_size))
+    hit = _CACHE.get(key) if key is not None else None
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    graph, bs = load_graph(path_or_proto, batch_size)
+    if key is not None:
+        _CACHE[key] = (graph, bs)
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return graph, bs
 
 
 def load_graph(

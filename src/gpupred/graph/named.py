@@ -303,13 +303,15 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
     path = named.cache_path()
     if path.is_file() and not refresh:
         return path
-    from gpupred.graph.export import export_model
+    from gpupred.graph.adapter import positional
+    from gpupred.graph.weightless import export_weightless
     from gpupred.reports import progress_bar
 
     with progress_bar(total=2, desc=f"{named.source} {named.label}", unit="step", leave=False) as bar:
         built = build_named(named)
         bar.update()
-        export_model(built.model, built.example, path)
+        adapter, tensors, names = positional(built.model, built.example)  # as gpupred.export_model takes them
+        export_weightless(adapter, tensors, path, names, [0] * len(tensors))
         bar.update()
     info = {"key": named.cache_key(), "head": built.head, "seq_len": built.seq_len, "image_size": built.image_size,
             "torch_params": built.params, "config": built.config}
