@@ -61,21 +61,30 @@ def holds_weights(model: Any) -> bool:
 
 
 def _fake_model(model: Any) -> Any:
-    """A copy of a module whose meta-device tensors are fake CPU tensors (storage-less; tied weights stay tied)."""
+    """The module itself when it holds no meta tensors (already fake), else :func:`fake_copy`'s module."""
+    if not any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        return model  # already fake (built under the caller's own FakeTensorMode)
+    return fake_copy(model)[0]
+
+
+def fake_copy(model: Any) -> tuple[Any, Any]:
+    """A copy of a module whose meta-device tensors are fake CPU tensors (storage-less; tied weights stay tied), and the
+    ``FakeTensorMode`` to run it under (``with mode: model(x)`` computes shapes, never values)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    if not any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-        return model  # already fake (built under the caller's own FakeTensorMode)
     clone = copy.deepcopy(model)  # meta tensors copy for free; the caller's module is left as it was
     done: dict[int, Any] = {}
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
         for module in clone.modules():
             for table, make in ((module._parameters, _fake_parameter), (module._buffers, _fake_buffer)):
                 for name, t in list(table.items()):
                     if t is not None and t.is_meta:
-                        table[name] = done.setdefault(id(t), make(t, torch))
-    return clone
+                        if id(t) not in done:
+                            done[id(t)] = make(t, torch)
+                        table[name] = done[id(t)]
+    return clone, mode
 
 
 def _fake_parameter(t: Any, torch: Any) -> Any:
