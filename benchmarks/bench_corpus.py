@@ -38,6 +38,9 @@ def rows() -> list[dict]:
     for name, entry in sorted(read_corpus_index()["models"].items()):
         a = agreement(name, entry)
         a["source"] = entry.get("timm_module", entry.get("hf_class", ""))
+        if entry.get("weightless"):  # the real-size decoders: exported without weights, no fixed-batch export
+            a["source"] += f" (weightless, seq {entry['seq']})"
+            a["rebatch_diff"] = ["n/a"]
         a["torch_params"] = entry["torch_params"]
         out.append(a)
     return out
@@ -57,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    print(load)
     table = rows()
     for a in table:
         print(f"{a['name']:42s} shaped {a['shaped']:.3f} param diff {a['params_diff']:>6} FLOPs/torch {a['flops_ratio']:.4f} "
@@ -69,7 +73,8 @@ def main() -> None:
     summary = (f"{len(table)} models; FLOPs within 2% of torch's counter: {within}; exact parameters: "
                f"{sum(a['params_diff'] == 0 for a in table)}; featurize (cold, export batch): median {statistics.median(first):.2f} s, "
                f"worst {max(first):.2f} s ({worst['name']}); every call (two batches and the re-batch): median "
-               f"{statistics.median(every):.2f} s, worst {max(every):.2f} s")
+               f"{statistics.median(every):.2f} s, worst {max(every):.2f} s (wall times, {load} at the start: a shared "
+               "machine's load inflates them)")
     print(summary)
     if args.markdown:
         args.markdown.write_text("# The corpus against torch\n\nWritten by `python benchmarks/bench_corpus.py --markdown "
@@ -78,7 +83,8 @@ def main() -> None:
                                  "2 x macs_fwd over torch's FlopCounterMode; `re-batch diff`: features of the fixed-batch-1 "
                                  "export re-batched to 8 that differ from the symbolic export's by over 2% (a fixed-batch "
                                  "export that re-batching cannot place the batch in is refused, never featurized as one "
-                                 "sample).\n\n" + PEGASUS + "\n\n" + markdown(table, summary))
+                                 "sample; n/a for the real-size decoders, exported without weights and only with a "
+                                 "symbolic batch).\n\n" + PEGASUS + "\n\n" + markdown(table, summary))
 
 
 if __name__ == "__main__":

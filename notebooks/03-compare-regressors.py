@@ -60,6 +60,8 @@ physics_calibration: str = "family"  # what the step estimator's (and baselines'
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation
 n_jobs: int = 2  # parallel fits
 seed: int = 0  # fold assignment and model seeds
+realworld: list | None = None  # corpus models of the real-world section (None: all of data/corpus/; []: skip it)
+realworld_gpu: str | None = None  # the GPU they are predicted on (None: the measured kind with the most runs)
 
 # %%
 import matplotlib.pyplot as plt
@@ -268,7 +270,8 @@ if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
     phys_results["memory_mib"] = memory.compare_memory(jobtables.with_terms(df), cv, n_within,
                                                        schemes=tuple(physics_schemes))
 phys_table = comparison_table(phys_results)
-constants = (pd.DataFrame(step_physics.fitted_constants(pdata, np.arange(len(df)), seed).as_records())
+fitted_table = step_physics.fitted_constants(pdata, np.arange(len(df)), seed) if pdata is not None else None
+constants = (pd.DataFrame(fitted_table.as_records())
              if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *FITTED])).set_index(["gpu", "protocol"])
 own_gpus = sorted(dataset.own_rows(df)["gpu"].unique())  # the kinds this project measured
 own = phys_table[np.logical_or.reduce([tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
@@ -320,6 +323,64 @@ reports.write_metrics(LEARNING_METRICS, phys_metrics)
 from gpupred.learn.summary import cross_gpu_prose
 
 display(Markdown(cross_gpu_prose(phys_table, own_gpus)))
+
+# %% [markdown]
+# ## Real-world graphs at real scale
+# The catalog's textbook models are not what reaches a cluster. The corpus (`data/corpus/`: 64 timm architectures,
+# 19 Hugging Face models from small configs, and four real-size decoders exported without their weights:
+# GPT-2-large, OPT-1.3B, LLaMA-7B and LLaMA-13B at sequence 2048; `gpupred export --corpus`, `docs/corpus.md`)
+# goes through the predictor's physics here, torch-free: the graph's parameters and forward FLOPs against torch's
+# `sum(p.numel())` and FlopCounterMode (recorded at export); the step model's step time and the analytic footprint
+# on one measured GPU kind, with the constants fitted on every run above, in bf16 autocast with Adam, at a batch a
+# user would train with (timm 64 images, the small Hugging Face configs 32 sequences of 32 tokens, the decoders one
+# sequence of 2048); and for the decoders the analytic mixed-precision Adam count of Korthikanti et al. (2022):
+# 16 bytes per parameter plus `s·b·h·(34 + 5·a·s/h)` bytes of activations per layer, or `34·s·b·h` without the
+# attention scores a fused attention kernel never stores (as torch's scaled_dot_product_attention and the
+# footprint assume). The learned corrections are left out: they are bounded and fitted on the catalog, and these
+# models lie outside it. `gpupred.predictor.realworld`. The section adds about 32 s of CPU to the notebook (97 s
+# wall on this project's 2-core machine under a load of 5); `realworld=[]` skips it.
+
+# %%
+from gpupred import config, footprint
+from gpupred.graph.corpus import read_corpus_index
+from gpupred.perf import ConstantsTable
+from gpupred.predictor.realworld import plot_realworld_steps, realworld_metrics, realworld_table
+
+corpus_models = read_corpus_index()["models"]
+names = [n for n in corpus_models if realworld is None or n in realworld]
+own_runs = dataset.own_rows(df)
+rw_gpu = realworld_gpu or (own_runs if len(own_runs) else df)["gpu"].value_counts().index[0]
+fdf = jobtables.with_terms(df)  # each run's footprint terms (notebook 02's table)
+fitted_fp = footprint.Footprint().fit(fdf[fdf["memory_mib"].notna()])
+rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names) if names
+      else pd.DataFrame())
+print(f"{len(rw)} corpus models on {rw_gpu} ({config.CORPUS}); {rw['seconds'].sum() if len(rw) else 0:.0f} s")
+(rw.groupby("kind")[["params_ratio", "flops_ratio"]].agg(["median", "min", "max"]).round(4) if len(rw)
+ else "no corpus graphs here")
+
+# %% [markdown]
+# Parameters agree with torch's exactly and forward FLOPs within 2% for every corpus model but one (Pegasus-X's dead
+# encoder branch, 4.1%: `docs/corpus.md`). The real-size decoders: predicted memory beside the analytic count, the
+# card's memory (`gpu_gib`), and the predicted step time of one 2048-token sequence. The footprint lies above the
+# analytic count for each: it keeps fp32 master weights and gradients plus a 16-bit autocast copy of every weight
+# (18 bytes per parameter with Adam, as torch's autocast trains, against the 16 of Megatron-style mixed precision),
+# it counts what these layers save beyond GPT-2's `34·s·b·h` (LLaMA's RMSNorm in fp32, its rotary embeddings and
+# gated MLP), and the fp32 loss buffers of the logits. LLaMA-7B and 13B fit no single card with plain Adam at any
+# batch: such jobs shard their states (FSDP, ZeRO) or offload them, which the predictor does not model yet. Their
+# step times rest on constants fitted on the catalog's small models, far from these in size.
+
+# %%
+llm_cols = ["params", "torch_params", "flops_ratio", "memory_gib", "korthikanti_fused_gib", "korthikanti_gib",
+            "gpu_gib", "step_s", "util"]
+llms = rw[rw["kind"] == "llm"] if len(rw) else rw
+llms[llm_cols].round(3) if len(llms) else "no real-size decoder in the corpus here"
+
+# %%
+if len(rw):
+    fig = plot_realworld_steps(df, rw, rw_gpu)
+    reports.save_figure(fig, "03-realworld-step-time")
+    plt.show()
+    reports.write_metrics(LEARNING_METRICS, realworld_metrics(rw, rw_gpu))
 
 # %% [markdown]
 # ## What ships, and how it scores

@@ -22,7 +22,8 @@ def test_help_lists_every_stage() -> None:
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (("predict",), "Missing argument"),  # usage error (typer's vendored click)
+        (("predict",), "give MODEL (an .onnx file or a workload id), or --timm NAME, or --hf MODEL"),  # GpupredError
+        (("predict", "--no-such-flag"), "No such option"),  # usage error (typer's vendored click)
         (("no-such-command",), "No such command"),
         (("features", "--workload", "nope"), "not a workload id: 'nope'"),  # GpupredError
     ],

@@ -256,3 +256,72 @@ def test_merges_keep_the_index_a_rebuild_would_give(monkeypatch: pytest.MonkeyPa
                                                             opset=20))
     assert checked.count("LayerNormalization") == 3 and checked.count("Gelu") == 3
     assert row["n_norm"] == 3 and row["n_act"] == 3 and row["n_elementwise"] == 0
+
+
+def test_no_op_transposes_and_slices_are_the_identity() -> None:
+    """The dynamo exporter writes identity Transposes, a Transpose of a Transpose (``k.transpose(1, 2)`` then
+    ``.transpose(-1, -2)``) and Slices over a whole tensor (``x[:, 0:INT64_MAX]``) where TorchScript writes one
+    Transpose or none: FIXTURE pairs of each featurize identically."""
+    inputs = {"x": ["batch", 4, 6, 8]}
+    big = np.array([2**63 - 1], np.int64)
+    dynamo = graph([
+        helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 1, 2, 3]),
+        helper.make_node("Transpose", ["t0"], ["t1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 1, 3, 2]),
+        helper.make_node("Slice", ["t2", "zero", "big", "one_axis", "step1"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["u1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["u1"], ["u2"], perm=[0, 2, 1, 3]),  # cancels the one before
+        helper.make_node("Relu", ["u2"], ["y"]),
+    ], inputs, {"zero": np.array([0], np.int64), "big": big, "one_axis": np.array([1], np.int64),
+                "step1": np.array([1], np.int64)}, "y")
+    torchscript = graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+                         helper.make_node("Relu", ["t"], ["y"])], inputs, {}, "y")
+    differs_as_exported(dynamo, torchscript)
+    row = same(dynamo, torchscript)
+    assert row["n_nodes"] == 2
+
+
+def test_a_flip_is_not_a_whole_slice() -> None:
+    """A Slice with step -1 over a whole axis keeps the shape but reverses it: it stays a copy (FIXTURE graphs)."""
+    inputs = {"x": ["batch", 6]}
+    consts = {"start": np.array([-1], np.int64), "end": np.array([-(2**63)], np.int64), "axis": np.array([1], np.int64),
+              "step": np.array([-1], np.int64)}
+    flip = graph([helper.make_node("Slice", ["x", "start", "end", "axis", "step"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                 inputs, consts, "y")
+    plain = graph([helper.make_node("Relu", ["x"], ["y"])], inputs, {}, "y")
+    assert featurize(flip, batch_size=4)["n_nodes"] == featurize(plain, batch_size=4)["n_nodes"] + 1
+
+
+def test_slices_that_tile_a_tensor_are_one_split() -> None:
+    """``q, k, v = qkv.unbind(0)``: TorchScript writes one Split, the dynamo exporter one Slice per piece (FIXTURE
+    pair); pieces that leave a gap, or overlap, stay Slices."""
+    inputs = {"x": [3, "batch", 8]}
+    ints = {f"i{k}": np.array([k], np.int64) for k in range(4)}
+
+    def pieces(bounds: list[tuple[int, int]]) -> onnx.ModelProto:
+        nodes = [helper.make_node("Slice", ["x", f"i{a}", f"i{b}", "i0"], [f"p{k}"]) for k, (a, b) in enumerate(bounds)]
+        nodes += [helper.make_node("Relu", [f"p{k}"], [f"r{k}"]) for k in range(len(bounds))]
+        nodes.append(helper.make_node("Sum", [f"r{k}" for k in range(len(bounds))], ["y"]))
+        return graph(nodes, inputs, ints, "y")
+
+    split = graph([helper.make_node("Split", ["x"], ["p0", "p1", "p2"], axis=0, num_outputs=3),
+                   *[helper.make_node("Relu", [f"p{k}"], [f"r{k}"]) for k in range(3)],
+                   helper.make_node("Sum", ["r0", "r1", "r2"], ["y"])], inputs, {}, "y", opset=18)
+    sliced = pieces([(0, 1), (1, 2), (2, 3)])
+    differs_as_exported(sliced, split)
+    assert same(sliced, split)["n_nodes"] == 5
+    gap, overlap = pieces([(0, 1), (2, 3)]), pieces([(0, 2), (1, 3)])
+    assert featurize(gap, batch_size=4)["n_nodes"] == 5 and featurize(overlap, batch_size=4)["n_nodes"] == 5
+    assert featurize(gap, batch_size=4)["bytes_moved"] > 0
+
+
+def test_castlike_of_a_constant_is_a_constant() -> None:
+    """``q * self.scale``: the dynamo exporter casts the scale like the activation (CastLike), TorchScript multiplies
+    by the constant (FIXTURE pair); a CastLike of an activation to its own type is the identity."""
+    inputs = {"x": ["batch", 8]}
+    scale = {"s": np.array(0.125, np.float32)}
+    dynamo = graph([helper.make_node("CastLike", ["s", "x"], ["sx"]), helper.make_node("Mul", ["x", "sx"], ["m"]),
+                    helper.make_node("CastLike", ["m", "x"], ["y"])], inputs, scale, "y", opset=18)
+    torchscript = graph([helper.make_node("Mul", ["x", "s"], ["y"])], inputs, scale, "y")
+    differs_as_exported(dynamo, torchscript)
+    assert same(dynamo, torchscript)["n_nodes"] == 1

@@ -16,9 +16,10 @@ from gpupred import config
 from gpupred.files import sha256
 from gpupred.graph.corpus import (
     HF_MODELS,
+    LLM_MODELS,
     TIMM_MODELS,
     agreement,
-    corpus_path,
+    corpus_files,
     read_corpus_index,
     refresh_figures,
 )
@@ -36,17 +37,18 @@ FLOP_EXCEPTIONS: dict[str, str] = {
 
 
 def test_corpus_is_complete_and_intact() -> None:
-    """At least 60 timm architectures over 25 modules and 12 Hugging Face ones, every file as the index says."""
+    """At least 60 timm architectures over 25 modules, 12 Hugging Face ones and the real-size decoders (GPT-2-large to
+    13B, exported without weights), every file as the index says."""
     models = INDEX["models"]
     assert not {n: e["error"] for n, e in models.items() if "error" in e}
     timm = [e for e in models.values() if e["source"] == "timm"]
     hf = {e["hf_class"] for e in models.values() if e["source"] == "transformers"}
     assert len(timm) >= 60 and len({e["timm_module"] for e in timm}) >= 25
     assert len(hf) >= 12 and any("labels" in n for n in models) and set(MODELS) == {
-        *(f"timm-{n}" for n in TIMM_MODELS), *(e.name for e in HF_MODELS)}
+        *(f"timm-{n}" for n in TIMM_MODELS), *(e.name for e in HF_MODELS), *LLM_MODELS}
+    assert max(models[n]["torch_params"] for n in LLM_MODELS) > 13e9
     for name, entry in models.items():
-        for fixed in (False, True):
-            path = corpus_path(name, fixed)
+        for path in corpus_files(name, entry):
             assert sha256(path) == entry["sha256"][path.name], f"{path}: stale; rebuild with gpupred export --corpus"
 
 

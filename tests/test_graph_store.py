@@ -38,7 +38,8 @@ def test_export_a_catalog_workload_from_the_store(tmp_path: Path) -> None:
 
 def test_export_needs_exactly_one_target(tmp_path: Path) -> None:
     result = _cli(tmp_path, "export")
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "WORKLOAD_ID or --store" in result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "give one of WORKLOAD_ID, --timm NAME, --hf MODEL, --store or --corpus" in result.stderr
 
 
 def test_build_store_is_reproducible(tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_committed_store_matches_a_fresh_export(workload: str, tmp_path: Path) -
     """The store is not stale: a fresh export of the architecture has the same graph (and so the same features)."""
     pytest.importorskip("torch")
     from gpupred.graph.export import build_store
-    from gpupred.graph.features import graph_fingerprint
+    from gpupred.graph.loader import graph_fingerprint
     from gpupred.graph.protoscan import load_without_weights
 
     spec = WorkloadSpec.from_id(workload)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

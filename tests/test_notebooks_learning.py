@@ -23,7 +23,8 @@ SMALL = {
                               "compared": ["ridge", "decision_tree"],
                               # the step model needs real graphs (tests/test_step.py); the memory footprint falls
                               # back to the feature row's activation_bytes without them
-                              "physics_targets": ["memory_mib"]},
+                              "physics_targets": ["memory_mib"],
+                              "realworld": ["timm-resnet18", "hf-gpt2"]},  # two corpus graphs copied into the tree
     "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1, "physics_explain": False},
     "05-memory": {"n_folds": 2, "residual_model": "ridge"},
     "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False,
@@ -49,9 +50,22 @@ def after_03(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A temporary tree with a FIXTURE dataset that notebook 03 has run on (once for the module)."""
     root = tmp_path_factory.mktemp("after-03")
     write_fixture_dataset(root, **TWO_SOURCES)
+    _copy_corpus(root, SMALL["03-compare-regressors"]["realworld"])
     with pytest.MonkeyPatch.context() as mp:
         run_notebook_in(root, mp, "03-compare-regressors", SMALL["03-compare-regressors"])
     return root
+
+
+def _copy_corpus(root: Path, names: list[str]) -> None:
+    """The corpus graphs ``names`` (real exports, data/corpus/) and their index entries, copied into ``root``."""
+    from gpupred import config
+
+    index = json.loads((config.CORPUS / "index.json").read_text())
+    (root / "data" / "corpus").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy(config.CORPUS / f"{name}.onnx.gz", root / "data" / "corpus" / f"{name}.onnx.gz")
+    kept = {"models": {n: index["models"][n] for n in names}}
+    (root / "data" / "corpus" / "index.json").write_text(json.dumps(kept))
 
 
 def _copy(tree: Path, to: Path) -> None:
@@ -68,7 +82,9 @@ def test_03_on_fixture_dataset(after_03: Path) -> None:
     assert set(metrics["regressors_gpu_util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
     assert metrics["regressors_gpu_util_coverage_grouped_random"] >= 0.8
     assert metrics["regressors_gpu_util_model"] in ("ridge", "knn")
-    assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png"} <= figures
+    assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png",
+            "03-realworld-step-time.png"} <= figures
+    assert metrics["realworld_models"] == 2 and metrics["realworld_params_exact_share"] == 1.0
     # every FIXTURE workload is on both GPUs: within-GPU references and twins splits, no unseen ones
     assert set(metrics["regressors_gpu_util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
     assert set(metrics["regressors_gpu_util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)",

@@ -108,7 +108,6 @@ def test_correction_is_bounded_and_shrinkable() -> None:
 def test_the_estimator_answers_a_new_job(rows) -> None:
     """Fitted on every FIXTURE row, it predicts a new job's utilization, iteration time and throughput with bounds
     (a frame of one job, its kernels given: what the predictor's core passes)."""
-    from gpupred.perf.fit import FitRows
     from gpupred.predictor.core import job_frame, JobGraph
 
     df, pdata = rows

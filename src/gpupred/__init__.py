@@ -9,6 +9,8 @@ The public face is small and never imports torch::
     predictor.predict("resnet50.onnx", batch_size=64, precision="bf16")
     gpupred.advise_fusion("resnet.resnet18-bs128-img32-fp32-sgd", gpu="H100 SXM")  # how many trials to fuse
     gpupred.calibrate()                            # on a GPU machine: measure its constants (needs torch)
+    predictor.predict(gpupred.hf_model("llama", seq_len=2048), batch_size=4, precision="bf16")  # by name: exported
+    # once without weights (needs torch, timm/transformers), then cached: asked again, no torch is imported
 """
 
 from __future__ import annotations
@@ -17,20 +19,27 @@ from typing import TYPE_CHECKING, Any
 
 from gpupred.version import __version__
 
-__all__ = ["advise_fusion", "calibrate", "export_model", "featurize", "load_predictor", "Predictor", "WorkloadSpec",
-           "__version__"]
+__all__ = ["advise_fusion", "calibrate", "export_model", "weightless", "timm_model", "hf_model", "named_graph",
+           "NamedModel", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.calibration import calibrate
     from gpupred.graph import featurize
     from gpupred.graph.export import export_model
     from gpupred.fusion import advise_fusion
+    from gpupred.graph.named import NamedModel, hf_model, named_graph, timm_model
+    from gpupred.graph.weightless import weightless
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
 
 _LAZY = {
     "calibrate": "gpupred.calibration",
     "export_model": "gpupred.graph.export",
+    "weightless": "gpupred.graph.weightless",
+    "timm_model": "gpupred.graph.named",
+    "hf_model": "gpupred.graph.named",
+    "named_graph": "gpupred.graph.named",
+    "NamedModel": "gpupred.graph.named",
     "featurize": "gpupred.graph",
     "load_predictor": "gpupred.predictor",
     "Predictor": "gpupred.predictor",

@@ -128,9 +128,10 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     Under checkpointing the kept tensors are those of :func:`checkpointed`.
     """
     from gpupred.graph.canonical import shape_elements
-    from gpupred.graph.loader import load_graph
+    from gpupred.graph.loader import cached_graph
+
     job = setup or DEFAULT_SETUP
-    graph, _ = load_graph(path_or_proto, int(batch_size))
+    graph, _ = cached_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
     producer = {o: node for node in cg.nodes for o in node[3]}
     numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}

@@ -23,9 +23,15 @@ The rules, in order (each keeps the graph's cost-bearing work and its shapes):
    a constant: a contraction, normalization or elementwise op that reads a weight and no activation
    (XLNet's relative-position projection, NFNet's weight standardization, Swin v2's position MLP) runs in
    every training step, so it is kept and charged, and its output stands for the weight it read.
-2. **Training-only regularisation is dropped.** Dropout, and stochastic depth (a product or quotient of
-   an activation with a tensor derived from Random* ops), become the identity; the random ops go too.
-   Identity, single-input Concat/Sum and same-type Cast on activations become the identity.
+2. **Training-only regularisation and no-ops are dropped.** Dropout, and stochastic depth (a product or quotient
+   of an activation with a tensor derived from Random* ops), become the identity; the random ops go too.
+   Identity, single-input Concat/Sum, same-type Cast or CastLike (a CastLike of a constant is a constant: its
+   second input gives only a type), a Transpose with the identity permutation and a Slice
+   that keeps every element (``x[:, 0:INT64_MAX]``; a flip, step -1, is kept) on activations become the
+   identity. A Transpose of a Transpose read by nothing else is one Transpose (none when they cancel), and
+   Slices with constant bounds that cut one tensor along one axis into pieces tiling it are one Split: the
+   dynamo exporter writes ``unbind`` as a Slice per piece where TorchScript writes a Split, and TorchScript
+   writes ``chunk`` as Slices where the dynamo exporter writes a Split.
 3. **Bias adds fuse into their contraction.** MatMul (or Conv, or Gemm without C) followed only by an
    Add of a per-output-channel constant is one contraction with a bias, as Gemm is.
 4. **BatchNorm folds into the contraction before it.** A BatchNormalization whose input is produced
@@ -65,6 +71,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupred.graph.costs import COST_TABLE, NON_TRAINABLE_INPUTS
+
+# a Slice's attributes, set by the loader: the values of its inputs 1-4 when they are constant, else None
+SLICE_INPUTS: tuple[str, ...] = ("starts", "ends", "axes", "steps")
 
 # a node: (op_type, domain, inputs, outputs, name, attributes, cost entry or None)
 Node = tuple[str, str, tuple[str, ...], tuple[str, ...], str, dict[str, Any], Any]
@@ -140,10 +149,10 @@ class _Reducer:
     # ------------------------------------------------------------ rules 1 and 2
     def _classify(self, nodes: list[Node]) -> list[list[Any]]:
         kept: list[list[Any]] = []
-        data, noise, params, rename, dropped = self.data, self.noise, self.params, self.rename, self.dropped
+        data, noise, rename, dropped = self.data, self.noise, self.rename, self.dropped
         for op, domain, ins, outs, name, attrs, entry in nodes:
             ins = tuple(rename.get(n, n) for n in ins)
-            data_ins = [n for n in ins if n in data]
+            data_ins = [n for n in (ins[:1] if op == "CastLike" else ins) if n in data]  # CastLike reads only the type
             if domain not in _DEFAULT_DOMAINS and domain != "com.microsoft":
                 if data_ins:  # an unknown custom op on activations: kept (and counted unknown)
                     data.update(o for o in outs if o)
@@ -157,7 +166,7 @@ class _Reducer:
                 if self._static(op, ins, outs, entry):
                     kept.append([op, domain, ins, outs, name, attrs, entry])
                 continue
-            if self._passes_through(op, ins, outs, data_ins):
+            if self._passes_through(op, ins, outs, data_ins, attrs):
                 continue
             data.update(o for o in outs if o)
             kept.append([op, domain, ins, outs, name, attrs, entry])
@@ -196,7 +205,8 @@ class _Reducer:
                     self.params[o] = keys[0]
         return False
 
-    def _passes_through(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...], data_ins: list[str]) -> bool:
+    def _passes_through(self, op: str, ins: tuple[str, ...], outs: tuple[str, ...], data_ins: list[str],
+                        attrs: dict[str, Any]) -> bool:
         """Rule 2: identity-like nodes on activations are replaced by their input."""
         src = data_ins[0]
         real = [n for n in ins if n]
@@ -204,9 +214,14 @@ class _Reducer:
             reason = "dropout"
         elif op == "Identity" or (op in VARIADIC and len(real) == 1):
             reason = "identity"
+        elif op == "Transpose" and list(attrs.get("perm") or ()) == list(range(len(attrs.get("perm") or (0, 0)))):
+            reason = "identity"
+        elif op == "Slice" and data_ins == [ins[0]] and self._whole_slice(ins, outs, attrs):
+            reason = "identity"
         elif op in ("Mul", "Div", "Where") and len(data_ins) == 1 and any(n in self.noise for n in ins):
             reason = "stochastic depth"
-        elif op == "Cast" and self.shapes.get(src, (None, -1, 0))[1] == self.shapes.get(outs[0], (None, -2, 0))[1]:
+        elif op in ("Cast", "CastLike") and \
+                self.shapes.get(src, (None, -1, 0))[1] == self.shapes.get(outs[0], (None, -2, 0))[1]:
             reason = "identity"
         else:
             return False
@@ -216,6 +231,79 @@ class _Reducer:
             self.outputs.add(src)
         self.dropped[reason] += 1
         return True
+
+    def _whole_slice(self, ins: tuple[str, ...], outs: tuple[str, ...], attrs: dict[str, Any]) -> bool:
+        """A Slice that keeps every element in order: its output's shape is its input's, and no step is negative
+        (a step of -1 over a whole axis, a flip, is the one other Slice that keeps the shape)."""
+        dims_in = self.shapes.get(ins[0], (None, 0, 0))[0]
+        if dims_in is None or dims_in != self.shapes.get(outs[0], (None, 0, 0))[0]:
+            return False
+        if len(ins) < 5 or not ins[4]:
+            return True
+        steps = attrs.get("steps")
+        return steps is not None and all(v > 0 for v in steps)
+
+    def split_slices(self) -> None:
+        """Rule 2: Slices that cut one tensor along one axis into pieces that tile it are one Split (``unbind`` and
+        ``chunk`` as the dynamo exporter writes them, one Slice per piece)."""
+        groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        for i, node in enumerate(self.nodes):
+            cut = self._cut(node) if node is not None and node[0] == "Slice" else None
+            if cut is not None:
+                groups.setdefault((node[2][0], cut[0]), []).append((cut[1], cut[2], i))
+        for (x, axis), pieces in groups.items():
+            pieces.sort()
+            dims = self.shapes[x][0]
+            if len(pieces) < 2 or pieces[0][0] != 0 or pieces[-1][1] != dims[axis] or \
+                    any(a[1] != b[0] for a, b in zip(pieces, pieces[1:])):
+                continue
+            first = min(i for _, _, i in pieces)
+            outs = tuple(self.nodes[i][3][0] for _, _, i in pieces)
+            for _, _, i in pieces:
+                self.nodes[i] = None
+            self.nodes[first] = ["Split", "", (x,), outs, f"{outs[0]}::split", {"axis": axis}, COST_TABLE["Split"]]
+            self.dropped["slices as split"] += len(pieces) - 1
+
+    def _cut(self, node: list[Any]) -> tuple[int, int, int] | None:
+        """(axis, start, end) of a Slice along one axis with step 1 and constant bounds (clamped as ONNX does)."""
+        a = node[5]
+        dims = self.shapes.get(node[2][0], (None, 0, 0))[0]
+        if dims is None or any(a.get(k) is None for k in ("starts", "ends", "axes")) or len(a["axes"]) != 1:
+            return None
+        if a.get("steps") not in (None, (1,)) or (a.get("steps") is None and len(node[2]) > 4 and node[2][4]):
+            return None
+        axis = a["axes"][0] % len(dims)
+        size = dims[axis]
+        start, end = (min(max(v + size if v < 0 else v, 0), size) for v in (a["starts"][0], a["ends"][0]))
+        return (axis, start, end) if start < end else None
+
+    def merge_transposes(self) -> None:
+        """Rule 2: a Transpose of a Transpose that nothing else reads is one Transpose (none when the two cancel)."""
+        self._index()
+        for j, node in enumerate(self.nodes):
+            if node is None or node[0] != "Transpose" or "perm" not in node[5]:
+                continue
+            x = node[2][0]
+            i = self._prod(x, ("Transpose",))
+            if i is None or self._sole(x) != j or "perm" not in self.nodes[i][5]:
+                continue
+            first, second = self.nodes[i][5]["perm"], node[5]["perm"]
+            if len(first) != len(second):
+                continue
+            perm = [first[k] for k in second]
+            src, out = self.nodes[i][2][0], node[3][0]
+            self._drop(i, reason="transposes merged")
+            self.producer.pop(x, None)
+            if perm == list(range(len(perm))) and out not in self.outputs:  # the two cancel: readers read src
+                readers = [r for r in self.readers.get(out, []) if self.nodes[r] is not None]
+                for r in readers:
+                    self.nodes[r][2] = tuple(src if n == out else n for n in self.nodes[r][2])
+                self.readers[src] = sorted({*(r for r in self.readers.get(src, []) if r != i), *readers})
+                self._drop(j, reason="transposes merged")
+                continue
+            self.readers[src] = [j if r == i else r for r in self.readers.get(src, [])]
+            node[2] = (src,) + tuple(node[2][1:])
+            node[5] = {**node[5], "perm": perm}
 
     # ------------------------------------------------------------ helpers for rules 3-5
     def _index(self) -> None:
@@ -462,6 +550,8 @@ def canonicalize(
 ) -> CanonicalGraph:
     """Reduce a graph to the canonical form (rules 1-5 of this module's docstring)."""
     r = _Reducer(nodes, shapes, inits, graph_inputs, graph_outputs, folded, float_types)
+    r.merge_transposes()
+    r.split_slices()
     r.fuse_bias()
     r.fold_batchnorm()
     r.recompose()

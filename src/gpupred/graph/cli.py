@@ -76,16 +76,26 @@ def export_cmd(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write the .onnx (default: <arch>.onnx here).")] = None,
     store: Annotated[bool, typer.Option("--store", help="Export every catalog and Lucid architecture missing from the graph store (data/graphs/).")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --store or --corpus: re-export everything, not only what is missing.")] = False,
-    corpus: Annotated[bool, typer.Option("--corpus", help="Export the timm and Hugging Face corpus missing from data/corpus/ (the corpus extra).")] = False,
+    corpus: Annotated[bool, typer.Option("--corpus", help="Export the timm and Hugging Face corpus missing from data/corpus/ (the torch extra).")] = False,
+    timm: Annotated[Optional[str], typer.Option("--timm", help="A timm model by name (random weights, no download).")] = None,
+    hf: Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model: a model type (llama), a config.json or its folder, or a hub id.")] = None,
+    head: Annotated[Optional[str], typer.Option("--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, seq2seq-lm or speech-seq2seq.")] = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="With --hf: tokens per sample.")] = None,
+    image_size: Annotated[Optional[int], typer.Option("--image-size", help="With --timm or an image --hf model: the image side.")] = None,
 ) -> None:
-    """Write the structure-only ONNX graph (symbolic batch) the predictor expects for a catalog workload.
+    """Write the structure-only ONNX graph (symbolic batch) the predictor expects for a catalog workload or a model by name.
 
-    For your own torch model use the Python API: ``gpupred.export_model(model, example_input, "model.onnx")``.
+    ``--timm``/``--hf`` export without weights (any size) and cache the graph. For your own torch model use the
+    Python API: ``gpupred.export_model(model, example_input, "model.onnx")``.
     """
     from gpupred.graph.export import build_store, copy_graph, export_onnx
 
-    if store + corpus + (workload is not None) != 1:
-        raise GpupredError("give one of WORKLOAD_ID or --store or --corpus")
+    named = timm is not None or hf is not None
+    if store + corpus + (workload is not None) + named != 1:
+        raise GpupredError("give one of WORKLOAD_ID, --timm NAME, --hf MODEL, --store or --corpus")
+    if named:
+        _export_named(timm, hf, head, seq_len, image_size, out)
+        return
     if corpus:
         _export_corpus(force)
         return
@@ -104,6 +114,21 @@ def export_cmd(
                f"gpupred predict {target} --batch-size {spec.batch_size} --precision {spec.precision}")
 
 
+def _export_named(timm: str | None, hf: str | None, head: str | None, seq_len: int | None, image_size: int | None,
+                  out: Path | None) -> None:
+    """Export (or take from the cache) a model by name and copy its graph to ``out`` (default: the cache's name)."""
+    from gpupred.graph.export import copy_graph
+    from gpupred.graph.named import graph_for_options, named_info
+
+    cached = graph_for_options(timm, hf, head, seq_len, image_size)
+    target = out or Path(cached.name)
+    copy_graph(cached, target)
+    info = named_info(cached)
+    shape = f"seq {info['seq_len']}" if info.get("seq_len") else f"image {info.get('image_size')}"
+    typer.echo(f"{target} ({info.get('head')}, {shape}, {info.get('torch_params', 0):,} parameters, symbolic batch, "
+               f"structure only): gpupred predict {target} --batch-size N")
+
+
 def _export_corpus(force: bool) -> None:
     """Rebuild the corpus (data/corpus/) and say how many models it holds and which failed."""
     try:
@@ -112,7 +137,7 @@ def _export_corpus(force: bool) -> None:
         index = build_corpus(force=force)
     except ImportError as err:
         raise GpupredError(f"gpupred export --corpus needs timm and transformers ({err}); "
-                           "install the corpus extra: pip install -e \".[corpus]\"") from None
+                           "install the torch extra: pip install -e \".[torch]\"") from None
     failed = sorted(n for n, e in index["models"].items() if "error" in e)
     typer.echo(f"{len(index['models']) - len(failed)} corpus models exported" + (f"; failed: {', '.join(failed)}" if failed else ""))
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes, sha256
+from gpupred.graph.named import NamedModel, hf_model
 
 CORPUS_BATCH = 2  # the symbolic export is traced, and torch's FLOPs counted, at this batch
 FIXED_BATCH = 1  # torch.onnx.export's default: a fixed batch of the example's size
@@ -106,6 +107,20 @@ HF_MODELS: tuple[HFEntry, ...] = (
 )
 
 
+LLM_SEQ = 2048  # the real-size decoders are exported at their training sequence
+# Real-size decoders, exported without weights (gpupred.graph.weightless) from transformers' config classes with
+# their published dimensions: GPT-2-large (Radford et al. 2019), OPT-1.3B (Zhang et al. 2022), and LlamaConfig's
+# defaults (LLaMA-7B) and LLaMA-13B's dimensions (Touvron et al. 2023).
+LLM_MODELS: dict[str, NamedModel] = {
+    "llm-gpt2-large": hf_model("gpt2", seq_len=LLM_SEQ, n_embd=1280, n_layer=36, n_head=20, n_positions=LLM_SEQ),
+    "llm-opt-1.3b": hf_model("opt", seq_len=LLM_SEQ, hidden_size=2048, num_hidden_layers=24, num_attention_heads=32,
+                             ffn_dim=8192, word_embed_proj_dim=2048, max_position_embeddings=LLM_SEQ),
+    "llm-llama-7b": hf_model("llama", seq_len=LLM_SEQ),
+    "llm-llama-13b": hf_model("llama", seq_len=LLM_SEQ, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                              num_attention_heads=40),
+}
+
+
 def hf_inputs(kind: str, batch: int, seq: int, config: Any) -> dict[str, Any]:
     """Keyword inputs for a Hugging Face forward of ``kind`` at a batch size (seeded, ids below the vocabulary)."""
     import torch
@@ -181,15 +196,58 @@ def torch_figures(model: Any, example: Any) -> dict[str, int]:
 
 
 def unused_params(model: Any, path: Path) -> int:
-    """Elements of the parameters the exported graph never reads (a forward that skips them: no graph shows them)."""
+    """Elements of the parameters the exported graph never reads (a forward that skips them: no graph shows them).
+
+    A tied parameter (one tensor under several names, as a head tied to the embedding) is read when any of its names is.
+    """
     from gpupred.graph.protoscan import load_without_weights
 
     names = {t.name for t in load_without_weights(path).graph.initializer}
-    return int(sum(p.numel() for n, p in model.named_parameters() if f"model.{n}" not in names))
+    read: dict[int, bool] = {}
+    sizes: dict[int, int] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        read[id(p)] = read.get(id(p), False) or f"model.{n}" in names
+        sizes[id(p)] = p.numel()
+    return int(sum(sizes[k] for k, used in read.items() if not used))
+
+
+def llm_figures(named: NamedModel) -> tuple[Any, Any, dict[str, int]]:
+    """A real-size decoder built without weights, its example at the corpus batch, and torch's figures counted under
+    fake tensors (FlopCounterMode sees every matmul's shapes; no weight or activation is ever allocated)."""
+    from gpupred.graph.named import build_named
+    from gpupred.graph.weightless import fake_copy
+
+    built = build_named(named, batch=CORPUS_BATCH)
+    model, mode = fake_copy(built.model)
+    with mode:
+        figures = torch_figures(model, built.example)
+    return built.model, built.example, figures
+
+
+def export_llm_entry(name: str, named: NamedModel, folder: Path) -> dict[str, Any]:
+    """Export one real-size decoder without weights (symbolic batch, its shape map stored: what ``gpupred export --hf``
+    writes), with torch's figures; no fixed-batch export (its re-batching is the corpus's small models' test)."""
+    from gpupred.graph.adapter import positional
+    from gpupred.graph.weightless import export_weightless
+
+    start = time.perf_counter()
+    model, example, figures = llm_figures(named)
+    adapter, tensors, names = positional(model, example)  # as gpupred.export_model takes them
+    plain = export_weightless(adapter, tensors, folder / f"{name}.onnx", names, [0] * len(tensors))
+    cfg = model.config
+    dims = {"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "heads": cfg.num_attention_heads,
+            "vocab": cfg.vocab_size}
+    info = {"source": "transformers", "weightless": True, "hf_model": named.name, "seq": named.seq_len,
+            "hf_config": dict(named.overrides), "hf_class": type(model).__name__, "dims": dims, **figures,
+            "torch_params_unused": unused_params(model, plain), "export_batch": CORPUS_BATCH, "fixed_batch": None,
+            "export_seconds": round(time.perf_counter() - start, 1)}
+    _write_gz(plain, plain.with_suffix(".onnx.gz"))
+    info["sha256"] = {plain.name + ".gz": sha256(plain.with_suffix(".onnx.gz"))}
+    return info
 
 
 def _entries() -> list[tuple[str, Callable[[int], tuple[Any, Any, dict[str, Any]]]]]:
-    """Every corpus model's name and builder, timm first."""
+    """Every small corpus model's name and builder, timm first (the real-size decoders are :data:`LLM_MODELS`)."""
     out: list[tuple[str, Callable[[int], tuple[Any, Any, dict[str, Any]]]]] = []
     for name in TIMM_MODELS:
         out.append((f"timm-{name}", lambda b, n=name: build_timm(n, b)))
@@ -198,9 +256,17 @@ def _entries() -> list[tuple[str, Callable[[int], tuple[Any, Any, dict[str, Any]
     return out
 
 
+def _exporters() -> list[tuple[str, Callable[[Path], dict[str, Any]]]]:
+    """Every corpus model's name and the call that exports it into a folder and returns its index entry."""
+    out: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
+        (name, lambda folder, n=name, b=build: export_entry(n, b, folder)) for name, build in _entries()]
+    out += [(name, lambda folder, n=name, m=named: export_llm_entry(n, m, folder)) for name, named in LLM_MODELS.items()]
+    return out
+
+
 def corpus_names() -> list[str]:
-    """The names of every corpus model (``timm-<name>`` and ``hf-...``)."""
-    return [name for name, _ in _entries()]
+    """The names of every corpus model (``timm-<name>``, ``hf-...`` and the real-size ``llm-...``)."""
+    return [name for name, _ in _exporters()]
 
 
 def read_corpus_index(folder: Path | None = None) -> dict[str, Any]:
@@ -255,16 +321,21 @@ def build_corpus(folder: Path | None = None, names: list[str] | None = None, for
     folder.mkdir(parents=True, exist_ok=True)
     index = read_corpus_index(folder)
     models = index.setdefault("models", {})
-    todo = [(n, b) for n, b in _entries() if (names is None or n in names) and (force or n not in models)]
-    for name, build in progress_bar(iterable=todo, desc="corpus", unit="model", disable=not progress):
+    todo = [(n, e) for n, e in _exporters() if (names is None or n in names) and (force or n not in models)]
+    for name, export in progress_bar(iterable=todo, desc="corpus", unit="model", disable=not progress):
         try:
-            models[name] = export_entry(name, build, folder)
+            models[name] = export(folder)
         except Exception as err:  # one model's failure is recorded, the rest go on
             models[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
         index.update(torch=torch.__version__.split("+")[0], timm=_version("timm"), transformers=_version("transformers"),
                      models=dict(sorted(models.items())))
         (folder / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     return index
+
+
+def corpus_files(name: str, entry: dict[str, Any], folder: Path | None = None) -> list[Path]:
+    """A corpus model's files: its symbolic export, and its fixed-batch-1 export when it has one."""
+    return [corpus_path(name, False, folder)] + ([corpus_path(name, True, folder)] if entry.get("fixed_batch") else [])
 
 
 def corpus_path(name: str, fixed: bool = False, folder: Path | None = None) -> Path:
@@ -280,7 +351,7 @@ def agreement(name: str, entry: dict[str, Any], batches: tuple[int, int] = (CORP
     matmuls, convolutions and attention) over torch's forward FLOPs at the export batch; ``rebatch_diff`` lists
     the features where the fixed-batch export re-batched to the second batch differs from the symbolic one by
     more than :data:`REBATCH_TOLERANCE` (relative; absolute for the ``frac_`` shares), ``rebatch_max`` the
-    largest relative difference of any feature.
+    largest relative difference of any feature (none for the real-size decoders, which have no fixed-batch export).
     """
     from gpupred.graph.features import FEATURE_KEYS, clear_cache, featurize
 
@@ -290,12 +361,14 @@ def agreement(name: str, entry: dict[str, Any], batches: tuple[int, int] = (CORP
         start = time.perf_counter()
         rows[bs] = featurize(corpus_path(name, folder=folder), batch_size=bs, warn=False)
         seconds.append(time.perf_counter() - start)
-    clear_cache()
-    start = time.perf_counter()
-    fixed = featurize(corpus_path(name, True, folder), batch_size=batches[1], warn=False)
-    seconds.append(time.perf_counter() - start)
-    want = entry["torch_params"] - entry["torch_params_unused"]
     first, other = rows[batches[0]], rows[batches[1]]
+    fixed = other  # a real-size decoder has no fixed-batch export: nothing to compare
+    if entry.get("fixed_batch"):
+        clear_cache()
+        start = time.perf_counter()
+        fixed = featurize(corpus_path(name, True, folder), batch_size=batches[1], warn=False)
+        seconds.append(time.perf_counter() - start)
+    want = entry["torch_params"] - entry["torch_params_unused"]
     rel = {k: abs(fixed[k] - other[k]) / max(abs(other[k]), 1e-12) for k in FEATURE_KEYS if fixed[k] != other[k]}
     return {
         "name": name, "shaped": 1.0 - max(r["frac_nodes_unshaped"] for r in rows.values()),
@@ -317,6 +390,9 @@ def refresh_figures(folder: Path | None = None, names: list[str] | None = None) 
     builders = dict(_entries())
     for name, entry in index["models"].items():
         if "error" in entry or (names is not None and name not in names):
+            continue
+        if name in LLM_MODELS:
+            entry.update(llm_figures(LLM_MODELS[name])[2])
             continue
         model, example, _ = builders[name](CORPUS_BATCH)
         entry.update(torch_figures(model, example))

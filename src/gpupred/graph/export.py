@@ -33,6 +33,9 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes, sha256
 from gpupred.graph.protoscan import GZIP_MAGIC
+from gpupred.graph.stripped import (  # noqa: F401 (public names of this module too)
+    EXTERNAL_DATA_NAME, KEEP_FLOAT_NUMEL, fold_batch_shapes, mark_buffers, strip_weights,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec
@@ -40,90 +43,12 @@ if TYPE_CHECKING:  # pragma: no cover
 EXPORT_VERSION = 3  # bump when the export recipe changes: old cache files are then ignored
 OPSET = 17
 EXPORT_BATCH = 2  # trace at this batch size; the batch axis is symbolic in the graph
-EXTERNAL_DATA_NAME = "weights-stripped-by-gpupred"  # a file that never exists
 INDEX_NAME = "index.json"  # the graph store's index (export version, torch version, sha256 per graph)
-KEEP_FLOAT_NUMEL = 16  # float initializers up to this size keep their values
-_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 
 
 def cache_path(spec: "WorkloadSpec") -> Path:
     """Where the structure-only export of a spec's architecture lives."""
     return config.ONNX_CACHE / f"{spec.arch_key}.v{EXPORT_VERSION}.onnx"
-
-
-def _itemsize(elem_type: int) -> int:
-    from gpupred.graph.loader import itemsize as size
-
-    return size(elem_type) or 1
-
-
-def _strip_tensor(t: TensorProto) -> None:
-    numel = 1
-    for d in t.dims:
-        numel *= int(d)
-    has_data = bool(t.raw_data) or any(
-        len(getattr(t, f)) for f in ("float_data", "double_data", "int32_data", "int64_data", "uint64_data")
-    )
-    if has_data and (t.data_type not in _FLOATS or numel <= KEEP_FLOAT_NUMEL):
-        return
-    if not has_data and numel == 0:
-        return
-    for f in ("raw_data", "float_data", "double_data", "int32_data", "int64_data"):
-        t.ClearField(f)
-    del t.external_data[:]
-    t.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", EXTERNAL_DATA_NAME), ("offset", "0"), ("length", str(numel * _itemsize(t.data_type)))):
-        entry = t.external_data.add()
-        entry.key, entry.value = key, value
-
-
-def strip_weights(model: ModelProto) -> ModelProto:
-    """Drop the data of large float initializers and constants in place (dims and dtypes kept); clear shapes."""
-    g = model.graph
-    for t in g.initializer:
-        _strip_tensor(t)
-    for node in g.node:
-        node.doc_string = ""
-        if node.op_type == "Constant":
-            for a in node.attribute:
-                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                    _strip_tensor(a.t)
-    del g.value_info[:]  # the featurizer re-infers every shape at the batch size it is asked for
-    for out in g.output:
-        out.type.tensor_type.ClearField("shape")
-    model.doc_string = ""
-    return model
-
-
-def fold_batch_shapes(model: ModelProto) -> ModelProto:
-    """Fold (in place) shape arithmetic: constants become initializers, batch-affine values go to metadata."""
-    from gpupred.graph.loader import infer, resolve_batch, substitute
-    from gpupred.graph.fold import AFFINE_KEY, FOLDED_KEY, batch_affine_folds, encode_affine, fold_shapes
-    from gpupred.graph.fold import replace_with_constants
-
-    def run(m: ModelProto, probe: int) -> dict[str, Any]:
-        work = ModelProto()
-        work.CopyFrom(m)
-        _, name = resolve_batch(work, "<export>", probe)
-        substitute(work, name, probe)
-        return fold_shapes(work, lambda w: infer(w, "<export>"))[1]
-
-    constants, affine = batch_affine_folds(model, run)
-    # affine values become initializers too (their value at batch 1 as a placeholder; featurize overwrites it)
-    placeholders = {k: (a + b).astype(dt) for k, (a, b, dt) in affine.items()}
-    if constants or placeholders:
-        replace_with_constants(model, {**constants, **placeholders})
-    present = {t.name for t in model.graph.initializer}
-    affine = {k: v for k, v in affine.items() if k in present}
-    constants = {k: v for k, v in constants.items() if k in present}
-    meta = {p.key: p for p in model.metadata_props}
-    for key, value in (
-        (FOLDED_KEY, ",".join(sorted({*constants, *affine}))),
-        (AFFINE_KEY, encode_affine(affine)),
-    ):
-        entry = meta.get(key) or model.metadata_props.add()
-        entry.key, entry.value = key, value
-    return model
 
 
 def _params_to_initializers(model: ModelProto, input_names: Sequence[str]) -> None:
@@ -183,16 +108,25 @@ def export_module(
 
     ``precompute`` folds the shape arithmetic and stores the batch shape map (featurize then skips shape
     inference); without it the file is the exporter's graph as it came. ``symbolic=False`` keeps the inputs'
-    own, fixed batch (as ``torch.onnx.export`` does by default).
+    own, fixed batch (as ``torch.onnx.export`` does by default). A module without weights (built under
+    :func:`gpupred.graph.weightless.weightless` or on the meta device) is traced with fake tensors instead
+    (:func:`gpupred.graph.weightless.export_weightless`): the host never holds its weights.
     """
     path = Path(path)
     inputs = _small_batch(tuple(inputs), tuple(batch_axes)) if symbolic else tuple(inputs)
+    from gpupred.graph.weightless import export_weightless, holds_weights
+
+    if not holds_weights(model):  # built under gpupred.weightless() or on the meta device: trace it with fake tensors
+        if keep_weights:
+            raise GpupredError(f"{path.name}: the model holds no weights (fake or meta tensors), so keep_weights "
+                               "cannot write them; build it with real tensors")
+        return export_weightless(model, inputs, path, input_names, batch_axes, precompute, symbolic)
     dynamic_axes = {name: {int(axis): "batch"} for name, axis in zip(input_names, batch_axes)} if symbolic else None
     proto = _torchscript_export(model, inputs, input_names, dynamic_axes, keep_weights, path)
     _params_to_initializers(proto, input_names)
     if not keep_weights:
         strip_weights(proto)
-    _mark_buffers(proto, model)
+    mark_buffers(proto, model)
     if precompute:
         fold_batch_shapes(proto)
         from gpupred.graph.shapemap import store_batch_shapes
@@ -261,19 +195,6 @@ def _loss_symbolic() -> Iterator[None]:
         yield
     finally:
         torch.onnx.unregister_custom_op_symbolic("aten::cross_entropy_loss", OPSET)
-
-
-def _mark_buffers(proto: ModelProto, model: Any) -> None:
-    """Name in the metadata the float initializers that are the module's buffers, not its parameters."""
-    inits = {t.name for t in proto.graph.initializer}
-    params = {id(p) for p in model.parameters()}
-    names = sorted(n for n, b in model.named_buffers(remove_duplicate=False)
-                   if b.is_floating_point() and id(b) not in params and n in inits)
-    if names:
-        from gpupred.graph.fold import BUFFERS_KEY
-
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = BUFFERS_KEY, ",".join(names)
 
 
 def _dynamo_export(
@@ -434,44 +355,6 @@ def copy_graph(source: Path, target: Path) -> Path:
 # ---------------------------------------------------------------- a user's own model
 
 
-def _flatten_outputs(out: Any) -> tuple[Any, ...]:
-    """The tensors of a model's output, in order: a tensor, a tuple/list, a dict or a ModelOutput-like object."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return (out,)
-    if out is None:
-        return ()
-    if hasattr(out, "to_tuple") and callable(out.to_tuple):  # transformers' ModelOutput
-        out = out.to_tuple()
-    elif isinstance(out, dict):
-        out = list(out.values())
-    elif hasattr(out, "__dataclass_fields__"):
-        out = [getattr(out, f) for f in out.__dataclass_fields__]
-    if isinstance(out, (tuple, list)):
-        return tuple(t for item in out for t in _flatten_outputs(item))
-    return ()
-
-
-def _adapter(model: Any, keys: Sequence[str] | None, constants: dict[str, Any]) -> Any:
-    """A module taking the example's tensors positionally and returning a flat tuple of tensors."""
-    import torch
-
-    class Adapter(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *args: Any) -> tuple[Any, ...]:
-            out = self.model(**dict(zip(keys, args)), **constants) if keys is not None else self.model(*args)
-            flat = _flatten_outputs(out)
-            if not flat:
-                raise GpupredError(f"{type(model).__name__} returned no tensor; export_model needs tensor outputs")
-            return flat
-
-    return Adapter()
-
-
 def export_model(
     model: Any,
     example_input: Any,
@@ -489,31 +372,11 @@ def export_model(
     tuples, dicts or ModelOutput-like objects. The model is exported in training mode, as the catalog is
     (BatchNorm keeps its batch statistics, Dropout stays), with the catalog's recipe
     (:func:`export_module`); weights are left out unless ``keep_weights``. ``precompute`` and ``symbolic``
-    are :func:`export_module`'s.
+    are :func:`export_module`'s. A module built without weights (:func:`gpupred.weightless`) is traced with fake
+    tensors (:mod:`gpupred.graph.weightless`).
     """
-    import torch
+    from gpupred.graph.adapter import positional
 
-    if not isinstance(model, torch.nn.Module):
-        raise GpupredError(f"export_model needs a torch.nn.Module, got {type(model).__name__}")
-    keys: list[str] | None = None
-    constants: dict[str, Any] = {}
-    if isinstance(example_input, torch.Tensor):
-        tensors: list[Any] = [example_input]
-        names = ["input"]
-    elif isinstance(example_input, (tuple, list)):
-        tensors = list(example_input)
-        names = [f"input_{i}" for i in range(len(tensors))] if len(tensors) > 1 else ["input"]
-    elif isinstance(example_input, dict):
-        keys = [k for k, v in example_input.items() if isinstance(v, torch.Tensor)]
-        tensors = [example_input[k] for k in keys]
-        constants = {k: v for k, v in example_input.items() if not isinstance(v, torch.Tensor)}
-        names = list(keys)
-    else:
-        raise GpupredError(f"example_input must be a tensor, a tuple of tensors or a dict, got {type(example_input).__name__}")
-    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
-        raise GpupredError("example_input must hold at least one tensor, and only tensors when it is a tuple")
-    for name, t in zip(names, tensors):
-        if t.dim() <= batch_axis:
-            raise GpupredError(f"example input {name!r} has shape {tuple(t.shape)}: no batch axis {batch_axis}")
-    return export_module(_adapter(model, keys, constants), tensors, path, names, [batch_axis] * len(tensors),
+    adapter, tensors, names = positional(model, example_input, batch_axis)
+    return export_module(adapter, tensors, path, names, [batch_axis] * len(tensors),
                          keep_weights=keep_weights, precompute=precompute, symbolic=symbolic)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -43,12 +43,7 @@ from onnx import ModelProto, TensorProto
 
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import CanonicalGraph, Shape, shape_elements
-from gpupred.graph.loader import (  # graph_fingerprint: re-exported
-    FLOAT_TYPES,
-    PlainGraph,
-    graph_fingerprint,
-    load_graph,
-)
+from gpupred.graph.loader import FLOAT_TYPES, cached_graph, clear_graph_cache
 from gpupred.graph.coverage import Incomplete, coverage_columns, warn_incomplete
 from gpupred.graph.costs import (
     MAC_CATEGORIES,
@@ -79,23 +74,9 @@ FEATURE_KEYS: list[str] = [
 ]
 
 
-_CACHE_SIZE = 64
-_CACHE: "OrderedDict[tuple[Any, ...], tuple[PlainGraph, int]]" = OrderedDict()
-
-
 def clear_cache() -> None:
     """Forget every inferred graph kept in this process (the next featurize of a file is a cold one)."""
-    _CACHE.clear()
-
-
-def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
-    if isinstance(path_or_proto, ModelProto):
-        return None
-    try:
-        st = os.stat(path_or_proto)
-    except OSError:
-        return None
-    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino, batch_size)
+    clear_graph_cache()
 
 
 def featurize(
@@ -115,8 +96,9 @@ def featurize(
     type's count, MACs, FLOPs and output elements. The row also says how much of the graph it could not see
     (:data:`gpupred.graph.coverage.COVERAGE_KEYS`), and with ``warn`` a one-line
     :class:`~gpupred.graph.coverage.IncompleteGraphWarning` says so when anything is missing.
-    The inferred graph of a file is kept in-process per (path, mtime, size, batch size), so
-    featurizing the same file again at another precision or optimizer skips loading and inference.
+    The inferred graph of a file is kept in-process per (path, mtime, size, batch size)
+    (:func:`gpupred.graph.loader.cached_graph`, shared with the step model and the footprint), so featurizing the same
+    file again at another precision or optimizer skips loading and inference.
     """
     if precision not in PRECISION_ACT_BYTES:
         raise GpupredError(f"unknown precision {precision!r}; known: {', '.join(PRECISION_ACT_BYTES)}")
@@ -124,17 +106,7 @@ def featurize(
         raise GpupredError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZER_FLOPS_PER_PARAM)}")
     if batch_size is not None and int(batch_size) < 1:
         raise GpupredError(f"batch size must be positive, got {batch_size}")
-    key = _cache_key(path_or_proto, None if batch_size is None else int(batch_size))
-    hit = _CACHE.get(key) if key is not None else None
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        graph, bs = hit
-    else:
-        graph, bs = load_graph(path_or_proto, batch_size)
-        if key is not None:
-            _CACHE[key] = (graph, bs)
-            if len(_CACHE) > _CACHE_SIZE:
-                _CACHE.popitem(last=False)
+    graph, bs = cached_graph(path_or_proto, batch_size)
     row = _graph_features(graph.form(canonical), bs, precision, optimizer, per_op)
     if warn:
         warn_incomplete(row, "<ModelProto>" if isinstance(path_or_proto, ModelProto) else os.fspath(path_or_proto))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import onnx
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph.canonical import CanonicalGraph, Node, Shape, canonicalize, raw_graph
+from gpupred.graph.canonical import SLICE_INPUTS, CanonicalGraph, Node, Shape, canonicalize, raw_graph
 from gpupred.graph.costs import COST_TABLE
 from gpupred.graph.fold import AFFINE_KEY, BUFFERS_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
 from gpupred.graph.protoscan import load_without_weights
@@ -27,7 +28,7 @@ from gpupred.graph.rebatch import rebatch
 
 ATTR_OPS: frozenset[str] = frozenset({  # ops whose cost rule reads attributes
     "Gemm", "Einsum", "LSTM", "GRU", "RNN", "BatchNormalization", "MaxPool", "AveragePool", "LpPool", "LRN",
-    "Attention", "MultiHeadAttention", "Transpose",  # Transpose: the step model reads perm (views vs copies)
+    "Attention", "MultiHeadAttention", "Transpose",  # Transpose: its perm (canonical form; the step model's views vs copies)
 })
 FLOAT_TYPES: frozenset[int] = frozenset({
     TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE,
@@ -203,10 +204,13 @@ def read_nodes(model: ModelProto, label: str | None = None, inits: dict[str, Ini
         known = {i.name for i in g.input} | {""}
         known.update(inits if inits is not None else (t.name for t in g.initializer))
         known |= {t.name for t in g.sparse_initializer}
+    constants: dict[str, Any] = {}  # output -> Constant node (and "" -> initializers), for Slices' constant inputs
     for node in g.node:
         op = node.op_type
         ins = node.input[:]
         outs = node.output[:]
+        if op == "Constant":
+            constants[outs[0]] = node
         if known is not None:
             for n in ([] if known.issuperset(ins) else ins):
                 if n not in known:
@@ -217,9 +221,33 @@ def read_nodes(model: ModelProto, label: str | None = None, inits: dict[str, Ini
             known.update(outs)
         domain = node.domain
         attrs = {a.name: _attr_value(a) for a in node.attribute} if op in attr_ops else _NO_ATTRS
+        if op == "Slice":
+            attrs = {key: constant_ints(model, ins[k], constants) if len(ins) > k and ins[k] else None
+                     for k, key in enumerate(SLICE_INPUTS, start=1)}
         entry = table.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
         out.append((op, domain, ins, outs, node.name, attrs, entry))
     return out
+
+
+def constant_ints(model: ModelProto, name: str, constants: dict[str, Any]) -> tuple[int, ...] | None:
+    """The values of a small integer constant (an initializer or a Constant node's output), else None."""
+    tensor = None
+    if name in constants:
+        tensor = next((a.t for a in constants[name].attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
+                      None)
+        ints = next((a.ints for a in constants[name].attribute if a.name == "value_ints"), None)
+        if ints is not None:
+            return tuple(int(v) for v in ints)
+    else:
+        if "" not in constants:  # the initializers by name, indexed once per graph on first use; batch-affine ones
+            # hold a placeholder (their value at batch 1) until featurize writes the batch's: never read here
+            meta = {p.key: p.value for p in model.metadata_props}
+            affine = set(json.loads(meta[AFFINE_KEY])) if meta.get(AFFINE_KEY) else set()
+            constants[""] = {t.name: t for t in model.graph.initializer if t.name not in affine}
+        tensor = constants[""].get(name)
+    if tensor is None or tensor.data_type not in (TensorProto.INT64, TensorProto.INT32) or tensor.data_location:
+        return None
+    return tuple(int(v) for v in numpy_helper.to_array(tensor).reshape(-1)[:64])
 
 
 class PlainGraph:
@@ -287,6 +315,41 @@ class PlainGraph:
         """Whether some node output has no static shape."""
         known = self.known
         return any(o and o not in known for node in self.nodes for o in node[3])
+
+
+_CACHE_SIZE = 64
+_CACHE: "OrderedDict[tuple[Any, ...], tuple[PlainGraph, int]]" = OrderedDict()
+
+
+def clear_graph_cache() -> None:
+    """Forget every graph :func:`cached_graph` keeps in this process."""
+    _CACHE.clear()
+
+
+def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
+    if isinstance(path_or_proto, ModelProto):
+        return None
+    try:
+        st = os.stat(path_or_proto)
+    except OSError:
+        return None
+    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino, batch_size)
+
+
+def cached_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[PlainGraph, int]:
+    """:func:`load_graph`, kept in-process per (file, mtime, size, batch size): featurize, the step model and the footprint
+    of one job load its graph once. The graph is shared: read it, never change it."""
+    key = _cache_key(path_or_proto, None if batch_size is None else int(batch_size))
+    hit = _CACHE.get(key) if key is not None else None
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    graph, bs = load_graph(path_or_proto, batch_size)
+    if key is not None:
+        _CACHE[key] = (graph, bs)
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return graph, bs
 
 
 def load_graph(

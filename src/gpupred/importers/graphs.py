@@ -6,12 +6,10 @@ The rows have the columns of ``data/processed/graph_features.parquet`` (:data:`g
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-from gpupred import config
 from gpupred.workloads.spec import WorkloadSpec
 
 

@@ -10,7 +10,7 @@ from onnx import ModelProto
 
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import CanonicalGraph
-from gpupred.graph.loader import load_graph
+from gpupred.graph.loader import cached_graph
 from gpupred.hardware import gpu_spec
 from gpupred.perf.constants import DEFAULT, StepConstants
 from gpupred.perf.kernels import RECIPES, KernelList, step_kernels
@@ -47,7 +47,7 @@ def estimate_step(graph: CanonicalGraph, batch_size: int, precision: str, optimi
 
 def canonical_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[CanonicalGraph, int]:
     """The canonical graph of an ONNX file or proto at a batch size, and that batch size."""
-    plain, bs = load_graph(path_or_proto, batch_size)
+    plain, bs = cached_graph(path_or_proto, batch_size)
     return plain.form(True), bs
 
 

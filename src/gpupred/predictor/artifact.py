@@ -345,8 +345,12 @@ class GraphJob:
 
 
 def resolve_graph(x: Any, job: Job) -> GraphJob | None:
-    """The :class:`GraphJob` of an input given as an ONNX file or a workload id, else None (feature rows). A workload
-    id sets the precision and optimizer; the job's other setup options still apply."""
+    """The :class:`GraphJob` of an input given as an ONNX file, a workload id or a model by name, else None (feature
+    rows). A workload id sets the precision and optimizer; the job's other setup options still apply."""
+    from gpupred.graph.named import NamedModel, named_graph
+
+    if isinstance(x, NamedModel):  # gpupred.hf_model(...) / gpupred.timm_model(...): its cached graph
+        x = named_graph(x)
     if not isinstance(x, (str, Path)):
         return None
     text = str(x)

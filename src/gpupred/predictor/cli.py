@@ -32,15 +32,30 @@ def gpu_table() -> pd.DataFrame:
     return table
 
 
+def check_model_choice(model: str | None, timm: str | None, hf: str | None, head: str | None, seq_len: int | None,
+                       image_size: int | None) -> bool:
+    """Whether ``predict`` was given a model by name (--timm/--hf); one line when the choice is not exactly one."""
+    from gpupred.errors import GpupredError
+
+    named = timm is not None or hf is not None
+    if named == (model is not None):
+        raise GpupredError("give MODEL (an .onnx file or a workload id), or --timm NAME, or --hf MODEL")
+    if not named and (head, seq_len, image_size) != (None, None, None):
+        raise GpupredError("--head, --seq-len and --image-size go with --timm or --hf")
+    return named
+
+
 def register(app: Any) -> None:
     """Add ``gpupred predict`` and ``gpupred gpus`` to the CLI."""
     _register_predict(app)
     _register_gpus(app)
 
 
-def run_predict(model: str, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
-                noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool) -> None:
-    """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed."""
+def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
+                noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool,
+                named: tuple[Any, ...] | None = None) -> None:
+    """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed.
+    ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name."""
     from gpupred import config
     from gpupred.errors import GpupredError
     from gpupred.predictor.artifact import load_predictor
@@ -50,6 +65,10 @@ def run_predict(model: str, setup: Any, batch_size: int | None, gpu: str | None,
     if calibration and no_calibration:
         raise GpupredError("give --calibration FILE or --no-calibration, not both")
     predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
+    if named:  # after the predictor loads: a missing one is said before minutes of export
+        from gpupred.graph.named import graph_for_options
+
+        model = str(graph_for_options(*named))
     row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup,
                             calibration=False if no_calibration else calibration).iloc[0]
     print_prediction(predictor, row, as_json, setup.changes())
@@ -61,7 +80,8 @@ def _register_predict(app: Any) -> None:
 
     @app.command("predict")
     def predict_cmd(
-        model: str = typer.Argument(..., help="An ONNX model file (or a workload id, which needs torch)."),
+        model: str = typer.Argument(None, help="An ONNX model file (or a workload id, which needs torch).",
+                                    show_default=False),
         batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
         precision: str = typer.Option("fp32", "--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
                                                                   "bf16-pure (bf16 weights, no autocast)."),
@@ -88,17 +108,29 @@ def _register_predict(app: Any) -> None:
                                                                     "(default: the newest of this user's for --gpu)."),
         no_calibration: bool = typer.Option(False, "--no-calibration", help="Use no calibration, not even this "
                                                                             "user's."),
+        timm: str = typer.Option(None, "--timm", help="A timm model by name instead of MODEL (random weights, no "
+                                                      "download; exported once, then cached)."),
+        hf: str = typer.Option(None, "--hf", help="A Hugging Face model instead of MODEL: a model type (llama, bert, "
+                                                  "gpt2...), a config.json or its folder, or a hub id."),
+        head: str = typer.Option(None, "--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, seq2seq-lm "
+                                                      "or speech-seq2seq (default: the config's)."),
+        seq_len: int = typer.Option(None, "--seq-len", help="With --hf: tokens per sample (default: the model's longest "
+                                                            "position, at most 2048)."),
+        image_size: int = typer.Option(None, "--image-size", help="With --timm or an image --hf model: the image side."),
     ) -> None:
-        """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph."""
+        """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name)."""
         from gpupred.errors import GpupredError
         from gpupred.setups import setup_of
 
-        if looks_like_file(model) and not Path(model).is_file():  # the user's file first, before the predictor
+        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
+        if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
             raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
+        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
         setup = setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
                          weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
                          accumulation=accumulation, attention=attention, channels_last=channels_last)
-        run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json)
+        run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
+                    named=(timm, hf, head, seq_len, image_size) if named else None)
 
 
 def _register_gpus(app: Any) -> None:

@@ -9,7 +9,6 @@ overwritten by the rerun; stray temporary files are removed on the next start).
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path

@@ -1,0 +1,249 @@
+"""Export a model's graph without ever holding its weights: a 7B model costs the host what a ResNet does.
+
+The TorchScript recipe of :mod:`gpupred.graph.export` runs a real forward, so the host holds every weight (and
+``export_params=False`` only leaves them out of the file): GPT-2-large at sequence 1024 was killed at 22.4 GB
+resident on this project's 24 GB machine. Here the model is built on torch's meta device (:func:`weightless`):
+parameters and buffers have shapes and dtypes but no storage (timm and transformers build there; under
+torch's ``FakeTensorMode`` timm's constructors fail, since they read values with ``tolist()``). For the trace
+they become fake CPU tensors (``FakeTensorMode``), ``torch.export`` traces the module (non-strict, training
+mode, a dynamic batch), the dynamo ONNX exporter translates the program, and the graph is written in the
+structure-only form of :mod:`gpupred.graph.stripped`: the weights are data-less initializers, never read. Under
+fake tensors an eager attention score matrix costs no memory either, so the host's memory does not grow with
+the square of the sequence.
+
+Of the ONNX optimizer only constant folding runs (with the module's parameters and buffers held out as graph
+inputs, so it never touches them): it turns ``SplitToSequence``/``SequenceAt`` into ``Split`` and folds shape
+arithmetic, and every initializer it creates is named a constant in the metadata (``gpupred.folded``: not a
+parameter). Its pattern rewriter is skipped: it took as long as the export on a 7B graph, and the canonical
+form of :mod:`gpupred.graph.canonical` reduces what the dynamo exporter writes differently (identity
+transposes, whole slices, ``unbind`` as slices) for any file. torch is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from onnx import ModelProto
+
+from gpupred.errors import GpupredError
+from gpupred.files import atomic_write_bytes
+from gpupred.graph.fold import FOLDED_KEY
+from gpupred.graph.stripped import EXTERNAL_DATA_NAME, fold_batch_shapes, mark_buffers, strip_weights
+
+BATCH_NAME = "batch"  # the symbolic batch axis of every exported input and output
+WEIGHTLESS_KEY = "gpupred.weightless"  # metadata: the graph was traced under fake tensors
+PARAMS_KEY = "gpupred.torch_params"  # metadata: sum(p.numel()) of the exported module, counted at export
+
+
+@contextlib.contextmanager
+def weightless() -> Iterator[None]:
+    """Build torch modules inside it without memory for their weights (torch's meta device: shapes and dtypes only)."""
+    import torch
+
+    with torch.device("meta"):
+        yield
+
+
+def holds_weights(model: Any) -> bool:
+    """Whether a module's parameters and buffers are all real tensors (none fake, none on the meta device)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for t in (*model.parameters(), *model.buffers()):
+        if isinstance(t, FakeTensor) or t.is_meta:
+            return False
+    return True
+
+
+def _fake_model(model: Any) -> Any:
+    """The module itself when it holds no meta tensors (already fake), else :func:`fake_copy`'s module."""
+    if not any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        return model  # already fake (built under the caller's own FakeTensorMode)
+    return fake_copy(model)[0]
+
+
+def fake_copy(model: Any) -> tuple[Any, Any]:
+    """A copy of a module whose meta-device tensors are fake CPU tensors (storage-less; tied weights stay tied), and the
+    ``FakeTensorMode`` to run it under (``with mode: model(x)`` computes shapes, never values)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    clone = copy.deepcopy(model)  # meta tensors copy for free; the caller's module is left as it was
+    done: dict[int, Any] = {}
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        for module in clone.modules():
+            for table, make in ((module._parameters, _fake_parameter), (module._buffers, _fake_buffer)):
+                for name, t in list(table.items()):
+                    if t is not None and t.is_meta:
+                        if id(t) not in done:
+                            done[id(t)] = make(t, torch)
+                        table[name] = done[id(t)]
+    return clone, mode
+
+
+def _fake_parameter(t: Any, torch: Any) -> Any:
+    return torch.nn.Parameter(torch.empty(t.shape, dtype=t.dtype, device="cpu"), requires_grad=t.requires_grad)
+
+
+def _fake_buffer(t: Any, torch: Any) -> Any:
+    return torch.empty(t.shape, dtype=t.dtype, device="cpu")
+
+
+def _real_inputs(inputs: Sequence[Any], batch_axes: Sequence[int], symbolic: bool) -> tuple[Any, ...]:
+    """Example inputs as real tensors (ones where they were fake or on meta: valid ids, masks that attend), a batch
+    of 1 doubled when symbolic (torch.export specializes a dimension of size 1)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    out = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and (isinstance(x, FakeTensor) or x.is_meta):
+            x = torch.ones(tuple(int(d) for d in x.shape), dtype=x.dtype)
+        if symbolic and i < len(batch_axes) and isinstance(x, torch.Tensor) and x.dim() > batch_axes[i] \
+                and x.shape[batch_axes[i]] == 1:
+            x = torch.cat([x, x], dim=batch_axes[i])
+        out.append(x)
+    return tuple(out)
+
+
+def _takes_varargs(model: Any) -> bool:
+    """Whether a module's forward takes its inputs as ``*args``."""
+    import inspect
+
+    kinds = [p.kind for p in inspect.signature(model.forward).parameters.values()]
+    return inspect.Parameter.VAR_POSITIONAL in kinds and inspect.Parameter.POSITIONAL_OR_KEYWORD not in kinds
+
+
+def trace(model: Any, inputs: Sequence[Any], input_names: Sequence[str], batch_axes: Sequence[int],
+          symbolic: bool = True) -> Any:
+    """The ``torch.export`` program of a weightless module in training mode, with a dynamic batch axis."""
+    import torch
+
+    dims: Any = tuple({int(a): torch.export.Dim.AUTO} for a in batch_axes) if symbolic else None
+    if dims is not None and _takes_varargs(model):
+        dims = (dims,)  # a forward(*args) takes the inputs as one tuple
+    was_training = model.training
+    model.train()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.export(model, tuple(inputs), dynamic_shapes=dims, strict=False)
+    except Exception as err:
+        text = " ".join(str(err).split())[:300]
+        raise GpupredError(f"{type(model).__name__}: torch.export could not trace it without weights "
+                           f"({type(err).__name__}: {text}); export a real (small) instance with "
+                           "gpupred.export_model instead") from None
+    finally:
+        model.train(was_training)
+
+
+def _hold_out_state(graph: Any, state: set[str]) -> list[tuple[Any, Any]]:
+    """Move the initializers that are the module's parameters and buffers (or fake) to graph inputs, so that no
+    pass reads them; return them."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    held = []
+    for name, value in list(graph.initializers.items()):
+        if name in state or isinstance(getattr(value.const_value, "raw", None), FakeTensor):
+            held.append((value, value.const_value))
+            value.const_value = None
+            graph.initializers.pop(name)
+            graph.inputs.append(value)
+    return held
+
+
+def _is_fake(tensor: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(getattr(tensor, "raw", None), FakeTensor)
+
+
+def _restore_stripped(graph: Any, held: list[tuple[Any, Any]]) -> None:
+    """Put held-out initializers back, the fake ones data-less (external data in a file that never exists)."""
+    import onnx_ir as ir
+
+    for value, tensor in held:
+        if value not in graph.inputs:
+            continue  # a weight no node reads any more
+        graph.inputs.remove(value)
+        if _is_fake(tensor):
+            tensor = ir.ExternalTensor(EXTERNAL_DATA_NAME, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+                                       name=value.name, base_dir="")
+        value.const_value = tensor
+        graph.register_initializer(value)
+
+
+def to_onnx(program: Any, input_names: Sequence[str], opset: int = 18) -> ModelProto:
+    """The structure-only ONNX model of an exported program with fake weights (constant folding only)."""
+    import onnxscript
+    import torch
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onnx_program = torch.onnx.export(program, dynamo=True, input_names=list(input_names), opset_version=opset,
+                                         optimize=False, verify=False, verbose=False)
+    model = onnx_program.model
+    signature = program.graph_signature
+    held = _hold_out_state(model.graph, {*signature.parameters, *signature.buffers})
+    onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
+    RemoveUnusedNodesPass()(model)
+    _restore_stripped(model.graph, held)
+    import onnx_ir as ir
+
+    proto = ir.serde.serialize_model(model)
+    state = {value.name for value, _ in held}  # every other initializer is a constant the exporter or folding made
+    _set_meta(proto, **{FOLDED_KEY: ",".join(sorted(t.name for t in proto.graph.initializer if t.name not in state))})
+    return proto
+
+
+def name_batch_axis(proto: ModelProto, input_names: Sequence[str], batch_axes: Sequence[int]) -> None:
+    """Rename the batch axis's symbol (torch.export calls it s0, s72, ...) to :data:`BATCH_NAME` everywhere."""
+    wanted = dict(zip(input_names, batch_axes))
+    symbols = set()
+    for inp in proto.graph.input:
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in wanted and len(dims) > wanted[inp.name] and dims[wanted[inp.name]].dim_param:
+            symbols.add(dims[wanted[inp.name]].dim_param)
+    for value in (*proto.graph.input, *proto.graph.output):
+        for d in value.type.tensor_type.shape.dim:
+            if d.dim_param in symbols:
+                d.dim_param = BATCH_NAME
+
+
+def _set_meta(proto: ModelProto, **values: str) -> None:
+    meta = {p.key: p for p in proto.metadata_props}
+    for key, value in values.items():
+        entry = meta.get(key) or proto.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def export_weightless(model: Any, inputs: Sequence[Any], path: str | os.PathLike[str], input_names: Sequence[str],
+                      batch_axes: Sequence[int], precompute: bool = True, symbolic: bool = True) -> Path:
+    """Export a module built without weights (:func:`weightless`, or on the meta device) as a structure-only ONNX file.
+
+    ``inputs`` are positional example inputs (real, fake or meta tensors: only their shapes and dtypes are
+    used); ``batch_axes`` their batch axes, made symbolic unless ``symbolic=False``. ``precompute`` folds the
+    shape arithmetic and stores the batch shape map, as the catalog's recipe does.
+    """
+    from gpupred.graph.shapemap import store_batch_shapes
+
+    path = Path(path)
+    model = _fake_model(model)
+    program = trace(model, _real_inputs(inputs, batch_axes, symbolic), input_names, batch_axes, symbolic)
+    proto = to_onnx(program, input_names)
+    name_batch_axis(proto, input_names, batch_axes)
+    strip_weights(proto)
+    mark_buffers(proto, model)
+    params = sum(p.numel() for p in model.parameters())
+    _set_meta(proto, **{WEIGHTLESS_KEY: "1", PARAMS_KEY: str(int(params))})
+    if precompute:
+        fold_batch_shapes(proto)
+        store_batch_shapes(proto)
+    atomic_write_bytes(path, proto.SerializeToString())
+    return path

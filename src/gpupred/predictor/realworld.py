@@ -1,0 +1,137 @@
+"""Real-world graphs through the predictor's physics: the corpus (timm, Hugging Face) and the real-size decoders.
+
+For every model of ``data/corpus/`` (its structure-only graph and the figures torch recorded at export), torch-free:
+
+- parameters and forward FLOPs of the featurized graph against torch's ``sum(p.numel())`` and FlopCounterMode, at
+  the export batch;
+- the step model's step time and utilization (:mod:`gpupred.perf`, with the constants fitted on the measured runs)
+  and the analytic footprint (:mod:`gpupred.footprint`, its context and allocator fitted likewise), at a batch a
+  user would train it with (:data:`REALWORLD_BATCH`), in bf16 autocast with Adam on one GPU: the predictor's core
+  without its learned, bounded corrections;
+- the analytic mixed-precision Adam count of Korthikanti et al. ("Reducing Activation Recomputation in Large
+  Transformer Models", 2022) for the decoders whose dimensions the index records: 16 bytes per parameter (16-bit
+  weights and gradients, fp32 master weights, Adam's two fp32 moments) plus, per layer, ``s b h (34 + 5 a s / h)``
+  bytes of 16-bit activations saved for backward (no recomputation, GPT-style layers with dropout); without the
+  attention scores (``5 a s / h``: what a fused attention kernel never stores) ``34 s b h``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KORTHIKANTI_BYTES_PER_PARAM = 16  # fp16 weights (2) + fp16 gradients (2) + fp32 master weights (4) + Adam (8)
+KORTHIKANTI_ACT_PER_SBH = 34  # bytes per layer per token per hidden unit, without the attention-score terms
+KORTHIKANTI_SCORES_PER_AS2B = 5  # bytes per layer per head per (query, key) pair per sample: scores, softmax, mask
+# the batch each kind of corpus model is predicted at: timm's image classifiers as a fine-tune batch, the small
+# Hugging Face configs at their corpus sequence (32 tokens), the real-size decoders one sequence of 2048 per GPU
+REALWORLD_BATCH: dict[str, int] = {"timm": 64, "hf": 32, "llm": 1}
+PROTOCOL = "nvml-poll"  # the step model's constants of this project's measurement protocol
+FOOTPRINT_SOURCE = "gpupred"  # the footprint's constants of this project's runs
+
+
+def korthikanti_bytes(params: float, layers: int, hidden: int, heads: int, seq: int, batch: int,
+                      scores: bool = True) -> float:
+    """Mixed-precision Adam training memory of a GPT-style decoder in bytes (Korthikanti et al. 2022, no
+    recomputation); ``scores=False`` leaves out the attention scores a fused attention kernel never stores."""
+    per_layer = KORTHIKANTI_ACT_PER_SBH + (KORTHIKANTI_SCORES_PER_AS2B * heads * seq / hidden if scores else 0.0)
+    return KORTHIKANTI_BYTES_PER_PARAM * params + layers * seq * batch * hidden * per_layer
+
+
+def kind_of(name: str) -> str:
+    """A corpus model's kind: ``timm``, ``hf`` (small configs) or ``llm`` (real-size decoders)."""
+    return name.split("-", 1)[0]
+
+
+def realworld_row(name: str, entry: dict[str, Any], gpu: str, table: Any, footprint: Any, precision: str = "bf16",
+                  optimizer: str = "adam", folder: Path | None = None) -> dict[str, Any]:
+    """One corpus model: its graph's parameters and FLOPs against torch's, predicted step and memory, the analytic count."""
+    from gpupred.footprint import footprint_mib, graph_terms
+    from gpupred.graph import featurize
+    from gpupred.graph.corpus import corpus_path
+    from gpupred.hardware import gpu_spec
+    from gpupred.perf import kernels_for, simulate
+
+    start = time.perf_counter()
+    path = corpus_path(name, folder=folder)
+    at_export = featurize(path, batch_size=entry["export_batch"], warn=False)
+    kind = kind_of(name)
+    batch = REALWORLD_BATCH[kind]
+    features = featurize(path, batch_size=batch, precision=precision, optimizer=optimizer, warn=False)
+    spec = gpu_spec(gpu)
+    step = simulate(kernels_for(path, batch, precision, optimizer), spec, precision, table.get(spec.name, PROTOCOL))
+    memory = footprint_mib(features, spec.name, precision, optimizer, graph_terms(path, batch), FOOTPRINT_SOURCE,
+                           footprint)
+    torch_params = entry["torch_params"] - entry.get("torch_params_unused", 0)
+    row = {"model": name, "kind": kind, "params": at_export["params"], "torch_params": torch_params,
+           "params_ratio": at_export["params"] / torch_params,
+           "flops_ratio": 2 * at_export["macs_fwd"] / entry["torch_flops_fwd"] if entry["torch_flops_fwd"] else np.nan,
+           "batch_size": batch, "step_s": step.step_s, "util": step.util, "kernels": step.kernels,
+           "memory_gib": memory / 1024, "gpu_gib": spec.memory_gb * 1e9 / 2**30}
+    dims = entry.get("dims")
+    if dims:
+        for scores in (True, False):
+            total = korthikanti_bytes(torch_params, dims["layers"], dims["hidden"], dims["heads"], entry["seq"], batch,
+                                      scores)
+            row["korthikanti_gib" if scores else "korthikanti_fused_gib"] = total / 2**30
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+def realworld_table(gpu: str, table: Any, footprint: Any, precision: str = "bf16", optimizer: str = "adam",
+                    folder: Path | None = None, names: list[str] | None = None, progress: bool = True) -> pd.DataFrame:
+    """:func:`realworld_row` for every model of the corpus (``data/corpus/``; only ``names`` if given), one row each."""
+    from gpupred.graph.corpus import read_corpus_index
+    from gpupred.reports import progress_bar
+
+    models = {n: e for n, e in read_corpus_index(folder)["models"].items()
+              if "error" not in e and (names is None or n in names)}
+    rows = [realworld_row(name, entry, gpu, table, footprint, precision, optimizer, folder)
+            for name, entry in progress_bar(iterable=list(models.items()), desc="real-world graphs", unit="model",
+                                            disable=not progress)]
+    return pd.DataFrame(rows).set_index("model")
+
+
+def plot_realworld_steps(df: pd.DataFrame, rw: pd.DataFrame, gpu: str) -> Any:
+    """The catalog's measured step times on ``gpu`` per family (grey) beside the predicted ones of the real-world
+    graphs per kind (colour), on one log axis."""
+    import matplotlib.pyplot as plt
+
+    from gpupred.hardware import gpu_spec
+
+    kind = gpu_spec(gpu).name
+    measured = df[(df["gpu"].map(lambda g: gpu_spec(str(g)).name) == kind) & df["iter_time_mean_s"].notna()]
+    groups = [(f, g["iter_time_mean_s"].to_numpy()) for f, g in measured.groupby("family")]
+    groups += [(f"{k} (predicted)", g["step_s"].to_numpy()) for k, g in rw.groupby("kind")]
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(groups) + 1.5))
+    for y, (label, values) in enumerate(groups):
+        colour = "tab:red" if label.endswith("(predicted)") else "0.5"
+        ax.scatter(values, np.full(len(values), y) + np.random.default_rng(y).uniform(-0.2, 0.2, len(values)),
+                   s=8, color=colour, alpha=0.7)
+    ax.set_yticks(range(len(groups)), [label for label, _ in groups])
+    ax.set_xscale("log")
+    ax.set_xlabel(f"step time on {kind} (s): catalog measured (grey), real-world graphs predicted (red)")
+    fig.tight_layout()
+    return fig
+
+
+def realworld_metrics(rw: pd.DataFrame, gpu: str) -> dict[str, Any]:
+    """Figures of merit of the real-world section: agreement with torch's counts, and the decoders' predictions."""
+    llms = rw[rw["kind"] == "llm"]
+    out: dict[str, Any] = {
+        "realworld_gpu": gpu, "realworld_models": int(len(rw)),
+        "realworld_params_exact_share": float((rw["params"] == rw["torch_params"]).mean()),
+        "realworld_flops_within_2pct_share": float(((rw["flops_ratio"] - 1).abs() <= 0.02).mean()),
+    }
+    if len(llms):
+        out["realworld_llm"] = {
+            name: {"params": int(r["params"]), "memory_gib": round(float(r["memory_gib"]), 2),
+                   "korthikanti_fused_gib": round(float(r.get("korthikanti_fused_gib", np.nan)), 2),
+                   "korthikanti_gib": round(float(r.get("korthikanti_gib", np.nan)), 2),
+                   "step_s": round(float(r["step_s"]), 4)}
+            for name, r in llms.iterrows()}
+    return out
