@@ -99,6 +99,41 @@ def test_no_import_cycles() -> None:
     assert cycles(graph) == []
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between gpupred's top-level packages and modules (``gpupred.graph.loader`` counts as
+    ``gpupred.graph``); the package root, the lazy public face, is left out."""
+    def top(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        if module == "gpupred":
+            continue
+        out.setdefault(top(module), set()).update(top(m) for m in imported if m != "gpupred" and top(m) != top(module))
+    return out
+
+
+def test_no_package_imports_another_in_a_circle() -> None:
+    """No two gpupred packages import each other, even through different modules (graph -> importers -> graph)."""
+    assert cycles(package_graph({"gpupred.a.x": {"gpupred.b.y"}, "gpupred.b.z": {"gpupred.a.w"}, "gpupred.a.w": set(),
+                                 "gpupred.b.y": set()})) == [["gpupred.a", "gpupred.b"]]  # the checker sees them
+    graph = package_graph(import_graph())
+    assert "gpupred.importers" in graph["gpupred.cli"]
+    assert cycles(graph) == []
+
+
+ESTIMATOR_MODULES = {"physics.py", "correction.py", "evaluate.py", "estimator.py"}  # each estimator's own triplet
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name says which module it is: only package inits and the estimator pattern repeat."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((SRC / "gpupred").rglob("*.py")):
+        if path.name not in {"__init__.py", "__main__.py", *ESTIMATOR_MODULES}:
+            seen.setdefault(path.name, []).append(str(path.relative_to(SRC)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
 def test_no_private_name_is_imported_from_another_module() -> None:
     """``from gpupred.x import _name`` appears nowhere in src/, tests/ or benchmarks/."""
     offenders = []
@@ -121,3 +156,30 @@ def test_functions_fit_a_screen() -> None:
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(REPO)}::{node.name} ({n} lines)")
     assert long == []
+
+
+def test_the_design_module_map_names_every_package_and_module() -> None:
+    """docs/DESIGN.md's module map names every top-level package and module of gpupred, so it matches the code."""
+    text = (REPO / "docs" / "DESIGN.md").read_text()
+    table = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
+    names = {p.stem if p.is_file() else p.name for p in (SRC / "gpupred").iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert len(names) > 20 and [n for n in sorted(names) if f"`{n}`" not in table] == []
+
+
+def design_layers() -> list[set[str]]:
+    """The layers of docs/DESIGN.md's module map, lowest first: the packages and modules each row names."""
+    import re
+
+    table = (REPO / "docs" / "DESIGN.md").read_text().split("## Module map", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    return [{f"gpupred.{n}" for n in re.findall(r"`(\w+)`", cells[2])} for cells in rows]
+
+
+def test_no_package_imports_from_a_layer_above_its_own() -> None:
+    """The module map's layers hold: a package imports its own layer and those below only."""
+    layer = {name: i for i, names in enumerate(design_layers()) for name in names}
+    graph = package_graph(import_graph())
+    assert layer["gpupred.config"] == 0 and layer["gpupred.cli"] == max(layer.values())
+    upward = [f"{a} -> {b}" for a, imported in graph.items() for b in imported if layer[b] > layer[a]]
+    assert upward == []

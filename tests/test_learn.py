@@ -9,7 +9,7 @@ from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.dataset import feature_columns
 from gpupred.learn import REGRESSORS, ConformalRegressor, make_regressor, rmsle
-from gpupred.learn.evaluate import check_grouped, cross_gpu_splits, lofo_splits, sibling_group, splits_for
+from gpupred.learn.splits import check_grouped, cross_gpu_splits, lofo_splits, sibling_group, splits_for
 from gpupred.learn.importance import impurity_importance, permutation
 
 

@@ -18,7 +18,7 @@ import typer
 from fixtures_learning import _run_row
 from gpupred.cli import run_app
 from gpupred.errors import GpupredError
-from gpupred.profile import cli as profile_cli
+from gpupred.cli import profile as profile_cli
 from gpupred.profile.pair_matrix import (
     HEAVY_MIB,
     REFERENCE_ROLES,

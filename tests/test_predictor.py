@@ -141,7 +141,7 @@ def test_refusals_are_one_line(fixture_artifact: Path, tmp_path: Path) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     """Run ``gpupred.cli.main`` with only this stage's commands attached (other stages may not have landed)."""
-    code = ("import sys; from gpupred import cli; from gpupred.predictor.cli import register; register(cli.app); "
+    code = ("import sys; from gpupred import cli; from gpupred.cli.predict import register; register(cli.app); "
             "cli.app.command('noop')(lambda: None); "
             "cli._register = lambda: None; cli.main(sys.argv[1:])")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)

@@ -18,7 +18,7 @@ import typer
 
 from gpupred.cli import run_app
 from gpupred.errors import GpupredError
-from gpupred.profile import cli as profile_cli
+from gpupred.cli import profile as profile_cli
 from gpupred.profile import sweep
 from gpupred.profile.units import load_plan
 from gpupred.profile.sweep import SweepSummary

@@ -78,7 +78,7 @@ def test_dry_run_never_goes_under_data_raw(tmp_path: Path) -> None:
 @pytest.mark.skipif(probe() is None, reason="NVML finds a GPU here")
 def test_cli_without_gpu_fails_at_once_with_one_line(tmp_path: Path) -> None:
     for args in (["profile", TINY], ["sweep", "--plan", "catalog:2", "--out", str(tmp_path / "data/raw/x/s")]):
-        p = subprocess.run([sys.executable, "-m", "gpupred.profile.cli", *args], capture_output=True, text=True, timeout=60)
+        p = subprocess.run([sys.executable, "-m", "gpupred.cli.profile", *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, p.stderr
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "no NVIDIA GPU/driver found (" in lines[0]

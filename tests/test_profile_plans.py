@@ -14,7 +14,7 @@ import typer
 from fixtures_learning import _run_row, _samples
 from gpupred.cli import run_app
 from gpupred.errors import GpupredError
-from gpupred.profile import cli as profile_cli
+from gpupred.cli import profile as profile_cli
 from gpupred.profile.units import Unit, load_plan, parse_plan_text
 from gpupred.profile.plan_builder import (
     build_pairs,

@@ -59,7 +59,7 @@ def test_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path: 
     plan = tmp_path / "plan.txt"
     plan.write_text("\n".join(ids) + "\n")
     out = tmp_path / "data" / "dryrun" / "cpu" / "killed"
-    cmd = [sys.executable, "-m", "gpupred.profile.cli", "sweep", "--plan", str(plan), "--out", str(out), "--dry-run",
+    cmd = [sys.executable, "-m", "gpupred.cli.profile", "sweep", "--plan", str(plan), "--out", str(out), "--dry-run",
            "--window-s", "0.1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.monotonic()

@@ -9,7 +9,7 @@ from fixtures_learning import fixture_dataset
 from onnx import TensorProto, helper
 
 from gpupred.hardware import gpu_spec
-from gpupred.learn.evaluate import splits_for
+from gpupred.learn.splits import splits_for
 from gpupred.learn.nested import CVSettings
 from gpupred.learn.summary import METHODS
 from gpupred.perf import canonical_graph, step_kernels

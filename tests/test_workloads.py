@@ -121,7 +121,7 @@ def test_malformed_ids_raise(bad: str) -> None:
 
 def test_catalog_does_not_import_torch() -> None:
     code = (
-        "import sys, gpupred.workloads, gpupred.workloads.cli; import gpupred.workloads.catalog as c;"
+        "import sys, gpupred.workloads, gpupred.cli.workloads; import gpupred.workloads.catalog as c;"
         "c.catalog(); c.fused_catalog(); assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -130,7 +130,7 @@ def test_catalog_does_not_import_torch() -> None:
 def _app():  # type: ignore[no-untyped-def]
     import typer
 
-    from gpupred.workloads.cli import register
+    from gpupred.cli.workloads import register
 
     app = typer.Typer()
     register(app)

@@ -1,7 +1,7 @@
 """Run a typer app as the ``gpupred`` command does: a GpupredError is one line on stderr and exit 2.
 
-Below every stage's ``cli.py`` and :mod:`gpupred.cli`, so a stage's own entry point
-(``python -m gpupred.profile.cli``) runs its commands the same way without importing the whole command.
+Below every module of :mod:`gpupred.cli`, so a stage's own entry point
+(``python -m gpupred.cli.profile``) runs its commands the same way without importing the whole command.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_rando
     ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`) for the footprint
     methods to count activations from the graph; without them the footprint falls back to ``activation_bytes``.
     """
-    from gpupred.learn.evaluate import splits_for
+    from gpupred.learn.splits import splits_for
 
     data = df[df[target].notna()].reset_index(drop=True)
     out = []
@@ -339,7 +339,7 @@ def inner_lofo_residuals(data: pd.DataFrame, grid: tuple[CorrectionSetting, ...]
     One footprint fit per held-out group serves every setting, and one tree fit per leaf size serves every clip
     and tree count (the clip bounds the output; fewer trees are the first iterations)."""
     from gpupred.footprint import Footprint, source_keys
-    from gpupred.learn.evaluate import lofo_splits
+    from gpupred.learn.splits import lofo_splits
 
     y = np.log(data[target].to_numpy(float))
     keys = source_keys(data)
@@ -401,7 +401,7 @@ def regressor_columns(df: pd.DataFrame) -> list[str]:
 def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, groups: np.ndarray, cv: Any,
                   target: str = "memory_mib") -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
-    from gpupred.learn.evaluate import constant_baseline
+    from gpupred.learn.splits import constant_baseline
     from gpupred.learn.intervals import ConformalRegressor
     from gpupred.learn.regressors import correction_model
 

@@ -2,7 +2,7 @@
 conformal intervals, and the out-of-fold predictions downstream stages read."""
 
 from gpupred.learn.crossgpu import cross_gpu_evaluation, transfer_splits, twin_ratios
-from gpupred.learn.evaluate import (
+from gpupred.learn.splits import (
     SIBLINGS, cross_gpu_splits, grouped_random_splits, lofo_splits, rmsle, sibling_group, splits_for,
 )
 from gpupred.learn.intervals import ConformalRegressor

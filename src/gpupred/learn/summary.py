@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.learn.evaluate import rmsle
+from gpupred.learn.splits import rmsle
 from gpupred.learn.nested import NestedResult
 from gpupred.reports import MetricsSchema
 

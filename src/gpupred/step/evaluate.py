@@ -20,7 +20,7 @@ from sklearn.base import clone
 from gpupred.dataset import SOURCE_OWN
 from gpupred.errors import GpupredError
 from gpupred.learn.baselines import ConstantBaseline, RegressorBaseline
-from gpupred.learn.evaluate import Split
+from gpupred.learn.splits import Split
 from gpupred.learn.nested import CVSettings, NestedResult, prediction_frame, result_from_frames
 from gpupred.learn.summary import METHODS, comparison_table
 from gpupred.learn.regressors import correction_model
@@ -48,7 +48,7 @@ def candidates(targets: tuple[str, ...], cv: CVSettings, weighting: str = "per_s
 def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dict[str, list[Split]]:
     """The splits of the comparison over ``df``'s rows, by scheme (see the module docstring)."""
     from gpupred.learn.crossgpu import REST, WITHIN, transfer_splits
-    from gpupred.learn.evaluate import splits_for
+    from gpupred.learn.splits import splits_for
 
     transfer = transfer_splits(df, n_within, seed)
     within = [s.as_split() for s in transfer if s.train_gpus == WITHIN]

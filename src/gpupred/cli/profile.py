@@ -365,7 +365,7 @@ def _plan_estimate(plan_app: Any, plans_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m gpupred.profile.cli``: the profiler's commands alone (same one-line errors, exit 2)."""
+    """``python -m gpupred.cli.profile``: the profiler's commands alone (same one-line errors, exit 2)."""
     from gpupred.cliapp import new_app, run_app
 
     app = new_app("gpupred-profile")

@@ -1,4 +1,7 @@
-"""The ``gpupred`` command. Each stage registers its own commands; errors print one line, exit 2."""
+"""The ``gpupred`` command. Each stage's commands live in a module of this package named for the stage
+(``gpupred.cli.profile``: ``gpupred sweep``, ``plan``...), each a ``register(app)``; errors print one line, exit 2.
+
+The stages never import this package: it sits above them all."""
 
 from __future__ import annotations
 
@@ -9,15 +12,15 @@ app = new_app("gpupred", "Predict a training job's GPU utilization, memory and c
 
 def _register() -> None:
     """Attach every stage's commands (modules whose import stays free of torch)."""
-    from gpupred.calibration import cli as calibration_cli
-    from gpupred.fusion import cli as fusion_cli
-    from gpupred.graph import cli as graph_cli
-    from gpupred.importers import cli as importers_cli
+    from gpupred.cli import calibrate as calibration_cli
+    from gpupred.cli import fusion as fusion_cli
+    from gpupred.cli import graph as graph_cli
+    from gpupred.cli import importers as importers_cli
+    from gpupred.cli import predict as predictor_cli
+    from gpupred.cli import profile as profile_cli
+    from gpupred.cli import trace as traces_cli
+    from gpupred.cli import workloads as workloads_cli
     from gpupred.pipeline import register as pipeline_register
-    from gpupred.predictor import cli as predictor_cli
-    from gpupred.profile import cli as profile_cli
-    from gpupred.traces import cli as traces_cli
-    from gpupred.workloads import cli as workloads_cli
 
     for register in (
         workloads_cli.register,
