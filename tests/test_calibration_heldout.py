@@ -99,16 +99,15 @@ def test_without_calibrations_nothing_is_measured_and_the_card_says_so(runs: tup
 
 def test_the_predictor_core_uses_the_measured_width_for_a_calibrated_gpu(runs: tuple, tmp_path: Path) -> None:
     from gpupred.calibration.use import applied
-    from gpupred.predictor.core import PhysicsCore, job_graph
-    from gpupred.predictor.artifact import Job, resolve_graph
+    from gpupred.predictor.core import PhysicsCore
+    from gpupred.predictor.artifact import JobOptions, resolve_graph
 
     df = runs[0].assign(**pd.DataFrame([_steps(w, g) for w, g in zip(runs[0]["workload_id"], runs[0]["gpu"])],
                                        index=runs[0].index))
     cals = _cals(tmp_path, h100={"step": {"launch_s": 30e-6}})
     core = PhysicsCore(0.1, 0, calibrations=cals).fit(df)
     assert set(core.calibration_.widths) == {"gpu_util", "iter_time_mean_s", "memory_mib"}
-    graph = resolve_graph("resnet.resnet18-bs16-img128-fp32-sgd", Job())
-    job = job_graph(graph, graph.row())
+    job = resolve_graph("resnet.resnet18-bs16-img128-fp32-sgd", JobOptions())
     l4 = applied(read_calibration(write_fixture_calibration(tmp_path / "l4.json", gpu_name="NVIDIA L4")))
     out = core.predict(job, "L4", l4)
     width = core.calibration_.widths["memory_mib"]

@@ -108,13 +108,16 @@ def test_correction_is_bounded_and_shrinkable() -> None:
 def test_the_estimator_answers_a_new_job(rows) -> None:
     """Fitted on every FIXTURE row, it predicts a new job's utilization, iteration time and throughput with bounds
     (a frame of one job, its kernels given: what the predictor's core passes)."""
-    from gpupred.predictor.core import job_frame, JobGraph
+    from gpupred.predictor.core import job_frame
+    from gpupred.predictor.jobgraph import JobGraph
+    from gpupred.setups import setup_of
 
     df, pdata = rows
     est = StepEstimator(("gpu_util", "iter_time_mean_s"), n_cal=3, n_inner=2).fit(df, pdata)
     kernels = step_kernels(canonical_graph(_mlp(96), 32)[0], "fp32", "sgd")
     row = {k: v for k, v in df.iloc[0].items() if k not in ("gpu_util", "iter_time_mean_s", "run_id")}
-    frame, physics = job_frame(JobGraph({**row, "batch_size": 32.0}, kernels, {}, "fp32", "sgd"), "NVIDIA H100 80GB HBM3")
+    frame, physics = job_frame(JobGraph.of_parts({**row, "batch_size": 32.0}, kernels, {}, setup_of("fp32", "sgd")),
+                                 "NVIDIA H100 80GB HBM3")
     out = est.predict(frame, physics).iloc[0]
     for target in ("gpu_util", "iter_time_mean_s", "samples_per_s"):
         assert 0 < out[f"{target}_low"] <= out[target] <= out[f"{target}_high"], target

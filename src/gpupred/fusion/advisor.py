@@ -165,13 +165,11 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
 
 def _predict_f(predictor: Any, base: WorkloadSpec, f: int, gpu: str, step: str) -> dict[str, Any]:
     """One row of the curve: the predictor's answer for ``f`` fused copies of ``base`` on ``gpu``."""
-    from gpupred.dataset import encode
-    from gpupred.predictor.core import JobGraph
+    from gpupred.predictor.jobgraph import JobGraph
 
     spec = replace(base, fused=f)
-    job, row, terms = _graph_inputs(spec.id)
-    graph = JobGraph({**row, **encode(spec.precision, spec.optimizer)}, _kernels(base, spec, job, step), terms,
-                     spec.precision, spec.optimizer)
+    job = _graph_inputs(spec.id)
+    graph = JobGraph.of_parts(job.row, _kernels(base, spec, job, step), job.terms, job.setup, label=spec.id)
     out = predictor.core.predict(graph, gpu)
     it, lo, hi = out["iter_time_mean_s"], out["iter_time_mean_s_low"], out["iter_time_mean_s_high"]
     per = f * spec.batch_size
@@ -185,27 +183,23 @@ def _predict_f(predictor: Any, base: WorkloadSpec, f: int, gpu: str, step: str) 
 
 
 @lru_cache(maxsize=64)
-def _graph_inputs(workload_id: str) -> tuple[Any, dict[str, Any], dict[str, float]]:
-    """The predictor's graph job of a spec (its graph from the store, or exported where torch is installed), its
-    feature row and its footprint terms (kept: both step models and every GPU read them)."""
-    from gpupred.footprint import graph_terms
-    from gpupred.predictor.artifact import Job, resolve_graph
+def _graph_inputs(workload_id: str) -> Any:
+    """The predictor's job of a spec (its graph from the store, or exported where torch is installed); its feature
+    row and footprint terms are kept on it (both step models and every GPU read them)."""
+    from gpupred.predictor.artifact import JobOptions, resolve_graph
 
-    job = resolve_graph(workload_id, Job())
-    return job, job.row(), graph_terms(job.graph, job.batch_size)
+    return resolve_graph(workload_id, JobOptions())
 
 
 def _kernels(base: WorkloadSpec, spec: WorkloadSpec, job: Any, step: str) -> Any:
     """The fused step's kernels under the chosen step model."""
-    from gpupred.perf import kernels_for
     from gpupred.perf.vmapped import fused_kernels
 
     if step == "graph" or spec.fused == 1:
-        return kernels_for(job.graph, spec.batch_size, spec.precision, spec.optimizer, key=job.key, recipe=job.recipe)
-    one, row, _ = _graph_inputs(base.id)
-    kl = kernels_for(one.graph, base.batch_size, base.precision, base.optimizer, key=one.key, recipe=one.recipe)
-    params = float(row["params"])
-    return fused_kernels(kl, spec.fused, spec.optimizer, params, RECURRENT_FAMILIES.get(base.family))
+        return job.kernels  # the fused graph's own (or the base's)
+    one = _graph_inputs(base.id)
+    return fused_kernels(one.kernels, spec.fused, spec.optimizer, float(one.row["params"]),
+                         RECURRENT_FAMILIES.get(base.family))
 
 
 def advise_table(advice: list[FusionAdvice]) -> pd.DataFrame:

@@ -326,14 +326,21 @@ def clear_graph_cache() -> None:
     _CACHE.clear()
 
 
-def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
+def file_identity(path_or_proto: Any) -> tuple[Any, ...] | None:
+    """A file's identity in this process: (absolute path, modification time, size, inode); None for a proto or a path
+    that is not there. A changed file gets a new identity."""
     if isinstance(path_or_proto, ModelProto):
         return None
     try:
         st = os.stat(path_or_proto)
-    except OSError:
+    except (OSError, TypeError):
         return None
-    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino, batch_size)
+    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
+    identity = file_identity(path_or_proto)
+    return None if identity is None else (*identity, batch_size)
 
 
 def cached_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[PlainGraph, int]:

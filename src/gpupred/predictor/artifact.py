@@ -12,7 +12,7 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,9 @@ from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
 from gpupred.setups import TrainingSetup, as_setup
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.predictor.jobgraph import JobGraph
 
 SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
 # libraries whose pickles must be read by the very version that wrote them
@@ -54,9 +57,9 @@ def _versions_match(lib: str, built: str, installed: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Job:
-    """The job being predicted where its input rows do not say it: batch size, precision, optimizer, GPU, and the
-    rest of its training setup (:class:`gpupred.setups.TrainingSetup`; None: the sweeps' setup of the precision
+class JobOptions:
+    """The options a prediction is asked under where its inputs do not say them: batch size, precision, optimizer,
+    GPU, and the rest of the training setup (:class:`gpupred.setups.TrainingSetup`; None: the sweeps' setup of the precision
     and optimizer)."""
 
     batch_size: int | None = None  # needed for an ONNX file (a workload id carries its own)
@@ -105,7 +108,7 @@ class Predictor:
 
         return [f for f in self.feature_names if f not in HARDWARE_COLUMNS and f not in ENCODED_COLUMNS]
 
-    def _frame(self, x: Any, job: Job) -> pd.DataFrame | dict[str, Any]:
+    def _frame(self, x: Any, job: JobOptions) -> pd.DataFrame | dict[str, Any]:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
         if isinstance(x, (pd.DataFrame, dict)):
             if isinstance(x, dict):
@@ -117,15 +120,15 @@ class Predictor:
         if graph is None:
             raise GpupredError(f"cannot predict from a {type(x).__name__}: pass a DataFrame of features, an ONNX path "
                                "or a workload id")
-        return graph.row()
+        return graph.features
 
     def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
                  gpu: str | None = None, setup: TrainingSetup | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
-        matrix, index, _ = self._matrix(x, Job(batch_size, precision, optimizer, gpu, setup))
+        matrix, index, _ = self._matrix(x, JobOptions(batch_size, precision, optimizer, gpu, setup))
         return pd.DataFrame(matrix, index=index, columns=self.feature_names)
 
-    def _matrix(self, x: Any, job: Job) -> tuple[np.ndarray, pd.Index, np.ndarray]:
+    def _matrix(self, x: Any, job: JobOptions) -> tuple[np.ndarray, pd.Index, np.ndarray]:
         """The model inputs as one float array (rows x ``feature_names``), the rows' index, and each row's GPU kind
         ('' where the rows carry hardware columns but no GPU name)."""
         from gpupred.dataset import ENCODED_COLUMNS, encode
@@ -189,7 +192,7 @@ class Predictor:
         """Pickle without the combined forest (rebuilt from the targets' on first use)."""
         return {k: v for k, v in self.__dict__.items() if k != "_forest"}
 
-    def _check_setup(self, job: Job, graph: "GraphJob | None") -> None:
+    def _check_setup(self, job: JobOptions, graph: "JobGraph | None") -> None:
         """Refuse setup options the answer could not see: the regressors know the catalog's precisions and
         optimizers only (the physics core, answering for graphs, models every option)."""
         from gpupred.setups import setup_of
@@ -243,28 +246,26 @@ class Predictor:
             calibration = False  # only a job given as a graph, answered by physics, looks in the user's folder
         cal = resolve_calibration(calibration, gpu)
         gpu = gpu if gpu is not None or cal is None else cal.calibration.gpu_name
-        job = Job(batch_size, precision, optimizer, gpu, setup)
+        job = JobOptions(batch_size, precision, optimizer, gpu, setup)
         with cal.hardware() if cal is not None else nullcontext():
             graph = resolve_graph(x, job)  # a job given as a graph: featurized once
             self._check_setup(job, graph)
             if graph is not None and self.core is not None:
                 out, kinds = self._predict_graph(graph, job, cal)
             else:
-                out, kinds = self._predict_rows(x if graph is None else graph.row(), job)
+                out, kinds = self._predict_rows(x if graph is None else graph.features, job)
         return self._mark_calibration(out, cal, kinds)
 
-    def _predict_graph(self, graph: "GraphJob", job: Job, cal: Any = None) -> tuple[pd.DataFrame, np.ndarray]:
+    def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None) -> tuple[pd.DataFrame, np.ndarray]:
         """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
-        from gpupred.predictor.core import job_graph
-
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-        out = self.core.predict(job_graph(graph, graph.row()), gpu_name, cal)
+        out = self.core.predict(graph, gpu_name, cal)
         frame = pd.DataFrame([{k: v for k, v in out.items() if k != "extrapolated"}])
         frame["core"] = "physics"
         frame["extrapolated"] = bool(out["extrapolated"])
         return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))
 
-    def _predict_rows(self, x: Any, job: Job) -> tuple[pd.DataFrame, np.ndarray]:
+    def _predict_rows(self, x: Any, job: JobOptions) -> tuple[pd.DataFrame, np.ndarray]:
         """The baseline regressors' answer for feature rows (a dict is one row), and each row's GPU kind."""
         arr, index, kinds = self._matrix(x, job)
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
@@ -316,38 +317,11 @@ def _regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
                         "a workload id to a predictor exported with its physics core (notebook 08)")
 
 
-@dataclass(frozen=True)
-class GraphJob:
-    """A job given as a graph: the ONNX file or proto, what to call it in errors, and how it trains."""
-
-    graph: Any
-    label: str
-    batch_size: int
-    precision: str
-    optimizer: str
-    key: Any = None  # the step model's cache key (a workload's architecture), default the file's path
-    recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.columns.recipe_of a workload's family)
-    setup: TrainingSetup | None = None  # the training setup (None: the sweeps' setup of precision and optimizer)
-
-    def training(self) -> TrainingSetup:
-        """The job's training setup."""
-        return as_setup(self.setup, self.precision, self.optimizer)
-
-    def row(self) -> dict[str, Any]:
-        """The graph's feature row; refuses a graph it could not see whole (over 1% missing)."""
-        from gpupred.graph import check_complete, featurize
-
-        t = self.training()
-        row = featurize(self.graph, batch_size=self.batch_size, precision=t.job_precision, optimizer=t.job_optimizer,
-                        warn=False)
-        check_complete(row, self.label)
-        return {**row, "precision": t.job_precision, "optimizer": t.job_optimizer}
-
-
-def resolve_graph(x: Any, job: Job) -> GraphJob | None:
-    """The :class:`GraphJob` of an input given as an ONNX file, a workload id or a model by name, else None (feature
+def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
+    """The :class:`gpupred.predictor.jobgraph.JobGraph` of an input given as an ONNX file, a workload id or a model by name, else None (feature
     rows). A workload id sets the precision and optimizer; the job's other setup options still apply."""
     from gpupred.graph.named import NamedModel, named_graph
+    from gpupred.predictor.jobgraph import job_graph
 
     if isinstance(x, NamedModel):  # gpupred.hf_model(...) / gpupred.timm_model(...): its cached graph
         x = named_graph(x)
@@ -360,7 +334,7 @@ def resolve_graph(x: Any, job: Job) -> GraphJob | None:
             raise GpupredError(f"{text}: no such ONNX file")
         if job.batch_size is None:
             raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-        return GraphJob(text, text, int(job.batch_size), training.precision, training.optimizer, setup=training)
+        return job_graph(text, text, int(job.batch_size), training)
     from gpupred.importers.graphs import graph_for
     from gpupred.workloads.spec import WorkloadSpec
 
@@ -371,8 +345,7 @@ def resolve_graph(x: Any, job: Job) -> GraphJob | None:
     from gpupred.perf.columns import recipe_of
 
     setup = training.with_options(precision=spec.precision, optimizer=spec.optimizer)
-    return GraphJob(graph_for(spec), text, spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key,
-                    recipe=recipe_of(spec.family), setup=setup)
+    return job_graph(graph_for(spec), text, spec.batch_size, setup, key=spec.arch_key, recipe=recipe_of(spec.family))
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:

@@ -21,8 +21,7 @@ extrapolated width until a GPU-recorded calibration of a measured GPU is committ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -33,35 +32,12 @@ from gpupred.learn.conformal import widen
 from gpupred.perf.caveats import CAVEATS, widest
 from gpupred.setups import FRAMEWORK_DEFAULTS
 
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.predictor.jobgraph import JobGraph
+
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
 PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
-
-
-@dataclass
-class JobGraph:
-    """One job given as a graph: its feature row, the step's kernels and the footprint's graph terms, under its
-    training setup (:class:`gpupred.setups.TrainingSetup`)."""
-
-    row: dict[str, float]
-    kernels: Any
-    terms: dict[str, float]
-    precision: str
-    optimizer: str
-    setup: Any = None  # gpupred.setups.TrainingSetup; None: the sweeps' setup of precision and optimizer
-
-
-def job_graph(graph: Any, row: dict[str, Any]) -> JobGraph:
-    """The kernels and footprint terms of a :class:`gpupred.predictor.artifact.GraphJob`, beside its feature row."""
-    from gpupred.dataset import encode
-    from gpupred.footprint import graph_terms
-    from gpupred.perf import kernels_for
-
-    setup = graph.training()
-    kernels = kernels_for(graph.graph, graph.batch_size, setup.precision, setup.optimizer, key=graph.key,
-                          recipe=graph.recipe, setup=setup)
-    return JobGraph({**row, **encode(setup.job_precision, setup.job_optimizer)}, kernels,
-                    graph_terms(graph.graph, graph.batch_size, setup), setup.precision, setup.optimizer, setup)
 
 
 def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
@@ -70,9 +46,8 @@ def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
     from gpupred.step.physics import PhysicsData
 
     from gpupred.footprint import setup_columns
-    from gpupred.setups import as_setup
 
-    setup = as_setup(job.setup, job.precision, job.optimizer)
+    setup = job.setup
     spec = gpu_spec(gpu)
     frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
                            "sync": "step", "source": SOURCE_OWN}])
@@ -122,9 +97,7 @@ class PhysicsCore:
         """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, ``extrapolated`` and
         ``caveats``; a calibration (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces
         its borrowed constants. Throughput is the samples of one optimizer step (batch x accumulation) over its time."""
-        from gpupred.setups import as_setup
-
-        setup = as_setup(job.setup, job.precision, job.optimizer)
+        setup = job.setup
         frame, physics = job_frame(job, gpu)
         name = gpu_spec(gpu).name
         use = calibration if calibration is not None and name not in self.measured_ else None

@@ -1,0 +1,112 @@
+"""One training job given as a graph: the one job class the predictor answers.
+
+A :class:`JobGraph` is a graph (an ONNX file, a proto or the store's graph of a workload id) at a batch size under a
+training setup. What the estimators read of it, its feature row, the step's kernels and the footprint's graph terms,
+is computed on first use and kept, so one prediction loads and canonicalizes the graph once (the loader's
+``cached_graph`` shares it among the three) and nothing is computed to be thrown away: a job answered by the physics
+core never builds the regressors' inputs beyond the feature row they share.
+
+:func:`job_graph` keeps the jobs of this process by the file's identity (absolute path, modification time, size,
+inode), label, batch size and setup, so a scheduler that asks about the same file twice pays once; a changed file is a new
+key. Proto inputs are not kept (they have no cheap identity).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from gpupred.setups import TrainingSetup
+
+JOB_CACHE_SIZE = 64  # jobs kept per process (each holds its kernels and terms, not the graph)
+_JOBS: OrderedDict[tuple[Any, ...], "JobGraph"] = OrderedDict()
+
+
+@dataclass(eq=False)
+class JobGraph:
+    """A graph at a batch size under a training setup, with its feature row, kernels and footprint terms computed
+    once, on first use."""
+
+    graph: Any  # an ONNX path or ModelProto
+    label: str  # what errors call it (the path as typed, or the workload id)
+    batch_size: int
+    setup: TrainingSetup
+    key: Any = None  # the step model's kernel-cache key (a workload's architecture); default the file's path
+    recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.columns.recipe_of a workload's family)
+
+    @property
+    def precision(self) -> str:
+        return self.setup.precision
+
+    @property
+    def optimizer(self) -> str:
+        return self.setup.optimizer
+
+    @cached_property
+    def features(self) -> dict[str, Any]:
+        """The graph's feature row with the job's precision and optimizer (what a regressor reads); refuses a graph it
+        could not see whole (over 1% missing)."""
+        from gpupred.graph import check_complete, featurize
+
+        s = self.setup
+        row = featurize(self.graph, batch_size=self.batch_size, precision=s.job_precision, optimizer=s.job_optimizer,
+                        warn=False)
+        check_complete(row, self.label)
+        return {**row, "precision": s.job_precision, "optimizer": s.job_optimizer}
+
+    @cached_property
+    def row(self) -> dict[str, Any]:
+        """The feature row with the precision and optimizer encoded (what the estimators read)."""
+        from gpupred.dataset import encode
+
+        return {**self.features, **encode(self.setup.job_precision, self.setup.job_optimizer)}
+
+    @cached_property
+    def kernels(self) -> Any:
+        """The step's kernels (:func:`gpupred.perf.kernels_for`)."""
+        from gpupred.perf import kernels_for
+
+        s = self.setup
+        return kernels_for(self.graph, self.batch_size, s.precision, s.optimizer, key=self.key, recipe=self.recipe,
+                           setup=s)
+
+    @cached_property
+    def terms(self) -> dict[str, float]:
+        """The footprint's graph terms (:func:`gpupred.footprint.graph_terms`)."""
+        from gpupred.footprint import graph_terms
+
+        return graph_terms(self.graph, self.batch_size, self.setup)
+
+    @classmethod
+    def of_parts(cls, row: dict[str, Any], kernels: Any, terms: dict[str, float], setup: TrainingSetup,
+                 label: str = "job") -> "JobGraph":
+        """A job whose row, kernels and terms were computed elsewhere (a fused variant, a test's FIXTURE)."""
+        job = cls(None, label, int(row.get("batch_size", 0) or 0), setup)
+        job.__dict__.update(row=row, kernels=kernels, terms=terms)
+        return job
+
+
+def job_graph(graph: Any, label: str, batch_size: int, setup: TrainingSetup, key: Any = None,
+              recipe: str = "standard") -> JobGraph:
+    """The :class:`JobGraph` of these inputs, kept in-process for a file (see the module docstring)."""
+    from gpupred.graph.loader import file_identity
+
+    identity = file_identity(graph)
+    if identity is None:
+        return JobGraph(graph, label, batch_size, setup, key, recipe)
+    cache_key = (identity, label, int(batch_size), setup, key, recipe)
+    hit = _JOBS.get(cache_key)
+    if hit is not None:
+        _JOBS.move_to_end(cache_key)
+        return hit
+    job = _JOBS[cache_key] = JobGraph(graph, label, batch_size, setup, key, recipe)
+    if len(_JOBS) > JOB_CACHE_SIZE:
+        _JOBS.popitem(last=False)
+    return job
+
+
+def clear_jobs() -> None:
+    """Forget every job :func:`job_graph` keeps in this process."""
+    _JOBS.clear()
