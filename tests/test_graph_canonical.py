@@ -259,22 +259,20 @@ def test_merges_keep_the_index_a_rebuild_would_give(monkeypatch: pytest.MonkeyPa
 
 
 def test_no_op_transposes_and_slices_are_the_identity() -> None:
-    """The dynamo exporter writes identity Transposes, a Transpose of a Transpose (``k.transpose(1, 2)`` then
-    ``.transpose(-1, -2)``) and Slices over a whole tensor (``x[:, 0:INT64_MAX]``) where TorchScript writes one
-    Transpose or none: FIXTURE pairs of each featurize identically."""
+    """The dynamo exporter writes identity Transposes and Slices over a whole tensor (``x[:, 0:INT64_MAX]``) where
+    TorchScript writes none: a FIXTURE pair featurizes identically. (A Transpose of a Transpose stays two: TorchScript
+    writes ``nn.MultiheadAttention``'s key as transpose, reshape, transpose and the dynamo exporter as two transposes,
+    so merging them would part the two; the weightless recipe fuses consecutive transposes as TorchScript does.)"""
     inputs = {"x": ["batch", 4, 6, 8]}
     big = np.array([2**63 - 1], np.int64)
     dynamo = graph([
         helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 1, 2, 3]),
         helper.make_node("Transpose", ["t0"], ["t1"], perm=[0, 2, 1, 3]),
-        helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 1, 3, 2]),
-        helper.make_node("Slice", ["t2", "zero", "big", "one_axis", "step1"], ["s"]),
-        helper.make_node("Transpose", ["s"], ["u1"], perm=[0, 2, 1, 3]),
-        helper.make_node("Transpose", ["u1"], ["u2"], perm=[0, 2, 1, 3]),  # cancels the one before
-        helper.make_node("Relu", ["u2"], ["y"]),
+        helper.make_node("Slice", ["t1", "zero", "big", "one_axis", "step1"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
     ], inputs, {"zero": np.array([0], np.int64), "big": big, "one_axis": np.array([1], np.int64),
                 "step1": np.array([1], np.int64)}, "y")
-    torchscript = graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+    torchscript = graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
                          helper.make_node("Relu", ["t"], ["y"])], inputs, {}, "y")
     differs_as_exported(dynamo, torchscript)
     row = same(dynamo, torchscript)

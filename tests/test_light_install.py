@@ -79,7 +79,7 @@ def test_graph_store_is_complete_and_matches_its_index() -> None:
     store = REPO / "data" / "graphs"
     index = read_index(store)
     assert index["export_version"] == EXPORT_VERSION
-    keys = {s.arch_key for s in store_specs()}  # the catalog, the fused catalog and Lucid's rebuilt jobs
+    keys = {s.arch_key for s in store_specs()}  # the catalog, the fused catalog, Lucid's jobs, the real-world archs
     assert set(index["graphs"]) == keys
     for spec in {s.arch_key: s for s in store_specs()}.values():
         path = store_path(spec, store)

@@ -126,7 +126,8 @@ def _register_plan(app: Any) -> None:
     plan_app = new_app("plan", "Write sweep plan files (plans/*.txt) for `gpupred sweep --plan FILE`.")
     app.add_typer(plan_app, name="plan")
     plans_dir = config.ROOT / "plans"
-    for add in (_plan_pairs, _plan_subset, _plan_solo, _plan_sync, _plan_fused, _plan_fusion_coloc, _plan_estimate):
+    for add in (_plan_pairs, _plan_subset, _plan_solo, _plan_sync, _plan_fused, _plan_fusion_coloc, _plan_estimate,
+                _plan_realworld):
         add(plan_app, plans_dir)
 
 
@@ -263,6 +264,28 @@ def _plan_solo(plan_app: Any, plans_dir: Path) -> None:
             f"Why {n}: issue 4 needs >= 150 ok solo runs over every family and some specs will OOM or fail, so spares.",
             "The catalog is round-robin over its families, so any prefix (a sweep cut short) stays balanced.",
             f"`gpupred plan solo --n {n}`",
+        ])
+        print(f"{out}: {len(lines)} solo specs over {len({x.split('.', 1)[0] for x in lines})} families")
+
+
+def _plan_realworld(plan_app: Any, plans_dir: Path) -> None:
+    """Add ``plan realworld``."""
+    import typer
+
+    @plan_app.command("realworld")
+    def realworld_cmd(
+        out: Path = typer.Option(plans_dir / "realworld-solo.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Every real-world spec (timm and Hugging Face architectures; not in the catalog), for a solo sweep."""
+        from gpupred.profile.plan_builder import realworld_plan, write_plan
+
+        lines = realworld_plan()
+        write_plan(out, lines, [
+            "Solo sweep of the real-world architectures (issue 40): timm and Hugging Face models built by name from",
+            "code and configs (gpupred.workloads.realworld), each at 3-4 batch sizes in fp32 and bf16, Adam for",
+            "transformers. Interleaved over architectures, so any prefix (a sweep cut short) stays balanced; the",
+            "largest batches may run out of memory on an 80 GB card, and such runs are kept as such.",
+            "`gpupred plan realworld`",
         ])
         print(f"{out}: {len(lines)} solo specs over {len({x.split('.', 1)[0] for x in lines})} families")
 

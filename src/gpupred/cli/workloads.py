@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpupred.cliapp import new_app
+from gpupred.errors import GpupredError
 from gpupred.workloads.catalog import by_family, catalog, check_family, fused_catalog
 from gpupred.workloads.spec import WorkloadSpec
 
@@ -32,10 +33,16 @@ def spec_row(spec: WorkloadSpec) -> dict[str, object]:
 def list_cmd(
     family: Annotated[Optional[str], typer.Option("--family", "-f", help="Only this family.")] = None,
     fused: Annotated[bool, typer.Option("--fused", help="The inter-trial fusion sweep instead of the catalog.")] = False,
+    realworld: Annotated[bool, typer.Option("--realworld", help="The real-world architectures (timm, Hugging Face) "
+                                                               "instead of the catalog.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of specs.")] = False,
 ) -> None:
-    """List the catalog's workload specs, optionally one family's."""
-    specs = fused_catalog() if fused else catalog()
+    """List the catalog's workload specs (or the fused or real-world ones), optionally one family's."""
+    if fused and realworld:
+        raise GpupredError("give --fused or --realworld, not both")
+    from gpupred.workloads.realworld import realworld_catalog
+
+    specs = fused_catalog() if fused else realworld_catalog() if realworld else catalog()
     if family is not None:
         specs = by_family(specs).get(check_family(family), [])
     if as_json:

@@ -28,8 +28,7 @@ The rules, in order (each keeps the graph's cost-bearing work and its shapes):
    Identity, single-input Concat/Sum, same-type Cast or CastLike (a CastLike of a constant is a constant: its
    second input gives only a type), a Transpose with the identity permutation and a Slice
    that keeps every element (``x[:, 0:INT64_MAX]``; a flip, step -1, is kept) on activations become the
-   identity. A Transpose of a Transpose read by nothing else is one Transpose (none when they cancel), and
-   Slices with constant bounds that cut one tensor along one axis into pieces tiling it are one Split: the
+   identity. Slices with constant bounds that cut one tensor along one axis into pieces tiling it are one Split: the
    dynamo exporter writes ``unbind`` as a Slice per piece where TorchScript writes a Split, and TorchScript
    writes ``chunk`` as Slices where the dynamo exporter writes a Split.
 3. **Bias adds fuse into their contraction.** MatMul (or Conv, or Gemm without C) followed only by an
@@ -277,34 +276,6 @@ class _Reducer:
         start, end = (min(max(v + size if v < 0 else v, 0), size) for v in (a["starts"][0], a["ends"][0]))
         return (axis, start, end) if start < end else None
 
-    def merge_transposes(self) -> None:
-        """Rule 2: a Transpose of a Transpose that nothing else reads is one Transpose (none when the two cancel)."""
-        self._index()
-        for j, node in enumerate(self.nodes):
-            if node is None or node[0] != "Transpose" or "perm" not in node[5]:
-                continue
-            x = node[2][0]
-            i = self._prod(x, ("Transpose",))
-            if i is None or self._sole(x) != j or "perm" not in self.nodes[i][5]:
-                continue
-            first, second = self.nodes[i][5]["perm"], node[5]["perm"]
-            if len(first) != len(second):
-                continue
-            perm = [first[k] for k in second]
-            src, out = self.nodes[i][2][0], node[3][0]
-            self._drop(i, reason="transposes merged")
-            self.producer.pop(x, None)
-            if perm == list(range(len(perm))) and out not in self.outputs:  # the two cancel: readers read src
-                readers = [r for r in self.readers.get(out, []) if self.nodes[r] is not None]
-                for r in readers:
-                    self.nodes[r][2] = tuple(src if n == out else n for n in self.nodes[r][2])
-                self.readers[src] = sorted({*(r for r in self.readers.get(src, []) if r != i), *readers})
-                self._drop(j, reason="transposes merged")
-                continue
-            self.readers[src] = [j if r == i else r for r in self.readers.get(src, [])]
-            node[2] = (src,) + tuple(node[2][1:])
-            node[5] = {**node[5], "perm": perm}
-
     # ------------------------------------------------------------ helpers for rules 3-5
     def _index(self) -> None:
         self.producer: dict[str, int] = {}
@@ -550,7 +521,6 @@ def canonicalize(
 ) -> CanonicalGraph:
     """Reduce a graph to the canonical form (rules 1-5 of this module's docstring)."""
     r = _Reducer(nodes, shapes, inits, graph_inputs, graph_outputs, folded, float_types)
-    r.merge_transposes()
     r.split_slices()
     r.fuse_bias()
     r.fold_batchnorm()

@@ -302,7 +302,7 @@ def _export_spec(spec: "WorkloadSpec", path: Path) -> Path:
     from gpupred.workloads.builders import build
 
     with torch.random.fork_rng():
-        built = build(spec, device="cpu")
+        built = build(spec, device="cpu", for_export=True)  # a real-world architecture: on the meta device, weightless
     return export_module(built.export_model, built.export_inputs, path, built.input_names, built.batch_axes)
 
 

@@ -31,7 +31,7 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
 
-NAMED_VERSION = 1  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
+NAMED_VERSION = 2  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this

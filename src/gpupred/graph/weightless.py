@@ -14,9 +14,10 @@ the square of the sequence.
 Of the ONNX optimizer only constant folding runs (with the module's parameters and buffers held out as graph
 inputs, so it never touches them): it turns ``SplitToSequence``/``SequenceAt`` into ``Split`` and folds shape
 arithmetic, and every initializer it creates is named a constant in the metadata (``gpupred.folded``: not a
-parameter). Its pattern rewriter is skipped: it took as long as the export on a 7B graph, and the canonical
-form of :mod:`gpupred.graph.canonical` reduces what the dynamo exporter writes differently (identity
-transposes, whole slices, ``unbind`` as slices) for any file. torch is imported inside functions only.
+parameter). Of its pattern rewriter only the fusion of consecutive transposes runs, which TorchScript's exporter
+does too (the whole rewriter took as long as the export on a 7B graph); the canonical form of
+:mod:`gpupred.graph.canonical` reduces the rest the dynamo exporter writes differently (identity transposes, whole
+slices, ``unbind`` as slices) for any file. torch is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def to_onnx(program: Any, input_names: Sequence[str], opset: int = 18) -> ModelP
     signature = program.graph_signature
     held = _hold_out_state(model.graph, {*signature.parameters, *signature.buffers})
     onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
+    onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=_torchscript_peepholes())
     RemoveUnusedNodesPass()(model)
     _restore_stripped(model.graph, held)
     import onnx_ir as ir
@@ -200,6 +202,15 @@ def to_onnx(program: Any, input_names: Sequence[str], opset: int = 18) -> ModelP
     state = {value.name for value, _ in held}  # every other initializer is a constant the exporter or folding made
     _set_meta(proto, **{FOLDED_KEY: ",".join(sorted(t.name for t in proto.graph.initializer if t.name not in state))})
     return proto
+
+
+def _torchscript_peepholes() -> Any:
+    """onnxscript's rule for what TorchScript's exporter does in its peephole pass and the dynamo exporter does not:
+    consecutive transposes fused into one (HF attention's ``key.transpose(1, 2)`` then ``.transpose(-1, -2)``)."""
+    from onnxscript.rewriter import RewriteRuleSet
+    from onnxscript.rewriter.rules import common
+
+    return RewriteRuleSet([common.transpose_transpose_rule])
 
 
 def name_batch_axis(proto: ModelProto, input_names: Sequence[str], batch_axes: Sequence[int]) -> None:

@@ -21,10 +21,12 @@ def lucid_store_specs() -> list[WorkloadSpec]:
 
 
 def store_specs() -> list[WorkloadSpec]:
-    """Every spec whose architecture the graph store holds: the catalog, the fused catalog and Lucid's jobs."""
+    """Every spec whose architecture the graph store holds: the catalog, the fused catalog, Lucid's jobs and the
+    real-world architectures (exported without weights)."""
     from gpupred.workloads.catalog import catalog, fused_catalog
+    from gpupred.workloads.realworld import realworld_catalog
 
-    return [*catalog(), *fused_catalog(), *lucid_store_specs()]
+    return [*catalog(), *fused_catalog(), *lucid_store_specs(), *realworld_catalog()]
 
 
 def graph_for(spec: WorkloadSpec) -> Any:

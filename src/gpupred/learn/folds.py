@@ -21,6 +21,14 @@ SIBLINGS: dict[str, str] = {
     "vgg": "plain-convnet", "alexnet": "plain-convnet",
     "googlenet": "inception", "inception": "inception",
     "mlp": "fully-connected", "fcnet": "fully-connected",
+    # real-world families (gpupred.workloads.realworld) with their catalog twins: the Hugging Face encoders, decoders
+    # and encoder-decoders (Whisper's too, behind its two convolutions) are the catalog's bert, gpt and seq2seq
+    # written by another library, DeiT is ViT; EfficientNetV2 keeps MBConv blocks; RegNet and NFNet are residual
+    # bottleneck networks; Swin and MaxViT share windowed attention; ConvNeXt is its own group
+    "deit": "transformer", "hfbert": "transformer", "roberta": "transformer", "gpt2": "transformer",
+    "llama": "transformer", "t5": "transformer", "bart": "transformer", "pegasusx": "transformer",
+    "whisper": "transformer", "effnetv2": "inverted-residual", "regnet": "resnet", "nfnet": "resnet",
+    "swin": "windowed-attention", "maxvit": "windowed-attention",
 }
 CALIBRATIONS: tuple[str, ...] = ("workload", "family")  # what a conformal calibration fold keeps whole
 

@@ -412,6 +412,13 @@ def sync_plan(n_solo: int = 180, families: tuple[str, ...] = SYNC_FAMILIES) -> l
     return lines
 
 
+def realworld_plan() -> list[str]:
+    """Plan lines: every real-world spec (gpupred.workloads.realworld), interleaved over architectures."""
+    from gpupred.workloads.realworld import realworld_catalog
+
+    return [s.id for s in realworld_catalog()]
+
+
 def fused_plan() -> list[str]:
     """Plan lines: every fused catalog spec (the same units as ``fused``)."""
     from gpupred.workloads.catalog import fused_catalog

@@ -17,7 +17,7 @@ from gpupred.errors import GpupredError
 from gpupred.workloads import models
 from gpupred.workloads.batches import Amp, Batches
 from gpupred.workloads.fcnet import fc_widths
-from gpupred.workloads.spec import WorkloadSpec
+from gpupred.workloads.spec import FAMILIES, WorkloadSpec
 
 LossFn = Callable[[Any, tuple[Tensor, ...]], Tensor]
 
@@ -136,11 +136,13 @@ def _torchvision(spec: WorkloadSpec) -> nn.Module:
     return tvm.get_model(spec.arch, **kw)
 
 
-def _task(spec: WorkloadSpec, seed: int) -> _Task:
+def _task(spec: WorkloadSpec, seed: int, weights: bool = True) -> _Task:
     """Construct one copy of the spec's model (seeded) and its synthetic batch (seeded by SEED)."""
     g = torch.Generator().manual_seed(SEED + 12345)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if FAMILIES[spec.family].realworld:
+            return _named_task(spec, g, weights)
         make = _image_task if spec.kind == "cnn" or spec.family == "vit" else _FAMILY_TASKS.get(spec.family)
         if make is not None:
             return make(spec, g)
@@ -249,6 +251,45 @@ def _neumf_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     return _Task(model, (users, items), ["users", "items"], (y,), _bce)
 
 
+class LogitsOf(nn.Module):
+    """A timm or Hugging Face model as the profiler trains it: positional input tensors in, the logits out."""
+
+    def __init__(self, model: nn.Module, keys: list[str] | None) -> None:
+        super().__init__()
+        self.model = model
+        self.keys = keys
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        """The logits of the model's forward on ``inputs`` (keyword inputs of a Hugging Face model, in ``keys`` order)."""
+        out = self.model(**dict(zip(self.keys, inputs))) if self.keys else self.model(*inputs)
+        return out.logits if hasattr(out, "logits") else out
+
+
+def _named_task(spec: WorkloadSpec, g: torch.Generator, weights: bool = True) -> _Task:
+    """A real-world architecture (gpupred.workloads.realworld: timm or transformers, built by name) with seeded random
+    weights (on the meta device without ``weights``: only the export wants it), its batch and its head's targets."""
+    from gpupred.graph.named import build_named
+    from gpupred.workloads.realworld import named_for
+
+    built = build_named(named_for(spec), weights=weights, batch=spec.batch_size)
+    keys = list(built.example) if isinstance(built.example, dict) else None
+    inputs = tuple(built.example.values()) if keys else (built.example,)
+    return _Task(LogitsOf(built.model, keys), inputs, keys or ["images"], _head_targets(built, spec.batch_size, g), _ce)
+
+
+def _head_targets(built: Any, batch: int, g: torch.Generator) -> tuple[Tensor, ...]:
+    """Synthetic targets of a head: a class per sample (image and sequence classification), else a token per output
+    position (15% of them for a masked LM, the rest ignored)."""
+    cfg = getattr(built.model, "config", None)
+    if built.head in ("image-cls", "seq-cls"):
+        classes = int(getattr(built.model, "num_classes", 0) or getattr(cfg, "num_labels", 2))
+        return (torch.randint(0, classes, (batch,), generator=g),)
+    tokens = torch.randint(0, int(cfg.vocab_size), (batch, int(built.seq_len)), generator=g)
+    if built.head == "masked-lm":
+        tokens = torch.where(torch.rand(tokens.shape, generator=g) < 0.15, tokens, torch.full_like(tokens, -100))
+    return (tokens,)
+
+
 _FAMILY_TASKS: dict[str, Callable[[WorkloadSpec, torch.Generator], _Task]] = {
     "mlp": _mlp_task, "lstm": _rnn_task, "gru": _rnn_task, "bert": _transformer_task, "gpt": _transformer_task,
     "seq2seq": _seq2seq_task, "dcgan": _dcgan_task, "pointnet": _pointnet_task, "fcnet": _fcnet_task,
@@ -277,8 +318,12 @@ def copy_lrs(optimizer: str, copies: int) -> tuple[float, ...]:
     return tuple(base * 10 ** (-1 + 2 * i / (copies - 1)) for i in range(copies))
 
 
-def build(spec: WorkloadSpec, device: str = "cpu") -> BuiltWorkload:
-    """Build ``spec`` into modules (random init, no downloads), example inputs and a train-step factory."""
+def build(spec: WorkloadSpec, device: str = "cpu", for_export: bool = False) -> BuiltWorkload:
+    """Build ``spec`` into modules (random init, no downloads), example inputs and a train-step factory.
+
+    ``for_export``: the modules are only exported, so a real-world architecture is built on the meta device (its graph
+    is exported without weights, :mod:`gpupred.graph.weightless`); the other families are built as for training.
+    """
     lrs = copy_lrs(spec.optimizer, spec.fused)
     if spec.fused > 1:
         if spec.family == "dcgan":
@@ -290,8 +335,8 @@ def build(spec: WorkloadSpec, device: str = "cpu") -> BuiltWorkload:
             spec, nn.ModuleList(copies), FusedExport(copies), t0.inputs, t0.input_names,
             tuple(0 for _ in t0.inputs), t0.targets, t0.loss_fn, lrs,
         )
-    t = _task(spec, SEED)
-    model = t.model.to(device)
+    t = _task(spec, SEED, weights=not for_export)
+    model = t.model if for_export else t.model.to(device)
     export = _DCGANExport(model) if spec.family == "dcgan" else model
     return BuiltWorkload(spec, model, export, t.inputs, t.input_names, tuple(0 for _ in t.inputs), t.targets, t.loss_fn, lrs)
 

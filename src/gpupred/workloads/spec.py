@@ -38,7 +38,8 @@ class Family:
     """What a family is: its kind, the input token of its ids, its knobs in id order, its architectures.
 
     ``archs`` are the ones the sweep catalog samples; ``extra_archs`` are valid too but rebuilt only for
-    published measurements; a family with ``in_catalog=False`` is not in the catalog at all.
+    published measurements; a family with ``in_catalog=False`` is not in the catalog at all. A ``realworld`` family
+    is a timm or Hugging Face architecture built by name (:mod:`gpupred.workloads.realworld`), swept by its own plan.
     """
 
     name: str
@@ -48,6 +49,7 @@ class Family:
     archs: tuple[str, ...] = ()
     extra_archs: tuple[str, ...] = ()
     in_catalog: bool = True
+    realworld: bool = False
 
     @property
     def all_archs(self) -> tuple[str, ...]:
@@ -90,8 +92,30 @@ FAMILIES: dict[str, Family] = {
         # GPUMemNet's fully connected networks: in input features, o output features, d hidden layers; the
         # architecture names the width rule (gpupred.workloads.fcnet.fc_widths)
         Family("fcnet", "mlp", "in", knobs=("o", "d"), archs=FC_SHAPES, in_catalog=False),
+        # real-world architectures (issue 40): timm and Hugging Face models built by name from code and configs
+        # (gpupred.workloads.realworld: how each is built, its batch sizes); not in the sweep catalog, swept by
+        # plans/realworld-solo.txt. Images (img) for timm, tokens per sample (seq) for Hugging Face.
+        *(Family(name, kind, token, archs=archs, in_catalog=False, realworld=True) for name, kind, token, archs in (
+            ("convnext", "cnn", "img", ("convnext_tiny", "convnext_small", "convnextv2_tiny")),
+            ("swin", "transformer", "img", ("swin_tiny_patch4_window7_224", "swin_small_patch4_window7_224",
+                                            "swinv2_tiny_window8_256")),
+            ("regnet", "cnn", "img", ("regnety_016", "regnety_040", "regnetx_032")),
+            ("effnetv2", "cnn", "img", ("efficientnetv2_rw_s", "tf_efficientnetv2_b3")),
+            ("maxvit", "transformer", "img", ("maxvit_tiny_tf_224",)),
+            ("deit", "transformer", "img", ("deit_small_patch16_224", "deit_base_patch16_224")),
+            ("nfnet", "cnn", "img", ("dm_nfnet_f0", "eca_nfnet_l0")),
+            ("hfbert", "transformer", "seq", ("bert_base", "bert_large")),
+            ("roberta", "transformer", "seq", ("roberta_base",)),
+            ("gpt2", "transformer", "seq", ("gpt2_medium", "gpt2_large")),
+            ("llama", "transformer", "seq", ("llama_1b",)),
+            ("t5", "transformer", "seq", ("t5_small", "t5_base")),
+            ("bart", "transformer", "seq", ("bart_base",)),
+            ("whisper", "transformer", "seq", ("whisper_small",)),
+            ("pegasusx", "transformer", "seq", ("pegasus_x_base",)),
+        )),
     )
 }
+REALWORLD_FAMILIES: tuple[str, ...] = tuple(f for f, fam in FAMILIES.items() if fam.realworld)
 CATALOG_FAMILIES: tuple[str, ...] = tuple(f for f, fam in FAMILIES.items() if fam.in_catalog)
 
 _TOKEN = re.compile(r"^([a-z]+)(\d+)$")
