@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupred.learn.evaluate import sibling_group
+from gpupred.learn.folds import sibling_group
 from gpupred.workloads import realworld
 from gpupred.workloads.catalog import catalog
 from gpupred.workloads.realworld import REALWORLD_ARCHS, named_for, realworld_catalog
