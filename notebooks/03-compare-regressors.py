@@ -337,14 +337,14 @@ display(Markdown(cross_gpu_prose(phys_table, own_gpus)))
 # 16 bytes per parameter plus `s·b·h·(34 + 5·a·s/h)` bytes of activations per layer, or `34·s·b·h` without the
 # attention scores a fused attention kernel never stores (as torch's scaled_dot_product_attention and the
 # footprint assume). The learned corrections are left out: they are bounded and fitted on the catalog, and these
-# models lie outside it. `gpupred.predictor.realworld`. The section adds about 32 s of CPU to the notebook (97 s
+# models lie outside it. `gpupred.predictor.realworld_report`. The section adds about 32 s of CPU to the notebook (97 s
 # wall on this project's 2-core machine under a load of 5); `realworld=[]` skips it.
 
 # %%
 from gpupred import config, footprint
 from gpupred.graph.corpus import read_corpus_index
 from gpupred.perf import ConstantsTable
-from gpupred.predictor.realworld import plot_realworld_steps, realworld_metrics, realworld_table
+from gpupred.predictor.realworld_report import plot_realworld_steps, realworld_metrics, realworld_table
 
 corpus_models = read_corpus_index()["models"]
 names = [n for n in corpus_models if realworld is None or n in realworld]

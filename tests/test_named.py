@@ -1,4 +1,4 @@
-"""Models by name (gpupred.graph.named): timm and Hugging Face models from their libraries' own definitions, exported
+"""Models by name (gpupred.workloads.hubmodels, gpupred.graph.named): timm and Hugging Face models from their libraries' own definitions, exported
 once without weights and cached by (name, config hash, input shape); a cached graph predicts without torch.
 
 Predictors are FIXTURES (toy-formula training frames, meaningless predictions); the cached graphs of the fast tests
@@ -19,7 +19,7 @@ import pytest
 
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
-from gpupred.graph.named import NamedModel, hf_model, timm_model
+from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
 from gpupred.predictor import export_predictor, train_predictor
 from test_predictor import _tiny_onnx
 
@@ -117,7 +117,7 @@ def test_wrong_choices_get_one_line(args: list[str], message: str, tmp_path: Pat
 def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without timm installed (simulated: its import fails), --timm says which package and which extra."""
     pytest.importorskip("torch")
-    from gpupred.graph.named import build_named
+    from gpupred.workloads.hubmodels import build_named
 
     monkeypatch.setitem(sys.modules, "timm", None)  # import timm now raises ImportError
     with pytest.raises(GpupredError, match=r"--timm resnet50: models by name need timm .*\.\[torch\]"):
@@ -138,7 +138,8 @@ def test_models_by_name_export_once_and_count_as_torch_does(tmp_path: Path, monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from gpupred import config
     from gpupred.graph import featurize
-    from gpupred.graph.named import build_named, named_graph, named_info
+    from gpupred.graph.named import named_graph, named_info
+    from gpupred.workloads.hubmodels import build_named
 
     monkeypatch.setattr(config, "ONNX_CACHE", tmp_path / "cache")
     cfg = tmp_path / "config.json"
@@ -166,7 +167,7 @@ def test_models_by_name_export_once_and_count_as_torch_does(tmp_path: Path, monk
 @pytest.mark.slow
 def test_an_unknown_name_offline_gets_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from gpupred.graph.named import build_named
+    from gpupred.workloads.hubmodels import build_named
 
     with pytest.raises(GpupredError, match="not a transformers model type .* give a config.json"):
         build_named(hf_model("no-such-org/no-such-model"))
@@ -180,7 +181,7 @@ def test_an_unknown_name_offline_gets_one_line(monkeypatch: pytest.MonkeyPatch) 
 def test_overrides_reach_the_config_constructor() -> None:
     """Fields a config derives at construction follow the overrides: LLaMA-13B's 40 heads give 40 key/value heads
     (set after construction they stayed LlamaConfig's 32, and the export failed to broadcast)."""
-    from gpupred.graph.named import hf_config
+    from gpupred.workloads.hubmodels import hf_config
 
     cfg = hf_config(hf_model("llama", hidden_size=5120, num_attention_heads=40, num_hidden_layers=40))
     assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads) == (40, 40, 128)

@@ -1,4 +1,4 @@
-"""The real-world section's figures (gpupred.predictor.realworld): the analytic mixed-precision Adam count against a
+"""The real-world section's figures (gpupred.predictor.realworld_report): the analytic mixed-precision Adam count against a
 hand computation, and corpus graphs through the step model and the footprint against torch's recorded counts.
 
 The corpus folder here is a FIXTURE: two real corpus graphs copied from data/corpus/ with their index entries, and
@@ -17,7 +17,7 @@ import pytest
 from gpupred import config
 from gpupred.footprint import Footprint
 from gpupred.perf import ConstantsTable
-from gpupred.predictor.realworld import korthikanti_bytes, realworld_metrics, realworld_table
+from gpupred.predictor.realworld_report import korthikanti_bytes, realworld_metrics, realworld_table
 
 
 def test_korthikanti_count_by_hand() -> None:

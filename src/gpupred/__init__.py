@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.graph import featurize
     from gpupred.graph.export import export_model
     from gpupred.fusion import advise_fusion
-    from gpupred.graph.named import NamedModel, hf_model, named_graph, timm_model
+    from gpupred.graph.named import named_graph
+    from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
     from gpupred.graph.weightless import weightless
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
@@ -36,10 +37,10 @@ _LAZY = {
     "calibrate": "gpupred.calibration",
     "export_model": "gpupred.graph.export",
     "weightless": "gpupred.graph.weightless",
-    "timm_model": "gpupred.graph.named",
-    "hf_model": "gpupred.graph.named",
+    "timm_model": "gpupred.workloads.hubmodels",
+    "hf_model": "gpupred.workloads.hubmodels",
     "named_graph": "gpupred.graph.named",
-    "NamedModel": "gpupred.graph.named",
+    "NamedModel": "gpupred.workloads.hubmodels",
     "featurize": "gpupred.graph",
     "load_predictor": "gpupred.predictor",
     "Predictor": "gpupred.predictor",

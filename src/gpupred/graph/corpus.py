@@ -24,7 +24,7 @@ from typing import Any, Callable
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes, sha256
-from gpupred.graph.named import NamedModel, hf_model
+from gpupred.workloads.hubmodels import NamedModel, hf_model
 
 CORPUS_BATCH = 2  # the symbolic export is traced, and torch's FLOPs counted, at this batch
 FIXED_BATCH = 1  # torch.onnx.export's default: a fixed batch of the example's size
@@ -214,7 +214,7 @@ def unused_params(model: Any, path: Path) -> int:
 def llm_figures(named: NamedModel) -> tuple[Any, Any, dict[str, int]]:
     """A real-size decoder built without weights, its example at the corpus batch, and torch's figures counted under
     fake tensors (FlopCounterMode sees every matmul's shapes; no weight or activation is ever allocated)."""
-    from gpupred.graph.named import build_named
+    from gpupred.workloads.hubmodels import build_named
     from gpupred.graph.weightless import fake_copy
 
     built = build_named(named, batch=CORPUS_BATCH)

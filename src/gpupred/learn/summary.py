@@ -250,7 +250,7 @@ LEARNING_METRICS = MetricsSchema("03-compare-regressors", (
     (r"twin_ratio_median", "per GPU pair, per family: the measured ratio of twin runs"),
     (r"dataset_(runs|workloads)_all|dataset_(sources|gpus|families)", "the dataset's counts"),
     (r"realworld_(gpu|models|params_exact_share|flops_within_2pct_share|llm)",
-     "the real-world section (gpupred.predictor.realworld): corpus graphs against torch's counts, the decoders' "
+     "the real-world section (gpupred.predictor.realworld_report): corpus graphs against torch's counts, the decoders' "
      "predictions"),
 ))
 

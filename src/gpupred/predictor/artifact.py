@@ -320,7 +320,8 @@ def _regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
 def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
     """The :class:`gpupred.predictor.jobgraph.JobGraph` of an input given as an ONNX file, a workload id or a model by name, else None (feature
     rows). A workload id sets the precision and optimizer; the job's other setup options still apply."""
-    from gpupred.graph.named import NamedModel, named_graph
+    from gpupred.graph.named import named_graph
+    from gpupred.workloads.hubmodels import NamedModel
     from gpupred.predictor.jobgraph import job_graph
 
     if isinstance(x, NamedModel):  # gpupred.hf_model(...) / gpupred.timm_model(...): its cached graph

@@ -268,7 +268,7 @@ class LogitsOf(nn.Module):
 def _named_task(spec: WorkloadSpec, g: torch.Generator, weights: bool = True) -> _Task:
     """A real-world architecture (gpupred.workloads.realworld: timm or transformers, built by name) with seeded random
     weights (on the meta device without ``weights``: only the export wants it), its batch and its head's targets."""
-    from gpupred.graph.named import build_named
+    from gpupred.workloads.hubmodels import build_named
     from gpupred.workloads.realworld import named_for
 
     built = build_named(named_for(spec), weights=weights, batch=spec.batch_size)

@@ -2,7 +2,7 @@
 
 The catalog's 18 families are textbook models; users train timm and Hugging Face architectures. These families
 (:data:`REALWORLD_ARCHS`, ``Family.realworld`` in :mod:`gpupred.workloads.spec`) are built by name through
-:mod:`gpupred.graph.named`, the route of ``gpupred predict --timm/--hf`` (one way to build a timm or Hugging Face
+:mod:`gpupred.workloads.hubmodels`, the route of ``gpupred predict --timm/--hf`` (one way to build a timm or Hugging Face
 model, not two): timm's registry, and transformers config classes given the published dimensions written here
 (never a hub download). They are not in :func:`gpupred.workloads.catalog.catalog` (its sampling and
 ``plans/h100-solo.txt`` are unchanged): :func:`realworld_catalog` lists their specs, each architecture at 3-4 batch
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupred.errors import GpupredError
-from gpupred.graph.named import NamedModel, hf_model, timm_model
+from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
 from gpupred.workloads.spec import FAMILIES, WorkloadSpec
 
 
@@ -32,7 +32,7 @@ class RealArch:
     size: int  # image side (timm), or tokens per sample (hf; Whisper: decoder tokens, its encoder takes 30 s of audio)
     batches: tuple[int, ...]  # batch sizes swept (sized for an 80 GB card; out-of-memory runs are kept as such)
     optimizer: str = "adam"
-    head: str | None = None  # hf: the head (gpupred.graph.named.HEADS)
+    head: str | None = None  # hf: the head (gpupred.workloads.hubmodels.HEADS)
     config: dict[str, Any] = field(default_factory=dict)  # hf: published dimensions over the config class's defaults
 
     def named(self, input_size: int | None = None) -> NamedModel:
@@ -102,7 +102,7 @@ def real_arch(spec: WorkloadSpec) -> RealArch | None:
 
 
 def named_for(spec: WorkloadSpec) -> NamedModel:
-    """The named model (gpupred.graph.named) a real-world spec builds, at the spec's input size."""
+    """The named model (gpupred.workloads.hubmodels) a real-world spec builds, at the spec's input size."""
     arch = real_arch(spec)
     if arch is None:
         raise GpupredError(f"workload {spec.id!r}: {spec.family}.{spec.arch} is not a real-world architecture")

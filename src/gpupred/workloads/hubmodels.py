@@ -1,0 +1,292 @@
+"""Models by name: timm architectures and Hugging Face transformers, built in torch from their libraries' own
+definitions (the graph side, the export and its cache, is :mod:`gpupred.graph.named`).
+
+A :class:`NamedModel` says which model (a timm name; a transformers model type such as ``llama``, a local
+``config.json`` or a folder holding one, or a hub id), with which head and at which input shape. Configs come
+from the local file, or from the library's own definitions (a transformers config class's defaults, timm's
+registry); a hub id is resolved by transformers (its cache, or the network where the machine has one: never in
+tests). :func:`build_named` builds the model (on the meta device unless real weights are asked for: the profiler's
+real-world workloads take the same route) with a synthetic batch. :meth:`NamedModel.cache_path` is where
+:func:`gpupred.graph.named.named_graph` caches its structure-only graph, keyed by (name, config hash, input shape)
+and computed without torch, timm or transformers (a local config is hashed; a name stands with the library version
+that defines it), so a cached graph is predicted without importing torch.
+
+The graph is the model's training-mode forward (logits, no loss), as the catalog's graphs are; attention is
+exported eager (the step model runs every attention core as one fused kernel whatever the graph writes). torch,
+timm and transformers (the torch extra) are imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Literal
+
+from gpupred import config
+from gpupred.errors import GpupredError
+
+NAMED_VERSION = 2  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
+SEED = 0
+EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
+MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
+# heads: the transformers Auto class that builds each (the graph is that class's forward)
+HEADS: dict[str, str] = {
+    "causal-lm": "AutoModelForCausalLM",
+    "masked-lm": "AutoModelForMaskedLM",
+    "seq-cls": "AutoModelForSequenceClassification",
+    "image-cls": "AutoModelForImageClassification",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+    "speech-seq2seq": "AutoModelForSpeechSeq2Seq",
+}
+# a config's ``architectures`` entry names its head by suffix
+_ARCH_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("ForCausalLM", "causal-lm"), ("LMHeadModel", "causal-lm"), ("ForMaskedLM", "masked-lm"),
+    ("ForSequenceClassification", "seq-cls"), ("ForImageClassification", "image-cls"),
+    ("ForSpeechSeq2Seq", "speech-seq2seq"), ("ForConditionalGeneration", "seq2seq-lm"),
+)
+TORCH_EXTRA = 'install the torch extra: pip install -e ".[torch]"'
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A model named by its library: ``source`` timm or hf, the name, the head and the input shape (None: default)."""
+
+    source: Literal["timm", "hf"]
+    name: str
+    head: str | None = None  # hf only: one of HEADS (default: the config's architecture, else its model kind)
+    seq_len: int | None = None  # hf text models: tokens per sample (default: min(longest position, 2048))
+    image_size: int | None = None  # image side (default: the model's own)
+    overrides: tuple[tuple[str, Any], ...] = field(default=())  # config fields set over the named config
+
+    def __post_init__(self) -> None:
+        if self.source not in ("timm", "hf"):
+            raise GpupredError(f"unknown model source {self.source!r}; use timm or hf")
+        if self.head is not None and self.head not in HEADS:
+            raise GpupredError(f"unknown head {self.head!r}; use one of {', '.join(HEADS)}")
+        if self.head is not None and self.source == "timm" and self.head != "image-cls":
+            raise GpupredError(f"timm models are image classifiers: head {self.head!r} does not apply")
+        for label, value in (("seq_len", self.seq_len), ("image_size", self.image_size)):
+            if value is not None and int(value) < 1:
+                raise GpupredError(f"{self.name}: {label} must be positive, got {value}")
+
+    @property
+    def label(self) -> str:
+        """A short readable name: the timm name, the model type or hub id, or a local config's folder (and stem)."""
+        path = _local_config(self.name) if self.source == "hf" else None
+        text = self.name if path is None else path.resolve().parent.name + ("" if path.stem == "config" else f"-{path.stem}")
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "model"
+
+    def cache_key(self) -> dict[str, Any]:
+        """What the cached graph depends on, computed without torch, timm or transformers."""
+        library = "timm" if self.source == "timm" else "transformers"
+        return {
+            "recipe": NAMED_VERSION, "source": self.source, "config": _config_identity(self),
+            "head": self.head, "seq_len": self.seq_len, "image_size": self.image_size,
+            "overrides": [[k, v] for k, v in self.overrides], library: _installed(library), "torch": _installed("torch"),
+        }
+
+    def cache_path(self) -> Path:
+        """Where its structure-only graph is cached: ``<cache>/named/<label>-<key hash>.onnx``."""
+        digest = hashlib.sha256(json.dumps(self.cache_key(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return config.ONNX_CACHE / "named" / f"{self.source}-{self.label}-{digest}.onnx"
+
+
+def _installed(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _config_identity(named: NamedModel) -> str:
+    """The sha256 of a local config file (wherever it lies), else the name (a library's definition, fixed by its version,
+    or a hub id)."""
+    path = _local_config(named.name) if named.source == "hf" else None
+    if path is None:
+        return named.name
+    if not path.is_file():
+        raise GpupredError(f"{named.name}: no such config file; give a transformers config.json (or the folder "
+                           "holding one), a model type such as llama or bert, or a hub id")
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _local_config(name: str) -> Path | None:
+    """The config.json a name points at when it is a path (a .json file, or a folder), else None."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path / "config.json"
+    if path.suffix == ".json" or path.is_file():
+        return path
+    return None
+
+
+def timm_model(name: str, image_size: int | None = None, **overrides: Any) -> NamedModel:
+    """A timm architecture by its registry name (random weights, no download); ``overrides`` go to create_model."""
+    return NamedModel("timm", name, None, None, image_size, tuple(sorted(overrides.items())))
+
+
+def hf_model(model: str, head: str | None = None, seq_len: int | None = None, image_size: int | None = None,
+             **overrides: Any) -> NamedModel:
+    """A Hugging Face model: a model type (``llama``), a local config.json or its folder, or a hub id."""
+    return NamedModel("hf", str(model), head, seq_len, image_size, tuple(sorted(overrides.items())))
+
+
+# ---------------------------------------------------------------- building (torch, timm, transformers)
+
+
+@dataclass
+class BuiltNamed:
+    """A named model built in torch: the module, its example inputs (keyword inputs for transformers), what was
+    resolved (head, sequence length, image size) and torch's parameter count."""
+
+    named: NamedModel
+    model: Any
+    example: Any  # a tensor (timm) or a dict of keyword tensors (transformers)
+    head: str
+    seq_len: int | None
+    image_size: int | None
+    params: int
+    config: dict[str, Any]
+
+
+def _import(module: str, named: NamedModel) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        flag = "--timm" if named.source == "timm" else "--hf"
+        raise GpupredError(f"{flag} {named.name}: models by name need {module} (not installed); {TORCH_EXTRA}") from None
+
+
+def build_named(named: NamedModel, weights: bool = False, batch: int = EXPORT_BATCH) -> BuiltNamed:
+    """Build a named model (on the meta device, or with seeded random weights) and a synthetic batch of ``batch``."""
+    _import("torch", named)
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        building = contextlib.nullcontext() if weights else torch.device("meta")  # as gpupred.weightless() builds
+        if named.source == "timm":
+            return _build_timm(named, building, batch)
+        return _build_hf(named, building, batch)
+
+
+def _build_timm(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
+    """A timm model (``img_size`` passed when an image size is asked and the model takes one) and random images."""
+    timm = _import("timm", named)
+    import torch
+
+    kwargs = dict(named.overrides)
+    if not timm.is_model(named.name.split(".")[0]):
+        near = ", ".join(timm.list_models(f"*{named.name.split('.')[0]}*")[:5]) or "none"
+        raise GpupredError(f"--timm {named.name}: timm {_installed('timm')} has no such model (similar: {near}); "
+                           "`timm.list_models()` lists them")
+    with building:
+        try:
+            model = timm.create_model(named.name, pretrained=False, **kwargs,
+                                      **({"img_size": named.image_size} if named.image_size else {}))
+        except TypeError:  # a convolutional network takes any image size and no img_size argument
+            model = timm.create_model(named.name, pretrained=False, **kwargs)
+    channels, height, width = tuple(model.pretrained_cfg.get("input_size", (3, 224, 224)))
+    size = named.image_size or height
+    g = torch.Generator().manual_seed(SEED)
+    example = torch.randn(batch, channels, size, size if named.image_size else width, generator=g)
+    params = int(sum(p.numel() for p in model.parameters()))
+    return BuiltNamed(named, model, example, "image-cls", None, size, params, {"timm_name": named.name, **kwargs})
+
+
+def hf_config(named: NamedModel) -> Any:
+    """The transformers config of a named model: a local file, a model type's defaults, or a hub id, built with the
+    overrides."""
+    transformers = _import("transformers", named)
+    path = _local_config(named.name)
+    overrides = dict(named.overrides)  # given to the constructor, so that derived fields follow (head_dim, kv heads)
+    if path is not None:
+        _config_identity(named)  # a missing file: one line
+        values = json.loads(path.read_text())
+        model_type = values.pop("model_type", None)
+        if model_type is None:
+            raise GpupredError(f"{path}: no model_type, so it is not a transformers config.json")
+        return transformers.AutoConfig.for_model(model_type, **{**values, **overrides})
+    if named.name in transformers.CONFIG_MAPPING:
+        return transformers.AutoConfig.for_model(named.name, **overrides)
+    try:
+        return transformers.AutoConfig.from_pretrained(named.name, **overrides)
+    except (OSError, ValueError) as err:
+        raise GpupredError(
+            f"--hf {named.name}: not a local config.json, not a transformers model type (e.g. llama, bert, gpt2, "
+            f"t5) and the hub gave no config ({' '.join(str(err).split())[:160]}); give a config.json") from None
+
+
+def default_head(cfg: Any) -> str:
+    """The head a config names (its ``architectures``), else its kind: encoder-decoder, vision or text."""
+    for arch in getattr(cfg, "architectures", None) or ():
+        for suffix, head in _ARCH_SUFFIXES:
+            if arch.endswith(suffix):
+                return "speech-seq2seq" if head == "seq2seq-lm" and hasattr(cfg, "num_mel_bins") else head
+    if getattr(cfg, "is_encoder_decoder", False):
+        return "speech-seq2seq" if hasattr(cfg, "num_mel_bins") else "seq2seq-lm"
+    if hasattr(cfg, "image_size") and hasattr(cfg, "num_channels"):
+        return "image-cls"
+    import transformers
+
+    return "causal-lm" if type(cfg) in transformers.AutoModelForCausalLM._model_mapping else "masked-lm"
+
+
+def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
+    """A transformers model from its config through the head's Auto class, eager attention, fp32, no cache."""
+    transformers = _import("transformers", named)
+    import torch
+
+    cfg = hf_config(named)
+    head = named.head or default_head(cfg)
+    auto = getattr(transformers, HEADS[head])
+    if type(cfg) not in auto._model_mapping:
+        can = [h for h, cls in HEADS.items() if type(cfg) in getattr(transformers, cls)._model_mapping]
+        raise GpupredError(f"--hf {named.name}: {type(cfg).__name__} has no {head} model in transformers; its heads: "
+                           f"{', '.join(can) or 'none'} (--head)")
+    cfg.use_cache = False
+    with building:
+        model = auto.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    seq = named.seq_len or _default_seq(cfg)
+    example, image = _hf_inputs(head, cfg, batch, seq, named.image_size)
+    params = int(sum(p.numel() for p in model.parameters()))
+    return BuiltNamed(named, model, example, head, None if head == "image-cls" else seq, image, params,
+                      {"model_type": cfg.model_type, "class": type(model).__name__})
+
+
+def _default_seq(cfg: Any) -> int:
+    """The model's longest position (``max_position_embeddings`` or its alias), at most :data:`MAX_DEFAULT_SEQ`."""
+    for key in ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return min(value, MAX_DEFAULT_SEQ)
+    return 512
+
+
+def _hf_inputs(head: str, cfg: Any, batch: int, seq: int, image_size: int | None) -> tuple[dict[str, Any], int | None]:
+    """Seeded keyword inputs of a head at a batch: token ids below the vocabulary and a mask that attends everywhere,
+    pixels, or log-mel frames (Whisper's encoder takes 2 x its positions); the image side used."""
+    import torch
+
+    g = torch.Generator().manual_seed(SEED)
+    vocab = int(getattr(cfg, "vocab_size", None) or 1000)
+    if head == "image-cls":
+        size = image_size or int(cfg.image_size)
+        channels = int(getattr(cfg, "num_channels", 3))
+        return {"pixel_values": torch.randn(batch, channels, size, size, generator=g)}, size
+    ids = torch.randint(0, vocab, (batch, seq), generator=g)
+    if head == "speech-seq2seq":
+        frames = 2 * int(cfg.max_source_positions)
+        return {"input_features": torch.randn(batch, int(cfg.num_mel_bins), frames, generator=g),
+                "decoder_input_ids": ids}, None
+    text = {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.long)}
+    if head == "seq2seq-lm":
+        return {**text, "decoder_input_ids": torch.randint(0, vocab, (batch, seq), generator=g)}, None
+    return text, None
