@@ -385,7 +385,7 @@ if len(rw):
 # %% [markdown]
 # ## What ships, and how it scores
 # The predictor ships `gpupred.step.StepEstimator` (utilization, SM activity, iteration time) and the memory
-# footprint model (`gpupred.memory.FootprintModel`) with the settings declared in this notebook's parameters
+# footprint model (`gpupred.memory.MemoryEstimator`) with the settings declared in this notebook's parameters
 # (`physics_weighting`, `physics_calibration`): the very estimators scored above as *physics × correction*.
 # Each predictor's card states their held-out figures: the noncommercial predictor's are the comparison above
 # (every source); the default predictor is trained on this project's runs alone, so its figures come from the

@@ -64,7 +64,7 @@ by_source.round(3)
 # kind and protocol), the correction's setting and the intervals' half-widths (log scale):
 
 # %%
-model = memory.FootprintModel().fit(df)
+model = memory.MemoryEstimator().fit(df)
 own_rows = dataset.own_rows(df).groupby("family").head(1)
 footprint.footprint_terms(own_rows, footprint.sources(own_rows)).set_index(own_rows["workload_id"]).round(0)
 

@@ -11,7 +11,7 @@ from gpupred.errors import GpupredError
 from gpupred.footprint import (
     MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
 )
-from gpupred.memory import BEST, CORRECTION_CLIP, FootprintModel
+from gpupred.memory import BEST, CORRECTION_CLIP, MemoryEstimator
 from gpupred.setups import setup_of
 
 
@@ -111,7 +111,7 @@ def _fixture_frame(n: int = 40, seed: int = 0) -> pd.DataFrame:
 
 def test_prediction_exceeds_largest_label_for_a_bigger_model() -> None:
     train = _fixture_frame()
-    model = FootprintModel().fit(train)
+    model = MemoryEstimator().fit(train)
     big = train.loc[[train["memory_mib"].idxmax()]].copy()
     for col in ("param_bytes", "activation_bytes", "input_bytes"):
         big[col] *= 4
@@ -123,7 +123,7 @@ def test_prediction_exceeds_largest_label_for_a_bigger_model() -> None:
 
 
 def test_unmeasured_gpu_gets_wider_intervals() -> None:
-    model = FootprintModel().fit(_fixture_frame())
+    model = MemoryEstimator().fit(_fixture_frame())
     row = _fixture_frame(4, seed=1)
     seen = model.predict(row)
     other = model.predict(row.assign(gpu="NVIDIA A100-SXM4-40GB"))

@@ -183,3 +183,24 @@ def test_no_package_imports_from_a_layer_above_its_own() -> None:
     assert layer["gpupred.config"] == 0 and layer["gpupred.cli"] == max(layer.values())
     upward = [f"{a} -> {b}" for a, imported in graph.items() for b in imported if layer[b] > layer[a]]
     assert upward == []
+
+
+def test_what_ships_imports_no_evaluation_code() -> None:
+    """The predictor, its estimators and `gpupred predict` never import an estimator's evaluate module, not even
+    lazily (evaluation code is the notebooks' only)."""
+    graph = import_graph()
+    evaluation = {m for m in graph if m.endswith(".evaluate")}
+    assert {"gpupred.step.evaluate", "gpupred.memory.evaluate"} <= evaluation
+
+    def reached(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for m in graph[todo.pop()] - seen:
+                seen.add(m)
+                todo.append(m)
+        return seen
+
+    shipped = ("gpupred.predictor.artifact", "gpupred.predictor.core", "gpupred.step.estimator",
+               "gpupred.memory.estimator", "gpupred.cli.predict")
+    assert {m: sorted(reached(m) & evaluation) for m in shipped} == {m: [] for m in shipped}

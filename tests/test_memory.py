@@ -54,12 +54,12 @@ def test_evaluate_memory_table() -> None:
 
 
 def test_memory_metrics_keys() -> None:
-    from gpupred.memory import FootprintModel, memory_metrics
+    from gpupred.memory import MemoryEstimator, memory_metrics
 
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
                          sources={"NVIDIA GeForce RTX 3090": "lucid"})
     errors = evaluate_memory(df, schemes=("lofo",), n_folds=2, residual_model="ridge")
-    metrics = memory_metrics(errors, FootprintModel().fit(df), headline_scheme="lofo")
+    metrics = memory_metrics(errors, MemoryEstimator().fit(df), headline_scheme="lofo")
     own = errors[(errors["source"] == "gpupred") & (errors["method"] == "footprint*correction")]
     median = own["rel_err"].median()
     assert metrics["memory_footprint_times_correction_lofo_own_median_rel_err"] == pytest.approx(median)
@@ -166,9 +166,9 @@ def test_compare_memory_schemes_and_constant_baseline() -> None:
 def test_selection_keeps_a_correction_that_carries_to_unseen_families() -> None:
     """The FIXTURE formula has no autocast weight copies, so the footprint over-counts bf16 jobs by the same factor in
     every family: a correction learned on the other families carries, and the inner selection keeps one."""
-    from gpupred.memory import CORRECTION_GRID, FootprintModel
+    from gpupred.memory import CORRECTION_GRID, MemoryEstimator
 
-    model = FootprintModel().fit(fixture_dataset(**TWO_GPUS))
+    model = MemoryEstimator().fit(fixture_dataset(**TWO_GPUS))
     off = min(v for s, v in model.selection_.items() if s.clip == 0)
     assert len(model.selection_) == len(CORRECTION_GRID) and model.setting_.clip > 0
     assert model.selection_[model.setting_] < off
@@ -178,9 +178,9 @@ def test_selection_keeps_a_correction_that_carries_to_unseen_families() -> None:
 
 
 def test_one_family_group_keeps_the_default_setting() -> None:
-    from gpupred.memory import DEFAULT_SETTING, FootprintModel
+    from gpupred.memory import DEFAULT_SETTING, MemoryEstimator
 
     df = fixture_dataset(**TWO_GPUS)
-    model = FootprintModel().fit(df[df["family"] == "resnet"])
+    model = MemoryEstimator().fit(df[df["family"] == "resnet"])
     assert model.setting_ == DEFAULT_SETTING and model.selection_ == {} and model.halfwidth_ == {}
     assert "default" in model.describe()["correction_selection"]

@@ -6,7 +6,7 @@ scale with the model and the GPU instead of stopping at the largest training lab
 
 - ``gpu_util``, ``sm_active`` and ``iter_time_mean_s`` (seconds per step), with ``samples_per_s`` (batch size / step
   time): :class:`gpupred.step.StepEstimator`, the very estimator notebook 03 scores on its splits;
-- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.FootprintModel`), intervals
+- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.MemoryEstimator`), intervals
   calibrated on leave-one-family-out residuals of the training rows.
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML polling:
@@ -79,7 +79,7 @@ class PhysicsCore:
 
         from gpupred.calibration.evaluation import calibrated_core
         from gpupred.jobtables import with_terms
-        from gpupred.memory import FootprintModel
+        from gpupred.memory.estimator import MemoryEstimator
         from gpupred.step import StepEstimator, physics_data
 
         step = clone(self.step) if self.step is not None else StepEstimator(alpha=self.alpha, seed=self.seed)
@@ -87,7 +87,7 @@ class PhysicsCore:
         pdata = physics_data(df)
         self.step_ = step.set_params(targets=targets).fit(df, pdata)
         memory_frame = with_terms(df)
-        self.memory_ = FootprintModel(seed=self.seed).fit(memory_frame)
+        self.memory_ = MemoryEstimator(seed=self.seed).fit(memory_frame)
         self.measured_ = sorted({str(g) for g in df["gpu"]})
         self.calibration_ = calibrated_core(df, pdata, self.step_.constants_, memory_frame, self.alpha,
                                             self.calibrations, PROTOCOL)

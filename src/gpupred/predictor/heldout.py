@@ -47,12 +47,12 @@ def _step_oof(df: pd.DataFrame, folds: list[Split], step: Any, pdata: Any) -> pd
 
 def _memory_oof(df: pd.DataFrame, folds: list[Split], seed: int) -> pd.DataFrame:
     from gpupred.jobtables import with_terms
-    from gpupred.memory import BEST, FootprintModel
+    from gpupred.memory.estimator import BEST, MemoryEstimator
 
     data = with_terms(df)
     parts = []
     for train, test, _ in folds:
-        est = FootprintModel(seed=seed).fit(data.iloc[train]).predict(data.iloc[test])
+        est = MemoryEstimator(seed=seed).fit(data.iloc[train]).predict(data.iloc[test])
         parts.append(pd.DataFrame({MEMORY_TARGET: est[BEST], f"{MEMORY_TARGET}_low": est["low"],
                                    f"{MEMORY_TARGET}_high": est["high"]}, index=data.index[test]))
     return pd.concat(parts).loc[df.index]
@@ -82,7 +82,7 @@ def oof_predictions(df: pd.DataFrame, folds: list[Split], step: Any = None, pdat
             out[[target, f"{target}_low", f"{target}_high"]] = part[[target, f"{target}_low", f"{target}_high"]]
             out[f"{target}_model"] = "StepEstimator"
     out[[MEMORY_TARGET, f"{MEMORY_TARGET}_low", f"{MEMORY_TARGET}_high"]] = _memory_oof(df, folds, seed)
-    out[f"{MEMORY_TARGET}_model"] = "FootprintModel"
+    out[f"{MEMORY_TARGET}_model"] = "MemoryEstimator"
     return out
 
 

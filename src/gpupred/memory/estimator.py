@@ -1,0 +1,92 @@
+"""The memory estimator: the analytic footprint of :mod:`gpupred.footprint` times a bounded learned correction
+(:mod:`gpupred.memory.correction`), with intervals calibrated on leave-one-family-out residuals of its training
+rows: what the predictor ships for ``memory_mib``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+
+from gpupred.dataset import SOURCE_OWN
+from gpupred.memory.correction import (
+    CORRECTION_CLIP, CORRECTION_GRID, DEFAULT_SETTING, MAX_ROWS_PER_SOURCE, CorrectionSetting, correction_features,
+    fit_correction, inner_lofo_residuals, lofo_halfwidths, per_source_sample, selection_score,
+)
+
+BEST = "footprint*correction"  # the estimate's column (the evaluation's method name)
+
+
+class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
+    """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals
+    (scikit-learn style: ``fit``, ``predict``, ``get_params``, ``describe``).
+
+    ``fit`` runs a leave-one-family-out over its own (training) rows: every setting of ``settings`` (default
+    ``CORRECTION_GRID``) predicts each held-out family from the other families; the setting with the lowest
+    source-balanced median |log error| is fitted on all the rows, and its held-out residuals calibrate the
+    intervals. Nothing outside the rows given to ``fit`` is seen, so an outer split stays honest.
+    """
+
+    def __init__(self, seed: int = 0, calibrate: bool = True,
+                 settings: tuple[CorrectionSetting, ...] | None = None) -> None:
+        self.seed = seed
+        self.calibrate = calibrate
+        self.settings = settings
+
+    def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "MemoryEstimator":
+        """Choose the correction's setting and calibrate on the rows' inner leave-one-family-out, then fit it all."""
+        data = per_source_sample(df[df[target].notna()], MAX_ROWS_PER_SOURCE, self.seed)
+        grid = tuple(self.settings or CORRECTION_GRID)
+        sources = data["source"].astype(str).to_numpy() if "source" in data.columns else np.full(len(data), SOURCE_OWN)
+        self.selection_: dict[CorrectionSetting, float] = {}
+        self.setting_, self.halfwidth_ = (grid[0] if len(grid) == 1 else DEFAULT_SETTING), {}
+        if self.calibrate or len(grid) > 1:
+            residuals, seen = inner_lofo_residuals(data, grid, target, self.seed)
+            if np.isfinite(residuals[:, seen]).any():  # rows on default constants do not judge the correction
+                self.selection_ = {s: selection_score(r[seen], sources[seen]) for s, r in zip(grid, residuals)}
+                self.setting_ = min(grid, key=lambda s: (self.selection_[s], grid.index(s)))
+            if self.calibrate:
+                self.halfwidth_ = lofo_halfwidths(residuals[grid.index(self.setting_)], sources)
+        self.footprint_, self.correction_ = fit_correction(data, self.setting_, target, self.seed)
+        self.fitted_keys_ = set(self.footprint_.context_mib)
+        return self
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Artifacts pickled before the setting was chosen load with the one they were fitted with (clip 0.2)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("setting_", CorrectionSetting(CORRECTION_CLIP, 30, 30))
+        self.__dict__.setdefault("selection_", {})
+        self.__dict__.setdefault("settings", None)
+
+    def describe(self) -> dict[str, Any]:
+        """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
+        return {"footprint_constants": self.footprint_.constants(), "correction_clip_log": self.setting_.clip,
+                "correction_setting": self.setting_.describe(),
+                "correction_selection": (f"lowest source-balanced median |log error| of {len(self.selection_)} "
+                                         "settings under a leave-one-family-out of the training rows" if self.selection_ else
+                                         "default (fewer than two family groups to choose on)"),
+                "interval_halfwidth_log": {k: round(v, 4) for k, v in self.halfwidth_.items()}}
+
+    def correction(self, df: pd.DataFrame) -> np.ndarray:
+        """The learned log-factor, clipped to the chosen setting's bound."""
+        clip = self.setting_.clip
+        return np.clip(self.correction_.predict(correction_features(df)), -clip, clip)
+
+    def predict(self, df: pd.DataFrame) -> pd.DataFrame:
+        """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
+        from gpupred.footprint import source_keys, sources
+
+        base = self.footprint_.predict(df)
+        best = np.maximum(base, 1.0) * np.exp(self.correction(df))
+        src = sources(df).to_numpy()
+        widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
+        seen = np.isin(source_keys(df), list(self.fitted_keys_))
+        known = np.isin(src, [k.split("|")[1] for k in self.fitted_keys_])
+        # extrapolated: a GPU not measured by the source gets the widest calibrated half-width doubled; a
+        # source never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
+        q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
+                      for s, ok, kn in zip(src, seen, known)])
+        return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q)},
+                            index=df.index)

@@ -1,0 +1,226 @@
+"""The memory estimator beside its baselines (evaluation only: nothing at run time imports it).
+
+Evaluation (:func:`evaluate_memory`, notebook 05) uses the same splits as the regressors (grouped by workload, and
+leave-one-family-out with sibling families together) and reports every figure per source as well:
+Horus's formula, the first analytical estimate with a learned residual (:mod:`gpupred.memory.physics`), the
+footprint and the footprint x correction (:class:`gpupred.memory.estimator.MemoryEstimator`).
+:func:`compare_memory` (notebook 03) scores the constant baseline, the current regressor, the footprint and the
+footprint x correction on the splits of the utilization comparison (:func:`gpupred.step.evaluate.comparison_splits`).
+The correction's setting is chosen inside :meth:`MemoryEstimator.fit`, on the rows it is given, so both
+evaluations are nested.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpupred.dataset import own_rows
+from gpupred.memory.estimator import BEST, MemoryEstimator
+from gpupred.memory.physics import MemoryModel
+from gpupred.reports import MetricsSchema
+
+METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
+OLD_METHODS: tuple[str, ...] = METHODS[:3]
+
+
+def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_random", "lofo"), n_folds: int = 5,
+                    target: str = "memory_mib", seed: int = 0, residual_model: str = "lightgbm") -> pd.DataFrame:
+    """Out-of-sample estimate, relative error and interval of every method, one row per (scheme, split, run, method).
+
+    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`) for the footprint
+    methods to count activations from the graph; without them the footprint falls back to ``activation_bytes``.
+    """
+    from gpupred.learn.splits import splits_for
+
+    data = df[df[target].notna()].reset_index(drop=True)
+    out = []
+    for scheme in schemes:
+        for train, test, label in splits_for(data, scheme, n_folds, seed):
+            est = _estimates(data.iloc[train], data.iloc[test], target, seed, residual_model)
+            out.append(_error_rows(data.iloc[test], est, target, scheme, label))
+    return pd.concat(out, ignore_index=True)
+
+
+def _estimates(train: pd.DataFrame, test: pd.DataFrame, target: str, seed: int, residual_model: str) -> pd.DataFrame:
+    """Every method's estimate for ``test`` from models fitted on ``train`` (plus the best method's interval)."""
+    old = MemoryModel(residual_model=residual_model, seed=seed).fit(train, target).predict(test)
+    new = MemoryEstimator(seed=seed).fit(train, target).predict(test)
+    return pd.concat([old, new], axis=1)
+
+
+def _error_rows(test: pd.DataFrame, est: pd.DataFrame, target: str, scheme: str, label: str) -> pd.DataFrame:
+    """Long table of one split: estimate, relative error and interval coverage per run and method."""
+    measured = test[target].to_numpy(float)
+    source = test["source"].to_numpy() if "source" in test.columns else np.full(len(test), "")
+    inside = ((est["low"] <= measured) & (measured <= est["high"])).to_numpy(float)
+    rows = []
+    for method in METHODS:
+        e = est[method].to_numpy(float)
+        rows.append(pd.DataFrame({
+            "scheme": scheme, "split": label, "method": method, "run_id": test["run_id"].to_numpy(),
+            "estimate_mib": e, "measured_mib": measured, "rel_err": np.abs(e - measured) / measured,
+            "covered": inside if method == BEST else np.nan, "source": source, "family": test["family"].to_numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def summarize_memory(errors: pd.DataFrame, by_source: bool = False) -> pd.DataFrame:
+    """Median, p90 and max relative error and interval coverage per method and scheme (and per source)."""
+    keys = ["method", "scheme", *(["source"] if by_source else [])]
+    g = errors.groupby(keys)
+    rel = g["rel_err"]
+    table = pd.DataFrame({"median": rel.median(), "p90": rel.quantile(0.9), "max": rel.max(),
+                          "coverage": g["covered"].mean(), "n": rel.size()})
+    return table.unstack("scheme")
+
+
+def plot_memory(errors: pd.DataFrame) -> Any:
+    """Box plots of relative error per method and scheme (log scale), one panel per source."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sources = sorted(errors["source"].unique()) if "source" in errors.columns else [None]
+    fig, axes = plt.subplots(1, len(sources), figsize=(6.5 * len(sources), 3.5), squeeze=False, sharex=True)
+    for ax, src in zip(axes[0], sources):
+        data = errors if src is None else errors[errors["source"] == src]
+        sns.boxplot(data=data, x="rel_err", y="method", hue="scheme", ax=ax, showfliers=True)
+        ax.set_xscale("log")
+        ax.set_xlabel("relative error |estimate - measured| / measured")
+        ax.set_title(src or "")
+    fig.tight_layout()
+    return fig
+
+
+def plot_estimates(errors: pd.DataFrame, scheme: str = "grouped_random") -> Any:
+    """Estimated vs measured memory (MiB, log axes) for every method under one scheme, coloured by source."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = errors[errors["scheme"] == scheme]
+    methods = list(dict.fromkeys(data["method"]))
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.6 * len(methods), 4.2), squeeze=False, sharey=True)
+    lo = max(1.0, float(data[["estimate_mib", "measured_mib"]].min().min()) * 0.8)
+    hi = float(data[["estimate_mib", "measured_mib"]].max().max()) * 1.2
+    for ax, method in zip(axes[0], methods):
+        sns.scatterplot(data=data[data["method"] == method], x="measured_mib", y="estimate_mib", hue="source", s=12,
+                        alpha=0.6, linewidth=0, ax=ax)
+        ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=method, xlabel="measured MiB",
+               ylabel="estimate MiB")
+    fig.tight_layout()
+    return fig
+
+
+COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.step.evaluate.METHODS) -> what memory runs
+    "constant": "the training rows' mean of log1p(memory)", "regressor": "the current regressor (CV+ LightGBM on the "
+    "features, no footprint)", "physics": "the analytic footprint", "physics+correction": BEST}
+
+
+def regressor_columns(df: pd.DataFrame) -> list[str]:
+    """The current regressor's inputs: the dataset's feature columns without the footprint's graph terms."""
+    from gpupred.dataset import feature_columns
+    from gpupred.footprint import FOOTPRINT_COLUMNS
+
+    return [c for c in feature_columns(df) if c not in FOOTPRINT_COLUMNS]
+
+
+def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, groups: np.ndarray, cv: Any,
+                  target: str = "memory_mib") -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
+    from gpupred.learn.splits import constant_baseline
+    from gpupred.learn.intervals import ConformalRegressor
+    from gpupred.learn.regressors import correction_model
+
+    from threadpoolctl import threadpool_limits
+
+    y = data[target].to_numpy(float)
+    strata = data["source"].astype(str).to_numpy()
+    X = data[regressor_columns(data)].to_numpy(float)
+    with threadpool_limits(limits=1):  # one thread per parallel split
+        reg = ConformalRegressor(correction_model(cv.seed), cv.alpha, cv.n_cal, cv.seed)
+        reg.fit(X[train], y[train], groups=groups[train], strata=strata[train])
+        regressed = reg.predict(X[test], strata[test])
+        est = MemoryEstimator(seed=cv.seed).fit(data.iloc[train], target).predict(data.iloc[test])
+    nan = np.full(len(test), np.nan)
+    return {"constant": constant_baseline(y[train], len(test), cv.alpha), "regressor": regressed,
+            "physics": (est["footprint"].to_numpy(), nan, nan),
+            "physics+correction": (est[BEST].to_numpy(), est["low"].to_numpy(), est["high"].to_numpy())}
+
+
+def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: str = "memory_mib",
+                   schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu")) -> dict[str, dict[str, Any]]:
+    """Notebook 03's four methods (``COMPARISON_METHODS``) on the splits of the utilization comparison
+    (:func:`gpupred.step.evaluate.comparison_splits`), as ``{scheme: {method: NestedResult}}``.
+
+    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`). Outer splits run in
+    parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
+    from joblib import Parallel, delayed
+
+    from gpupred.learn.folds import calibration_groups
+    from gpupred.learn.nested import CVSettings, prediction_frame, result_from_frames
+    from gpupred.step.evaluate import comparison_splits
+
+    cv = cv or CVSettings()
+    data = df[df[target].notna()].reset_index(drop=True)
+    y = data[target].to_numpy(float)
+    todo = [(name, "family", k, split) for name, splits in comparison_splits(data, n_within, cv.seed).items()
+            if name in schemes for k, split in enumerate(splits)]
+    groups = {"family": calibration_groups(data, "family")}  # the regressor baseline calibrated as the step estimator
+    fits: dict[tuple[bytes, str], list[int]] = {}  # splits with one training side (e.g. A100 -> H200, A100 -> RTX 3090)
+    for i, (_, grouping, _, split) in enumerate(todo):
+        fits.setdefault((np.sort(split[0]).tobytes(), grouping), []).append(i)
+    jobs = [(todo[m[0]][3][0], np.concatenate([todo[i][3][1] for i in m]), groups[g]) for (_, g), m in fits.items()]
+    outs = Parallel(n_jobs=cv.n_jobs)(delayed(split_methods)(data, train, test, grp, cv, target)
+                                      for train, test, grp in jobs)
+    parts: dict[str, dict[str, list[pd.DataFrame]]] = {}
+    for members, out in zip(fits.values(), outs):
+        start = 0
+        for i in members:
+            name, _, k, split = todo[i]
+            cut = slice(start, start + len(split[1]))
+            start = cut.stop
+            for method, (pt, lo, hi) in out.items():
+                frame = prediction_frame(data, split[1], k, split[2], y[split[1]], (pt[cut], lo[cut], hi[cut]), method)
+                parts.setdefault(name, {}).setdefault(method, []).append(frame)
+    return {name: {m: result_from_frames(target, name, p) for m, p in per.items()} for name, per in parts.items()}
+
+
+def method_key(method: str) -> str:
+    """A method's name as a metrics.json key part ('footprint*correction' -> 'footprint_times_correction')."""
+    return method.replace("+", "_plus_").replace("*", "_times_")
+
+
+def memory_metrics(errors: pd.DataFrame, model: MemoryEstimator | None = None,
+                   headline_scheme: str = "grouped_random") -> dict[str, Any]:
+    """The figures of merit for reports/metrics.json: per method and scheme, pooled and on this project's own runs."""
+    pooled, own = summarize_memory(errors), summarize_memory(own_rows(errors))
+    out: dict[str, Any] = {
+        "memory_median_rel_err": pooled.loc[BEST, ("median", headline_scheme)],
+        "memory_p90_rel_err": pooled.loc[BEST, ("p90", headline_scheme)],
+        "memory_median_rel_err_horus": pooled.loc["horus", ("median", headline_scheme)],
+    }
+    for name, table in (("", pooled), ("_own", own)):
+        for method in table.index:
+            for scheme in table.columns.get_level_values(1).unique():
+                key = f"memory_{method_key(method)}_{scheme}{name}"
+                out[f"{key}_median_rel_err"] = float(table.loc[method, ("median", scheme)])
+                out[f"{key}_p90_rel_err"] = float(table.loc[method, ("p90", scheme)])
+                if method == BEST:
+                    out[f"{key}_coverage"] = float(table.loc[method, ("coverage", scheme)])
+    by = summarize_memory(errors, by_source=True)
+    out["memory_median_rel_err_by_source"] = {
+        src: {scheme: {method_key(m): float(by.loc[(m, src), ("median", scheme)])
+                       for m in METHODS if (m, src) in by.index}
+              for scheme in by.columns.get_level_values(1).unique()} for src in sorted(errors["source"].unique())}
+    if model is not None:
+        out["memory_footprint_constants"] = model.footprint_.constants()
+        out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
+        out["memory_correction_setting"] = model.setting_.describe()
+    return out
+
+
+MEMORY_METRICS = MetricsSchema("05-memory", (
+    (r"memory_\w+", "memory estimates' errors per method and scheme, pooled, own runs and per source (memory_metrics)"),
+))
