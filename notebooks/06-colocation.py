@@ -23,7 +23,7 @@
 # and V100 (no utilization recorded: its priors come from solo throughput), and this project's own pairs
 # (`data/raw`) once they exist.
 #
-# **Predictors, from cheapest to richest** (`gpupred.colocation.estimators`, scikit-learn style):
+# **Predictors, from cheapest to richest** (`gpupred.slowdown.estimator`, scikit-learn style):
 # zero-parameter priors — summed predicted utilization, the time-sharing estimate from the step model's busy
 # and host time, from predicted utilization, from measured solo utilization (oracles), and on Gavel the step
 # share of solo step times and the time-sharing estimate from a busy share fitted to each job's solo steps on
@@ -32,7 +32,7 @@
 # inner fold; and **calibration**: each job's sensitivity and aggressiveness fitted from `k` short co-runs with
 # fixed reference jobs, shrunk to the prior (`SlowdownModel.calibrate`), for `k` = 0..5.
 #
-# **Scoring** (`gpupred.colocation.scoring`): held out by whole model group in cross-fitting cells; every pair
+# **Scoring** (`gpupred.slowdown.evaluate`): held out by whole model group in cross-fitting cells; every pair
 # is predicted by a model that saw no pair of either member's model group; a held-out job's only pairs the
 # calibration may use are its `k` co-runs with the reference jobs, and no pair holding a reference job is ever
 # scored (so every figure of a slice is on the same rows). Reported: Spearman pooled, per cell (each cell's model

@@ -10,7 +10,8 @@ from fixtures_gavel import fixture_throughputs
 from sklearn.base import clone
 
 from gpupred import colocation as co
-from gpupred.colocation import scoring, study
+from gpupred.colocation import study
+from gpupred.slowdown import evaluate as scoring
 from gpupred.colocation.matrix import heldout_matrices
 from gpupred.errors import GpupredError
 from gpupred.importers.gavel import tables_from_json

@@ -186,11 +186,11 @@ def test_no_package_imports_from_a_layer_above_its_own() -> None:
 
 
 def test_what_ships_imports_no_evaluation_code() -> None:
-    """The predictor, its estimators and `gpupred predict` never import an estimator's evaluate module, not even
-    lazily (evaluation code is the notebooks' only)."""
+    """The predictor, the three estimators and `gpupred predict` never import an estimator's evaluate module, not
+    even lazily (evaluation code is the notebooks' only)."""
     graph = import_graph()
     evaluation = {m for m in graph if m.endswith(".evaluate")}
-    assert {"gpupred.step.evaluate", "gpupred.memory.evaluate"} <= evaluation
+    assert {"gpupred.step.evaluate", "gpupred.memory.evaluate", "gpupred.slowdown.evaluate"} <= evaluation
 
     def reached(start: str) -> set[str]:
         seen: set[str] = set()
@@ -202,5 +202,5 @@ def test_what_ships_imports_no_evaluation_code() -> None:
         return seen
 
     shipped = ("gpupred.predictor.artifact", "gpupred.predictor.core", "gpupred.step.estimator",
-               "gpupred.memory.estimator", "gpupred.cli.predict")
+               "gpupred.memory.estimator", "gpupred.slowdown.estimator", "gpupred.cli.predict")
     assert {m: sorted(reached(m) & evaluation) for m in shipped} == {m: [] for m in shipped}

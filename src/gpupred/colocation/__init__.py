@@ -3,7 +3,7 @@ zero-parameter priors to calibration from reference co-runs, held-out scoring by
 in memory."""
 
 from gpupred.colocation.effects import job_effects, monotone_ceiling, partner_rows, self_pair_noise
-from gpupred.colocation.estimators import (
+from gpupred.slowdown.estimator import (
     PAIR_KEYS,
     CorrectedSlowdown,
     SlowdownEstimator,
@@ -31,7 +31,7 @@ from gpupred.colocation.memfit import (
     pair_memory_quantile,
     pair_oom_probability,
 )
-from gpupred.colocation.scoring import (
+from gpupred.slowdown.evaluate import (
     Cell,
     calibration_predictions,
     crossfit_predict,
@@ -69,7 +69,7 @@ from gpupred.colocation.pairtable import (
     source_summary,
     window_means,
 )
-from gpupred.colocation.timeshare import busy_fraction, group_timeshare, pair_timeshare, timeshare_slowdown
+from gpupred.slowdown.physics import busy_fraction, group_timeshare, pair_timeshare, timeshare_slowdown
 
 __all__ = [
     "FEATURE_KEYS", "LUCID_PAIR_COLUMNS", "LUCID_SOLO_COLUMNS", "PAIR_KEYS", "SOLO_COLUMNS", "TABLE_COLUMNS", "Cell",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpupred.colocation.scoring import METRICS
+from gpupred.slowdown.evaluate import METRICS
 from gpupred.colocation.study import LABELS, SliceResult
 
 GOAL_LUCID = 0.10  # k = 3 calibration over summed utilization on Lucid non-RL, pooled and per cell (issue 61)

@@ -1,11 +1,11 @@
 """Held-out slowdown and failure predictions for every ordered pair of a set of jobs: what a scheduler may know.
 
-The cells of :mod:`gpupred.colocation.scoring` (whole model groups held out, reference jobs fixed) decide which model
+The cells of :mod:`gpupred.slowdown.evaluate` (whole model groups held out, reference jobs fixed) decide which model
 answers a pair: a pair of two held-out jobs is answered by the cell of their two folds; a pair of a held-out job and a
 reference job by the cell of the job's own fold (held out alone); a pair of two reference jobs by a model that
 trained on them (references are the calibration's fixed partners, always measured). In each cell the model is fitted
 on the pairs with no held-out member and every held-out job is calibrated on its co-runs with the first ``k``
-reference jobs only (:class:`~gpupred.colocation.estimators.SlowdownModel`, and for failures
+reference jobs only (:class:`~gpupred.slowdown.estimator.SlowdownModel`, and for failures
 :class:`~gpupred.colocation.failures.FailureModel`). The upper bound of a slowdown is the point times
 ``exp(q)``, ``q`` the conformal ``level`` quantile of the held-out absolute log errors on the measured pairs the same
 cells predicted.
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpupred.colocation.estimators import SlowdownModel
+from gpupred.slowdown.estimator import SlowdownModel
 from gpupred.colocation.failures import FailureModel
-from gpupred.colocation.scoring import coruns_with, fold_of_groups
+from gpupred.slowdown.evaluate import coruns_with, fold_of_groups
 from gpupred.errors import GpupredError
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from gpupred.colocation.timeshare import busy_fraction
+from gpupred.slowdown.physics import busy_fraction
 from gpupred.errors import GpupredError
 
 GRAPH_COLUMNS: tuple[str, ...] = ("flops_train", "arithmetic_intensity")

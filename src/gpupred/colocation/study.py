@@ -12,11 +12,11 @@ A *slice* is one set of measured pairs on one GPU kind with the inputs its predi
   the correction reads the step times on every GPU kind.
 - ``own_<gpu>``: this project's own co-located pairs (``data/raw``), once they exist.
 
-Predictors (:mod:`gpupred.colocation.estimators`), by name: ``sum_util_pred`` (summed predicted utilization),
+Predictors (:mod:`gpupred.slowdown.estimator`), by name: ``sum_util_pred`` (summed predicted utilization),
 ``timeshare_phys`` (time-sharing from the step model's busy and host time), ``timeshare_pred`` (time-sharing from
 predicted utilization), ``sum_util_meas`` and ``timeshare_meas`` (the same from *measured* solo utilization: oracles),
 ``step_share`` (Gavel's prior), ``corrected`` (the calibration prior times a correction kept where inner CV beats
-it) and ``calibrated_k<k>`` (:class:`~gpupred.colocation.estimators.SlowdownModel` on the calibration prior, each
+it) and ``calibrated_k<k>`` (:class:`~gpupred.slowdown.estimator.SlowdownModel` on the calibration prior, each
 held-out job calibrated on ``k`` co-runs with the fixed reference jobs). Every figure of one slice is on the same
 rows: the pairs held out by model group that hold no reference job.
 """
@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from gpupred.colocation import scoring
-from gpupred.colocation.estimators import (
+from gpupred.slowdown import evaluate as scoring
+from gpupred.slowdown.estimator import (
     CorrectedSlowdown,
     SlowdownEstimator,
     SlowdownModel,

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from gpupred.colocation.estimators import SlowdownModel, TimeSharing, pair_frame
+from gpupred.slowdown.estimator import SlowdownModel, TimeSharing, pair_frame
 from gpupred.colocation.matrix import heldout_matrices, ordered_pairs
 from gpupred.colocation.pairtable import pair_slowdown_matrix
 from gpupred.errors import GpupredError

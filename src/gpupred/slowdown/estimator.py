@@ -7,7 +7,7 @@ the training rows. What each one knows:
 
 - **Zero-parameter priors** (``fit`` learns nothing): :class:`SummedUtilization` (``max(1, (u_a + u_b) / 100)``,
   HotCloud's additive rule), :class:`TimeSharing` (``s_a = 1 + b_a q_b`` from the members' GPU-busy fractions,
-  :mod:`gpupred.colocation.timeshare`: the step model's busy over step time, or utilization / 100) and
+  :mod:`gpupred.slowdown.physics`: the step model's busy over step time, or utilization / 100) and
   :class:`StepShare` (``1 + T_b / (T_a + T_b)`` from solo step times alone: a member waits for its partner's share
   of the two steps; the prior where no utilization was recorded, as in Gavel's matrix).
 - **A learned correction** (:class:`CorrectedSlowdown`): the prior times a correction learned on the training pairs'
@@ -29,8 +29,11 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
-from gpupred.colocation.timeshare import timeshare_slowdown
 from gpupred.errors import GpupredError
+from gpupred.slowdown.correction import (
+    CANDIDATES, apply_correction, correction_design, fit_correction_model, group_folds, spearman,
+)
+from gpupred.slowdown.physics import timeshare_slowdown
 
 PAIR_KEYS: tuple[str, ...] = ("group_id", "member", "job_key", "partner_key", "model_group", "partner_group")
 
@@ -112,7 +115,7 @@ class SummedUtilization(SlowdownEstimator):
 
 
 class TimeSharing(SlowdownEstimator):
-    """``s = 1 + b_own q_partner`` from GPU-busy fractions (0..1): :func:`gpupred.colocation.timeshare_slowdown`."""
+    """``s = 1 + b_own q_partner`` from GPU-busy fractions (0..1): :func:`gpupred.slowdown.physics.timeshare_slowdown`."""
 
     what = "time-sharing estimate from the members' GPU-busy fractions"
 
@@ -139,77 +142,6 @@ class StepShare(SlowdownEstimator):
         return 1.0 + partner / (own + partner)
 
 
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman of finite pairs (Pearson of average ranks); NaN with fewer than 3 or a constant side."""
-    from scipy.stats import rankdata
-
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
-        return float("nan")
-    return float(np.corrcoef(rankdata(a[ok]), rankdata(b[ok]))[0, 1])
-
-
-def group_folds(X: pd.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, test) rows per fold of whole model groups: test rows are the fold's jobs' rows, train rows the pairs
-    with no member in the fold (a test job is in no training pair)."""
-    groups = sorted(set(X["model_group"]) | set(X["partner_group"]))
-    fold_of = {g: k % n_folds for k, g in enumerate(groups)}
-    own = X["model_group"].map(fold_of).to_numpy()
-    partner = X["partner_group"].map(fold_of).to_numpy()
-    return [(np.flatnonzero((own != k) & (partner != k)), np.flatnonzero(own == k)) for k in range(n_folds)]
-
-
-def _design(X: pd.DataFrame, features: list[str], log_prior: np.ndarray) -> np.ndarray:
-    """The correction's inputs: log prior, own and partner features (log1p of non-negative ones)."""
-    cols = [log_prior]
-    for f in features:
-        for side in ("own", "partner"):
-            v = X[f"{side}_{f}"].to_numpy(float)
-            cols.append(np.log1p(np.maximum(v, 0.0)) if np.nanmin(np.append(v, 0.0)) >= 0 else v)
-    return np.column_stack(cols)
-
-
-CANDIDATES: dict[str, tuple[str, float]] = {  # correction tried against the prior: (model, weight of its log correction)
-    "boosted": ("boosted", 1.0), "boosted_half": ("boosted", 0.5), "linear": ("linear", 1.0),
-}
-
-
-def single_thread() -> Any:
-    """A context that keeps OpenMP to one thread: small fits run far faster than with threads on a shared CPU."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="openmp")
-
-
-def _fit_model(model: str, x: np.ndarray, resid: np.ndarray, seed: int) -> Any:
-    """A ``"boosted"`` (gradient boosting) or ``"linear"`` (ridge) model of the log residual on inputs ``x``; the
-    boosted one sees only the columns with at least two distinct values (returned with it)."""
-    if model == "boosted":
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
-        varied = np.array([np.unique(c[np.isfinite(c)]).size > 1 for c in x.T])
-        with single_thread():
-            fitted = HistGradientBoostingRegressor(max_iter=60, learning_rate=0.1, max_leaf_nodes=7, l2_regularization=1.0,
-                                                   min_samples_leaf=max(2, min(40, len(x) // 20)),
-                                                   random_state=seed).fit(x[:, varied], resid)
-        return fitted, varied
-    from sklearn.linear_model import RidgeCV
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12))).fit(np.nan_to_num(x), resid)
-
-
-def _apply(model: str, fitted: Any, x: np.ndarray) -> np.ndarray:
-    """The log correction a fitted model predicts on inputs ``x``."""
-    if model == "boosted":
-        trees, varied = fitted
-        with single_thread():
-            return trees.predict(x[:, varied])
-    return fitted.predict(np.nan_to_num(x))
-
-
 class CorrectedSlowdown(SlowdownEstimator):
     """Its prior times a learned correction, or the prior alone where inner CV shows no correction ranks better."""
 
@@ -233,7 +165,8 @@ class CorrectedSlowdown(SlowdownEstimator):
             if len(tr) < 20 or len(te) < 4:
                 continue
             scores["prior"].append(spearman(log_prior[te], y[te]))
-            fitted = {m: _apply(m, _fit_model(m, x[tr], resid[tr], self.seed), x[te]) for m in {m for m, _ in CANDIDATES.values()}}
+            models = {m for m, _ in CANDIDATES.values()}
+            fitted = {m: apply_correction(m, fit_correction_model(m, x[tr], resid[tr], self.seed), x[te]) for m in models}
             for name, (model, weight) in CANDIDATES.items():
                 scores[name].append(spearman(log_prior[te] + weight * fitted[model], y[te]))
         return scores
@@ -251,13 +184,13 @@ class CorrectedSlowdown(SlowdownEstimator):
         ok = np.isfinite(y) & (y > 0)
         X, y = X[ok].reset_index(drop=True), y[ok]
         log_prior = self.prior.fit(X, y).log_predict(X)
-        x = _design(X, list(self.features), log_prior)
+        x = correction_design(X, list(self.features), log_prior)
         scores = self._inner_scores(X, y, log_prior, x) if self.features else {"prior": []}
         self.inner_ = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in scores.items()}
         best = max(CANDIDATES, key=lambda c: np.nan_to_num(self.inner_.get(c, np.nan), nan=-2.0))
         beats = best in scores and self._beats(scores, best)
         self.chosen_ = best if beats else "prior"
-        self.model_ = _fit_model(CANDIDATES[best][0], x, np.log(y) - log_prior, self.seed) if beats else None
+        self.model_ = fit_correction_model(CANDIDATES[best][0], x, np.log(y) - log_prior, self.seed) if beats else None
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
@@ -266,7 +199,7 @@ class CorrectedSlowdown(SlowdownEstimator):
         if self.model_ is None:
             return self.prior.predict(X)
         model, weight = CANDIDATES[self.chosen_]
-        return np.exp(log_prior + weight * _apply(model, self.model_, _design(X, list(self.features), log_prior)))
+        return np.exp(log_prior + weight * apply_correction(model, self.model_, correction_design(X, list(self.features), log_prior)))
 
 
 class SlowdownModel(SlowdownEstimator):

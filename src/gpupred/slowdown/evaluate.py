@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpupred.colocation.estimators import SlowdownEstimator, SlowdownModel, spearman
+from gpupred.slowdown.correction import spearman
+from gpupred.slowdown.estimator import SlowdownEstimator, SlowdownModel
 from gpupred.errors import GpupredError
 
 MIN_CELL_ROWS = 10  # a cell's Spearman counts when it scores at least this many rows

@@ -1,0 +1,81 @@
+"""The slowdown estimators' learned correction: inputs from the members' features and the log prior, a boosted or
+ridge model of the log residual, the grouped folds its inner cross-validation runs on, and the Spearman it is judged
+by (:class:`gpupred.slowdown.estimator.CorrectedSlowdown` keeps it only where it ranks better than its prior)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman of finite pairs (Pearson of average ranks); NaN with fewer than 3 or a constant side."""
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return float("nan")
+    return float(np.corrcoef(rankdata(a[ok]), rankdata(b[ok]))[0, 1])
+
+
+def group_folds(X: pd.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) rows per fold of whole model groups: test rows are the fold's jobs' rows, train rows the pairs
+    with no member in the fold (a test job is in no training pair)."""
+    groups = sorted(set(X["model_group"]) | set(X["partner_group"]))
+    fold_of = {g: k % n_folds for k, g in enumerate(groups)}
+    own = X["model_group"].map(fold_of).to_numpy()
+    partner = X["partner_group"].map(fold_of).to_numpy()
+    return [(np.flatnonzero((own != k) & (partner != k)), np.flatnonzero(own == k)) for k in range(n_folds)]
+
+
+def correction_design(X: pd.DataFrame, features: list[str], log_prior: np.ndarray) -> np.ndarray:
+    """The correction's inputs: log prior, own and partner features (log1p of non-negative ones)."""
+    cols = [log_prior]
+    for f in features:
+        for side in ("own", "partner"):
+            v = X[f"{side}_{f}"].to_numpy(float)
+            cols.append(np.log1p(np.maximum(v, 0.0)) if np.nanmin(np.append(v, 0.0)) >= 0 else v)
+    return np.column_stack(cols)
+
+
+CANDIDATES: dict[str, tuple[str, float]] = {  # correction tried against the prior: (model, weight of its log correction)
+    "boosted": ("boosted", 1.0), "boosted_half": ("boosted", 0.5), "linear": ("linear", 1.0),
+}
+
+
+def single_thread() -> Any:
+    """A context that keeps OpenMP to one thread: small fits run far faster than with threads on a shared CPU."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
+
+
+def fit_correction_model(model: str, x: np.ndarray, resid: np.ndarray, seed: int) -> Any:
+    """A ``"boosted"`` (gradient boosting) or ``"linear"`` (ridge) model of the log residual on inputs ``x``; the
+    boosted one sees only the columns with at least two distinct values (returned with it)."""
+    if model == "boosted":
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        varied = np.array([np.unique(c[np.isfinite(c)]).size > 1 for c in x.T])
+        with single_thread():
+            fitted = HistGradientBoostingRegressor(max_iter=60, learning_rate=0.1, max_leaf_nodes=7, l2_regularization=1.0,
+                                                   min_samples_leaf=max(2, min(40, len(x) // 20)),
+                                                   random_state=seed).fit(x[:, varied], resid)
+        return fitted, varied
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12))).fit(np.nan_to_num(x), resid)
+
+
+def apply_correction(model: str, fitted: Any, x: np.ndarray) -> np.ndarray:
+    """The log correction a fitted model predicts on inputs ``x``."""
+    if model == "boosted":
+        trees, varied = fitted
+        with single_thread():
+            return trees.predict(x[:, varied])
+    return fitted.predict(np.nan_to_num(x))
