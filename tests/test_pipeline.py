@@ -140,4 +140,19 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
     assert len(HEADLINES) <= 30 and summary["gpu_util_rmsle_lofo"] == 0.2 and summary["iter_time_mre_lofo"] is None
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     for key in summary:
-        assert "." not in key and re.fullmatch(r"[a-z]+(_[a-z]+)?_[a-z]+_[a-z]+(_baseline)?", key), key
+        assert "." not in key and re.fullmatch(r"[a-z]+(_[a-z0-9]+){2,}", key), key
+
+
+def test_every_headline_names_a_figure_its_notebook_declares() -> None:
+    """Each headline reads a key its notebook's metrics schema declares (a renamed metric fails here, not silently)."""
+    import re
+
+    from gpupred.colocation.study import COLOCATION_METRICS
+    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.pipeline import HEADLINES
+    from gpupred.sim.metrics import SIM_METRICS
+
+    schemas = {s.notebook: s for s in (LEARNING_METRICS, COLOCATION_METRICS, SIM_METRICS)}
+    assert {notebook for _, notebook, _ in HEADLINES} <= set(schemas)
+    for _, notebook, metric in HEADLINES:
+        assert any(re.fullmatch(p, metric) for p, _ in schemas[notebook].keys), (notebook, metric)

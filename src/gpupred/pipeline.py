@@ -263,7 +263,17 @@ HEADLINES: tuple[tuple[str, str, str], ...] = tuple(
         "gpu_util_rmsle_lofo_baseline", "sm_active_rmsle_within", "sm_active_rmsle_lofo",
         "iter_time_mre_within", "iter_time_mre_lofo", "iter_time_mre_crossgpu", "iter_time_coverage_lofo",
         "memory_mre_within", "memory_mre_lofo", "memory_mre_crossgpu", "memory_coverage_lofo",
-        "dataset_runs_all", "dataset_workloads_all"))
+        "dataset_runs_all", "dataset_workloads_all")) + (
+    # co-location (06): held out by model group, pooled Spearman of the slowdown ranking, the prior beside calibration
+    # from k = 3 reference co-runs; scheduling (07): the goals' figures at load 1 (ours - Horus, Gavel's ratios)
+    ("slowdown_spearman_lucid_nonrl_summed_util", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_sum_util_meas"),
+    ("slowdown_spearman_lucid_nonrl_k3", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_calibrated_k3"),
+    ("slowdown_spearman_gavel_v100_prior", "06-colocation", "slowdown_spearman_pooled_gavel_v100_step_share"),
+    ("slowdown_spearman_gavel_v100_k3", "06-colocation", "slowdown_spearman_pooled_gavel_v100_calibrated_k3"),
+    ("sim_openb_meanjct_diff_s_load1", "07-scheduling-sim", "sim_openb_goal_load1_jct_diff"),
+    ("sim_gavel_p95rho_drop_load1", "07-scheduling-sim", "sim_gavel_goal_load1_p95_rho_drop"),
+    ("sim_gavel_oracle_share_load1", "07-scheduling-sim", "sim_gavel_goal_load1_oracle_share"),
+)
 
 
 def write_summary(folder: Path | None = None, path: Path | None = None) -> dict[str, Any]:
