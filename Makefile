@@ -31,7 +31,7 @@ $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e ".[dev]"
 	touch $(LIGHT) $(FULL)
 
-# the default suite (everything not marked slow, notebooks included): about 8 minutes on an idle 2-core machine
+# the default suite (everything not marked slow, notebooks included): about 11 minutes on the 2-core machine
 test: $(FULL)
 	$(BIN)/python -m pytest -m "not slow"
 

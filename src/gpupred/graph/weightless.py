@@ -199,9 +199,20 @@ def to_onnx(program: Any, input_names: Sequence[str], opset: int = 18) -> ModelP
     import onnx_ir as ir
 
     proto = ir.serde.serialize_model(model)
+    drop_exporter_metadata(proto)
     state = {value.name for value, _ in held}  # every other initializer is a constant the exporter or folding made
     _set_meta(proto, **{FOLDED_KEY: ",".join(sorted(t.name for t in proto.graph.initializer if t.name not in state))})
     return proto
+
+
+def drop_exporter_metadata(proto: ModelProto) -> None:
+    """Remove the metadata the dynamo exporter attaches to the graph, its nodes, inputs and outputs (each node's
+    Python stack trace, with this checkout's paths and line numbers; its module scope): a graph's bytes and its
+    fingerprint then depend on the model alone, not on where and from which line it was exported."""
+    g = proto.graph
+    del g.metadata_props[:]
+    for item in (*g.node, *g.input, *g.output, *g.value_info, *g.initializer):
+        del item.metadata_props[:]
 
 
 def _torchscript_peepholes() -> Any:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from gpupred import config
 from gpupred.errors import GpupredError
 
-NAMED_VERSION = 2  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
+NAMED_VERSION = 3  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
