@@ -147,3 +147,25 @@ def test_predictor_paths_agree_exactly() -> None:
     np.testing.assert_array_equal(one.to_numpy()[0], fast.to_numpy()[2])
     first, inverse = distinct_rows(np.array([[1.0, np.nan], [2.0, 0.0], [1.0, np.nan]]))
     assert len(first) == 2 and inverse.tolist() == [0, 1, 0] and first.tolist() == [0, 1]
+
+
+def test_numpy_forest_evaluates_the_step_correction() -> None:
+    """The step estimator's shrunk correction (a LightGBM pipeline pulled towards its median) goes through the
+    forest with the same numbers, combined with a plain model; at weight 0 it has no trees and no forest."""
+    from gpupred.learn.forest import Forest
+    from gpupred.learn.regressors import correction_model, make_regressor
+    from gpupred.step.correction import ShrunkCorrection
+
+    X, y = _forest_frame(missing=True)
+    probe = np.vstack([X, X * np.random.default_rng(3).uniform(0.5, 2.0, X.shape)])
+    shrunk = [ShrunkCorrection(correction_model(s), w).fit(X[s::2], y[s::2]) for s, w in ((0, 0.5), (1, 1.0))]
+    plain = make_regressor("lightgbm", tune=False).fit(X, y)
+    forest = Forest.from_models([*shrunk, plain])
+    assert forest is not None
+    want = np.stack([m.predict(probe) for m in [*shrunk, plain]])
+    np.testing.assert_array_equal(forest.predict(probe), want)
+    np.testing.assert_array_equal(forest.predict(probe[5:6]), want[:, 5:6])
+    combined = Forest.combine([Forest.from_models([m]) for m in shrunk])
+    np.testing.assert_array_equal(combined.predict(probe[:7]), want[:2, :7])
+    assert not np.array_equal(want[0], shrunk[0].model_.predict(probe))  # the pull is applied, not skipped
+    assert Forest.from_models([ShrunkCorrection(correction_model(0), 0.0).fit(X, y)]) is None

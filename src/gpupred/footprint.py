@@ -259,27 +259,29 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
     """Each allocated term of the footprint in MiB (``TERMS``), one row per input row (no context, no allocator)."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
-    precision = df["precision"].astype(str)
-    autocast = precision.isin(list(HALF_PRECISIONS)).to_numpy()
-    pure = (precision == "bf16-pure").to_numpy()
+    precision = df["precision"].astype(str).to_numpy()
+    autocast = np.isin(precision, list(HALF_PRECISIONS))
+    pure = precision == "bf16-pure"
     p = df["param_bytes"].to_numpy(float) * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
-    proto = pd.Series(source, index=df.index) if isinstance(source, str) else source.reindex(df.index)
-    sdpa = proto.isin(list(SDPA_SOURCES)).to_numpy()
+    proto = np.full(len(df), source, dtype=object) if isinstance(source, str) else source.reindex(df.index).to_numpy()
+    sdpa = np.isin(proto, list(SDPA_SOURCES))
     act = activation_bytes(df, autocast, sdpa, pure)
     loss = _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure))
+    states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     terms = {
-        "weights": p, "gradients": p, "optimizer": opt.map(OPTIMIZER_STATES).to_numpy(float) * p,
+        "weights": p, "gradients": p, "optimizer": states * p,
         "autocast_copies": 0.5 * p * autocast, "activations": act, "loss": loss, "inputs": _col(df, "input_bytes"),
         "workspace": _workspaces(df) * MIB,
     }
     return pd.DataFrame({k: v / MIB for k, v in terms.items()}, index=df.index)
 
 
-def _optimizers(df: pd.DataFrame) -> pd.Series:
+def _optimizers(df: pd.DataFrame) -> np.ndarray:
     """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
-    opt = df["optimizer"].astype(str).str.lower()
+    opt = np.array([o.lower() for o in df["optimizer"].astype(str)], dtype=object)
     if "sgd_momentum" in df.columns:
-        opt = opt.where(~((opt == "sgd") & (df["sgd_momentum"] == False)), "sgd_nomomentum")  # noqa: E712
+        plain = (opt == "sgd") & (df["sgd_momentum"] == False).to_numpy()  # noqa: E712
+        opt = np.where(plain, "sgd_nomomentum", opt)
     unknown = sorted(set(opt) - set(OPTIMIZER_STATES))
     if unknown:
         raise GpupredError(f"unknown optimizer {unknown[0]!r}; known: {', '.join(OPTIMIZER_STATES)}")
@@ -290,9 +292,9 @@ def _workspaces(df: pd.DataFrame) -> np.ndarray:
     """The cuBLAS workspaces of each row's GPU kind, in MiB (Hopper's where the frame names no GPU)."""
     if "gpu" not in df.columns:
         return np.full(len(df), WORKSPACE_MIB)
-    gpu = df["gpu"].astype(str)
-    per = {g: workspace_mib(g) for g in pd.unique(gpu)}
-    return gpu.map(per).to_numpy(float)
+    gpu = df["gpu"].astype(str).to_numpy()
+    per = {g: workspace_mib(g) for g in set(gpu)}
+    return np.array([per[g] for g in gpu], dtype=float)
 
 
 def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
@@ -315,7 +317,7 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     """A numeric column, zeros where it is absent or missing."""
-    return df[name].fillna(0.0).to_numpy(float) if name in df.columns else np.zeros(len(df))
+    return df[name].to_numpy(float, na_value=0.0) if name in df.columns else np.zeros(len(df))
 
 
 def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.ndarray:
@@ -393,13 +395,14 @@ class Footprint:
                 self.context_mib[key], self.allocator[key] = fit_context_allocator(dyn[m], y[m])
         return self
 
-    def predict(self, df: pd.DataFrame) -> np.ndarray:
-        """The analytic footprint in MiB, one per row."""
-        keys = pd.Series(source_keys(df))
-        uniq = keys.unique()
-        ctx = {k: self.context(k) for k in uniq}
-        alloc = {k: self.constant(k, self.allocator, 1.0) for k in uniq}
-        return keys.map(ctx).to_numpy(float) + keys.map(alloc).to_numpy(float) * allocated_mib(df, sources(df))
+    def predict(self, df: pd.DataFrame, allocated: np.ndarray | None = None, keys: np.ndarray | None = None) -> np.ndarray:
+        """The analytic footprint in MiB, one per row; ``allocated`` (:func:`allocated_mib`) and ``keys``
+        (:func:`source_keys`) of ``df`` where the caller has them already."""
+        keys = source_keys(df) if keys is None else keys
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        ctx = np.array([self.context(k) for k in uniq], dtype=float)[inverse]
+        alloc = np.array([self.constant(k, self.allocator, 1.0) for k in uniq], dtype=float)[inverse]
+        return ctx + alloc * (allocated_mib(df, sources(df)) if allocated is None else allocated)
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
         """A constant for 'gpu|source': fitted there, else the mean over GPUs measured by the source
@@ -451,9 +454,9 @@ def source_keys(df: pd.DataFrame) -> np.ndarray:
     """'gpu|source' per row (the key of the fitted constants)."""
     from gpupred.hardware import gpu_spec
 
-    gpu = df["gpu"].astype(str) if "gpu" in df.columns else pd.Series("H200", index=df.index)
-    names = {g: gpu_spec(g).name for g in pd.unique(gpu)}
-    return (gpu.map(names) + "|" + sources(df)).to_numpy()
+    gpu = df["gpu"].astype(str).to_numpy() if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
+    names = {g: gpu_spec(g).name for g in set(gpu)}
+    return np.array([f"{names[g]}|{s}" for g, s in zip(gpu, sources(df).to_numpy())], dtype=object)
 
 
 def setup_columns(setup: TrainingSetup) -> dict[str, Any]:

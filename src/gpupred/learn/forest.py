@@ -17,6 +17,10 @@ node and model by model, so models of different libraries share one forest:
   says, gradient boosting refuses NaN as its library does; the prediction is the init constant plus
   ``learning_rate`` times each tree's leaf, summed in float64 in stage order.
 
+A model that says it is an affine pull of another towards a constant (``forest_parts()`` returning ``(inner,
+center, weight)``: it predicts ``center + weight * (inner(x) - center)``, e.g. the step correction's
+``ShrunkCorrection``) is converted as its inner model, the pull applied to the summed trees with the same arithmetic.
+
 Anything else (other boosters, objectives with a link function, categorical splits, other estimators) is
 not converted: :meth:`Forest.from_models` returns None and callers use ``predict``. Tests check equality
 with the libraries' own predictions. Large batches go to the libraries, whose compiled traversal is faster
@@ -228,10 +232,14 @@ class Forest:
 
     @classmethod
     def from_models(cls, models: list[Any]) -> "Forest | None":
-        """A Forest of fitted regressors (XGBoost, LightGBM, scikit-learn trees; bare or after FunctionTransformers),
-        or None."""
+        """A Forest of fitted regressors (XGBoost, LightGBM, scikit-learn trees; bare or after FunctionTransformers;
+        or an affine pull of one, see the module docstring), or None."""
+        pulls = [m.forest_parts() if hasattr(m, "forest_parts") else (m, np.nan, 1.0) for m in models]
+        if not models or any(inner is None for inner, _, _ in pulls):
+            return None  # a pull at weight 0 has no inner model: it predicts a constant without any trees
+        models = [inner for inner, _, _ in pulls]
         parts = [_split_pipeline(m) for m in models]
-        if any(p is None for p in parts) or not models:
+        if any(p is None for p in parts):
             return None
         funcs = parts[0][0]  # type: ignore[index]
         if any(p[0] != funcs for p in parts):  # type: ignore[index]
@@ -242,7 +250,9 @@ class Forest:
         trees = [c(p[1]) for c, p in zip(converters, parts)]  # type: ignore[index,misc]
         if any(t is None for t in trees):
             return None
-        return cls(funcs, trees)  # type: ignore[arg-type]
+        forest = cls(funcs, trees)  # type: ignore[arg-type]
+        forest.pull = np.asarray([[c, w] for _, c, w in pulls], dtype=np.float64)  # (center, weight); NaN center: none
+        return forest
 
     @classmethod
     def combine(cls, forests: list["Forest"]) -> "Forest | None":
@@ -259,6 +269,7 @@ class Forest:
         out.right = np.concatenate([f.right + o for f, o in zip(forests, nodes)])
         for name in ("feature", "threshold", "default_left", "value", "x32", "strict", "base", "sum32"):
             setattr(out, name, np.concatenate([getattr(f, name) for f in forests]))
+        out.pull = np.concatenate([f.pulls() for f in forests])
         out.nan_ok = all(f.nan_ok for f in forests)
         out.roots = np.concatenate([f.roots + o for f, o in zip(forests, nodes)])
         out.owner = np.concatenate([f.owner + o for f, o in zip(forests, models)])
@@ -294,7 +305,20 @@ class Forest:
             if has_nan:
                 go_left |= np.isnan(x) & self.default_left.take(node)
             node = child.take(2 * node + 1 - go_left)
-        return self._sums(self.value.take(node).reshape(m, -1))
+        return self._pulled(self._sums(self.value.take(node).reshape(m, -1)))
+
+    def pulls(self) -> np.ndarray:
+        """Each model's (center, weight) of its affine pull, NaN centre where it has none: shape (models, 2)."""
+        pull = self.__dict__.get("pull")  # a forest pickled before pulls existed has none
+        return pull if pull is not None else np.tile([np.nan, 1.0], (self.n_models, 1))
+
+    def _pulled(self, out: np.ndarray) -> np.ndarray:
+        """Each pulled model's ``center + weight * (sum - center)``, as the pulling model computes it."""
+        pull = self.pulls()
+        for k in np.flatnonzero(np.isfinite(pull[:, 0])):
+            center, weight = pull[k]
+            out[k] = center + weight * (out[k] - center)
+        return out
 
     def _sums(self, leaves: np.ndarray) -> np.ndarray:
         """Each model's base plus its trees' leaves, summed in tree order in the model's precision: (models, rows)."""

@@ -18,11 +18,12 @@ CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplie
     "frac_flops_act", "frac_flops_pool", "frac_flops_elementwise")
 
 
-def correction_features(df: pd.DataFrame) -> np.ndarray:
-    """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total."""
+def correction_features(df: pd.DataFrame, terms: pd.DataFrame | None = None) -> np.ndarray:
+    """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total
+    (``terms``: :func:`gpupred.footprint.footprint_terms` of ``df`` where the caller has them already)."""
     from gpupred.footprint import footprint_terms, sources
 
-    terms = footprint_terms(df, sources(df))
+    terms = footprint_terms(df, sources(df)) if terms is None else terms
     shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
     flags = np.column_stack([df[c].fillna(0.0).to_numpy(float) if c in df.columns else np.zeros(len(df))
                              for c in CORRECTION_FEATURES])

@@ -69,20 +69,26 @@ class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
                                          "default (fewer than two family groups to choose on)"),
                 "interval_halfwidth_log": {k: round(v, 4) for k, v in self.halfwidth_.items()}}
 
-    def correction(self, df: pd.DataFrame) -> np.ndarray:
-        """The learned log-factor, clipped to the chosen setting's bound."""
+    def correction(self, df: pd.DataFrame, terms: pd.DataFrame | None = None) -> np.ndarray:
+        """The learned log-factor, clipped to the chosen setting's bound (``terms``: the footprint terms of ``df``
+        where the caller has them)."""
         clip = self.setting_.clip
-        return np.clip(self.correction_.predict(correction_features(df)), -clip, clip)
+        X = correction_features(df, terms)
+        booster = getattr(self.correction_, "booster_", None)  # LightGBM's booster: its numbers, without the
+        raw = booster.predict(X, num_threads=1) if booster is not None else self.correction_.predict(X)  # wrapper's checks
+        return np.clip(raw, -clip, clip)
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
-        from gpupred.footprint import source_keys, sources
+        from gpupred.footprint import footprint_terms, source_keys, sources
 
-        base = self.footprint_.predict(df)
-        best = np.maximum(base, 1.0) * np.exp(self.correction(df))
-        src = sources(df).to_numpy()
+        src_series = sources(df)
+        terms, keys = footprint_terms(df, src_series), source_keys(df)
+        base = self.footprint_.predict(df, terms.sum(axis=1).to_numpy(float), keys)
+        best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
+        src = src_series.to_numpy()
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
-        seen = np.isin(source_keys(df), list(self.fitted_keys_))
+        seen = np.isin(keys, list(self.fitted_keys_))
         known = np.isin(src, [k.split("|")[1] for k in self.fitted_keys_])
         # extrapolated: a GPU not measured by the source gets the widest calibrated half-width doubled; a
         # source never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)

@@ -43,15 +43,15 @@ PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is p
 def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
     """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs."""
     from gpupred.perf.fit import FitRows
-    from gpupred.step.physics import PhysicsData
+    from gpupred.step.physics import PhysicsData, default_row_columns
 
     from gpupred.footprint import setup_columns
 
     setup = job.setup
     spec = gpu_spec(gpu)
-    frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
-                           "sync": "step", "source": SOURCE_OWN}])
     rows = FitRows([job.kernels], [spec], [setup.precision], ["step"], [False], np.array([np.nan]), np.array([np.nan]))
+    frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
+                           "sync": "step", "source": SOURCE_OWN, **default_row_columns(rows, 0)}])
     return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
 
 

@@ -57,6 +57,11 @@ class ShrunkCorrection(RegressorMixin, BaseEstimator):
         self.model_ = clone(self.model).fit(X, y) if self.weight > 0 else None
         return self
 
+    def forest_parts(self) -> tuple[Any, float, float]:
+        """(the fitted regressor or None, the centre, the weight): what :class:`gpupred.learn.forest.Forest` needs to
+        evaluate this correction in numpy with the same numbers."""
+        return self.model_, self.center_, float(self.weight)
+
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The shrunk prediction."""
         if self.model_ is None:
@@ -66,8 +71,8 @@ class ShrunkCorrection(RegressorMixin, BaseEstimator):
 
 def correction_matrix(df: pd.DataFrame, names: list[str], util: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The correction's inputs: the columns ``names`` of ``df`` (0 where absent) and the log of the fitted physics."""
-    cols = [df[c].to_numpy(float) if c in df.columns else np.zeros(len(df)) for c in names]
-    return np.column_stack([*cols, np.log(np.maximum(util, 1e-3)), np.log(np.maximum(step, 1e-9))])
+    cols = df.reindex(columns=names, fill_value=0.0).to_numpy(float)  # one conversion, not one per column
+    return np.column_stack([cols, np.log(np.maximum(util, 1e-3)), np.log(np.maximum(step, 1e-9))])
 
 
 def choose_shrink(base: Any, X: np.ndarray, ratio: np.ndarray, groups: np.ndarray, n_inner: int,
@@ -167,6 +172,18 @@ class Correction:
         self.ratio_, self.strata_ = np.asarray(ratio, dtype=float), strata
         return self
 
+    def _bounds(self, stratum: str) -> tuple[float, float]:
+        """:func:`correction_bounds` of a source's rows (fixed once fitted: kept, not recomputed per call)."""
+        cache = self.__dict__.setdefault("_bounds_cache", {})
+        if stratum not in cache:
+            lo, hi = correction_bounds(self.ratio_, self.strata_, np.array([stratum]))
+            cache[stratum] = (float(lo[0]), float(hi[0]))
+        return cache[stratum]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the bounds cache (rebuilt on first use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_bounds_cache"}
+
     def predict(self, X: np.ndarray, strata: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(point, low, high) of ``100 x measured / physics`` for rows of sources ``strata``: bounded points; a
         source without training rows (``per_source``) gets 100 (physics alone) with its interval moved around it."""
@@ -178,7 +195,7 @@ class Correction:
             if model is None:
                 raise GpupredError(f"the correction was fitted for sources {sorted(self.by_source_)} only, not {s!r}")
             pt, lo, hi = model.predict(X[mask], strata[mask])
-            lo_b, hi_b = correction_bounds(self.ratio_, self.strata_, strata[mask])
+            lo_b, hi_b = self._bounds(s)
             pt = np.clip(pt, lo_b, hi_b)
             lo, hi = np.minimum(lo, pt), np.maximum(hi, pt)
             if self.settings.weighting == "per_source" and s not in self.sources_:

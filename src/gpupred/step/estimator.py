@@ -125,33 +125,34 @@ class StepEstimator(BaseEstimator):
         X = with_default_physics(X, pdata)
         util, step = row_physics(pdata, self.constants_) if constants is None else _physics_under(pdata, constants)
         unfitted, new_protocol = rows_unfitted(pdata.keys, self.constants_)
-        out = pd.DataFrame(index=X.index)
+        out: dict[str, np.ndarray] = {}  # columns gathered first: inserting them one by one costs ~0.3 ms each
+        matrix, strata = correction_matrix(X, self.features_, util, step), _sources(X)  # every target's inputs
         for target in self.fitted_targets_:
             is_step = PHYSICS_TARGETS[target] == "step"
             base = step if is_step else util
-            pt, lo, hi = self._corrected(X, target, base, util, step)
+            pt, lo, hi = self._corrected(matrix, strata, target, base)
             if target in self.corrections_:
                 width = self.widths_[target].for_rows(new_protocol) if not widths or target not in widths else widths[target]
                 lo, hi = widen(pt, lo, hi, width, unfitted, log1p=not is_step)
             if not is_step:
                 pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
             out[target], out[f"{target}_low"], out[f"{target}_high"] = pt, lo, hi
-        if "iter_time_mean_s" in out.columns and "batch_size" in X.columns:
+        if "iter_time_mean_s" in out and "batch_size" in X.columns:
             batch = X["batch_size"].to_numpy(float)
-            out["samples_per_s"] = batch / out["iter_time_mean_s"].to_numpy()
-            out["samples_per_s_low"] = batch / out["iter_time_mean_s_high"].to_numpy()
-            out["samples_per_s_high"] = batch / out["iter_time_mean_s_low"].to_numpy()
+            out["samples_per_s"] = batch / out["iter_time_mean_s"]
+            out["samples_per_s_low"] = batch / out["iter_time_mean_s_high"]
+            out["samples_per_s_high"] = batch / out["iter_time_mean_s_low"]
         out["extrapolated"] = unfitted
-        return out
+        return pd.DataFrame(out, index=X.index)
 
-    def _corrected(self, X: pd.DataFrame, target: str, base: np.ndarray, util: np.ndarray,
-                   step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Physics x the correction's point and bounds (physics alone, no bounds, without a correction)."""
+    def _corrected(self, matrix: np.ndarray, strata: np.ndarray, target: str,
+                   base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Physics x the correction's point and bounds (physics alone, no bounds, without a correction); ``matrix``
+        the corrections' inputs (:func:`correction_matrix`), ``strata`` each row's source."""
         if target not in self.corrections_:
             nan = np.full(len(base), np.nan)
             return base.copy(), nan, nan.copy()
-        matrix = correction_matrix(X, self.features_, util, step)
-        pt, lo, hi = self.corrections_[target].predict(matrix, _sources(X))
+        pt, lo, hi = self.corrections_[target].predict(matrix, strata)
         return pt * base / 100.0, lo * base / 100.0, hi * base / 100.0
 
     def describe(self) -> dict[str, Any]:

@@ -119,12 +119,15 @@ def fitted_physics(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> tupl
 def default_columns(pdata: PhysicsData) -> pd.DataFrame:
     """The step model's ``STEP_COLUMNS`` of every row under the default constants (what the dataset's ``phys_*``
     columns hold, for rows that do not carry them: a new job)."""
+    return pd.DataFrame([default_row_columns(pdata.rows, i) for i in range(len(pdata.rows))])
+
+
+def default_row_columns(rows: FitRows, i: int) -> dict[str, float]:
+    """Row ``i``'s ``STEP_COLUMNS`` under the default constants (one row of :func:`default_columns`)."""
     from gpupred.perf.constants import DEFAULT
     from gpupred.perf.timeline import simulate
 
-    r = pdata.rows
-    return pd.DataFrame([simulate(r.kernels[i], r.gpus[i], r.precisions[i], DEFAULT, r.syncs[i], r.host_batches[i]).columns()
-                         for i in range(len(r))])
+    return simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i]).columns()
 
 
 def physics_log_error(y: np.ndarray, pred: np.ndarray, step: bool) -> np.ndarray:
