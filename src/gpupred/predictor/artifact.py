@@ -260,10 +260,9 @@ class Predictor:
         """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
         out = self.core.predict(graph, gpu_name, cal)
-        frame = pd.DataFrame([{k: v for k, v in out.items() if k != "extrapolated"}])
-        frame["core"] = "physics"
-        frame["extrapolated"] = bool(out["extrapolated"])
-        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))
+        row = {k: v for k, v in out.items() if k != "extrapolated"}
+        frame = pd.DataFrame([{**row, "core": "physics", "extrapolated": bool(out["extrapolated"])}])  # one frame:
+        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))  # inserting columns costs ~0.3 ms each
 
     def _predict_rows(self, x: Any, job: JobOptions) -> tuple[pd.DataFrame, np.ndarray]:
         """The baseline regressors' answer for feature rows (a dict is one row), and each row's GPU kind."""
