@@ -175,3 +175,32 @@ def test_cross_gpu_busy_recovers_a_planted_split() -> None:
     busy = co.cross_gpu_busy(steps).set_index("job_key")
     np.testing.assert_allclose(busy["busy_v100"], gpu / (host + gpu), atol=1e-9)
     assert "busy_k80" not in busy  # the K80 is not in the hardware table: its steps are not read
+
+
+def test_repeated_inner_splits_deal_groups_differently() -> None:
+    jobs = pd.DataFrame({"job_key": [f"j{k}" for k in range(12)], "model_group": [f"g{k}" for k in range(12)],
+                         "t": np.linspace(0.1, 1.0, 12)})
+    X = co.ordered_pairs(jobs, ["t"])
+    from gpupred.slowdown.correction import group_folds
+
+    first, again, other = group_folds(X, 3), group_folds(X, 3), group_folds(X, 3, shuffle=1)
+    tests = lambda folds: [frozenset(X.model_group.to_numpy()[te]) for _, te in folds]  # noqa: E731
+    assert tests(first) == tests(again) and tests(first) != tests(other)
+    for tr, te in other:  # still whole groups: no test job in a training pair
+        held = set(X.model_group.to_numpy()[te])
+        assert not held & (set(X.model_group.to_numpy()[tr]) | set(X.partner_group.to_numpy()[tr]))
+    assert co.CorrectedSlowdown(co.StepShare("t")).get_params()["repeats"] == 3
+
+
+def test_a_cells_gap_has_a_bootstrap_standard_error() -> None:
+    """FIXTURE pairs: a predictor equal to its prior has no gap and no spread; a noisy one has a spread."""
+    rng = np.random.default_rng(0)
+    n = 40
+    held = pd.DataFrame({"cell": np.repeat([0, 1], n), "group_id": np.repeat(np.arange(n), 2),
+                         "slowdown": rng.uniform(1.0, 2.0, 2 * n)})
+    held["prior"] = held["slowdown"] + rng.normal(0, 0.2, 2 * n)
+    held["same"] = held["prior"]
+    held["noisy"] = held["prior"] + rng.normal(0, 0.5, 2 * n)
+    assert (scoring.cell_gap_se(held, "same", "prior") == 0).all()
+    se = scoring.cell_gap_se(held, "noisy", "prior")
+    assert list(se.index) == [0, 1] and (se > 0.01).all()

@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpupred.slowdown.evaluate import METRICS
+from gpupred.slowdown.evaluate import METRICS, cell_gap_se
 from gpupred.colocation.study import LABELS, SliceResult
 
 GOAL_LUCID = 0.10  # k = 3 calibration over summed utilization on Lucid non-RL, pooled and per cell (issue 61)
 GOAL_GAVEL = 0.25  # k = 3 calibration over its prior on Gavel V100, pooled and per cell
 GOAL_K = 3
+Z_95 = 1.96  # a cell's gap is beyond noise below -Z_95 bootstrap standard errors
 
 
 def label(name: str) -> str:
@@ -59,13 +60,17 @@ def references_table(results: list[SliceResult], features: dict[str, pd.DataFram
 
 
 def cell_comparison(result: SliceResult, predictor: str, prior: str) -> dict[str, float]:
-    """Cells where ``predictor`` ranks worse / better than ``prior`` (Spearman within the cell), and the mean gap."""
+    """Cells where ``predictor`` ranks worse / better than ``prior`` (Spearman within the cell), the mean gap, and the
+    cells where it is worse beyond noise (a gap below -1.96 bootstrap standard errors, pairs resampled)."""
     pc = result.per_cell
     if predictor not in pc or prior not in pc:
-        return {"cells": 0, "worse": 0, "better": 0, "mean_gap": float("nan")}
+        return {"cells": 0, "worse": 0, "better": 0, "worse_beyond_noise": 0, "mean_gap": float("nan")}
     d = (pc[predictor] - pc[prior]).dropna()
-    return {"cells": int(len(d)), "worse": int((d < -1e-9).sum()), "better": int((d > 1e-9).sum()),
-            "mean_gap": float(d.mean()) if len(d) else float("nan")}
+    worse = d[d < -1e-9]
+    se = cell_gap_se(result.heldout, predictor, prior) if len(worse) else pd.Series(dtype=float)
+    beyond = int((worse < -Z_95 * se.reindex(worse.index).fillna(np.inf)).sum())
+    return {"cells": int(len(d)), "worse": int(len(worse)), "better": int((d > 1e-9).sum()),
+            "worse_beyond_noise": beyond, "mean_gap": float(d.mean()) if len(d) else float("nan")}
 
 
 def _metric(result: SliceResult, predictor: str, metric: str) -> float:
@@ -94,6 +99,7 @@ def goal_checks(results: list[SliceResult], priors: dict[str, str]) -> dict[str,
     for r in results:
         c = cell_comparison(r, "corrected", priors[r.name])
         out[f"slowdown_cells_worse_than_prior_{r.name}_corrected"] = c["worse"]
+        out[f"slowdown_cells_worse_beyond_noise_{r.name}_corrected"] = c["worse_beyond_noise"]
         out[f"slowdown_cells_{r.name}"] = c["cells"]
     return out
 
@@ -120,7 +126,8 @@ def closing_markdown(results: list[SliceResult], goals: dict[str, float], priors
                   + "; per cell: " + ", ".join(_fmt(v) for v in curve["spearman_cell"]), ""]
         c = cell_comparison(r, "corrected", priors[r.name])
         lines += [f"the correction is worse than its prior ({label(priors[r.name])}) in {c['worse']} of {c['cells']} "
-                  f"cells, better in {c['better']} (mean gap {_fmt(c['mean_gap'])}); it was kept in "
+                  f"cells ({c['worse_beyond_noise']} beyond noise), better in {c['better']} (mean gap "
+                  f"{_fmt(c['mean_gap'])}); it was kept in "
                   f"{int((r.chosen != 'prior').sum())} of {len(r.chosen)} cells.", ""]
     for name, goal in (("lucid_nonrl", GOAL_LUCID), ("gavel_v100", GOAL_GAVEL)):
         if f"slowdown_goal_spearman_pooled_{name}_met" not in goals:

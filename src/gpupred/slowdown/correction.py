@@ -21,10 +21,13 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(rankdata(a[ok]), rankdata(b[ok]))[0, 1])
 
 
-def group_folds(X: pd.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def group_folds(X: pd.DataFrame, n_folds: int, shuffle: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) rows per fold of whole model groups: test rows are the fold's jobs' rows, train rows the pairs
-    with no member in the fold (a test job is in no training pair)."""
+    with no member in the fold (a test job is in no training pair). Groups are dealt to folds in sorted order, or in
+    an order shuffled by seed ``shuffle`` (a repeat of the split)."""
     groups = sorted(set(X["model_group"]) | set(X["partner_group"]))
+    if shuffle is not None:
+        groups = [groups[i] for i in np.random.default_rng(shuffle).permutation(len(groups))]
     fold_of = {g: k % n_folds for k, g in enumerate(groups)}
     own = X["model_group"].map(fold_of).to_numpy()
     partner = X["partner_group"].map(fold_of).to_numpy()

@@ -177,6 +177,26 @@ def cell_spearman(X: pd.DataFrame, pred: np.ndarray, cell: np.ndarray) -> pd.Ser
     return pd.Series(out, dtype=float)
 
 
+def cell_gap_se(held: pd.DataFrame, predictor: str, prior: str, n_boot: int = 200, seed: int = 0) -> pd.Series:
+    """Per cell, the bootstrap standard error of ``predictor``'s Spearman minus ``prior``'s: the cell's pairs
+    (``group_id``, both members together) resampled with replacement ``n_boot`` times. ``held``: one row per scored
+    member with ``cell``, ``group_id``, ``slowdown`` and a column per predictor."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, rows in held[held["cell"] >= 0].groupby("cell"):
+        if len(rows) < MIN_CELL_ROWS:
+            continue
+        codes, uniques = pd.factorize(rows["group_id"])
+        members = [np.flatnonzero(codes == g) for g in range(len(uniques))]
+        y, a, b = (rows[c].to_numpy(float) for c in ("slowdown", predictor, prior))
+        gaps = []
+        for _ in range(n_boot):
+            take = np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))])
+            gaps.append(spearman(a[take], y[take]) - spearman(b[take], y[take]))
+        out[int(k)] = float(np.nanstd(gaps))
+    return pd.Series(out, dtype=float)
+
+
 def solo_baseline_flags(X: pd.DataFrame, noise_sd: float, z: float = 2.0) -> pd.DataFrame:
     """Per job: co-runs, mean log slowdown, the threshold ``-z noise_sd / sqrt(n)`` and whether it is below it.
 
