@@ -209,6 +209,7 @@ def test_helper_built_graph_featurizes_like_the_torch_export(wid: str, tmp_path:
     pytest.importorskip("torch")
     from gpupred.graph import featurize
     from gpupred.graph.export import export_module
+    from gpupred.graph.graphstore import fcnet_onnx
     from gpupred.workloads.builders import build
     from gpupred.workloads.spec import WorkloadSpec
 
@@ -216,7 +217,7 @@ def test_helper_built_graph_featurizes_like_the_torch_export(wid: str, tmp_path:
     built = build(spec)
     exported = export_module(built.export_model, built.export_inputs, tmp_path / "x.onnx", built.input_names, built.batch_axes)
     for precision in ("fp32", "fp16"):
-        ours = featurize(gpumemnet.fcnet_onnx(spec), batch_size=spec.batch_size, precision=precision, optimizer="adam")
+        ours = featurize(fcnet_onnx(spec), batch_size=spec.batch_size, precision=precision, optimizer="adam")
         theirs = featurize(exported, batch_size=spec.batch_size, precision=precision, optimizer="adam")
         assert ours == theirs
     assert ours["params"] == sum(p.numel() for p in built.model.parameters())

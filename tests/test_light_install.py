@@ -74,7 +74,10 @@ def test_notebook_02_runs_without_torch(tmp_path: Path) -> None:
 
 def test_graph_store_is_complete_and_matches_its_index() -> None:
     from gpupred.graph.export import EXPORT_VERSION, read_index, store_path
-    from gpupred.importers.graphs import store_specs
+    from gpupred import importers
+    from gpupred.graph.graphstore import store_specs
+
+    importers.MODULES  # noqa: B018  (the importers register their jobs' specs)
 
     store = REPO / "data" / "graphs"
     index = read_index(store)
@@ -85,3 +88,20 @@ def test_graph_store_is_complete_and_matches_its_index() -> None:
         path = store_path(spec, store)
         assert hashlib.sha256(path.read_bytes()).hexdigest() == index["graphs"][spec.arch_key], path
     assert config.GRAPHS == config.DATA / "graphs"
+
+
+def test_importers_register_their_jobs_into_the_graph_store() -> None:
+    """The graph layer lists the workloads' specs; Lucid's importer adds its jobs' specs when imported (the graph
+    layer never imports the importers)."""
+    from gpupred.graph import graphstore as store
+    from gpupred.importers import lucid
+
+    from gpupred.workloads.catalog import catalog
+
+    keys = {s.arch_key for s in store.store_specs()}
+    assert {s.arch_key for s in lucid.store_specs()} <= keys and {s.arch_key for s in catalog()} <= keys
+    store.register_store_specs("lucid", lambda: [])  # registering a name again replaces its specs
+    try:
+        assert not {s.arch_key for s in lucid.store_specs()} <= {s.arch_key for s in store.store_specs()}
+    finally:
+        store.register_store_specs("lucid", lucid.store_specs)

@@ -528,7 +528,7 @@ def _spec(workload_id: str) -> Any:
 def _stored_graph(spec: Any) -> Any:
     """A spec's graph without torch: a GPUMemNet network built with onnx.helper, else the graph store's, else None."""
     if spec.family == "fcnet":
-        from gpupred.importers.gpumemnet import fcnet_onnx
+        from gpupred.graph.graphstore import fcnet_onnx
 
         return fcnet_onnx(spec)
     from gpupred.graph.export import stored_graph

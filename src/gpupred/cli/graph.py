@@ -100,8 +100,10 @@ def export_cmd(
         _export_corpus(force)
         return
     if store:
-        from gpupred.importers.graphs import store_specs
+        from gpupred import importers
+        from gpupred.graph.graphstore import store_specs
 
+        importers.MODULES  # noqa: B018  (importing the importers registers the specs of their jobs)
         written = build_store(store_specs(), force=force)
         typer.echo(f"{len(written)} graphs exported into the store")
         return

@@ -15,7 +15,7 @@ data_cleaner_mlp_step1.py``):
 
 Every network is rebuilt exactly from its layer list (``Activations-Params``): a row whose list does not
 follow its architecture's rule, or holds a layer kind other than Linear and ReLU, is excluded with the
-reason, never approximated. :func:`fcnet_onnx` writes the graph with ``onnx.helper`` (no torch).
+reason, never approximated. :func:`gpupred.graph.graphstore.fcnet_onnx` writes the graph with ``onnx.helper`` (no torch).
 
 Licence: the upstream repository has no licence file at the pinned commit; later upstream READMEs give
 the data CC BY-NC 4.0 (README.md) and CC BY 4.0 (Datasets/README.md). Treated as non-commercial:
@@ -27,11 +27,10 @@ from __future__ import annotations
 import ast
 import re
 
-import onnx
 import pandas as pd
-from onnx import TensorProto, helper
 
 from gpupred.errors import GpupredError
+from gpupred.graph.graphstore import ACTIVATIONS, fcnet_onnx  # noqa: F401  (the networks' graphs, re-exported here)
 from gpupred.importers.source import Source, UpstreamFile, read_csv
 from gpupred.workloads.fcnet import fc_widths
 from gpupred.workloads.spec import WorkloadSpec
@@ -60,7 +59,6 @@ PRECISION = "fp32"
 _CSV = ("Filename", "Activations-Params", "Activation Function", "Batch Size", "Max GPU Memory (MiB)", "Avg GPUTL",
         "Avg GRACT", "Avg SMACT", "Avg SMOCC", "Avg FP32A")
 _NAME = re.compile(r"^input:(\d+)_output:(\d+)_depth:(\d+)_arch:([a-z]+)_batch:(\d+)\.out$")
-ACTIVATIONS: dict[str, str] = {"ReLU": "Relu"}  # upstream layer name -> ONNX op (the only kind in step 1)
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id", "workload_id", "filename", "batch_size", "memory_mib", "gpu_util", "gract", "sm_active", "sm_occupancy",
     "fp32_active", "excluded_reason",
@@ -140,34 +138,6 @@ def dataset_rows() -> tuple[pd.DataFrame, pd.DataFrame]:
     }).reset_index(drop=True)
     exclusions = runs.loc[bad, ["run_id", "workload_id", "excluded_reason"]].rename(columns={"excluded_reason": "reason"})
     return out, exclusions.reset_index(drop=True)
-
-
-def fcnet_onnx(spec: WorkloadSpec, activation: str = "ReLU") -> onnx.ModelProto:
-    """The structure-only ONNX graph of an ``fcnet`` spec, as torch's exporter writes nn.Linear/nn.ReLU (no weights)."""
-    from gpupred.graph.export import OPSET, strip_weights
-
-    if spec.family != "fcnet":
-        raise GpupredError(f"{spec.id}: fcnet_onnx builds fcnet specs only")
-    widths = fc_widths(spec.input_size, spec.knob["o"], spec.knob["d"], spec.arch)
-    nodes, inits = [], []
-    x, prev = "features", spec.input_size
-    for k, w in enumerate(widths):
-        wname, bname, out = f"model.{2 * k}.weight", f"model.{2 * k}.bias", f"/model/{2 * k}/Gemm_output_0"
-        inits += [TensorProto(name=wname, data_type=TensorProto.FLOAT, dims=[w, prev]),
-                  TensorProto(name=bname, data_type=TensorProto.FLOAT, dims=[w])]
-        last = k == len(widths) - 1
-        nodes.append(helper.make_node("Gemm", [x, wname, bname], ["logits" if last else out], name=f"/model/{2 * k}/Gemm",
-                                      alpha=1.0, beta=1.0, transB=1))
-        if not last:
-            act = f"/model/{2 * k + 1}/{ACTIVATIONS[activation]}_output_0"
-            nodes.append(helper.make_node(ACTIVATIONS[activation], [out], [act], name=f"/model/{2 * k + 1}/{ACTIVATIONS[activation]}"))
-            x = act
-        prev = w
-    graph = helper.make_graph(
-        nodes, spec.arch_key, [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", spec.input_size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="gpupred.importers.gpumemnet")
-    return strip_weights(model)
 
 
 def specs() -> list[WorkloadSpec]:

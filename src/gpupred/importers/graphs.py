@@ -1,5 +1,6 @@
 """Graph features of the imported workloads: GPUMemNet networks built with onnx.helper, Lucid jobs from the
-graph store (``config.GRAPHS``, committed) or, where one is missing, exported with torch.
+graph store (``config.GRAPHS``, committed) or, where one is missing, exported with torch
+(:func:`gpupred.graph.graphstore.graph_for`).
 
 The rows have the columns of ``data/processed/graph_features.parquet`` (:data:`gpupred.graph.table.COLUMNS`).
 """
@@ -13,38 +14,12 @@ import pandas as pd
 from gpupred.workloads.spec import WorkloadSpec
 
 
-def lucid_store_specs() -> list[WorkloadSpec]:
-    """One spec per architecture of every rebuilt Lucid job (no imported data needed): what the store must hold."""
-    from gpupred.importers.lucid import JOBS
-
-    return [job.spec(32, 0) for job in JOBS.values()]
-
-
-def store_specs() -> list[WorkloadSpec]:
-    """Every spec whose architecture the graph store holds: the catalog, the fused catalog, Lucid's jobs and the
-    real-world architectures (exported without weights)."""
-    from gpupred.workloads.catalog import catalog, fused_catalog
-    from gpupred.workloads.realworld import realworld_catalog
-
-    return [*catalog(), *fused_catalog(), *lucid_store_specs(), *realworld_catalog()]
-
-
-def graph_for(spec: WorkloadSpec) -> Any:
-    """An ONNX graph (ModelProto or path) for ``spec``: built (fcnet), from the store, or exported (torch)."""
-    if spec.family == "fcnet":
-        from gpupred.importers.gpumemnet import fcnet_onnx
-
-        return fcnet_onnx(spec)
-    from gpupred.graph.export import export_onnx  # the store's graph; torch only when the store has none
-
-    return export_onnx(spec)
-
-
 def feature_rows(specs: Iterable[WorkloadSpec], progress: bool = True) -> pd.DataFrame:
     """One graph-feature row per spec (columns of gpupred.graph.table.COLUMNS), one graph per architecture."""
     from gpupred.reports import progress_bar
 
     from gpupred.graph.features import featurize
+    from gpupred.graph.graphstore import graph_for
     from gpupred.graph.table import COLUMNS
 
     specs = list(specs)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.graph.graphstore import register_store_specs
 from gpupred.importers.source import Source, UpstreamFile, read_csv
 from gpupred.workloads.spec import WorkloadSpec
 
@@ -149,6 +150,16 @@ JOBS: dict[tuple[str, str], LucidJob] = {
                   "point clouds read from disk by a 2-worker DataLoader (host batches); log_softmax + NLL = cross-entropy")),
     )
 }
+
+
+def store_specs() -> list[WorkloadSpec]:
+    """One spec per architecture of every rebuilt job (no imported data needed): what the graph store holds of
+    Lucid's (registered with :func:`gpupred.graph.graphstore.register_store_specs` when this module is imported)."""
+    return [job.spec(32, 0) for job in JOBS.values()]
+
+
+register_store_specs("lucid", store_specs)
+
 NOT_REBUILT: dict[tuple[str, str], str] = {
     ("PPO", "LunarLander"): "reinforcement learning: a few tiny MLP updates between CPU gym environment steps; its "
                             "utilization (12-15 %) and memory (the CUDA context) come from the environment loop, "

@@ -24,7 +24,7 @@ def recipe_of(family: str) -> str:
 
 def spec_kernels(spec: "WorkloadSpec") -> KernelList:
     """The step's kernels of a workload spec, from its graph (the store's, or built for imported networks)."""
-    from gpupred.importers.graphs import graph_for
+    from gpupred.graph.graphstore import graph_for
 
     return kernels_for(graph_for(spec), spec.batch_size, spec.precision, spec.optimizer, key=spec.arch_key,
                        recipe=recipe_of(spec.family))

@@ -335,7 +335,7 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
         if job.batch_size is None:
             raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
         return job_graph(text, text, int(job.batch_size), training)
-    from gpupred.importers.graphs import graph_for
+    from gpupred.graph.graphstore import graph_for
     from gpupred.workloads.spec import WorkloadSpec
 
     try:
