@@ -31,10 +31,11 @@
 # measured utilization, migrate on high slowdown), **random** pairing (Horus's queue, an empty GPU when one fits,
 # else a random partner), **Horus** (its published cost on predicted utilization and memory, its weighted fair
 # queue over job classes fitted on the tuning slice), **ours** (Horus's queue and cost, plus a *hard* memory fit
-# from the memory intervals — on Gavel, which records no memory, the failure rule of
-# `gpupred.colocation.failures` from the same reference co-runs —, refusal of pairs predicted to lose combined
-# throughput, and the complementarity weight `weight` x the predicted pair gain subtracted from Horus's cost,
-# `weight` chosen on the tuning slice), and the **oracle** pairing (ours handed the measured matrix, true
+# from the memory intervals, a pair placed only when its predicted out-of-memory probability is at most
+# `max_oom_risk` — on Gavel, which records no memory, the failure rule of `gpupred.colocation.failures` from the
+# same reference co-runs —, refusal of pairs predicted to lose combined throughput, and the complementarity weight
+# `weight` x the predicted pair gain subtracted from Horus's cost, `weight` and `max_oom_risk` chosen on the tuning
+# slice), and the **oracle** pairing (ours handed the measured matrix, true
 # failures and true memory: the upper bound of partner choice). Ours' pair slowdowns come from its prior times
 # each job's sensitivity and aggressiveness calibrated on `k` co-runs with fixed reference jobs (notebook 06),
 # held out by model group; the co-runs' GPU time is not charged to the cluster.
@@ -63,6 +64,7 @@ eval_tasks: int = 1500  # openb tasks in the evaluation slice (contiguous, after
 tune_frac: float = 0.2  # share of the openb trace (from its start) in the tuning slice
 max_duration_s: float = 172800.0  # openb task durations are clipped at this (2 days)
 tune_weight: list = [0.0, 0.5, 1.0, 2.0]  # ours' complementarity weights tried on the tuning slice (by mean JCT)
+tune_oom_risk: list = [0.05, 0.2, 0.5]  # ours' memory-fit bounds tried with them (its OOMs held to Horus's there)
 tune_seeds: int = 3  # seeds of the tuning slice (the first of `seeds`) each weight is tried on
 
 # %%
@@ -145,11 +147,14 @@ write_metrics(SIM_METRICS, {f"sim_{name}_gain_{key}": v for name, row in spread.
 spread.round(3)
 
 # %% [markdown]
-# ## Tuning ours' complementarity weight on the tuning slice
+# ## Tuning ours' complementarity weight and memory-fit bound on the tuning slice
 #
-# Ours' mean JCT on the tuning slice, over every load and the first `tune_seeds` seeds, for each weight in
-# `tune_weight` (0: Horus's cost alone among the partners ours allows); the lowest is kept for the evaluation slice. Horus's job classes are
-# fitted on the tuning slice's jobs too. Nothing here reads the evaluation slice.
+# Ours' mean JCT and OOMs on the tuning slice, over every load and the first `tune_seeds` seeds, for each weight in
+# `tune_weight` (0: Horus's cost alone among the partners ours allows) and each bound in `tune_oom_risk` (the
+# largest predicted out-of-memory probability of a pair ours places), beside Horus's on the same runs. Kept for the
+# evaluation slice: the lowest mean JCT among the settings whose OOMs are no more than Horus's (the issue's "no more
+# OOMs", asked of the tuning slice). Horus's job classes are fitted on the tuning slice's jobs too. Nothing here
+# reads the evaluation slice.
 
 # %%
 settings, tuned = {}, []
@@ -159,11 +164,15 @@ for name, w in worlds.items():
                              assign="share" if name == "openb" else "uniform")
     trace_base = sim.trace_settings(base, history, wfq=horus_queue == "wfq")
     tune_makers = [makers[(name, "tune", at)] for at in trace_loads]
-    table_w, chosen = sim.tune_settings(w, tune_makers, list(seeds)[:tune_seeds], trace_base,
-                                        [{"weight": x} for x in tune_weight])
+    grid = [{"weight": x, "max_oom_risk": r} for x in tune_weight for r in tune_oom_risk]
+    table_w, chosen = sim.tune_settings(w, tune_makers, list(seeds)[:tune_seeds], trace_base, grid,
+                                        at_most_horus=("ooms",))
     settings[name] = replace(trace_base, **chosen)
-    tuned.append(table_w.assign(trace=name, chosen=table_w["weight"] == chosen["weight"]))
-    write_metrics(SIM_METRICS, {f"sim_{name}_tuned_weight": chosen["weight"]})
+    is_chosen = (table_w["policy"] == "ours") & (table_w["weight"] == chosen["weight"]) & (
+        table_w["max_oom_risk"] == chosen["max_oom_risk"])
+    tuned.append(table_w.assign(trace=name, chosen=is_chosen))
+    write_metrics(SIM_METRICS, {f"sim_{name}_tuned_weight": chosen["weight"],
+                                f"sim_{name}_tuned_max_oom_risk": chosen["max_oom_risk"]})
 print(f"tuning: {time.perf_counter() - started:.0f} s")
 pd.concat(tuned, ignore_index=True).round(1)
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.notebook
 
 POLICIES = ("slot", "reactive", "random", "horus", "ours", "oracle")
 SMALL_07 = {"seeds": [0, 1, 2, 3, 4], "n_folds": 3, "lucid": False, "openb": False, "gavel": False, "trace_loads": [1.0],
-            "eval_tasks": 60, "tune_frac": 0.3, "tune_weight": [0.0, 1.0], "tune_seeds": 2}
+            "eval_tasks": 60, "tune_frac": 0.3, "tune_weight": [0.0, 1.0], "tune_oom_risk": [0.05, 0.5], "tune_seeds": 2}
 
 
 def write_openb_fixture(folder: Path, n: int = 160, seed: int = 0) -> Path:
@@ -104,6 +104,7 @@ def test_07_scheduling_sim_on_fixture(tmp_path: Path, run_notebook) -> None:
                 assert f"sim_{trace}_load1_{policy}_{key}_ci" in metrics
         assert f"sim_{trace}_load1_ours_minus_horus_p95_rho_ci" in metrics
         assert f"sim_{trace}_load1_ours_oracle_gain_share" in metrics and f"sim_{trace}_tuned_weight" in metrics
+        assert f"sim_{trace}_tuned_max_oom_risk" in metrics
     assert metrics["sim_gavel_load1_oracle_failed_placements"] == 0 and "sim_openb_goal_load1_met" in metrics
     assert "sim_gavel_goal_load1_rho_met" in metrics and not any("." in k for k in metrics)
     html = (tmp_path / "reports" / "07-scheduling-sim.html").read_text()

@@ -559,3 +559,12 @@ def test_a_setting_is_tuned_on_the_tuning_maker_only() -> None:
     assert best == {"min_gain": 0.0} and grid["mean_jct_s"].iloc[0] < grid["mean_jct_s"].iloc[1]
     with pytest.raises(ValueError, match="unknown settings"):
         sim.tune_settings(world, [tuning], [0], settings, [{"speed": 1.0}])
+    # a constraint against Horus: never packing (min_gain 0.9) waits longer than Horus, so it is not eligible, and
+    # with no eligible change the best of all is kept
+    grid, best = sim.tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}],
+                                   at_most_horus=("mean_jct_s",))
+    horus = grid[grid["policy"] == "horus"].iloc[0]
+    assert horus["mean_jct_s"] == pytest.approx(sim.policy_metrics(world, tuning, [0, 1], settings, "horus")["mean_jct_s"])
+    ours = grid[grid["policy"] == "ours"].set_index("min_gain")
+    assert not ours.loc[0.9, "eligible"] and ours.loc[0.9, "mean_jct_s"] > horus["mean_jct_s"]
+    assert best == ({"min_gain": 0.0} if ours.loc[0.0, "eligible"] else {"min_gain": float(ours["mean_jct_s"].idxmin())})

@@ -155,32 +155,53 @@ def trace_settings(base: Settings, history: pd.DataFrame, wfq: bool = True, **ch
 def ours_metric(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
                 settings: Settings, metric: str = "mean_jct_s") -> float:
     """Ours' ``metric`` averaged over ``seeds`` of one scenario (ours' own predictions; no other policy is run)."""
-    values = []
+    return policy_metrics(world, make, seeds, settings, "ours", (metric,))[metric]
+
+
+def policy_metrics(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
+                   settings: Settings, policy: str = "ours", metrics: tuple[str, ...] = ("mean_jct_s",)) -> dict[str, float]:
+    """``metrics`` of ours or Horus (``policy``) averaged over ``seeds`` of one scenario, on their own predictions."""
+    values: dict[str, list[float]] = {m: [] for m in metrics}
     for seed in seeds:
         jobs, cluster = make(seed)
-        ours = make_ours(world, jobs, settings)
-        values.append(simulate(jobs, cluster, ours, world.truth(jobs["kind"].to_numpy())).metrics[metric])
-    return float(np.mean(values))
+        chosen = make_ours(world, jobs, settings) if policy == "ours" else HorusPolicy(settings.horus_classes,
+                                                                                        lookahead=settings.lookahead)
+        result = simulate(jobs, cluster, chosen, world.truth(jobs["kind"].to_numpy())).metrics
+        for m in metrics:
+            values[m].append(float(result[m]))
+    return {m: float(np.mean(v)) for m, v in values.items()}
 
 
 def tune_settings(world: World, makes: list[Callable[[int], tuple[pd.DataFrame, Cluster]]], seeds: list[int],
-                  settings: Settings, grid: list[dict[str, float]],
-                  metric: str = "mean_jct_s") -> tuple[pd.DataFrame, dict[str, float]]:
-    """Ours' ``metric`` (mean over ``makes`` and seeds; lower is better) for each setting change in ``grid``; and the best.
+                  settings: Settings, grid: list[dict[str, float]], metric: str = "mean_jct_s",
+                  at_most_horus: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Ours' ``metric`` (mean over ``makes`` and seeds; lower is better) for each setting change in ``grid``; and the
+    best among the changes whose ``at_most_horus`` metrics (e.g. ``ooms``) are no higher than Horus's on the same
+    scenarios (the best of all when none is).
 
     Every maker in ``makes`` must build jobs of a slice never evaluated (e.g. the tuning slice at each load):
-    the chosen values are then fitted on that slice only.
+    the chosen values are then fitted on that slice only. The table has a row per change with ``metric``, the
+    ``at_most_horus`` metrics and ``eligible`` (and, with ``at_most_horus``, a last row of Horus's own figures).
     """
     from dataclasses import fields, replace
 
     names = {f.name for f in fields(Settings)}
+    wanted = (metric, *[m for m in at_most_horus if m != metric])
     rows = []
     for change in grid:
         unknown = set(change) - names
         if unknown:
             raise ValueError(f"unknown settings {sorted(unknown)}")
-        values = [ours_metric(world, make, seeds, replace(settings, **change), metric) for make in makes]
-        rows.append({**change, metric: float(np.mean(values))})
-    table = pd.DataFrame(rows)
-    best = table.loc[table[metric].idxmin()]
+        per = [policy_metrics(world, make, seeds, replace(settings, **change), "ours", wanted) for make in makes]
+        rows.append({"policy": "ours", **change, **{m: float(np.mean([p[m] for p in per])) for m in wanted}})
+    table = pd.DataFrame(rows).assign(eligible=True)
+    if at_most_horus:
+        per = [policy_metrics(world, make, seeds, settings, "horus", wanted) for make in makes]
+        horus = {m: float(np.mean([p[m] for p in per])) for m in wanted}
+        for m in at_most_horus:
+            table["eligible"] &= table[m] <= horus[m] + 1e-9
+        table = pd.concat([table, pd.DataFrame([{"policy": "horus", **horus, "eligible": False}])], ignore_index=True)
+    ours = table[table["policy"] == "ours"]
+    pool = ours[ours["eligible"]] if ours["eligible"].any() else ours
+    best = pool.loc[pool[metric].idxmin()]
     return table, {k: float(best[k]) for k in grid[0]}
