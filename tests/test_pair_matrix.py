@@ -29,7 +29,7 @@ from gpupred.profile.pair_matrix import (
     memory_probes,
     tournament,
 )
-from gpupred.profile.plan_builder import PlanBuild, plan_cost
+from gpupred.profile.plans import PlanBuild, plan_cost
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA
 from gpupred.profile.store import write_manifest
 from gpupred.profile.units import Unit, load_plan, parse_group_id, parse_plan_text

@@ -16,7 +16,7 @@ from gpupred.cli import run_app
 from gpupred.errors import GpupredError
 from gpupred.cli import profile as profile_cli
 from gpupred.profile.units import Unit, load_plan, parse_plan_text
-from gpupred.profile.plan_builder import (
+from gpupred.profile.plans import (
     build_pairs,
     build_subset,
     fused_plan,

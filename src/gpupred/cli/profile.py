@@ -161,7 +161,7 @@ def _plan_pairs(plan_app: Any, plans_dir: Path) -> None:
             settings = MatrixSettings(jobs, all_pairs, repeated, repeats, probes, seed=seed)
             _write_matrix(source, settings, out or plans_dir / f"{_gpu_folder(source)}-pairs-matrix.txt")
             return
-        from gpupred.profile.plan_builder import build_pairs, write_plan
+        from gpupred.profile.plans import build_pairs, write_plan
 
         _check_count(n, "--n")
         _check_count(groups, "--groups", 0)
@@ -195,7 +195,7 @@ def _shown(path: Path) -> str:
 def _write_matrix(source: Path, settings: Any, out: Path) -> None:
     """Build, write and describe the pair-matrix plan (its GPU time from the source sweep's manifests)."""
     from gpupred.profile.pair_matrix import build_matrix, reference_notes
-    from gpupred.profile.plan_builder import plan_cost, write_plan
+    from gpupred.profile.plans import plan_cost, write_plan
 
     built = build_matrix(source, settings)
     cost = plan_cost(len(built.lines), source)
@@ -233,7 +233,7 @@ def _plan_subset(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "h200-subset.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Solo specs with ok runs, round-robin over every family, to rerun on another GPU kind."""
-        from gpupred.profile.plan_builder import build_subset, write_plan
+        from gpupred.profile.plans import build_subset, write_plan
 
         _check_count(n, "--n")
         built = build_subset(source, n, seed)
@@ -255,7 +255,7 @@ def _plan_solo(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "h100-solo.txt", "--out", help="Plan file to write."),
     ) -> None:
         """The first N catalog ids in catalog order (the units of ``catalog:N``), for the solo sweep."""
-        from gpupred.profile.plan_builder import solo_plan, write_plan
+        from gpupred.profile.plans import solo_plan, write_plan
 
         _check_count(n, "--n")
         lines = solo_plan(n)
@@ -277,7 +277,7 @@ def _plan_realworld(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "realworld-solo.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Every real-world spec (timm and Hugging Face architectures; not in the catalog), for a solo sweep."""
-        from gpupred.profile.plan_builder import realworld_plan, write_plan
+        from gpupred.profile.plans import realworld_plan, write_plan
 
         lines = realworld_plan()
         write_plan(out, lines, [
@@ -300,7 +300,7 @@ def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "sync.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Small and large specs of every kind of family, each with sync=step and sync=window."""
-        from gpupred.profile.plan_builder import sync_plan, write_plan
+        from gpupred.profile.plans import sync_plan, write_plan
 
         _check_count(n, "--n")
         lines = sync_plan(n)
@@ -322,7 +322,7 @@ def _plan_fused(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "fusion.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Every fused catalog spec (the units of ``fused``), for the inter-trial fusion sweep."""
-        from gpupred.profile.plan_builder import fused_plan, write_plan
+        from gpupred.profile.plans import fused_plan, write_plan
 
         lines = fused_plan()
         write_plan(out, lines, [
@@ -345,7 +345,7 @@ def _plan_fusion_coloc(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "fusion-coloc.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Each fused model's F=1 spec co-located F times (F = 2..4), to compare fusion with plain co-location."""
-        from gpupred.profile.plan_builder import fusion_colocation_plan, write_plan
+        from gpupred.profile.plans import fusion_colocation_plan, write_plan
 
         lines = fusion_colocation_plan()
         fs = sorted({len(x.split("#")[0].split("+")) for x in lines})
@@ -375,7 +375,7 @@ def _plan_estimate(plan_app: Any, plans_dir: Path) -> None:
                                                                 "finished there are not counted."),
     ) -> None:
         """The GPU time and 8-minute chunks a plan needs, at the per-unit time of an earlier sweep of that GPU kind."""
-        from gpupred.profile.plan_builder import plan_cost
+        from gpupred.profile.plans import plan_cost
         from gpupred.profile.store import finished_units
         from gpupred.profile.units import load_plan
 

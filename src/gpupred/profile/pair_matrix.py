@@ -1,6 +1,6 @@
 """The pair-matrix plan (issue 59): reference jobs x other jobs, all pairs among a few, repeats, fresh solo runs.
 
-Built from the ok, real solo runs of ONE GPU kind (:func:`gpupred.profile.plan_builder.solo_table`); every choice
+Built from the ok, real solo runs of ONE GPU kind (:func:`gpupred.profile.plans.solo_table`); every choice
 looks at solo measurements only:
 
 - **4 reference jobs**, one per role of :data:`REFERENCE_ROLES`, from 4 different families:
@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
-from gpupred.profile.plan_builder import PlanBuild, solo_table, spread_merge, spread_order
+from gpupred.profile.plans import PlanBuild, solo_table, spread_merge, spread_order
 
 REFERENCE_ROLES: tuple[str, ...] = ("launch-bound", "mid-cnn", "bandwidth", "compute-transformer")
 HEAVY_UTIL = 95.0  # % mean solo gpu_util above which a job saturates the GPU

@@ -432,7 +432,7 @@ def write_plan(path: Path, lines: list[str], header: list[str]) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = [*header, f"generated {date.today().isoformat()} by gpupred.profile.plan_builder; {len(lines)} run units"]
+    head = [*header, f"generated {date.today().isoformat()} by gpupred.profile.plans; {len(lines)} run units"]
     path.write_text("".join(f"# {h}\n" for h in head) + "\n" + "".join(f"{x}\n" for x in lines))
     load_plan(str(path))
     return path
