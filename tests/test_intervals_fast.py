@@ -151,7 +151,7 @@ def test_predictor_paths_agree_exactly() -> None:
 
 def test_numpy_forest_evaluates_the_step_correction() -> None:
     """The step estimator's shrunk correction (a LightGBM pipeline pulled towards its median) goes through the
-    forest with the same numbers, combined with a plain model; at weight 0 it has no trees and no forest."""
+    forest with the same numbers, combined with a plain model; at weight 0 it is a constant without trees."""
     from gpupred.learn.forest import Forest
     from gpupred.learn.regressors import correction_model, make_regressor
     from gpupred.step.correction import ShrunkCorrection
@@ -168,4 +168,8 @@ def test_numpy_forest_evaluates_the_step_correction() -> None:
     combined = Forest.combine([Forest.from_models([m]) for m in shrunk])
     np.testing.assert_array_equal(combined.predict(probe[:7]), want[:2, :7])
     assert not np.array_equal(want[0], shrunk[0].model_.predict(probe))  # the pull is applied, not skipped
-    assert Forest.from_models([ShrunkCorrection(correction_model(0), 0.0).fit(X, y)]) is None
+    constant = [ShrunkCorrection(correction_model(s), 0.0).fit(X[s::2], y[s::2]) for s in (0, 1)]  # no trees
+    for models in (constant, [constant[0], *shrunk]):
+        forest = Forest.from_models(models)
+        assert forest is not None
+        np.testing.assert_array_equal(forest.predict(probe[:9]), np.stack([m.predict(probe[:9]) for m in models]))

@@ -105,3 +105,20 @@ def test_importers_register_their_jobs_into_the_graph_store() -> None:
         assert not {s.arch_key for s in lucid.store_specs()} <= {s.arch_key for s in store.store_specs()}
     finally:
         store.register_store_specs("lucid", lucid.store_specs)
+
+
+def test_the_exported_predictor_answers_a_graph_without_the_learning_libraries(tmp_path: Path) -> None:
+    """A cold ``gpupred predict`` of a graph loads the committed predictor and answers from physics and the numpy
+    forests: scikit-learn, LightGBM, XGBoost and SciPy (about a second of imports) are made unimportable, and the
+    answer is the one a process with them gives."""
+    slow = ("sklearn", "lightgbm", "xgboost", "scipy")
+    shim = tmp_path / "no-learning-libraries"
+    for name in slow:
+        (shim / name).mkdir(parents=True)
+        (shim / name / "__init__.py").write_text(f"raise ImportError('{name} blocked (FIXTURE blocker)')\n")
+    argv = ["-m", "gpupred.cli", "predict", "resnet.resnet50-bs64-img224-fp32-sgd", "--gpu", "H100 SXM", "--json"]
+    light = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=_env(shim))
+    assert light.returncode == 0, light.stderr[-2000:]
+    full = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=_env(tmp_path / "none"))
+    assert full.returncode == 0, full.stderr[-2000:]
+    assert json.loads(light.stdout) == json.loads(full.stdout) and json.loads(light.stdout)["core"] == "physics"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import GroupKFold
 
 from gpupred.errors import GpupredError
 
@@ -53,4 +52,6 @@ def inner_splits(groups: np.ndarray, n_inner: int, seed: int) -> list[tuple[np.n
     k = min(n_inner, len(set(groups)))
     if k < 2:
         raise GpupredError(f"only {len(set(groups))} group(s) in the training rows: too few for an inner cross-validation")
+    from sklearn.model_selection import GroupKFold
+
     return list(GroupKFold(k, shuffle=True, random_state=seed).split(groups, groups=groups))

@@ -30,12 +30,14 @@ per row than numpy's.
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 _LEAF = -1
+FOREST_MAX_ROWS = 32  # up to this many rows the numpy forest beats the libraries' per-call overhead
 
 
 @dataclass
@@ -207,12 +209,15 @@ class Forest:
                 x32.append(np.full(len(left), trees.x32))
                 strict.append(np.full(len(left), trees.strict))
                 offset += len(left)
-        self.left, self.right = np.concatenate(lefts), np.concatenate(rights)
-        self.feature, self.threshold = np.concatenate(feats), np.concatenate(thrs)
-        self.default_left, self.value = np.concatenate(defaults), np.concatenate(values)
-        self.x32, self.strict = np.concatenate(x32), np.concatenate(strict)
+        def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:  # no tree at all: constant models only
+            return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+        self.left, self.right = joined(lefts, np.int64), joined(rights, np.int64)
+        self.feature, self.threshold = joined(feats, np.int64), joined(thrs, np.float64)
+        self.default_left, self.value = joined(defaults, bool), joined(values, np.float64)
+        self.x32, self.strict = joined(x32, bool), joined(strict, bool)
         self.roots = np.asarray(roots, dtype=np.int64)
-        self.owner = np.asarray(owner)
+        self.owner = np.asarray(owner, dtype=np.int64)
         self.bounds = np.searchsorted(self.owner, np.arange(self.n_models + 1))  # trees of model k: bounds[k]:bounds[k+1]
         self.base = np.asarray([m.base for m in models], dtype=np.float64)
         self.sum32 = np.asarray([m.sum32 for m in models], dtype=bool)
@@ -235,19 +240,22 @@ class Forest:
         """A Forest of fitted regressors (XGBoost, LightGBM, scikit-learn trees; bare or after FunctionTransformers;
         or an affine pull of one, see the module docstring), or None."""
         pulls = [m.forest_parts() if hasattr(m, "forest_parts") else (m, np.nan, 1.0) for m in models]
-        if not models or any(inner is None for inner, _, _ in pulls):
-            return None  # a pull at weight 0 has no inner model: it predicts a constant without any trees
-        models = [inner for inner, _, _ in pulls]
-        parts = [_split_pipeline(m) for m in models]
-        if any(p is None for p in parts):
+        if not models:
             return None
-        funcs = parts[0][0]  # type: ignore[index]
-        if any(p[0] != funcs for p in parts):  # type: ignore[index]
+        parts = [None if inner is None else _split_pipeline(inner) for inner, _, _ in pulls]
+        if any(p is None and inner is not None for p, (inner, _, _) in zip(parts, pulls)):
             return None
-        converters = [_CONVERTERS.get(type(p[1]).__name__) for p in parts]  # type: ignore[index]
-        if any(c is None for c in converters):
+        transforms = {id(p[0]): p[0] for p in parts if p is not None}  # type: ignore[index]
+        funcs = next(iter(transforms.values()), [])
+        if any(p is not None and p[0] != funcs for p in parts):  # type: ignore[index]
             return None
-        trees = [c(p[1]) for c, p in zip(converters, parts)]  # type: ignore[index,misc]
+        trees: list[_Trees | None] = []
+        for p, (_, center, _) in zip(parts, pulls):
+            if p is None:  # a pull at weight 0 has no inner model: the constant centre, no trees
+                trees.append(_Trees([], [], [], [], [], [], float(center)))
+                continue
+            convert = _CONVERTERS.get(type(p[1]).__name__)
+            trees.append(convert(p[1]) if convert is not None else None)
         if any(t is None for t in trees):
             return None
         forest = cls(funcs, trees)  # type: ignore[arg-type]
@@ -339,3 +347,30 @@ class Forest:
         if child is None:
             child = self.__dict__["_child"] = np.stack([self.left, self.right], axis=1).ravel()
         return child
+
+
+class PickledApart:
+    """Fitted library models pickled apart when a numpy forest stands in for them.
+
+    The attributes named in ``APART`` (scikit-learn, LightGBM or XGBoost objects) are pickled as one bytes string
+    when the attribute named ``FOREST`` holds a forest, and unpickled on first access: an object that answers a few
+    rows from its forest then unpickles without importing those libraries (about a second of a cold start).
+    """
+
+    APART: tuple[str, ...] = ()
+    FOREST = "forest_"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state, with the ``APART`` attributes as one pickled string where a forest stands in for them."""
+        state = dict(self.__dict__)
+        if state.get(self.FOREST) is not None and all(name in state for name in self.APART):
+            apart = tuple(state.pop(name) for name in self.APART)
+            state["apart_pickle_"] = pickle.dumps(apart, protocol=pickle.HIGHEST_PROTOCOL)
+        return state
+
+    def __getattr__(self, name: str) -> Any:
+        """An ``APART`` attribute, unpickled on first use."""
+        if name in type(self).APART and "apart_pickle_" in self.__dict__:
+            self.__dict__.update(zip(type(self).APART, pickle.loads(self.__dict__.pop("apart_pickle_"))))
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

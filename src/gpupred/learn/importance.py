@@ -82,7 +82,7 @@ def shap_explanation(df: pd.DataFrame, target: str, model: str = "lightgbm", see
     """A ``shap.Explanation`` of a tree model fitted on the whole dataset (features on the model's log scale)."""
     shap = _shap()
 
-    from gpupred.learn.regressors import signed_log1p
+    from gpupred.learn.transform import signed_log1p
 
     X, z = _xy(df, target)
     fitted = make_regressor(model, tune=False, seed=seed).fit(X.to_numpy(), z)

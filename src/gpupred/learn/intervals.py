@@ -22,19 +22,18 @@ import os
 from typing import Any
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.model_selection import GroupKFold, KFold
 
-from gpupred.learn.forest import Forest, leading_functions
+from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, PickledApart, leading_functions
 
 
-FOREST_MAX_ROWS = 32  # up to this many rows the numpy forest beats the libraries' per-call overhead
 THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core
 DIRECT_MAX_VALUES = 200_000  # cvplus_kth sorts rows x n values directly up to this many
 
 
-class ConformalRegressor:
+class ConformalRegressor(PickledApart):
     """A regressor on log1p targets with CV+ intervals at nominal coverage ``1 - alpha``."""
+
+    APART = ("model", "full_model_", "fold_models_")  # pickled apart: the numpy forest answers a few rows without them
 
     def __init__(self, model: Any, alpha: float = 0.1, n_folds: int = 5, seed: int = 0) -> None:
         self.model = model
@@ -45,6 +44,9 @@ class ConformalRegressor:
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None,
             strata: np.ndarray | None = None) -> "ConformalRegressor":
         """Fit the full model and the K fold models; keep out-of-fold residuals (and each row's stratum)."""
+        from sklearn.base import clone
+        from sklearn.model_selection import GroupKFold, KFold
+
         self.strata_ = None if strata is None else np.asarray(strata).astype(str)
         X = np.asarray(X, dtype=float)
         z = np.log1p(np.asarray(y, dtype=float))
@@ -63,6 +65,7 @@ class ConformalRegressor:
             self.fold_of_[test] = k
             self.residuals_[test] = np.abs(z[test] - m.predict(X[test]))
         self.full_model_ = clone(self.model).fit(X, z)
+        self.n_folds_ = len(self.fold_models_)
         self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless tree ensembles it reproduces
         return self
 
@@ -124,7 +127,7 @@ class ConformalRegressor:
         if (sign, stratum) not in cache:
             rows = np.ones(len(self.residuals_), bool) if stratum is None else self.strata_ == stratum
             cache[(sign, stratum)] = [np.sort(sign * self.residuals_[rows & (self.fold_of_ == k)])
-                                      for k in range(len(self.fold_models_))]
+                                      for k in range(self.n_folds_)]
         return cache[(sign, stratum)]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -132,10 +135,15 @@ class ConformalRegressor:
         self.__dict__.update(state)
         self.__dict__.setdefault("forest_", None)
         self.__dict__.setdefault("strata_", None)
+        if "n_folds_" not in self.__dict__:  # pickled before the fold count was kept
+            self.__dict__["n_folds_"] = len(self.fold_models_)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the sorted-residual cache (rebuilt on first use)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_offsets_cache"}
+        """Pickle without the sorted-residual cache (rebuilt on first use); the fitted models apart where the numpy
+        forest stands in for them (:class:`gpupred.learn.forest.PickledApart`)."""
+        state = super().__getstate__()
+        state.pop("_offsets_cache", None)
+        return state
 
     def predict(self, X: np.ndarray, strata: np.ndarray | None = None,
                 preds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,21 +9,16 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
-import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.neural_network import MLPRegressor
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
+from gpupred.learn.transform import signed_log1p  # noqa: F401  (re-exported: predictors pickled before refer to it here)
+
 # targets learned on log1p scale; the predictor's output column names are the keys
 TARGETS: dict[str, str] = {"gpu_util": "log1p", "memory_mib": "log1p", "sm_active": "log1p"}
-
-
-def signed_log1p(x: np.ndarray) -> np.ndarray:
-    """sign(x) * log1p(|x|): tames FLOPs and bytes that span many orders of magnitude."""
-    x = np.asarray(x, dtype=float)
-    return np.copysign(np.log1p(np.abs(x)), x)
 
 
 def _scaled(model: Any) -> Pipeline:

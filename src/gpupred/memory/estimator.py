@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
 
 from gpupred.dataset import SOURCE_OWN
+from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, PickledApart
+from gpupred.learn.params import Params
 from gpupred.memory.correction import (
     CORRECTION_CLIP, CORRECTION_GRID, DEFAULT_SETTING, MAX_ROWS_PER_SOURCE, CorrectionSetting, correction_features,
     fit_correction, inner_lofo_residuals, lofo_halfwidths, per_source_sample, selection_score,
@@ -19,7 +20,7 @@ from gpupred.memory.correction import (
 BEST = "footprint*correction"  # the estimate's column (the evaluation's method name)
 
 
-class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
+class MemoryEstimator(PickledApart, Params):
     """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals
     (scikit-learn style: ``fit``, ``predict``, ``get_params``, ``describe``).
 
@@ -28,6 +29,9 @@ class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
     source-balanced median |log error| is fitted on all the rows, and its held-out residuals calibrate the
     intervals. Nothing outside the rows given to ``fit`` is seen, so an outer split stays honest.
     """
+
+    APART = ("correction_",)  # the LightGBM correction, pickled apart: its numpy forest answers a few rows
+    FOREST = "correction_forest_"
 
     def __init__(self, seed: int = 0, calibrate: bool = True,
                  settings: tuple[CorrectionSetting, ...] | None = None) -> None:
@@ -50,6 +54,7 @@ class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
             if self.calibrate:
                 self.halfwidth_ = lofo_halfwidths(residuals[grid.index(self.setting_)], sources)
         self.footprint_, self.correction_ = fit_correction(data, self.setting_, target, self.seed)
+        self.correction_forest_ = Forest.from_models([self.correction_])
         self.fitted_keys_ = set(self.footprint_.context_mib)
         return self
 
@@ -59,6 +64,7 @@ class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
         self.__dict__.setdefault("setting_", CorrectionSetting(CORRECTION_CLIP, 30, 30))
         self.__dict__.setdefault("selection_", {})
         self.__dict__.setdefault("settings", None)
+        self.__dict__.setdefault("correction_forest_", None)
 
     def describe(self) -> dict[str, Any]:
         """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
@@ -74,6 +80,8 @@ class MemoryEstimator(BaseEstimator):  # type: ignore[misc]
         where the caller has them)."""
         clip = self.setting_.clip
         X = correction_features(df, terms)
+        if self.correction_forest_ is not None and len(X) <= FOREST_MAX_ROWS:  # the same numbers, in numpy
+            return np.clip(self.correction_forest_.predict(X)[0], -clip, clip)
         booster = getattr(self.correction_, "booster_", None)  # LightGBM's booster: its numbers, without the
         raw = booster.predict(X, num_threads=1) if booster is not None else self.correction_.predict(X)  # wrapper's checks
         return np.clip(raw, -clip, clip)

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.base import clone
 
 from gpupred.learn.conformal import conformal_quantile
 from gpupred.learn.splits import sibling_group
@@ -45,6 +44,8 @@ class UnseenGpuWidth:
 
 def held_out_residuals(model: object, X: np.ndarray, z: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
     """Per group: the log1p residuals of its rows under ``model`` fitted on the other groups' rows."""
+    from sklearn.base import clone
+
     out = {}
     for g in np.unique(groups):
         test = groups == g

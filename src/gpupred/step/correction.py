@@ -23,12 +23,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from gpupred.errors import GpupredError
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.regressors import correction_model
+from gpupred.learn.params import Params
 from gpupred.perf.timeline import STEP_COLUMNS
 
 CORRECTION_FEATURES: tuple[str, ...] = (  # what the correction reads besides the fitted physics
@@ -43,7 +42,7 @@ BOUND_QUANTILE = 0.02  # a point correction stays within its source's 2-98 % tra
 BOUND_MIN_ROWS = 20  # a source with fewer training rows is bounded by every training row's range
 
 
-class ShrunkCorrection(RegressorMixin, BaseEstimator):
+class ShrunkCorrection(Params):
     """A regressor whose predictions are pulled towards the training median by ``1 - weight`` (0: no correction
     beyond a constant factor, 1: the regressor as it is). Its weight is chosen by inner grouped CV."""
 
@@ -53,6 +52,8 @@ class ShrunkCorrection(RegressorMixin, BaseEstimator):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "ShrunkCorrection":
         """Fit the regressor (not at weight 0) and keep the median target."""
+        from sklearn.base import clone
+
         self.center_ = float(np.median(y))
         self.model_ = clone(self.model).fit(X, y) if self.weight > 0 else None
         return self
@@ -82,6 +83,8 @@ def choose_shrink(base: Any, X: np.ndarray, ratio: np.ndarray, groups: np.ndarra
     One fit per inner fold serves every strength (a strength only rescales the fitted model's departure from the
     median); the mean inner RMSLE over folds picks it, ties going to the weaker correction.
     """
+    from sklearn.base import clone
+
     if len(set(groups)) < 3:
         return ShrunkCorrection(base, SHRINK_WEIGHTS[-1])
     z = np.log1p(ratio)
@@ -140,6 +143,8 @@ class Correction:
 
     def _conformal(self, X: np.ndarray, ratio: np.ndarray, groups: np.ndarray, strata: np.ndarray,
                    rows: np.ndarray) -> ConformalRegressor:
+        from gpupred.learn.regressors import correction_model
+
         s = self.settings
         shrunk = choose_shrink(correction_model(s.seed), X[rows], ratio[rows], groups[rows], s.n_inner, s.seed)
         return ConformalRegressor(shrunk, s.alpha, s.n_cal, s.seed).fit(X[rows], ratio[rows], groups=groups[rows],

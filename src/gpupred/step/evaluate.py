@@ -172,7 +172,7 @@ def correction_shap(frame: pd.DataFrame, source: str | None = SOURCE_OWN, seed: 
     """A ``shap.Explanation`` of the correction model fitted on ``frame`` (one source's rows by default)."""
     import warnings
 
-    from gpupred.learn.regressors import signed_log1p
+    from gpupred.learn.transform import signed_log1p
 
     with warnings.catch_warnings():  # shap imports tqdm.auto, which warns in a kernel without ipywidgets
         warnings.simplefilter("ignore")
