@@ -15,7 +15,8 @@ data_cleaner_mlp_step1.py``):
 
 Every network is rebuilt exactly from its layer list (``Activations-Params``): a row whose list does not
 follow its architecture's rule, or holds a layer kind other than Linear and ReLU, is excluded with the
-reason, never approximated. :func:`gpupred.graph.graphstore.fcnet_onnx` writes the graph with ``onnx.helper`` (no torch).
+reason, never approximated. :func:`gpupred.graph.graphstore.fcnet_onnx` writes the graph with ``onnx.helper``
+(no torch).
 
 Licence: the upstream repository has no licence file at the pinned commit; later upstream READMEs give
 the data CC BY-NC 4.0 (README.md) and CC BY 4.0 (Datasets/README.md). Treated as non-commercial:

@@ -239,14 +239,13 @@ class Forest:
     def from_models(cls, models: list[Any]) -> "Forest | None":
         """A Forest of fitted regressors (XGBoost, LightGBM, scikit-learn trees; bare or after FunctionTransformers;
         or an affine pull of one, see the module docstring), or None."""
-        pulls = [m.forest_parts() if hasattr(m, "forest_parts") else (m, np.nan, 1.0) for m in models]
         if not models:
             return None
+        pulls = [m.forest_parts() if hasattr(m, "forest_parts") else (m, np.nan, 1.0) for m in models]
         parts = [None if inner is None else _split_pipeline(inner) for inner, _, _ in pulls]
         if any(p is None and inner is not None for p, (inner, _, _) in zip(parts, pulls)):
             return None
-        transforms = {id(p[0]): p[0] for p in parts if p is not None}  # type: ignore[index]
-        funcs = next(iter(transforms.values()), [])
+        funcs = next((p[0] for p in parts if p is not None), [])  # the input transform; constants read no input
         if any(p is not None and p[0] != funcs for p in parts):  # type: ignore[index]
             return None
         trees: list[_Trees | None] = []
