@@ -568,3 +568,5 @@ def test_a_setting_is_tuned_on_the_tuning_maker_only() -> None:
     ours = grid[grid["policy"] == "ours"].set_index("min_gain")
     assert not ours.loc[0.9, "eligible"] and ours.loc[0.9, "mean_jct_s"] > horus["mean_jct_s"]
     assert best == ({"min_gain": 0.0} if ours.loc[0.0, "eligible"] else {"min_gain": float(ours["mean_jct_s"].idxmin())})
+    with pytest.raises(GpupredError, match="ours or horus, not 'random'"):
+        sim.policy_metrics(world, tuning, [0], settings, "random")

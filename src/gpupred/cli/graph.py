@@ -103,7 +103,7 @@ def export_cmd(
         from gpupred import importers
         from gpupred.graph.graphstore import store_specs
 
-        importers.MODULES  # noqa: B018  (importing the importers registers the specs of their jobs)
+        importers.load_all()  # the importers register the specs of their jobs
         written = build_store(store_specs(), force=force)
         typer.echo(f"{len(written)} graphs exported into the store")
         return

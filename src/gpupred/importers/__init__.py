@@ -34,7 +34,7 @@ TRACE_MODULES: tuple[str, ...] = ("alibaba",)  # scheduling traces: imported the
 COLOCATION_MODULES: tuple[str, ...] = ("gavel",)
 
 __all__ = ["COLOCATION", "MODULES", "SOURCES", "TRACES", "alibaba", "gavel", "Source", "ensure_imported", "get_source",
-           "gpumemnet", "import_source", "imported_sources", "is_imported", "lucid", "module", "read_provenance"]
+           "gpumemnet", "import_source", "imported_sources", "is_imported", "load_all", "lucid", "module", "read_provenance"]
 _FROM_SOURCE = ("Source", "ensure_imported", "is_imported", "read_provenance")
 
 
@@ -59,6 +59,12 @@ def __getattr__(name: str) -> Any:
     value: Any = modules if name == "MODULES" else {n: m.SOURCE for n, m in modules.items()}
     globals()[name] = value
     return value
+
+
+def load_all() -> dict[str, ModuleType]:
+    """Import every measurement importer (each registers what it adds, e.g. Lucid's jobs in the graph store's specs)
+    and return them by source name."""
+    return __getattr__("MODULES")
 
 
 def get_source(name: str) -> "Source":

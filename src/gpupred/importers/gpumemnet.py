@@ -31,7 +31,7 @@ import re
 import pandas as pd
 
 from gpupred.errors import GpupredError
-from gpupred.graph.graphstore import ACTIVATIONS, fcnet_onnx  # noqa: F401  (the networks' graphs, re-exported here)
+from gpupred.graph.graphstore import ACTIVATIONS
 from gpupred.importers.source import Source, UpstreamFile, read_csv
 from gpupred.workloads.fcnet import fc_widths
 from gpupred.workloads.spec import WorkloadSpec

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpupred.errors import GpupredError
 from gpupred.sim.cluster import Cluster, PredictedSlowdown, simulate
 from gpupred.sim.metrics import METRIC_KEYS
 from gpupred.sim.policies import (
@@ -152,15 +153,11 @@ def trace_settings(base: Settings, history: pd.DataFrame, wfq: bool = True, **ch
     return replace(base, horus_classes=classes, **change)  # type: ignore[arg-type]
 
 
-def ours_metric(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
-                settings: Settings, metric: str = "mean_jct_s") -> float:
-    """Ours' ``metric`` averaged over ``seeds`` of one scenario (ours' own predictions; no other policy is run)."""
-    return policy_metrics(world, make, seeds, settings, "ours", (metric,))[metric]
-
-
 def policy_metrics(world: World, make: Callable[[int], tuple[pd.DataFrame, Cluster]], seeds: list[int],
                    settings: Settings, policy: str = "ours", metrics: tuple[str, ...] = ("mean_jct_s",)) -> dict[str, float]:
     """``metrics`` of ours or Horus (``policy``) averaged over ``seeds`` of one scenario, on their own predictions."""
+    if policy not in ("ours", "horus"):
+        raise GpupredError(f"policy_metrics runs ours or horus, not {policy!r}")
     values: dict[str, list[float]] = {m: [] for m in metrics}
     for seed in seeds:
         jobs, cluster = make(seed)
