@@ -17,7 +17,10 @@ class ReplayedFailure(Exception):
 
 
 class Backend(Protocol):
-    """One GPU's measurements, by benchmark name and parameters (see ``gpupred.calibration.bench.BENCHES``)."""
+    """One GPU's measurements, by benchmark name and parameters (see ``gpupred.calibration.bench.BENCHES``).
+
+    A replaying backend also has ``recorded_wall_s(bench, params)``: how long the case took when it was recorded.
+    """
 
     name: str  # "torch-cuda", or "replay:<file>" for a recording
     replayed_from: str  # the recording a fake replays ('' for a real backend)

@@ -21,8 +21,11 @@ class FakeBackend:
         self.recording = copy.deepcopy(recording)
         self._values: dict[Any, dict[str, float]] = {}
         self._errors: dict[Any, str] = {}
+        self._wall_s: dict[Any, float] = {}
         for item in self.recording.get("results", []):
             self._values[case_key(item["bench"], item["params"])] = dict(item["values"])
+            if "wall_s" in item:
+                self._wall_s[case_key(item["bench"], item["params"])] = float(item["wall_s"])
             if item.get("error"):
                 self._errors[case_key(item["bench"], item["params"])] = str(item["error"])
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -54,6 +57,10 @@ class FakeBackend:
         if key in self._errors:  # replayed as it happened
             raise ReplayedFailure(self._errors[key])
         return dict(self._values[key])
+
+    def recorded_wall_s(self, bench: str, params: dict[str, Any]) -> float | None:
+        """How long the case took when it was recorded (None where the recording does not say)."""
+        return self._wall_s.get(case_key(bench, params))
 
     def close(self) -> None:
         """Nothing to release."""
