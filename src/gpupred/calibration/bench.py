@@ -107,7 +107,7 @@ def run_benchmarks(backend: Backend, seconds: float = DEFAULT_SECONDS, cases: li
                    progress: bool = True) -> list[dict[str, Any]]:
     """Every case measured on ``backend``, each given its share of ``seconds``: one record per case
     (``bench``, ``params``, ``values``, ``wall_s``; ``error`` and no values where the case failed). A replaying
-    backend (``recorded_wall_s``) keeps each case's recorded ``wall_s``: replaying measures no time of its own."""
+    backend keeps each case's recorded ``wall_s`` (``Backend.recorded_wall_s``): a replay measures no time itself."""
     from gpupred.reports import progress_bar
 
     cases = default_cases() if cases is None else cases
@@ -126,7 +126,7 @@ def run_benchmarks(backend: Backend, seconds: float = DEFAULT_SECONDS, cases: li
         except Exception as err:  # one case's failure (out of memory, an API a torch lacks) is recorded, not fatal
             text = " ".join(str(err).split())
             record["error"] = (text if isinstance(err, ReplayedFailure) else f"{type(err).__name__}: {text}")[:300]
-        recorded = backend.recorded_wall_s(case.bench, case.params) if hasattr(backend, "recorded_wall_s") else None
+        recorded = backend.recorded_wall_s(case.bench, case.params)
         record["wall_s"] = round(time.monotonic() - t0, 3) if recorded is None else recorded
         out.append(record)
     return out

@@ -17,10 +17,7 @@ class ReplayedFailure(Exception):
 
 
 class Backend(Protocol):
-    """One GPU's measurements, by benchmark name and parameters (see ``gpupred.calibration.bench.BENCHES``).
-
-    A replaying backend also has ``recorded_wall_s(bench, params)``: how long the case took when it was recorded.
-    """
+    """One GPU's measurements, by benchmark name and parameters (see ``gpupred.calibration.bench.BENCHES``)."""
 
     name: str  # "torch-cuda", or "replay:<file>" for a recording
     replayed_from: str  # the recording a fake replays ('' for a real backend)
@@ -31,6 +28,10 @@ class Backend(Protocol):
 
     def measure(self, bench: str, params: dict[str, Any], seconds: float) -> dict[str, float]:
         """The values of one benchmark case, spending about ``seconds`` on it."""
+        ...
+
+    def recorded_wall_s(self, bench: str, params: dict[str, Any]) -> float | None:
+        """How long the case took when it was recorded (a replaying backend); None where the case is measured now."""
         ...
 
     def close(self) -> None:

@@ -23,11 +23,12 @@ class FakeBackend:
         self._errors: dict[Any, str] = {}
         self._wall_s: dict[Any, float] = {}
         for item in self.recording.get("results", []):
-            self._values[case_key(item["bench"], item["params"])] = dict(item["values"])
+            key = case_key(item["bench"], item["params"])
+            self._values[key] = dict(item["values"])
             if "wall_s" in item:
-                self._wall_s[case_key(item["bench"], item["params"])] = float(item["wall_s"])
+                self._wall_s[key] = float(item["wall_s"])
             if item.get("error"):
-                self._errors[case_key(item["bench"], item["params"])] = str(item["error"])
+                self._errors[key] = str(item["error"])
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     @classmethod
