@@ -30,6 +30,11 @@ class Backend(Protocol):
         """The values of one benchmark case, spending about ``seconds`` on it."""
         ...
 
+    def cases(self) -> list[Any] | None:
+        """The cases a recording holds, in the order they were measured (a replaying backend runs those); None where
+        any case can be measured now (the default set, :func:`gpupred.calibration.bench.default_cases`, is run)."""
+        ...
+
     def recorded_wall_s(self, bench: str, params: dict[str, Any]) -> float | None:
         """How long the case took when it was recorded (a replaying backend); None where the case is measured now."""
         ...

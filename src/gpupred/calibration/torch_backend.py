@@ -82,6 +82,10 @@ class TorchBackend:
             raise GpupredError(f"unknown micro-benchmark {bench!r}; known: {', '.join(self.measures)}")
         return self.measures[bench](params, seconds)
 
+    def cases(self) -> list[Any] | None:
+        """None: any case is measured now, so the default set is run."""
+        return None
+
     def recorded_wall_s(self, bench: str, params: dict[str, Any]) -> float | None:
         """None: every case is measured now, and timed as it runs."""
         return None
