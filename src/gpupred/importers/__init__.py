@@ -34,7 +34,8 @@ TRACE_MODULES: tuple[str, ...] = ("alibaba",)  # scheduling traces: imported the
 COLOCATION_MODULES: tuple[str, ...] = ("gavel",)
 
 __all__ = ["COLOCATION", "MODULES", "SOURCES", "TRACES", "alibaba", "gavel", "Source", "ensure_imported", "get_source",
-           "gpumemnet", "import_source", "imported_sources", "is_imported", "load_all", "lucid", "module", "read_provenance"]
+           "gpumemnet", "import_source", "imported_sources", "is_imported", "load_all", "lucid", "module",
+           "read_provenance"]
 _FROM_SOURCE = ("Source", "ensure_imported", "is_imported", "read_provenance")
 
 
