@@ -53,8 +53,10 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.errors import MissingInput
-from gpupred.perf.columns import spec_step_columns
+from gpupred.perf.columns import spec_loader, spec_step_columns
+from gpupred.perf.inputfeed import LOADER_COLUMNS, loader_columns
 from gpupred.perf.timeline import STEP_COLUMNS
+from gpupred.setups import pipeline_from_json
 
 DATASET_VERSION = 3  # 3: the step model's phys_* columns
 
@@ -119,7 +121,7 @@ def feature_columns(df: pd.DataFrame) -> list[str]:
     # the step model's columns are not regressor inputs: a featurize row has no GPU or protocol to compute them for;
     # the step estimator (gpupred.step) uses them (physics x correction) and the predictor does not need them
     skip = set(ID_COLUMNS) | set(LABEL_COLUMNS) | set(META_COLUMNS) | set(FEATURE_ID_COLUMNS) | {"batch_size_spec"}
-    skip |= set(STEP_COLUMNS)
+    skip |= set(STEP_COLUMNS) | set(LOADER_COLUMNS)  # the host pipeline's per-batch times: the step model's inputs
     tail = [*HARDWARE_COLUMNS, *ENCODED_COLUMNS]
     graph = [c for c in df.columns if c not in skip and c not in tail and pd.api.types.is_numeric_dtype(df[c])]
     return graph + [c for c in tail if c in df.columns]
@@ -268,15 +270,18 @@ def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame
         row.update(hw_cache[hw_key])
         hb = rec.get("host_batches")
         host_batches = bool(hb) if hb is not None and pd.notna(hb) else False
-        row.update(spec_step_columns(spec, str(rec["gpu_name"]), str(rec["sync"]), host_batches))
+        loader = spec_loader(spec, pipeline_from_json(rec.get("pipeline")))  # None: resident (or copied) batches
+        row.update(spec_step_columns(spec, str(rec["gpu_name"]), str(rec["sync"]), host_batches, loader=loader))
+        row.update(loader_columns(loader))
         row.update(encode(spec.precision, spec.optimizer, host_batches, rec["sync"], rec["sampler"]))
         rows.append(row)
     exclusions = pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
     if not rows:
-        return pd.DataFrame(columns=[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *STEP_COLUMNS]), exclusions
+        return pd.DataFrame(columns=[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *STEP_COLUMNS,
+                                     *LOADER_COLUMNS]), exclusions
     df = pd.DataFrame(rows)
     df["memory_source"] = df["memory_source"].fillna("").astype(str)
-    df = df[[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *STEP_COLUMNS, *HARDWARE_COLUMNS,
+    df = df[[*ID_COLUMNS, *LABEL_COLUMNS, *META_COLUMNS, *keys, *STEP_COLUMNS, *LOADER_COLUMNS, *HARDWARE_COLUMNS,
              *(c for c in ENCODED_COLUMNS if c not in keys)]]
     return df, exclusions
 

@@ -188,3 +188,134 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
                                 "torch's TF32 defaults, SGD momentum 0.9, foreach, zero_grad(set_to_none=True), "
                                 "cross-entropy on fp32 logits, cudnn.benchmark=True, NCHW"},
 }
+
+
+# ---- the input pipeline: how a job's batches reach the GPU ----
+
+PIPELINE_KINDS: tuple[str, ...] = (
+    "resident",  # the batch lives on the GPU (this project's sweeps): no host pipeline
+    "host-tensors",  # pre-decoded arrays in memory, per sample through torchvision's CIFAR transforms
+    "image-files",  # JPEG/PNG files decoded and augmented per sample (torchvision's training transforms)
+    "text-tokens",  # pre-tokenized ids, padded and collated
+    "audio-logmel",  # raw audio turned into log-mel features per sample (Whisper's feature extractor)
+    "array-files",  # one array file read per sample (point clouds: .npy, or text as np.loadtxt reads it)
+    "measured",  # a user's own DataLoader, timed by `gpupred loader measure` (gpupred.measure_loader)
+)
+IMAGE_FORMATS: tuple[str, ...] = ("jpeg", "png")
+TRANSFORMS: tuple[str, ...] = ("v1", "v2")
+ARRAY_FORMATS: tuple[str, ...] = ("npy", "txt")
+MAX_WORKERS = 512
+
+
+@dataclass(frozen=True)
+class InputPipeline:
+    """How a job's batches reach the GPU: a kind (``PIPELINE_KINDS``), its source, torch's DataLoader options and the
+    host. Defaults are torch's, torchvision's and transformers' (DataLoader: ``num_workers=0``, ``pin_memory=False``,
+    ``prefetch_factor=2`` with workers; images 500x375 JPEG, about ImageNet's mean size; 30 s of audio, Whisper's
+    window). ``host_cores`` None gives each worker and the main process a core of its own; ``host_speed`` is the
+    host's single-core speed relative to the host profile's (``gpupred loader bench``), so the profile's costs move
+    by that ratio; ``profile`` a host-profile file (None: this user's newest, else the committed reference)."""
+
+    kind: str = "resident"
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    host_cores: float | None = None
+    host_speed: float = 1.0
+    image_width: int = 500
+    image_height: int = 375
+    image_format: str = "jpeg"
+    transforms: str = "v1"
+    audio_s: float = 30.0
+    array_bytes: int = 30_000  # 2,500 points x 3 float32, a ShapeNet point cloud
+    array_format: str = "npy"
+    profile: str | None = None
+
+    def __post_init__(self) -> None:
+        _choice("input pipeline", self.kind, PIPELINE_KINDS)
+        _choice("image format", self.image_format, IMAGE_FORMATS)
+        _choice("transforms version", self.transforms, TRANSFORMS)
+        _choice("array file format", self.array_format, ARRAY_FORMATS)
+        if not isinstance(self.num_workers, int) or not 0 <= self.num_workers <= MAX_WORKERS:
+            raise GpupredError(f"DataLoader workers must be a whole number from 0 to {MAX_WORKERS}, got {self.num_workers!r}")
+        if self.prefetch_factor is not None and (self.num_workers == 0 or not self.prefetch_factor >= 1):
+            raise GpupredError("prefetch_factor goes with workers (num_workers > 0) and is at least 1, as torch's "
+                               f"DataLoader requires; got {self.prefetch_factor!r} with {self.num_workers} workers")
+        for name in ("host_cores", "host_speed", "audio_s"):
+            value = getattr(self, name)
+            if value is not None and not float(value) > 0:
+                raise GpupredError(f"{name.replace('_', ' ')} must be more than 0, got {value!r}")
+        if min(self.image_width, self.image_height, self.array_bytes) < 1:
+            raise GpupredError("image sides and array bytes must be at least 1")
+        if self.kind == "measured" and self.profile is None:
+            raise GpupredError("a measured pipeline needs the file `gpupred loader measure` wrote: give its path as "
+                               "the pipeline's profile (--loader-profile FILE)")
+
+    @property
+    def resident(self) -> bool:
+        """Whether the batch already sits on the GPU (no host pipeline)."""
+        return self.kind == "resident"
+
+    @property
+    def cores(self) -> float:
+        """The CPU cores the job's processes share: as given, else one per worker plus the main process."""
+        return float(self.host_cores) if self.host_cores is not None else float(self.num_workers + 1)
+
+    @property
+    def prefetch(self) -> int:
+        """Batches each worker keeps ready (torch's default 2 with workers; 0 without)."""
+        if self.num_workers == 0:
+            return 0
+        return 2 if self.prefetch_factor is None else int(self.prefetch_factor)
+
+    def scale(self) -> float:
+        """The size a host profile's per-sample cost is read at: source pixels for images, seconds for audio, bytes
+        for array files, 1 for host tensors, tokens (the job's sequence) for text and 1 for the rest."""
+        if self.kind == "image-files":
+            return float(self.image_width * self.image_height)
+        if self.kind == "audio-logmel":
+            return float(self.audio_s)
+        if self.kind == "array-files":
+            return float(self.array_bytes)
+        return 1.0
+
+    def key(self) -> tuple[Any, ...]:
+        """A hashable key of every option (for caches)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def changes(self) -> dict[str, Any]:
+        """The options that differ from the defaults (a resident batch)."""
+        return {k: v for k, v in asdict(self).items() if v != getattr(RESIDENT, k)}
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, for cards and JSON."""
+        return asdict(self)
+
+
+RESIDENT = InputPipeline()
+
+
+def pipeline_of(kind: str | None = None, **options: Any) -> InputPipeline:
+    """The input pipeline of a kind with any options given (None values are left at their defaults)."""
+    known = {f.name for f in fields(InputPipeline)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise GpupredError(f"unknown input-pipeline option {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    given = {k: v for k, v in options.items() if v is not None}
+    if kind in (None, "resident") and any(k != "profile" for k in given):
+        raise GpupredError(f"{', '.join(sorted(given))} describe a host input pipeline: give its kind too (--data "
+                           f"{'|'.join(PIPELINE_KINDS[1:])})")
+    return replace(RESIDENT, kind=kind or "resident", **given)
+
+
+def pipeline_from_json(text: Any) -> InputPipeline:
+    """The pipeline a JSON object of its options describes (a dataset record's ``pipeline``; empty or NaN: resident)."""
+    import json
+
+    if text is None or (isinstance(text, float) and text != text) or text == "":
+        return RESIDENT
+    try:
+        options = json.loads(text) if isinstance(text, str) else dict(text)
+    except (TypeError, ValueError) as e:
+        raise GpupredError(f"input pipeline {str(text)[:60]!r}: not a JSON object of InputPipeline options ({e})") from None
+    return pipeline_of(**options)

@@ -18,6 +18,7 @@ the data); anything trained on these rows inherits the restriction.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ import pandas as pd
 from gpupred.errors import GpupredError
 from gpupred.graph.graphstore import register_store_specs
 from gpupred.importers.source import Source, UpstreamFile, read_csv
+from gpupred.setups import RESIDENT, InputPipeline
 from gpupred.workloads.spec import WorkloadSpec
 
 SOURCE = Source(
@@ -83,6 +85,7 @@ class LucidJob:
     host_batches: bool  # batches come from a host data loader (copied every step) rather than device-resident
     script: str  # the upstream training script the rebuild follows
     approximations: tuple[str, ...]
+    pipeline: InputPipeline = RESIDENT  # how its batches reach the GPU, as the upstream script builds its loader
 
     def spec(self, batch_size: int, amp: int) -> WorkloadSpec:
         """The spec of one upstream row (AMP is fp16 autocast with a GradScaler)."""
@@ -90,24 +93,34 @@ class LucidJob:
                             self.optimizer, self.knobs)  # type: ignore[arg-type]
 
 
+# How each job's batches reach the GPU, read from its upstream script (DataLoader arguments; nothing pins memory):
+_CIFAR_LOADER = InputPipeline("host-tensors", num_workers=2)  # CIFAR10 in memory: RandomCrop(32, 4), flip, ToTensor, Normalize
+_FAKEDATA_LOADER = InputPipeline("host-tensors", num_workers=2)  # FakeData 3x64x64: randn -> PIL -> ToTensor
+_NCF_LOADER = InputPipeline("host-tensors", num_workers=2)  # a (user, item, label) triple of Python ints per sample
+_SQUAD_LOADER = InputPipeline("text-tokens")  # a TensorDataset of SQuAD features, num_workers 0: in line
+_MULTI30K_LOADER = InputPipeline("text-tokens", num_workers=2)  # id lists padded per batch by the workers' collate
+# ShapeNetDataset: np.loadtxt of a .pts file (2,500 x 3 floats) and of its .seg file (2,500 ints) per sample, then
+# resample, centre, scale, rotate, jitter: 10,000 parsed numbers, taken as 40,000 bytes of text-file values
+_POINTNET_LOADER = InputPipeline("array-files", num_workers=2, array_bytes=40_000, array_format="txt")
+
 JOBS: dict[tuple[str, str], LucidJob] = {
     (j.model, j.dataset): j
     for j in (
         LucidJob("ResNet18", "CIFAR-10", "resnet", "resnet18_cifar", 32, "sgd", (), True, "workloads/cifar/profile_cifar.py",
                  ("the vendored models/resnet.py is not in our index: kuangliu/pytorch-cifar's ResNet18 (BasicBlock) assumed",
-                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)")),
+                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)"), _CIFAR_LOADER),
         LucidJob("VGG", "CIFAR-10", "vgg", "vgg11_cifar", 32, "sgd", (), True, "workloads/cifar/profile_cifar.py",
                  ("VGG('VGG11') of kuangliu/pytorch-cifar: conv3x3+BN+ReLU stages, one Linear classifier",
-                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)")),
+                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)"), _CIFAR_LOADER),
         LucidJob("MobileNetV2", "CIFAR-10", "mobilenet", "mobilenet_v2_cifar", 32, "sgd", (), True,
                  "workloads/cifar/profile_cifar.py",
                  ("the vendored models/mobilenetv2.py is not in our index: kuangliu/pytorch-cifar's CIFAR MobileNetV2 assumed "
                   "(stride-1 stem and second stage, global 4x4 average pool)",
-                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)")),
+                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)"), _CIFAR_LOADER),
         LucidJob("EfficientNet", "CIFAR-10", "efficientnet", "efficientnet_b0_cifar", 32, "sgd", (), True,
                  "workloads/cifar/profile_cifar.py",
                  ("EfficientNetB0 as vendored upstream (ReLU, SE to out/16 on every block, no head conv): rebuilt as read",
-                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)")),
+                  "CIFAR-10 images from a DataLoader with 2 workers (host batches)"), _CIFAR_LOADER),
         LucidJob("ResNet50", "ImageNet", "resnet", "resnet50", 224, "sgd", (), False, "workloads/imagenet/profile_imagenet.py",
                  ("torchvision resnet50 on a synthetic device-resident batch, as upstream", _PLAIN_SGD)),
         LucidJob("MobileNetV3", "ImageNet", "mobilenet", "mobilenet_v3_small", 224, "sgd", (), False,
@@ -119,7 +132,7 @@ JOBS: dict[tuple[str, str], LucidJob] = {
                  ("bert-base-uncased for question answering (HF AutoModelForQuestionAnswering): our post-LN GELU encoder "
                   "with a 2-logit span head; no token-type embedding (2x768), a final LayerNorm in place of the "
                   "embedding LayerNorm, a 384-position table instead of 512; the attention mask is not in the graph",
-                  "sequences padded to max_seq_length 384 (SQuAD v1.1 features); AdamW = Adam's state and FLOPs")),
+                  "sequences padded to max_seq_length 384 (SQuAD v1.1 features); AdamW = Adam's state and FLOPs"), _SQUAD_LOADER),
         LucidJob("LSTM", "Wikitext2", "lstm", "lstm", 35, "sgd", (("v", 33278), ("e", 200), ("h", 200), ("l", 2)), False,
                  "workloads/lstm/profile_lstm.py",
                  ("pytorch/examples word LM: 2-layer LSTM, emsize=nhid=200, bptt 35, untied; Wikitext-2 vocabulary 33,278",
@@ -134,20 +147,21 @@ JOBS: dict[tuple[str, str], LucidJob] = {
                   "vocabularies not pinned (the preprocessed multi30k.atok.low.pt is not published): about 3,000 words "
                   "each at min count 5, taken as 3,000",
                   "batches are padded to their longest sentence (at most 52 tokens after -max_len 50): 52 taken; the "
-                  "padding masks are not in the graph")),
+                  "padding masks are not in the graph"), _MULTI30K_LOADER),
         LucidJob("DCGAN", "LSUN", "dcgan", "dcgan", 64, "adam", (("z", 100), ("g", 64), ("k", 64)), True,
                  "workloads/dcgan/profile_dcgan.py",
                  ("pytorch/examples DCGAN at 64x64 (nz 100, ngf = ndf = 64), FakeData through a 2-worker DataLoader",
-                  "the discriminator's final Sigmoid + BCELoss (fp32 runs) is our BCE-with-logits")),
+                  "the discriminator's final Sigmoid + BCELoss (fp32 runs) is our BCE-with-logits"), _FAKEDATA_LOADER),
         LucidJob("NeuMF", "MovieLens", "neumf", "neumf", 0, "sgd", (("u", 6040), ("i", 3706), ("e", 32), ("l", 3)), True,
                  "workloads/ncf/profile_ncf.py",
                  ("guoyang9/NCF NeuMF on ml-1m (6,040 users, 3,706 items), factor 32, 3 MLP layers: rebuilt exactly",
                   "SGD with momentum 0.9 and weight decay (the script's last optimizer assignment) = our sgd",
-                  "user/item/label batches from a 2-worker DataLoader (host batches)")),
+                  "user/item/label batches from a 2-worker DataLoader (host batches)"), _NCF_LOADER),
         LucidJob("PointNet", "ShapeNet", "pointnet", "pointnet_cls", 2500, "adam", (("c", 16),), True,
                  "workloads/pointnet/profile_pointnet.py",
                  ("PointNetCls with the input transform net, no feature transform, 16 ShapeNet classes, 2,500 points",
-                  "point clouds read from disk by a 2-worker DataLoader (host batches); log_softmax + NLL = cross-entropy")),
+                  "point clouds read from disk by a 2-worker DataLoader (host batches); log_softmax + NLL = cross-entropy"),
+                 _POINTNET_LOADER),
     )
 }
 
@@ -239,6 +253,11 @@ def read_pairs() -> pd.DataFrame:
     return out[list(PAIR_COLUMNS)]
 
 
+def pipeline_json(job: LucidJob) -> str:
+    """A job's input pipeline as the dataset's ``pipeline`` column holds it: its options as JSON ('' if resident)."""
+    return "" if job.pipeline.resident else json.dumps(job.pipeline.changes(), sort_keys=True)
+
+
 def dataset_rows() -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, exclusions): the rebuilt solo jobs as dataset label rows (see gpupred.dataset), and the rest with why."""
     solo = read_solo()
@@ -248,6 +267,7 @@ def dataset_rows() -> tuple[pd.DataFrame, pd.DataFrame]:
         "run_id": "lucid:" + keep["job_key"], "sweep_id": f"lucid@{SOURCE.commit[:7]}", "workload_id": keep["workload_id"],
         "gpu_name": GPU_NAME, "source": SOURCE.name, "sampler": SAMPLER, "sync": SYNC,
         "host_batches": [int(JOBS[(m, d)].host_batches) for m, d in zip(keep["model"], keep["dataset"])],
+        "pipeline": [pipeline_json(JOBS[(m, d)]) for m, d in zip(keep["model"], keep["dataset"])],
         "gpu_util": keep["gpu_util"], "memory_mib": keep["memory_mib"], "samples_per_s": keep["speed"],
         "iter_time_mean_s": keep["batch_size"] / keep["speed"], "memory_source": MEMORY_SOURCE,
         "gpu_memory_total_mib": GPU_MEMORY_MIB,
@@ -265,8 +285,8 @@ def specs() -> list[WorkloadSpec]:
 def job_table() -> pd.DataFrame:
     """Every (model, dataset) upstream measured: its spec template, script and approximations, or why not rebuilt."""
     rows = [{"model": j.model, "dataset": j.dataset, "rebuilt_as": f"{j.family}.{j.arch}", "optimizer": j.optimizer,
-             "host_batches": j.host_batches, "script": j.script, "approximations": "; ".join((*j.approximations, *_COMMON))}
-            for j in JOBS.values()]
-    rows += [{"model": m, "dataset": d, "rebuilt_as": None, "optimizer": None, "host_batches": None, "script": None,
-              "approximations": f"not rebuilt: {why}"} for (m, d), why in NOT_REBUILT.items()]
+             "host_batches": j.host_batches, "pipeline": pipeline_json(j), "script": j.script,
+             "approximations": "; ".join((*j.approximations, *_COMMON))} for j in JOBS.values()]
+    rows += [{"model": m, "dataset": d, "rebuilt_as": None, "optimizer": None, "host_batches": None, "pipeline": None,
+              "script": None, "approximations": f"not rebuilt: {why}"} for (m, d), why in NOT_REBUILT.items()]
     return pd.DataFrame(rows)

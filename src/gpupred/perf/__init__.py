@@ -12,10 +12,10 @@ from __future__ import annotations
 from gpupred.perf.constants import DEFAULT, FITTED, ConstantsTable, StepConstants, constants_from_dict
 from gpupred.perf.kernels import KernelList, step_kernels
 from gpupred.perf.model import canonical_graph, estimate_onnx, estimate_step, kernels_for
-from gpupred.perf.timeline import STEP_COLUMNS, SYNC_MODES, StepEstimate, kernel_times, simulate
+from gpupred.perf.timeline import STEP_COLUMNS, SYNC_MODES, LoaderTimes, StepEstimate, kernel_times, simulate
 
 __all__ = [
     "DEFAULT", "FITTED", "ConstantsTable", "StepConstants", "constants_from_dict", "KernelList", "step_kernels",
-    "canonical_graph", "estimate_onnx", "estimate_step", "kernels_for", "STEP_COLUMNS", "SYNC_MODES", "StepEstimate",
+    "canonical_graph", "estimate_onnx", "estimate_step", "kernels_for", "STEP_COLUMNS", "SYNC_MODES", "LoaderTimes", "StepEstimate",
     "kernel_times", "simulate",
 ]

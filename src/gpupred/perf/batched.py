@@ -20,7 +20,7 @@ import numpy as np
 from gpupred.hardware import GpuSpec
 from gpupred.perf.constants import StepConstants
 from gpupred.perf.kernels import BWD, DEPTHWISE, OPT, KernelList
-from gpupred.perf.timeline import on_tensor_cores, peaks, simulate
+from gpupred.perf.timeline import LoaderTimes, loader_arrays, on_tensor_cores, peaks, simulate, with_loader
 
 
 @dataclass
@@ -64,20 +64,25 @@ class BatchedRuns:
 
     def simulate(self, c: StepConstants, kernels: Sequence[KernelList], gpus: Sequence[GpuSpec],
                  precisions: Sequence[str], syncs: Sequence[str],
-                 host_batches: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+                 host_batches: Sequence[bool],
+                 loaders: Sequence[LoaderTimes | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(analytic utilization %, step s) of every run under constants ``c`` (the inputs as given to :meth:`build`,
-        for the runs that keep the per-run path)."""
-        util, step = np.zeros(len(self.counts)), np.zeros(len(self.counts))
+        for the runs that keep the per-run path; ``loaders``: each run's host input pipeline, None resident)."""
+        n = len(self.counts)
+        busy, step, host = np.zeros(n), np.zeros(n), np.zeros(n)
         batched = np.flatnonzero(~self.per_run)
         if len(batched):
-            util[batched], step[batched] = self._timeline(c, batched)
+            busy[batched], step[batched], host[batched] = self._timeline(c, batched)
         for i in np.flatnonzero(self.per_run):
             est = simulate(kernels[i], gpus[i], precisions[i], c, syncs[i], bool(host_batches[i]))
-            util[i], step[i] = est.util, est.step_s
+            busy[i], step[i], host[i] = est.gpu_busy_s, est.step_s, est.host_s
+        if loaders is not None:
+            step, host = with_loader(step, busy, host, self.sync, loader_arrays(loaders, n))
+        util = np.where(step > 0, 100.0 * busy / np.where(step > 0, step, 1.0), 0.0)
         return util, step
 
-    def _timeline(self, c: StepConstants, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The batched runs' (utilization %, step s): kernel times, launches, and each run's queue."""
+    def _timeline(self, c: StepConstants, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batched runs' (GPU-busy s, step s, host s): kernel times, launches, and each run's queue."""
         peak = np.where(self.tc_peak > 0, self.tc_peak * c.tensor_eff, self.fp32_peak * c.compute_eff)
         peak = np.where(self.depthwise, self.fp32_peak * c.depthwise_eff, peak)
         g = np.maximum(self.flops / peak, self.bytes / (self.bandwidth * c.memory_eff)) + c.min_kernel_s
@@ -98,8 +103,7 @@ class BatchedRuns:
         step = np.where(sync == "step", np.maximum(host, end) + c.sync_s, np.maximum(host, busy))
         step = np.where(sync == "kernel", host + c.sync_s * counts + busy, step)
         step = np.maximum(step, busy)
-        util = np.where(step > 0, 100.0 * busy / np.where(step > 0, step, 1.0), 0.0)
-        return util, step
+        return busy, step, host
 
 
 def _run_arrays(kl: KernelList, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, ...]:

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 from gpupred.perf.constants import DEFAULT, StepConstants
 from gpupred.perf.kernels import KernelList
 from gpupred.perf.model import kernels_for
-from gpupred.perf.timeline import simulate
+from gpupred.perf.timeline import LoaderTimes, simulate
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.setups import InputPipeline
     from gpupred.workloads.spec import WorkloadSpec
 
 
@@ -31,9 +32,20 @@ def spec_kernels(spec: "WorkloadSpec") -> KernelList:
 
 
 def spec_step_columns(spec: "WorkloadSpec", gpu: str, sync: str = "step", host_batches: bool = False,
-                      constants: StepConstants | None = None) -> dict[str, float]:
-    """``STEP_COLUMNS`` of one spec on one GPU under a protocol (default constants unless given)."""
+                      constants: StepConstants | None = None, loader: LoaderTimes | None = None) -> dict[str, float]:
+    """``STEP_COLUMNS`` of one spec on one GPU under a protocol (default constants unless given), fed by ``loader``
+    (None: resident or only copied batches)."""
     from gpupred.hardware import gpu_spec
 
-    est = simulate(spec_kernels(spec), gpu_spec(gpu), spec.precision, constants or DEFAULT, sync, host_batches)
+    est = simulate(spec_kernels(spec), gpu_spec(gpu), spec.precision, constants or DEFAULT, sync, host_batches, loader)
     return est.columns()
+
+
+def spec_loader(spec: "WorkloadSpec", pipeline: "InputPipeline") -> LoaderTimes | None:
+    """The per-batch times of the host pipeline that feeds a spec's steps (None for resident batches), from the
+    pipeline's host profile (:func:`gpupred.perf.inputfeed.host_costs`)."""
+    from gpupred.perf.inputfeed import host_costs, loader_times
+
+    if pipeline.resident:
+        return None
+    return loader_times(pipeline, spec.batch_size, float(spec_kernels(spec).input_bytes), host_costs(pipeline))

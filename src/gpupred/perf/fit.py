@@ -17,6 +17,7 @@ import numpy as np
 from gpupred.hardware import GpuSpec
 from gpupred.perf.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants
 from gpupred.perf.kernels import KernelList
+from gpupred.perf.timeline import LoaderTimes
 
 PRIOR_WEIGHT = 0.05  # per constant, in log units: a 1 % pull of a 2x departure against ~400 run residuals
 MAX_FIT_ROWS = 250  # runs per (GPU kind, protocol) the fit reads (a deterministic sample of larger groups)
@@ -34,10 +35,18 @@ class FitRows:
     host_batches: Sequence[bool]
     util: np.ndarray  # measured utilization, percent (NaN: not recorded)
     step_s: np.ndarray  # measured step time, s (NaN: not recorded)
+    loaders: Sequence[LoaderTimes | None] | None = None  # each run's host input pipeline (None: resident batches)
     batches: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # laid-out kernels per row set
 
     def __len__(self) -> int:
         return len(self.kernels)
+
+    def subset(self, idx: Sequence[int]) -> "FitRows":
+        """The runs at ``idx``, in that order (no laid-out kernels carried over)."""
+        pick = (lambda seq: [seq[i] for i in idx])
+        return FitRows(pick(self.kernels), pick(self.gpus), pick(self.precisions), pick(self.syncs),
+                       pick(self.host_batches), self.util[list(idx)], self.step_s[list(idx)],
+                       None if self.loaders is None else pick(self.loaders))
 
 
 MAX_BATCHES = 64  # row sets a FitRows keeps laid out (each the size of its rows' kernels)
@@ -57,7 +66,8 @@ def predict_rows(rows: FitRows, c: StepConstants, idx: Sequence[int] | None = No
         if len(rows.batches) >= MAX_BATCHES:
             rows.batches.pop(next(iter(rows.batches)))
         rows.batches[key] = BatchedRuns.build(*inputs)
-    return rows.batches[key].simulate(c, *inputs)
+    loaders = None if rows.loaders is None else [rows.loaders[i] for i in idx]
+    return rows.batches[key].simulate(c, *inputs, loaders=loaders)
 
 
 def _residuals(theta: np.ndarray, rows: FitRows, idx: np.ndarray, base: StepConstants) -> np.ndarray:
@@ -93,8 +103,7 @@ def fit_table(rows: FitRows, keys: Sequence[tuple[str, str]], seed: int = 0) -> 
     fitted: dict[tuple[str, str], StepConstants] = {}
     for key in sorted(set(keys_arr)):
         idx = np.flatnonzero(keys_arr == key)
-        sub = FitRows([rows.kernels[i] for i in idx], [rows.gpus[i] for i in idx], [rows.precisions[i] for i in idx],
-                      [rows.syncs[i] for i in idx], [rows.host_batches[i] for i in idx], rows.util[idx], rows.step_s[idx])
+        sub = rows.subset(idx)
         gpu, protocol = key.split("\x00")
         c = fit_constants(sub, source=f"fitted on {len(idx)} runs ({gpu}, {protocol})", seed=seed)
         if c is not DEFAULT:

@@ -19,7 +19,11 @@ dataset's ``sync``):
 - ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``: every launch waits for its kernel (Lucid's protocol).
 
 A batch copied from host memory (``host_batches``) blocks the host for ``input bytes / host_copy_gbs`` with
-the GPU idle. Under gradient accumulation a step is one optimizer step: every micro-batch's kernels, overhead and
+the GPU idle. A host input pipeline (:class:`LoaderTimes`, resolved from a host profile by
+:mod:`gpupred.perf.inputfeed`) joins the same timeline (:func:`with_loader`): with no DataLoader workers the main
+process makes each batch in line, the GPU idle meanwhile; with workers it only receives (and pins) each batch, while
+the workers make batches in parallel, so the steady period is the longest of the step, one batch's making shared by
+the workers, and the CPU time of the whole job shared by its cores. Under gradient accumulation a step is one optimizer step: every micro-batch's kernels, overhead and
 batch copy. Analytic utilization is GPU-busy time over step time (NVML counts a sample period busy when a
 kernel runs).
 """
@@ -27,6 +31,7 @@ kernel runs).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -51,6 +56,50 @@ class StepEstimate:
         """The feature-table columns (``STEP_COLUMNS``) of this estimate."""
         return {"phys_step_s": self.step_s, "phys_gpu_busy_s": self.gpu_busy_s, "phys_host_s": self.host_s,
                 "phys_util": self.util, "phys_kernels": float(self.kernels)}
+
+
+@dataclass(frozen=True)
+class LoaderTimes:
+    """A host input pipeline's times per batch on the job's host, as the timeline reads them (seconds)."""
+
+    produce_s: float  # one process's time to make one batch: read, decode, augment, collate (and pin, in line)
+    main_s: float = 0.0  # with workers: the main process's time per batch beside the step (receive it, pin it)
+    workers: int = 0  # DataLoader num_workers (0: the main process makes every batch in line)
+    cores: float = float("inf")  # CPU cores the job's processes share
+
+
+def loader_arrays(loaders: Sequence[LoaderTimes | None], n: int) -> np.ndarray:
+    """``loaders`` (None: resident batches) as an (n, 4) array of produce, main, workers, cores; NaN rows resident."""
+    out = np.full((n, 4), np.nan)
+    for i, lt in enumerate(loaders):
+        if lt is not None:
+            out[i] = (lt.produce_s, lt.main_s, lt.workers, lt.cores)
+    return out
+
+
+def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.ndarray,
+                loaders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(step s, host s) of steps fed by host pipelines (``loaders`` from :func:`loader_arrays`; NaN rows keep theirs).
+
+    In line (no workers) the main process makes the batch before it launches the step: host and step grow by the
+    batch's time (under ``sync="window"`` the host may still hide behind the GPU). With workers the main process adds
+    only its receiving time, and the steady period is the longest of that step, one batch's making over the workers
+    (each worker makes whole batches, ``prefetch_factor`` deep, so a worker never waits on the step in a steady
+    state), and the CPU time of everything the job's processes do per step over the cores they share.
+    """
+    produce, main, workers, cores = (loaders[:, j] for j in range(4))
+    piped = ~np.isnan(produce)
+    if not piped.any():
+        return step, host
+    inline = np.where(workers > 0, main, produce)
+    host2 = host + np.where(piped, inline, 0.0)
+    window = np.asarray(sync, dtype=object) == "window"
+    step2 = np.where(window, np.maximum(step, host2), step + np.where(piped, inline, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        made = np.where(workers > 0, produce / np.maximum(workers, 1), 0.0)
+        cpu = np.where(workers > 0, (produce + host2) / cores, 0.0)
+    period = np.maximum(step2, np.maximum(np.nan_to_num(made), np.nan_to_num(cpu)))
+    return np.where(piped, np.maximum(period, busy), step), np.where(piped, host2, host)
 
 
 STEP_COLUMNS: tuple[str, ...] = ("phys_step_s", "phys_gpu_busy_s", "phys_host_s", "phys_util", "phys_kernels")
@@ -92,8 +141,9 @@ def launch_costs(kl: KernelList, c: StepConstants) -> np.ndarray:
 
 
 def simulate(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants, sync: str = "step",
-             host_batches: bool = False) -> StepEstimate:
-    """One step's timeline under a measurement protocol (``SYNC_MODES``): step, busy and host time, utilization."""
+             host_batches: bool = False, loader: LoaderTimes | None = None) -> StepEstimate:
+    """One step's timeline under a measurement protocol (``SYNC_MODES``): step, busy and host time, utilization;
+    ``loader``: the host input pipeline that feeds it (None: the batch is resident or only copied)."""
     g = kernel_times(kl, gpu, precision, c)
     launch = launch_costs(kl, c)
     busy = float(g.sum())
@@ -109,6 +159,10 @@ def simulate(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants, syn
         if sync == "window":
             step = max(step, host)
     step = max(step, busy)
+    if loader is not None:
+        s2, h2 = with_loader(np.array([step]), np.array([busy]), np.array([host]), np.array([sync], dtype=object),
+                             loader_arrays([loader], 1))
+        step, host = float(s2[0]), float(h2[0])
     return StepEstimate(step, busy, host, 100.0 * busy / step if step > 0 else 0.0, len(kl))
 
 

@@ -26,7 +26,7 @@ from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
-from gpupred.setups import TrainingSetup, as_setup
+from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.jobgraph import JobGraph
@@ -215,7 +215,8 @@ class Predictor:
         raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                gpu: str | None = None, calibration: Any = None, setup: TrainingSetup | None = None) -> pd.DataFrame:
+                gpu: str | None = None, calibration: Any = None, setup: TrainingSetup | None = None,
+                pipeline: InputPipeline | None = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, ``core``
         (what answered), ``extrapolated`` (no measurements of the GPU kind under this project's protocol, and no
         calibration used) and, where a calibration was given or found, ``calibrated`` (the file used for the row, ''
@@ -237,6 +238,10 @@ class Predictor:
         ``setup.accumulation`` micro-batches of ``batch_size``), attention kernel, memory format; without one, the
         sweeps' setup of ``precision`` and ``optimizer``. The physics core models every option; the regressors (rows
         given as features, or a predictor without a core) see only the precision and optimizer, and refuse the rest.
+
+        ``pipeline`` (:class:`gpupred.setups.InputPipeline`) is how its batches reach the GPU: resident (the default,
+        as this project's sweeps ran), or read, decoded and augmented on the host by DataLoader workers; the step
+        model's timeline then includes it (:mod:`gpupred.perf.inputfeed`), and only the physics core answers it.
         """
         from contextlib import nullcontext
 
@@ -250,16 +255,21 @@ class Predictor:
         with cal.hardware() if cal is not None else nullcontext():
             graph = resolve_graph(x, job)  # a job given as a graph: featurized once
             self._check_setup(job, graph)
+            piped = pipeline is not None and not pipeline.resident
+            if piped and (graph is None or self.core is None):
+                raise GpupredError(f"input pipeline {pipeline.kind!r}: only the physics core models it; give an ONNX "
+                                   "file, a workload id or a model by name to a predictor with its physics core")
             if graph is not None and self.core is not None:
-                out, kinds = self._predict_graph(graph, job, cal)
+                out, kinds = self._predict_graph(graph, job, cal, pipeline if piped else None)
             else:
                 out, kinds = self._predict_rows(x if graph is None else graph.features, job)
         return self._mark_calibration(out, cal, kinds)
 
-    def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None) -> tuple[pd.DataFrame, np.ndarray]:
+    def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None,
+                       pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray]:
         """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-        out = self.core.predict(graph, gpu_name, cal)
+        out = self.core.predict(graph, gpu_name, cal, pipeline or RESIDENT)
         row = {k: v for k, v in out.items() if k != "extrapolated"}
         frame = pd.DataFrame([{**row, "core": "physics", "extrapolated": bool(out["extrapolated"])}])  # one frame:
         return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))  # inserting columns costs ~0.3 ms each

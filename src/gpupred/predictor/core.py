@@ -30,7 +30,7 @@ from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import widen
 from gpupred.perf.caveats import CAVEATS, widest
-from gpupred.setups import FRAMEWORK_DEFAULTS
+from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.jobgraph import JobGraph
@@ -40,18 +40,25 @@ CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
 PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
 
 
-def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
-    """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs."""
+def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tuple[pd.DataFrame, Any]:
+    """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs;
+    a host ``pipeline`` feeds each batch from the host (its per-batch times from its host profile)."""
     from gpupred.perf.fit import FitRows
+    from gpupred.perf.inputfeed import host_costs, loader_columns, loader_times
     from gpupred.step.physics import PhysicsData, default_row_columns
 
     from gpupred.footprint import setup_columns
 
     setup = job.setup
     spec = gpu_spec(gpu)
-    rows = FitRows([job.kernels], [spec], [setup.precision], ["step"], [False], np.array([np.nan]), np.array([np.nan]))
+    samples = int(job.row.get("batch_size") or 1) * setup.accumulation  # every micro-batch of a step is fed
+    loader = None if pipeline.resident else loader_times(pipeline, samples, float(job.kernels.input_bytes),
+                                                         host_costs(pipeline))
+    rows = FitRows([job.kernels], [spec], [setup.precision], ["step"], [loader is not None], np.array([np.nan]),
+                   np.array([np.nan]), None if loader is None else [loader])
+    extra = {} if loader is None else {**loader_columns(loader), "host_batches": 1.0}
     frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
-                           "sync": "step", "source": SOURCE_OWN, **default_row_columns(rows, 0)}])
+                           "sync": "step", "source": SOURCE_OWN, **default_row_columns(rows, 0), **extra}])
     return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
 
 
@@ -93,12 +100,13 @@ class PhysicsCore:
                                             self.calibrations, PROTOCOL)
         return self
 
-    def predict(self, job: JobGraph, gpu: str, calibration: Any = None) -> dict[str, Any]:
+    def predict(self, job: JobGraph, gpu: str, calibration: Any = None, pipeline: InputPipeline = RESIDENT) -> dict[str, Any]:
         """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, ``extrapolated`` and
         ``caveats``; a calibration (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces
-        its borrowed constants. Throughput is the samples of one optimizer step (batch x accumulation) over its time."""
+        its borrowed constants; ``pipeline`` the host input pipeline that feeds it (:mod:`gpupred.perf.inputfeed`).
+        Throughput is the samples of one optimizer step (batch x accumulation) over its time."""
         setup = job.setup
-        frame, physics = job_frame(job, gpu)
+        frame, physics = job_frame(job, gpu, pipeline)
         name = gpu_spec(gpu).name
         use = calibration if calibration is not None and name not in self.measured_ else None
         constants, memory = self._calibrated(name, use)

@@ -22,6 +22,8 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile
 from gpupred.perf.constants import ConstantsTable
 from gpupred.perf.fit import FitRows, fit_table, predict_rows
+from gpupred.perf.inputfeed import LOADER_COLUMNS
+from gpupred.perf.timeline import LoaderTimes
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
@@ -50,10 +52,7 @@ class PhysicsData:
     def subset(self, positions: Sequence[int] | np.ndarray) -> "PhysicsData":
         """The rows at ``positions``, sharing this data's cache of fitted constants."""
         pos = np.asarray(positions, dtype=int)
-        r = self.rows
-        sub = FitRows([r.kernels[i] for i in pos], [r.gpus[i] for i in pos], [r.precisions[i] for i in pos],
-                      [r.syncs[i] for i in pos], [r.host_batches[i] for i in pos], r.util[pos], r.step_s[pos])
-        return PhysicsData(sub, [self.keys[i] for i in pos], self.ids[pos], self.cache)
+        return PhysicsData(self.rows.subset(pos), [self.keys[i] for i in pos], self.ids[pos], self.cache)
 
     def align(self, df: pd.DataFrame) -> "PhysicsData":
         """The rows of ``df`` (by ``run_id``), in its order; this data itself when it already is."""
@@ -82,9 +81,20 @@ def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> Phys
               for t in ("gpu_util", "iter_time_mean_s")}
     host = df["host_batches"].astype(bool).tolist() if "host_batches" in df.columns else [False] * len(df)
     rows = FitRows(list(kernels), [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
-                   host, labels["gpu_util"], labels["iter_time_mean_s"])
+                   host, labels["gpu_util"], labels["iter_time_mean_s"], loaders_of(df))
     ids = df["run_id"].astype(str).to_numpy(dtype=object) if "run_id" in df.columns else np.empty(0, dtype=object)
     return PhysicsData(rows, [(str(g), protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])], ids)
+
+
+def loaders_of(df: pd.DataFrame) -> list[LoaderTimes | None] | None:
+    """Each row's host input pipeline from its ``LOADER_COLUMNS`` (None where absent or NaN: resident batches); None
+    when no row has one."""
+    if not set(LOADER_COLUMNS) <= set(df.columns):
+        return None
+    values = df[list(LOADER_COLUMNS)].to_numpy(float)
+    if np.isnan(values[:, 0]).all():
+        return None
+    return [None if np.isnan(v[0]) else LoaderTimes(float(v[0]), float(v[1]), int(v[2]), float(v[3])) for v in values]
 
 
 def fitted_constants(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> ConstantsTable:
@@ -127,7 +137,9 @@ def default_row_columns(rows: FitRows, i: int) -> dict[str, float]:
     from gpupred.perf.constants import DEFAULT
     from gpupred.perf.timeline import simulate
 
-    return simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i]).columns()
+    loader = None if rows.loaders is None else rows.loaders[i]
+    return simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i],
+                    loader).columns()
 
 
 def physics_log_error(y: np.ndarray, pred: np.ndarray, step: bool) -> np.ndarray:
