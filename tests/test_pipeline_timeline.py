@@ -1,11 +1,12 @@
 """The step model's input-pipeline timeline against a real torch DataLoader on this CPU (issue 77, item 4).
 
 Fixture: the test writes its own sample files, builds a DataLoader over them, and feeds a fake training step of known
-duration: a busy main-thread spin standing in for the device step (it holds a core, as a step's host work does).
-From one measured number, the per-batch cost of making a batch in the main process with no step, and the receive
-cost of a batch from a worker, :func:`gpupred.perf.timeline.with_loader` predicts the steady period and the step's
-busy fraction for 0, 1 and 2 workers and steps from loader-bound to step-bound; both must come within 10% of the
-measured ones. This tests the timeline, not only its formula: the same loop runs for real.
+duration: the main thread launches (a fixed amount of Python work, ``HOST_SHARE`` of the step: the host's share)
+and then waits for the "device" (a sleep, which, like a GPU step, takes time but no host core). From two measured
+numbers, the per-batch cost of making a batch in the main process with no step and the receive cost of a batch from
+a worker, :func:`gpupred.perf.timeline.with_loader` predicts the steady period and the device's busy fraction for
+0, 1 and 2 workers and steps from loader-bound to step-bound; both must come within 10% of the measured ones. This
+tests the timeline, not only its formula: the same loop runs for real, on however many cores this machine has.
 """
 
 from __future__ import annotations
@@ -46,26 +47,43 @@ class FileSamples(torch.utils.data.Dataset):
         return torch.from_numpy(x.astype(np.float32))
 
 
-def spin(seconds: float) -> None:
-    """Hold this thread busy for ``seconds`` (the fake device step)."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+HOST_SHARE = 0.15  # of the fake step: the main thread's launch work (CPU), the rest the device's (a sleep)
 
 
-def run_loop(root: Path, workers: int, step_s: float, rounds: int = WORK_ROUNDS) -> tuple[float, float]:
-    """(period s per batch, busy fraction of the step) of a loop that spins ``step_s`` per batch."""
+def spin_rate() -> float:
+    """Iterations per second of :func:`spin`'s loop on an idle core (measured once)."""
+    n, t0 = 200_000, time.perf_counter()
+    spin(n)
+    return n / (time.perf_counter() - t0)
+
+
+def spin(iterations: int) -> None:
+    """A fixed amount of Python work on this thread (the host's launches)."""
+    x = 0
+    for i in range(iterations):
+        x += i
+
+
+def fake_step(host_iterations: int, device_s: float) -> float:
+    """Launch (host work), then wait for the device; returns the device's seconds."""
+    spin(host_iterations)
+    time.sleep(device_s)
+    return device_s
+
+
+def run_loop(root: Path, workers: int, step_s: float, rate: float, rounds: int = WORK_ROUNDS) -> tuple[float, float]:
+    """(period s per batch, the device's busy fraction) of a loop whose fake step lasts ``step_s`` on an idle core."""
     loader = torch.utils.data.DataLoader(FileSamples(root, rounds), batch_size=BATCH, shuffle=True, num_workers=workers,
                                          generator=torch.Generator().manual_seed(0))
+    host_iterations, device_s = int(HOST_SHARE * step_s * rate), (1 - HOST_SHARE) * step_s
     it = iter(loader)
     for _ in range(WARMUP):
-        spin(step_s) if next(it) is not None else None
+        next(it)
+        fake_step(host_iterations, device_s)
     t0, busy = time.perf_counter(), 0.0
     for _ in range(MEASURED):
         next(it)
-        s = time.perf_counter()
-        spin(step_s)
-        busy += time.perf_counter() - s
+        busy += fake_step(host_iterations, device_s)
     wall = time.perf_counter() - t0
     del it
     return wall / MEASURED, busy / wall
@@ -81,29 +99,31 @@ def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def costs(sample_root: Path) -> tuple[float, float]:
-    """(one process's seconds to make a batch, the main process's seconds to receive one from a worker), measured."""
-    produce = min(run_loop(sample_root, 0, 0.0)[0] for _ in range(2))
-    receive = min(run_loop(sample_root, 1, 0.0, rounds=0)[0] for _ in range(2))  # nearly free samples: the IPC
-    return produce, receive
+def costs(sample_root: Path) -> tuple[float, float, float]:
+    """(one process's seconds to make a batch, the main process's seconds to receive one from a worker, the spin
+    rate), measured on this machine."""
+    rate = max(spin_rate() for _ in range(3))
+    produce = min(run_loop(sample_root, 0, 0.0, rate)[0] for _ in range(2))
+    receive = min(run_loop(sample_root, 1, 0.0, rate, rounds=0)[0] for _ in range(2))  # nearly free samples: the IPC
+    return produce, receive, rate
 
 
 def predicted(produce: float, receive: float, workers: int, step_s: float) -> tuple[float, float]:
-    """(period, busy fraction) the timeline predicts for the loop (the spin is host time and "device" time alike)."""
+    """(period, the device's busy fraction) the timeline predicts for the loop."""
     cores = float(len(os.sched_getaffinity(0)))
     loader = LoaderTimes(produce, receive if workers else 0.0, workers, cores)
-    s = np.array([step_s])
-    step, _ = with_loader(s, s, s, np.array(["step"], dtype=object), loader_arrays([loader], 1))
-    return float(step[0]), step_s / float(step[0])
+    step, busy, host = (np.array([v]) for v in (step_s, (1 - HOST_SHARE) * step_s, HOST_SHARE * step_s))
+    period, _ = with_loader(step, busy, host, np.array(["step"], dtype=object), loader_arrays([loader], 1))
+    return float(period[0]), float(busy[0] / period[0])
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])
 @pytest.mark.parametrize("step_ratio", [0.3, 1.0, 2.5])
-def test_the_timeline_predicts_a_real_loaders_period(sample_root: Path, costs: tuple[float, float], workers: int,
-                                                    step_ratio: float) -> None:
-    produce, receive = costs
+def test_the_timeline_predicts_a_real_loaders_period(sample_root: Path, costs: tuple[float, float, float],
+                                                    workers: int, step_ratio: float) -> None:
+    produce, receive, rate = costs
     step_s = step_ratio * produce
-    period, busy = run_loop(sample_root, workers, step_s)
+    period, busy = run_loop(sample_root, workers, step_s, rate)
     want_period, want_busy = predicted(produce, receive, workers, step_s)
     print(f"workers {workers} step {step_s * 1e3:.1f} ms (produce {produce * 1e3:.1f} ms, receive {receive * 1e3:.2f} "
           f"ms): period {period * 1e3:.1f} ms, predicted {want_period * 1e3:.1f}; busy {busy:.3f}, predicted {want_busy:.3f}")

@@ -186,3 +186,53 @@ def correction_shap(frame: pd.DataFrame, source: str | None = SOURCE_OWN, seed: 
     explanation = shap.TreeExplainer(model[-1])(pd.DataFrame(signed_log1p(sample[cols].to_numpy(float)), columns=cols))
     explanation.feature_names = cols
     return explanation
+
+
+def without_pipelines(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every row's host input pipeline dropped (its ``LOADER_COLUMNS`` NaN): the step model as it was
+    before pipelines, each fed row only copying its batch (the "before" of notebook 03's pipeline section)."""
+    from gpupred.perf.inputfeed import LOADER_COLUMNS
+
+    out = df.copy()
+    for c in LOADER_COLUMNS:
+        out[c] = np.nan
+    return out
+
+
+def source_heldout(df: pd.DataFrame, source: str, train_sources: tuple[str, ...] = (SOURCE_OWN,), alpha: float = 0.1,
+                   seed: int = 0) -> pd.DataFrame:
+    """The shipped step estimator fitted on ``train_sources``' rows (the default, licence-clean predictor's: this
+    project's own runs) and asked about every row of ``source`` (never trained on): per row its family, batch,
+    pipeline, measured and predicted utilization and step time, and the step model's own (uncorrected) figures."""
+    train = df[df["source"].isin(train_sources)]
+    test = df[df["source"] == source]
+    if train.empty or test.empty:
+        raise GpupredError(f"held-out source {source!r}: {len(train)} training rows, {len(test)} rows to predict")
+    targets = tuple(t for t in ("gpu_util", "iter_time_mean_s") if train[t].notna().sum() >= MIN_LABELLED)
+    est = StepEstimator(targets, alpha=alpha, seed=seed).fit(train)
+    pred = est.predict(test)
+    util, step = est.physics(test)
+    cols = [c for c in ("run_id", "workload_id", "family", "batch_size", "precision", "gpu_util", "iter_time_mean_s",
+                        "loader_produce_s", "loader_workers") if c in test.columns]
+    out = test[cols].reset_index(drop=True)
+    for t in targets:
+        out[f"pred_{t}"], out[f"pred_{t}_low"], out[f"pred_{t}_high"] = (pred[c].to_numpy(float)
+                                                                         for c in (t, f"{t}_low", f"{t}_high"))
+    out["physics_gpu_util"], out["physics_iter_time_mean_s"] = util, step
+    return out
+
+
+def heldout_figures(rows: pd.DataFrame) -> dict[str, Any]:
+    """Utilization RMSLE (all rows and per family), step-time median relative error, and per-row hits of a held-out
+    source's predictions (:func:`source_heldout`)."""
+    from gpupred.learn.splits import rmsle
+
+    util, pred = rows["gpu_util"].to_numpy(float), rows["pred_gpu_util"].to_numpy(float)
+    out: dict[str, Any] = {"runs": int(len(rows)), "gpu_util_rmsle": rmsle(util, pred),
+                           "gpu_util_rmsle_by_family": {f: rmsle(g["gpu_util"], g["pred_gpu_util"])
+                                                        for f, g in rows.groupby("family", sort=True)}}
+    if "pred_iter_time_mean_s" in rows.columns:
+        rel = rows["pred_iter_time_mean_s"] / rows["iter_time_mean_s"] - 1.0
+        out["iter_time_mre"] = float(np.nanmedian(np.abs(rel)))
+        out["iter_time_rel_error_by_family"] = {f: float(np.nanmedian(g)) for f, g in rel.groupby(rows["family"])}
+    return out
