@@ -14,13 +14,10 @@ from pathlib import Path
 from gpupred.campaign.executors import Executor, PartRun
 from gpupred.campaign.pack import RETURN_LIMIT_MIB, pack, snapshot
 from gpupred.campaign.planner import Estimates, build_queue, estimates, plan_next, planned_seconds
-from gpupred.campaign.stages import Layout, Part, StageQueue, Work
+from gpupred.campaign.stages import MARGIN_MINUTES, Layout, Part, StageQueue, Work
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
 from gpupred.profile.store import atomic_write_json, now_utc
-
-MARGIN_MINUTES = 1.0  # kept free at the end of a call: the tarball, and a unit that overran its estimate
-
 
 @dataclass
 class StageRun:

@@ -26,6 +26,7 @@ SWEEP_IDS: dict[str, str] = {"pipelines": "2026-12-pipelines", "finetune": "2026
                              "catalog": "2026-11-catalog", "fusion": "2026-12-fusion"}
 PIPELINES_PLAN = "input-pipelines.txt"  # written by the input-pipeline issue (77) once its harness option exists
 FINETUNE_PLAN = "finetune.txt"  # written by the fine-tuning issue (78) once LoRA/QLoRA setups exist
+MARGIN_MINUTES = 1.0  # kept free at the end of a call: the tarball, and a unit that overran its estimate
 SMOKE_IDS = ("mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w32-d1-bs4-in16-fp32-sgd")  # the smoke test's two units
 
 

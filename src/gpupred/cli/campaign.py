@@ -35,7 +35,7 @@ def _gpu(gpu: Optional[str]) -> str:
 def _register_next(campaign_app: Any) -> None:
     import typer
 
-    from gpupred.campaign.execute import MARGIN_MINUTES
+    from gpupred.campaign.stages import MARGIN_MINUTES
 
     @campaign_app.command("next")
     def next_cmd(
@@ -69,7 +69,7 @@ def _register_next(campaign_app: Any) -> None:
 def _register_plan(campaign_app: Any) -> None:
     import typer
 
-    from gpupred.campaign.execute import MARGIN_MINUTES
+    from gpupred.campaign.stages import MARGIN_MINUTES
 
     @campaign_app.command("plan")
     def plan_cmd(
