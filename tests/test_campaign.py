@@ -229,3 +229,39 @@ def test_cli_smoke_failure_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "smoke test failed" in done.stderr
     assert not (tmp_path / "data" / "dryrun").exists()
+
+
+def test_a_part_that_fails_ends_that_part_and_the_call_still_packs(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _tree(tmp_path)
+    executor = SimulatedExecutor("h100", unit_s=0.0)
+    real = executor.sweep
+
+    def sweep(plan: str, out: Path, limit: int, deadline: float):  # type: ignore[no-untyped-def]
+        if plan.endswith("realworld-solo.txt"):
+            raise GpupredError(f"{out}: sweep was started with window_s=9.0; resume with the same settings")
+        return real(plan, out, limit, deadline)
+
+    monkeypatch.setattr(executor, "sweep", sweep)
+    out = run_next(executor, "h100", layout, 60.0, tmp_path / "out", est=EST)
+    text = "\n".join(out.lines)
+    assert "stage 5 realworld: ran 0 units (none) in" in text and "stopped: GpupredError:" in text
+    assert "stage 8 fused: ran 2 units (ok 2)" in text and out.tarball is not None
+
+
+def test_the_repositorys_own_plans_load_into_the_queue() -> None:
+    lines, planned = queue_report("h200", Layout.default(), 8.0)
+    assert len(lines) == 10 and all(f"stage {i} " in lines[i] for i in range(1, 9))
+    assert "skipped: H100 only" in lines[7] and "its plan does not load" not in "\n".join(lines)
+    assert planned and planned[0].stage in (1, 4)  # the calibration first, unless data/calibrations has one
+
+
+def test_cli_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
+    from gpupred.profile.nvml import probe
+
+    if probe() is None:
+        pytest.skip("this machine has a GPU")
+    for args in (("next", "--minutes", "8", "--out", str(tmp_path / "o")), ("plan",)):
+        cmd, env = _cli(tmp_path, *args, unit_s=0.0)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -100,7 +100,10 @@ def run_planned(executor: Executor, planned: list[Work], deadline: float, runs: 
         t0 = time.monotonic()
         print(f"campaign: stage {works[0].stage} {part.kind} {Path(part.plan).name or part.folder.name}: "
               f"{len(works)} units planned", flush=True)
-        result = _run_part(executor, part, works, deadline)
+        try:
+            result = _run_part(executor, part, works, deadline)
+        except Exception as err:  # one part's failure ends that part, not the call: what was written is still packed
+            result = PartRun(0, Counter(), f"{type(err).__name__}: {' '.join(str(err).split())}"[:300])
         run = runs.setdefault(works[0].stage, StageRun())
         run.units += result.units
         run.statuses.update(result.statuses)
