@@ -18,7 +18,8 @@ TRACE_S = 15.0  # one kernel-trace spec: the upper end of the 5-15 s estimate (t
 @dataclass(frozen=True)
 class Estimates:
     """Seconds per unit: a sweep unit (recorded per-unit walls, or the harness's hard timeout), a calibration, a
-    trace; and what a sweep session reserves before its first unit (the harness's hard timeout, as the sweep does)."""
+    trace; and what a sweep session reserves before its first unit (the harness's hard timeout, as the sweep does).
+    A co-located group counts as one unit of ``sweep_s`` (its members run side by side; no group is recorded yet)."""
 
     sweep_s: float
     basis: str  # where sweep_s comes from

@@ -120,7 +120,10 @@ def loader_missing() -> str:
         return "gpupred.loader is not there yet (the input-pipeline issue writes it)"
     if importlib.util.find_spec("gpupred.loader.standard") is None:
         return "gpupred.loader.standard is not there yet (the input-pipeline issue writes it)"
-    module = importlib.import_module("gpupred.loader.standard")
+    try:
+        module = importlib.import_module("gpupred.loader.standard")
+    except Exception as err:  # code being written: say why, and let the other stages run
+        return f"gpupred.loader.standard does not import ({type(err).__name__}: {err})"
     return "" if callable(getattr(module, "make_loader", None)) else "gpupred.loader.standard has no make_loader yet"
 
 
