@@ -71,6 +71,9 @@ GRAPHS: Path = DATA / "graphs"
 CORPUS: Path = DATA / "corpus"
 # ONNX exports (structure only, weights stripped) of architectures outside the store, cached per architecture.
 ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onnx"
+# The measurement campaign's per-machine marker (`gpupred campaign next`: its smoke test passed on this GPU);
+# gitignored, so a fresh device machine never receives one.
+CAMPAIGN_MARKERS: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "campaign"
 
 # Calibrations of this project's own GPU kinds, recorded by `gpupred calibrate` on a lent GPU and committed as
 # written: the tests replay them and the exported predictor measures a calibrated GPU's interval width on them.
