@@ -45,14 +45,20 @@ def job_frame(job: JobGraph, gpu: str) -> tuple[pd.DataFrame, Any]:
     from gpupred.perf.fit import FitRows
     from gpupred.step.physics import PhysicsData, default_row_columns
 
+    spec = gpu_spec(gpu)
+    memory = memory_row(job, spec.name)  # first: its setup errors name the job
+    rows = FitRows([job.kernels], [spec], [job.setup.precision], ["step"], [False], np.array([np.nan]),
+                   np.array([np.nan]))
+    frame = pd.DataFrame([{**memory, **default_row_columns(rows, 0)}])
+    return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
+
+
+def memory_row(job: JobGraph, gpu: str) -> dict[str, Any]:
+    """What the memory estimator reads of one job on one GPU under ``PROTOCOL`` (no step kernels needed)."""
     from gpupred.footprint import setup_columns
 
-    setup = job.setup
-    spec = gpu_spec(gpu)
-    rows = FitRows([job.kernels], [spec], [setup.precision], ["step"], [False], np.array([np.nan]), np.array([np.nan]))
-    frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
-                           "sync": "step", "source": SOURCE_OWN, **default_row_columns(rows, 0)}])
-    return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
+    return {**job.row, **job.terms, **setup_columns(job.setup), "gpu": gpu_spec(gpu).name, "sampler": PROTOCOL,
+            "sync": "step", "source": SOURCE_OWN}
 
 
 class PhysicsCore:
@@ -172,9 +178,11 @@ class PhysicsCore:
                                         "its prediction's 'caveats' (gpupred.perf.caveats)",
                                 **{n: c.describe() for n, c in CAVEATS.items()}},
             "training_setup": {"modelled": "precision (fp32 with TF32 flags, bf16/fp16 autocast, pure bf16), SGD/Adam/"
-                                           "AdamW foreach/fused/forloop, activation checkpointing, gradient "
-                                           "accumulation, attention auto/eager/sdpa/flash, channels_last: in the "
-                                           "step model and the footprint (gpupred.setups); the corrections were "
-                                           "trained on the sweeps' setup only",
+                                           "AdamW foreach/fused/forloop, bitsandbytes' 8-bit and paged AdamW, "
+                                           "Adafactor, LoRA and QLoRA (gpupred.finetune), activation checkpointing, "
+                                           "gradient accumulation, attention auto/eager/sdpa/flash, channels_last: in "
+                                           "the step model and the footprint (gpupred.setups); the corrections were "
+                                           "trained on the sweeps' setup only: the other setups go through the "
+                                           "physics with the sweeps' correction, unretrained",
                                "defaults": FRAMEWORK_DEFAULTS},
         }
