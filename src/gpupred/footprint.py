@@ -67,6 +67,10 @@ from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 MIB = float(2**20)
 OPTIMIZER_STATES: dict[str, float] = {  # param-sized buffers an optimizer keeps (the catalog's sgd has momentum)
     "sgd": 1.0, "sgd_momentum": 1.0, "sgd_nomomentum": 0.0, "adam": 2.0, "adamw": 2.0, "rmsprop": 1.0, "adagrad": 1.0,
+    # a frame row without gpupred.finetune's PARAM_COLUMNS (which count these tensor by tensor): bitsandbytes' 8-bit
+    # moments (2 bytes and two fp32 absmax per 256 elements) and its paged fp32 moments, per fp32 parameter byte;
+    # Adafactor's factored second moment (a row and a column per matrix) needs the shapes: none without them
+    "adamw8bit": (2 + 8 / 256) / 4, "paged_adamw8bit": (2 + 8 / 256) / 4, "paged_adamw": 2.0, "adafactor": 0.0,
 }
 HALF_PRECISIONS: frozenset[str] = frozenset({"bf16", "fp16"})
 CONTEXT_MIB: dict[str, float] = {  # bare CUDA context by GPU kind (gpupred.hardware short name)
@@ -268,12 +272,25 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
     act = activation_bytes(df, autocast, sdpa, pure)
     loss = _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure))
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
+    counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     terms = {
-        "weights": p, "gradients": p, "optimizer": states * p,
-        "autocast_copies": 0.5 * p * autocast, "activations": act, "loss": loss, "inputs": _col(df, "input_bytes"),
-        "workspace": _workspaces(df) * MIB,
+        "weights": _or(counted, df, "weight_bytes", p), "gradients": _or(counted, df, "grad_bytes", p),
+        "optimizer": _or(counted, df, "state_bytes", states * p),
+        "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
+        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0), "loss": loss,
+        "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
     }
     return pd.DataFrame({k: v / MIB for k, v in terms.items()}, index=df.index)
+
+
+def _counted(df: pd.DataFrame, name: str) -> np.ndarray:
+    """Rows whose parameter terms were counted tensor by tensor (:data:`gpupred.finetune.PARAM_COLUMNS` present)."""
+    return df[name].notna().to_numpy() if name in df.columns else np.zeros(len(df), bool)
+
+
+def _or(counted: np.ndarray, df: pd.DataFrame, name: str, rule: np.ndarray) -> np.ndarray:
+    """A counted parameter term where the row has it, else the parameter-sized rule's."""
+    return np.where(counted, _col(df, name), rule) if counted.any() else rule
 
 
 def _optimizers(df: pd.DataFrame) -> np.ndarray:

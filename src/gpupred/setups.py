@@ -29,7 +29,21 @@ Options (torch's own default first):
   ``attn_implementation="eager"``), ``sdpa`` (every core fused: Hugging Face's default) or ``flash``
   (FlashAttention-2; 16-bit only);
 - ``channels_last``: convolutions in NHWC (``model.to(memory_format=torch.channels_last)``); the default NCHW makes
-  cuDNN transpose each tensor-core convolution's operands.
+  cuDNN transpose each tensor-core convolution's operands;
+- ``lora_rank`` (None: a full fine-tune): LoRA adapters as peft's ``LoraConfig`` adds them, with ``lora_alpha`` (peft's
+  default 8; it scales, it costs nothing), ``lora_targets`` (None: peft's default target modules for the model type,
+  :data:`gpupred.finetune.LORA_TARGET_MODULES`; a one-element tuple is a regular expression, as peft reads a string),
+  ``lora_dropout`` (peft's default 0.0), ``lora_bias`` (``none``, ``all``, ``lora_only``) and
+  ``lora_modules_to_save`` (modules trained whole, beside a frozen copy); every other parameter is frozen: no
+  gradient, no optimizer state (:mod:`gpupred.finetune` counts what that changes);
+- ``qlora``: the frozen Linear weights in 4-bit NF4 with double quantization (bitsandbytes' ``Params4bit``, as
+  ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+  bnb_4bit_compute_dtype=torch.bfloat16)`` loads them), with LoRA adapters on top; it needs ``lora_rank`` and a 16-bit
+  compute precision (bf16, fp16 or bf16-pure);
+- optimizers from bitsandbytes and transformers: ``adamw8bit`` (``bnb.optim.AdamW8bit``: 8-bit blockwise moments),
+  ``paged_adamw`` and ``paged_adamw8bit`` (``bnb.optim.PagedAdamW32bit`` / ``PagedAdamW8bit``: the moments in CUDA
+  unified memory, counted as device memory at the peak), ``adafactor`` (``transformers.optimization.Adafactor`` with
+  its defaults: factored second moment, no first moment); ``optimizer_impl`` applies to SGD, Adam and AdamW only.
 """
 
 from __future__ import annotations
@@ -42,10 +56,13 @@ from gpupred.errors import GpupredError
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "bf16-pure")
 AUTOCAST: frozenset[str] = frozenset({"bf16", "fp16"})  # autocast mixed precision (fp32 master weights)
 HALF: frozenset[str] = frozenset({"bf16", "fp16", "bf16-pure"})  # contractions in 16 bits
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw", "adamw8bit", "paged_adamw", "paged_adamw8bit", "adafactor")
+LORA_BIASES: tuple[str, ...] = ("none", "all", "lora_only")  # peft's LoraConfig.bias
 OPTIMIZER_IMPLS: tuple[str, ...] = ("foreach", "fused", "forloop")
 ATTENTIONS: tuple[str, ...] = ("auto", "eager", "sdpa", "flash")
-TORCH_WEIGHT_DECAY: dict[str, float] = {"sgd": 0.0, "adam": 0.0, "adamw": 0.01}  # torch.optim's defaults
+TORCH_WEIGHT_DECAY: dict[str, float] = {  # torch.optim's defaults (bitsandbytes' AdamW: 0.01; transformers' Adafactor: 0)
+    "sgd": 0.0, "adam": 0.0, "adamw": 0.01, "adamw8bit": 0.01, "paged_adamw": 0.01, "paged_adamw8bit": 0.01,
+    "adafactor": 0.0}
 MAX_ACCUMULATION = 4096
 
 
@@ -65,6 +82,13 @@ class TrainingSetup:
     accumulation: int = 1
     attention: str = "auto"
     channels_last: bool = False
+    lora_rank: int | None = None  # None: every parameter trains (a full fine-tune)
+    lora_alpha: float | None = None  # None: peft's default (8)
+    lora_targets: tuple[str, ...] | None = None  # None: peft's default target modules for the model type
+    lora_dropout: float = 0.0
+    lora_bias: str = "none"
+    lora_modules_to_save: tuple[str, ...] = ()
+    qlora: bool = False
 
     def __post_init__(self) -> None:
         _choice("precision", self.precision, PRECISIONS)
@@ -79,6 +103,33 @@ class TrainingSetup:
         if self.attention == "flash" and self.precision not in HALF:
             raise GpupredError("attention 'flash' (FlashAttention-2) runs in bf16 or fp16 only; use precision bf16, "
                                "fp16 or bf16-pure, or attention 'sdpa' (torch picks its memory-efficient kernel in fp32)")
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        """Refuse LoRA and QLoRA options that cannot run (one line each)."""
+        for name in ("lora_targets", "lora_modules_to_save"):  # lists from JSON or typer: hashable tuples
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, (value,))
+            elif value is not None:
+                object.__setattr__(self, name, tuple(str(v) for v in value))
+        _choice("LoRA bias", self.lora_bias, LORA_BIASES)
+        if self.lora_rank is None:
+            given = [n for n in ("lora_alpha", "lora_targets") if getattr(self, n) is not None]
+            given += [n for n in ("lora_modules_to_save",) if getattr(self, n)] + (["qlora"] if self.qlora else [])
+            if given:
+                raise GpupredError(f"{given[0]} needs LoRA adapters: give a LoRA rank (--lora R, lora_rank=R)")
+            return
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+            raise GpupredError(f"LoRA rank must be a whole number of 1 or more, got {self.lora_rank!r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise GpupredError(f"LoRA dropout must be from 0 to below 1, got {self.lora_dropout!r}")
+        if self.lora_targets is not None and not self.lora_targets:
+            raise GpupredError("LoRA target modules: the list is empty; name at least one module (or leave it out for "
+                               "peft's default)")
+        if self.qlora and self.precision not in HALF:
+            raise GpupredError(f"QLoRA computes in 16 bits (bitsandbytes dequantizes its 4-bit weights to the compute "
+                               f"dtype); precision {self.precision!r} cannot run it: use bf16, fp16 or bf16-pure")
 
     @property
     def half(self) -> bool:
@@ -107,10 +158,22 @@ class TrainingSetup:
 
     @property
     def state_buffers(self) -> float:
-        """Parameter-sized buffers the optimizer keeps: SGD's momentum (0 without), Adam's and AdamW's two moments."""
+        """Parameter-sized buffers the optimizer keeps: SGD's momentum (0 without), Adam's and AdamW's two moments (in
+        8 bits for the 8-bit ones), none for Adafactor (its factored second moment is a row and a column per matrix)."""
         if self.optimizer == "sgd":
             return 1.0 if self.sgd_momentum else 0.0
-        return 2.0
+        return 0.0 if self.optimizer == "adafactor" else 2.0
+
+    @property
+    def lora(self) -> bool:
+        """Whether LoRA adapters train on a frozen base (QLoRA included)."""
+        return self.lora_rank is not None
+
+    @property
+    def counted_parameters(self) -> bool:
+        """Whether the footprint counts weights, gradients and optimizer state tensor by tensor from the graph
+        (:func:`gpupred.finetune.parameter_terms`): LoRA, QLoRA, or an optimizer whose state is not parameter-sized."""
+        return self.lora or self.optimizer not in ("sgd", "adam", "adamw")
 
     @property
     def optimizer_key(self) -> str:

@@ -1,10 +1,13 @@
-"""``gpupred predict`` (utilization, SM activity and memory, with intervals, of an ONNX model) and ``gpupred gpus``."""
+"""``gpupred predict`` (utilization, SM activity and memory, with intervals, of an ONNX model, and whether it fits on
+the GPU), ``gpupred fits`` (the largest batch that fits on every GPU of the table) and ``gpupred gpus``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -46,8 +49,9 @@ def check_model_choice(model: str | None, timm: str | None, hf: str | None, head
 
 
 def register(app: Any) -> None:
-    """Add ``gpupred predict`` and ``gpupred gpus`` to the CLI."""
+    """Add ``gpupred predict``, ``gpupred fits`` and ``gpupred gpus`` to the CLI."""
     _register_predict(app)
+    app.command("fits")(fits_cmd)
     _register_gpus(app)
 
 
@@ -74,63 +78,173 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
     print_prediction(predictor, row, as_json, setup.changes())
 
 
+Precision = Annotated[str, typer.Option("--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
+                                                             "bf16-pure (bf16 weights, no autocast).")]
+Optimizer = Annotated[str, typer.Option("--optimizer", help="sgd (momentum 0.9), adam, adamw, adamw8bit, paged_adamw, "
+                                                             "paged_adamw8bit (bitsandbytes) or adafactor (transformers).")]
+OptimizerImpl = Annotated[Optional[str], typer.Option("--optimizer-impl", help="foreach (torch's default on CUDA), fused "
+                                                                                 "or forloop.")]
+NoMomentum = Annotated[bool, typer.Option("--no-momentum", help="SGD without momentum (torch's default).")]
+WeightDecay = Annotated[Optional[float], typer.Option("--weight-decay", help="Weight decay (default: torch's: 0, AdamW "
+                                                                               "0.01).")]
+Tf32 = Annotated[Optional[bool], typer.Option("--tf32/--no-tf32", help="fp32 matmuls and convolutions on TF32 tensor "
+                                                                         "cores (default: torch's: matmuls off, "
+                                                                         "convolutions on).")]
+Checkpointing = Annotated[bool, typer.Option("--checkpointing", help="Activation (gradient) checkpointing of every "
+                                                                      "repeated block.")]
+Accumulation = Annotated[int, typer.Option("--accumulation", help="Gradient accumulation: micro-batches of --batch-size "
+                                                                   "per optimizer step.")]
+Attention = Annotated[Optional[str], typer.Option("--attention", help="auto (as exported), eager, sdpa or flash.")]
+ChannelsLast = Annotated[bool, typer.Option("--channels-last", help="Convolutions in channels_last (NHWC).")]
+Lora = Annotated[Optional[int], typer.Option("--lora", help="LoRA rank R: peft adapters on a frozen base (default "
+                                                             "targets: peft's for the model type).")]
+LoraAlpha = Annotated[Optional[float], typer.Option("--lora-alpha", help="LoRA alpha (peft's default 8).")]
+LoraTargets = Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated target modules, e.g. "
+                                                                            "q_proj,k_proj,v_proj,o_proj.")]
+LoraDropout = Annotated[Optional[float], typer.Option("--lora-dropout", help="LoRA dropout (peft's default 0).")]
+LoraConfig = Annotated[Optional[str], typer.Option("--lora-config", help="A peft adapter_config.json (r, lora_alpha, "
+                                                                          "target_modules, lora_dropout, bias, "
+                                                                          "modules_to_save).")]
+Qlora = Annotated[bool, typer.Option("--qlora", help="QLoRA: 4-bit NF4 base weights, double quantization, 16-bit "
+                                                      "compute (with --lora R).")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; "
+                                                           "default: the one it was trained on).")]
+PredictorPath = Annotated[Optional[str], typer.Option("--predictor", help="Predictor artifact (default "
+                                                                           "models/predictor.joblib).")]
+Noncommercial = Annotated[bool, typer.Option("--noncommercial", help="Use models/predictor-noncommercial.joblib, "
+                                                                      "trained with imported data (non-commercial use "
+                                                                      "only).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print a JSON object.")]
+Model = Annotated[Optional[str], typer.Argument(help="An ONNX model file (or a workload id, which needs torch).",
+                                                show_default=False)]
+BatchSize = Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Training batch size (required for an "
+                                                                               "ONNX file).")]
+Timm = Annotated[Optional[str], typer.Option("--timm", help="A timm model by name instead of MODEL (random weights, no "
+                                                             "download; exported once, then cached).")]
+Hf = Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model instead of MODEL: a model type (llama, "
+                                                         "bert, gpt2...), a config.json or its folder, or a hub id.")]
+Head = Annotated[Optional[str], typer.Option("--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, "
+                                                             "seq2seq-lm or speech-seq2seq (default: the config's).")]
+SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="With --hf: tokens per sample (default: the model's "
+                                                                  "longest position, at most 2048).")]
+ImageSize = Annotated[Optional[int], typer.Option("--image-size", help="With --timm or an image --hf model: the image "
+                                                                        "side.")]
+
+
+def training_setup(precision: str, optimizer: str, optimizer_impl: str | None = None, no_momentum: bool = False,
+                   weight_decay: float | None = None, tf32: bool | None = None, checkpointing: bool = False,
+                   accumulation: int = 1, attention: str | None = None, channels_last: bool = False,
+                   lora: tuple[Any, ...] = (None, None, None, None, None, False)) -> Any:
+    """The :class:`gpupred.setups.TrainingSetup` of the CLI's options; ``lora``: (--lora, --lora-alpha,
+    --lora-targets, --lora-dropout, --lora-config, --qlora), the flags overriding the config file's fields."""
+    from gpupred.setups import setup_of
+
+    rank, alpha, targets, dropout, config, qlora = lora
+    options: dict[str, Any] = {}
+    if config is not None:
+        from gpupred.finetune import read_adapter_config
+
+        options = read_adapter_config(config)
+    flags = {"lora_rank": rank, "lora_alpha": alpha, "lora_dropout": dropout, "qlora": qlora or None,
+             "lora_targets": tuple(t.strip() for t in targets.split(",") if t.strip()) if targets is not None else None}
+    options.update({k: v for k, v in flags.items() if v is not None})
+    return setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
+                    weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
+                    accumulation=accumulation, attention=attention, channels_last=channels_last, **options)
+
+
+def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Precision = "fp32",
+                optimizer: Optimizer = "sgd", optimizer_impl: OptimizerImpl = None, no_momentum: NoMomentum = False,
+                weight_decay: WeightDecay = None, tf32: Tf32 = None, checkpointing: Checkpointing = False,
+                accumulation: Accumulation = 1, attention: Attention = None, channels_last: ChannelsLast = False,
+                lora: Lora = None, lora_alpha: LoraAlpha = None, lora_targets: LoraTargets = None,
+                lora_dropout: LoraDropout = None, lora_config: LoraConfig = None, qlora: Qlora = False,
+                gpu: Gpu = None, predictor_path: PredictorPath = None, noncommercial: Noncommercial = False,
+                as_json: AsJson = False,
+                calibration: Annotated[Optional[str], typer.Option("--calibration", help="A file `gpupred calibrate` "
+                                       "wrote for the GPU (default: the newest of this user's for --gpu).")] = None,
+                no_calibration: Annotated[bool, typer.Option("--no-calibration", help="Use no calibration, not even "
+                                                                                     "this user's.")] = False,
+                timm: Timm = None, hf: Hf = None, head: Head = None, seq_len: SeqLen = None,
+                image_size: ImageSize = None) -> None:
+    """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name), and
+    whether it fits on the GPU."""
+    from gpupred.errors import GpupredError
+
+    named = check_model_choice(model, timm, hf, head, seq_len, image_size)
+    if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
+        raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
+    setup = training_setup(precision, optimizer, optimizer_impl, no_momentum, weight_decay, tf32, checkpointing,
+                           accumulation, attention, channels_last,
+                           (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora))
+    run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
+                named=(timm, hf, head, seq_len, image_size) if named else None)
+
+
 def _register_predict(app: Any) -> None:
     """Add ``gpupred predict``."""
-    import typer
+    app.command("predict")(predict_cmd)
 
-    @app.command("predict")
-    def predict_cmd(
-        model: str = typer.Argument(None, help="An ONNX model file (or a workload id, which needs torch).",
-                                    show_default=False),
-        batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
-                                                                  "bf16-pure (bf16 weights, no autocast)."),
-        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd (momentum 0.9), adam or adamw."),
-        optimizer_impl: str = typer.Option(None, "--optimizer-impl", help="foreach (torch's default on CUDA), fused "
-                                                                          "or forloop."),
-        no_momentum: bool = typer.Option(False, "--no-momentum", help="SGD without momentum (torch's default)."),
-        weight_decay: float = typer.Option(None, "--weight-decay", help="Weight decay (default: torch's: 0, AdamW 0.01)."),
-        tf32: bool = typer.Option(None, "--tf32/--no-tf32", help="fp32 matmuls and convolutions on TF32 tensor cores "
-                                                                  "(default: torch's: matmuls off, convolutions on)."),
-        checkpointing: bool = typer.Option(False, "--checkpointing", help="Activation (gradient) checkpointing of "
-                                                                         "every repeated block."),
-        accumulation: int = typer.Option(1, "--accumulation", help="Gradient accumulation: micro-batches of "
-                                                                   "--batch-size per optimizer step."),
-        attention: str = typer.Option(None, "--attention", help="auto (as exported), eager, sdpa or flash."),
-        channels_last: bool = typer.Option(False, "--channels-last", help="Convolutions in channels_last (NHWC)."),
-        gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; default: the "
-                                                    "one it was trained on)."),
-        predictor_path: str = typer.Option(None, "--predictor", help="Predictor artifact (default models/predictor.joblib)."),
-        noncommercial: bool = typer.Option(False, "--noncommercial", help="Use models/predictor-noncommercial.joblib, "
-                                                                          "trained with imported data (non-commercial use only)."),
-        as_json: bool = typer.Option(False, "--json", help="Print a JSON object."),
-        calibration: str = typer.Option(None, "--calibration", help="A file `gpupred calibrate` wrote for the GPU "
-                                                                    "(default: the newest of this user's for --gpu)."),
-        no_calibration: bool = typer.Option(False, "--no-calibration", help="Use no calibration, not even this "
-                                                                            "user's."),
-        timm: str = typer.Option(None, "--timm", help="A timm model by name instead of MODEL (random weights, no "
-                                                      "download; exported once, then cached)."),
-        hf: str = typer.Option(None, "--hf", help="A Hugging Face model instead of MODEL: a model type (llama, bert, "
-                                                  "gpt2...), a config.json or its folder, or a hub id."),
-        head: str = typer.Option(None, "--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, seq2seq-lm "
-                                                      "or speech-seq2seq (default: the config's)."),
-        seq_len: int = typer.Option(None, "--seq-len", help="With --hf: tokens per sample (default: the model's longest "
-                                                            "position, at most 2048)."),
-        image_size: int = typer.Option(None, "--image-size", help="With --timm or an image --hf model: the image side."),
-    ) -> None:
-        """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name)."""
-        from gpupred.errors import GpupredError
-        from gpupred.setups import setup_of
 
-        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
-        if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
-            raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
-        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
-        setup = setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
-                         weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
-                         accumulation=accumulation, attention=attention, channels_last=channels_last)
-        run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
-                    named=(timm, hf, head, seq_len, image_size) if named else None)
+def fits_cmd(model: Model = None, precision: Precision = "fp32", optimizer: Optimizer = "sgd",
+             optimizer_impl: OptimizerImpl = None, no_momentum: NoMomentum = False, weight_decay: WeightDecay = None,
+             checkpointing: Checkpointing = False, accumulation: Accumulation = 1, attention: Attention = None,
+             lora: Lora = None, lora_alpha: LoraAlpha = None, lora_targets: LoraTargets = None,
+             lora_dropout: LoraDropout = None, lora_config: LoraConfig = None, qlora: Qlora = False,
+             gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="Only these GPUs (repeat; default: every "
+                                                                              "GPU of the hardware table).")] = None,
+             threshold: Annotated[float, typer.Option("--threshold", help="Fit probability the batch must reach.")] = 0.95,
+             max_batch: Annotated[int, typer.Option("--max-batch", help="The largest batch size tried.")] = 65536,
+             predictor_path: PredictorPath = None, noncommercial: Noncommercial = False, as_json: AsJson = False,
+             timm: Timm = None, hf: Hf = None, head: Head = None, seq_len: SeqLen = None,
+             image_size: ImageSize = None) -> None:
+    """For one job, every GPU of the hardware table with the largest batch that fits there at 95% (or --threshold)."""
+    from gpupred import config
+    from gpupred.errors import GpupredError
+    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.fits import fits_table
+
+    named = check_model_choice(model, timm, hf, head, seq_len, image_size)
+    if model is not None and looks_like_file(model) and not Path(model).is_file():
+        raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
+    if not 0.0 < threshold < 1.0 or max_batch < 1:
+        raise GpupredError(f"--threshold must be between 0 and 1 and --max-batch 1 or more, got {threshold}, {max_batch}")
+    setup = training_setup(precision, optimizer, optimizer_impl, no_momentum, weight_decay, None, checkpointing,
+                           accumulation, attention, False, (lora, lora_alpha, lora_targets, lora_dropout, lora_config,
+                                                            qlora))
+    predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
+    graph, label, setup, key, recipe = fits_job(model, setup, (timm, hf, head, seq_len, image_size) if named else None)
+    table = fits_table(predictor, graph, label, setup, gpu, threshold, max_batch, key=key, recipe=recipe)
+    if as_json:
+        print(table.to_json(orient="records"))
+        return
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}" if v < 1.5 else f"{v:.0f}"))
+    print(f"max_batch: the largest batch whose memory fits at P >= {threshold:g} (0: not even batch 1); memory_mib and "
+          "fit_probability at that batch; the memory interval read as a log-normal's (gpupred.predictor.fits)")
+
+
+def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tuple[Any, str, Any, Any, str]:
+    """(graph, label, setup, kernel key, recipe) of the job ``gpupred fits`` sizes: a file, a catalog workload's graph
+    (its precision and optimizer), or a model by name; its batch is what ``fits`` varies."""
+    from gpupred.errors import GpupredError
+
+    if named:
+        from gpupred.graph.named import graph_for_options
+
+        path = str(graph_for_options(*named))
+        return path, named[1] or named[0], setup, None, "standard"
+    if looks_like_file(str(model)):
+        return str(model), str(model), setup, None, "standard"
+    from gpupred.graph.graphstore import graph_for
+    from gpupred.perf.columns import recipe_of
+    from gpupred.workloads.spec import WorkloadSpec
+
+    try:
+        spec = WorkloadSpec.from_id(str(model))
+    except GpupredError:
+        raise GpupredError(f"{model!r} is neither an ONNX file nor a workload id") from None
+    job = setup.with_options(precision=spec.precision, optimizer=spec.optimizer)
+    return graph_for(spec), str(model), job, spec.arch_key, recipe_of(spec.family)
 
 
 def _register_gpus(app: Any) -> None:
@@ -158,9 +272,11 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[
     """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning);
     ``setup``: the training-setup options that differ from the sweeps' (printed when there are any)."""
     extrapolated = bool(row["extrapolated"])
-    text = ("extrapolated", "core", "calibrated", "calibration_note", "caveats")
+    text = ("extrapolated", "core", "calibrated", "calibration_note", "caveats", "fits")
     values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
                               if k not in text and v == v and v is not None}
+    if "fits" in row.index and row["fits"] == row["fits"]:
+        values["fits"] = bool(row["fits"])
     values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")),
                   calibrated=str(row.get("calibrated", "")) or None, calibration_note=str(row.get("calibration_note", "")))
     caveats = [c for c in str(row.get("caveats", "") or "").split(",") if c and c != "nan"]
@@ -171,6 +287,9 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[
     if as_json:
         print(json.dumps(values))
         return
+    if "fits" in values:
+        print(f"fits: {'yes' if values['fits'] else 'no'} (P(memory <= {values['capacity_mib']:.0f} MiB) = "
+              f"{values['fit_probability']:.3f}; headroom {values['headroom_mib']:.0f} MiB at the point)")
     for target, (label, unit) in UNITS.items():
         if target in values:
             fmt = ".4f" if unit == "s" else ".1f"

@@ -48,6 +48,13 @@ The training setup (:class:`gpupred.setups.TrainingSetup`; its defaults are the 
   is paid per micro-batch;
 - **attention**: which attention cores run fused (:func:`gpupred.perf.attention.fused_cores`); the others run as
   their ops (scores written, softmax, product by V);
+- **LoRA and QLoRA** (:mod:`gpupred.finetune`): a frozen weight launches no weight-gradient kernel (its
+  contraction's backward is the data gradient alone: a third less work) and its autocast copy is not cast back; each
+  adapter adds two small GEMMs and a scaled add forward, four GEMMs and the add into the input gradient backward;
+  a 4-bit weight is dequantized once forward and once backward (memory-bound on its 4-bit and 16-bit bytes) in
+  place of autocast's cast; the optimizer steps only the trainable tensors;
+- **bitsandbytes' optimizers and Adafactor**: one kernel per tensor from Python (8-bit moments and absmax, or fp32
+  moments), and Adafactor's ops per tensor (8 full-size kernels on a matrix, 5 on a vector);
 - **memory format**: under the default NCHW, each tensor-core convolution over a 4-D (or 5-D) tensor transposes
   its operands to NHWC and back (``NCHW_TRANSPOSES``: cuDNN's tensor-core kernels are NHWC-native);
   ``channels_last`` removes those.
@@ -130,8 +137,9 @@ class _Builder:
     contraction kind; a phase given overrides the list's (a checkpointed block's forward, run again in backward).
     """
 
-    def __init__(self, setup: TrainingSetup) -> None:
+    def __init__(self, setup: TrainingSetup, place: Any = None) -> None:
         self.setup = setup
+        self.place = place  # gpupred.finetune.Placement under LoRA/QLoRA or a shape-counted optimizer, else None
         self.fwd: list[tuple[Any, ...]] = []
         self.bwd: list[tuple[Any, ...]] = []  # forward order; launched in reverse
         self.opt: list[tuple[Any, ...]] = []
@@ -248,12 +256,50 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
     x, w = (info.inputs + [None, None])[:2]
     weight_bytes = _nbytes(w)
     data_grad = bool(ins) and ins[0] not in graph.graph_inputs
+    frozen = _frozen(b, graph, ins, 1)
     if data_grad:
         b.bwd.append((flops, out + weight_bytes + _nbytes(x), unit))  # d input
-    b.bwd.append((flops, out + _nbytes(x) + weight_bytes, unit))  # d weight (or d of the second operand)
-    if bias:
+    if not frozen:
+        b.bwd.append((flops, out + _nbytes(x) + weight_bytes, unit))  # d weight (or d of the second operand)
+    if bias and not _frozen(b, graph, ins, 2):
         b.bwd.append((out / 4, out, False))  # bias gradient: a reduction over the output gradient
     _layout_transposes(b, info, unit, float(_nbytes(x)), out, data_grad)
+    if frozen and b.place is not None:
+        _adapter(b, graph, ins, float(_nbytes(x)), out)
+
+
+def _frozen(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], pos: int) -> bool:
+    """Whether the parameter a contraction reads at ``pos`` is frozen (LoRA's base: no gradient kernel)."""
+    if b.place is None or not b.setup.lora or len(ins) <= pos or ins[pos] not in graph.params:
+        return False
+    return graph.params[ins[pos]] not in b.place.trainable
+
+
+def _adapter(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], x_bytes: float, out: float) -> None:
+    """QLoRA's dequantization of a 4-bit weight (one kernel each way, memory-bound on its 4-bit and 16-bit bytes) and
+    a LoRA adapter's kernels: forward ``A x``, ``B (A x)``, the scaled add (and dropout); backward both weight
+    gradients, both data gradients and the add into the base's input gradient (see :mod:`gpupred.finetune`)."""
+    from gpupred.finetune import nf4_bytes
+
+    key = graph.params[ins[1]]
+    numel = graph.param_sizes.get(key, (0, 4))[0]
+    if key in b.place.quantized:
+        dequant = (float(numel), float(nf4_bytes(numel) + 2 * numel), False)
+        b.fwd.append(dequant)
+        b.bwd.append(dequant)
+    w = b.place.adapted.get(key)
+    if w is None:
+        return
+    item = 2 if b.setup.half else 4
+    r, rows = float(b.setup.lora_rank), float(w.rows) / max(len(w.nodes), 1)
+    ax = rows * r * item
+    a_flops, b_flops = 2 * rows * w.in_features * r, 2 * rows * r * w.out_features
+    b.fwd += [(a_flops, x_bytes + ax, MATMUL), (b_flops, ax + out, MATMUL), (out / item, 3 * out, False)]
+    b.bwd += [(b_flops, out + ax, MATMUL), (b_flops, out + ax, MATMUL), (a_flops, ax + x_bytes, MATMUL),
+              (a_flops, ax + x_bytes, MATMUL), (x_bytes / item, 3 * x_bytes, False)]
+    if b.setup.lora_dropout > 0:
+        b.fwd.append((x_bytes / item, 2.25 * x_bytes, False))
+        b.bwd.append((x_bytes / item, 2.25 * x_bytes, False))
 
 
 def _recurrent(b: _Builder, info: NodeInfo, cost: tuple[float, float, float, float]) -> None:
@@ -301,21 +347,25 @@ def _pointwise(b: _Builder, graph: CanonicalGraph, op: str, category: str, ins: 
 
 def _casts(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], size_of: dict[str, int],
            cast_weights: set[str]) -> None:
-    """Autocast before a contraction: a weight's 16-bit copy (once per step) and fp32 activations, each way."""
+    """Autocast before a contraction: a weight's 16-bit copy (once per step; a frozen weight's gradient is not cast
+    back, a 4-bit one is dequantized instead) and fp32 activations, each way."""
     for n in ins[:2]:
         shp = graph.shapes.get(n) if n else None
         if shp is None or shp[0] is None or shp[2] != 4:
             continue
         numel = float(math.prod(shp[0]))
+        frozen = False
         if n in graph.params:
             key = graph.params[n]
-            if key in cast_weights:
+            if key in cast_weights or (b.place is not None and key in b.place.quantized):
                 continue
             cast_weights.add(key)
+            frozen = b.place is not None and b.setup.lora and key not in b.place.trainable
         elif size_of.get(n, 4) != 4:
             continue  # already 16-bit
         b.fwd.append((0.0, 6 * numel, False))
-        b.bwd.append((0.0, 6 * numel, False))
+        if not frozen:
+            b.bwd.append((0.0, 6 * numel, False))
 
 
 def _upcasts(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], size_of: dict[str, int]) -> None:
@@ -526,10 +576,39 @@ def optimizer_ops(setup: TrainingSetup) -> tuple[tuple[int, int], ...]:
     return ops
 
 
+def _trained(b: _Builder, trainable: dict[str, int]) -> dict[str, int]:
+    """The tensors the optimizer steps: under LoRA the adapters and the base parameters still trained."""
+    if b.place is None or not b.setup.lora:
+        return trainable
+    return {k: int(math.prod(shape)) for k, shape in b.place.trainable.items()}
+
+
+def _per_tensor_optimizer(b: _Builder, trainable: dict[str, int]) -> None:
+    """bitsandbytes' optimizers (one kernel per tensor, from Python: 8-bit moments and their absmax, or fp32 moments
+    under ``min_8bit_size`` and for the 32-bit paged one) and transformers' Adafactor (its ops per tensor from Python:
+    square, row and column means, their moving averages, the factored estimate, the update, its RMS and clipping,
+    the step: 8 full-size kernels on a matrix, 5 on a vector)."""
+    from gpupred.finetune import EIGHT_BIT, MIN_8BIT_SIZE, OPT8_BLOCK
+
+    s, item = b.setup, b.setup.state_bytes
+    shapes = b.place.trainable if b.place is not None else {}
+    for key, numel in sorted(trainable.items()):
+        width = 4 if "::lora_" in key else item
+        if s.optimizer == "adafactor":
+            full = 8 if len(shapes.get(key, (numel,))) >= 2 else 5
+            b.opt.extend([(2.0 * numel, 2.5 * 4 * numel, False)] * full)
+            continue
+        states = (2 + 8 / OPT8_BLOCK) if s.optimizer in EIGHT_BIT and numel >= MIN_8BIT_SIZE else 16
+        b.opt.append((14.0 * numel, (3 * width + states) * numel, False))
+
+
 def _optimizer_step(b: _Builder, trainable: dict[str, int]) -> None:
     """The optimizer's kernels as its implementation runs them: foreach ops, one fused op, or each op per tensor."""
+    trainable = _trained(b, trainable)
     s, n, numel = b.setup, len(trainable), int(sum(trainable.values()))
-    if s.optimizer_impl == "fused":
+    if s.optimizer not in FUSED_OPS:
+        _per_tensor_optimizer(b, trainable)
+    elif s.optimizer_impl == "fused":
         reads, writes, flops = FUSED_OPS[s.optimizer_key]
         if s.optimizer != "sgd":
             _foreach(b, n, n, 1, 1)  # the device step counters += 1
@@ -549,7 +628,7 @@ def _optimizer(b: _Builder, trainable: dict[str, int]) -> None:
     the result on the device), the step, the scale's update."""
     scaler = b.setup.grad_scaler
     if scaler:
-        n, numel = len(trainable), int(sum(trainable.values()))
+        n, numel = len(_trained(b, trainable)), int(sum(_trained(b, trainable).values()))
         b.fwd.append((1.0, 8.0, False))  # scale the loss
         _foreach(b, n, numel, 1, 1)  # unscale + inf check
         if b.setup.optimizer_impl == "fused":
@@ -606,6 +685,15 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
 RECIPES: tuple[str, ...] = ("standard", "gan")  # how a training step runs over its graph
 
 
+def _placement(graph: CanonicalGraph, setup: TrainingSetup) -> Any:
+    """Which parameters train, are frozen or 4-bit (:func:`gpupred.finetune.placement`) where the setup changes it."""
+    if not setup.counted_parameters:
+        return None
+    from gpupred.finetune import placement
+
+    return placement(graph, setup)
+
+
 def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str = "sgd",
                  recipe: str = "standard", setup: TrainingSetup | None = None) -> KernelList:
     """The kernels of one training step of a canonical graph, in launch order (see the module notes).
@@ -614,7 +702,8 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     ``precision`` and ``optimizer``. ``recipe`` says how the step runs over the graph: ``standard`` (one forward,
     loss, backward, optimizer, per micro-batch) or ``gan`` (the two-player step of :func:`_gan_step`, for a graph
     exporting G(z), D(real) and D(G(z)))."""
-    b = _Builder(as_setup(setup, precision, optimizer))
+    job = as_setup(setup, precision, optimizer)
+    b = _Builder(job, _placement(graph, job))
     if recipe == "gan":
         trainable = _gan_step(b, graph)
         cycles = 2
@@ -624,6 +713,7 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
         _loss_and_dropout(b, graph, out_bytes)
         _optimizer(b, trainable)
         cycles = 1
+    trainable = _trained(b, trainable)
     b.accumulate = [(float(v), 3.0 * b.setup.state_bytes * v, False) for _k, v in sorted(trainable.items())]
     kl = b.arrays()
     kl.param_tensors = len(trainable)

@@ -233,6 +233,9 @@ class Predictor:
         the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
         uses none. A calibration of another GPU than ``gpu`` is refused.
 
+        A job answered by the physics core also gets ``fits``, ``fit_probability``, ``capacity_mib`` and
+        ``headroom_mib`` on its GPU (:mod:`gpupred.predictor.fits`: the memory interval read as a log-normal's).
+
         ``setup`` (:class:`gpupred.setups.TrainingSetup`) is how the job trains: precision and TF32, optimizer and
         its implementation, checkpointing, gradient accumulation (``iter_time_mean_s`` is then one optimizer step of
         ``setup.accumulation`` micro-batches of ``batch_size``), attention kernel, memory format; without one, the
@@ -269,7 +272,10 @@ class Predictor:
                        pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray]:
         """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
+        from gpupred.predictor.fits import fit_columns
+
         out = self.core.predict(graph, gpu_name, cal, pipeline or RESIDENT)
+        out.update(fit_columns(out["memory_mib"], out["memory_mib_low"], out["memory_mib_high"], gpu_name, self.alpha))
         row = {k: v for k, v in out.items() if k != "extrapolated"}
         frame = pd.DataFrame([{**row, "core": "physics", "extrapolated": bool(out["extrapolated"])}])  # one frame:
         return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))  # inserting columns costs ~0.3 ms each

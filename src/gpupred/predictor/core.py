@@ -47,19 +47,24 @@ def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tu
     from gpupred.perf.inputfeed import host_costs, loader_columns, loader_times
     from gpupred.step.physics import PhysicsData, default_row_columns
 
-    from gpupred.footprint import setup_columns
-
-    setup = job.setup
     spec = gpu_spec(gpu)
-    samples = int(job.row.get("batch_size") or 1) * setup.accumulation  # every micro-batch of a step is fed
+    memory = memory_row(job, spec.name)  # first: its setup errors name the job
+    samples = int(job.row.get("batch_size") or 1) * job.setup.accumulation  # every micro-batch of a step is fed
     loader = None if pipeline.resident else loader_times(pipeline, samples, float(job.kernels.input_bytes),
                                                          host_costs(pipeline))
-    rows = FitRows([job.kernels], [spec], [setup.precision], ["step"], [loader is not None], np.array([np.nan]),
+    rows = FitRows([job.kernels], [spec], [job.setup.precision], ["step"], [loader is not None], np.array([np.nan]),
                    np.array([np.nan]), None if loader is None else [loader])
     extra = {} if loader is None else {**loader_columns(loader), "host_batches": 1.0}
-    frame = pd.DataFrame([{**job.row, **job.terms, **setup_columns(setup), "gpu": spec.name, "sampler": PROTOCOL,
-                           "sync": "step", "source": SOURCE_OWN, **default_row_columns(rows, 0), **extra}])
+    frame = pd.DataFrame([{**memory, **default_row_columns(rows, 0), **extra}])
     return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
+
+
+def memory_row(job: JobGraph, gpu: str) -> dict[str, Any]:
+    """What the memory estimator reads of one job on one GPU under ``PROTOCOL`` (no step kernels needed)."""
+    from gpupred.footprint import setup_columns
+
+    return {**job.row, **job.terms, **setup_columns(job.setup), "gpu": gpu_spec(gpu).name, "sampler": PROTOCOL,
+            "sync": "step", "source": SOURCE_OWN}
 
 
 class PhysicsCore:
@@ -180,9 +185,11 @@ class PhysicsCore:
                                         "its prediction's 'caveats' (gpupred.perf.caveats)",
                                 **{n: c.describe() for n, c in CAVEATS.items()}},
             "training_setup": {"modelled": "precision (fp32 with TF32 flags, bf16/fp16 autocast, pure bf16), SGD/Adam/"
-                                           "AdamW foreach/fused/forloop, activation checkpointing, gradient "
-                                           "accumulation, attention auto/eager/sdpa/flash, channels_last: in the "
-                                           "step model and the footprint (gpupred.setups); the corrections were "
-                                           "trained on the sweeps' setup only",
+                                           "AdamW foreach/fused/forloop, bitsandbytes' 8-bit and paged AdamW, "
+                                           "Adafactor, LoRA and QLoRA (gpupred.finetune), activation checkpointing, "
+                                           "gradient accumulation, attention auto/eager/sdpa/flash, channels_last: in "
+                                           "the step model and the footprint (gpupred.setups); the corrections were "
+                                           "trained on the sweeps' setup only: the other setups go through the "
+                                           "physics with the sweeps' correction, unretrained",
                                "defaults": FRAMEWORK_DEFAULTS},
         }

@@ -74,10 +74,23 @@ class JobGraph:
 
     @cached_property
     def terms(self) -> dict[str, float]:
-        """The footprint's graph terms (:func:`gpupred.footprint.graph_terms`)."""
+        """The footprint's graph terms (:func:`gpupred.footprint.graph_terms`) and, for LoRA, QLoRA and the optimizers
+        whose state is not parameter-sized, its parameter terms (:func:`gpupred.finetune.parameter_terms`)."""
         from gpupred.footprint import graph_terms
 
-        return graph_terms(self.graph, self.batch_size, self.setup)
+        return {**graph_terms(self.graph, self.batch_size, self.setup), **self.parameter_terms()}
+
+    def parameter_terms(self) -> dict[str, float]:
+        """:func:`gpupred.finetune.parameter_terms` of the graph at the batch size (empty for the sweeps' setups)."""
+        if not self.setup.counted_parameters:
+            return {}
+        from gpupred.finetune import model_type_of, parameter_terms
+        from gpupred.graph.loader import cached_graph
+        from gpupred.perf.blocks import checkpoint_blocks
+
+        cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
+        blocks = len(checkpoint_blocks(cg)) if self.setup.checkpointing else 1
+        return parameter_terms(cg, self.setup, self.label, model_type_of(self.graph), blocks)
 
     @classmethod
     def of_parts(cls, row: dict[str, Any], kernels: Any, terms: dict[str, float], setup: TrainingSetup,

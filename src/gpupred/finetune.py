@@ -1,0 +1,464 @@
+"""Parameter-efficient fine-tuning and the optimizers whose state is not parameter-sized, counted tensor by tensor
+from a canonical graph (torch-free): what LoRA, QLoRA, bitsandbytes' and transformers' optimizers change in a
+training step's memory (:func:`parameter_terms`, read by :func:`gpupred.footprint.footprint_terms`) and kernels
+(:func:`adapted_weights`, read by :func:`gpupred.perf.kernels.step_kernels`).
+
+**Which weights.** A Linear weight is a parameter named ``<module>.weight`` that a MatMul or Gemm reads as its second
+operand (the canonical graph keeps each initializer's parameter name, :attr:`CanonicalGraph.params`, also where the
+exporter transposed it). A fused projection that is not an ``nn.Linear`` (``nn.MultiheadAttention``'s
+``in_proj_weight``) is not one: peft cannot target it and bitsandbytes does not quantize it. A graph whose weights
+keep no such names (an exporter that renamed them all) cannot place LoRA targets, and is refused by name.
+
+**LoRA** (peft ``LoraConfig``): the target modules are ``setup.lora_targets``, else peft's default for the model
+type (:data:`LORA_TARGET_MODULES`, copied for the model types this project names from peft's
+``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``, ``src/peft/utils/constants.py`` at commit 00073fe, peft
+0.17/0.18); a module matches a name as peft's ``check_target_module_exists`` does (the name itself or a ``.name``
+suffix; a single string is a regular expression matched whole). Each adapted Linear (``in`` -> ``out``) gains
+``A: r x in`` and ``B: out x r``, in fp32 under autocast and also on a bf16 base (peft's
+``autocast_adapter_dtype=True`` casts 16-bit adapters to fp32). Every other parameter is frozen: it keeps its weight,
+but gets no gradient and no optimizer state (``lora_bias`` ``all``/``lora_only`` trains the biases,
+``lora_modules_to_save`` trains a copy of whole modules beside the frozen original).
+
+**Activations.** torch's autograd saves an operand of a matmul only when the other operand's gradient is needed
+(``tools/autograd/gen_variable_type.py``'s ``guard_for``: ``grad_fn->should_compute_output``): a frozen Linear keeps
+its weight (autocast's 16-bit copy of it under bf16/fp16: not cached, autocast caches only leaves that require
+grad, but held by the backward node until it runs) and not its input. So, per distinct input ``x`` of frozen
+Linears (:func:`activation_delta`):
+
+- ``x`` (and under autocast its 16-bit copy when ``x`` is fp32) is no longer saved, unless another op keeps it
+  (a reader that saves its input, a producer that saves its output, a trainable contraction, a graph output);
+- each adapter on ``x`` saves what its ``A`` reads: ``x`` itself (already counted where it is kept) or, when a cast is
+  needed, its own copy (autocast's 16-bit cast of an fp32 ``x``; on a pure-bf16 base, peft's cast of ``x`` to the
+  adapter's fp32); with ``lora_dropout`` > 0, the dropped-out copy of ``x`` and its mask (1 byte per element)
+  instead;
+- ``B`` saves ``A x``: ``rows x r`` elements, 2 bytes under autocast, 4 otherwise (fp32 adapters);
+- under checkpointing only the recomputed block holds them: the delta is divided by the number of checkpointed
+  blocks.
+
+**QLoRA** (bitsandbytes ``Params4bit`` with ``quant_type="nf4"``, ``compress_statistics=True``; ``quantize_4bit`` in
+``bitsandbytes/functional.py``): every Linear weight but the output head (transformers keeps the output embedding
+unquantized: ``get_keys_to_not_convert``) and weights also read by another op (tied embeddings) is stored as
+``ceil(n / 2)`` bytes of packed 4-bit codes, ``ceil(n / 64)`` uint8 quantized absmax, ``ceil(n / 64 / 256)`` fp32
+second-level absmax, a fp32 offset and a 16-entry fp32 NF4 code: 0.5159 bytes per weight; each allocation is rounded
+to torch's 512-byte blocks (``kMinBlockSize``, ``c10/cuda/CUDACachingAllocator.cpp``). ``MatMul4Bit`` saves neither
+its input nor a dequantized weight: it dequantizes to the compute dtype in the forward and again in the backward
+(one weight's 16-bit copy at a time: counted as a transient, the largest one). Non-quantized modules (embeddings,
+norms, the head) keep the setup's weight dtype.
+
+**Optimizer state**, per trainable tensor (``n`` elements; fp32 masters or bf16 under pure bf16):
+
+- SGD: momentum ``n`` (none without); Adam/AdamW: ``2 n``, at the weight's width;
+- ``adamw8bit``: bitsandbytes' ``Optimizer2State.init_state`` (``bitsandbytes/optim/optimizer.py``): two uint8 moments
+  and two fp32 absmax per 256-element block; a tensor under ``min_8bit_size`` (4096 elements) keeps two fp32 moments;
+- ``paged_adamw``: two fp32 moments (bitsandbytes' 32-bit states are fp32 whatever the weight dtype) in CUDA unified
+  memory (``cudaMallocManaged``): outside torch's allocator, so ``torch.cuda.max_memory_allocated`` does not see them,
+  but resident on the device while the step runs, which is what NVML shows: counted as device memory at the peak;
+  ``paged_adamw8bit``: ``adamw8bit``'s states, paged likewise;
+- ``adafactor`` (transformers' ``Adafactor`` defaults: ``beta1=None``, ``relative_step=True``): a matrix (2-D or more)
+  keeps ``exp_avg_sq_row`` (its shape less the last axis) and ``exp_avg_sq_col`` (less the second-last), a vector its
+  full ``exp_avg_sq``, at the gradient's dtype; its step makes full-size fp32 temporaries (the squared gradient and the
+  factored estimate) of the tensor it updates: two of the largest, counted as a transient.
+
+Every tensor the optimizer, a gradient or a weight allocates is rounded to 512 bytes as torch's caching allocator does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpupred.errors import GpupredError
+from gpupred.setups import TrainingSetup
+
+# peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (src/peft/utils/constants.py, commit 00073fe), for the
+# model types this project builds or names
+LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
+    "llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"), "mixtral": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"), "qwen3": ("q_proj", "v_proj"), "gemma": ("q_proj", "v_proj"),
+    "gemma2": ("q_proj", "v_proj"), "opt": ("q_proj", "v_proj"), "bart": ("q_proj", "v_proj"),
+    "gpt_neo": ("q_proj", "v_proj"), "gptj": ("q_proj", "v_proj"), "phi": ("q_proj", "v_proj", "fc1", "fc2"),
+    "gpt2": ("c_attn",), "gpt_bigcode": ("c_attn",), "bloom": ("query_key_value",), "gpt_neox": ("query_key_value",),
+    "falcon": ("query_key_value",), "t5": ("q", "v"), "mt5": ("q", "v"), "bert": ("query", "value"),
+    "roberta": ("query", "value"), "xlm-roberta": ("query", "value"), "electra": ("query", "value"),
+    "deberta-v2": ("query_proj", "value_proj"),
+}
+ALLOC_BLOCK = 512  # torch's caching allocator rounds every allocation up to 512 bytes (kMinBlockSize)
+NF4_BLOCK = 64  # bitsandbytes' 4-bit blocksize (Params4bit's default)
+NESTED_BLOCK = 256  # double quantization: the absmax quantized in blocks of 256 (quantize_blockwise)
+NF4_CODE_BYTES = 16 * 4  # the NF4 code: 16 fp32 values per QuantState
+OPT8_BLOCK = 256  # bitsandbytes' 8-bit optimizers: one fp32 absmax per 256 elements per moment
+MIN_8BIT_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep fp32 moments
+ADAPTER_BYTES = 4  # peft's adapters are fp32 (autocast_adapter_dtype=True)
+PAGED: frozenset[str] = frozenset({"paged_adamw", "paged_adamw8bit"})
+EIGHT_BIT: frozenset[str] = frozenset({"adamw8bit", "paged_adamw8bit"})
+# what footprint.py's kept-tensor rule says (tests/test_peft.py checks these copies against it)
+NO_INPUT_SAVE: frozenset[str] = frozenset({
+    "Add", "Sub", "Concat", "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool",
+    "ReduceMean", "ReduceSum", "Neg", "Cast", "Pad"})
+OUTPUT_SAVE: frozenset[str] = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})
+PASS_OPS: frozenset[str] = frozenset({  # views and aliases: a reader of their output reads their input
+    "Transpose", "Gather", "Slice", "Split", "Expand", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+    "Dropout"})
+FP32_OPS: frozenset[str] = frozenset({
+    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Exp", "Log",
+    "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2", "Cast"})
+PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
+LINEAR_OPS: frozenset[str] = frozenset({"MatMul", "Gemm"})
+PARAM_COLUMNS: tuple[str, ...] = (  # bytes the footprint reads in place of its parameter-sized rule
+    "weight_bytes", "grad_bytes", "state_bytes", "copy_bytes", "act_delta_bytes", "transient_bytes")
+
+
+@dataclass(frozen=True)
+class LinearWeight:
+    """One Linear weight of a canonical graph: its parameter key, module name, features, and the token rows and
+    input tensors of the contractions that read it."""
+
+    key: str
+    module: str
+    in_features: int
+    out_features: int
+    rows: int  # output elements / out_features, over every node that reads it
+    inputs: tuple[str, ...]
+    nodes: tuple[int, ...]
+
+
+def alloc(nbytes: float) -> int:
+    """Bytes torch's caching allocator takes for a tensor of ``nbytes`` (rounded up to 512; 0 for none)."""
+    return int(math.ceil(nbytes / ALLOC_BLOCK)) * ALLOC_BLOCK if nbytes > 0 else 0
+
+
+def nf4_bytes(numel: int) -> int:
+    """Device bytes of one weight stored by bitsandbytes as NF4 with double quantization (see the module notes)."""
+    blocks = -(-numel // NF4_BLOCK)
+    return (alloc((numel + 1) // 2) + alloc(blocks) + alloc(4 * -(-blocks // NESTED_BLOCK)) + alloc(4)
+            + alloc(NF4_CODE_BYTES))
+
+
+def optimizer_state_bytes(optimizer: str, shape: tuple[int, ...], item: int, sgd_momentum: bool = True) -> int:
+    """Bytes of the optimizer state of one trainable tensor of ``shape`` whose weight is ``item`` bytes wide."""
+    numel = math.prod(shape) if shape else 1
+    if optimizer == "sgd":
+        return alloc(numel * item) if sgd_momentum else 0
+    if optimizer in ("adam", "adamw"):
+        return 2 * alloc(numel * item)
+    if optimizer == "paged_adamw":
+        return 2 * alloc(numel * 4)
+    if optimizer in EIGHT_BIT:
+        if numel < MIN_8BIT_SIZE:
+            return 2 * alloc(numel * 4)
+        return 2 * (alloc(numel) + alloc(4 * -(-numel // OPT8_BLOCK)))
+    if optimizer == "adafactor":
+        if len(shape) < 2:
+            return alloc(numel * item)
+        return alloc(numel // shape[-1] * item) + alloc(numel // shape[-2] * item)
+    raise GpupredError(f"unknown optimizer {optimizer!r}")
+
+
+def linear_weights(cg: Any) -> dict[str, LinearWeight]:
+    """The Linear weights of a canonical graph by parameter key (see the module notes), in graph order."""
+    found: dict[str, dict[str, Any]] = {}
+    for i, (op, _d, ins, outs, *_rest) in enumerate(cg.nodes):
+        if op not in LINEAR_OPS or len(ins) < 2 or ins[1] not in cg.params or ins[0] in cg.params:
+            continue
+        key = cg.params[ins[1]]
+        out_shape = cg.shapes.get(outs[0]) if outs else None
+        numel = cg.param_sizes.get(key, (0, 4))[0]
+        if not key.endswith(".weight") or out_shape is None or out_shape[0] is None or numel <= 0:
+            continue
+        out_elems, out_f = math.prod(out_shape[0]), int(out_shape[0][-1])
+        entry = found.setdefault(key, {"out": out_f, "rows": 0, "inputs": [], "nodes": []})
+        entry["rows"] += out_elems // max(out_f, 1)
+        entry["inputs"].append(ins[0])
+        entry["nodes"].append(i)
+    return {k: LinearWeight(k, k[: -len(".weight")], cg.param_sizes[k][0] // max(v["out"], 1), v["out"], v["rows"],
+                            tuple(v["inputs"]), tuple(v["nodes"])) for k, v in found.items()}
+
+
+def _matches(module: str, targets: tuple[str, ...]) -> bool:
+    """Whether peft would adapt ``module`` for ``targets`` (a one-element tuple is also tried as a full regex)."""
+    if len(targets) == 1 and any(c in targets[0] for c in "*+?[]()|^$\\"):
+        pattern = re.compile(targets[0])
+        return any(pattern.fullmatch(m) for m in (module, re.sub(r"^model\.", "", module)))
+    return any(module == t or module.endswith("." + t) for t in targets)
+
+
+def default_targets(linears: dict[str, LinearWeight], model_type: str | None, label: str) -> tuple[str, ...]:
+    """peft's default target modules for the model type, or, where the type is unknown, for the first model type of
+    :data:`LORA_TARGET_MODULES` whose every default target the graph has (most adapted modules first)."""
+    if model_type is not None and model_type in LORA_TARGET_MODULES:
+        return LORA_TARGET_MODULES[model_type]
+    fits = []
+    for targets in dict.fromkeys(LORA_TARGET_MODULES.values()):
+        hits = [all(any(_matches(w.module, (t,)) for w in linears.values()) for t in targets)]
+        if all(hits):
+            fits.append((sum(_matches(w.module, targets) for w in linears.values()), targets))
+    if not fits:
+        raise GpupredError(f"{label}: peft has no default LoRA target modules for this model (type "
+                           f"{model_type or 'unknown'}); name them (--lora-targets q_proj,v_proj or an "
+                           "adapter_config.json)")
+    return max(fits, key=lambda f: f[0])[1]
+
+
+def lora_targets(cg: Any, setup: TrainingSetup, label: str, model_type: str | None = None) -> dict[str, LinearWeight]:
+    """The Linear weights LoRA adapts under ``setup`` (refusing targets the graph does not have)."""
+    linears = linear_weights(cg)
+    if not linears:
+        raise GpupredError(f"{label}: the graph keeps no Linear module names (its weights are not named "
+                           "'<module>.weight'), so LoRA targets cannot be placed; export it with parameter names kept")
+    targets = setup.lora_targets if setup.lora_targets is not None else default_targets(linears, model_type, label)
+    missing = [t for t in targets if not any(_matches(w.module, (t,) if len(targets) > 1 else targets)
+                                             for w in linears.values())]
+    if missing:
+        names = sorted({w.module.rsplit(".", 1)[-1] for w in linears.values()})
+        raise GpupredError(f"{label}: LoRA target module {missing[0]!r} is not a Linear module of this model; its "
+                           f"Linear modules are named {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}")
+    return {k: w for k, w in linears.items() if _matches(w.module, targets)}
+
+
+def quantized_weights(cg: Any, linears: dict[str, LinearWeight]) -> set[str]:
+    """The Linear weights QLoRA stores in 4 bits: all but the output head and weights another op also reads."""
+    read = {t for node in cg.nodes for t in node[2]}
+    outputs = {o for node in cg.nodes for o in node[3] if o not in read}  # the graph's outputs (the logits)
+    head = {k for k, w in linears.items() if any(o in outputs for n in w.nodes for o in cg.nodes[n][3])}
+    read_elsewhere = {cg.params[n] for i, node in enumerate(cg.nodes) for n in node[2]
+                      if n in cg.params and not (node[0] in LINEAR_OPS and len(node[2]) > 1 and node[2][1] == n)}
+    return {k for k in linears if k not in head and k not in read_elsewhere}
+
+
+def _trainable_base(cg: Any, setup: TrainingSetup, adapted: dict[str, LinearWeight]) -> set[str]:
+    """Base parameters that still train under LoRA: biases (``lora_bias``) and ``lora_modules_to_save``'s."""
+    keys = set(cg.param_sizes)
+    out: set[str] = set()
+    if setup.lora_bias == "all":
+        out |= {k for k in keys if k.endswith(".bias")}
+    elif setup.lora_bias == "lora_only":
+        out |= {w.module + ".bias" for w in adapted.values()} & keys
+    if setup.lora_modules_to_save:
+        out |= {k for k in keys if _matches(k.rsplit(".", 1)[0], setup.lora_modules_to_save)}
+    return out
+
+
+@dataclass
+class Placement:
+    """Which parameters of a graph train, which are frozen and which are stored in 4 bits, under a setup."""
+
+    shapes: dict[str, tuple[int, ...]]  # every parameter key
+    trainable: dict[str, tuple[int, ...]]  # trainable tensors (base parameters and adapters) -> shape
+    copies: set[str]  # modules_to_save: a frozen original and a trainable copy
+    quantized: set[str]
+    adapted: dict[str, LinearWeight]
+
+
+def placement(cg: Any, setup: TrainingSetup, label: str = "graph", model_type: str | None = None) -> Placement:
+    """Where each parameter of a canonical graph goes under a setup (every one trains in a full fine-tune)."""
+    shapes = {k: _param_shape(cg, k) for k in cg.param_sizes}
+    if not setup.lora:
+        return Placement(shapes, dict(shapes), set(), set(), {})
+    adapted = lora_targets(cg, setup, label, model_type)
+    base = _trainable_base(cg, setup, adapted)
+    trainable = {k: shapes[k] for k in sorted(base)}
+    for k, w in adapted.items():
+        trainable[k + "::lora_A"] = (setup.lora_rank, w.in_features)
+        trainable[k + "::lora_B"] = (w.out_features, setup.lora_rank)
+    quantized = quantized_weights(cg, linear_weights(cg)) - base if setup.qlora else set()
+    saved = setup.lora_modules_to_save
+    copies = {k for k in base if saved and _matches(k.rsplit(".", 1)[0], saved)}
+    return Placement(shapes, trainable, copies, quantized, adapted)
+
+
+def _param_shape(cg: Any, key: str) -> tuple[int, ...]:
+    """A parameter's shape (from a tensor named by it; its element count as one axis where none is)."""
+    for name, k in cg.params.items():
+        if k == key and name == key and cg.shapes.get(name) and cg.shapes[name][0] is not None:
+            return tuple(int(d) for d in cg.shapes[name][0])
+    for name, k in cg.params.items():
+        if k == key and cg.shapes.get(name) and cg.shapes[name][0] is not None:
+            shape = tuple(int(d) for d in cg.shapes[name][0])
+            return shape[::-1] if len(shape) == 2 else shape  # a transposed Linear weight: torch's [out, in]
+    return (int(cg.param_sizes[key][0]),)
+
+
+def _fp32_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
+    """The activations autocast keeps in fp32 (footprint.py's rule: outputs of ``FP32_OPS``, and of promoting ops
+    with an fp32 input)."""
+    fp32: set[str] = set()
+    for op, _d, ins, outs, *_ in cg.nodes:
+        if op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in ins if i in producer)):
+            fp32 |= set(outs)
+    return fp32
+
+
+def _readers(cg: Any) -> dict[str, list[tuple[int, int]]]:
+    """(node, input position) of every reader of each tensor."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for i, node in enumerate(cg.nodes):
+        for pos, t in enumerate(node[2]):
+            out.setdefault(t, []).append((i, pos))
+    return out
+
+
+def _base(t: str, producer: dict[str, Any]) -> str:
+    """The tensor a view or alias reads through to (footprint.py resolves kept tensors the same way)."""
+    node = producer.get(t)
+    while node is not None and node[0] in PASS_OPS and node[2] and node[2][0] in producer:
+        t, node = node[2][0], producer.get(node[2][0])
+    return t
+
+
+def _kept_by_others(cg: Any, t: str, producer: dict[str, Any], readers: dict[str, list[tuple[int, int]]],
+                    frozen_nodes: set[int]) -> bool:
+    """Whether an op other than a frozen Linear keeps tensor ``t`` (read through views) for backward."""
+    if producer.get(t) is not None and producer[t][0] in OUTPUT_SAVE:
+        return True
+    frontier, seen = [t], set()
+    while frontier:
+        cur = frontier.pop()
+        if cur in seen:
+            continue
+        seen.add(cur)
+        if cur not in readers:
+            return True  # a graph output (the loss reads it)
+        for i, pos in readers.get(cur, []):
+            op = cg.nodes[i][0]
+            if op in PASS_OPS and pos == 0:
+                frontier += list(cg.nodes[i][3])
+            elif not (i in frozen_nodes and pos == 0) and op not in NO_INPUT_SAVE:
+                return True
+    return False
+
+
+def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
+    """Bytes that LoRA's frozen base and adapters add to the activations the graph's kept-tensor rule counts (negative:
+    fewer): see the module notes."""
+    if not setup.lora:
+        return 0.0
+    producer = {o: node for node in cg.nodes for o in node[3]}
+    readers = _readers(cg)
+    linears = linear_weights(cg)
+    frozen = {k: w for k, w in linears.items() if k not in place.trainable}
+    frozen_nodes = {n for w in frozen.values() for n in w.nodes}
+    fp32 = _fp32_tensors(cg, producer) if setup.autocast else set()
+    width = 4 if setup.precision == "fp32" else 2
+    a_width = 2 if setup.autocast else 4  # what A saves of its input, and A x
+    by_input: dict[str, list[LinearWeight]] = {}
+    for w in frozen.values():
+        for x in w.inputs:
+            if x in producer:
+                by_input.setdefault(_base(x, producer), []).append(w)
+    delta = 0.0
+    for x, users in by_input.items():
+        numel = _numel(cg, x)
+        adapters = [w for w in users if w.key in place.adapted]
+        cast = (setup.autocast and x in fp32) or setup.precision == "bf16-pure"
+        trainable_reader = any(k in place.trainable and x in {_base(t, producer) for t in w.inputs}
+                               for k, w in linears.items())
+        shares_x = bool(adapters) and not cast and setup.lora_dropout == 0
+        if not shares_x and not _kept_by_others(cg, x, producer, readers, frozen_nodes):
+            delta -= numel * (4 if x in fp32 else width)
+        if setup.autocast and x in fp32 and not trainable_reader:
+            delta -= 2.0 * numel  # the base's 16-bit copy (footprint's cast_elems): a frozen Linear keeps none
+        for _w in adapters:
+            if setup.lora_dropout > 0:
+                delta += numel * (a_width + 1)  # the dropped-out copy A reads (cast) and its mask
+            elif cast:
+                delta += numel * a_width
+    rank_rows = sum(w.rows for w in place.adapted.values()) * (setup.lora_rank or 0)
+    return delta + rank_rows * a_width
+
+
+def _numel(cg: Any, t: str) -> int:
+    shp = cg.shapes.get(t)
+    return math.prod(shp[0]) if shp and shp[0] is not None else 0
+
+
+def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_type: str | None = None,
+                    blocks: int = 1) -> dict[str, float]:
+    """The footprint's parameter-side bytes of a canonical graph under a setup (``PARAM_COLUMNS``): weights as
+    stored, gradients, optimizer state, autocast's 16-bit weight copies held to the backward, LoRA's activation delta
+    (divided over ``blocks`` checkpointed blocks under checkpointing), and transients (QLoRA's dequantized weight,
+    Adafactor's temporaries); empty for the setups the parameter-sized rule counts (see the module notes)."""
+    if not setup.counted_parameters:
+        return {}
+    place = placement(cg, setup, label, model_type)
+    item = setup.state_bytes
+    numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
+    weights = sum(nf4_bytes(n) if k in place.quantized else alloc(n * item) for k, n in numel.items())
+    widths = {k: (ADAPTER_BYTES if "::lora_" in k else item) for k in place.trainable}
+    sizes = {k: math.prod(s) for k, s in place.trainable.items()}
+    extra = sum(alloc(sizes[k] * widths[k]) for k in place.trainable if "::lora_" in k or k in place.copies)
+    grads = sum(alloc(sizes[k] * widths[k]) for k in place.trainable)
+    states = sum(optimizer_state_bytes(setup.optimizer, s, widths[k], setup.sgd_momentum)
+                 for k, s in place.trainable.items())
+    copies = 0.0
+    if setup.autocast:
+        held = [k for k in linear_weights(cg) if k not in place.quantized] if setup.lora else list(numel)
+        copies = 2.0 * (sum(numel[k] for k in held) + sum(sizes[k] for k in place.trainable if "::lora_" in k))
+    transient = 2.0 * max((numel[k] for k in place.quantized), default=0)
+    if setup.optimizer == "adafactor":
+        transient += 2 * 4.0 * max(sizes.values(), default=0)
+    act = activation_delta(cg, setup, place) / (max(blocks, 1) if setup.checkpointing else 1)
+    return {"weight_bytes": float(weights + extra), "grad_bytes": float(grads), "state_bytes": float(states),
+            "copy_bytes": copies, "act_delta_bytes": float(act), "transient_bytes": transient}
+
+
+LORA_CONFIG_FIELDS: dict[str, str] = {  # adapter_config.json field -> TrainingSetup option
+    "r": "lora_rank", "lora_alpha": "lora_alpha", "target_modules": "lora_targets", "lora_dropout": "lora_dropout",
+    "bias": "lora_bias", "modules_to_save": "lora_modules_to_save"}
+
+
+def read_adapter_config(path: str | Path) -> dict[str, Any]:
+    """The LoRA options of a peft ``adapter_config.json`` as :class:`gpupred.setups.TrainingSetup` names them (one
+    line naming the file and the field when it is malformed)."""
+    p = Path(path)
+    if not p.is_file():
+        raise GpupredError(f"{path}: no such adapter config (give peft's adapter_config.json)")
+    try:
+        raw = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GpupredError(f"{path}: not JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise GpupredError(f"{path}: an adapter config is a JSON object, got {type(raw).__name__}")
+    kind = raw.get("peft_type", "LORA")
+    if str(kind).upper() != "LORA":
+        raise GpupredError(f"{path}: field 'peft_type' is {kind!r}; only LORA adapters are modelled")
+    checks: dict[str, Any] = {
+        "r": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "lora_alpha": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "target_modules": lambda v: v is None or isinstance(v, str) or (
+            isinstance(v, list) and all(isinstance(t, str) for t in v)),
+        "lora_dropout": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "bias": lambda v: isinstance(v, str),
+        "modules_to_save": lambda v: v is None or (isinstance(v, list) and all(isinstance(t, str) for t in v)),
+    }
+    if "r" not in raw:
+        raise GpupredError(f"{path}: field 'r' (the LoRA rank) is missing")
+    out: dict[str, Any] = {}
+    for name, option in LORA_CONFIG_FIELDS.items():
+        if name not in raw:
+            continue
+        if not checks[name](raw[name]):
+            raise GpupredError(f"{path}: field {name!r} is malformed ({raw[name]!r})")
+        value = raw[name]
+        if name == "target_modules" and isinstance(value, str):
+            value = (value,)
+        out[option] = tuple(value) if isinstance(value, list) else value
+    out.setdefault("lora_modules_to_save", ())
+    out["lora_modules_to_save"] = out["lora_modules_to_save"] or ()
+    return out
+
+
+def model_type_of(graph: Any) -> str | None:
+    """The transformers model type of a graph a model name was exported to (recorded beside it), else None."""
+    if not isinstance(graph, (str, Path)):
+        return None
+    side = Path(graph).with_suffix(".json")
+    try:
+        info = json.loads(side.read_text()) if side.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return None
+    config = info.get("config") if isinstance(info, dict) else None
+    return str(config["model_type"]) if isinstance(config, dict) and config.get("model_type") else None
