@@ -110,6 +110,7 @@ PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", 
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
+SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
 
 def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None) -> dict[str, float]:
@@ -226,12 +227,23 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
         if op in VIEW_OPS or op in ALIAS_OPS:
             continue
         if op not in NO_INPUT_SAVE:
-            kept |= {base(i) for i in ins if i in producer}
+            kept |= {base(i) for i in _saved_inputs(cg, op, ins) if i in producer}
         if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             kept |= set(outs[:1])
     consumed = {i for node in cg.nodes for i in node[2]}
     kept |= {base(o) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
     return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
+
+
+def _saved_inputs(cg: Any, op: str, ins: list[str]) -> list[str]:
+    """The inputs an op saving its inputs keeps: a product or quotient by a one-element tensor (a scale: torch's
+    ``mul``/``div`` by a scalar, or by a tensor that needs no gradient) keeps nothing of its other operand, since
+    autograd saves one operand only for the other's gradient."""
+    from gpupred.graph.canonical import shape_elements
+
+    if op in SCALAR_SAVE_OPS and len(ins) == 2 and any(shape_elements(cg.shapes.get(i)) == 1 for i in ins):
+        return []
+    return list(ins)
 
 
 def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:

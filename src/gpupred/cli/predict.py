@@ -68,7 +68,7 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
     if named:  # after the predictor loads: a missing one is said before minutes of export
         from gpupred.graph.named import graph_for_options
 
-        model = str(graph_for_options(*named))
+        model = str(graph_for_options(*named, attention=setup.attention))
     row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup,
                             calibration=False if no_calibration else calibration).iloc[0]
     print_prediction(predictor, row, as_json, setup.changes())
@@ -96,7 +96,8 @@ def _register_predict(app: Any) -> None:
                                                                          "every repeated block."),
         accumulation: int = typer.Option(1, "--accumulation", help="Gradient accumulation: micro-batches of "
                                                                    "--batch-size per optimizer step."),
-        attention: str = typer.Option(None, "--attention", help="auto (as exported), eager, sdpa or flash."),
+        attention: str = typer.Option(None, "--attention", help="auto (as exported; --hf models: transformers' "
+                                                                    "default, SDPA), eager, sdpa or flash."),
         channels_last: bool = typer.Option(False, "--channels-last", help="Convolutions in channels_last (NHWC)."),
         gpu: str = typer.Option(None, "--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; default: the "
                                                     "one it was trained on)."),
