@@ -18,7 +18,9 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   (``SDPA_SOURCES``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
   which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
   scale/mask ops and the scaled Q and K (at the precision's width); and the outputs of data-movement ops
-  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing;
+  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing; and the
+  operand of a product or quotient by a one-element tensor (a scale: autograd saves one operand only for the other's
+  gradient; measured against torch's MemTracker in tests/test_memory_terms.py);
 - loss buffers = the graph outputs (logits) in fp32: log_softmax's saved output and its gradient, plus the
   fp32 upcast of 16-bit logits (the catalog's ``F.cross_entropy(out.float(), ...)``);
 - input batch = ``input_bytes`` (the measured loops keep their batches resident on the GPU);
@@ -410,11 +412,16 @@ class Footprint:
     def predict(self, df: pd.DataFrame, allocated: np.ndarray | None = None, keys: np.ndarray | None = None) -> np.ndarray:
         """The analytic footprint in MiB, one per row; ``allocated`` (:func:`allocated_mib`) and ``keys``
         (:func:`source_keys`) of ``df`` where the caller has them already."""
-        keys = source_keys(df) if keys is None else keys
+        ctx, alloc = self.row_constants(source_keys(df) if keys is None else keys)
+        return ctx + alloc * (allocated_mib(df, sources(df)) if allocated is None else allocated)
+
+    def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(context MiB, allocator ratio) of each 'gpu|source' key: NVML's figure is context + ratio x allocated,
+        torch's reserved peak ratio x allocated."""
         uniq, inverse = np.unique(keys, return_inverse=True)
         ctx = np.array([self.context(k) for k in uniq], dtype=float)[inverse]
         alloc = np.array([self.constant(k, self.allocator, 1.0) for k in uniq], dtype=float)[inverse]
-        return ctx + alloc * (allocated_mib(df, sources(df)) if allocated is None else allocated)
+        return ctx, alloc
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
         """A constant for 'gpu|source': fitted there, else the mean over GPUs measured by the source
