@@ -42,10 +42,11 @@ def _attention_graph() -> object:
 def test_graph_terms_by_hand() -> None:
     t = graph_terms(_attention_graph(), batch_size=2)
     # q, k: 2*4*8 = 64 each; scores sc, scaled ss, softmax p: 2*4*4 = 32 each; o, y: 64 each; zn, zr: 2*3*5*5 = 150
-    # kept for backward: q and k (read by the QK^T MatMul; kt is a view of k), sc (read by the scale Mul), p (the
-    # Softmax saves its output; the second MatMul reads it), o (LayerNorm's input), y and zr (graph outputs; the
-    # Relu saves its output). Not kept: ss (Softmax saves no input), zn (the Relu saves no input), kt (a view).
-    assert t["saved_elems"] == 64 + 64 + 32 + 32 + 64 + 64 + 150
+    # kept for backward: q and k (read by the QK^T MatMul; kt is a view of k), p (the Softmax saves its output; the
+    # second MatMul reads it), o (LayerNorm's input), y and zr (graph outputs; the Relu saves its output). Not kept:
+    # sc (the Mul by a one-element scale saves nothing of it, as torch's mul by a scalar), ss (Softmax saves no
+    # input), zn (the Relu saves no input), kt (a view).
+    assert t["saved_elems"] == 64 + 64 + 32 + 64 + 64 + 150
     assert t["fp32_elems"] == 32 + 64  # the Softmax and LayerNormalization outputs
     assert t["cast_elems"] == 32  # the fp32 softmax output read by the attention-times-V MatMul
     assert t["index_elems"] == 0 and t["output_elems"] == 64 + 150
@@ -54,7 +55,7 @@ def test_graph_terms_by_hand() -> None:
     assert t["softmax_elems"] == 0 and t["attention_elems"] == 0
     fused = graph_terms(_attention_graph(), batch_size=2, setup=setup_of(attention="sdpa"))
     assert fused["softmax_elems"] == 32
-    assert fused["attention_elems"] == 32  # of the scores chain (sc, ss, kt), only sc is kept
+    assert fused["attention_elems"] == 0  # of the scores chain (sc, ss, kt), none is kept
     assert fused["saved_elems"] == t["saved_elems"]
 
 

@@ -18,7 +18,9 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   (``SDPA_SOURCES``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
   which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
   scale/mask ops and the scaled Q and K (at the precision's width); and the outputs of data-movement ops
-  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing;
+  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing; and the
+  operand of a product or quotient by a one-element tensor (a scale: autograd saves one operand only for the other's
+  gradient; measured against torch's MemTracker in tests/test_memory_terms.py);
 - loss buffers = the graph outputs (logits) in fp32: log_softmax's saved output and its gradient, plus the
   fp32 upcast of 16-bit logits (the catalog's ``F.cross_entropy(out.float(), ...)``);
 - input batch = ``input_bytes`` (the measured loops keep their batches resident on the GPU);
@@ -114,6 +116,7 @@ PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", 
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
+SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
 
 def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None) -> dict[str, float]:
@@ -230,12 +233,23 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
         if op in VIEW_OPS or op in ALIAS_OPS:
             continue
         if op not in NO_INPUT_SAVE:
-            kept |= {base(i) for i in ins if i in producer}
+            kept |= {base(i) for i in _saved_inputs(cg, op, ins) if i in producer}
         if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             kept |= set(outs[:1])
     consumed = {i for node in cg.nodes for i in node[2]}
     kept |= {base(o) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
     return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
+
+
+def _saved_inputs(cg: Any, op: str, ins: list[str]) -> list[str]:
+    """The inputs an op saving its inputs keeps: a product or quotient by a one-element tensor (a scale: torch's
+    ``mul``/``div`` by a scalar, or by a tensor that needs no gradient) keeps nothing of its other operand, since
+    autograd saves one operand only for the other's gradient."""
+    from gpupred.graph.canonical import shape_elements
+
+    if op in SCALAR_SAVE_OPS and len(ins) == 2 and any(shape_elements(cg.shapes.get(i)) == 1 for i in ins):
+        return []
+    return list(ins)
 
 
 def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:
@@ -415,11 +429,16 @@ class Footprint:
     def predict(self, df: pd.DataFrame, allocated: np.ndarray | None = None, keys: np.ndarray | None = None) -> np.ndarray:
         """The analytic footprint in MiB, one per row; ``allocated`` (:func:`allocated_mib`) and ``keys``
         (:func:`source_keys`) of ``df`` where the caller has them already."""
-        keys = source_keys(df) if keys is None else keys
+        ctx, alloc = self.row_constants(source_keys(df) if keys is None else keys)
+        return ctx + alloc * (allocated_mib(df, sources(df)) if allocated is None else allocated)
+
+    def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(context MiB, allocator ratio) of each 'gpu|source' key: NVML's figure is context + ratio x allocated,
+        torch's reserved peak ratio x allocated."""
         uniq, inverse = np.unique(keys, return_inverse=True)
         ctx = np.array([self.context(k) for k in uniq], dtype=float)[inverse]
         alloc = np.array([self.constant(k, self.allocator, 1.0) for k in uniq], dtype=float)[inverse]
-        return ctx + alloc * (allocated_mib(df, sources(df)) if allocated is None else allocated)
+        return ctx, alloc
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
         """A constant for 'gpu|source': fitted there, else the mean over GPUs measured by the source

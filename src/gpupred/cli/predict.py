@@ -72,7 +72,7 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
     if named:  # after the predictor loads: a missing one is said before minutes of export
         from gpupred.graph.named import graph_for_options
 
-        model = str(graph_for_options(*named))
+        model = str(graph_for_options(*named, attention=setup.attention))
     row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup,
                             calibration=False if no_calibration else calibration).iloc[0]
     print_prediction(predictor, row, as_json, setup.changes())
@@ -94,7 +94,8 @@ Checkpointing = Annotated[bool, typer.Option("--checkpointing", help="Activation
                                                                       "repeated block.")]
 Accumulation = Annotated[int, typer.Option("--accumulation", help="Gradient accumulation: micro-batches of --batch-size "
                                                                    "per optimizer step.")]
-Attention = Annotated[Optional[str], typer.Option("--attention", help="auto (as exported), eager, sdpa or flash.")]
+Attention = Annotated[Optional[str], typer.Option("--attention", help="auto (as exported; --hf models: transformers' "
+                                                                       "default, SDPA), eager, sdpa or flash.")]
 ChannelsLast = Annotated[bool, typer.Option("--channels-last", help="Convolutions in channels_last (NHWC).")]
 Lora = Annotated[Optional[int], typer.Option("--lora", help="LoRA rank R: peft adapters on a frozen base (default "
                                                              "targets: peft's for the model type).")]
@@ -231,7 +232,7 @@ def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tu
     if named:
         from gpupred.graph.named import graph_for_options
 
-        path = str(graph_for_options(*named))
+        path = str(graph_for_options(*named, attention=setup.attention))
         return path, named[1] or named[0], setup, None, "standard"
     if looks_like_file(str(model)):
         return str(model), str(model), setup, None, "standard"

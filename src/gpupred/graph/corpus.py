@@ -110,13 +110,17 @@ HF_MODELS: tuple[HFEntry, ...] = (
 LLM_SEQ = 2048  # the real-size decoders are exported at their training sequence
 # Real-size decoders, exported without weights (gpupred.graph.weightless) from transformers' config classes with
 # their published dimensions: GPT-2-large (Radford et al. 2019), OPT-1.3B (Zhang et al. 2022), and LlamaConfig's
-# defaults (LLaMA-7B) and LLaMA-13B's dimensions (Touvron et al. 2023).
+# defaults (LLaMA-7B) and LLaMA-13B's dimensions (Touvron et al. 2023); eager attention, as the stored corpus was
+# exported (before named models defaulted to SDPA; re-exporting them with SDPA changes data/corpus/).
 LLM_MODELS: dict[str, NamedModel] = {
-    "llm-gpt2-large": hf_model("gpt2", seq_len=LLM_SEQ, n_embd=1280, n_layer=36, n_head=20, n_positions=LLM_SEQ),
-    "llm-opt-1.3b": hf_model("opt", seq_len=LLM_SEQ, hidden_size=2048, num_hidden_layers=24, num_attention_heads=32,
+    "llm-gpt2-large": hf_model("gpt2", seq_len=LLM_SEQ, attention="eager", n_embd=1280, n_layer=36, n_head=20,
+                               n_positions=LLM_SEQ),
+    "llm-opt-1.3b": hf_model("opt", seq_len=LLM_SEQ, attention="eager", hidden_size=2048, num_hidden_layers=24,
+                             num_attention_heads=32,
                              ffn_dim=8192, word_embed_proj_dim=2048, max_position_embeddings=LLM_SEQ),
-    "llm-llama-7b": hf_model("llama", seq_len=LLM_SEQ),
-    "llm-llama-13b": hf_model("llama", seq_len=LLM_SEQ, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+    "llm-llama-7b": hf_model("llama", seq_len=LLM_SEQ, attention="eager"),
+    "llm-llama-13b": hf_model("llama", seq_len=LLM_SEQ, attention="eager", hidden_size=5120, intermediate_size=13824,
+                              num_hidden_layers=40,
                               num_attention_heads=40),
 }
 

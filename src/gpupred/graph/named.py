@@ -45,13 +45,15 @@ def named_info(path: Path) -> dict[str, Any]:
 
 
 def graph_for_options(timm: str | None, hf: str | None, head: str | None, seq_len: int | None,
-                      image_size: int | None) -> Path:
+                      image_size: int | None, attention: str | None = None) -> Path:
     """The cached graph the CLI's ``--timm NAME`` or ``--hf MODEL`` (with ``--head``, ``--seq-len``, ``--image-size``)
-    names."""
+    names; ``attention`` ``eager`` (``--attention eager``) builds a Hugging Face model with eager attention, any other
+    with transformers' default (SDPA where the model supports it)."""
     if (timm is None) == (hf is None):
         raise GpupredError("give one of --timm NAME or --hf MODEL")
     if timm is not None:
         if seq_len is not None:
             raise GpupredError(f"--timm {timm}: --seq-len is for text models; give --image-size")
         return named_graph(NamedModel("timm", timm, head, None, image_size))
-    return named_graph(NamedModel("hf", str(hf), head, seq_len, image_size))
+    eager = "eager" if attention == "eager" else None
+    return named_graph(NamedModel("hf", str(hf), head, seq_len, image_size, attention=eager))

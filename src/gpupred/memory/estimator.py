@@ -87,7 +87,9 @@ class MemoryEstimator(PickledApart, Params):
         return np.clip(raw, -clip, clip)
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
-        """footprint, footprint*correction and its interval (``low``, ``high``) in MiB, one row per input row."""
+        """footprint, footprint*correction (NVML's device memory) and its interval (``low``, ``high``), and the same
+        estimate as torch's reserved peak (less the context) and allocated peak (reserved over the allocator ratio:
+        ``torch.cuda.max_memory_allocated()``), in MiB, one row per input row."""
         from gpupred.footprint import footprint_terms, source_keys, sources
 
         src_series = sources(df)
@@ -102,5 +104,7 @@ class MemoryEstimator(PickledApart, Params):
         # source never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
         q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
                       for s, ok, kn in zip(src, seen, known)])
-        return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q)},
-                            index=df.index)
+        ctx, ratio = self.footprint_.row_constants(keys)
+        reserved = np.maximum(best - ctx, 0.0)  # the estimate less the CUDA context: the caching allocator's segments
+        return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
+                             "reserved": reserved, "allocated": reserved / ratio}, index=df.index)

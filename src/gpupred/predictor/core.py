@@ -126,7 +126,8 @@ class PhysicsCore:
                 "iter_time_mean_s_high"], samples_per_s_high=samples / out["iter_time_mean_s_low"])
         mem = memory.predict(frame).iloc[0]
         out.update({"memory_mib": float(mem["footprint*correction"]), "memory_mib_low": float(mem["low"]),
-                    "memory_mib_high": float(mem["high"])})
+                    "memory_mib_high": float(mem["high"]), "memory_reserved_mib": float(mem["reserved"]),
+                    "memory_allocated_mib": float(mem["allocated"])})
         if "memory_mib" in measured:  # a measured width replaces the extrapolated rule's
             out["memory_mib_low"], out["memory_mib_high"] = (out["memory_mib"] * float(np.exp(s * measured["memory_mib"]))
                                                              for s in (-1, 1))
@@ -191,5 +192,10 @@ class PhysicsCore:
                                            "the step model and the footprint (gpupred.setups); the corrections were "
                                            "trained on the sweeps' setup only: the other setups go through the "
                                            "physics with the sweeps' correction, unretrained",
-                               "defaults": FRAMEWORK_DEFAULTS},
+                               "defaults": FRAMEWORK_DEFAULTS,
+                               "models_by_name": "--hf models are built with transformers' default attention (SDPA "
+                                                 "where the model has it) since named recipe 4, eager with --attention "
+                                                 "eager; graphs exported before keep the eager attention they were "
+                                                 "exported with"},
+
         }

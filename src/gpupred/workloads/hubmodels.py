@@ -11,9 +11,14 @@ real-world workloads take the same route) with a synthetic batch. :meth:`NamedMo
 and computed without torch, timm or transformers (a local config is hashed; a name stands with the library version
 that defines it), so a cached graph is predicted without importing torch.
 
-The graph is the model's training-mode forward (logits, no loss), as the catalog's graphs are; attention is
-exported eager (the step model runs every attention core as one fused kernel whatever the graph writes). torch,
-timm and transformers (the torch extra) are imported inside functions only.
+The graph is the model's training-mode forward (logits, no loss), as the catalog's graphs are. A Hugging Face model's
+attention is what transformers builds unless told otherwise (``attn_implementation`` left to the library: SDPA where
+the model supports it, eager where it does not), or eager when asked (``attention="eager"``: ``--attention eager``).
+The dynamo exporter writes an SDPA core out as ``MatMul(Q x sqrt(scale), K^T x sqrt(scale))`` -> mask -> Softmax ->
+NaN guard -> ``MatMul(., V)``, which :func:`gpupred.perf.attention.attention_cores` tells apart from eager's
+(``AttentionCore.sdpa``), so the footprint keeps the log-sum-exp and no score matrix for it. Graphs cached before
+recipe 4 were all built eager (``NAMED_VERSION`` keys them apart). torch, timm and transformers (the torch extra) are
+imported inside functions only.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from typing import Any, Literal
 from gpupred import config
 from gpupred.errors import GpupredError
 
-NAMED_VERSION = 3  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
+NAMED_VERSION = 4  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: SDPA by default)
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
+HF_ATTENTIONS: tuple[str, ...] = ("sdpa", "eager")  # attn_implementation asked of transformers (None: its default)
 # heads: the transformers Auto class that builds each (the graph is that class's forward)
 HEADS: dict[str, str] = {
     "causal-lm": "AutoModelForCausalLM",
@@ -62,10 +68,14 @@ class NamedModel:
     seq_len: int | None = None  # hf text models: tokens per sample (default: min(longest position, 2048))
     image_size: int | None = None  # image side (default: the model's own)
     overrides: tuple[tuple[str, Any], ...] = field(default=())  # config fields set over the named config
+    attention: str | None = None  # hf only: attn_implementation (None: transformers' default, SDPA where supported)
 
     def __post_init__(self) -> None:
         if self.source not in ("timm", "hf"):
             raise GpupredError(f"unknown model source {self.source!r}; use timm or hf")
+        if self.attention is not None and self.attention not in HF_ATTENTIONS:
+            raise GpupredError(f"{self.name}: unknown attention implementation {self.attention!r}; use "
+                               f"{' or '.join(HF_ATTENTIONS)} (or none: transformers' default)")
         if self.head is not None and self.head not in HEADS:
             raise GpupredError(f"unknown head {self.head!r}; use one of {', '.join(HEADS)}")
         if self.head is not None and self.source == "timm" and self.head != "image-cls":
@@ -88,6 +98,7 @@ class NamedModel:
             "recipe": NAMED_VERSION, "source": self.source, "config": _config_identity(self),
             "head": self.head, "seq_len": self.seq_len, "image_size": self.image_size,
             "overrides": [[k, v] for k, v in self.overrides], library: _installed(library), "torch": _installed("torch"),
+            "attention": self.attention or "default",
         }
 
     def cache_path(self) -> Path:
@@ -131,9 +142,10 @@ def timm_model(name: str, image_size: int | None = None, **overrides: Any) -> Na
 
 
 def hf_model(model: str, head: str | None = None, seq_len: int | None = None, image_size: int | None = None,
-             **overrides: Any) -> NamedModel:
-    """A Hugging Face model: a model type (``llama``), a local config.json or its folder, or a hub id."""
-    return NamedModel("hf", str(model), head, seq_len, image_size, tuple(sorted(overrides.items())))
+             attention: str | None = None, **overrides: Any) -> NamedModel:
+    """A Hugging Face model: a model type (``llama``), a local config.json or its folder, or a hub id; ``attention``
+    ``eager`` builds eager attention (default: transformers', SDPA where the model supports it)."""
+    return NamedModel("hf", str(model), head, seq_len, image_size, tuple(sorted(overrides.items())), attention)
 
 
 # ---------------------------------------------------------------- building (torch, timm, transformers)
@@ -240,7 +252,8 @@ def default_head(cfg: Any) -> str:
 
 
 def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
-    """A transformers model from its config through the head's Auto class, eager attention, fp32, no cache."""
+    """A transformers model from its config through the head's Auto class, the named attention (default:
+    transformers'), fp32, no cache."""
     transformers = _import("transformers", named)
     import torch
 
@@ -253,12 +266,14 @@ def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
                            f"{', '.join(can) or 'none'} (--head)")
     cfg.use_cache = False
     with building:
-        model = auto.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+        asked = {"attn_implementation": named.attention} if named.attention else {}
+        model = auto.from_config(cfg, dtype=torch.float32, **asked)
     seq = named.seq_len or _default_seq(cfg)
     example, image = _hf_inputs(head, cfg, batch, seq, named.image_size)
     params = int(sum(p.numel() for p in model.parameters()))
     return BuiltNamed(named, model, example, head, None if head == "image-cls" else seq, image, params,
-                      {"model_type": cfg.model_type, "class": type(model).__name__})
+                      {"model_type": cfg.model_type, "class": type(model).__name__,
+                       "attn_implementation": getattr(model.config, "_attn_implementation", None)})
 
 
 def _default_seq(cfg: Any) -> int:

@@ -40,7 +40,7 @@ class RealArch:
         size = input_size or self.size
         if self.source == "timm":
             return timm_model(self.name, image_size=size)
-        return hf_model(self.name, head=self.head, seq_len=size, **self.config)
+        return hf_model(self.name, head=self.head, seq_len=size, attention="eager", **self.config)  # as measured
 
 
 _CNN = (32, 64, 128, 256)

@@ -1,0 +1,165 @@
+"""The footprint's terms (gpupred.footprint) against torch's own count of a real CPU training step, and the default
+attention of models given by name (issue 78 items 1 and 3).
+
+Tiny LLaMA and GPT-2 configs are FIXTURES written by the tests (config.json files with tiny sizes; nothing is
+downloaded). Each is exported without weights through :func:`gpupred.graph.named.named_graph` (as ``predict --hf``
+does) and, separately, trained for two steps on the CPU under torch's
+``torch.distributed._tools.mem_tracker.MemTracker``, whose peak snapshot splits live memory into PARAM, GRAD, OPT, ACT
+and TEMP. The peak of a step that zeroes gradients with ``set_to_none`` falls at the loss (GRAD is then 0).
+
+Tolerances, each the one the term meets (measured on torch 2.14 CPU, transformers 5.23):
+- weights = PARAM and optimizer = OPT (AdamW's two moments; its step counters are 4 bytes per tensor): within 0.5%;
+- activations + loss + inputs = ACT + TEMP at the peak: within 10% for LLaMA (measured -6.7% SDPA, -2.2% eager), 15%
+  for the slow GPT-2 (dropout off: the CPU's dropout keeps a 4-byte mask where CUDA's keeps a bool; measured -13% SDPA,
+  -10% eager);
+- eager's extra over SDPA (the probabilities it keeps, the log-sum-exp SDPA keeps instead): within 15% (measured +13%).
+No dropout in the attention: on the CPU, SDPA with dropout falls back to the math kernel, which keeps the probabilities
+as eager does; CUDA's fused kernels do not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("transformers")
+
+TINY_LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 176,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 512,
+              "architectures": ["LlamaForCausalLM"]}
+TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 512,
+             "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "architectures": ["GPT2LMHeadModel"]}
+BATCH, SEQ = 4, 256
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The FIXTURE configs, and a private graph cache for the module."""
+    from gpupred import config
+
+    root = tmp_path_factory.mktemp("memterms")
+    saved = config.ONNX_CACHE
+    config.ONNX_CACHE = root / "cache"
+    paths = {}
+    for name, values in (("llama", TINY_LLAMA), ("gpt2", TINY_GPT2)):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps(values))
+        paths[name] = root / name / "config.json"
+    yield paths
+    config.ONNX_CACHE = saved
+
+
+def _footprint(config_path: Path, attention: str | None) -> dict[str, float]:
+    """The footprint's terms (MiB) of the exported graph: fp32 AdamW at BATCH x SEQ."""
+    from gpupred.footprint import footprint_terms, graph_terms, setup_columns
+    from gpupred.graph import featurize
+    from gpupred.graph.named import named_graph
+    from gpupred.setups import setup_of
+    from gpupred.workloads.hubmodels import hf_model
+
+    path = named_graph(hf_model(str(config_path), seq_len=SEQ, attention=attention))
+    job = setup_of("fp32", "adamw")
+    row = {**featurize(path, batch_size=BATCH, precision="fp32", optimizer="adam"), **graph_terms(path, BATCH, job),
+           **setup_columns(job), "gpu": "H100 SXM", "source": "gpupred"}
+    return footprint_terms(pd.DataFrame([row])).iloc[0].to_dict()
+
+
+def _torch_peak(config_path: Path, attention: str) -> dict[str, float]:
+    """MemTracker's peak snapshot (MiB per category) of two CPU training steps (fp32, foreach AdamW, cross-entropy
+    on fp32 logits, zero_grad(set_to_none=True)): the second step's peak holds the optimizer state."""
+    import torch
+    import transformers
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    values = json.loads(config_path.read_text())
+    values.pop("architectures")
+    cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    cfg.use_cache = False
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).train()
+        opt = torch.optim.AdamW(model.parameters(), foreach=True)
+        ids = torch.randint(0, cfg.vocab_size, (BATCH, SEQ))
+        tracker = MemTracker()
+        tracker.track_external(model, opt)
+        with tracker:
+            for step in range(2):
+                logits = model(input_ids=ids).logits
+                loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), ids.view(-1))
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if step == 0:
+                    tracker.reset_mod_stats()  # per-module stats; the peak snapshot spans both steps
+        (peak,) = tracker.get_tracker_snapshot("peak").values()
+    return {getattr(k, "name", str(k)): v / 2**20 for k, v in peak.items()}
+
+
+def _compare(config_path: Path, tolerance: float) -> dict[str, Any]:
+    """Footprint against torch for SDPA and eager; asserts each term within its tolerance."""
+    out = {}
+    for attention in ("sdpa", "eager"):
+        ours = _footprint(config_path, None if attention == "sdpa" else "eager")
+        torch_ = _torch_peak(config_path, attention)
+        assert ours["weights"] == pytest.approx(torch_["PARAM"], rel=0.005)
+        assert ours["optimizer"] == pytest.approx(torch_["OPT"], rel=0.005)
+        assert torch_["GRAD"] == 0.0  # the peak is at the loss, before backward writes a gradient
+        live = ours["activations"] + ours["loss"] + ours["inputs"]
+        assert live == pytest.approx(torch_["ACT"] + torch_["TEMP"], rel=tolerance), (attention, ours, torch_)
+        out[attention] = (live, torch_["ACT"] + torch_["TEMP"])
+    extra_ours, extra_torch = out["eager"][0] - out["sdpa"][0], out["eager"][1] - out["sdpa"][1]
+    assert extra_ours == pytest.approx(extra_torch, rel=0.15)
+    return out
+
+
+def test_llama_terms_against_memtracker(configs: dict[str, Path]) -> None:
+    """Tiny LLaMA, SDPA and eager: weights, optimizer state and live activations within the stated tolerances."""
+    _compare(configs["llama"], 0.10)
+
+
+@pytest.mark.slow
+def test_gpt2_terms_against_memtracker(configs: dict[str, Path]) -> None:
+    """Tiny GPT-2 (dropout off; its tanh GELU written out as ops): the same comparison at 15%."""
+    _compare(configs["gpt2"], 0.15)
+
+
+def test_named_models_default_to_sdpa(configs: dict[str, Path]) -> None:
+    """A model by name builds transformers' default attention (SDPA): every exported core is recognised as
+    scaled_dot_product_attention, so the footprint keeps no score matrix; eager only when asked, cached apart."""
+    from gpupred.footprint import graph_terms
+    from gpupred.graph.loader import cached_graph
+    from gpupred.graph.named import named_graph, named_info
+    from gpupred.perf.attention import attention_cores
+    from gpupred.setups import setup_of
+    from gpupred.workloads.hubmodels import hf_model
+
+    default, eager = hf_model(str(configs["llama"]), seq_len=SEQ), hf_model(str(configs["llama"]), seq_len=SEQ,
+                                                                              attention="eager")
+    assert default.cache_path() != eager.cache_path()
+    cores = {}
+    for named in (default, eager):
+        path = named_graph(named)
+        graph, _ = cached_graph(path, BATCH)
+        cores[named.attention] = attention_cores(graph.form(True))
+        terms = graph_terms(path, BATCH, setup_of("fp32", "adamw"))
+        fused = terms["softmax_elems"] > 0
+        assert fused == (named.attention is None)
+    assert named_info(named_graph(default))["config"]["attn_implementation"] == "sdpa"
+    assert len(cores[None]) == len(cores["eager"]) == TINY_LLAMA["num_hidden_layers"]
+    assert all(c.sdpa for c in cores[None]) and not any(c.sdpa for c in cores["eager"])
+    one = BATCH * TINY_LLAMA["num_attention_heads"] * SEQ * SEQ  # one layer's probabilities
+    sdpa_terms = graph_terms(named_graph(default), BATCH, setup_of("fp32", "adamw"))
+    assert sdpa_terms["softmax_elems"] == TINY_LLAMA["num_hidden_layers"] * one
+
+
+def test_unknown_attention_is_one_line() -> None:
+    """A named model's attention is sdpa, eager or transformers' default."""
+    from gpupred.errors import GpupredError
+    from gpupred.workloads.hubmodels import hf_model
+
+    with pytest.raises(GpupredError, match="unknown attention implementation 'fast'"):
+        hf_model("llama", attention="fast")
