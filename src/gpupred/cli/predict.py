@@ -45,6 +45,28 @@ def check_model_choice(model: str | None, timm: str | None, hf: str | None, head
     return named
 
 
+def job_setup(model: str | None, batch_size: int | None, precision: str | None, optimizer: str | None,
+              options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The training setup ``predict``'s options ask for, and what differs from the job's own (a workload id's batch,
+    precision and optimizer; else fp32 and SGD): every option applies, none is dropped (see
+    :class:`gpupred.predictor.artifact.JobOptions`)."""
+    from gpupred.predictor.artifact import job_defaults
+    from gpupred.setups import setup_of
+
+    from gpupred.errors import GpupredError
+
+    own_batch, own_precision, own_optimizer = job_defaults(model) if model is not None else (None, "fp32", "sgd")
+    try:
+        setup = setup_of(precision or own_precision, optimizer or own_optimizer, **options)
+    except GpupredError as err:
+        raise GpupredError(f"{model}: {err}" if model is not None else str(err)) from None
+    own = setup_of(own_precision, own_optimizer).as_dict()
+    changes = {k: v for k, v in setup.as_dict().items() if v != own[k]}
+    if own_batch is not None and batch_size is not None and batch_size != own_batch:
+        changes = {"batch_size": batch_size, **changes}
+    return setup, changes
+
+
 def register(app: Any) -> None:
     """Add ``gpupred predict`` and ``gpupred gpus`` to the CLI."""
     _register_predict(app)
@@ -53,13 +75,17 @@ def register(app: Any) -> None:
 
 def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
                 noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool,
-                named: tuple[Any, ...] | None = None) -> None:
+                named: tuple[Any, ...] | None = None, changes: dict[str, Any] | None = None) -> None:
     """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed.
-    ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name."""
+    ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name; ``changes``: the
+    options that differ from the job's own (printed; default: the setup's changes from the sweeps')."""
     from gpupred import config
     from gpupred.errors import GpupredError
     from gpupred.predictor.artifact import load_predictor
 
+    if named and batch_size is None:  # before minutes of export
+        raise GpupredError(f"{'--timm ' + named[0] if named[0] is not None else '--hf ' + str(named[1])}: give the "
+                           "training batch size (-b N)")
     if noncommercial and predictor_path:
         raise GpupredError("give --predictor PATH or --noncommercial, not both")
     if calibration and no_calibration:
@@ -69,9 +95,9 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
         from gpupred.graph.named import graph_for_options
 
         model = str(graph_for_options(*named))
-    row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup,
-                            calibration=False if no_calibration else calibration).iloc[0]
-    print_prediction(predictor, row, as_json, setup.changes())
+    row = predictor.predict(model, batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
+                            gpu=gpu, setup=setup, calibration=False if no_calibration else calibration).iloc[0]
+    print_prediction(predictor, row, as_json, setup.changes() if changes is None else changes)
 
 
 def _register_predict(app: Any) -> None:
@@ -82,10 +108,14 @@ def _register_predict(app: Any) -> None:
     def predict_cmd(
         model: str = typer.Argument(None, help="An ONNX model file (or a workload id, which needs torch).",
                                     show_default=False),
-        batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX file)."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
-                                                                  "bf16-pure (bf16 weights, no autocast)."),
-        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd (momentum 0.9), adam or adamw."),
+        batch_size: int = typer.Option(None, "--batch-size", "-b", help="Training batch size (required for an ONNX "
+                                                                        "file or a model by name; default: a workload "
+                                                                        "id's)."),
+        precision: str = typer.Option(None, "--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
+                                                                "bf16-pure (bf16 weights, no autocast) (default: a "
+                                                                "workload id's, else fp32).", show_default=False),
+        optimizer: str = typer.Option(None, "--optimizer", help="sgd (momentum 0.9), adam or adamw (default: a "
+                                                                "workload id's, else sgd).", show_default=False),
         optimizer_impl: str = typer.Option(None, "--optimizer-impl", help="foreach (torch's default on CUDA), fused "
                                                                           "or forloop."),
         no_momentum: bool = typer.Option(False, "--no-momentum", help="SGD without momentum (torch's default)."),
@@ -120,17 +150,16 @@ def _register_predict(app: Any) -> None:
     ) -> None:
         """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name)."""
         from gpupred.errors import GpupredError
-        from gpupred.setups import setup_of
 
-        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
-        if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
+        named = check_model_choice(model, timm, hf, head, seq_len, image_size)  # then the user's file, if any
+        if model is not None and looks_like_file(model) and not Path(model).is_file():
             raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
-        named = check_model_choice(model, timm, hf, head, seq_len, image_size)
-        setup = setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
-                         weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
-                         accumulation=accumulation, attention=attention, channels_last=channels_last)
+        setup, changes = job_setup(model, batch_size, precision, optimizer, dict(
+            optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None, weight_decay=weight_decay,
+            tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing, accumulation=accumulation,
+            attention=attention, channels_last=channels_last))
         run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
-                    named=(timm, hf, head, seq_len, image_size) if named else None)
+                    named=(timm, hf, head, seq_len, image_size) if named else None, changes=changes)
 
 
 def _register_gpus(app: Any) -> None:
@@ -183,8 +212,8 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[
     elif values["calibration_note"]:
         print(f"calibration {values['calibration_note']}")
     if setup:
-        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the sweeps ran; "
-              "iter_time is one optimizer step)")
+        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the job's own, or as the "
+              "sweeps ran; iter_time is one optimizer step)")
     if caveats:
         print(f"caveats: {', '.join(caveats)} (failure classes the step model does not model whole: intervals "
               "widened; see the card's core.failure_classes)")

@@ -70,6 +70,8 @@ class NamedModel:
             raise GpupredError(f"unknown head {self.head!r}; use one of {', '.join(HEADS)}")
         if self.head is not None and self.source == "timm" and self.head != "image-cls":
             raise GpupredError(f"timm models are image classifiers: head {self.head!r} does not apply")
+        if self.seq_len is not None and self.source == "timm":
+            raise GpupredError(f"timm models take images: a sequence length does not apply to {self.name}")
         for label, value in (("seq_len", self.seq_len), ("image_size", self.image_size)):
             if value is not None and int(value) < 1:
                 raise GpupredError(f"{self.name}: {label} must be positive, got {value}")
@@ -251,6 +253,12 @@ def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
         can = [h for h, cls in HEADS.items() if type(cfg) in getattr(transformers, cls)._model_mapping]
         raise GpupredError(f"--hf {named.name}: {type(cfg).__name__} has no {head} model in transformers; its heads: "
                            f"{', '.join(can) or 'none'} (--head)")
+    image = head == "image-cls"
+    if (named.seq_len if image else named.image_size) is not None:  # refused, not ignored
+        raise GpupredError(f"--hf {named.name}: {'--seq-len' if image else '--image-size'} does not apply to its "
+                           f"{head} model ({'images' if image else 'token sequences'}); drop it")
+    if image and named.image_size is not None and hasattr(cfg, "image_size"):
+        cfg.image_size = int(named.image_size)  # a model made for that side (ViT's position table follows it)
     cfg.use_cache = False
     with building:
         model = auto.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
