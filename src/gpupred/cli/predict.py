@@ -92,9 +92,12 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
         raise GpupredError("give --calibration FILE or --no-calibration, not both")
     predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
     if named:  # after the predictor loads: a missing one is said before minutes of export
-        from gpupred.graph.named import graph_for_options
+        import sys
+
+        from gpupred.graph.named import describe_named, graph_for_options
 
         model = str(graph_for_options(*named))
+        print(describe_named(Path(model)), file=sys.stderr if as_json else sys.stdout)  # what was built
     row = predictor.predict(model, batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
                             gpu=gpu, setup=setup, calibration=False if no_calibration else calibration).iloc[0]
     print_prediction(predictor, row, as_json, setup.changes() if changes is None else changes)

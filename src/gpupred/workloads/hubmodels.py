@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,8 @@ from typing import Any, Literal
 from gpupred import config
 from gpupred.errors import GpupredError
 
-NAMED_VERSION = 3  # bump when the recipe of named graphs changes: cached graphs are then rebuilt
+NAMED_VERSION = 4  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: an encoder's
+# default head is its masked LM; an HF image model built for --image-size)
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
@@ -138,6 +140,64 @@ def hf_model(model: str, head: str | None = None, seq_len: int | None = None, im
     return NamedModel("hf", str(model), head, seq_len, image_size, tuple(sorted(overrides.items())))
 
 
+# ---------------------------------------------------------------- names, checked without importing the libraries
+
+
+def _package_dir(package: str) -> Path | None:
+    """Where an installed package's sources lie (found, not imported: timm and transformers import torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
+
+
+@lru_cache(maxsize=1)
+def timm_names() -> frozenset[str]:
+    """The architectures timm registers (``@register_model`` in its sources); empty when timm is not installed."""
+    root = _package_dir("timm")
+    pattern = re.compile(r"@register_model\s*\n\s*def\s+(\w+)\s*\(")
+    names: set[str] = set()
+    for path in sorted((root / "models").glob("*.py")) if root is not None else ():
+        names.update(pattern.findall(path.read_text(errors="ignore")))
+    return frozenset(names)
+
+
+@lru_cache(maxsize=1)
+def hf_model_types() -> frozenset[str]:
+    """The model types transformers knows (its auto mappings' config names); empty when not installed."""
+    root = _package_dir("transformers")
+    pattern = re.compile(r'"([\w.-]+)"\s*[:,]\s*"\w+Config"')
+    names: set[str] = set()
+    for path in sorted((root / "models" / "auto").glob("*.py")) if root is not None else ():
+        names.update(pattern.findall(path.read_text(errors="ignore")))
+    return frozenset(names)
+
+
+def _closest(name: str, known: frozenset[str]) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(name, sorted(known), n=5, cutoff=0.6)
+    return f" (closest: {', '.join(near)})" if near else ""
+
+
+def check_name(named: NamedModel) -> None:
+    """Refuse, in a fraction of a second, a timm name timm does not register, or an --hf name that is no local config,
+    no transformers model type and no hub id (owner/name), with the closest names; where the installed library's
+    names cannot be read, the library says it when building."""
+    if named.source == "timm":
+        names, base = timm_names(), named.name.split(".")[0]  # "resnet50.a1_in1k": a pretrained tag of resnet50
+        if names and base not in names:
+            raise GpupredError(f"--timm {named.name}: timm {_installed('timm')} has no such model"
+                               f"{_closest(base, names)}; `timm.list_models()` lists them")
+        return
+    types = hf_model_types()
+    if _local_config(named.name) is not None or "/" in named.name or not types or named.name in types:
+        return
+    raise GpupredError(f"--hf {named.name}: not a transformers model type{_closest(named.name, types)}, not a "
+                       "config.json here, and not a hub id (owner/name)")
+
+
 # ---------------------------------------------------------------- building (torch, timm, transformers)
 
 
@@ -227,7 +287,8 @@ def hf_config(named: NamedModel) -> Any:
 
 
 def default_head(cfg: Any) -> str:
-    """The head a config names (its ``architectures``), else its kind: encoder-decoder, vision or text."""
+    """The head a config names (its ``architectures``), else its kind: encoder-decoder, vision, an encoder's masked
+    LM, else a causal LM."""
     for arch in getattr(cfg, "architectures", None) or ():
         for suffix, head in _ARCH_SUFFIXES:
             if arch.endswith(suffix):
@@ -238,6 +299,9 @@ def default_head(cfg: Any) -> str:
         return "image-cls"
     import transformers
 
+    masked = type(cfg) in transformers.AutoModelForMaskedLM._model_mapping
+    if masked and not getattr(cfg, "is_decoder", False):  # an encoder (BERT): its masked LM, not BertLMHeadModel
+        return "masked-lm"
     return "causal-lm" if type(cfg) in transformers.AutoModelForCausalLM._model_mapping else "masked-lm"
 
 
