@@ -33,7 +33,7 @@ class GpuSpec:
     tflops_fp32: float
     tflops_tf32: float
     tflops_bf16: float
-    tflops_fp16: float = 0.0  # 0 = same as tflops_bf16 (every GPU here with BF16 tensor cores)
+    tflops_fp16: float = 0.0  # every table row gives it (the datasheet's); 0 = same as tflops_bf16 (extra GPUs)
 
     @property
     def fp16(self) -> float:
@@ -44,27 +44,27 @@ class GpuSpec:
 # (pattern on the normalized NVML name, spec). Order matters: the first match wins.
 _TABLE: list[tuple[str, GpuSpec]] = [
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, FP32 67 TF,
-    # TF32 989 TF / BF16 1,979 TF with sparsity. 132 SMs (same GH100 configuration as H100 SXM).
-    (r"\bh200\b", GpuSpec("H200", 132, 141, 4800, 67.0, 494.5, 989.5)),
-    # NVIDIA H100 datasheet, H100 NVL: 94 GB, 3.9 TB/s, FP32 60 TF, TF32 835 / BF16 1,671 TF with sparsity.
-    (r"\bh100 nvl\b", GpuSpec("H100 NVL", 132, 94, 3900, 60.0, 417.5, 835.5)),
-    # NVIDIA H100 datasheet, H100 PCIe: 80 GB, 2 TB/s, FP32 51 TF, TF32 756 / BF16 1,513 TF with sparsity;
+    # TF32 989 TF / BF16 1,979 TF / FP16 1,979 TF with sparsity. 132 SMs (same GH100 configuration as H100 SXM).
+    (r"\bh200\b", GpuSpec("H200", 132, 141, 4800, 67.0, 494.5, 989.5, 989.5)),
+    # NVIDIA H100 datasheet, H100 NVL: 94 GB, 3.9 TB/s, FP32 60 TF, TF32 835 / BF16 and FP16 1,671 TF with sparsity.
+    (r"\bh100 nvl\b", GpuSpec("H100 NVL", 132, 94, 3900, 60.0, 417.5, 835.5, 835.5)),
+    # NVIDIA H100 datasheet, H100 PCIe: 80 GB, 2 TB/s, FP32 51 TF, TF32 756 / BF16 and FP16 1,513 TF with sparsity;
     # 114 SMs (NVIDIA Hopper architecture whitepaper).
-    (r"\bh100 pcie\b", GpuSpec("H100 PCIe", 114, 80, 2000, 51.0, 378.0, 756.5)),
-    # NVIDIA H100 datasheet, H100 SXM: 80 GB, 3.35 TB/s, FP32 67 TF, TF32 989 / BF16 1,979 TF with sparsity;
+    (r"\bh100 pcie\b", GpuSpec("H100 PCIe", 114, 80, 2000, 51.0, 378.0, 756.5, 756.5)),
+    # NVIDIA H100 datasheet, H100 SXM: 80 GB, 3.35 TB/s, FP32 67 TF, TF32 989 / BF16 and FP16 1,979 TF with sparsity;
     # 132 SMs (Hopper whitepaper). NVML names it "NVIDIA H100 80GB HBM3".
-    (r"\bh100\b", GpuSpec("H100 SXM", 132, 80, 3350, 67.0, 494.5, 989.5)),
-    # NVIDIA A100 datasheet: 108 SMs; FP32 19.5 TF, TF32 156 TF, BF16 312 TF (dense).
+    (r"\bh100\b", GpuSpec("H100 SXM", 132, 80, 3350, 67.0, 494.5, 989.5, 989.5)),
+    # NVIDIA A100 datasheet: 108 SMs; FP32 19.5 TF, TF32 156 TF, BF16 312 TF, FP16 312 TF (dense).
     # 80GB SXM 2,039 GB/s; 80GB PCIe 1,935 GB/s; 40GB 1,555 GB/s.
-    (r"\ba100\b.*\b(pcie|pci e)\b.*\b80|\ba100 80gb pcie\b", GpuSpec("A100 PCIe 80GB", 108, 80, 1935, 19.5, 156.0, 312.0)),
-    (r"\ba100\b.*\b80", GpuSpec("A100 SXM 80GB", 108, 80, 2039, 19.5, 156.0, 312.0)),
-    (r"\ba100\b", GpuSpec("A100 40GB", 108, 40, 1555, 19.5, 156.0, 312.0)),
-    # NVIDIA L40S datasheet: 142 SMs, 48 GB, 864 GB/s, FP32 91.6 TF, TF32 366 / BF16 733 TF with sparsity.
-    (r"\bl40s\b", GpuSpec("L40S", 142, 48, 864, 91.6, 183.0, 366.5)),
-    # NVIDIA L4 datasheet: 58 SMs, 24 GB, 300 GB/s, FP32 30.3 TF, TF32 120 / BF16 242 TF with sparsity.
-    (r"\bl4\b", GpuSpec("L4", 58, 24, 300, 30.3, 60.0, 121.0)),
-    # NVIDIA A10 datasheet: 72 SMs, 24 GB, 600 GB/s, FP32 31.2 TF, TF32 62.5 TF, BF16 125 TF (dense).
-    (r"\ba10\b", GpuSpec("A10", 72, 24, 600, 31.2, 62.5, 125.0)),
+    (r"\ba100\b.*\b(pcie|pci e)\b.*\b80|\ba100 80gb pcie\b", GpuSpec("A100 PCIe 80GB", 108, 80, 1935, 19.5, 156.0, 312.0, 312.0)),
+    (r"\ba100\b.*\b80", GpuSpec("A100 SXM 80GB", 108, 80, 2039, 19.5, 156.0, 312.0, 312.0)),
+    (r"\ba100\b", GpuSpec("A100 40GB", 108, 40, 1555, 19.5, 156.0, 312.0, 312.0)),
+    # NVIDIA L40S datasheet: 142 SMs, 48 GB, 864 GB/s, FP32 91.6 TF, TF32 366 / BF16 and FP16 733 TF with sparsity.
+    (r"\bl40s\b", GpuSpec("L40S", 142, 48, 864, 91.6, 183.0, 366.5, 366.5)),
+    # NVIDIA L4 datasheet: 58 SMs, 24 GB, 300 GB/s, FP32 30.3 TF, TF32 120 / BF16 and FP16 242 TF with sparsity.
+    (r"\bl4\b", GpuSpec("L4", 58, 24, 300, 30.3, 60.0, 121.0, 121.0)),
+    # NVIDIA A10 datasheet: 72 SMs, 24 GB, 600 GB/s, FP32 31.2 TF, TF32 62.5 TF, BF16 and FP16 125 TF (dense).
+    (r"\ba10\b", GpuSpec("A10", 72, 24, 600, 31.2, 62.5, 125.0, 125.0)),
     # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores;
     # FP16 tensor 125 TF (SXM2) / 112 TF (PCIe).
     (r"\bv100\b.*\bpcie\b", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0, 112.0)),
@@ -76,11 +76,11 @@ _TABLE: list[tuple[str, GpuSpec]] = [
     # no BF16, and FP16 with FP32 accumulation (autocast's) runs at the FP32 rate.
     (r"\bp100\b", GpuSpec("P100", 56, 16, 732, 9.3, 9.3, 9.3, 9.3)),
     # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): 128 SMs, 24 GB, 1,008 GB/s, FP32 82.6 TF,
-    # TF32 82.6 TF dense, BF16 (FP32 accumulate) 165.2 TF dense.
-    (r"\brtx 4090\b", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2)),
+    # TF32 82.6 TF dense, BF16 and FP16 (FP32 accumulate) 165.2 TF dense.
+    (r"\brtx 4090\b", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2, 165.2)),
     # NVIDIA Ampere GA102 whitepaper (RTX 3090): 82 SMs, 24 GB, 936 GB/s, FP32 35.6 TF, TF32 35.6 TF,
-    # BF16 (FP32 accumulate) 71 TF dense.
-    (r"\brtx 3090\b", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0)),
+    # BF16 and FP16 (FP32 accumulate) 71 TF dense.
+    (r"\brtx 3090\b", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0, 71.0)),
 ]
 
 HARDWARE_COLUMNS: tuple[str, ...] = (
@@ -125,8 +125,20 @@ def gpu_spec(name: str) -> GpuSpec:
         match = re.search(pattern, norm)
         if match and _leftover_is_noise(norm, match):
             return spec
-    raise GpupredError(f"unknown GPU {name!r}; known: {', '.join(known_gpu_names())} "
-                       "(add its vendor specs to gpupred/hardware.py)")
+    squashed = {n.lower().replace(" ", ""): spec for n, spec in ((s.name, s) for _, s in _TABLE)}
+    if norm.replace(" ", "") in squashed:  # "RTX4090", "h100sxm": the name without its spaces
+        return squashed[norm.replace(" ", "")]
+    raise GpupredError(f"unknown GPU {name!r}{closest(name, known_gpu_names())}; known: "
+                       f"{', '.join(known_gpu_names())} (`gpupred gpus`; a GPU not there: `gpupred calibrate` on it)")
+
+
+def closest(name: str, known: Iterable[str], n: int = 3) -> str:
+    """' (closest: a, b)': the known names nearest ``name`` (case and spacing aside), or '' when none is near."""
+    import difflib
+
+    by_key = {_normalize(k).replace(" ", ""): k for k in known}
+    near = difflib.get_close_matches(_normalize(name).replace(" ", ""), list(by_key), n=n, cutoff=0.5)
+    return f" (closest: {', '.join(by_key[k] for k in near)})" if near else ""
 
 
 def known_gpu_names() -> list[str]:

@@ -15,8 +15,9 @@ Options (torch's own default first):
   autocast);
 - ``tf32_matmul`` (``torch.backends.cuda.matmul.allow_tf32``, off by default since torch 1.12) and ``tf32_conv``
   (``torch.backends.cudnn.allow_tf32``, on by default): fp32 matmuls / cuDNN convolutions and RNNs on TF32 tensor
-  cores;
-- ``optimizer``: ``sgd`` (with ``sgd_momentum``: the catalog's 0.9; torch's default is 0, no buffer), ``adam``,
+  cores (a 16-bit precision runs them all in 16 bits: other TF32 values there are refused, not ignored);
+- ``optimizer``: ``sgd`` (with ``sgd_momentum``: the catalog's 0.9; torch's default is 0, no buffer; refused
+  without SGD), ``adam``,
   ``adamw``; ``weight_decay`` None means torch's default (SGD and Adam 0, AdamW 0.01; the transformers Trainer
   passes 0.0); ``optimizer_impl``: ``foreach`` (torch's default on CUDA), ``fused`` (one kernel per multi-tensor
   chunk, the Trainer's default ``adamw_torch_fused`` since torch 2.8) or ``forloop`` (one op per tensor);
@@ -100,6 +101,12 @@ class TrainingSetup:
                                f"{MAX_ACCUMULATION}, got {self.accumulation!r}")
         if self.weight_decay is not None and not self.weight_decay >= 0:
             raise GpupredError(f"weight decay must be 0 or more, got {self.weight_decay!r}")
+        if self.precision in HALF and (self.tf32_matmul, self.tf32_conv) != (False, True):
+            raise GpupredError(f"TF32 applies to fp32 matmuls and convolutions only, and precision {self.precision!r} "
+                               "runs them in 16 bits: drop the TF32 option, or use precision fp32")
+        if self.optimizer != "sgd" and not self.sgd_momentum:
+            raise GpupredError(f"no momentum is an SGD option, and the optimizer is {self.optimizer!r}: drop it, or "
+                               "use optimizer sgd")
         if self.attention == "flash" and self.precision not in HALF:
             raise GpupredError("attention 'flash' (FlashAttention-2) runs in bf16 or fp16 only; use precision bf16, "
                                "fp16 or bf16-pure, or attention 'sdpa' (torch picks its memory-efficient kernel in fp32)")

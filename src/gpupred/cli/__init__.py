@@ -11,7 +11,10 @@ app = new_app("gpupred", "Predict a training job's GPU utilization, memory and c
 
 
 def _register() -> None:
-    """Attach every stage's commands (modules whose import stays free of torch)."""
+    """Attach every stage's commands (modules whose import stays free of torch), once per process: ``main`` called
+    again (tests run the CLI in-process) must not attach them again, each call slower than the last."""
+    if app.registered_commands:
+        return
     from gpupred.cli import calibrate as calibration_cli
     from gpupred.cli import campaign as campaign_cli
     from gpupred.cli import fusion as fusion_cli

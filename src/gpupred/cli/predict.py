@@ -48,6 +48,28 @@ def check_model_choice(model: str | None, timm: str | None, hf: str | None, head
     return named
 
 
+def job_setup(model: str | None, batch_size: int | None, precision: str | None, optimizer: str | None,
+              options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The training setup ``predict``'s options ask for, and what differs from the job's own (a workload id's batch,
+    precision and optimizer; else fp32 and SGD): every option applies, none is dropped (see
+    :class:`gpupred.predictor.artifact.JobOptions`)."""
+    from gpupred.predictor.artifact import job_defaults
+    from gpupred.setups import setup_of
+
+    from gpupred.errors import GpupredError
+
+    own_batch, own_precision, own_optimizer = job_defaults(model) if model is not None else (None, "fp32", "sgd")
+    try:
+        setup = setup_of(precision or own_precision, optimizer or own_optimizer, **options)
+    except GpupredError as err:
+        raise GpupredError(f"{model}: {err}" if model is not None else str(err)) from None
+    own = setup_of(own_precision, own_optimizer).as_dict()
+    changes = {k: v for k, v in setup.as_dict().items() if v != own[k]}
+    if own_batch is not None and batch_size is not None and batch_size != own_batch:
+        changes = {"batch_size": batch_size, **changes}
+    return setup, changes
+
+
 def register(app: Any) -> None:
     """Add ``gpupred predict``, ``gpupred fits`` and ``gpupred gpus`` to the CLI."""
     _register_predict(app)
@@ -57,31 +79,42 @@ def register(app: Any) -> None:
 
 def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
                 noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool,
-                named: tuple[Any, ...] | None = None) -> None:
+                named: tuple[Any, ...] | None = None, changes: dict[str, Any] | None = None) -> None:
     """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed.
-    ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name."""
+    ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name; ``changes``: the
+    options that differ from the job's own (printed; default: the setup's changes from the sweeps')."""
     from gpupred import config
     from gpupred.errors import GpupredError
     from gpupred.predictor.artifact import load_predictor
 
+    if named and batch_size is None:  # before minutes of export
+        raise GpupredError(f"{'--timm ' + named[0] if named[0] is not None else '--hf ' + str(named[1])}: give the "
+                           "training batch size (-b N)")
     if noncommercial and predictor_path:
         raise GpupredError("give --predictor PATH or --noncommercial, not both")
     if calibration and no_calibration:
         raise GpupredError("give --calibration FILE or --no-calibration, not both")
     predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
     if named:  # after the predictor loads: a missing one is said before minutes of export
-        from gpupred.graph.named import graph_for_options
+        import sys
+
+        from gpupred.graph.named import describe_named, graph_for_options
 
         model = str(graph_for_options(*named, attention=setup.attention))
-    row = predictor.predict(model, batch_size=batch_size, gpu=gpu, setup=setup,
-                            calibration=False if no_calibration else calibration).iloc[0]
-    print_prediction(predictor, row, as_json, setup.changes())
+        print(describe_named(Path(model)), file=sys.stderr if as_json else sys.stdout)  # what was built
+    row = predictor.predict(model, batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
+                            gpu=gpu, setup=setup, calibration=False if no_calibration else calibration).iloc[0]
+    print_prediction(predictor, row, as_json, setup.changes() if changes is None else changes)
 
 
-Precision = Annotated[str, typer.Option("--precision", help="fp32; bf16 or fp16 (autocast; fp16 with GradScaler); "
-                                                             "bf16-pure (bf16 weights, no autocast).")]
-Optimizer = Annotated[str, typer.Option("--optimizer", help="sgd (momentum 0.9), adam, adamw, adamw8bit, paged_adamw, "
-                                                             "paged_adamw8bit (bitsandbytes) or adafactor (transformers).")]
+Precision = Annotated[Optional[str], typer.Option("--precision", help="fp32; bf16 or fp16 (autocast; fp16 with "
+                                                                       "GradScaler); bf16-pure (bf16 weights, no "
+                                                                       "autocast) (default: a workload id's, else fp32).",
+                                                   show_default=False)]
+Optimizer = Annotated[Optional[str], typer.Option("--optimizer", help="sgd (momentum 0.9), adam, adamw, adamw8bit, "
+                                                                       "paged_adamw, paged_adamw8bit (bitsandbytes) or "
+                                                                       "adafactor (transformers) (default: a workload "
+                                                                       "id's, else sgd).", show_default=False)]
 OptimizerImpl = Annotated[Optional[str], typer.Option("--optimizer-impl", help="foreach (torch's default on CUDA), fused "
                                                                                  "or forloop.")]
 NoMomentum = Annotated[bool, typer.Option("--no-momentum", help="SGD without momentum (torch's default).")]
@@ -132,14 +165,13 @@ ImageSize = Annotated[Optional[int], typer.Option("--image-size", help="With --t
                                                                         "side.")]
 
 
-def training_setup(precision: str, optimizer: str, optimizer_impl: str | None = None, no_momentum: bool = False,
-                   weight_decay: float | None = None, tf32: bool | None = None, checkpointing: bool = False,
-                   accumulation: int = 1, attention: str | None = None, channels_last: bool = False,
-                   lora: tuple[Any, ...] = (None, None, None, None, None, False)) -> Any:
-    """The :class:`gpupred.setups.TrainingSetup` of the CLI's options; ``lora``: (--lora, --lora-alpha,
-    --lora-targets, --lora-dropout, --lora-config, --qlora), the flags overriding the config file's fields."""
-    from gpupred.setups import setup_of
-
+def training_options(optimizer_impl: str | None = None, no_momentum: bool = False, weight_decay: float | None = None,
+                     tf32: bool | None = None, checkpointing: bool = False, accumulation: int = 1,
+                     attention: str | None = None, channels_last: bool = False,
+                     lora: tuple[Any, ...] = (None, None, None, None, None, False)) -> dict[str, Any]:
+    """The :class:`gpupred.setups.TrainingSetup` options of the CLI's flags besides precision and optimizer; ``lora``:
+    (--lora, --lora-alpha, --lora-targets, --lora-dropout, --lora-config, --qlora), the flags overriding the config
+    file's fields."""
     rank, alpha, targets, dropout, config, qlora = lora
     options: dict[str, Any] = {}
     if config is not None:
@@ -149,13 +181,13 @@ def training_setup(precision: str, optimizer: str, optimizer_impl: str | None = 
     flags = {"lora_rank": rank, "lora_alpha": alpha, "lora_dropout": dropout, "qlora": qlora or None,
              "lora_targets": tuple(t.strip() for t in targets.split(",") if t.strip()) if targets is not None else None}
     options.update({k: v for k, v in flags.items() if v is not None})
-    return setup_of(precision, optimizer, optimizer_impl=optimizer_impl, sgd_momentum=False if no_momentum else None,
-                    weight_decay=weight_decay, tf32_matmul=tf32, tf32_conv=tf32, checkpointing=checkpointing,
-                    accumulation=accumulation, attention=attention, channels_last=channels_last, **options)
+    return {"optimizer_impl": optimizer_impl, "sgd_momentum": False if no_momentum else None,
+            "weight_decay": weight_decay, "tf32_matmul": tf32, "tf32_conv": tf32, "checkpointing": checkpointing,
+            "accumulation": accumulation, "attention": attention, "channels_last": channels_last, **options}
 
 
-def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Precision = "fp32",
-                optimizer: Optimizer = "sgd", optimizer_impl: OptimizerImpl = None, no_momentum: NoMomentum = False,
+def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Precision = None,
+                optimizer: Optimizer = None, optimizer_impl: OptimizerImpl = None, no_momentum: NoMomentum = False,
                 weight_decay: WeightDecay = None, tf32: Tf32 = None, checkpointing: Checkpointing = False,
                 accumulation: Accumulation = 1, attention: Attention = None, channels_last: ChannelsLast = False,
                 lora: Lora = None, lora_alpha: LoraAlpha = None, lora_targets: LoraTargets = None,
@@ -175,11 +207,11 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)
     if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
         raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
-    setup = training_setup(precision, optimizer, optimizer_impl, no_momentum, weight_decay, tf32, checkpointing,
-                           accumulation, attention, channels_last,
-                           (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora))
+    setup, changes = job_setup(model, batch_size, precision, optimizer, training_options(
+        optimizer_impl, no_momentum, weight_decay, tf32, checkpointing, accumulation, attention, channels_last,
+        (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))
     run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
-                named=(timm, hf, head, seq_len, image_size) if named else None)
+                named=(timm, hf, head, seq_len, image_size) if named else None, changes=changes)
 
 
 def _register_predict(app: Any) -> None:
@@ -187,7 +219,7 @@ def _register_predict(app: Any) -> None:
     app.command("predict")(predict_cmd)
 
 
-def fits_cmd(model: Model = None, precision: Precision = "fp32", optimizer: Optimizer = "sgd",
+def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimizer = None,
              optimizer_impl: OptimizerImpl = None, no_momentum: NoMomentum = False, weight_decay: WeightDecay = None,
              checkpointing: Checkpointing = False, accumulation: Accumulation = 1, attention: Attention = None,
              lora: Lora = None, lora_alpha: LoraAlpha = None, lora_targets: LoraTargets = None,
@@ -210,9 +242,9 @@ def fits_cmd(model: Model = None, precision: Precision = "fp32", optimizer: Opti
         raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
     if not 0.0 < threshold < 1.0 or max_batch < 1:
         raise GpupredError(f"--threshold must be between 0 and 1 and --max-batch 1 or more, got {threshold}, {max_batch}")
-    setup = training_setup(precision, optimizer, optimizer_impl, no_momentum, weight_decay, None, checkpointing,
-                           accumulation, attention, False, (lora, lora_alpha, lora_targets, lora_dropout, lora_config,
-                                                            qlora))
+    setup, _ = job_setup(None if named else model, None, precision, optimizer, training_options(
+        optimizer_impl, no_momentum, weight_decay, None, checkpointing, accumulation, attention, False,
+        (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))
     predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
     graph, label, setup, key, recipe = fits_job(model, setup, (timm, hf, head, seq_len, image_size) if named else None)
     table = fits_table(predictor, graph, label, setup, gpu, threshold, max_batch, key=key, recipe=recipe)
@@ -226,7 +258,8 @@ def fits_cmd(model: Model = None, precision: Precision = "fp32", optimizer: Opti
 
 def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tuple[Any, str, Any, Any, str]:
     """(graph, label, setup, kernel key, recipe) of the job ``gpupred fits`` sizes: a file, a catalog workload's graph
-    (its precision and optimizer), or a model by name; its batch is what ``fits`` varies."""
+    (``setup`` holds its precision and optimizer unless others were asked), or a model by name; its batch is what
+    ``fits`` varies."""
     from gpupred.errors import GpupredError
 
     if named:
@@ -244,8 +277,7 @@ def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tu
         spec = WorkloadSpec.from_id(str(model))
     except GpupredError:
         raise GpupredError(f"{model!r} is neither an ONNX file nor a workload id") from None
-    job = setup.with_options(precision=spec.precision, optimizer=spec.optimizer)
-    return graph_for(spec), str(model), job, spec.arch_key, recipe_of(spec.family)
+    return graph_for(spec), str(model), setup, spec.arch_key, recipe_of(spec.family)
 
 
 def _register_gpus(app: Any) -> None:
@@ -303,8 +335,8 @@ def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[
     elif values["calibration_note"]:
         print(f"calibration {values['calibration_note']}")
     if setup:
-        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the sweeps ran; "
-              "iter_time is one optimizer step)")
+        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the job's own, or as the "
+              "sweeps ran; iter_time is one optimizer step)")
     if caveats:
         print(f"caveats: {', '.join(caveats)} (failure classes the step model does not model whole: intervals "
               "widened; see the card's core.failure_classes)")

@@ -5,13 +5,15 @@ so a scheduler that asks twice pays once and a cached graph is predicted without
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
-from gpupred.workloads.hubmodels import NamedModel, build_named
+from gpupred.workloads.hubmodels import NamedModel, build_named, check_name
 
 
 # ---------------------------------------------------------------- the cached graph
@@ -22,12 +24,16 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
     path = named.cache_path()
     if path.is_file() and not refresh:
         return path
+    check_name(named)  # an unknown name: refused before torch is imported
     from gpupred.graph.adapter import positional
     from gpupred.graph.weightless import export_weightless
     from gpupred.reports import progress_bar
 
-    with progress_bar(total=2, desc=f"{named.source} {named.label}", unit="step", leave=False) as bar:
-        built = build_named(named)
+    with progress_bar(total=2, desc=f"{named.source} {named.label}", unit="step", leave=False) as bar, \
+            quiet_libraries():
+        built = build_named(named)  # on the meta device: seconds, and a wrong choice (head, shape) is refused here
+        print(f"gpupred: exporting {named.source} {named.label} ({type(built.model).__name__}, head {built.head}) "
+              "once: up to a minute; cached for the next time", file=sys.stderr, flush=True)
         bar.update()
         adapter, tensors, names = positional(built.model, built.example)  # as gpupred.export_model takes them
         export_weightless(adapter, tensors, path, names, [0] * len(tensors))
@@ -36,6 +42,36 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
             "torch_params": built.params, "config": built.config}
     atomic_write_bytes(path.with_suffix(".json"), (json.dumps(info, indent=1, default=str) + "\n").encode())
     return path
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Keep the libraries' warnings and info logs (transformers', timm's, torch.export's) off the user's screen."""
+    import logging
+    import warnings
+
+    loggers = [logging.getLogger(name) for name in ("transformers", "timm", "torch")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
+def describe_named(path: Path) -> str:
+    """One line of what a cached named graph is: the class built, its head, parameters and input shape."""
+    info = named_info(path)
+    config = info.get("config", {})
+    built = config.get("class") or config.get("timm_name") or Path(path).stem
+    shape = f"seq_len {info['seq_len']}" if info.get("seq_len") else f"image {info.get('image_size')}"
+    params = info.get("torch_params")
+    return (f"model: {built}, head {info.get('head')}, "
+            f"{'' if params is None else f'{params / 1e6:.1f}M parameters, '}{shape}")
 
 
 def named_info(path: Path) -> dict[str, Any]:

@@ -719,6 +719,8 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     kl.param_tensors = len(trainable)
     kl.cycles = cycles * b.setup.accumulation
     kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
-    eager = len(attention_cores(graph)) - len(fused_cores(graph, b.setup.attention))
-    kl.traits = {"multi_branch_sums": float(multi_branch_sums(graph)), "eager_attention_cores": float(eager)}
+    cores = len(attention_cores(graph))
+    eager = cores - len(fused_cores(graph, b.setup.attention))
+    kl.traits = {"multi_branch_sums": float(multi_branch_sums(graph)), "eager_attention_cores": float(eager),
+                 "attention_cores": float(cores)}
     return kl

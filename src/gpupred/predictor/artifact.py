@@ -58,25 +58,51 @@ def _versions_match(lib: str, built: str, installed: str) -> bool:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """The options a prediction is asked under where its inputs do not say them: batch size, precision, optimizer,
-    GPU, and the rest of the training setup (:class:`gpupred.setups.TrainingSetup`; None: the sweeps' setup of the precision
-    and optimizer)."""
+    """The options a prediction is asked under: batch size, precision, optimizer, GPU, and the rest of the training
+    setup (:class:`gpupred.setups.TrainingSetup`).
 
-    batch_size: int | None = None  # needed for an ONNX file (a workload id carries its own)
-    precision: str = "fp32"
-    optimizer: str = "sgd"
+    Each option given applies; none is dropped. Where one is not given, the job's own stands: a workload id's batch
+    size, precision and optimizer (the store's graphs have a symbolic batch, so any batch, precision or optimizer is
+    the same graph under another setup), else fp32 and SGD (an ONNX file has no batch size of its own: it must be
+    given). A ``setup`` says every option; its precision and optimizer must agree with ``precision`` and
+    ``optimizer`` where those are given, and for a workload id with neither given they must be the id's own (so a
+    ``TrainingSetup()`` built for its other options never turns a bf16 id into fp32 unasked: refused, in one line).
+    """
+
+    batch_size: int | None = None  # needed for an ONNX file; a workload id's own where None
+    precision: str | None = None  # None: the setup's, else the workload id's, else fp32
+    optimizer: str | None = None  # None: the setup's, else the workload id's, else sgd
     gpu: str | None = None  # an NVML name or a gpupred.hardware name; None = the rows' own, or the only trained one
-    setup: TrainingSetup | None = None  # its precision and optimizer must agree with the two above where both are given
+    setup: TrainingSetup | None = None  # its precision and optimizer must agree with the two above where given
 
     def __post_init__(self) -> None:
         s = self.setup
-        if s is not None and (self.precision, self.optimizer) not in (("fp32", "sgd"), (s.precision, s.optimizer)):
-            raise GpupredError(f"precision {self.precision!r} and optimizer {self.optimizer!r} disagree with the "
-                               f"setup's ({s.precision!r}, {s.optimizer!r}); give them in the setup only")
+        if self.batch_size is not None and (isinstance(self.batch_size, bool) or int(self.batch_size) < 1):
+            raise GpupredError(f"batch size must be a positive whole number, got {self.batch_size!r}")
+        if s is None:
+            return
+        for name in ("precision", "optimizer"):
+            given = getattr(self, name)
+            if given is not None and given != getattr(s, name):
+                raise GpupredError(f"{name} {given!r} disagrees with the setup's {getattr(s, name)!r}; give it in the "
+                                   "setup only")
 
-    def training(self) -> TrainingSetup:
-        """The job's training setup: ``setup``, else the sweeps' setup of ``precision`` and ``optimizer``."""
-        return as_setup(self.setup, self.precision, self.optimizer)
+    def training(self, precision: str = "fp32", optimizer: str = "sgd") -> TrainingSetup:
+        """The job's training setup: ``setup``, else the sweeps' setup of the precision and optimizer given (where not
+        given: ``precision`` and ``optimizer``, the job's own)."""
+        return as_setup(self.setup, self.precision or precision, self.optimizer or optimizer)
+
+    def for_workload(self, spec: Any) -> tuple[int, TrainingSetup]:
+        """The batch size and training setup of a workload id (a :class:`gpupred.workloads.spec.WorkloadSpec`) under
+        these options: each option given, the id's own where not."""
+        if self.setup is not None:
+            for name in ("precision", "optimizer"):
+                own, wanted = getattr(spec, name), getattr(self.setup, name)
+                if getattr(self, name) is None and wanted != own:
+                    raise GpupredError(f"{spec.id}: the setup's {name} {wanted!r} is not the id's {own!r}; pass "
+                                       f"{name}={wanted!r} to override the id's, or a setup with {name} {own!r}")
+        batch = int(self.batch_size) if self.batch_size is not None else int(spec.batch_size)
+        return batch, self.training(spec.precision, spec.optimizer)
 
 
 class Predictor:
@@ -115,6 +141,7 @@ class Predictor:
                 from gpupred.graph import check_complete
 
                 check_complete(x, "feature row")  # a featurize row carries its coverage columns
+            _check_row_options(x, job)
             return x
         graph = resolve_graph(x, job)
         if graph is None:
@@ -122,8 +149,9 @@ class Predictor:
                                "or a workload id")
         return graph.features
 
-    def features(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                 gpu: str | None = None, setup: TrainingSetup | None = None) -> pd.DataFrame:
+    def features(self, x: Any, batch_size: int | None = None, precision: str | None = None,
+                 optimizer: str | None = None, gpu: str | None = None,
+                 setup: TrainingSetup | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
         matrix, index, _ = self._matrix(x, JobOptions(batch_size, precision, optimizer, gpu, setup))
         return pd.DataFrame(matrix, index=index, columns=self.feature_names)
@@ -194,10 +222,13 @@ class Predictor:
 
     def _check_setup(self, job: JobOptions, graph: "JobGraph | None") -> None:
         """Refuse setup options the answer could not see: the regressors know the catalog's precisions and
-        optimizers only (the physics core, answering for graphs, models every option)."""
+        optimizers only (the physics core, answering for graphs, models every option), and options that name what
+        the graph has none of (an attention kernel without attention, channels_last without convolutions)."""
         from gpupred.setups import setup_of
 
-        training = job.training()
+        training = graph.setup if graph is not None else job.training()
+        if graph is not None and self.core is not None:
+            _check_graph_options(graph)
         if training == setup_of(training.job_precision, training.job_optimizer):
             return
         if graph is None:
@@ -214,9 +245,9 @@ class Predictor:
             return np.full(n, self.gpus[0], dtype=object)
         raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
 
-    def predict(self, x: Any, batch_size: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
-                gpu: str | None = None, calibration: Any = None, setup: TrainingSetup | None = None,
-                pipeline: InputPipeline | None = None) -> pd.DataFrame:
+    def predict(self, x: Any, batch_size: int | None = None, precision: str | None = None,
+                optimizer: str | None = None, gpu: str | None = None, calibration: Any = None,
+                setup: TrainingSetup | None = None, pipeline: InputPipeline | None = None) -> pd.DataFrame:
         """Predict each target and its interval: columns ``<target>``, ``<target>_low``, ``<target>_high``, ``core``
         (what answered), ``extrapolated`` (no measurements of the GPU kind under this project's protocol, and no
         calibration used) and, where a calibration was given or found, ``calibrated`` (the file used for the row, ''
@@ -242,6 +273,10 @@ class Predictor:
         sweeps' setup of ``precision`` and ``optimizer``. The physics core models every option; the regressors (rows
         given as features, or a predictor without a core) see only the precision and optimizer, and refuse the rest.
 
+        No option is dropped (:class:`JobOptions`): for a workload id, ``batch_size``, ``precision``, ``optimizer``
+        and ``setup`` override the id's own (which stand where they are not given); feature rows, which carry their
+        own batch size (and precision and optimizer, where they have those columns), refuse the ones they carry.
+
         ``pipeline`` (:class:`gpupred.setups.InputPipeline`) is how its batches reach the GPU: resident (the default,
         as this project's sweeps ran), or read, decoded and augmented on the host by DataLoader workers; the step
         model's timeline then includes it (:mod:`gpupred.perf.inputfeed`), and only the physics core answers it.
@@ -264,8 +299,10 @@ class Predictor:
                                    "file, a workload id or a model by name to a predictor with its physics core")
             if graph is not None and self.core is not None:
                 out, kinds = self._predict_graph(graph, job, cal, pipeline if piped else None)
+            elif graph is not None:  # its feature row already says the batch, precision and optimizer
+                out, kinds = self._predict_rows(graph.features, JobOptions(gpu=job.gpu))
             else:
-                out, kinds = self._predict_rows(x if graph is None else graph.features, job)
+                out, kinds = self._predict_rows(x, job)
         return self._mark_calibration(out, cal, kinds)
 
     def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None,
@@ -332,9 +369,53 @@ def _regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
                         "a workload id to a predictor exported with its physics core (notebook 08)")
 
 
+def _check_graph_options(graph: JobGraph) -> None:
+    """Refuse the setup options that would change nothing because the graph has none of what they act on."""
+    s = graph.setup
+    if s.attention != "auto" and not graph.kernels.traits.get("attention_cores", 0):
+        raise GpupredError(f"{graph.label}: attention {s.attention!r} changes nothing here, the graph has no "
+                           "attention; drop the option")
+    if s.channels_last and not graph.features.get("n_conv", 0):
+        raise GpupredError(f"{graph.label}: channels_last changes nothing here, the graph has no convolutions; "
+                           "drop the option")
+
+
+def _check_row_options(rows: pd.DataFrame | dict[str, Any], job: JobOptions) -> None:
+    """Refuse options that feature rows carry themselves (rather than drop them): the batch size always, the precision
+    and optimizer where the rows have those columns and the option says otherwise."""
+    if job.batch_size is not None:
+        raise GpupredError(f"batch size {job.batch_size}: feature rows carry their own (featurize at the batch size "
+                           "wanted), or give an ONNX file or a workload id")
+    present = set(rows) if isinstance(rows, dict) else set(rows.columns)
+    training = job.training()
+    for name, wanted in (("precision", training.job_precision), ("optimizer", training.job_optimizer)):
+        given = job.precision if name == "precision" else job.optimizer
+        if (given is None and job.setup is None) or name not in present:
+            continue
+        values = {rows[name]} if isinstance(rows, dict) else set(rows[name].astype(str))
+        if values != {wanted}:
+            raise GpupredError(f"{name} {wanted!r}: the feature rows carry their own ({', '.join(sorted(values))}); "
+                               "featurize with the one wanted, or give an ONNX file or a workload id")
+
+
+def job_defaults(x: Any) -> tuple[int | None, str, str]:
+    """The batch size, precision and optimizer a job is predicted at where the options do not say: a workload id's
+    own, else (None, fp32, sgd) (an ONNX file, a model by name, feature rows)."""
+    if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not Path(x).is_file():
+        from gpupred.workloads.spec import WorkloadSpec
+
+        try:
+            spec = WorkloadSpec.from_id(str(x))
+        except GpupredError:
+            return None, "fp32", "sgd"
+        return spec.batch_size, spec.precision, spec.optimizer
+    return None, "fp32", "sgd"
+
+
 def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
-    """The :class:`gpupred.predictor.jobgraph.JobGraph` of an input given as an ONNX file, a workload id or a model by name, else None (feature
-    rows). A workload id sets the precision and optimizer; the job's other setup options still apply."""
+    """The :class:`gpupred.predictor.jobgraph.JobGraph` of an input given as an ONNX file, a workload id or a model
+    by name, else None (feature rows). A workload id's batch size, precision and optimizer are defaults that the
+    job's options override (:meth:`JobOptions.for_workload`)."""
     from gpupred.graph.named import named_graph
     from gpupred.workloads.hubmodels import NamedModel
     from gpupred.predictor.jobgraph import job_graph
@@ -344,13 +425,12 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
     if not isinstance(x, (str, Path)):
         return None
     text = str(x)
-    training = job.training()
     if text.endswith(".onnx") or Path(text).is_file():
         if not Path(text).is_file():
             raise GpupredError(f"{text}: no such ONNX file")
         if job.batch_size is None:
             raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-        return job_graph(text, text, int(job.batch_size), training)
+        return job_graph(text, text, int(job.batch_size), job.training())
     from gpupred.graph.graphstore import graph_for
     from gpupred.workloads.spec import WorkloadSpec
 
@@ -360,8 +440,8 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
         raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
     from gpupred.perf.columns import recipe_of
 
-    setup = training.with_options(precision=spec.precision, optimizer=spec.optimizer)
-    return job_graph(graph_for(spec), text, spec.batch_size, setup, key=spec.arch_key, recipe=recipe_of(spec.family))
+    batch, setup = job.for_workload(spec)
+    return job_graph(graph_for(spec), text, batch, setup, key=spec.arch_key, recipe=recipe_of(spec.family))
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:

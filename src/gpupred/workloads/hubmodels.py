@@ -28,6 +28,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +36,8 @@ from typing import Any, Literal
 from gpupred import config
 from gpupred.errors import GpupredError
 
-NAMED_VERSION = 4  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: SDPA by default)
+NAMED_VERSION = 5  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: SDPA by default;
+# 5: an encoder's default head is its masked LM, an HF image model built for --image-size)
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
@@ -80,6 +82,8 @@ class NamedModel:
             raise GpupredError(f"unknown head {self.head!r}; use one of {', '.join(HEADS)}")
         if self.head is not None and self.source == "timm" and self.head != "image-cls":
             raise GpupredError(f"timm models are image classifiers: head {self.head!r} does not apply")
+        if self.seq_len is not None and self.source == "timm":
+            raise GpupredError(f"timm models take images: a sequence length does not apply to {self.name}")
         for label, value in (("seq_len", self.seq_len), ("image_size", self.image_size)):
             if value is not None and int(value) < 1:
                 raise GpupredError(f"{self.name}: {label} must be positive, got {value}")
@@ -146,6 +150,64 @@ def hf_model(model: str, head: str | None = None, seq_len: int | None = None, im
     """A Hugging Face model: a model type (``llama``), a local config.json or its folder, or a hub id; ``attention``
     ``eager`` builds eager attention (default: transformers', SDPA where the model supports it)."""
     return NamedModel("hf", str(model), head, seq_len, image_size, tuple(sorted(overrides.items())), attention)
+
+
+# ---------------------------------------------------------------- names, checked without importing the libraries
+
+
+def _package_dir(package: str) -> Path | None:
+    """Where an installed package's sources lie (found, not imported: timm and transformers import torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
+
+
+@lru_cache(maxsize=1)
+def timm_names() -> frozenset[str]:
+    """The architectures timm registers (``@register_model`` in its sources); empty when timm is not installed."""
+    root = _package_dir("timm")
+    pattern = re.compile(r"@register_model\s*\n\s*def\s+(\w+)\s*\(")
+    names: set[str] = set()
+    for path in sorted((root / "models").glob("*.py")) if root is not None else ():
+        names.update(pattern.findall(path.read_text(errors="ignore")))
+    return frozenset(names)
+
+
+@lru_cache(maxsize=1)
+def hf_model_types() -> frozenset[str]:
+    """The model types transformers knows (its auto mappings' config names); empty when not installed."""
+    root = _package_dir("transformers")
+    pattern = re.compile(r'"([\w.-]+)"\s*[:,]\s*"\w+Config"')
+    names: set[str] = set()
+    for path in sorted((root / "models" / "auto").glob("*.py")) if root is not None else ():
+        names.update(pattern.findall(path.read_text(errors="ignore")))
+    return frozenset(names)
+
+
+def _closest(name: str, known: frozenset[str]) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(name, sorted(known), n=5, cutoff=0.6)
+    return f" (closest: {', '.join(near)})" if near else ""
+
+
+def check_name(named: NamedModel) -> None:
+    """Refuse, in a fraction of a second, a timm name timm does not register, or an --hf name that is no local config,
+    no transformers model type and no hub id (owner/name), with the closest names; where the installed library's
+    names cannot be read, the library says it when building."""
+    if named.source == "timm":
+        names, base = timm_names(), named.name.split(".")[0]  # "resnet50.a1_in1k": a pretrained tag of resnet50
+        if names and base not in names:
+            raise GpupredError(f"--timm {named.name}: timm {_installed('timm')} has no such model"
+                               f"{_closest(base, names)}; `timm.list_models()` lists them")
+        return
+    types = hf_model_types()
+    if _local_config(named.name) is not None or "/" in named.name or not types or named.name in types:
+        return
+    raise GpupredError(f"--hf {named.name}: not a transformers model type{_closest(named.name, types)}, not a "
+                       "config.json here, and not a hub id (owner/name)")
 
 
 # ---------------------------------------------------------------- building (torch, timm, transformers)
@@ -237,7 +299,8 @@ def hf_config(named: NamedModel) -> Any:
 
 
 def default_head(cfg: Any) -> str:
-    """The head a config names (its ``architectures``), else its kind: encoder-decoder, vision or text."""
+    """The head a config names (its ``architectures``), else its kind: encoder-decoder, vision, an encoder's masked
+    LM, else a causal LM."""
     for arch in getattr(cfg, "architectures", None) or ():
         for suffix, head in _ARCH_SUFFIXES:
             if arch.endswith(suffix):
@@ -248,6 +311,9 @@ def default_head(cfg: Any) -> str:
         return "image-cls"
     import transformers
 
+    masked = type(cfg) in transformers.AutoModelForMaskedLM._model_mapping
+    if masked and not getattr(cfg, "is_decoder", False):  # an encoder (BERT): its masked LM, not BertLMHeadModel
+        return "masked-lm"
     return "causal-lm" if type(cfg) in transformers.AutoModelForCausalLM._model_mapping else "masked-lm"
 
 
@@ -264,6 +330,12 @@ def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
         can = [h for h, cls in HEADS.items() if type(cfg) in getattr(transformers, cls)._model_mapping]
         raise GpupredError(f"--hf {named.name}: {type(cfg).__name__} has no {head} model in transformers; its heads: "
                            f"{', '.join(can) or 'none'} (--head)")
+    image = head == "image-cls"
+    if (named.seq_len if image else named.image_size) is not None:  # refused, not ignored
+        raise GpupredError(f"--hf {named.name}: {'--seq-len' if image else '--image-size'} does not apply to its "
+                           f"{head} model ({'images' if image else 'token sequences'}); drop it")
+    if image and named.image_size is not None and hasattr(cfg, "image_size"):
+        cfg.image_size = int(named.image_size)  # a model made for that side (ViT's position table follows it)
     cfg.use_cache = False
     with building:
         asked = {"attn_implementation": named.attention} if named.attention else {}
