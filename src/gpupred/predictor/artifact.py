@@ -421,6 +421,10 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
     from gpupred.predictor.jobgraph import job_graph
 
     if isinstance(x, NamedModel):  # gpupred.hf_model(...) / gpupred.timm_model(...): its cached graph
+        if x.source == "hf" and x.attention is None and job.training().attention == "eager":
+            from dataclasses import replace
+
+            x = replace(x, attention="eager")  # as --attention eager builds it: transformers' eager attention
         x = named_graph(x)
     if not isinstance(x, (str, Path)):
         return None
