@@ -13,6 +13,7 @@ app = new_app("gpupred", "Predict a training job's GPU utilization, memory and c
 def _register() -> None:
     """Attach every stage's commands (modules whose import stays free of torch)."""
     from gpupred.cli import calibrate as calibration_cli
+    from gpupred.cli import dataloader as loader_cli
     from gpupred.cli import fusion as fusion_cli
     from gpupred.cli import graph as graph_cli
     from gpupred.cli import importers as importers_cli
@@ -30,6 +31,7 @@ def _register() -> None:
         predictor_cli.register,
         fusion_cli.register,
         calibration_cli.register,
+        loader_cli.register,
         traces_cli.register,
         pipeline_register,
     ):
