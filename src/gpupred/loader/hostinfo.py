@@ -50,9 +50,11 @@ def affinity_cores() -> int:
 
 
 def host_identity() -> dict[str, Any]:
-    """The host fields of a host profile: CPU model, logical, physical and affinity cores, platform."""
+    """The host fields of a host profile: CPU model, logical, physical and affinity cores, platform, load average."""
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     return {"cpu": cpu_model(), "logical_cores": int(os.cpu_count() or 1), "physical_cores": physical_cores(),
-            "affinity_cores": affinity_cores(), "platform": platform.platform(terse=True)}
+            "affinity_cores": affinity_cores(), "platform": platform.platform(terse=True),
+            "load_average": load}  # 1, 5 and 15 min as the run ended: other work sharing the CPUs
 
 
 def software_versions() -> dict[str, str]:

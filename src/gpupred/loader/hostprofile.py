@@ -7,7 +7,8 @@ loader, ``measured``). One JSON object::
     schema, schema_version      "gpupred-host-profile", SCHEMA_VERSION
     created_at, source, wall_s  ISO 8601 UTC; "bench" or "measure"; what the whole run took
     seconds_budget              the measuring budget asked for (bench), else null
-    host                        CPU model, logical and physical cores, this process's affinity cores, platform
+    host                        CPU model, logical and physical cores, this process's affinity cores, platform, and
+                                the load average as the run ended (other work sharing the CPUs)
     software                    python, numpy, torch, torchvision, PIL, transformers, gpupred versions
     single_core                 gpupred.loader.speed's score (1.0 = the reference host) and its readings
     torch_threads               torch's intra-op threads while measuring (1, as in a DataLoader worker)
