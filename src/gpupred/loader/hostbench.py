@@ -2,9 +2,9 @@
 
 Every case writes its own synthetic files (:mod:`gpupred.loader.synth`) into a temporary folder, builds the kind's
 standard loader (:func:`gpupred.loader.standard.make_loader`, ``num_workers=0``, one torch thread as in a DataLoader
-worker), drops the first batch and times whole batches until the case's share of the budget is spent, in two passes over all
-the cases: a point's ``per_sample_s`` is the better pass's median batch seconds over its batch size (reading, decoding,
-augmenting and collating; the better pass, because other work sharing the CPUs only ever slows one down).
+worker), drops the first batch and times whole batches until the case's share of the budget is spent, in two passes
+over all the cases: a point's ``per_sample_s`` is the better pass's median batch seconds over its batch size
+(reading, decoding, augmenting and collating; the better pass, because other work on the CPUs only ever slows one).
 Then the main process's cost of receiving a batch from one worker (``ipc``), a host copy's bandwidth (``copy``) and
 the single-core score (:mod:`gpupred.loader.speed`).
 """
@@ -111,7 +111,7 @@ class SizedTensors:
 
 
 def measure_ipc(seconds: float) -> dict[str, Any]:
-    """The main thread's CPU seconds to receive a batch from one worker and map its pages, fitted as fixed + per byte."""
+    """The main thread's CPU seconds to receive a batch from one worker and map its pages: fixed + per byte."""
     import numpy as np
     from torch.utils.data import DataLoader
 

@@ -145,7 +145,7 @@ def write_host_profile(data: dict[str, Any], path: str | Path) -> Path:
 
 def loglog(points: list[tuple[float, float]], scale: float) -> float:
     """``y`` at ``scale`` on the log-log polyline through ``points`` (scale, y); outside them the end segment's slope,
-    kept within [0, 1] (a cost neither falls with its scale nor grows faster than it), extends it; one point: a constant."""
+    kept within [0, 1] (a cost neither falls with its scale nor outgrows it), extends it; one point: a constant."""
     import numpy as np
 
     pts = sorted(points)
@@ -242,7 +242,7 @@ class HostProfile:
     def per_sample_s(self, kind: str, scale: float = 1.0, variant: str | None = None,
                      single_core_score: float | None = None) -> float:
         """Seconds one worker core spends per sample of ``kind`` at ``scale`` (``SCALE_UNITS``), on this host or, given
-        a target host's ``single_core_score``, moved there by the speed ratio. ``kind="measured"``: the user's loader."""
+        a target host's ``single_core_score``, moved there by the speed ratio; ``kind="measured"``: a user's loader."""
         if scale <= 0 or not math.isfinite(scale):
             raise GpupredError(f"{self.shown}: scale must be a positive number for loader kind {kind!r} (got {scale})")
         if kind == "measured":

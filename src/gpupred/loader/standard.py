@@ -4,7 +4,7 @@
 :mod:`gpupred.loader.synth` wrote (or any folder laid out the same way). The kinds:
 
 - ``host-tensors``: CIFAR-10 as torchvision's ``CIFAR10`` serves it: ``Image.fromarray`` of an in-memory uint8 array,
-  ``RandomCrop(32, padding=4)``, ``RandomHorizontalFlip()``, ``ToTensor()``, ``Normalize`` (the torchvision CIFAR recipe);
+  ``RandomCrop(32, padding=4)``, ``RandomHorizontalFlip()``, ``ToTensor()``, ``Normalize`` (torchvision's CIFAR recipe);
 - ``image-files``: ``ImageFolder``'s PIL loader and torchvision's ImageNet training transforms,
   ``RandomResizedCrop(image_size)``, ``RandomHorizontalFlip()``, ``ToTensor()``, ``Normalize`` (``transforms="v1"``), or
   the ``transforms.v2`` recipe its documentation recommends (``transforms="v2"``: ``torchvision.io.decode_jpeg`` /
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from gpupred.errors import GpupredError
+from gpupred.loader.hostprofile import KINDS
 
-KINDS = ("host-tensors", "image-files", "text-tokens", "audio-logmel", "array-files")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

@@ -51,7 +51,7 @@ def write_images(root: str | Path, n: int, size: tuple[int, int] = (500, 375), f
 
 
 def write_tokens(root: str | Path, n: int, seq_len: int = 512, vocab: int = 32_000, seed: int = 0) -> Path:
-    """Write ``n`` pre-tokenized samples (int32 ids, lengths up to ``seq_len``) as ``tokens.npy`` and ``offsets.npy``."""
+    """Write ``n`` pre-tokenized samples (int32 ids, up to ``seq_len`` long) as ``tokens.npy`` and ``offsets.npy``."""
     root = _folder(root)
     rng = np.random.default_rng(seed)
     lengths = rng.integers(max(1, seq_len // 4), seq_len + 1, size=n)
