@@ -11,6 +11,7 @@ The public face is small and never imports torch::
     gpupred.calibrate()                            # on a GPU machine: measure its constants (needs torch)
     predictor.predict(gpupred.hf_model("llama", seq_len=2048), batch_size=4, precision="bf16")  # by name: exported
     # once without weights (needs torch, timm/transformers), then cached: asked again, no torch is imported
+    gpupred.measure_loader(my_dataloader, batches=20, workers=(0, 1, 2))  # its host cost on this CPU (needs torch)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gpupred.version import __version__
 
 __all__ = ["advise_fusion", "calibrate", "export_model", "weightless", "timm_model", "hf_model", "named_graph",
-           "NamedModel", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "__version__"]
+           "NamedModel", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "measure_loader", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.calibration import calibrate
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.graph.named import named_graph
     from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
     from gpupred.graph.weightless import weightless
+    from gpupred.loader.measure import measure_loader
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
 
@@ -46,6 +48,7 @@ _LAZY = {
     "Predictor": "gpupred.predictor",
     "WorkloadSpec": "gpupred.workloads",
     "advise_fusion": "gpupred.fusion",
+    "measure_loader": "gpupred.loader.measure",
 }
 
 

@@ -90,3 +90,22 @@ def calibration_dir() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("gpupred", appauthor=False)) / "calibrations"
+
+
+# Host profiles (`gpupred loader bench`): what the standard input pipelines cost per sample on a host's CPU. The one
+# committed here is this project's own measurement of its development machine, the reference the predictor uses
+# when a job names no host profile; never edited by hand (gpupred.loader.hostprofile checks its checksum).
+HOSTS: Path = DATA / "hosts"
+HOST_PROFILE: Path = HOSTS / "amd-epyc-2cpu.json"
+HOST_PROFILE_DIR_ENV = "GPUPRED_HOST_PROFILE_DIR"
+
+
+def host_profile_dir() -> Path:
+    """Where ``gpupred loader bench`` and ``loader measure`` write by default: ``$GPUPRED_HOST_PROFILE_DIR``, else the
+    per-user cache (``$XDG_CACHE_HOME/gpupred/hosts`` on Linux)."""
+    override = os.environ.get(HOST_PROFILE_DIR_ENV, "").strip()
+    if override:
+        return Path(override).expanduser().resolve()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("gpupred", appauthor=False)) / "hosts"

@@ -8,7 +8,8 @@ One JSON object per calibration run (``gpupred calibrate``)::
     seconds_budget, wall_s      the measuring budget asked for, and what the whole run took
     gpu                         NVML name and UUID, SM count, memory, max SM and memory clocks, power limit, compute capability
     software                    driver, the driver's CUDA, torch's CUDA runtime, cuDNN, torch, Python, gpupred
-    host                        CPU model, logical cores, OS
+    host                        CPU model, logical cores, OS, and the single-core speed score of
+                                gpupred.loader.speed (``single_core_score``; files written before it lack it)
     results                     every micro-benchmark case: bench, params, values, wall_s, and error where it failed
                                 (gpupred.calibration.bench)
     derived                     the constants as the writing gpupred derived them (gpupred.calibration.derive), the
@@ -56,7 +57,8 @@ SCHEMA: dict[str, Any] = {
                                                     "gpupred"],
                      "additionalProperties": _TEXT},
         "host": {"type": "object", "required": ["cpu", "cores", "platform"],
-                 "properties": {"cpu": _TEXT, "cores": {"type": "integer"}, "platform": _TEXT}},
+                 "properties": {"cpu": _TEXT, "cores": {"type": "integer"}, "platform": _TEXT,
+                                "single_core_score": {"type": "number", "exclusiveMinimum": 0}}},
         "results": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["bench", "params", "values"],
             "properties": {"bench": _TEXT, "params": {"type": "object"},
@@ -159,6 +161,12 @@ class Calibration:
     def gpu_name(self) -> str:
         """The GPU as NVML names it."""
         return str(self.data["gpu"]["name"])
+
+    @property
+    def single_core_score(self) -> float | None:
+        """The GPU host's single-core speed (:mod:`gpupred.loader.speed`; None in files from before it was recorded)."""
+        value = self.data["host"].get("single_core_score")
+        return None if value is None else float(value)
 
     @property
     def shown(self) -> str:

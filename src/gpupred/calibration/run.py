@@ -33,6 +33,10 @@ def calibrate(out: str | Path | None = None, seconds: float = DEFAULT_SECONDS, b
         identity = backend.identity()  # after the memory benchmark: reading device properties starts CUDA
     finally:
         backend.close()
+    if not backend.replayed_from:  # the GPU host's single-core speed (a replay keeps its recording's host)
+        from gpupred.loader.speed import single_core_score
+
+        identity["host"] = {**identity["host"], "single_core_score": single_core_score()["score"]}
     data = build_calibration(identity, results, backend.name, backend.replayed_from, seconds, time.monotonic() - t0)
     if out is None:
         from gpupred import config

@@ -17,6 +17,7 @@ def _register() -> None:
         return
     from gpupred.cli import calibrate as calibration_cli
     from gpupred.cli import campaign as campaign_cli
+    from gpupred.cli import dataloader as loader_cli
     from gpupred.cli import fusion as fusion_cli
     from gpupred.cli import graph as graph_cli
     from gpupred.cli import importers as importers_cli
@@ -34,6 +35,7 @@ def _register() -> None:
         predictor_cli.register,
         fusion_cli.register,
         calibration_cli.register,
+        loader_cli.register,
         traces_cli.register,
         campaign_cli.register,
         pipeline_register,

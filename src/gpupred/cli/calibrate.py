@@ -20,6 +20,9 @@ def summary_lines(data: dict[str, Any], path: Path) -> list[str]:
              f"CUDA {data['software']['cuda_runtime']}, driver {data['software']['driver']}; "
              f"{len(data['results'])} cases in {data['wall_s']:.0f} s; peaks: {derived['peaks']['source']}",
              f"{'constant':24s} {'reading':>12s} {'default':>12s}"]
+    if data["host"].get("single_core_score") is not None:
+        lines.insert(2, f"host {data['host']['cpu']}: single-core score {data['host']['single_core_score']:.3f} "
+                        "(gpupred.loader.speed; 1.0 = the reference host)")
     for name, value in derived["step"].items():
         lines.append(f"{name:24s} {value:12.4g} {getattr(DEFAULT, name):12.4g}")
     for name, value in derived["memory"].items():
