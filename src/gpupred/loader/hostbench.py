@@ -55,6 +55,9 @@ def cases() -> list[Case]:
     for points in (2500, 100_000):
         out.append(Case("array-files", "default", float(points * 3 * 4), {"shape": (points, 3)}, batch_size=16,
                         files=32, weight=0.5))
+    for points in (2500, 10_000):  # text files parsed by np.loadtxt (ShapeNet's .pts): scale = the values' float32 bytes
+        out.append(Case("array-files", "txt", float(points * 3 * 4), {"shape": (points, 3), "fmt": "txt"},
+                        batch_size=4, files=8, weight=0.5))
     return out
 
 

@@ -15,7 +15,8 @@
 - ``audio-logmel``: Whisper's log-mel features per sample, computed by transformers' ``WhisperFeatureExtractor()``
   (its defaults: 80 mels, n_fft 400, hop 160, padded to 30 s; torch's STFT where torch is installed, as transformers
   chooses), ``{"input_features": (B, 80, 3000)}``;
-- ``array-files``: ``np.load`` of one ``.npy`` file per sample (a point cloud), ``(array, label)``.
+- ``array-files``: ``np.load`` of one ``.npy`` file per sample (a point cloud), or ``np.loadtxt`` of one text file
+  (``.txt``, as ShapeNet's ``.pts``), ``(array, label)``.
 
 The loader options are torch's, with torch's defaults: ``num_workers=0``, ``pin_memory=False``, ``prefetch_factor``
 None (torch's 2 per worker when ``num_workers > 0``); ``shuffle=True`` as a training loader has. torch, torchvision and
@@ -141,7 +142,10 @@ class ArrayFileSet:
         return self.length
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        return np.load(self.files[index % len(self.files)]), 0
+        path = self.files[index % len(self.files)]
+        if path.suffix == ".txt":  # a text file of one row per point, as ShapeNet's .pts (np.loadtxt)
+            return np.loadtxt(path).astype(np.float32), 0
+        return np.load(path), 0
 
 
 def whisper_extractor() -> Any:
@@ -190,7 +194,7 @@ def make_dataset(kind: str, root: str | Path, image_size: int = 224, transforms:
         return HostTensorSet(root, cifar_transform(), length), None
     if kind == "text-tokens":
         return TokenSet(root, seq_len, length), PadCollate(seq_len)
-    pattern = {"image-files": "img_*", "audio-logmel": "wav_*.npy", "array-files": "arr_*.npy"}[kind]
+    pattern = {"image-files": "img_*", "audio-logmel": "wav_*.npy", "array-files": "arr_*"}[kind]
     files = sorted(root.glob(pattern))
     if not files:
         raise GpupredError(f"{root}: no {pattern} files for loader kind {kind!r}")

@@ -73,12 +73,17 @@ def write_audio(root: str | Path, n: int, seconds: float = 10.0, seed: int = 0) 
     return root
 
 
-def write_arrays(root: str | Path, n: int, shape: tuple[int, ...] = (2500, 3), seed: int = 0) -> Path:
-    """Write ``n`` float32 arrays of ``shape`` (a point cloud by default) as ``arr_*.npy``."""
+def write_arrays(root: str | Path, n: int, shape: tuple[int, ...] = (2500, 3), seed: int = 0, fmt: str = "npy") -> Path:
+    """Write ``n`` float32 arrays of ``shape`` (a point cloud by default) as ``arr_*.npy``, or with ``fmt="txt"`` as
+    text files of one row per point (``arr_*.txt``, as ShapeNet's ``.pts`` files are: ``np.loadtxt`` reads them)."""
     root = _folder(root)
     rng = np.random.default_rng(seed)
     for i in range(n):
-        np.save(root / f"arr_{i:05d}.npy", rng.standard_normal(shape).astype(np.float32))
+        array = rng.standard_normal(shape).astype(np.float32)
+        if fmt == "txt":
+            np.savetxt(root / f"arr_{i:05d}.txt", array, fmt="%.5f")
+        else:
+            np.save(root / f"arr_{i:05d}.npy", array)
     return root
 
 

@@ -12,7 +12,8 @@ single-core speeds (:attr:`gpupred.setups.InputPipeline.host_speed`). The timeli
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,18 +25,58 @@ TOKEN_BYTES = 8  # a pre-tokenized sample's ids are int64: its tokens are its in
 
 
 class HostCosts(Protocol):
-    """What :func:`loader_times` reads of a host profile (:class:`gpupred.loader.profile.HostProfile`)."""
+    """What :func:`loader_times` reads of a host: per-sample costs, the main process's receiving and copying."""
 
     ipc_per_batch_s: float
     ipc_per_byte_s: float
     copy_gbs: float
 
-    def per_sample_s(self, kind: str, scale: float) -> float:
+    def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
         """One core's seconds for one sample of ``kind`` at size ``scale``."""
 
 
+@dataclass(frozen=True)
+class ProfileCosts:
+    """A host profile's costs as :func:`loader_times` reads them: a measured loader's profile (which holds no receive
+    or copy figures) borrows those of the reference profile (:func:`gpupred.loader.default_host_profile`)."""
+
+    profile: Any
+    reference: Any
+
+    def _pick(self, name: str) -> float:
+        value = getattr(self.profile, name)
+        return float(getattr(self.reference, name) if value is None else value)
+
+    @property
+    def ipc_per_batch_s(self) -> float:
+        return self._pick("ipc_per_batch_s")
+
+    @property
+    def ipc_per_byte_s(self) -> float:
+        return self._pick("ipc_per_byte_s")
+
+    @property
+    def copy_gbs(self) -> float:
+        return self._pick("copy_gbs")
+
+    def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
+        """One core's seconds for one sample (the profile's own measurement)."""
+        return float(self.profile.per_sample_s(kind, scale, variant))
+
+
+def variant_of(pipeline: InputPipeline) -> str | None:
+    """The host profile's variant of a pipeline's kind: images by format and transforms (``jpeg-v1``), array files
+    by format (``txt``; ``.npy`` is the default), the kind's default otherwise."""
+    if pipeline.kind == "image-files":
+        return f"{pipeline.image_format}-{pipeline.transforms}"
+    if pipeline.kind == "array-files" and pipeline.array_format == "txt":
+        return "txt"
+    return None
+
+
 def sample_scale(pipeline: InputPipeline, sample_bytes: float) -> float:
-    """The size a profile's per-sample cost is read at (:meth:`InputPipeline.scale`; text: tokens per sample)."""
+    """The size a profile's per-sample cost is read at (:meth:`InputPipeline.scale`; text: tokens per sample, its
+    input bytes over ``TOKEN_BYTES``)."""
     if pipeline.kind == "text-tokens":
         return max(1.0, sample_bytes / TOKEN_BYTES)
     return pipeline.scale()
@@ -48,7 +89,8 @@ def loader_times(pipeline: InputPipeline, batch_size: int, batch_bytes: float, c
     if pipeline.resident:
         return None
     speed = float(pipeline.host_speed)
-    per_sample = costs.per_sample_s(pipeline.kind, sample_scale(pipeline, batch_bytes / max(batch_size, 1)))
+    per_sample = costs.per_sample_s(pipeline.kind, sample_scale(pipeline, batch_bytes / max(batch_size, 1)),
+                                    variant_of(pipeline))
     produce = batch_size * per_sample / speed
     pin = batch_bytes / (costs.copy_gbs * 1e9) / speed if pipeline.pin_memory else 0.0
     if pipeline.num_workers == 0:
@@ -66,8 +108,9 @@ def loader_columns(times: LoaderTimes | None) -> dict[str, float]:
 
 
 def host_costs(pipeline: InputPipeline) -> HostCosts:
-    """The host profile a pipeline's costs come from: its own file, else this user's newest, else the committed
-    reference (:func:`gpupred.loader.profile.host_profile_for`)."""
-    from gpupred.loader.profile import host_profile_for
+    """The host costs a pipeline's times come from: its own profile file (``gpupred loader bench`` or ``measure``),
+    else the reference profile committed with gpupred (``gpupred.config.HOST_PROFILE``)."""
+    from gpupred.loader.hostprofile import default_host_profile, read_host_profile
 
-    return host_profile_for(pipeline.profile)
+    reference = default_host_profile()
+    return ProfileCosts(reference if pipeline.profile is None else read_host_profile(pipeline.profile), reference)
