@@ -95,8 +95,11 @@ class LucidJob:
 
 # How each job's batches reach the GPU, read from its upstream script (DataLoader arguments; nothing pins memory):
 _CIFAR_LOADER = InputPipeline("host-tensors", num_workers=2)  # CIFAR10 in memory: RandomCrop(32, 4), flip, ToTensor, Normalize
-_FAKEDATA_LOADER = InputPipeline("host-tensors", num_workers=2)  # FakeData 3x64x64: randn -> PIL -> ToTensor
-_NCF_LOADER = InputPipeline("host-tensors", num_workers=2)  # a (user, item, label) triple of Python ints per sample
+# FakeData 3x64x64: randn -> ToPILImage -> ToTensor per sample: timed as CIFAR's in-memory PIL transforms (32x32)
+_FAKEDATA_LOADER = InputPipeline("host-tensors", num_workers=2)
+# NCF: a (user, item, label) triple of Python ints per sample, collated by torch: indexing and collating a few ints,
+# which is what the text-tokens kind times (pre-tokenized ids indexed and collated), not CIFAR's PIL transforms
+_NCF_LOADER = InputPipeline("text-tokens", num_workers=2)
 _SQUAD_LOADER = InputPipeline("text-tokens")  # a TensorDataset of SQuAD features, num_workers 0: in line
 _MULTI30K_LOADER = InputPipeline("text-tokens", num_workers=2)  # id lists padded per batch by the workers' collate
 # ShapeNetDataset: np.loadtxt of a .pts file (2,500 x 3 floats) and of its .seg file (2,500 ints) per sample, then
