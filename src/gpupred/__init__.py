@@ -12,6 +12,8 @@ The public face is small and never imports torch::
     predictor.predict(gpupred.hf_model("llama", seq_len=2048), batch_size=4, precision="bf16")  # by name: exported
     # once without weights (needs torch, timm/transformers), then cached: asked again, no torch is imported
     gpupred.measure_loader(my_dataloader, batches=20, workers=(0, 1, 2))  # its host cost on this CPU (needs torch)
+    predictor.predict("resnet50.onnx", batch_size=64, gpu="H100 SXM",  # fed by 8 DataLoader workers decoding JPEGs
+                      pipeline=gpupred.InputPipeline("image-files", num_workers=8))
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from gpupred.version import __version__
 
 __all__ = ["advise_fusion", "calibrate", "export_model", "weightless", "timm_model", "hf_model", "named_graph",
-           "NamedModel", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "measure_loader", "__version__"]
+           "NamedModel", "featurize", "load_predictor", "Predictor", "WorkloadSpec", "measure_loader", "InputPipeline",
+           "TrainingSetup", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.calibration import calibrate
@@ -34,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.loader.measure import measure_loader
     from gpupred.predictor import Predictor, load_predictor
     from gpupred.workloads import WorkloadSpec
+    from gpupred.setups import InputPipeline, TrainingSetup
 
 _LAZY = {
     "calibrate": "gpupred.calibration",
@@ -49,6 +53,8 @@ _LAZY = {
     "WorkloadSpec": "gpupred.workloads",
     "advise_fusion": "gpupred.fusion",
     "measure_loader": "gpupred.loader.measure",
+    "InputPipeline": "gpupred.setups",
+    "TrainingSetup": "gpupred.setups",
 }
 
 

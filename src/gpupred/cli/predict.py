@@ -79,10 +79,12 @@ def register(app: Any) -> None:
 
 def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
                 noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool,
-                named: tuple[Any, ...] | None = None, changes: dict[str, Any] | None = None) -> None:
+                named: tuple[Any, ...] | None = None, changes: dict[str, Any] | None = None,
+                pipeline: Any = None) -> None:
     """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed.
     ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name; ``changes``: the
-    options that differ from the job's own (printed; default: the setup's changes from the sweeps')."""
+    options that differ from the job's own (printed; default: the setup's changes from the sweeps'); ``pipeline``:
+    the job's host input pipeline (None: resident batches)."""
     from gpupred import config
     from gpupred.errors import GpupredError
     from gpupred.predictor.artifact import load_predictor
@@ -103,8 +105,12 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
         model = str(graph_for_options(*named, attention=setup.attention))
         print(describe_named(Path(model)), file=sys.stderr if as_json else sys.stdout)  # what was built
     row = predictor.predict(model, batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
-                            gpu=gpu, setup=setup, calibration=False if no_calibration else calibration).iloc[0]
-    print_prediction(predictor, row, as_json, setup.changes() if changes is None else changes)
+                            gpu=gpu, setup=setup, calibration=False if no_calibration else calibration,
+                            pipeline=pipeline).iloc[0]
+    changes = setup.changes() if changes is None else changes
+    if pipeline is not None and not pipeline.resident:
+        changes = {**changes, "pipeline": pipeline.changes()}
+    print_prediction(predictor, row, as_json, changes)
 
 
 Precision = Annotated[Optional[str], typer.Option("--precision", help="fp32; bf16 or fp16 (autocast; fp16 with "
@@ -161,6 +167,55 @@ Head = Annotated[Optional[str], typer.Option("--head", help="With --hf: causal-l
                                                              "seq2seq-lm or speech-seq2seq (default: the config's).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="With --hf: tokens per sample (default: the model's "
                                                                   "longest position, at most 2048).")]
+Data = Annotated[Optional[str], typer.Option("--data", help="How batches reach the GPU: resident (default: already on "
+                                                               "it, as the sweeps ran), host-tensors, image-files, "
+                                                               "text-tokens, audio-logmel, array-files or measured "
+                                                               "(with --loader-profile).", show_default=False)]
+Workers = Annotated[Optional[int], typer.Option("--workers", help="DataLoader num_workers (torch's default 0: the main "
+                                                                   "process loads in line).", show_default=False)]
+PinMemory = Annotated[Optional[bool], typer.Option("--pin-memory", help="DataLoader pin_memory=True.",
+                                                    show_default=False)]
+PrefetchFactor = Annotated[Optional[int], typer.Option("--prefetch-factor", help="DataLoader prefetch_factor (torch's "
+                                                                                  "default 2 with workers).",
+                                                        show_default=False)]
+HostCores = Annotated[Optional[float], typer.Option("--host-cores", help="CPU cores the job gets (default: one per "
+                                                                          "worker plus the main process).",
+                                                    show_default=False)]
+HostSpeed = Annotated[Optional[float], typer.Option("--host-speed", help="The host's single-core speed relative to the "
+                                                                          "host profile's (`gpupred loader bench` "
+                                                                          "prints its score; default 1).",
+                                                    show_default=False)]
+ImageSource = Annotated[Optional[str], typer.Option("--image-source", help="Source images WxH[:jpeg|png][:v1|v2] "
+                                                                            "(default 500x375:jpeg:v1).",
+                                                    show_default=False)]
+LoaderProfile = Annotated[Optional[str], typer.Option("--loader-profile", help="A host profile from `gpupred loader "
+                                                                                "bench` or `loader measure` (default: "
+                                                                                "the committed reference host's).",
+                                                      show_default=False)]
+
+
+def pipeline_options(data: str | None, workers: int | None, pin_memory: bool | None, prefetch: int | None,
+                     cores: float | None, speed: float | None, image_source: str | None, profile: str | None) -> Any:
+    """The :class:`gpupred.setups.InputPipeline` of ``predict``'s pipeline flags (None: resident, nothing asked)."""
+    from gpupred.errors import GpupredError
+    from gpupred.setups import pipeline_of
+
+    image: dict[str, Any] = {}
+    if image_source is not None:
+        parts = image_source.lower().split(":")
+        try:
+            width, height = (int(v) for v in parts[0].split("x"))
+        except ValueError:
+            raise GpupredError(f"--image-source {image_source!r}: expected WxH[:jpeg|png][:v1|v2], e.g. 500x375") from None
+        image = {"image_width": width, "image_height": height,
+                 **{("transforms" if p in ("v1", "v2") else "image_format"): p for p in parts[1:]}}
+    options = {"num_workers": workers, "pin_memory": pin_memory, "prefetch_factor": prefetch, "host_cores": cores,
+               "host_speed": speed, "profile": profile, **image}
+    if data is None and all(v is None for v in options.values()):
+        return None
+    return pipeline_of(data, **options)
+
+
 ImageSize = Annotated[Optional[int], typer.Option("--image-size", help="With --timm or an image --hf model: the image "
                                                                         "side.")]
 
@@ -199,9 +254,11 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
                 no_calibration: Annotated[bool, typer.Option("--no-calibration", help="Use no calibration, not even "
                                                                                      "this user's.")] = False,
                 timm: Timm = None, hf: Hf = None, head: Head = None, seq_len: SeqLen = None,
-                image_size: ImageSize = None) -> None:
+                image_size: ImageSize = None, data: Data = None, workers: Workers = None, pin_memory: PinMemory = None,
+                prefetch_factor: PrefetchFactor = None, host_cores: HostCores = None, host_speed: HostSpeed = None,
+                image_source: ImageSource = None, loader_profile: LoaderProfile = None) -> None:
     """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name), and
-    whether it fits on the GPU."""
+    whether it fits on the GPU; with --data, fed by a host input pipeline."""
     from gpupred.errors import GpupredError
 
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)
@@ -210,8 +267,10 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
     setup, changes = job_setup(model, batch_size, precision, optimizer, training_options(
         optimizer_impl, no_momentum, weight_decay, tf32, checkpointing, accumulation, attention, channels_last,
         (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))
+    pipeline = pipeline_options(data, workers, pin_memory, prefetch_factor, host_cores, host_speed, image_source,
+                                loader_profile)
     run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
-                named=(timm, hf, head, seq_len, image_size) if named else None, changes=changes)
+                named=(timm, hf, head, seq_len, image_size) if named else None, changes=changes, pipeline=pipeline)
 
 
 def _register_predict(app: Any) -> None:

@@ -1,0 +1,126 @@
+"""The input pipeline as part of a job (issue 77): options, per-batch times from a host profile, the timeline, and
+the predictor's answer (fixtures: host costs written here, the committed predictor and graph store)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from gpupred.errors import GpupredError
+from gpupred.perf.inputfeed import loader_columns, loader_times, variant_of
+from gpupred.perf.timeline import LoaderTimes, loader_arrays, with_loader
+from gpupred.setups import RESIDENT, InputPipeline, pipeline_from_json, pipeline_of
+
+WORKLOAD = "resnet.resnet50-bs64-img224-bf16-sgd"
+GPU = "H100 SXM"
+
+
+@dataclass
+class FixtureCosts:
+    """Fixture host costs: 2 ms per sample of every kind, 0.5 ms + 1 ns/byte to receive, 4 GB/s copies."""
+
+    ipc_per_batch_s: float = 5e-4
+    ipc_per_byte_s: float = 1e-9
+    copy_gbs: float = 4.0
+
+    def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
+        return 2e-3
+
+
+def _step(loader: LoaderTimes, step: float = 0.1, busy: float = 0.08, host: float = 0.02,
+          sync: str = "step") -> tuple[float, float]:
+    s, h = with_loader(np.array([step]), np.array([busy]), np.array([host]), np.array([sync], dtype=object),
+                       loader_arrays([loader], 1))
+    return float(s[0]), float(h[0])
+
+
+def test_in_line_loading_adds_the_batch_to_the_step() -> None:
+    assert _step(LoaderTimes(0.05)) == pytest.approx((0.15, 0.07))
+    assert _step(LoaderTimes(0.05), sync="window")[0] == pytest.approx(0.1)  # the host hides behind the GPU
+
+
+def test_workers_bound_the_period_by_the_slowest_of_step_making_and_cpu() -> None:
+    assert _step(LoaderTimes(0.05, 0.01, 2, 8.0))[0] == pytest.approx(0.11)  # step-bound: only the receive adds
+    assert _step(LoaderTimes(0.6, 0.01, 2, 8.0))[0] == pytest.approx(0.3)  # loader-bound: 0.6 s a batch over 2
+    assert _step(LoaderTimes(0.6, 0.01, 8, 2.0))[0] == pytest.approx((0.6 + 0.03) / 2)  # 2 cores for 9 processes
+
+
+def test_resident_rows_keep_their_step() -> None:
+    loaders = loader_arrays([None, LoaderTimes(1.0, 0.0, 1, 4.0)], 2)
+    step, host = with_loader(np.array([0.1, 0.1]), np.array([0.05, 0.05]), np.array([0.02, 0.02]),
+                             np.array(["step", "step"], dtype=object), loaders)
+    assert step.tolist() == pytest.approx([0.1, 1.0]) and host.tolist() == pytest.approx([0.02, 0.02])
+
+
+def test_loader_times_from_host_costs() -> None:
+    batch_bytes = 64 * 3 * 224 * 224 * 4
+    inline = loader_times(InputPipeline("image-files", pin_memory=True), 64, batch_bytes, FixtureCosts())
+    assert inline == LoaderTimes(64 * 2e-3 + batch_bytes / 4e9, 0.0, 0, 1.0)
+    workers = loader_times(InputPipeline("image-files", num_workers=4, host_speed=2.0), 64, batch_bytes, FixtureCosts())
+    assert workers == LoaderTimes(64 * 2e-3 / 2, (5e-4 + 1e-9 * batch_bytes) / 2, 4, 5.0)
+    assert loader_times(RESIDENT, 64, batch_bytes, FixtureCosts()) is None
+    assert np.isnan(list(loader_columns(None).values())).all()
+
+
+def test_options_are_checked_in_one_line() -> None:
+    for bad in ({"kind": "tfrecord"}, {"kind": "image-files", "num_workers": -1},
+                {"kind": "image-files", "prefetch_factor": 4}, {"kind": "image-files", "host_speed": 0},
+                {"kind": "measured"}, {"num_workers": 4}):
+        with pytest.raises(GpupredError) as err:
+            pipeline_of(**bad)
+        assert "\n" not in str(err.value)
+    assert variant_of(InputPipeline("image-files", image_format="png", transforms="v2")) == "png-v2"
+    assert variant_of(InputPipeline("array-files", array_format="txt")) == "txt"
+
+
+def test_a_pipeline_round_trips_through_json() -> None:
+    pipe = InputPipeline("array-files", num_workers=2, array_bytes=40_000, array_format="txt")
+    assert pipeline_from_json(json.dumps(pipe.changes())) == pipe
+    assert pipeline_from_json("") == RESIDENT and pipeline_from_json(float("nan")) == RESIDENT
+    with pytest.raises(GpupredError, match="not a JSON object"):
+        pipeline_from_json("{kind")
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    import gpupred
+
+    return gpupred.load_predictor()
+
+
+def _answer(predictor, pipeline: InputPipeline | None) -> dict[str, float]:
+    row = predictor.predict(WORKLOAD, gpu=GPU, calibration=False, pipeline=pipeline).iloc[0]
+    return {k: float(row[k]) for k in ("gpu_util", "iter_time_mean_s", "memory_mib")}
+
+
+def test_a_fed_job_waits_for_its_loader_and_more_workers_help(predictor) -> None:
+    resident = _answer(predictor, None)
+    assert _answer(predictor, RESIDENT) == resident  # resident is today's answer, to the digit
+    utils = [_answer(predictor, InputPipeline("image-files", num_workers=w))["gpu_util"] for w in (0, 1, 2, 4)]
+    assert utils == sorted(utils) and utils[-1] < resident["gpu_util"]
+    fed = _answer(predictor, InputPipeline("image-files", num_workers=0))
+    assert fed["iter_time_mean_s"] > resident["iter_time_mean_s"] and fed["memory_mib"] == resident["memory_mib"]
+
+
+def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:
+    from gpupred.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            main(["predict", WORKLOAD, "--gpu", GPU, "--no-calibration", "--json", *args])
+            code = 0
+        except SystemExit as stop:
+            code = int(stop.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = run("--data", "image-files", "--workers", "2", "--image-source", "1024x768:png:v2")
+    answer = json.loads(out)
+    assert code == 0 and answer["setup"]["pipeline"] == {"kind": "image-files", "num_workers": 2, "image_width": 1024,
+                                                         "image_height": 768, "image_format": "png", "transforms": "v2"}
+    for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"]):
+        code, _, err = run(*args)
+        assert code == 2 and err.count("\n") == 1, (args, err)
