@@ -238,6 +238,10 @@ def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], met
 
 
 LEARNING_METRICS = MetricsSchema("03-compare-regressors", (
+    (r"pipeline_\w+_(gpu_util_rmsle|iter_time_mre)_(before|after)",
+     "a held-out source (never trained on) predicted by the step estimator fitted on this project's runs, without "
+     "(before) and with (after) its jobs' input pipelines: utilization RMSLE and median relative step-time error, "
+     "over all its runs and per family (gpupred.step.evaluate.pipeline_metrics)"),
     (r"(gpu_util|sm_active|iter_time|memory)_(rmsle|mre)_(within|lofo|crossgpu)(_baseline)?",
      "the shipped estimators' held-out error on this project's runs (with _baseline: the regressor baseline's)"),
     (r"(gpu_util|sm_active|iter_time|memory)_coverage_lofo", "their 90 % intervals' coverage, leave one family out"),

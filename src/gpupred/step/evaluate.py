@@ -222,7 +222,7 @@ def source_heldout(df: pd.DataFrame, source: str, train_sources: tuple[str, ...]
     return out
 
 
-def heldout_figures(rows: pd.DataFrame) -> dict[str, Any]:
+def source_figures(rows: pd.DataFrame) -> dict[str, Any]:
     """Utilization RMSLE (all rows and per family), step-time median relative error, and per-row hits of a held-out
     source's predictions (:func:`source_heldout`)."""
     from gpupred.learn.splits import rmsle
@@ -236,3 +236,47 @@ def heldout_figures(rows: pd.DataFrame) -> dict[str, Any]:
         out["iter_time_mre"] = float(np.nanmedian(np.abs(rel)))
         out["iter_time_rel_error_by_family"] = {f: float(np.nanmedian(g)) for f, g in rel.groupby(rows["family"])}
     return out
+
+
+def pipeline_table(fed: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per family of a held-out source, utilization RMSLE and median step-time error of the step estimator without
+    (``before``) and with (``after``) the jobs' input pipelines (:func:`source_heldout` of each)."""
+    from gpupred.learn.splits import rmsle
+
+    parts = []
+    for when, rows in fed.items():
+        rel = (rows["pred_iter_time_mean_s"] / rows["iter_time_mean_s"] - 1.0).abs()
+        for family, g in rows.groupby("family", sort=True):
+            parts.append({"family": family, "when": when, "runs": len(g),
+                          "gpu_util_rmsle": rmsle(g["gpu_util"], g["pred_gpu_util"]),
+                          "iter_time_mre": float(np.nanmedian(rel[g.index]))})
+    return pd.DataFrame(parts).pivot_table(index="family", columns="when", values=["gpu_util_rmsle", "iter_time_mre"])
+
+
+def pipeline_metrics(fed: dict[str, pd.DataFrame], source: str) -> dict[str, float]:
+    """Notebook 03's pipeline figures of a held-out source: utilization RMSLE and median step-time error over all its
+    runs and per family, without and with the input pipelines (``LEARNING_METRICS``' ``pipeline_*`` keys)."""
+    out: dict[str, float] = {}
+    for when, rows in fed.items():
+        fig = source_figures(rows)
+        out[f"pipeline_{source}_gpu_util_rmsle_{when}"] = fig["gpu_util_rmsle"]
+        out[f"pipeline_{source}_iter_time_mre_{when}"] = fig["iter_time_mre"]
+        for family, value in fig["gpu_util_rmsle_by_family"].items():
+            out[f"pipeline_{source}_{family}_gpu_util_rmsle_{when}"] = value
+    return out
+
+
+def plot_pipelines(fed: dict[str, pd.DataFrame], source: str) -> Any:
+    """Measured against predicted utilization of a held-out source's runs, without and with their pipelines."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(fed), figsize=(5.5 * len(fed), 4.5), sharex=True, sharey=True)
+    for ax, (when, rows) in zip(np.atleast_1d(axes), fed.items()):
+        for family, g in rows.groupby("family", sort=True):
+            ax.scatter(g["gpu_util"], g["pred_gpu_util"], s=18, label=family)
+        ax.plot([0, 100], [0, 100], color="grey", lw=0.8)
+        ax.set(title=f"{source}, held out: {'with' if when == 'after' else 'without'} input pipelines",
+               xlabel="measured utilization (%)", ylabel="predicted utilization (%)", xlim=(0, 102), ylim=(0, 102))
+    np.atleast_1d(axes)[-1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
