@@ -169,3 +169,50 @@ def test_checkpointed_activations_against_torch(llama: Any) -> None:
     torch_full, torch_ckpt = _torch_peak(config_path, False), _torch_peak(config_path, True)
     assert ckpt == pytest.approx(torch_ckpt, rel=0.10), (ckpt, torch_ckpt)
     assert full - ckpt == pytest.approx(torch_full - torch_ckpt, rel=0.20), (full, ckpt, torch_full, torch_ckpt)
+
+
+def test_autocast_copies_under_checkpointing(llama: Any) -> None:
+    """CPU autocast (bf16) caches the 16-bit copy of every fp32 leaf weight a linear reads, as CUDA's does: under
+    checkpointing all of them are live at the end of the forward (the footprint's ``autocast_copies`` counts them:
+    every parameter but the embedding and the RMSNorm weights, which no cast reads), and exiting autocast frees all but
+    the head's, which autograd saved outside the checkpointed layers."""
+    import torch
+    import transformers
+
+    from gpupred.footprint import footprint_terms, graph_terms, setup_columns
+    from gpupred.graph import featurize
+    from gpupred.setups import setup_of
+
+    config_path, graph = llama
+    values = json.loads(config_path.read_text())
+    values.pop("architectures")
+    cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    cfg.use_cache = False
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").train()
+    model.gradient_checkpointing_enable()
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    copies: list[Any] = []
+
+    class Casts(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten._to_copy.default and args[0].untyped_storage()._cdata in params:
+                copies.append(weakref.ref(out))
+            return out
+
+    ids = torch.randint(0, cfg.vocab_size, (BATCH, SEQ))
+    with Casts():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=ids).logits
+            live_in = sum(c().nbytes for c in copies if c() is not None)
+        live_out = sum(c().nbytes for c in copies if c() is not None)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert live_in == 2 * linear
+    assert live_out == 2 * model.lm_head.weight.numel()
+    del logits
+    job = dataclasses.replace(setup_of("bf16", "adamw"), checkpointing=True)
+    row = {**featurize(graph, batch_size=BATCH, precision="bf16", optimizer="adam"), **graph_terms(graph, BATCH, job),
+           **setup_columns(job), "gpu": "H100 SXM", "source": "gpupred"}
+    ours = footprint_terms(pd.DataFrame([row])).iloc[0]["autocast_copies"] * 2**20
+    assert ours == pytest.approx(2 * sum(p.numel() for p in model.parameters()))
+    assert ours >= live_in  # the rule's bound: param_bytes / 2 counts the never-cast embedding and norms too
