@@ -11,7 +11,12 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
 - optimizer state = ``OPTIMIZER_STATES[optimizer] x param_bytes`` (SGD with momentum: one buffer; plain
   SGD none; Adam/AdamW two moments; RMSprop/Adagrad one);
 - autocast weight copies = ``param_bytes / 2`` under bf16/fp16: autocast caches a 16-bit copy of every
-  weight a matmul/convolution reads for the whole forward, and backward keeps them;
+  weight a matmul/convolution reads for the whole forward, and backward keeps them; under activation checkpointing
+  too: the cache (``cached_cast`` in aten/src/ATen/autocast_mode.cpp: fp32 leaves that require grad, on CPU and CUDA
+  alike) lives until the outermost autocast region exits (``torch.amp.autocast.__exit__``: ``clear_autocast_cache``
+  at nesting 0), so the forward's peak holds every copy, and the recompute of one block in backward
+  (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
+  subset of the same size or less;
 - activations saved for backward = the graph's ``activation_bytes`` (gpupred.graph sizes each op's output
   at the precision: 16-bit for what autocast runs in 16 bits, fp32 for softmax/normalizations/reductions)
   minus what torch never keeps: the attention scores a fused attention kernel never writes
@@ -48,7 +53,7 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
 The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
 and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
 checkpointed block's inputs, plus the recomputed activations of the largest block during its backward
-(:mod:`gpupred.perf.blocks`); the attention option decides which cores' scores a fused kernel never writes
+(:mod:`gpupred.perf.blocks`), and autocast's copies of activations only where their source is kept; the attention option decides which cores' scores a fused kernel never writes
 (:func:`gpupred.perf.attention.fused_cores`); gradient accumulation and the optimizer's implementation change
 nothing at the peak here. (A foreach Adam step allocates a parameter-sized list of square roots; counted as a peak of
 its own, the larger of it and the forward/backward peak, it made the 13 own runs where it would bind worse, median
@@ -212,32 +217,35 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
         elif op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in acts)):
             fp32 |= set(outs)
     pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    cast = {t for t in cast if _base(t, producer) in kept}  # the copy is saved where its source would be (checkpointing)
     return {"saved_elems": float(sum(numel.get(t, 0) for t in kept)), "index_elems": float(pooled),
             "fp32_elems": float(sum(numel.get(t, 0) for t in kept & fp32)),
             "cast_elems": float(sum(numel.get(t, 0) for t in cast))}
+
+
+def _base(t: str, producer: dict[str, Any]) -> str:
+    """The tensor a view or alias resolves to (torch runs transposes, gathers, slices and reshapes as views)."""
+    node = producer.get(t)
+    while node is not None and (node[0] in VIEW_OPS or node[0] in ALIAS_OPS) and node[2] and node[2][0] in producer:
+        t, node = node[2][0], producer.get(node[2][0])
+    return t
 
 
 def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
     """The op outputs autograd keeps for backward: read by an op that saves its inputs, written by one that saves
     its output, or a graph output; views resolve to the tensor they alias. With BatchNorm folded into
     convolutions, each convolution's output is kept too (training-mode BatchNorm saves its input)."""
-    def base(t: str) -> str:
-        node = producer.get(t)
-        while node is not None and (node[0] in VIEW_OPS or node[0] in ALIAS_OPS) and node[2] and node[2][0] in producer:
-            t, node = node[2][0], producer.get(node[2][0])
-        return t
-
     folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
     kept: set[str] = set()
     for op, _d, ins, outs, *_ in cg.nodes:
         if op in VIEW_OPS or op in ALIAS_OPS:
             continue
         if op not in NO_INPUT_SAVE:
-            kept |= {base(i) for i in _saved_inputs(cg, op, ins) if i in producer}
+            kept |= {_base(i, producer) for i in _saved_inputs(cg, op, ins) if i in producer}
         if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             kept |= set(outs[:1])
     consumed = {i for node in cg.nodes for i in node[2]}
-    kept |= {base(o) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
+    kept |= {_base(o, producer) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
     return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
 
 

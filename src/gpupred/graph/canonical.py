@@ -258,9 +258,10 @@ class _Reducer:
                 continue
             first = min(i for _, _, i in pieces)
             outs = tuple(self.nodes[i][3][0] for _, _, i in pieces)
+            name = f"{self.nodes[first][4]}::split"  # the first Slice's name: its module path (gpupred.perf.blocks)
             for _, _, i in pieces:
                 self.nodes[i] = None
-            self.nodes[first] = ["Split", "", (x,), outs, f"{outs[0]}::split", {"axis": axis}, COST_TABLE["Split"]]
+            self.nodes[first] = ["Split", "", (x,), outs, name, {"axis": axis}, COST_TABLE["Split"]]
             self.dropped["slices as split"] += len(pieces) - 1
 
     def _cut(self, node: list[Any]) -> tuple[int, int, int] | None:

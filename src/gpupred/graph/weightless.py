@@ -17,7 +17,9 @@ arithmetic, and every initializer it creates is named a constant in the metadata
 parameter). Of its pattern rewriter only the fusion of consecutive transposes runs, which TorchScript's exporter
 does too (the whole rewriter took as long as the export on a 7B graph); the canonical form of
 :mod:`gpupred.graph.canonical` reduces the rest the dynamo exporter writes differently (identity transposes, whole
-slices, ``unbind`` as slices) for any file. torch is imported inside functions only.
+slices, ``unbind`` as slices) for any file. Of the exporter's metadata only each node's module scope is kept, as
+TorchScript's exporter keeps it, in the node's name (``/model/layers.0/self_attn/q_proj/node_linear``): activation
+checkpointing's blocks are found by it (:mod:`gpupred.perf.blocks`). torch is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gpupred.graph.stripped import EXTERNAL_DATA_NAME, fold_batch_shapes, mark_b
 BATCH_NAME = "batch"  # the symbolic batch axis of every exported input and output
 WEIGHTLESS_KEY = "gpupred.weightless"  # metadata: the graph was traced under fake tensors
 PARAMS_KEY = "gpupred.torch_params"  # metadata: sum(p.numel()) of the exported module, counted at export
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"  # the dynamo exporter's node metadata: the module scopes of the op
 
 
 @contextlib.contextmanager
@@ -199,10 +202,45 @@ def to_onnx(program: Any, input_names: Sequence[str], opset: int = 18) -> ModelP
     import onnx_ir as ir
 
     proto = ir.serde.serialize_model(model)
+    name_module_scopes(proto)
     drop_exporter_metadata(proto)
     state = {value.name for value, _ in held}  # every other initializer is a constant the exporter or folding made
     _set_meta(proto, **{FOLDED_KEY: ",".join(sorted(t.name for t in proto.graph.initializer if t.name not in state))})
     return proto
+
+
+def module_path(scopes: Sequence[str]) -> str:
+    """TorchScript's node-name prefix (``/model/layers.0/self_attn/q_proj``) of the dynamo exporter's module scopes
+    (``['', 'model', 'model.layers.0', 'model.layers.0.self_attn', ...]``: each module's full dotted path, outermost
+    first): each module's name within its parent, joined by ``/``."""
+    parts, parent = [], ""
+    for scope in scopes:
+        if not scope:
+            continue
+        parts.append(scope[len(parent) + 1:] if parent and scope.startswith(parent + ".") else scope)
+        parent = scope
+    return "".join(f"/{p}" for p in parts)
+
+
+def name_module_scopes(proto: ModelProto) -> None:
+    """Prefix each node's name with its module path, as TorchScript's exporter names nodes
+    (``/model/layers.0/self_attn/q_proj/node_linear``), from the module scopes the dynamo exporter records
+    (``pkg.torch.onnx.name_scopes``, whose last entry is the traced op's own name): the module path is what
+    :mod:`gpupred.perf.blocks` finds the checkpointed layers by, and it is the one part of the exporter's metadata
+    that depends on the model alone. Nodes without scopes (made by constant folding) keep their names."""
+    import ast
+
+    for node in proto.graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == NAME_SCOPES_KEY), None)
+        if not scopes:
+            continue
+        try:
+            names = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError):
+            continue
+        prefix = module_path([str(n) for n in names[:-1]]) if isinstance(names, list) else ""
+        if prefix:
+            node.name = f"{prefix}/{node.name}"
 
 
 def drop_exporter_metadata(proto: ModelProto) -> None:
