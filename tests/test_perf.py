@@ -409,7 +409,7 @@ def test_failure_classes_from_graph_traits_and_time_shares() -> None:
     m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, 5, 5])], x, inits)
     graph, _ = canonical_graph(m, B)
     assert multi_branch_sums(graph) == 2
-    assert step_kernels(graph).traits == {"multi_branch_sums": 2.0, "eager_attention_cores": 0.0}
+    assert step_kernels(graph).traits == {"multi_branch_sums": 2.0, "eager_attention_cores": 0.0, "attention_cores": 0.0}
     assert job_caveats({"multi_branch_sums": 2}, {}, True) == ["multi_branch"]
     times = np.array([1.0, 1.0, 18.0])
     shares = time_shares(times, np.array([True, False, False]), np.array([False, True, False]))
