@@ -39,6 +39,8 @@ residual_model: str = "lightgbm"  # regressor of the old analytical+residual bas
 
 # %%
 import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import display
 
 from gpupred import dataset, footprint, jobtables, memory, reports
 
@@ -99,6 +101,28 @@ plt.show()
 fig = memory.plot_estimates(errors, "lofo")
 reports.save_figure(fig, "05-memory-estimate-vs-measured")
 plt.show()
+
+# %% [markdown]
+# ## Fine-tuning real-size decoders: full, LoRA and QLoRA
+# The question asked most often of a training job is whether it fits. The corpus's real-size decoders (exported
+# without weights: `data/corpus/`) under the recipes people run on one GPU (`finetune_recipes`: a full fine-tune in
+# bf16 autocast with fused AdamW; LoRA of rank 16 on a bf16 base; QLoRA, a 4-bit NF4 base with paged 8-bit AdamW;
+# all with gradient checkpointing, one sequence of the corpus's length), predicted by the memory estimator fitted
+# on this project's runs (what the default predictor ships), beside the hand count of their weights, gradients and
+# optimizer state, and the GPUs of the hardware table each fits on with probability at least 0.95 (the memory
+# interval read as a log-normal's: `gpupred.predictor.fits`). The difference between the prediction and the count
+# is the activations (checkpointed: each layer's input), the logits' loss buffers, the CUDA context and workspaces.
+
+# %%
+from gpupred.hardware import known_gpus
+from gpupred.predictor.realworld_report import finetune_metrics, finetune_table
+
+shipped_memory = memory.MemoryEstimator().fit(dataset.own_rows(df))
+finetune = finetune_table(shipped_memory, ["H100 SXM", *[g for g in known_gpus()["name"] if g != "H100 SXM"]])
+if len(finetune):
+    reports.write_metrics(memory.MEMORY_METRICS, finetune_metrics(finetune))
+with pd.option_context("display.max_colwidth", None, "display.width", 200):
+    display(finetune.round(2)) if len(finetune) else print("no real-size decoder in data/corpus/ here")
 
 # %%
 metrics = memory.memory_metrics(errors, model, headline_scheme)

@@ -222,5 +222,9 @@ def memory_metrics(errors: pd.DataFrame, model: MemoryEstimator | None = None,
 
 
 MEMORY_METRICS = MetricsSchema("05-memory", (
+    (r"memory_finetune_\w+_(full|lora|qlora)_(memory_gib|states_count_gib)",
+     "a real-size decoder's fine-tune (full, LoRA, QLoRA: gpupred.predictor.realworld_report.finetune_recipes) on "
+     "one GPU: predicted memory (GiB, the default predictor's memory estimator) and the hand count of its weights, "
+     "gradients and optimizer state (GiB)"),
     (r"memory_\w+", "memory estimates' errors per method and scheme, pooled, own runs and per source (memory_metrics)"),
 ))

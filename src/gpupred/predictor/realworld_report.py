@@ -135,3 +135,75 @@ def realworld_metrics(rw: pd.DataFrame, gpu: str) -> dict[str, Any]:
                    "step_s": round(float(r["step_s"]), 4)}
             for name, r in llms.iterrows()}
     return out
+
+
+FINETUNE_RANK = 16  # the LoRA rank of the fine-tuning recipes (peft's examples and the QLoRA paper's range)
+
+
+def finetune_recipes() -> dict[str, Any]:
+    """The fine-tuning recipes people run on one GPU, as training setups (:mod:`gpupred.setups`): a full fine-tune
+    in bf16 autocast with fused AdamW (the Trainer's default), LoRA on a bf16 base, and QLoRA (4-bit NF4 base, 16-bit
+    compute, paged 8-bit AdamW as the QLoRA paper trains); each with gradient checkpointing, as such fine-tunes run."""
+    from gpupred.setups import setup_of
+
+    return {"full": setup_of("bf16", "adamw", optimizer_impl="fused", checkpointing=True),
+            "lora": setup_of("bf16-pure", "adamw", lora_rank=FINETUNE_RANK, checkpointing=True),
+            "qlora": setup_of("bf16", "paged_adamw8bit", lora_rank=FINETUNE_RANK, qlora=True, checkpointing=True)}
+
+
+def state_count_gib(recipe: str, params: float, trainable: float) -> float:
+    """The hand count of weights, gradients and optimizer state (GiB): full mixed-precision AdamW 16 bytes per
+    parameter (Korthikanti et al.), LoRA 2 bytes per frozen bf16 weight, QLoRA about 0.52 (NF4 with double
+    quantization), plus 16 bytes per trainable adapter parameter (fp32 weight, gradient and AdamW's two moments)."""
+    frozen = {"full": 0.0, "lora": 2.0, "qlora": 0.516}[recipe]
+    per_trainable = KORTHIKANTI_BYTES_PER_PARAM
+    trained = params if recipe == "full" else trainable
+    return (frozen * (params - trained) + per_trainable * trained) / 2**30
+
+
+def finetune_row(path: Any, name: str, recipe: str, setup: Any, estimator: Any, gpus: list[str], alpha: float,
+                 batch: int) -> dict[str, Any]:
+    """One decoder under one recipe: the memory estimator's answer on the first GPU, the hand count of its states,
+    and every GPU of ``gpus`` it fits on with probability at least ``FIT_THRESHOLD``."""
+    from gpupred.predictor.core import memory_row
+    from gpupred.predictor.fits import FIT_THRESHOLD, capacity_mib, fit_probability
+    from gpupred.predictor.jobgraph import job_graph
+
+    job = job_graph(str(path), name, batch, setup)
+    rows = pd.DataFrame([memory_row(job, gpu) for gpu in gpus])
+    mem = estimator.predict(rows)
+    probs = [fit_probability(float(m), float(lo), float(hi), capacity_mib(g), alpha)
+             for g, m, lo, hi in zip(gpus, mem["footprint*correction"], mem["low"], mem["high"])]
+    from gpupred.finetune import ADAPTER_BYTES
+
+    params = float(job.row["params"])  # adapters train in fp32: their gradients' bytes count them
+    trainable = job.terms["grad_bytes"] / ADAPTER_BYTES if setup.lora else params
+    return {"model": name, "recipe": recipe, "params": params, "trainable": trainable,
+            "memory_gib": float(mem["footprint*correction"].iloc[0]) / 1024,
+            "memory_low_gib": float(mem["low"].iloc[0]) / 1024, "memory_high_gib": float(mem["high"].iloc[0]) / 1024,
+            "states_count_gib": state_count_gib(recipe, params, trainable),
+            "fits_on": ", ".join(g for g, p in zip(gpus, probs) if p >= FIT_THRESHOLD) or "none"}
+
+
+def finetune_table(estimator: Any, gpus: list[str], alpha: float = 0.1, batch: int = 1, folder: Path | None = None,
+                   names: list[str] | None = None) -> pd.DataFrame:
+    """The corpus's real-size decoders under :func:`finetune_recipes`, one row per (model, recipe): predicted memory
+    (``estimator``: a fitted :class:`gpupred.memory.MemoryEstimator`) on ``gpus[0]`` with its interval, the hand count
+    of its states, and the GPUs it fits on."""
+    from gpupred.graph.corpus import corpus_path, read_corpus_index
+
+    models = [n for n, e in read_corpus_index(folder)["models"].items()
+              if kind_of(n) == "llm" and "error" not in e and (names is None or n in names)]
+    rows = [finetune_row(corpus_path(n, folder=folder), n, recipe, setup, estimator, gpus, alpha, batch)
+            for n in models for recipe, setup in finetune_recipes().items()]
+    return pd.DataFrame(rows).set_index(["model", "recipe"]) if rows else pd.DataFrame()
+
+
+def finetune_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """Notebook 05's fine-tuning figures: per decoder and recipe, predicted memory and the states' hand count (GiB)."""
+    out: dict[str, float] = {}
+    for (model, recipe), row in table.iterrows():
+        key = model.replace("-", "_").replace(".", "_")
+        for col in ("memory_gib", "states_count_gib"):
+            out[f"memory_finetune_{key}_{recipe}_{col}"] = round(float(row[col]), 2)
+    return out
