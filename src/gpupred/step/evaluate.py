@@ -212,9 +212,11 @@ def source_heldout(df: pd.DataFrame, source: str, train_sources: tuple[str, ...]
     est = StepEstimator(targets, alpha=alpha, seed=seed).fit(train)
     pred = est.predict(test)
     util, step = est.physics(test)
-    cols = [c for c in ("run_id", "workload_id", "family", "batch_size", "precision", "gpu_util", "iter_time_mean_s",
-                        "loader_produce_s", "loader_workers") if c in test.columns]
+    cols = [c for c in ("run_id", "workload_id", "family", "batch_size", "precision", "gpu_util", "iter_time_mean_s")
+            if c in test.columns]
     out = test[cols].reset_index(drop=True)
+    for c in ("loader_produce_s", "loader_workers"):  # NaN: resident (a dataset from before pipelines has neither)
+        out[c] = test[c].to_numpy(float) if c in test.columns else np.nan
     for t in targets:
         out[f"pred_{t}"], out[f"pred_{t}_low"], out[f"pred_{t}_high"] = (pred[c].to_numpy(float)
                                                                          for c in (t, f"{t}_low", f"{t}_high"))
