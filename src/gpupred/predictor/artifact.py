@@ -26,6 +26,7 @@ from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
+from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -440,20 +441,6 @@ def _check_row_options(rows: pd.DataFrame | dict[str, Any], job: JobOptions) -> 
         if values != {wanted}:
             raise GpupredError(f"{name} {wanted!r}: the feature rows carry their own ({', '.join(sorted(values))}); "
                                "featurize with the one wanted, or give an ONNX file or a workload id")
-
-
-def job_defaults(x: Any) -> tuple[int | None, str, str]:
-    """The batch size, precision and optimizer a job is predicted at where the options do not say: a workload id's
-    own, else (None, fp32, sgd) (an ONNX file, a model by name, feature rows)."""
-    if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not Path(x).is_file():
-        from gpupred.workloads.spec import WorkloadSpec
-
-        try:
-            spec = WorkloadSpec.from_id(str(x))
-        except GpupredError:
-            return None, "fp32", "sgd"
-        return spec.batch_size, spec.precision, spec.optimizer
-    return None, "fp32", "sgd"
 
 
 def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:

@@ -52,8 +52,6 @@ class Job:
 
     def resolved(self) -> tuple[int | None, str, str]:
         """The batch size, precision and optimizer it is predicted at (a workload id's own where not given)."""
-        from gpupred.predictor.artifact import job_defaults
-
         batch, precision, optimizer = job_defaults(self.model)
         if self.setup is not None:
             precision, optimizer = self.setup.precision, self.setup.optimizer
@@ -69,6 +67,20 @@ class Job:
         extra = "" if self.setup is None else repr(sorted(self.setup.changes().items()))
         piped = "" if self.pipeline is None or self.pipeline.resident else repr(sorted(self.pipeline.changes().items()))
         return f"{model}|bs={batch}|{precision}|{optimizer}|{extra}|{piped}"
+
+
+def job_defaults(x: Any) -> tuple[int | None, str, str]:
+    """The batch size, precision and optimizer a job is predicted at where the options do not say: a workload id's
+    own, else (None, fp32, sgd) (an ONNX file, a model by name, feature rows)."""
+    if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not Path(x).is_file():
+        from gpupred.workloads.spec import WorkloadSpec
+
+        try:
+            spec = WorkloadSpec.from_id(str(x))
+        except GpupredError:
+            return None, "fp32", "sgd"
+        return spec.batch_size, spec.precision, spec.optimizer
+    return None, "fp32", "sgd"
 
 
 def as_job(x: Any) -> Job:
@@ -183,13 +195,13 @@ class SlowdownMatrix:
 
 
 def _bounds(served: Any, s: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The interval of each slowdown from the held-out width at its co-run count (NaN where none; low at least 1)."""
+    """The interval of each slowdown from the held-out width at its co-run count (NaN where none)."""
     low, high = np.full(s.shape, np.nan), np.full(s.shape, np.nan)
     for kk in np.unique(k):
         w = served.width(int(kk))
         if w is not None:
             sel = k == kk
-            low[sel], high[sel] = np.maximum(1.0, s[sel] * np.exp(w[0])), s[sel] * np.exp(w[1])
+            low[sel], high[sel] = s[sel] * np.exp(w[0]), s[sel] * np.exp(w[1])
     return low, high
 
 
