@@ -145,6 +145,32 @@ flags = pd.concat([r.flags.assign(slice=r.name) for r in results], ignore_index=
 flags[flags["flagged"]].round(3)
 
 # %% [markdown]
+# ## What a predictor serves
+#
+# The slowdown a predictor answers (`Predictor.slowdown`, `gpupred colocate`) is the calibration prior of the slice of
+# graph jobs (this project's own pairs once measured, else Lucid's non-RL ones): it has no parameter, so both artifacts
+# ship it untrained, with the central `interval_level` quantiles of its held-out log(measured / predicted) as its
+# interval, and the calibration variances that shrink a user's reference co-runs. The learned correction would ship
+# only where it was kept in every cell and ranked better pooled. Written to `data/processed/slowdown_choice.json`
+# (`gpupred.colocation.served`), which notebook 08 puts in the cards.
+
+# %%
+from gpupred.colocation.served import slowdown_choice, write_slowdown_choice  # noqa: E402
+
+shipped = slowdown_choice(results, slices, level=interval_level) if features is not None else None
+if shipped is None:
+    print("no slice of graph jobs with utilization: no slowdown choice written (predictors serve the prior without "
+          "an interval)")
+else:
+    write_slowdown_choice(shipped, dataset)
+    display(pd.DataFrame({"estimator": shipped["estimator"]["name"], "scored on": shipped["label"],
+                          **shipped["heldout"], "interval log low": shipped["interval"]["log_low"],
+                          "interval log high": shipped["interval"]["log_high"],
+                          "coverage (width from other cells)": shipped["interval"]["coverage_cross_cell"],
+                          "correction kept in cells": f"{shipped['correction']['kept_cells']} of "
+                                                      f"{shipped['correction']['cells']}"}, index=[0]).T.round(3))
+
+# %% [markdown]
 # The scoring table: every predictor on every slice, on all held-out rows, and without the rows of flagged jobs.
 # Calibration is shown at `k` = 3 here and at every `k` below.
 

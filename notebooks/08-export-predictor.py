@@ -45,12 +45,20 @@ from gpupred.learn.choice import read_choice
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
 from gpupred.predictor.artifact import EXPORT_METRICS, licence_clean
 from gpupred.step import StepEstimator
+from gpupred.colocation.served import read_slowdown_choice
+from gpupred.errors import GpupredError
+from gpupred.predictor.slowdowns import attach_slowdown
 
 everything = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
 own = licence_clean(everything)
 choice = read_choice(everything)  # MissingInput until notebook 03 has run; refused if made from another dataset
 models = {t: model for t in ("gpu_util", "memory_mib", "sm_active")} if model else choice["models"]
 step = StepEstimator(**choice["step"])  # exactly the estimator notebook 03 scored
+try:  # what notebook 06 chose to serve, with its held-out figures; optional (06 skips without measured pairs)
+    slowdown_choice = read_slowdown_choice(everything)
+except GpupredError as err:  # absent or stale: the prior ships without an interval, and the cards say so
+    slowdown_choice = None
+    print(f"note: {err}")
 print(f"step estimator: {step}; baseline regressors: {models}")
 print(f"default artifact: {len(own)} own runs; non-commercial artifact: {len(everything)} runs")
 
@@ -61,6 +69,10 @@ for df, path, variant in ((own, config.PREDICTOR, "default"), (everything, confi
         print(f"{path.name}: no rows to train on; not exported")
         continue
     predictor = train_predictor(df, models=models, alpha=alpha, n_folds=n_folds, tune=tune, physics=physics, step=step)
+    if slowdown_choice is not None and slowdown_choice["correction"]["ships"]:
+        print(f"{path.name}: notebook 06 kept the correction in every cell, but serving it is not implemented: "
+              "the prior ships")
+    attach_slowdown(predictor, slowdown_choice, variant)  # the served slowdown estimator and its held-out interval
     figures = choice["heldout"].get(variant, {}) if physics else {}  # notebook 03's figures of the core shipped here
     cards[path.name] = load_predictor(export_predictor(predictor, df, path, heldout=figures)).card  # checks pass
 pd.DataFrame({name: {k: v for k, v in entry.items() if k in ("n_runs", "gpus", "licence", "commit")}
@@ -95,6 +107,15 @@ pd.DataFrame([{"artifact": name, **rec} for name, c in cards.items() if isinstan
 rows = [{"target": t, "scheme": sc, "tested": g, **e} for t, per in choice["heldout"].get("default", {}).items()
         for sc, tested in per.items() for g, e in tested.items()]
 pd.DataFrame(rows).set_index(["target", "scheme", "tested"]).round(3) if rows else "no held-out figures (no core)"
+
+# %% [markdown]
+# Each card's `slowdown` says what `Predictor.slowdown` and `gpupred colocate` answer with: the zero-parameter
+# time-sharing prior from the members' predicted utilization (trained on nothing, so the licence-clean artifact ships
+# it too), where notebook 06 scored it, its held-out figures and the width of its interval there.
+
+# %%
+pd.DataFrame({name: {"estimator": c["slowdown"]["estimator"]["name"], "source": c["slowdown"]["source"],
+                     "interval": c["slowdown"]["basis"]} for name, c in cards.items()}).T
 
 # %%
 default = cards.get(config.PREDICTOR.name, {})

@@ -137,3 +137,6 @@ def test_08_exports_the_model_03_chose(after_03: Path, run_notebook, tmp_path: P
     assert choice["models"]["gpu_util"] == metrics["regressors_gpu_util_model"]
     assert card["baseline"]["targets"]["memory_mib"]["model"] == metrics["regressors_memory_mib_model"]
     assert card["heldout"] == {} and default["heldout"] == {}  # exported without the core here: no core figures
+    for c in (card, default):  # no notebook 06 ran here: the prior ships, and says it has no interval
+        assert c["slowdown"]["estimator"]["name"] == "timeshare_pred" and c["slowdown"]["interval"] is None
+        assert c["slowdown"]["source"] == "artifact" and "no interval" in c["slowdown"]["basis"]

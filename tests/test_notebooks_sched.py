@@ -68,6 +68,9 @@ def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     for fig in ("06-slowdowns-by-slice", "06-scoring-table", "06-calibration-curve"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
     assert not (tmp_path / "data" / "processed" / "colocation.parquet").exists()  # nothing reads it: not written
+    choice = json.loads((tmp_path / "data" / "processed" / "slowdown_choice.json").read_text())  # what 08 ships
+    assert choice["slice"] == f"own_{own[0].removeprefix('own_')}" and choice["estimator"]["name"] == "timeshare_pred"
+    assert choice["interval"]["rows"] == metrics[f"slowdown_rows_{own[0]}"] and choice["interval"]["level"] == 0.9
 
 
 def test_06_runs_on_gavel_alone_without_a_dataset(tmp_path: Path, run_notebook) -> None:
@@ -75,6 +78,7 @@ def test_06_runs_on_gavel_alone_without_a_dataset(tmp_path: Path, run_notebook) 
     run_notebook("06-colocation", {**SMALL_06, "gavel_fixture_file": str(gavel)})
     metrics = json.loads((tmp_path / "reports" / "metrics" / "06-colocation.json").read_text())
     assert "slowdown_rows_gavel_v100" in metrics and not any(k.startswith("slowdown_rows_own") for k in metrics)
+    assert not (tmp_path / "data" / "processed" / "slowdown_choice.json").exists()  # no slice of graph jobs
 
 
 def test_06_refuses_stale_predictions(tmp_path: Path, run_notebook) -> None:

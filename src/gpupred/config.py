@@ -32,6 +32,7 @@ JOB_KERNELS: Path = PROCESSED / "job_kernels.parquet"  # gpupred.jobtables: each
 JOB_TERMS: Path = PROCESSED / "job_terms.parquet"  # gpupred.jobtables: each dataset workload's footprint graph terms
 OOF_PREDICTIONS: Path = PROCESSED / "oof_predictions.parquet"  # gpupred.learn.oof: what downstream stages read
 MODEL_CHOICE: Path = PROCESSED / "model_choice.json"  # gpupred.learn.choice: the regressor notebook 03 chose per target
+SLOWDOWN_CHOICE: Path = PROCESSED / "slowdown_choice.json"  # gpupred.colocation.served: the slowdown estimator 06 ships
 
 MODELS: Path = ROOT / "models"
 PREDICTOR: Path = MODELS / "predictor.joblib"  # the default: this project's own measurements only (MIT)

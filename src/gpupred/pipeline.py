@@ -190,7 +190,7 @@ STAGES: dict[str, Stage] = {
     "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("OOF_PREDICTIONS", "MODEL_CHOICE")),
     "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS")),
     "05-memory": Stage(("DATASET", "JOB_TERMS")),
-    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS")),
+    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",)),
     "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS")),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
                                  ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL")),

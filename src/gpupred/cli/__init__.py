@@ -17,6 +17,7 @@ def _register() -> None:
         return
     from gpupred.cli import calibrate as calibration_cli
     from gpupred.cli import campaign as campaign_cli
+    from gpupred.cli import colocate as colocate_cli
     from gpupred.cli import dataloader as loader_cli
     from gpupred.cli import fusion as fusion_cli
     from gpupred.cli import graph as graph_cli
@@ -33,6 +34,7 @@ def _register() -> None:
         profile_cli.register,
         importers_cli.register,
         predictor_cli.register,
+        colocate_cli.register,
         fusion_cli.register,
         calibration_cli.register,
         loader_cli.register,

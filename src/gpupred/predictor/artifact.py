@@ -26,6 +26,7 @@ from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
 from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
+from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -358,6 +359,50 @@ class Predictor:
         out["extrapolated"] = out["extrapolated"].to_numpy(bool) & ~used
         return out
 
+    def predict_many(self, jobs: list[Any], gpu: str | None = None) -> pd.DataFrame:
+        """One row per job (a :class:`gpupred.predictor.pairing.Job`, an ONNX path, a workload id, a model by name):
+        ``job``, ``job_key``, ``model``, ``batch_size``, ``precision``, ``optimizer``, ``gpu`` and :meth:`predict`'s
+        columns; each distinct job (model and options) is predicted once, each graph loaded once."""
+        from gpupred.predictor.pairing import predict_many
+
+        return predict_many(self, jobs, gpu)
+
+    def slowdown(self, job_a: Any, job_b: Any, gpu: str | None = None, batch_size_a: int | None = None,
+                 batch_size_b: int | None = None, precision_a: str | None = None, precision_b: str | None = None,
+                 optimizer_a: str | None = None, optimizer_b: str | None = None, calibration: Any = None) -> Any:
+        """Each job's slowdown beside the other on ``gpu`` with its interval, and whether the pair fits in memory
+        (:class:`gpupred.predictor.pairing.PairSlowdown`). Jobs as :meth:`predict` takes them (or
+        :class:`gpupred.predictor.pairing.Job`s), or two rows of :meth:`predict_many` (predicted once, paired often).
+        ``calibration``: a file of reference co-runs (:mod:`gpupred.predictor.coruns`). The served estimator is the
+        artifact's (:mod:`gpupred.predictor.slowdowns`); an artifact exported without one answers with the
+        zero-parameter time-sharing prior and says so."""
+        from dataclasses import replace
+
+        from gpupred.predictor.pairing import as_job, pair_slowdown
+
+        if isinstance(job_a, pd.Series) or isinstance(job_b, pd.Series):
+            if any(v is not None for v in (batch_size_a, batch_size_b, precision_a, precision_b, optimizer_a, optimizer_b)):
+                raise GpupredError("rows of predict_many carry their own options: predict them with the options wanted")
+            return pair_slowdown(self, job_a, job_b, gpu, calibration)
+        members = []
+        for job, batch, precision, optimizer in ((job_a, batch_size_a, precision_a, optimizer_a),
+                                                 (job_b, batch_size_b, precision_b, optimizer_b)):
+            j = as_job(job)
+            members.append(replace(j, batch_size=batch or j.batch_size, precision=precision or j.precision,
+                                   optimizer=optimizer or j.optimizer))
+        return pair_slowdown(self, members[0], members[1], gpu, calibration)
+
+    def slowdown_matrix(self, jobs: list[Any], gpu: str, calibration: Any = None) -> Any:
+        """Every job's slowdown (rows) beside every other (columns) on ``gpu``, with bounds, the pairs' OOM
+        probabilities and fits (:class:`gpupred.predictor.pairing.SlowdownMatrix`); jobs, or rows of
+        :meth:`predict_many`."""
+        from gpupred.predictor.pairing import matrix_from_rows, predict_many
+
+        frame = jobs if isinstance(jobs, pd.DataFrame) else predict_many(self, jobs, gpu)
+        if isinstance(jobs, pd.DataFrame) and set(frame["gpu"].astype(str)) != {gpu_spec(gpu).name}:
+            raise GpupredError(f"rows predicted on {sorted(set(frame['gpu'].astype(str)))}, asked about {gpu}")
+        return matrix_from_rows(self, frame, calibration)
+
 
 def _regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
     """The error for setup options the regressors cannot see."""
@@ -396,20 +441,6 @@ def _check_row_options(rows: pd.DataFrame | dict[str, Any], job: JobOptions) -> 
         if values != {wanted}:
             raise GpupredError(f"{name} {wanted!r}: the feature rows carry their own ({', '.join(sorted(values))}); "
                                "featurize with the one wanted, or give an ONNX file or a workload id")
-
-
-def job_defaults(x: Any) -> tuple[int | None, str, str]:
-    """The batch size, precision and optimizer a job is predicted at where the options do not say: a workload id's
-    own, else (None, fp32, sgd) (an ONNX file, a model by name, feature rows)."""
-    if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not Path(x).is_file():
-        from gpupred.workloads.spec import WorkloadSpec
-
-        try:
-            spec = WorkloadSpec.from_id(str(x))
-        except GpupredError:
-            return None, "fp32", "sgd"
-        return spec.batch_size, spec.precision, spec.optimizer
-    return None, "fp32", "sgd"
 
 
 def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
@@ -614,6 +645,7 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
 
     from gpupred.files import atomic_write, atomic_write_bytes
     from gpupred.reports import json_safe
+    from gpupred.predictor.slowdowns import served_of
 
     path = Path(path) if path is not None else config.PREDICTOR
     predictor.card = {}
@@ -628,6 +660,7 @@ def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None =
         "core": predictor.core.describe() if predictor.core is not None else
         "none: every job gets the baseline regressors (exported without the physics core)",
         "heldout": heldout or {},
+        "slowdown": served_of(predictor).describe(),
         "gpus": predictor.gpus,
         "measured_gpus": predictor.measured_gpus,
         "usage_restriction": usage_restriction(df),

@@ -1,0 +1,215 @@
+"""Slowdown served (issue 76 item 3): Predictor.slowdown / predict_many / slowdown_matrix, `gpupred colocate`, co-run
+calibration files, notebook 06's choice and the README's queue example. Predictions come from the committed
+models/predictor.joblib and the graph store; co-located slowdowns and co-runs here are FIXTURES (tests/fixtures_coloc.py,
+or numbers written by the tests), never measurements."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpupred import config
+from gpupred.errors import GpupredError
+
+REPO = Path(__file__).resolve().parent.parent
+A, B = "resnet.resnet50-bs64-img224-bf16-sgd", "mlp.mlp-w512-d2-bs256-in784-fp32-adam"
+ANSWER_KEYS = {"schema", "gpu", "members", "pair", "estimator", "interval", "notes"}
+MEMBER_KEYS = {"job", "model", "batch_size", "precision", "optimizer", "gpu_util", "memory_mib", "memory_mib_low",
+               "memory_mib_high", "step_time_ms", "slowdown", "slowdown_low", "slowdown_high", "shared_step_time_ms",
+               "calibration_coruns"}
+PAIR_KEYS = {"memory_mib", "memory_q95_mib", "capacity_mib", "headroom_mib", "oom_probability", "max_oom_risk", "fits",
+             "combined_throughput"}
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    from gpupred.predictor import load_predictor
+
+    if not config.PREDICTOR.is_file():
+        pytest.skip("no committed predictor")
+    return load_predictor()
+
+
+@pytest.fixture(scope="module")
+def fixture_choice() -> dict:
+    """Notebook 06's choice computed on FIXTURE Lucid-like pairs (made-up slowdowns)."""
+    from fixtures_coloc import fixture_lucid, fixture_predicted_features
+
+    from gpupred import colocation as co
+    from gpupred.colocation import served, study
+
+    pairs, solo, latent = fixture_lucid(20, seed=1)
+    slices = study.lucid_slices(co.lucid_table(pairs, solo), co.lucid_solo_truth(solo),
+                                fixture_predicted_features(latent[latent.workload_id.notna()]))[:1]
+    choice = served.slowdown_choice([study.run_slice(s, n_folds=3, ks=range(4)) for s in slices], slices)
+    return {"schema": served.SCHEMA_VERSION, "dataset_fingerprint": "FIXTURE", **choice}
+
+
+@pytest.fixture()
+def shipped(predictor, fixture_choice):
+    """The committed predictor with a FIXTURE-scored slowdown estimator attached (in memory only)."""
+    from gpupred.predictor.slowdowns import attach_slowdown
+
+    attach_slowdown(predictor, fixture_choice, "default")
+    yield predictor
+    del predictor.slowdown_
+
+
+def test_committed_artifact_falls_back_to_the_prior_and_says_so(predictor) -> None:
+    from gpupred.slowdown.physics import pair_timeshare
+
+    answer = predictor.slowdown(A, B, gpu="H100")
+    d = answer.to_dict()
+    assert set(d) == ANSWER_KEYS and all(set(m) == MEMBER_KEYS for m in d["members"]) and set(d["pair"]) == PAIR_KEYS
+    assert d["estimator"]["source"] == "fallback" and d["interval"]["log_low"] is None
+    assert "no interval" in d["interval"]["basis"] and any("without a slowdown estimator" in n for n in d["notes"])
+    u = [m["gpu_util"] / 100 for m in d["members"]]
+    expected = pair_timeshare(np.array([u[0]]), np.array([u[1]]))
+    assert answer.slowdowns == pytest.approx((float(expected[0][0]), float(expected[1][0])))
+    assert all(1.0 <= s <= 1.0 + b for s, b in zip(answer.slowdowns, u))
+    mem = sum(m["memory_mib"] for m in d["members"])
+    assert d["pair"]["memory_mib"] == pytest.approx(mem) and d["pair"]["capacity_mib"] == 80 * 1024
+    assert d["pair"]["fits"] and d["pair"]["memory_q95_mib"] > mem
+
+
+def test_shipped_estimator_gives_its_heldout_interval(shipped, fixture_choice) -> None:
+    d = shipped.slowdown(A, B, gpu="H100").to_dict()
+    lo, hi = fixture_choice["interval"]["log_low"], fixture_choice["interval"]["log_high"]
+    assert d["estimator"]["source"] == "artifact" and d["interval"]["level"] == 0.9
+    for m in d["members"]:
+        assert m["slowdown_low"] == pytest.approx(m["slowdown"] * np.exp(lo))
+        assert m["slowdown_high"] == pytest.approx(m["slowdown"] * np.exp(hi))
+    assert "held-out" in d["interval"]["basis"] and any("not on this GPU" in n for n in d["notes"])
+
+
+def test_rows_of_predict_many_answer_as_the_jobs_do(predictor) -> None:
+    calls = []
+    original = predictor.predict
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    predictor.predict = counted
+    try:
+        rows = predictor.predict_many([A, B, A, "mlp.mlp-w512-d2-bs256-in784-fp32-adam"], gpu="H100")
+    finally:
+        del predictor.predict
+    assert len(calls) == 2 and list(rows["job"]) == [A, B, f"{A}#2", f"{B}#2"]
+    by_rows = predictor.slowdown(rows.iloc[0], rows.iloc[1]).to_dict()
+    by_jobs = predictor.slowdown(A, B, gpu="H100").to_dict()
+    assert by_rows["members"][0]["slowdown"] == pytest.approx(by_jobs["members"][0]["slowdown"])
+    m = predictor.slowdown_matrix(rows.iloc[:2], gpu="H100")
+    assert m.slowdown.loc[A, B] == pytest.approx(by_jobs["members"][0]["slowdown"])
+    assert m.slowdown.loc[B, A] == pytest.approx(by_jobs["members"][1]["slowdown"])
+    assert m.low.isna().all().all()  # the committed artifact has no interval to give
+    with pytest.raises(GpupredError, match="name the GPU"):
+        predictor.slowdown(A, B)
+    with pytest.raises(GpupredError, match="asked about"):
+        predictor.slowdown(rows.iloc[0], rows.iloc[1], gpu="A100")
+
+
+def test_cli_json_and_text_agree_with_the_api(predictor) -> None:
+    from gpupred.cli import colocate
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        colocate.colocate_cmd(A, B, gpu="H100", batch_size_a=128, as_json=True)
+    cli = json.loads(out.getvalue())
+    api = json.loads(json.dumps(predictor.slowdown(A, B, gpu="H100", batch_size_a=128).to_dict()))
+    assert cli["members"][0]["batch_size"] == 128
+    for side in (0, 1):  # the CLI names jobs as typed; every figure is the API's
+        cli["members"][side].pop("job"), api["members"][side].pop("job")
+    assert cli == api
+    text = colocate.render(api | {"members": [dict(m, job="x") for m in api["members"]]})
+    assert "GiB" in text and "fits" in text and "x" + f"{api['members'][0]['slowdown']:.2f}" in text
+
+
+def _coruns(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "coruns.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+GOOD = {"format": "gpupred-coruns/1", "gpu": "H100",
+        "jobs": {"mine": {"model": A}, "r1": {"model": B}, "r2": {"model": "neumf.neumf-u162541-i59047-e8-l3-bs256-bf16-sgd"}},
+        "coruns": [{"a": "mine", "b": "r1", "slowdown_a": 1.6, "slowdown_b": 1.3},  # FIXTURE numbers, not measured
+                   {"a": "r2", "b": "mine", "slowdown_a": 1.4, "slowdown_b": 1.5}]}
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.update(format="v0"), "format"),
+    (lambda d: d.update(gpu="RTX 9999"), "RTX 9999"),
+    (lambda d: d["jobs"].pop("r2") and d["jobs"].pop("r1"), "at least two"),
+    (lambda d: d["coruns"][0].update(b="nobody"), "nobody"),
+    (lambda d: d["coruns"][0].update(slowdown_a=-1), "slowdown_a"),
+    (lambda d: d["coruns"][0].update(b="mine"), "itself"),
+    (lambda d: d["jobs"]["mine"].update(batch=3), "unknown keys"),
+])
+def test_malformed_corun_file_is_refused_in_one_line(tmp_path: Path, edit, match: str) -> None:
+    from gpupred.predictor.coruns import read_coruns
+
+    data = json.loads(json.dumps(GOOD))
+    edit(data)
+    with pytest.raises(GpupredError, match=match) as err:
+        read_coruns(_coruns(tmp_path, data))
+    assert "\n" not in str(err.value) and "coruns.json" in str(err.value)
+
+
+def test_corun_file_calibrates_the_job_it_names(shipped, tmp_path: Path) -> None:
+    path = _coruns(tmp_path, GOOD)
+    plain = shipped.slowdown(A, B, gpu="H100").to_dict()
+    cal = shipped.slowdown(A, B, gpu="H100", calibration=path).to_dict()
+    assert cal["estimator"]["calibrated"] and cal["members"][0]["calibration_coruns"] == 2
+    assert cal["members"][1]["calibration_coruns"] == 1  # B is the file's r1: one co-run, with A
+    other = shipped.slowdown(A, "dcgan.dcgan-z64-g128-k64-bs128-img32-bf16-adam", gpu="H100", calibration=path).to_dict()
+    assert [m["calibration_coruns"] for m in other["members"]] == [2, 0]  # a job not in the file keeps the prior
+    assert other["interval"]["basis"].startswith("central 90% of held-out") and "the prior" in other["interval"]["basis"]
+    assert cal["members"][0]["slowdown"] != pytest.approx(plain["members"][0]["slowdown"])
+    with pytest.raises(GpupredError, match="measured on H100"):
+        shipped.slowdown(A, B, gpu="A100", calibration=path)
+
+
+def readme_queue_block() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Co-location: slowdown for a scheduler", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+
+
+def test_readme_queue_example_places_every_job_within_memory(predictor) -> None:
+    namespace: dict = {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(readme_queue_block(), "README.md", "exec"), namespace)
+    placement, m, queue = namespace["placement"], namespace["m"], namespace["queue"]
+    placed = [j for pair in placement for j in pair if j is not None]
+    assert sorted(placed) == sorted(queue)  # every job placed once
+    for a, b in placement:
+        if b is not None:
+            assert m.fits.loc[a, b] and m.oom_probability.loc[a, b] <= 0.05
+            api = predictor.slowdown(a, b, gpu="H100")  # the API agrees with the matrix the example read
+            assert api.slowdowns == pytest.approx((m.slowdown.loc[a, b], m.slowdown.loc[b, a]))
+            assert api.to_dict()["pair"]["fits"]
+    assert len(out.getvalue().strip().splitlines()) == len(placement)
+
+
+def test_card_describes_the_slowdown_and_the_choice_contract(fixture_choice, tmp_path: Path) -> None:
+    import pickle
+
+    from gpupred.colocation.served import check_slowdown_choice
+    from gpupred.predictor.slowdowns import served_slowdown
+
+    served = pickle.loads(pickle.dumps(served_slowdown(fixture_choice, "default")))
+    card = served.describe()
+    assert card["heldout"]["rows"] > 0 and card["interval"]["level"] == 0.9
+    assert 0 <= card["interval"]["coverage_cross_cell"] <= 1 and "nothing" in card["trained_on"]
+    assert served.width(3) is not None and served.width(0) == (card["interval"]["log_low"], card["interval"]["log_high"])
+    with pytest.raises(GpupredError, match="missing keys"):
+        check_slowdown_choice({"schema": 1})
