@@ -46,6 +46,7 @@ def test_workers_bound_the_period_by_the_slowest_of_step_making_and_cpu() -> Non
     assert _step(LoaderTimes(0.05, 0.01, 2, 8.0))[0] == pytest.approx(0.11)  # step-bound: only the receive adds
     assert _step(LoaderTimes(0.6, 0.01, 2, 8.0))[0] == pytest.approx(0.3)  # loader-bound: 0.6 s a batch over 2
     assert _step(LoaderTimes(0.6, 0.01, 8, 2.0))[0] == pytest.approx((0.6 + 0.03) / 2)  # 2 cores for 9 processes
+    assert _step(LoaderTimes(0.05, 0.01, 2, 8.0, 0.2))[0] == pytest.approx(0.2)  # the pin-memory thread binds
 
 
 def test_resident_rows_keep_their_step() -> None:
@@ -61,6 +62,8 @@ def test_loader_times_from_host_costs() -> None:
     assert inline == LoaderTimes(64 * 2e-3 + batch_bytes / 4e9, 0.0, 0, 1.0)
     workers = loader_times(InputPipeline("image-files", num_workers=4, host_speed=2.0), 64, batch_bytes, FixtureCosts())
     assert workers == LoaderTimes(64 * 2e-3 / 2, (5e-4 + 1e-9 * batch_bytes) / 2, 4, 5.0)
+    pinned = loader_times(InputPipeline("image-files", num_workers=4, pin_memory=True), 64, batch_bytes, FixtureCosts())
+    assert pinned == LoaderTimes(64 * 2e-3, 5e-4, 4, 5.0, 1e-9 * batch_bytes + batch_bytes / 4e9)
     assert loader_times(RESIDENT, 64, batch_bytes, FixtureCosts()) is None
     assert np.isnan(list(loader_columns(None).values())).all()
 

@@ -20,7 +20,7 @@ import numpy as np
 from gpupred.perf.timeline import LoaderTimes
 from gpupred.setups import InputPipeline
 
-LOADER_COLUMNS: tuple[str, ...] = ("loader_produce_s", "loader_main_s", "loader_workers", "loader_cores")
+LOADER_COLUMNS: tuple[str, ...] = ("loader_produce_s", "loader_main_s", "loader_workers", "loader_cores", "loader_pin_s")
 TOKEN_BYTES = 8  # a pre-tokenized sample's ids are int64: its tokens are its input bytes / 8
 
 
@@ -92,18 +92,21 @@ def loader_times(pipeline: InputPipeline, batch_size: int, batch_bytes: float, c
     per_sample = costs.per_sample_s(pipeline.kind, sample_scale(pipeline, batch_bytes / max(batch_size, 1)),
                                     variant_of(pipeline))
     produce = batch_size * per_sample / speed
-    pin = batch_bytes / (costs.copy_gbs * 1e9) / speed if pipeline.pin_memory else 0.0
-    if pipeline.num_workers == 0:
-        return LoaderTimes(produce + pin, 0.0, 0, pipeline.cores)
-    receive = (costs.ipc_per_batch_s + costs.ipc_per_byte_s * batch_bytes) / speed
-    return LoaderTimes(produce, receive + pin, pipeline.num_workers, pipeline.cores)
+    copy = batch_bytes / (costs.copy_gbs * 1e9) / speed
+    if pipeline.num_workers == 0:  # torch pins in line too
+        return LoaderTimes(produce + (copy if pipeline.pin_memory else 0.0), 0.0, 0, pipeline.cores)
+    touch = costs.ipc_per_byte_s * batch_bytes / speed  # first touch of the worker's shared-memory batch
+    if pipeline.pin_memory:  # the pin-memory thread touches and copies it; the main thread only receives
+        return LoaderTimes(produce, costs.ipc_per_batch_s / speed, pipeline.num_workers, pipeline.cores, touch + copy)
+    return LoaderTimes(produce, costs.ipc_per_batch_s / speed + touch, pipeline.num_workers, pipeline.cores)
 
 
 def loader_columns(times: LoaderTimes | None) -> dict[str, float]:
     """``LOADER_COLUMNS`` of one job (NaN for resident batches)."""
     if times is None:
         return dict.fromkeys(LOADER_COLUMNS, np.nan)
-    return dict(zip(LOADER_COLUMNS, (times.produce_s, times.main_s, float(times.workers), float(times.cores))))
+    return dict(zip(LOADER_COLUMNS, (times.produce_s, times.main_s, float(times.workers), float(times.cores),
+                                     times.pin_s)))
 
 
 

@@ -63,17 +63,19 @@ class LoaderTimes:
     """A host input pipeline's times per batch on the job's host, as the timeline reads them (seconds)."""
 
     produce_s: float  # one process's time to make one batch: read, decode, augment, collate (and pin, in line)
-    main_s: float = 0.0  # with workers: the main process's time per batch beside the step (receive it, pin it)
+    main_s: float = 0.0  # with workers: the main thread's time per batch beside the step (receive it)
     workers: int = 0  # DataLoader num_workers (0: the main process makes every batch in line)
     cores: float = float("inf")  # CPU cores the job's processes share
+    pin_s: float = 0.0  # with workers and pin_memory: the pin-memory thread's time per batch (it runs beside the step)
 
 
 def loader_arrays(loaders: Sequence[LoaderTimes | None], n: int) -> np.ndarray:
-    """``loaders`` (None: resident batches) as an (n, 4) array of produce, main, workers, cores; NaN rows resident."""
-    out = np.full((n, 4), np.nan)
+    """``loaders`` (None: resident batches) as an (n, 5) array of produce, main, workers, cores, pin; NaN rows
+    resident."""
+    out = np.full((n, 5), np.nan)
     for i, lt in enumerate(loaders):
         if lt is not None:
-            out[i] = (lt.produce_s, lt.main_s, lt.workers, lt.cores)
+            out[i] = (lt.produce_s, lt.main_s, lt.workers, lt.cores, lt.pin_s)
     return out
 
 
@@ -82,12 +84,13 @@ def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.n
     """(step s, host s) of steps fed by host pipelines (``loaders`` from :func:`loader_arrays`; NaN rows keep theirs).
 
     In line (no workers) the main process makes the batch before it launches the step: host and step grow by the
-    batch's time (under ``sync="window"`` the host may still hide behind the GPU). With workers the main process adds
+    batch's time (under ``sync="window"`` the host may still hide behind the GPU). With workers the main thread adds
     only its receiving time, and the steady period is the longest of that step, one batch's making over the workers
     (each worker makes whole batches, ``prefetch_factor`` deep, so a worker never waits on the step in a steady
-    state), and the CPU time of everything the job's processes do per step over the cores they share.
+    state), the pin-memory thread's time per batch, and the CPU time of everything the job's processes do per step
+    over the cores they share.
     """
-    produce, main, workers, cores = (loaders[:, j] for j in range(4))
+    produce, main, workers, cores, pin = (loaders[:, j] for j in range(5))
     piped = ~np.isnan(produce)
     if not piped.any():
         return step, host
@@ -96,8 +99,8 @@ def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.n
     window = np.asarray(sync, dtype=object) == "window"
     step2 = np.where(window, np.maximum(step, host2), step + np.where(piped, inline, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
-        made = np.where(workers > 0, produce / np.maximum(workers, 1), 0.0)
-        cpu = np.where(workers > 0, (produce + host2) / cores, 0.0)
+        made = np.where(workers > 0, np.maximum(produce / np.maximum(workers, 1), pin), 0.0)
+        cpu = np.where(workers > 0, (produce + host2 + pin) / cores, 0.0)
     period = np.maximum(step2, np.maximum(np.nan_to_num(made), np.nan_to_num(cpu)))
     return np.where(piped, np.maximum(period, busy), step), np.where(piped, host2, host)
 

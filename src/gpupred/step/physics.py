@@ -94,7 +94,8 @@ def loaders_of(df: pd.DataFrame) -> list[LoaderTimes | None] | None:
     values = df[list(LOADER_COLUMNS)].to_numpy(float)
     if np.isnan(values[:, 0]).all():
         return None
-    return [None if np.isnan(v[0]) else LoaderTimes(float(v[0]), float(v[1]), int(v[2]), float(v[3])) for v in values]
+    return [None if np.isnan(v[0]) else LoaderTimes(float(v[0]), float(v[1]), int(v[2]), float(v[3]), float(v[4]))
+            for v in values]
 
 
 def fitted_constants(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> ConstantsTable:
