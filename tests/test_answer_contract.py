@@ -144,3 +144,62 @@ def test_the_cli_prints_the_contract_and_renders_every_section(tmp_path: Path) -
         assert f"\n{section}:\n" in f"\n{text}", section
     assert "A100 40GB (asked: A100)" in text and "optimizer=adam" in text and "fits: yes" in text
     assert text.strip() == render_text(answer)
+
+
+def test_the_time_breakdown_spreads_the_step_estimators_own_correction(answers: dict[str, dict[str, Any]]) -> None:
+    """The timeline the breakdown splits is the one the step estimator corrected: its step time is the estimator's
+    physics step time, so ``correction_factor`` is the learned correction itself."""
+    from gpupred.predictor.artifact import JobOptions, load_predictor, resolve_graph
+    from gpupred.predictor.core import job_frame
+
+    predictor = load_predictor(REPO / "models" / "predictor.joblib")
+    frame, physics = job_frame(resolve_graph(WORKLOAD, JobOptions(gpu=GPU)), GPU)
+    _, step = predictor.core.step_.physics(frame, physics)
+    time = answers["workload"]["time_breakdown"]
+    assert time["physics_step_ms"] == pytest.approx(1000.0 * float(step[0]), rel=1e-9)
+    assert time["correction_factor"] * time["physics_step_ms"] == pytest.approx(time["total"], rel=1e-9)
+
+
+TINY_BERT = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 64, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 64}
+
+
+def test_a_cached_named_graph_is_answered_as_the_model_it_was_built_from(tmp_path: Path) -> None:
+    """A named model's cached graph (here a FIXTURE: a store graph with a sidecar written as
+    :func:`gpupred.graph.named.named_graph` writes one) answers as a named model, with its class and head."""
+    from gpupred import config
+    from gpupred.predictor.artifact import load_predictor
+
+    graph = tmp_path / "bert-fixture.onnx"
+    graph.write_bytes(gzip.decompress((config.GRAPHS / GRAPH).read_bytes()))
+    graph.with_suffix(".json").write_text(json.dumps({"key": "FIXTURE", "head": "masked-lm", "seq_len": 256,
+                                                      "image_size": None, "config": {"class": "BertForMaskedLM"}}))
+    answer = load_predictor(REPO / "models" / "predictor.joblib").answer(str(graph), batch_size=8, gpu=GPU,
+                                                                          calibration=False)
+    validate_answer(answer)
+    assert answer["inputs"]["model"] == {"kind": "named", "name": str(graph), "class": "BertForMaskedLM",
+                                         "head": "masked-lm"}
+    assert answer["inputs"]["sequence_length"] == 256 and answer["inputs"]["image_size"] is None
+
+
+@pytest.mark.slow
+def test_a_named_model_answer_says_the_class_head_and_sequence_it_built(tmp_path: Path) -> None:
+    """A Hugging Face model by name (a tiny BERT config.json written here, a FIXTURE exported in seconds) answers
+    with the class and head it built and its sequence length."""
+    pytest.importorskip("transformers")
+    import gpupred
+    from gpupred import config
+    from gpupred.predictor.artifact import load_predictor
+
+    (tmp_path / "tiny-bert").mkdir()
+    (tmp_path / "tiny-bert" / "config.json").write_text(json.dumps(TINY_BERT))
+    predictor = load_predictor(REPO / "models" / "predictor.joblib")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(config, "ONNX_CACHE", tmp_path / "cache")
+        answer = predictor.answer(gpupred.hf_model(str(tmp_path / "tiny-bert"), seq_len=32), batch_size=4, gpu=GPU,
+                                  calibration=False)
+    validate_answer(answer)
+    model = answer["inputs"]["model"]
+    assert model["kind"] == "named" and model["class"] == "BertForMaskedLM" and model["head"] == "masked-lm"
+    assert answer["inputs"]["sequence_length"] == 32 and answer["inputs"]["batch_size"] == 4
+    assert "model        named hf " in render_text(answer) and ", class BertForMaskedLM, head masked-lm" in render_text(answer)

@@ -355,6 +355,14 @@ def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, 
             "correction_factor": factor, "spread": TIME_SPREAD}
 
 
+def point_columns(answer: dict[str, Any]) -> dict[str, float]:
+    """Each figure's point that applies, under :meth:`gpupred.predictor.Predictor.predict`'s column name and unit
+    (``iter_time_mean_s`` in seconds)."""
+    figures = answer["figures"]
+    return {column: figures[name]["point"] / scale for name, (column, _, scale) in FIGURES.items()
+            if figures[name]["point"] is not None}
+
+
 def answer_json(answer: dict[str, Any]) -> str:
     """The answer as one line of JSON (what ``gpupred predict --json`` prints)."""
     return json.dumps(answer)
@@ -368,8 +376,9 @@ FIGURE_LABELS: dict[str, str] = {"gpu_util": "gpu_util", "sm_active": "sm_active
 
 
 def render_text(answer: dict[str, Any]) -> str:
-    """The answer for a person: one section per part of the contract, every section always there."""
-    lines = [f"[{answer['schema']}]"]
+    """The answer for a person: whether it fits first, then one section per part of the contract, every section
+    always there."""
+    lines = [_verdict(answer["fit"]), f"[answer {answer['schema']}]"]
     for title, render in zip(SECTIONS, (_text_inputs, _text_figures, _text_fit, _text_memory, _text_time,
                                         _text_caveats)):
         lines += [f"{title}:", *("  " + line for line in render(answer))]
@@ -381,7 +390,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def _options(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={'/'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in values.items()) or "none"
+    return ", ".join(f"{k}={'/'.join(map(str, v)) or 'none' if isinstance(v, list) else v}"
+                     for k, v in values.items()) or "none"
 
 
 def _text_inputs(answer: dict[str, Any]) -> list[str]:
@@ -422,12 +432,19 @@ def _text_figures(answer: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _verdict(fit: dict[str, Any]) -> str:
+    if fit["fits"] is None:
+        return "fits: n/a (no GPU named, or no memory figure)"
+    return (f"fits: {'yes' if fit['fits'] else 'NO'} (P(memory <= {fit['capacity_mib']:.0f} MiB) = "
+            f"{fit['probability']:.3f}) on {fit['gpu']}")
+
+
 def _text_fit(answer: dict[str, Any]) -> list[str]:
     fit = answer["fit"]
     if fit["fits"] is None:
         return ["n/a (no GPU named, or no memory figure)"]
-    return [f"fits: {'yes' if fit['fits'] else 'NO'} (P(memory <= {fit['capacity_mib']:.0f} MiB) = "
-            f"{fit['probability']:.3f}) on {fit['gpu']}",
+    return [f"{'fits' if fit['fits'] else 'does NOT fit'} on {fit['gpu']}: probability {fit['probability']:.3f} "
+            "(the memory interval read as a log-normal's)",
             f"capacity {fit['capacity_mib']:,.0f} MiB ({fit['capacity_gib']:.1f} GiB), headroom at the point "
             f"{fit['headroom_mib']:,.0f} MiB ({fit['headroom_gib']:.1f} GiB)"]
 
