@@ -49,6 +49,9 @@ TERM_PARTS: dict[str, str] = {"weights": "weights", "gradients": "gradients", "o
 MEMORY_PARTS: tuple[str, ...] = (*TERM_PARTS.values(), "cuda_context", "allocator")
 TIME_PARTS: tuple[str, ...] = ("device_busy", "host_and_sync", "input_stall")
 OP_CLASSES: dict[int, str] = {1: "matmul", 2: "convolution", 3: "depthwise_convolution", 0: "cuda_core_ops"}
+OP_LABELS: dict[str, str] = {"matmul": "matmuls", "convolution": "convolutions",
+                             "depthwise_convolution": "depthwise convolutions",
+                             "cuda_core_ops": "CUDA-core ops (elementwise, norms, pooling, casts, optimizer)"}
 PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")  # gpupred.perf.kernels.PHASES
 MEMORY_SPREAD = ("the memory estimator's learned correction multiplies the whole analytic footprint (context + "
                  "allocator ratio x the allocated terms), so every part is its analytic figure x correction_factor; "
@@ -394,6 +397,13 @@ def _options(values: dict[str, Any]) -> str:
                      for k, v in values.items()) or "none"
 
 
+def _wrapped(label: str, text: str, width: int = 100) -> list[str]:
+    """``label`` and ``text`` as lines of at most ``width`` characters, the continuations indented under the text."""
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label)) or [label]
+
+
 def _text_inputs(answer: dict[str, Any]) -> list[str]:
     i = answer["inputs"]
     model, gpu, pipe = i["model"], i["gpu"], i["pipeline"]
@@ -413,7 +423,8 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
     note = f" ({i['calibration_note']})" if i["calibration_note"] else ""
     return [f"model        {model['kind']} {model['name']}{built}",
             f"parameters   {params}", f"batch        {_fmt(i['batch_size'], 0)}, {size}",
-            f"setup        {_options(i['setup'])}", f"changed      {_options(i['setup_changes'])} (from the job's own)",
+            *_wrapped("setup        ", _options(i["setup"])),
+            f"changed      {_options(i['setup_changes'])} (from the job's own)",
             f"pipeline     {feed}", f"gpu          {card}", f"answered by  {i['answered_by']}",
             f"standing     {status}{note}"]
 
@@ -466,7 +477,8 @@ def _text_time(answer: dict[str, Any]) -> list[str]:
     lines = [f"{name:16s} {value:12,.2f} ms  {value / t['total']:6.1%}" for name, value in t["parts"].items()]
     lines.append(f"{'step':16s} {t['total']:12,.2f} ms  (timeline {t['physics_step_ms']:,.2f} ms x correction "
                  f"{t['correction_factor']:.3f}, spread over every part)")
-    top = ", ".join(f"{c['op_class']} {c['ms']:,.2f} ms ({c['share_of_device']:.0%})" for c in t["top_op_classes"][:3])
+    top = ", ".join(f"{OP_LABELS[c['op_class']]} {c['ms']:,.2f} ms ({c['share_of_device']:.0%})"
+                    for c in t["top_op_classes"][:3])
     lines.append(f"device by op  {top or 'none'}")
     lines.append("device by phase " + ", ".join(f"{k} {v:,.2f} ms" for k, v in t["device_by_phase"].items()))
     opt = t["optimizer_step"]
