@@ -1,5 +1,5 @@
-"""``gpupred predict`` (utilization, SM activity and memory, with intervals, of an ONNX model, and whether it fits on
-the GPU), ``gpupred fits`` (the largest batch that fits on every GPU of the table) and ``gpupred gpus``."""
+"""``gpupred predict`` (utilization, SM activity, step time and memory, with intervals, of an ONNX model, whether it
+fits on the GPU, and their breakdowns: the answer of :mod:`gpupred.predictor.answer`), ``gpupred fits`` (the largest batch that fits on every GPU of the table) and ``gpupred gpus``."""
 
 from __future__ import annotations
 
@@ -251,8 +251,9 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
                 image_size: ImageSize = None, data: Data = None, workers: Workers = None, pin_memory: PinMemory = None,
                 prefetch_factor: PrefetchFactor = None, host_cores: HostCores = None, host_speed: HostSpeed = None,
                 image_source: ImageSource = None, loader_profile: LoaderProfile = None) -> None:
-    """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name), and
-    whether it fits on the GPU; with --data, fed by a host input pipeline."""
+    """Predict GPU utilization, SM activity, step time and memory of a training job from its ONNX graph (or a model by
+    name), whether it fits on the GPU, and their breakdowns; with --data, fed by a host input pipeline. Prints the
+    versioned answer (schema gpupred.prediction/1; --json: as JSON)."""
     from gpupred.errors import GpupredError
 
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)
