@@ -1,5 +1,5 @@
 """Predictions with a calibration: its constants replace the borrowed ones (scaled by the reference readings), only
-those it measures, only on a GPU without fits; the output says `calibrated: <file>`; refusals are one line.
+those it measures, only on a GPU without fits; the output says `calibrated by <file>`; refusals are one line.
 
 The artifact is trained on FIXTURE rows (toy labels) and the calibrations are FIXTURE recordings
 (tests/fixtures_calibration.py); no figure here is a measurement.
@@ -232,12 +232,12 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def test_cli_predict_with_a_calibration(artifact: Path, cals: dict, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["predict", JOB, "--predictor", str(artifact)]
     code, out, _ = _cli([*base, "--gpu", "L4", "--calibration", str(cals["slow"])], capsys)
-    assert code == 0 and f"calibrated: {cals['slow']}" in out and "extrapolated" not in out
+    assert code == 0 and f"calibrated by {cals['slow']}" in out and "extrapolated" not in out
     code, out, _ = _cli([*base, "--gpu", "L4", "--calibration", str(cals["slow"]), "--json"], capsys)
-    values = json.loads(out)
+    values = json.loads(out)["inputs"]  # the answer contract (gpupred.predictor.answer)
     assert values["calibrated"] == str(cals["slow"]) and values["extrapolated"] is False
     code, out, _ = _cli([*base, "--gpu", "L4", "--json"], capsys)
-    assert json.loads(out)["calibrated"] is None and json.loads(out)["extrapolated"] is True
+    assert json.loads(out)["inputs"]["calibrated"] is None and json.loads(out)["inputs"]["extrapolated"] is True
     code, _, err = _cli([*base, "--gpu", "A10", "--calibration", str(cals["slow"])], capsys)
     assert code == 2 and err.count("\n") == 1 and "not of A10" in err
     code, _, err = _cli([*base, "--calibration", str(cals["slow"]), "--no-calibration"], capsys)

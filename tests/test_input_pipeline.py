@@ -122,8 +122,9 @@ def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:
 
     code, out, _ = run("--data", "image-files", "--workers", "2", "--image-source", "1024x768:png:v2")
     answer = json.loads(out)
-    assert code == 0 and answer["setup"]["pipeline"] == {"kind": "image-files", "num_workers": 2, "image_width": 1024,
-                                                         "image_height": 768, "image_format": "png", "transforms": "v2"}
+    assert code == 0 and answer["inputs"]["pipeline"]["changes"] == {  # the answer contract (gpupred.predictor.answer)
+        "kind": "image-files", "num_workers": 2, "image_width": 1024, "image_height": 768, "image_format": "png",
+        "transforms": "v2"}
     for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"]):
         code, _, err = run(*args)
         assert code == 2 and err.count("\n") == 1, (args, err)

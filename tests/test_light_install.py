@@ -121,4 +121,4 @@ def test_the_exported_predictor_answers_a_graph_without_the_learning_libraries(t
     assert light.returncode == 0, light.stderr[-2000:]
     full = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=_env(tmp_path / "none"))
     assert full.returncode == 0, full.stderr[-2000:]
-    assert json.loads(light.stdout) == json.loads(full.stdout) and json.loads(light.stdout)["core"] == "physics"
+    assert json.loads(light.stdout) == json.loads(full.stdout) and json.loads(light.stdout)["inputs"]["answered_by"] == "physics"

@@ -83,7 +83,7 @@ def test_cached_graph_predicts_without_torch(tmp_path: Path, artifact: Path) -> 
                           "--predictor", str(artifact), "--json"], capture_output=True, text=True,
                          env={**os.environ, "GPUPRED_CACHE": str(cache)})
     assert cli.returncode == 0, cli.stderr
-    assert json.loads(cli.stdout)["gpu_util"] == pytest.approx(float(result.stdout), abs=1e-3)  # JSON rounds to 3 places
+    assert json.loads(cli.stdout)["figures"]["gpu_util"]["point"] == pytest.approx(float(result.stdout), abs=1e-3)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -121,7 +121,7 @@ def test_a_first_export_says_what_it_builds(tmp_path: Path, monkeypatch: pytest.
         said = "model: BertForMaskedLM, head masked-lm, 4.4M parameters, seq_len 128"
         if extra:
             assert "gpupred: exporting hf bert (BertForMaskedLM, head masked-lm) once" in err
-            assert said in err and json.loads(out)["memory_mib"] > 0
+            assert said in err and json.loads(out)["figures"]["memory"]["point"] > 0
         else:
             assert "exporting" not in err and out.startswith(said + "\n")
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpupred.errors import GpupredError
+from gpupred.predictor.answer import point_columns
 from gpupred.setups import setup_of
 from gpupred.workloads.hubmodels import NamedModel
 
@@ -139,10 +140,10 @@ def test_every_option_changes_the_answer_or_is_refused(kind: str, option: str, i
                 _api(kind, option, inputs)
         return
     assert code == 0, err
-    cli = {t: float(v) for t, v in json.loads(out).items() if t in TARGETS}
+    cli = {t: float(v) for t, v in point_columns(json.loads(out)).items() if t in TARGETS}
     base_code, base_out, base_err = _cli(_cli_args(kind, None, inputs), capsys)
     assert base_code == 0, base_err
-    base = {t: float(v) for t, v in json.loads(base_out).items() if t in TARGETS}
+    base = {t: float(v) for t, v in point_columns(json.loads(base_out)).items() if t in TARGETS}
     assert _changed(cli, base), f"{kind} {option}: the answer did not change"
     api = _api(kind, option, inputs)
     assert _changed(api, _api(kind, None, inputs))
@@ -163,9 +164,9 @@ def test_a_workload_ids_batch_precision_and_optimizer_are_defaults(inputs: dict[
     code, out, err = _cli(["predict", base, "--gpu", "L4", "--no-calibration", "-b", "128", "--precision", "fp32",
                            "--optimizer", "adam"], capsys)
     assert code == 0, err
-    assert "setup: batch_size=128, precision=fp32, optimizer=adam " in out
+    assert "changed      batch_size=128, precision=fp32, optimizer=adam (from the job's own)" in out
     code, out, _ = _cli(["predict", base, "--gpu", "L4", "--no-calibration", "--precision", "bf16", "-b", "64"], capsys)
-    assert code == 0 and "setup:" not in out  # the id's own values: nothing differs
+    assert code == 0 and "changed      none (from the job's own)" in out  # the id's own values: nothing differs
 
 
 def test_a_setup_for_a_workload_id_must_say_its_precision(inputs: dict[str, Any]) -> None:

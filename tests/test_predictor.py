@@ -187,7 +187,12 @@ def test_predict_from_onnx_and_cli_json(fixture_artifact: Path, tmp_path: Path) 
     assert len(out) == 1 and (out["memory_mib"] > 0).all()
     result = _cli("predict", str(onnx_path), "--batch-size", "8", "--json", "--predictor", str(fixture_artifact))
     assert result.returncode == 0, result.stderr
-    assert set(KEYS) <= set(json.loads(result.stdout))
+    from gpupred.predictor.answer import point_columns, validate_answer
+
+    answer = json.loads(result.stdout)  # the answer contract (gpupred.predictor.answer)
+    validate_answer(answer)
+    assert answer["inputs"]["answered_by"] == "regressor" and answer["figures"]["memory"]["low"] is not None
+    assert {"gpu_util", "memory_mib"} <= set(point_columns(answer))
 
 
 def test_card_lists_sources_licences_and_the_inherited_restriction(tmp_path: Path) -> None:

@@ -114,9 +114,9 @@ def test_cli_predict_says_extrapolated_and_gpus_lists_the_table(h100_only: Path,
     onnx = tmp_path / "mlp.onnx"
     _tiny_mlp(onnx)
     main(["predict", str(onnx), "--batch-size", "8", "--gpu", "L4"])
-    assert "extrapolated: no measurements on this GPU" in capsys.readouterr().out
+    assert "extrapolated (no measurements on this GPU" in capsys.readouterr().out
     main(["predict", str(onnx), "--batch-size", "8", "--gpu", "H100 SXM", "--json"])
-    assert json.loads(capsys.readouterr().out)["extrapolated"] is False
+    assert json.loads(capsys.readouterr().out)["inputs"]["extrapolated"] is False
 
 
 def _tiny_mlp(path: Path) -> None:
@@ -268,10 +268,12 @@ def test_predict_cli_takes_the_setup_flags(physics_artifact: Path) -> None:
     out = gpupred(job, "--gpu", "H100 SXM", "--optimizer-impl", "fused", "--checkpointing", "--accumulation", "4",
                   "--attention", "eager", "--json")
     assert out.returncode == 0, out.stderr
-    values = json.loads(out.stdout)
-    assert values["core"] == "physics" and values["caveats"] == ["eager_attention"]
-    assert values["setup"] == {"optimizer_impl": "fused", "checkpointing": True, "accumulation": 4, "attention": "eager"}
+    values = json.loads(out.stdout)  # the answer contract (gpupred.predictor.answer)
+    assert values["inputs"]["answered_by"] == "physics" and values["caveats"] == ["eager_attention"]
+    assert values["inputs"]["setup_changes"] == {"optimizer_impl": "fused", "checkpointing": True, "accumulation": 4,
+                                                 "attention": "eager"}
+    assert values["inputs"]["setup"]["checkpointing"] is True and values["inputs"]["setup"]["precision"] == "bf16"
     text = gpupred(job, "--gpu", "H100 SXM", "--channels-last")
-    assert text.returncode == 0 and "setup: channels_last=True" in text.stdout
+    assert text.returncode == 0 and "changed      channels_last=True" in text.stdout
     bad = gpupred(job, "--gpu", "H100 SXM", "--attention", "flash", "--precision", "fp32")
     assert bad.returncode == 2 and "flash" in bad.stderr and "Traceback" not in bad.stderr

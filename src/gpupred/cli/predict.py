@@ -1,9 +1,8 @@
-"""``gpupred predict`` (utilization, SM activity and memory, with intervals, of an ONNX model, and whether it fits on
-the GPU), ``gpupred fits`` (the largest batch that fits on every GPU of the table) and ``gpupred gpus``."""
+"""``gpupred predict`` (utilization, SM activity, step time and memory, with intervals, of an ONNX model, whether it
+fits on the GPU, and their breakdowns: the answer of :mod:`gpupred.predictor.answer`), ``gpupred fits`` (the largest batch that fits on every GPU of the table) and ``gpupred gpus``."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -79,12 +78,10 @@ def register(app: Any) -> None:
 
 def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str | None, predictor_path: str | None,
                 noncommercial: bool, calibration: str | None, no_calibration: bool, as_json: bool,
-                named: tuple[Any, ...] | None = None, changes: dict[str, Any] | None = None,
-                pipeline: Any = None) -> None:
-    """``gpupred predict``'s work, once its options are read: checks, the predictor, one prediction printed.
-    ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is given by name; ``changes``: the
-    options that differ from the job's own (printed; default: the setup's changes from the sweeps'); ``pipeline``:
-    the job's host input pipeline (None: resident batches)."""
+                named: tuple[Any, ...] | None = None, pipeline: Any = None) -> None:
+    """``gpupred predict``'s work, once its options are read: checks, the predictor, one answer printed
+    (:mod:`gpupred.predictor.answer`). ``named``: --timm, --hf, --head, --seq-len and --image-size, when the model is
+    given by name; ``pipeline``: the job's host input pipeline (None: resident batches)."""
     from gpupred import config
     from gpupred.errors import GpupredError
     from gpupred.predictor.artifact import load_predictor
@@ -104,13 +101,10 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
 
         model = str(graph_for_options(*named, attention=setup.attention))
         print(describe_named(Path(model)), file=sys.stderr if as_json else sys.stdout)  # what was built
-    row = predictor.predict(model, batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
-                            gpu=gpu, setup=setup, calibration=False if no_calibration else calibration,
-                            pipeline=pipeline).iloc[0]
-    changes = setup.changes() if changes is None else changes
-    if pipeline is not None and not pipeline.resident:
-        changes = {**changes, "pipeline": pipeline.changes()}
-    print_prediction(predictor, row, as_json, changes)
+    answer = predictor.answer(model, batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
+                              gpu=gpu, setup=setup, calibration=False if no_calibration else calibration,
+                              pipeline=pipeline)
+    print_prediction(answer, as_json)
 
 
 Precision = Annotated[Optional[str], typer.Option("--precision", help="fp32; bf16 or fp16 (autocast; fp16 with "
@@ -257,20 +251,21 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
                 image_size: ImageSize = None, data: Data = None, workers: Workers = None, pin_memory: PinMemory = None,
                 prefetch_factor: PrefetchFactor = None, host_cores: HostCores = None, host_speed: HostSpeed = None,
                 image_source: ImageSource = None, loader_profile: LoaderProfile = None) -> None:
-    """Predict GPU utilization, SM activity and memory of a training job from its ONNX graph (or a model by name), and
-    whether it fits on the GPU; with --data, fed by a host input pipeline."""
+    """Predict GPU utilization, SM activity, step time and memory of a training job from its ONNX graph (or a model by
+    name), whether it fits on the GPU, and their breakdowns; with --data, fed by a host input pipeline. Prints the
+    versioned answer (schema gpupred.prediction/1; --json: as JSON)."""
     from gpupred.errors import GpupredError
 
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)
     if model is not None and looks_like_file(model) and not Path(model).is_file():  # the user's file first
         raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
-    setup, changes = job_setup(model, batch_size, precision, optimizer, training_options(
+    setup, _ = job_setup(model, batch_size, precision, optimizer, training_options(
         optimizer_impl, no_momentum, weight_decay, tf32, checkpointing, accumulation, attention, channels_last,
         (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))
     pipeline = pipeline_options(data, workers, pin_memory, prefetch_factor, host_cores, host_speed, image_source,
                                 loader_profile)
     run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
-                named=(timm, hf, head, seq_len, image_size) if named else None, changes=changes, pipeline=pipeline)
+                named=(timm, hf, head, seq_len, image_size) if named else None, pipeline=pipeline)
 
 
 def _register_predict(app: Any) -> None:
@@ -354,50 +349,8 @@ def _register_gpus(app: Any) -> None:
         print("runs_*: measured runs in each predictor's training data; 0 = predictions there are extrapolated")
 
 
-UNITS: dict[str, tuple[str, str]] = {  # target -> (label, unit) in the order a person reads them
-    "gpu_util": ("gpu_util", "%"), "sm_active": ("sm_active", "%"), "memory_mib": ("memory", "MiB"),
-    "iter_time_mean_s": ("iter_time", "s"), "samples_per_s": ("throughput", "samples/s"),
-}
+def print_prediction(answer: dict[str, Any], as_json: bool) -> None:
+    """Print one answer (:mod:`gpupred.predictor.answer`): its JSON, or its text rendering."""
+    from gpupred.predictor.answer import answer_json, render_text
 
-
-def print_prediction(predictor: Any, row: pd.Series, as_json: bool, setup: dict[str, Any] | None = None) -> None:
-    """Print one prediction row: JSON, or a line per target with its interval (and the extrapolation warning);
-    ``setup``: the training-setup options that differ from the sweeps' (printed when there are any)."""
-    extrapolated = bool(row["extrapolated"])
-    text = ("extrapolated", "core", "calibrated", "calibration_note", "caveats", "fits")
-    values: dict[str, Any] = {k: round(float(v), 6 if k.startswith("iter_time") else 3) for k, v in row.items()
-                              if k not in text and v == v and v is not None}
-    if "fits" in row.index and row["fits"] == row["fits"]:
-        values["fits"] = bool(row["fits"])
-    values.update(extrapolated=extrapolated, core=str(row.get("core", "regressor")),
-                  calibrated=str(row.get("calibrated", "")) or None, calibration_note=str(row.get("calibration_note", "")))
-    caveats = [c for c in str(row.get("caveats", "") or "").split(",") if c and c != "nan"]
-    if caveats:
-        values["caveats"] = caveats
-    if setup:
-        values["setup"] = setup
-    if as_json:
-        print(json.dumps(values))
-        return
-    if "fits" in values:
-        print(f"fits: {'yes' if values['fits'] else 'no'} (P(memory <= {values['capacity_mib']:.0f} MiB) = "
-              f"{values['fit_probability']:.3f}; headroom {values['headroom_mib']:.0f} MiB at the point)")
-    for target, (label, unit) in UNITS.items():
-        if target in values:
-            fmt = ".4f" if unit == "s" else ".1f"
-            print(f"{label:12s} {values[target]:12{fmt}} {unit:9s} [{values[target + '_low']:{fmt}}, "
-                  f"{values[target + '_high']:{fmt}}]  ({1 - predictor.alpha:.0%} interval)")
-    print(f"answered by: {values['core']}" + (" (step model x correction, footprint x correction)"
-                                               if values["core"] == "physics" else ""))
-    if values["calibrated"]:
-        print(f"calibrated: {values['calibrated']}" + (f" ({values['calibration_note']})" if values["calibration_note"] else ""))
-    elif values["calibration_note"]:
-        print(f"calibration {values['calibration_note']}")
-    if setup:
-        print("setup: " + ", ".join(f"{k}={v}" for k, v in setup.items()) + " (the rest as the job's own, or as the "
-              "sweeps ran; iter_time is one optimizer step)")
-    if caveats:
-        print(f"caveats: {', '.join(caveats)} (failure classes the step model does not model whole: intervals "
-              "widened; see the card's core.failure_classes)")
-    if extrapolated:
-        print("extrapolated: no measurements on this GPU (intervals widened; see the card's 'extrapolation')")
+    print(answer_json(answer) if as_json else render_text(answer))

@@ -106,6 +106,20 @@ class JobOptions:
         return batch, self.training(spec.precision, spec.optimizer)
 
 
+@dataclass
+class PredictedJob:
+    """One :meth:`Predictor.predict` call's frame and what its answer reads besides (:mod:`gpupred.predictor.answer`)."""
+
+    frame: pd.DataFrame
+    x: Any  # the job as given: an ONNX path, a workload id, a model by name, feature rows
+    job: JobOptions
+    graph: "JobGraph | None"  # None: feature rows (answered by the regressors)
+    calibration: Any  # gpupred.calibration.use.AppliedCalibration, or None
+    pipeline: InputPipeline
+    kinds: np.ndarray  # each row's GPU kind ('' where the rows name none)
+    own: tuple[int | None, TrainingSetup] | None = None  # the job's own batch size and setup (a workload id's)
+
+
 class Predictor:
     """Predicts each trained target with CV+ intervals from graph + GPU features."""
 
@@ -281,20 +295,48 @@ class Predictor:
         ``pipeline`` (:class:`gpupred.setups.InputPipeline`) is how its batches reach the GPU: resident (the default,
         as this project's sweeps ran), or read, decoded and augmented on the host by DataLoader workers; the step
         model's timeline then includes it (:mod:`gpupred.perf.inputfeed`), and only the physics core answers it.
+
+        :meth:`answer` gives the same prediction as one versioned answer (:mod:`gpupred.predictor.answer`).
         """
+        return self._predict_job(x, JobOptions(batch_size, precision, optimizer, gpu, setup), calibration,
+                                 pipeline).frame
+
+    def answer(self, x: Any, batch_size: int | None = None, precision: str | None = None,
+               optimizer: str | None = None, gpu: str | None = None, calibration: Any = None,
+               setup: TrainingSetup | None = None, pipeline: InputPipeline | None = None) -> dict[str, Any]:
+        """One job's prediction as the versioned answer ``gpupred predict --json`` prints
+        (:data:`gpupred.predictor.answer.ANSWER_SCHEMA`): the resolved inputs, each figure with its interval, the fit
+        on the GPU, the memory and time breakdowns and the caveats; the options as :meth:`predict` takes them."""
+        from contextlib import nullcontext
+
+        from gpupred.predictor.answer import build_answer
+
+        done = self._predict_job(x, JobOptions(batch_size, precision, optimizer, gpu, setup), calibration, pipeline)
+        if len(done.frame) != 1:
+            raise GpupredError(f"an answer is for one job, and these feature rows are {len(done.frame)}: use predict "
+                               "for many rows")
+        own_batch, own_precision, own_optimizer = job_defaults(x)
+        done.own = (own_batch, as_setup(None, own_precision, own_optimizer))
+        with done.calibration.hardware() if done.calibration is not None else nullcontext():
+            return build_answer(self, done)
+
+    def _predict_job(self, x: Any, job: JobOptions, calibration: Any,
+                     pipeline: InputPipeline | None) -> "PredictedJob":
+        """:meth:`predict`'s work: the frame, and what an answer reads besides (the job, its GPU kind, the
+        calibration used)."""
         from contextlib import nullcontext
 
         from gpupred.calibration.use import resolve_calibration
 
         if calibration is None and (self.core is None or not isinstance(x, (str, Path))):
             calibration = False  # only a job given as a graph, answered by physics, looks in the user's folder
-        cal = resolve_calibration(calibration, gpu)
-        gpu = gpu if gpu is not None or cal is None else cal.calibration.gpu_name
-        job = JobOptions(batch_size, precision, optimizer, gpu, setup)
+        cal = resolve_calibration(calibration, job.gpu)
+        if job.gpu is None and cal is not None:
+            job = JobOptions(job.batch_size, job.precision, job.optimizer, cal.calibration.gpu_name, job.setup)
+        piped = pipeline is not None and not pipeline.resident
         with cal.hardware() if cal is not None else nullcontext():
             graph = resolve_graph(x, job)  # a job given as a graph: featurized once
             self._check_setup(job, graph)
-            piped = pipeline is not None and not pipeline.resident
             if piped and (graph is None or self.core is None):
                 raise GpupredError(f"input pipeline {pipeline.kind!r}: only the physics core models it; give an ONNX "
                                    "file, a workload id or a model by name to a predictor with its physics core")
@@ -304,7 +346,8 @@ class Predictor:
                 out, kinds = self._predict_rows(graph.features, JobOptions(gpu=job.gpu))
             else:
                 out, kinds = self._predict_rows(x, job)
-        return self._mark_calibration(out, cal, kinds)
+            frame = self._mark_calibration(out, cal, kinds)
+        return PredictedJob(frame, x, job, graph, cal, pipeline if piped else RESIDENT, kinds)
 
     def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None,
                        pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray]:

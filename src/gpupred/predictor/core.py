@@ -44,19 +44,28 @@ def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tu
     """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs;
     a host ``pipeline`` feeds each batch from the host (its per-batch times from its host profile)."""
     from gpupred.perf.fit import FitRows
-    from gpupred.perf.inputfeed import host_costs, loader_columns, loader_times
+    from gpupred.perf.inputfeed import loader_columns
     from gpupred.step.physics import PhysicsData, default_row_columns
 
     spec = gpu_spec(gpu)
     memory = memory_row(job, spec.name)  # first: its setup errors name the job
-    samples = int(job.row.get("batch_size") or 1) * job.setup.accumulation  # every micro-batch of a step is fed
-    loader = None if pipeline.resident else loader_times(pipeline, samples, float(job.kernels.input_bytes),
-                                                         host_costs(pipeline))
+    loader = job_loader(job, pipeline)
     rows = FitRows([job.kernels], [spec], [job.setup.precision], ["step"], [loader is not None], np.array([np.nan]),
                    np.array([np.nan]), None if loader is None else [loader])
     extra = {} if loader is None else {**loader_columns(loader), "host_batches": 1.0}
     frame = pd.DataFrame([{**memory, **default_row_columns(rows, 0), **extra}])
     return frame, PhysicsData(rows, [(spec.name, PROTOCOL)])
+
+
+def job_loader(job: JobGraph, pipeline: InputPipeline = RESIDENT) -> Any:
+    """The per-batch host times (:class:`gpupred.perf.timeline.LoaderTimes`) of the pipeline that feeds one job's
+    optimizer step, every micro-batch of it (None: resident batches)."""
+    if pipeline.resident:
+        return None
+    from gpupred.perf.inputfeed import host_costs, loader_times
+
+    samples = int(job.row.get("batch_size") or 1) * job.setup.accumulation  # every micro-batch of a step is fed
+    return loader_times(pipeline, samples, float(job.kernels.input_bytes), host_costs(pipeline))
 
 
 def memory_row(job: JobGraph, gpu: str) -> dict[str, Any]:
@@ -113,7 +122,7 @@ class PhysicsCore:
         setup = job.setup
         frame, physics = job_frame(job, gpu, pipeline)
         name = gpu_spec(gpu).name
-        use = calibration if calibration is not None and name not in self.measured_ else None
+        use = self.calibration_used(name, calibration)
         constants, memory = self._calibrated(name, use)
         measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
         out: dict[str, Any] = self.step_.predict(frame, physics, constants=constants,
@@ -134,6 +143,17 @@ class PhysicsCore:
         out["extrapolated"] = bool(out.get("extrapolated", False))
         out["caveats"] = ",".join(caveats)
         return out
+
+    def calibration_used(self, gpu: str, calibration: Any) -> Any:
+        """The calibration a prediction on a GPU kind uses: the one given, unless the GPU was measured (None)."""
+        return calibration if calibration is not None and gpu_spec(gpu).name not in self.measured_ else None
+
+    def models_for(self, gpu: str, calibration: Any = None) -> tuple[Any, Any]:
+        """(step constants, memory estimator) a prediction on a GPU kind uses: the fitted (or borrowed) constants
+        and the fitted memory model, or what a calibration it uses makes of them (:meth:`predict`'s own)."""
+        name = gpu_spec(gpu).name
+        constants, memory = self._calibrated(name, self.calibration_used(name, calibration))
+        return (self.step_.constants_.get(name, PROTOCOL) if constants is None else constants), memory
 
     def _widen(self, out: dict[str, Any], width: float) -> None:
         """Widen the step-model targets' bounds in ``out`` to at least ``width`` (a failure class's:
