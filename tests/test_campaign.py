@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.machinery
+import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -60,7 +62,8 @@ def test_queue_is_in_the_issues_order_and_skips_stages_whose_code_is_missing(tmp
     assert [s.name for s in queue] == ORDER and [s.number for s in queue] == list(range(1, 9))
     skipped = {s.name: s.skipped for s in queue if s.skipped}
     assert set(skipped) == {"pipelines", "finetune"}
-    assert "gpupred.loader" in skipped["pipelines"] and skipped["finetune"] == stages.finetune_missing() != ""
+    assert skipped["pipelines"].startswith("no plans/input-pipelines.txt")  # gpupred.loader is there: the plan is not
+    assert skipped["finetune"] == stages.finetune_missing() != ""
     left = {s.name: [w.key for w in s.todo] for s in queue}
     assert left["calibrate"] == ["calibration:h100"] and len(left["pairs"]) == 3 and len(left["twins"]) == 3
     assert left["traces"] == [IDS[0], IDS[4]] and len(left["fused"]) == 2
@@ -84,8 +87,11 @@ def test_input_pipelines_turn_on_once_gpupred_loader_and_its_plan_exist(tmp_path
     assert queue["pipelines"].skipped.startswith("no plans/input-pipelines.txt")
     (layout.plans / "input-pipelines.txt").write_text(f"{IDS[0]}\n{IDS[1]}\n")
     pipelines = {s.name: s for s in build_queue("h100", layout, EST)}["pipelines"]
-    assert not pipelines.skipped and [w.key for w in pipelines.todo] == IDS[:2]
-    assert pipelines.todo[0].part.folder == layout.raw / "h100" / "2026-12-pipelines"
+    bench = f"loader-bench:host-profile-{platform.node()}.json"
+    assert not pipelines.skipped and [w.key for w in pipelines.todo] == [bench, *IDS[:2]]
+    assert pipelines.todo[0].part.kind == "loader-bench" and pipelines.todo[1].part.kind == "sweep"
+    assert pipelines.todo[1].part.folder == layout.raw / "h100" / "2026-12-pipelines"
+    assert pipelines.todo[0].part.folder.parent == pipelines.todo[1].part.folder  # the host profile beside the runs
 
 
 def test_finetuning_waits_for_lora_setups_then_for_peft(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,7 +144,7 @@ def test_next_runs_the_queue_in_order_packs_what_it_wrote_and_resumes(tmp_path: 
                      ("sweep", "sync.txt"), ("sweep", "fusion.txt"), ("sweep", "fusion-coloc.txt")]
     assert out.lines[0].startswith("smoke test: two units") and len(out.lines) == 1 + 8 + 2
     assert [line.split(":")[0] for line in out.lines[1:9]] == [f"stage {i} {n}" for i, n in enumerate(ORDER, 1)]
-    assert "skipped: gpupred.loader" in out.lines[2] and "ran 3 units (ok 3)" in out.lines[4]
+    assert "skipped: no plans/input-pipelines.txt" in out.lines[2] and "ran 3 units (ok 3)" in out.lines[4]
     names = member_names(out.tarball)
     on_disk = sorted(str(p.relative_to(tmp_path)) for p in layout.raw.rglob("*") if p.is_file())
     assert names == on_disk and out.files == len(names) == 1 + 2 * 10 + 2 + 6  # calibration, units, traces, manifests
@@ -270,3 +276,43 @@ def test_cli_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
         cmd, env = _cli(tmp_path, *args, unit_s=0.0)
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_stage_2_plans_the_repositorys_input_pipeline_units_in_a_dry_run(tmp_path: Path) -> None:
+    from gpupred.setups import pipeline_from_json
+
+    layout = _tree(tmp_path)
+    repo_plan = Path(__file__).resolve().parent.parent / "plans" / "input-pipelines.txt"
+    (layout.plans / "input-pipelines.txt").write_text(repo_plan.read_text())
+    executor = SimulatedExecutor("h100", unit_s=0.0)
+    out = run_next(executor, "h100", layout, 60.0, tmp_path / "out", est=EST)
+    kinds = [(k, Path(p).name) for k, p, _ in executor.calls]
+    bench = f"host-profile-{platform.node()}.json"
+    assert kinds[1:3] == [("loader-bench", bench), ("sweep", "input-pipelines.txt")]  # after the calibration
+    assert "stage 2 pipelines: ran 13 units (ok 13)" in out.lines[2]
+    folder = layout.raw / "h100" / "2026-12-pipelines"
+    assert json.loads((folder / bench).read_text())["simulated"] is True
+    runs = read_runs(folder)
+    assert len(runs) == 12 and all(runs["simulated"])
+    pipes = [pipeline_from_json(p) for p in runs.sort_values("group_id")["pipeline"]]
+    assert {p.kind for p in pipes} == {"image-files", "text-tokens", "audio-logmel"}
+    image = sorted(p.num_workers for p, w in zip(pipes, sorted(runs["workload_id"])) if w.startswith("resnet."))
+    assert image == [0, 2, 4, 8, 8, 16] and all("~pipe-" in g for g in runs["group_id"])
+    again = run_next(executor, "h100", layout, 60.0, tmp_path / "out2", est=EST)
+    assert again.lines[2] == "stage 2 pipelines: done (13/13)"
+
+
+def test_stage_2_fits_one_8_minute_call_once_the_gpu_kind_is_calibrated(tmp_path: Path) -> None:
+    layout = _tree(tmp_path)
+    repo_plan = Path(__file__).resolve().parent.parent / "plans" / "input-pipelines.txt"
+    (layout.plans / "input-pipelines.txt").write_text(repo_plan.read_text())
+    layout.calibrations.mkdir(parents=True)
+    (layout.calibrations / "h100-fixture.json").write_text(json.dumps({"gpu": {"name": "NVIDIA H100 80GB HBM3"}}))
+    # the H100's recorded per-unit wall (16.6 s), the harness's hard timeout as a sweep's reserve (190 s)
+    est = Estimates(sweep_s=16.6, basis="fixture", calibrate_s=120.0, reserve_s=190.0)
+    queue = build_queue("h100", layout, est)
+    assert queue[0].todo == [] and len(queue[1].todo) == 13
+    smoke_s = 2 * est.sweep_s + est.start_s
+    planned = plan_next(queue, 60 * (8.0 - stages.MARGIN_MINUTES) - smoke_s, est)
+    assert [w.stage for w in planned[:13]] == [2] * 13  # the bench and all 12 units
+    assert planned_seconds([w for w in planned if w.stage == 2], est) < 5 * 60

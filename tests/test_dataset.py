@@ -191,3 +191,40 @@ def test_imported_sources_alone_make_a_dataset(tmp_path: Path, monkeypatch: pyte
     assert set(df["source"]) == {"lucid", "gpumemnet"}
     with pytest.raises(MissingInput, match="gpupred import lucid"):
         ds.build_dataset(tmp_path / "raw", features=fixture_features(1), write=False, sources=())
+
+
+def test_a_pipeline_run_reaches_the_dataset_with_its_machines_host_profile(tmp_path: Path) -> None:
+    """A FIXTURE run fed by image files (its row's ``pipeline`` JSON, as the harness writes it) gets the loader columns,
+    read with the host profile recorded beside the runs for its machine; resident rows keep NaN."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpupred import config
+    from gpupred.loader.hostprofile import write_host_profile
+    from gpupred.perf.inputfeed import LOADER_COLUMNS
+    from gpupred.profile.store import host_profile_path
+
+    feats = fixture_features(n_batch_sizes=1)
+    sweep = write_fixture_raw_tree(tmp_path / "raw", feats["workload_id"].tolist()[:2], extras=False)
+    path = sweep / "runs" / "fixture-001.parquet"
+    table = pq.read_table(path)
+    pipe = json.dumps({"kind": "image-files", "num_workers": 2, "pin_memory": True, "host_cores": 16.0})
+    pq.write_table(table.set_column(table.schema.get_field_index("pipeline"), "pipeline",
+                                    pa.array([pipe], pa.string())), path)
+    df, _ = ds.build_dataset(tmp_path / "raw", features=feats, write=False, sources=())
+    reference = df.set_index("run_id").loc["h100-fixture/FIXTURE/fixture-001"]
+    # this machine's profile beside the runs (FIXTURE: the reference's costs made 3x slower, sealed again)
+    slower = json.loads(config.HOST_PROFILE.read_text())
+    for variants in slower["kinds"].values():
+        for entry in variants.values():
+            for point in entry["points"]:
+                point["per_sample_s"] *= 3.0
+    write_host_profile(slower, host_profile_path(sweep, "fixture"))  # the fixture rows' host is "fixture"
+    df, _ = ds.build_dataset(tmp_path / "raw", features=feats, write=False, sources=())
+    rows = df.set_index("run_id")
+    fed, resident = rows.loc["h100-fixture/FIXTURE/fixture-001"], rows.loc["h100-fixture/FIXTURE/fixture-000"]
+    assert fed["loader_produce_s"] > 0 and fed["loader_workers"] == 2 and fed["loader_cores"] == 16
+    assert fed["loader_produce_s"] == pytest.approx(3.0 * reference["loader_produce_s"], rel=1e-6)
+    assert all(np.isnan(resident[c]) for c in LOADER_COLUMNS)

@@ -75,6 +75,9 @@ ONNX_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "onn
 # The measurement campaign's per-machine marker (`gpupred campaign next`: its smoke test passed on this GPU);
 # gitignored, so a fresh device machine never receives one.
 CAMPAIGN_MARKERS: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "campaign"
+# Synthetic files the profiler's input-pipeline units read (`pipeline=KIND` plan lines, gpupred.profile.feed), written
+# once per machine; gitignored, never data.
+LOADER_CACHE: Path = Path(os.environ.get("GPUPRED_CACHE", ROOT / ".cache")) / "loader"
 
 # Calibrations of this project's own GPU kinds, recorded by `gpupred calibrate` on a lent GPU and committed as
 # written: the tests replay them and the exported predictor measures a calibrated GPU's interval width on them.

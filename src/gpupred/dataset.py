@@ -218,6 +218,7 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
                 "spec_json": run.get("spec_json"), "gpu_name": run["gpu_name"], "source": SOURCE_OWN,
                 "sampler": f"{OWN_SAMPLER}-{int(interval)}ms" if pd.notna(interval) else OWN_SAMPLER,
                 "sync": run["sync"], "host_batches": int(bool(run.get("host_batches", False))),
+                "pipeline": _own_pipeline(run, Path(sweep_dir)),
             }
             row.update(labels)
             for col in ("torch_peak_reserved_mib", "torch_peak_allocated_mib", "iter_time_mean_s", "samples_per_s",
@@ -225,6 +226,23 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
                 row[col] = float(run[col]) if col in run and pd.notna(run[col]) else np.nan
             rows.append(row)
     return pd.DataFrame(rows), pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
+
+
+def _own_pipeline(run: pd.Series, sweep_dir: Path) -> str:
+    """A run's ``pipeline`` column ('' for a resident batch and for files written before the column), naming the host
+    profile recorded beside the runs for its machine when there is one and the row names none."""
+    import json
+
+    from gpupred.profile.store import host_profile_path
+
+    text = run.get("pipeline")
+    if not isinstance(text, str) or not text:
+        return ""
+    options = json.loads(text)
+    profile = host_profile_path(sweep_dir, str(run.get("host", "")))
+    if options.get("profile") is None and profile.is_file():
+        options["profile"] = str(profile)
+    return json.dumps(options, sort_keys=True)
 
 
 def _spec(workload_id: str, spec_json: object = None):  # -> WorkloadSpec

@@ -82,6 +82,8 @@ def _run_part(executor: Executor, part: Part, works: list[Work], deadline: float
     limit = max(w.index for w in works) + 1
     if part.kind == "calibrate":
         return executor.calibrate(part.folder, deadline)
+    if part.kind == "loader-bench":
+        return executor.loader_bench(part.folder, deadline)
     if part.kind == "traces":
         return executor.traces(part.plan, part.folder, limit, deadline)
     return executor.sweep(part.plan, part.folder, limit, deadline)

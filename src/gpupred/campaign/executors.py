@@ -53,6 +53,10 @@ class Executor(Protocol):
         """Run the unfinished units among the plan's first ``limit`` into the sweep folder ``out``."""
         ...
 
+    def loader_bench(self, out: Path, deadline: float) -> PartRun:
+        """Measure this host's standard input pipelines into the host-profile file ``out``."""
+        ...
+
     def traces(self, plan: str, out: Path, limit: int, deadline: float) -> PartRun:
         """Trace the untraced specs among the plan's first ``limit`` into ``out``/traces."""
         ...
@@ -122,6 +126,13 @@ class DeviceExecutor:
             return PartRun(1, Counter(ok=1))
         return PartRun(0, Counter(), why or f"gpupred calibrate exited {code}")
 
+    def loader_bench(self, out: Path, deadline: float) -> PartRun:
+        """``gpupred loader bench --out OUT`` in a child (the host profile is written atomically, once per machine)."""
+        code, why = _child(["loader", "bench", "--out", str(out)], deadline)  # its default budget (25 s of timing)
+        if code == 0 and Path(out).is_file():
+            return PartRun(1, Counter(ok=1))
+        return PartRun(0, Counter(), why or f"gpupred loader bench exited {code}")
+
     def sweep(self, plan: str, out: Path, limit: int, deadline: float) -> PartRun:
         """The existing sweep (its units written atomically; it stops cleanly before the deadline)."""
         from gpupred.profile.sweep import SweepOptions, run_sweep
@@ -184,6 +195,15 @@ class SimulatedExecutor:
         time.sleep(self.unit_s)
         atomic_write_json({"simulated": True, "gpu": {"name": f"NVIDIA {self.gpu.upper()}"}, "wall_s": self.unit_s},
                           out)
+        return PartRun(1, Counter(ok=1))
+
+    def loader_bench(self, out: Path, deadline: float) -> PartRun:
+        """A simulated host-profile file (not a host profile: its ``simulated`` says so)."""
+        from gpupred.profile.store import atomic_write_json
+
+        self.calls.append(("loader-bench", str(out), 1))
+        time.sleep(self.unit_s)
+        atomic_write_json({"simulated": True, "source": "campaign dry run", "note": "never data"}, out)
         return PartRun(1, Counter(ok=1))
 
     def sweep(self, plan: str, out: Path, limit: int, deadline: float) -> PartRun:

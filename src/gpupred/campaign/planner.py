@@ -13,6 +13,7 @@ from gpupred.errors import GpupredError
 CALIBRATE_S = 120.0  # a calibration with no recorded one to go by (docs: about 2 device-minutes)
 START_S = 30.0  # a child interpreter's start: python, torch import, CUDA initialization
 TRACE_S = 15.0  # one kernel-trace spec: the upper end of the 5-15 s estimate (traces are not yet timed on a GPU)
+BENCH_S = 40.0  # `gpupred loader bench` (25 s of timing): 32 s on the reference 2-core host (data/hosts), and a margin
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,11 @@ class Estimates:
     trace_s: float = TRACE_S
     start_s: float = START_S
     reserve_s: float = 0.0
+    bench_s: float = BENCH_S
 
     def first(self, part: Part) -> float:
         """Seconds a part costs once, before its first unit, in each call (a child's start)."""
-        return self.start_s if part.kind in ("calibrate", "traces") else 0.0
+        return self.start_s if part.kind in ("calibrate", "traces", "loader-bench") else 0.0
 
 
 def recorded_unit_s(raw_gpu: Path) -> float:
@@ -72,6 +74,8 @@ def part_units(part: Part, gpu: str, layout: Layout) -> list[tuple[str, bool]]:
     """Each unit of a part in plan order: (its id, whether it is already on disk)."""
     if part.kind == "calibrate":
         return [(f"calibration:{gpu}", gpu in calibrated_kinds(layout.calibrations))]
+    if part.kind == "loader-bench":
+        return [(f"loader-bench:{part.folder.name}", part.folder.is_file())]
     from gpupred.profile.units import load_plan
 
     units = load_plan(part.plan)
@@ -86,7 +90,7 @@ def part_units(part: Part, gpu: str, layout: Layout) -> list[tuple[str, bool]]:
 
 
 def _unit_s(part: Part, est: Estimates) -> float:
-    return {"calibrate": est.calibrate_s, "traces": est.trace_s}.get(part.kind, est.sweep_s)
+    return {"calibrate": est.calibrate_s, "traces": est.trace_s, "loader-bench": est.bench_s}.get(part.kind, est.sweep_s)
 
 
 def build_queue(gpu: str, layout: Layout, est: Estimates) -> list[StageQueue]:

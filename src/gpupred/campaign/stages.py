@@ -24,7 +24,7 @@ from gpupred.errors import GpupredError
 SWEEP_IDS: dict[str, str] = {"pipelines": "2026-12-pipelines", "finetune": "2026-12-finetune",
                              "pairs": "2026-12-pairs-matrix", "realworld": "2026-12-realworld",
                              "catalog": "2026-11-catalog", "fusion": "2026-12-fusion"}
-PIPELINES_PLAN = "input-pipelines.txt"  # written by the input-pipeline issue (77) once its harness option exists
+PIPELINES_PLAN = "input-pipelines.txt"  # catalog workloads fed by real DataLoaders (`pipeline=KIND` plan lines)
 FINETUNE_PLAN = "finetune.txt"  # written by the fine-tuning issue (78) once LoRA/QLoRA setups exist
 MARGIN_MINUTES = 1.0  # kept free at the end of a call: the tarball, and a unit that overran its estimate
 SMOKE_IDS = ("mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w32-d1-bs4-in16-fp32-sgd")  # the smoke test's two units
@@ -54,7 +54,8 @@ class Layout:
 
 @dataclass(frozen=True)
 class Part:
-    """One plan run into one folder: ``calibrate`` (a file), ``sweep`` (a sweep folder) or ``traces`` (its traces/)."""
+    """One plan run into one folder: ``calibrate`` (a file), ``sweep`` (a sweep folder), ``traces`` (its traces/) or
+    ``loader-bench`` (this machine's host profile, a file beside a sweep's runs)."""
 
     kind: str
     plan: str  # a plan file ("" for calibrate)
@@ -153,13 +154,19 @@ def calibration_parts(gpu: str, layout: Layout) -> list[Part]:
 
 
 def input_pipeline_parts(gpu: str, layout: Layout) -> list[Part]:
-    """Stage 2: catalog families fed by real DataLoaders; skipped (StageSkipped) until gpupred.loader and its plan
-    (plans/input-pipelines.txt, whose lines the harness's loader option reads) exist."""
+    """Stage 2: this machine's host profile (``gpupred loader bench``, once per machine, beside the runs), then catalog
+    families fed by real DataLoaders (plans/input-pipelines.txt: ``pipeline=KIND`` lines); skipped (StageSkipped)
+    until gpupred.loader and the plan exist."""
+    import platform
+
+    from gpupred.profile.store import host_profile_path
+
     why = loader_missing()
     if why:
         raise StageSkipped(why)
     plan = _plan_file(layout, PIPELINES_PLAN, "the input-pipeline issue writes it with its harness option")
-    return [Part("sweep", plan, layout.raw / gpu / SWEEP_IDS["pipelines"])]
+    folder = layout.raw / gpu / SWEEP_IDS["pipelines"]
+    return [Part("loader-bench", "", host_profile_path(folder, platform.node())), Part("sweep", plan, folder)]
 
 
 def finetune_parts(gpu: str, layout: Layout) -> list[Part]:

@@ -56,7 +56,8 @@ def _register_profile(app: Any) -> None:
 
     @app.command("profile")
     def profile_cmd(
-        workload_id: str = typer.Argument(..., help="Workload id, e.g. resnet.resnet50-bs64-img224-bf16-sgd."),
+        workload_id: str = typer.Argument(..., help="Workload id, e.g. resnet.resnet50-bs64-img224-bf16-sgd, optionally "
+                                          "with a plan line's pipeline options: 'ID pipeline=image-files workers=8 pin=1'."),
         window_s: Optional[float] = typer.Option(None, "--window-s", help="Measured window in seconds (default 4; 0.5 dry)."),
         host_batches: bool = typer.Option(False, "--host-batches", help="Copy a host batch to the GPU every step."),
         dry_run: bool = typer.Option(False, "--dry-run", help="CPU and fake NVML: output is simulated, never data."),

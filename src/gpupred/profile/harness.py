@@ -346,9 +346,12 @@ def measure_cuda_context(backend: "Backend", config: HarnessConfig | None = None
         child.close()
 
 
-def _job(spec: Any, member: int, cfg: HarnessConfig, sync: str) -> dict[str, Any]:
-    """The job message of one member."""
-    return {
+def _job(spec: Any, member: int, cfg: HarnessConfig, sync: str, pipeline: str = "") -> dict[str, Any]:
+    """The job message of one member (``pipeline``: the JSON of its input pipeline, '' for a resident batch)."""
+    from gpupred import config
+
+    feed = {"pipeline": pipeline, "loader_cache": str(config.LOADER_CACHE)} if pipeline else {}
+    return {**feed,
         "spec_json": spec.to_json(), "member": member, "device": cfg.device, "host_batches": cfg.host_batches,
         "window_s": cfg.window_s, "min_iters": cfg.min_iters, "max_window_s": cfg.max_window_s,
         "warmup_min_s": cfg.warmup_min_s, "warmup_min_iters": cfg.warmup_min_iters,
@@ -460,12 +463,15 @@ def run_unit(
     launcher: Launcher | None = None,
     sync: str | None = None,
     context_mib: float = math.nan,
+    pipeline: str = "",
 ) -> UnitResult:
     """Run one unit (1 workload solo, or 2-4 co-located) and return its rows and samples.
 
     ``deadline`` (time.monotonic) is the sweep's own limit: reaching it raises :class:`UnitInterrupted`.
     ``sync`` overrides the config's synchronization mode; ``context_mib`` is the sweep's measured bare
-    CUDA context size, recorded with every row. If one member of a group fails, the group stops.
+    CUDA context size, recorded with every row. ``pipeline``: the JSON of the input pipeline that feeds every member
+    (:func:`gpupred.profile.units.pipeline_json`; '' for resident batches). If one member of a group fails, the group
+    stops.
     """
     from gpupred.profile.nvml import Sampler
 
@@ -484,12 +490,13 @@ def run_unit(
     started_at = _utc_now()
     device = backend.device_info()
     sampler = Sampler(backend, cfg.interval_ms, t0=t0).start()
-    members, samples, t_end = _run_members(specs, cfg, sync, group_id, launcher, own_launcher, sampler, t0, deadline)
+    members, samples, t_end = _run_members(specs, cfg, (sync, pipeline), group_id, launcher, own_launcher, sampler, t0,
+                                           deadline)
     notes = _dry_run_notes(specs, cfg) + ([baseline.note] if baseline.note else []) + sampler.notes
     context = {"mem_baseline_mib": baseline.used_mib, "memory_reserved_mib": baseline.reserved_mib,
                "cuda_context_mib": float(context_mib), "sync": sync}
     unit = UnitRecord(group_id, sweep_id, started_at, t_end, device, sampler,
-                      bool(backend.simulated or cfg.device == "cpu"), context, notes)
+                      bool(backend.simulated or cfg.device == "cpu"), context, notes, pipeline)
     rows, timings, windows = _member_rows(specs, members, cfg, unit)
     from gpupred.profile.schema import RUN_SCHEMA
 
@@ -498,9 +505,10 @@ def run_unit(
                       time.monotonic() - t0, timings)
 
 
-def _run_members(specs: list[Any], cfg: HarnessConfig, sync: str, group_id: str, launcher: Launcher, own_launcher: bool,
-                 sampler: Any, t0: float, deadline: float | None) -> tuple[_Members, Any, float]:
-    """Drive the unit's members to their end, timeout or deadline: (members, samples, end time).
+def _run_members(specs: list[Any], cfg: HarnessConfig, feed: tuple[str, str], group_id: str, launcher: Launcher,
+                 own_launcher: bool, sampler: Any, t0: float, deadline: float | None) -> tuple[_Members, Any, float]:
+    """Drive the unit's members to their end, timeout or deadline: (members, samples, end time). ``feed``: the
+    members' (sync mode, input pipeline JSON).
 
     The sampler stops and every child is reaped (killed first on an exception) whatever happens.
     """
@@ -514,7 +522,7 @@ def _run_members(specs: list[Any], cfg: HarnessConfig, sync: str, group_id: str,
         if not own_launcher:
             launcher.prefill()  # the next unit's children import torch while this one runs
         for i, (c, spec) in enumerate(zip(children, specs)):
-            c.send(("job", _job(spec, i, cfg, sync)))
+            c.send(("job", _job(spec, i, cfg, *feed)))
         members = _Members(children, specs, t0)
         hit = _drive(members, hard_at)
         members.stop_group()  # after a timeout too: members that had finished are partner_failed
@@ -568,6 +576,7 @@ class UnitRecord:
     simulated: bool  # a fake backend or the CPU: never data
     context: dict[str, Any]  # extra RUN_SCHEMA columns (memory baseline, CUDA context, sync)
     notes: list[str]  # the unit's notes; member problems found here are appended
+    pipeline: str = ""  # the JSON of the input pipeline feeding every member ('' for resident batches)
 
 
 def _member_rows(specs: list[Any], members: _Members, cfg: HarnessConfig,
@@ -619,8 +628,20 @@ def _member_rows(specs: list[Any], members: _Members, cfg: HarnessConfig,
             "torch_window_reserved_mib": float(r.get("window_reserved_mib", math.nan)),
             "sampler_interval_ms": cfg.interval_ms, "buffered_supported": sampler.buffered_supported,
             "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes), **unit.context,
+            "pipeline": _row_pipeline(unit.pipeline, r),
         })
     return rows, timings, windows
+
+
+def _row_pipeline(pipeline: str, reported: dict[str, Any]) -> str:
+    """A member's ``pipeline`` column: the unit's pipeline JSON with the CPU cores its process could use (the host the
+    job was given) unless the plan set them; '' for a resident batch."""
+    if not pipeline:
+        return ""
+    options = json.loads(pipeline)
+    if options.get("host_cores") is None and reported.get("host_cores"):
+        options["host_cores"] = float(reported["host_cores"])
+    return json.dumps(options, sort_keys=True, separators=(",", ":"))
 
 
 def _kept_samples(samples: Any, windows: list[tuple[float, float]], margin_s: float, group_id: str) -> "pa.Table":
@@ -777,7 +798,16 @@ def _build_step(job: dict[str, Any], result: dict[str, Any]) -> Any:
     if job.get("cpu_fp32") and spec.precision != "fp32":
         spec = dataclasses.replace(spec, precision="fp32")
     built = build(spec, job["device"])
-    step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]))
+    batches = None
+    if job.get("pipeline"):  # a real DataLoader over synthetic files feeds every step
+        from pathlib import Path
+
+        from gpupred.profile.feed import loader_feed
+        from gpupred.setups import pipeline_from_json
+
+        batches = loader_feed(built, pipeline_from_json(job["pipeline"]), job["device"], Path(job["loader_cache"]),
+                              result)
+    step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]), batches=batches)
     result["build_s"] = time.monotonic() - t
     return step
 
@@ -798,7 +828,8 @@ def _run_job(torch: Any, job: dict[str, Any], rx: Connection, tx: Connection, re
     """Build, warm up, measure and keep company, following the parent's commands; failures raise."""
     cuda = _init_device(torch, job, result)
     step = _build_step(job, result)
-    tx.send(("built", {"pid": os.getpid(), **{k: result[k] for k in ("device_props", "cuda_init_s", "build_s")}}))
+    tx.send(("built", {"pid": os.getpid(), **{k: result[k] for k in ("device_props", "cuda_init_s", "build_s")},
+                       **{k: result[k] for k in ("files_s", "host_cores") if k in result}}))
     loop = TrainLoop(torch, step, cuda, job.get("sync", "step"), rx)
     if loop.command(block=True) != "go":
         raise _Stop()

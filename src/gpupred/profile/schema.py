@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from gpupred.errors import GpupredError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # a co-located member's own failure is oom/error/timeout; the members it took down are partner_failed
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "partner_failed")
 FAILED_STATUSES: tuple[str, ...] = ("oom", "error", "timeout")
@@ -51,6 +51,10 @@ RUN_SCHEMA = pa.schema(
         # from host timestamps; "window": no per-step sync, iteration times from CUDA events, one
         # synchronize at the end of the window
         ("sync", pa.string()),
+        # how the batches reached the GPU: '' for a resident batch (and every file before schema 4), else the JSON
+        # of gpupred.setups.InputPipeline's options that differ from resident (gpupred.setups.pipeline_from_json
+        # reads it); a real torch DataLoader over synthetic files fed each step (gpupred.profile.feed)
+        ("pipeline", pa.string()),
         ("gpu_name", pa.string()),
         ("gpu_uuid", pa.string()),
         ("gpu_sm_count", pa.int32()),
@@ -96,7 +100,7 @@ RUN_SCHEMA = pa.schema(
 
 # columns added after the first real sweeps -> the schema version that added them; files written before
 # lack them and read as missing values (every other column of RUN_SCHEMA is required)
-ADDED_RUN_COLUMNS: dict[str, int] = {"torch_window_reserved_mib": 3}
+ADDED_RUN_COLUMNS: dict[str, int] = {"torch_window_reserved_mib": 3, "pipeline": 4}
 
 SAMPLE_SCHEMA = pa.schema(
     [

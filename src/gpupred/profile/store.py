@@ -138,3 +138,11 @@ def window_means_all(runs: pd.DataFrame) -> pd.DataFrame:
         frames.append(window_means(Path(sweep_dir), runs[runs["sweep_dir"].astype(str) == sweep_dir]))
     means = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id"])
     return runs.merge(means, on="run_id", how="left")
+
+
+def host_profile_path(sweep_dir: Path, host: str) -> Path:
+    """Where the host profile of the machine ``host`` (its name, as the run rows' ``host`` column has it) lies beside
+    a sweep's runs: ``host-profile-<host>.json`` (``gpupred loader bench --out``, once per machine, by the campaign's
+    input-pipeline stage)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(host)).strip("-.") or "host"
+    return Path(sweep_dir) / f"host-profile-{name}.json"

@@ -30,7 +30,7 @@ from gpupred.profile.harness import (
     run_unit,
 )
 from gpupred.profile.nvml import open_backend, require_gpu
-from gpupred.profile.units import Unit, check_sync, load_plan
+from gpupred.profile.units import Unit, check_sync, load_plan, pipeline_json
 
 # settings that must match when a sweep folder is resumed (they change what is measured)
 _PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",
@@ -287,7 +287,7 @@ def _run_local(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: st
             launcher.spares_wanted = len(nxt.workload_ids) if nxt else 0
             try:
                 result = run_unit(unit.specs, backend, cfg, unit.group_id, sweep_id, deadline, launcher,
-                                  sync=unit.sync, context_mib=ctx.context_mib)
+                                  sync=unit.sync, context_mib=ctx.context_mib, pipeline=pipeline_json(unit.pipeline))
             except UnitInterrupted:
                 return "time budget reached during a unit (not written; it runs again on resume)"
             walls.append(result.wall_s)
@@ -300,18 +300,23 @@ def _run_local(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: st
 
 def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool = False, host_batches: bool = False,
                 sync: str = "step") -> dict[str, Any]:
-    """Profile one workload (nothing written) and return a summary of its run."""
-    from gpupred.workloads.spec import WorkloadSpec
+    """Profile one workload (nothing written) and return a summary of its run. ``workload_id`` may end in a plan
+    line's pipeline options (``ID pipeline=image-files workers=8 pin=1``): a real DataLoader then feeds it."""
+    from gpupred.profile.units import parse_plan_text
 
     if not dry_run:
         require_gpu()
-    spec = WorkloadSpec.from_id(workload_id)
+    units = parse_plan_text(workload_id, "workload", sync)
+    if len(units) != 1 or len(units[0].workload_ids) != 1:
+        raise GpupredError(f"{workload_id!r}: expected one workload id (and its pipeline options)")
+    unit = units[0]
     cfg = harness_config(dry_run, window_s, host_batches, sync)
     backend = open_backend(dry_run)
     try:
         with SigtermAsInterrupt():
             ctx = measure_cuda_context(backend, cfg)
-            result = run_unit([spec], backend, cfg, spec.id, context_mib=ctx.context_mib)
+            result = run_unit(unit.specs, backend, cfg, unit.group_id, context_mib=ctx.context_mib,
+                              sync=unit.sync, pipeline=pipeline_json(unit.pipeline))
     finally:
         backend.close()
     return summarize_unit(result)
@@ -332,7 +337,7 @@ def summarize_unit(result: UnitResult) -> dict[str, Any]:
         v = s[s["metric"] == metric]["value"]
         return round(float(v.max()), 1) if len(v) else None
 
-    keys = ("workload_id", "status", "message", "simulated", "gpu_name", "n_iters", "iter_time_mean_s",
+    keys = ("workload_id", "pipeline", "status", "message", "simulated", "gpu_name", "n_iters", "iter_time_mean_s",
             "iter_time_median_s", "samples_per_s", "torch_peak_allocated_mib", "torch_peak_reserved_mib",
             "warmup_s", "gpm_supported", "buffered_supported", "notes")
     out: dict[str, Any] = {k: row[k] for k in keys}

@@ -8,26 +8,42 @@ end with options, in any order:
 - ``sync=step`` or ``sync=window``: how the training loop synchronizes (RUN_SCHEMA's ``sync``); without it the
   unit takes the sweep's ``--sync`` (default ``step``);
 - ``repeat=K`` (K >= 2): the K-th measurement of the same unit, its own unit with its own id (``~rep-K`` at the end
-  of the group id), so a sweep runs it instead of skipping it as already done. ``repeat=1`` is the plain unit.
+  of the group id), so a sweep runs it instead of skipping it as already done. ``repeat=1`` is the plain unit;
+- ``pipeline=KIND`` and its options: every member is fed by a real torch DataLoader of that standard kind
+  (:class:`gpupred.setups.InputPipeline`; ``image-files``, ``text-tokens``, ``audio-logmel``, ``host-tensors``) over
+  synthetic files instead of a resident batch. Its options (:data:`PIPELINE_KEYS`): ``workers=N``, ``pin=0|1``,
+  ``prefetch=N``, ``transforms=v1|v2``, ``image=WxH``, ``format=jpeg|png``, ``audio_s=S``. E.g.
+  ``resnet.resnet50-bs128-img224-bf16-adam pipeline=image-files workers=8 pin=1``. Without ``pipeline=`` the
+  batch is resident, as before.
 
-The raw-data schema carries no new column for either: both live in the group id (:func:`parse_group_id`), so
-sweeps written before a marker existed read as they always did.
+The raw-data schema carries no new column for sync or repeat: both live in the group id (:func:`parse_group_id`),
+so sweeps written before a marker existed read as they always did. A pipeline lives in the group id too
+(``~pipe-...`` before the other markers, :func:`pipeline_slug`) and in the run rows' ``pipeline`` column (the
+options' JSON, :func:`pipeline_json`; '' for a resident batch).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpupred.errors import GpupredError
 from gpupred.profile.schema import SYNC_MODES
-from gpupred.workloads.spec import WorkloadSpec
+from gpupred.setups import RESIDENT, InputPipeline, pipeline_of
+from gpupred.workloads.spec import FAMILIES, WorkloadSpec
 
 MAX_GROUP = 4
 DEFAULT_SYNC = "step"
 SYNC_SUFFIX = "~sync-"  # a group id's marker of a non-default sync mode
 REPEAT_SUFFIX = "~rep-"  # a group id's marker of a repeated measurement (the K-th, K >= 2)
+PIPE_SUFFIX = "~pipe-"  # a group id's marker of a unit fed by a host input pipeline
+# plan-line option -> InputPipeline field (``pipeline`` names the kind; ``image=WxH`` sets width and height)
+PIPELINE_KEYS: dict[str, str] = {"pipeline": "kind", "workers": "num_workers", "pin": "pin_memory",
+                                 "prefetch": "prefetch_factor", "transforms": "transforms", "image": "image",
+                                 "format": "image_format", "audio_s": "audio_s"}
+PLAN_PIPELINE_KINDS: tuple[str, ...] = ("image-files", "host-tensors", "text-tokens", "audio-logmel")
 
 
 def check_sync(sync: str, where: str = "sync") -> str:
@@ -44,19 +60,22 @@ class Unit:
     workload_ids: tuple[str, ...]
     sync: str = DEFAULT_SYNC
     repeat: int = 1  # the how-many-th measurement of this unit in its sweep (1: the first)
+    pipeline: InputPipeline = RESIDENT  # how every member's batches reach the GPU (resident: as before)
 
     @property
     def group_id(self) -> str:
         """Deterministic id: the workload id for a solo run, ``co<k>-<hash>`` for a group (file-name safe).
 
         A unit run with ``sync=window`` ends in ``~sync-window`` so both settings of one spec live in one sweep; the
-        K-th repeat (K >= 2) then ends in ``~rep-K``.
+        K-th repeat (K >= 2) then ends in ``~rep-K``. A unit fed by a host pipeline has ``~pipe-...`` before both.
         """
         if len(self.workload_ids) == 1:
             base = self.workload_ids[0]
         else:
             digest = hashlib.sha1(" + ".join(self.workload_ids).encode()).hexdigest()[:12]
             base = f"co{len(self.workload_ids)}-{digest}"
+        if not self.pipeline.resident:
+            base = f"{base}{PIPE_SUFFIX}{pipeline_slug(self.pipeline)}"
         base = base if self.sync == DEFAULT_SYNC else f"{base}{SYNC_SUFFIX}{self.sync}"
         return base if self.repeat == 1 else f"{base}{REPEAT_SUFFIX}{self.repeat}"
 
@@ -69,6 +88,72 @@ class Unit:
     def label(self) -> str:
         """Readable: the ids joined by ' + '."""
         return " + ".join(self.workload_ids)
+
+
+def pipeline_json(pipeline: InputPipeline) -> str:
+    """The run row's ``pipeline``: the options that differ from a resident batch as sorted JSON ('' when resident);
+    :func:`gpupred.setups.pipeline_from_json` reads it back."""
+    if pipeline.resident:
+        return ""
+    return json.dumps(pipeline.changes(), sort_keys=True, separators=(",", ":"))
+
+
+def pipeline_slug(pipeline: InputPipeline) -> str:
+    """A file-name-safe, readable name of a pipeline for group ids, e.g. ``image-files-w8-pin1`` or
+    ``image-files-w8-pin1-v2-png-640x480``; options beyond the plan line's add a short hash."""
+    p = pipeline
+    parts = [p.kind, f"w{p.num_workers}", f"pin{int(p.pin_memory)}"]
+    parts += [f"pf{p.prefetch_factor}"] if p.prefetch_factor is not None else []
+    if p.kind == "image-files":
+        image = (p.transforms, p.image_format, f"{p.image_width}x{p.image_height}")
+        default = (RESIDENT.transforms, RESIDENT.image_format, f"{RESIDENT.image_width}x{RESIDENT.image_height}")
+        parts += [x for x, d in zip(image, default) if x != d]
+    if p.kind == "audio-logmel" and p.audio_s != RESIDENT.audio_s:
+        parts.append(f"a{p.audio_s:g}s")
+    named = {"kind", "num_workers", "pin_memory", "prefetch_factor", "transforms", "image_format", "image_width",
+             "image_height", "audio_s"}
+    rest = {k: v for k, v in p.changes().items() if k not in named}
+    if rest:
+        parts.append(hashlib.sha1(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:8])
+    return "-".join(parts).replace(".", "p")
+
+
+def check_pipeline(spec: WorkloadSpec, pipeline: InputPipeline, where: str) -> None:
+    """A one-line GpupredError unless ``spec``'s input is what the pipeline's loader yields."""
+    if pipeline.resident:
+        return
+    token, family = FAMILIES[spec.family].input_token, spec.family
+    fits = {"image-files": token == "img" and family != "dcgan", "host-tensors": token == "img" and family != "dcgan",
+            "text-tokens": token == "seq" and family != "whisper", "audio-logmel": family == "whisper"}
+    if pipeline.kind not in PLAN_PIPELINE_KINDS:
+        raise GpupredError(f"{where}: pipeline={pipeline.kind} is not one a plan can run; use one of "
+                           f"{', '.join(PLAN_PIPELINE_KINDS)}")
+    if not fits[pipeline.kind]:
+        raise GpupredError(f"{where}: {spec.id} does not take the input pipeline={pipeline.kind} yields (images: "
+                           "image models; text-tokens: token models; audio-logmel: whisper)")
+    if spec.fused > 1:
+        raise GpupredError(f"{where}: {spec.id} is fused; a pipeline feeds plain (unfused) workloads only")
+
+
+def _pipeline_option(key: str, value: str, where: str) -> dict[str, object]:
+    """The InputPipeline fields of one plan-line pipeline option (one-line GpupredError if malformed)."""
+    name = PIPELINE_KEYS[key]
+    try:
+        if key in ("workers", "prefetch"):
+            return {name: int(value)}
+        if key == "pin":
+            if value not in ("0", "1"):
+                raise ValueError(value)
+            return {name: value == "1"}
+        if key == "audio_s":
+            return {name: float(value)}
+        if key == "image":
+            w, h = value.lower().split("x")
+            return {"image_width": int(w), "image_height": int(h)}
+    except ValueError:
+        raise GpupredError(f"{where}: {key}={value!r} is malformed (e.g. workers=8 pin=1 prefetch=2 image=500x375 "
+                           "audio_s=30)") from None
+    return {name: value}
 
 
 def _catalog_units(kind: str, arg: str) -> list[Unit]:
@@ -112,42 +197,59 @@ def _check_repeat(value: str, where: str) -> int:
     return int(value)
 
 
-def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, int]:
-    """(the line without its trailing ``sync=MODE`` / ``repeat=K`` options, the unit's sync mode, its repeat)."""
-    sync, repeat, seen = default_sync, 1, set()
+def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, int, InputPipeline]:
+    """(the line without its trailing ``sync=MODE`` / ``repeat=K`` / pipeline options, the unit's sync mode, its
+    repeat, its input pipeline)."""
+    sync, repeat, seen, options = default_sync, 1, set(), {}
     while True:
         head, _, last = line.rpartition(" ")
         key, eq, value = last.partition("=")
-        if not eq or key not in ("sync", "repeat"):
-            return line, sync, repeat
+        if not eq or key not in ("sync", "repeat", *PIPELINE_KEYS):
+            return line, sync, repeat, _line_pipeline(options, where)
         if key in seen:
             raise GpupredError(f"{where}: {key}= given twice")
         seen.add(key)
         if key == "sync":
             sync = check_sync(value, where)
-        else:
+        elif key == "repeat":
             repeat = _check_repeat(value, where)
+        else:
+            options.update(_pipeline_option(key, value, where))
         line = head.strip()
 
 
+def _line_pipeline(options: dict[str, object], where: str) -> InputPipeline:
+    """The input pipeline of a plan line's options (resident without any)."""
+    if not options:
+        return RESIDENT
+    if "kind" not in options:
+        raise GpupredError(f"{where}: {', '.join(sorted(options))} describe an input pipeline: add pipeline=KIND "
+                           f"({', '.join(PLAN_PIPELINE_KINDS)})")
+    try:
+        return pipeline_of(**options)  # type: ignore[arg-type]
+    except GpupredError as err:
+        raise GpupredError(f"{where}: {err}") from None
+
+
 def parse_plan_text(text: str, source: str = "<plan>", sync: str = DEFAULT_SYNC) -> list[Unit]:
-    """Units from plan-file text (one id, or ``id + id ...``, per line, optionally ending in ``sync=MODE`` and
-    ``repeat=K``)."""
+    """Units from plan-file text (one id, or ``id + id ...``, per line, optionally ending in ``sync=MODE``,
+    ``repeat=K`` and pipeline options)."""
     units: list[Unit] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        line, unit_sync, repeat = _line_options(line, sync, f"{source}:{lineno}")
+        line, unit_sync, repeat, pipeline = _line_options(line, sync, f"{source}:{lineno}")
         ids = tuple(p.strip() for p in line.split("+"))
         if not 1 <= len(ids) <= MAX_GROUP or any(not i for i in ids):
             raise GpupredError(f"{source}:{lineno}: expected a workload id or 2-{MAX_GROUP} ids joined by '+', got {line!r}")
         for i in ids:
             try:
-                WorkloadSpec.from_id(i)
+                spec = WorkloadSpec.from_id(i)
             except GpupredError as err:
                 raise GpupredError(f"{source}:{lineno}: {err}") from None
-        units.append(Unit(ids, unit_sync, repeat))
+            check_pipeline(spec, pipeline, f"{source}:{lineno}")
+        units.append(Unit(ids, unit_sync, repeat, pipeline))
     return units
 
 

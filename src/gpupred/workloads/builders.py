@@ -57,8 +57,15 @@ class BuiltWorkload:
     loss_fn: LossFn | None = field(repr=False)
     lrs: tuple[float, ...] = ()
 
-    def make_train_step(self, device: str = "cpu", host_batches: bool = False) -> Callable[[], Tensor]:
-        """A closure running one full training iteration on ``device``; it returns the loss (not synced)."""
+    def make_train_step(self, device: str = "cpu", host_batches: bool = False,
+                        batches: Callable[[], tuple[Tensor, ...]] | None = None) -> Callable[[], Tensor]:
+        """A closure running one full training iteration on ``device``; it returns the loss (not synced).
+
+        ``batches``: where each step's batch comes from (inputs then targets, on ``device``), e.g. a
+        :class:`gpupred.workloads.batches.FeedBatches` over a DataLoader; None: the synthetic batch, resident or
+        copied from pinned host memory (``host_batches``)."""
+        if batches is not None and (self.spec.fused > 1 or self.spec.family == "dcgan"):
+            raise GpupredError(f"workload {self.spec.id!r}: a batch source feeds plain (unfused, non-GAN) steps only")
         if self.spec.fused > 1:
             from gpupred.workloads.fused import FusedTrainStep
 
@@ -71,7 +78,7 @@ class BuiltWorkload:
         assert self.loss_fn is not None
         model = self.model.to(device).train()
         opt = make_optimizer(self.spec.optimizer, model.parameters(), self.lrs[0])
-        batch = Batches(self.export_inputs + self.targets, device, host_batches)
+        batch = batches or Batches(self.export_inputs + self.targets, device, host_batches)
         n_in, loss_fn = len(self.export_inputs), self.loss_fn
         amp = Amp(self.spec.precision, device)
 
