@@ -103,4 +103,4 @@ plt.show()
 # %%
 metrics = memory.memory_metrics(errors, model, headline_scheme)
 reports.write_metrics(memory.MEMORY_METRICS, metrics)
-{k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}
+reports.metrics_table({k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}, memory.MEMORY_METRICS)
