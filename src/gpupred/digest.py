@@ -245,12 +245,46 @@ def readme_with_table(text: str, folder: Path | None = None) -> str:
     return f"{head}{start}\n{readme_table(folder)}\n{end}{rest.split(end, 1)[1]}"
 
 
+OUTPUT_MARK = re.compile(r"<!-- output of: gpupred (?P<args>[^>]*?) -->\n```text\n(?P<out>.*?)```", re.S)
+
+
+def readme_outputs(text: str) -> list[tuple[str, str]]:
+    """The README's command outputs: (the ``gpupred`` arguments, the text shown) of each marked ```text block."""
+    return [(m.group("args"), m.group("out")) for m in OUTPUT_MARK.finditer(text)]
+
+
+PROGRESS_LINES = ("gpupred: exporting",)  # a first export's progress line: shown once, then the graph is cached
+
+
+def command_output(args: str) -> str:
+    """What ``gpupred <args>`` prints (stdout and stderr, as a user's terminal shows them, without a first export's
+    progress line), run from the project."""
+    import shlex
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "gpupred.cli", *shlex.split(args)], capture_output=True, text=True,
+                          cwd=config.ROOT, timeout=600)
+    shown = [line for line in (done.stderr + done.stdout).splitlines(keepends=True)
+             if not line.startswith(PROGRESS_LINES)]
+    return "".join(shown)
+
+
+def readme_with_outputs(text: str) -> str:
+    """``text`` with every marked output block replaced by what its command prints now."""
+    def fresh(m: re.Match) -> str:
+        start, end = m.span("out")
+        return text[m.start():start] + command_output(m.group("args")) + text[end:m.end()]
+
+    return OUTPUT_MARK.sub(fresh, text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpupred.digest [--write]``: print the README's table, or rewrite it in README.md."""
+    """``python -m gpupred.digest [--write]``: print the README's table, or rewrite it and the README's command
+    outputs in README.md."""
     argv = sys.argv[1:] if argv is None else argv
     readme = config.ROOT / "README.md"
     if "--write" in argv:
-        readme.write_text(readme_with_table(readme.read_text()))
+        readme.write_text(readme_with_outputs(readme_with_table(readme.read_text())))
     else:
         print(readme_table())
     return 0

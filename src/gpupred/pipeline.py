@@ -63,7 +63,8 @@ def notebook_title(nb: Any, fallback: str) -> str:
     return fallback
 
 
-def _to_html(executed: Path) -> None:
+def to_html(executed: Path) -> None:
+    """Write the executed notebook's HTML page beside it, titled by the notebook's first heading."""
     import nbconvert
     import nbformat
 
@@ -179,12 +180,12 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
     except pm.PapermillExecutionError as err:
         if err.ename != "MissingInput":
             _tidy(executed, None)
-            _to_html(executed)
+            to_html(executed)
             raise GpupredError(f"{path.name} failed: {err.ename}: {err.evalue} (executed copy: {executed})") from None
         status, reason = "skipped", relative_paths(str(err.evalue))
     _tidy(executed, reason if status == "skipped" else None)
     add_results(executed, out_dir / "metrics", reason if status == "skipped" else None)
-    _to_html(executed)
+    to_html(executed)
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)
 
 
