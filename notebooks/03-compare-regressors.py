@@ -152,7 +152,9 @@ for target in [t for t in targets if t in results.get("grouped_random", {})]:
         plt.show()
 
 # %% [markdown]
-# Measured against out-of-fold predicted values (log axes) with each row's 90 % interval in grey. Each source
+# The **nested baseline regressor** (the one that answers bare feature rows, chosen per outer fold among the
+# candidates, every source), not the shipped step estimator, whose held-out figures on this project's runs are in
+# "What ships" below. Measured against out-of-fold predicted values (log axes) with each row's 90 % interval in grey. Each source
 # spans its own range of utilization (the table below the figures: per source, its 10th to 90th percentile), and
 # light jobs (PointNet, NeuMF) sit far below heavy ones (ResNet-50, BERT). Under leave-one-family-out the points
 # scatter far more and the
@@ -162,7 +164,9 @@ for target in [t for t in targets if t in results.get("grouped_random", {})]:
 
 # %%
 for target in [t for t in ("gpu_util", "memory_mib") if any(t in r for r in results.values())]:
-    fig = plot_outer({s: r[target] for s, r in results.items() if target in r}, title=target)
+    fig = plot_outer({s: r[target] for s, r in results.items() if target in r},
+                     title=f"{target}: the nested baseline regressor, every source (not the shipped step estimator: "
+                           "see 'What ships')")
     reports.save_figure(fig, f"03-oof-{target}")
     plt.show()
 df.groupby("source")["gpu_util"].quantile([0.1, 0.5, 0.9]).unstack().round(1)
@@ -295,7 +299,8 @@ for gpu in own_gpus if len(own) else []:
 # %%
 phys_metrics = comparison_metrics(phys_table, own_gpus, phys_results, constants, physics_weighting)  # gpupred.learn.summary
 reports.write_metrics(LEARNING_METRICS, phys_metrics)
-{k: v for k, v in phys_metrics.items() if k.startswith("comparison_") and k.split("_")[-2] == "coverage"}
+reports.metrics_table({k: v for k, v in phys_metrics.items()
+                       if k.startswith("comparison_") and k.split("_")[-2] == "coverage"}, LEARNING_METRICS)
 
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point
@@ -459,9 +464,11 @@ if "memory_mib" in phys_results and own_df["memory_mib"].notna().sum() >= 10:
 heldout = {"noncommercial": heldout_figures(phys_table), "default": heldout_figures(comparison_table(own_results))}
 headline = {**headline_metrics(own_results), **headline_metrics(own_results, "regressor", "_baseline")}
 reports.write_metrics(LEARNING_METRICS, headline)
-pd.DataFrame([{"variant": v, "target": t, "scheme": s, "tested": g, **e} for v, per in heldout.items()
-              for t, schemes_ in per.items() for s, tested_ in schemes_.items() for g, e in tested_.items()]
-             ).pivot_table(index=["target", "scheme", "tested"], columns="variant", values=["error", "coverage"]).round(3)
+reports.show_table(pd.DataFrame([{"variant": v, "target": t, "scheme": s, "tested": g, **e} for v, per in heldout.items()
+                                 for t, schemes_ in per.items() for s, tested_ in schemes_.items()
+                                 for g, e in tested_.items()]
+                                ).pivot_table(index=["target", "scheme", "tested"], columns="variant",
+                                              values=["error", "coverage"]))
 
 # %% [markdown]
 # ## Out-of-fold predictions for downstream notebooks
@@ -494,4 +501,4 @@ chosen
 # %%
 metrics = learning_metrics(info, results, chosen, transfer, ratios)  # gpupred.learn.summary names the keys
 reports.write_metrics(LEARNING_METRICS, metrics)
-metrics
+reports.show_table(reports.metrics_table(metrics, LEARNING_METRICS))

@@ -48,23 +48,30 @@ print(f"explaining {target} with {explain_model}; {len(df)} runs from {', '.join
 
 # %%
 imp = importance.impurity_importance(df, target, models=tree_models)
-reports.save_figure(importance.plot_importance(imp, title=f"{target}: impurity importance (mean of tree models)"), f"04-impurity-{target}")
+reports.save_figure(importance.plot_importance(
+    imp, title=f"{target}: impurity importance, mean of {len(tree_models)} tree models fitted on all runs (in-sample)",
+    xlabel="share of the impurity decrease (normalized per model)"), f"04-impurity-{target}")
 imp.head(15).round(3)
 
 # %%
 perm = importance.permutation(df, target, model=explain_model, n_repeats=n_permutations)
-reports.save_figure(importance.plot_importance(perm, title=f"{target}: permutation importance on held-out workloads ({explain_model})"),
-                    f"04-permutation-{target}")
+reports.save_figure(importance.plot_importance(
+    perm, title=f"{target}: permutation importance of {explain_model}, on held-out workloads (grouped 80/20 split)",
+    xlabel=f"drop in R² of log1p({target}) when the feature is shuffled"), f"04-permutation-{target}")
 perm.head(15).round(4)
 
 # %%
 explanation = importance.shap_explanation(df, target, model=explain_model)
-reports.save_figure(importance.plot_shap_summary(explanation), f"04-shap-beeswarm-{target}")
+reports.save_figure(importance.plot_shap_summary(
+    explanation, title=f"{target}: SHAP of {explain_model} fitted on all runs (in-sample, {len(explanation)} sampled)"),
+    f"04-shap-beeswarm-{target}")
 plt.show()
 
 # %%
 for feature in perm.index[:top]:
-    reports.save_figure(importance.plot_shap_dependence(explanation, feature), f"04-shap-dependence-{target}-{feature}")
+    reports.save_figure(importance.plot_shap_dependence(
+        explanation, feature, title=f"{target}: SHAP dependence on {feature}, {explain_model} fitted on all runs"),
+        f"04-shap-dependence-{target}-{feature}")
     plt.show()
 
 # %% [markdown]
@@ -97,7 +104,9 @@ if physics_explain and target in step_physics.PHYSICS_TARGETS:
     own_rows = dataset.own_rows(frame)
     if len(own_rows) >= 20:
         correction = step_evaluate.correction_shap(frame, dataset.SOURCE_OWN)
-        reports.save_figure(importance.plot_shap_summary(correction), f"04-correction-shap-{target}")
+        reports.save_figure(importance.plot_shap_summary(
+            correction, title=f"{target}: SHAP of the step estimator's correction, fitted on this project's runs "
+                              "(in-sample)"), f"04-correction-shap-{target}")
         plt.show()
 by_family.round(3) if physics_explain and target in step_physics.PHYSICS_TARGETS else "skipped"
 

@@ -127,4 +127,4 @@ with pd.option_context("display.max_colwidth", None, "display.width", 200):
 # %%
 metrics = memory.memory_metrics(errors, model, headline_scheme)
 reports.write_metrics(memory.MEMORY_METRICS, metrics)
-{k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}
+reports.metrics_table({k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}, memory.MEMORY_METRICS)

@@ -181,12 +181,7 @@ display(scores.drop(columns="predictor").round(3))
 scores_unflagged.drop(columns="predictor").round(3)
 
 # %%
-long = scores.melt(id_vars=["slice", "predictor_label"], value_vars=["spearman_pooled", "spearman_cell", "spearman_job"],
-                   var_name="spearman", value_name="value")
-g = sns.catplot(data=long, y="predictor_label", x="value", hue="spearman", col="slice", col_wrap=3, kind="bar",
-                height=3.2, aspect=1.3, sharey=False)
-g.set_axis_labels("Spearman (held out by model group)", "")
-save_figure(g.figure, "06-scoring-table")
+save_figure(closing.plot_scores(scores), "06-scoring-table")
 plt.show()
 
 # %% [markdown]

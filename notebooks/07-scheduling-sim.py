@@ -73,7 +73,6 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 from IPython.display import Markdown, display
 
 from gpupred import colocation, config, sim
@@ -204,14 +203,9 @@ for name, (runs, summary, paired, shares) in traces.items():
     display(shares.round(3))
 
 # %%
-long = pd.concat([t[0].assign(trace=name) for name, t in traces.items()], ignore_index=True)
-g = sns.catplot(data=long, x="policy", y="mean_jct_s", col="trace", row="load", kind="bar", errorbar=("ci", 95),
-                order=list(sim.POLICY_ORDER), height=3.0, aspect=1.4, sharey=False, seed=0)
-save_figure(g.figure, "07-policies-by-trace")
+save_figure(outcomes.plot_policies({name: t[1] for name, t in traces.items()}), "07-policies-by-trace")
 plt.show()
-g = sns.catplot(data=long, x="policy", y="p95_rho", col="trace", row="load", kind="bar", errorbar=("ci", 95),
-                order=list(sim.POLICY_ORDER), height=3.0, aspect=1.4, sharey=False, seed=0)
-save_figure(g.figure, "07-p95-rho-by-trace")
+save_figure(outcomes.plot_policies({name: t[1] for name, t in traces.items()}, "p95_rho"), "07-p95-rho-by-trace")
 plt.show()
 
 # %% [markdown]

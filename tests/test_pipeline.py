@@ -137,10 +137,64 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
 
     write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.2, "memory_mre_within": 0.05}, tmp_path)
     summary = write_summary(tmp_path, tmp_path / "summary.json")
-    assert len(HEADLINES) <= 30 and summary["gpu_util_rmsle_lofo"] == 0.2 and summary["iter_time_mre_lofo"] is None
+    assert len(HEADLINES) <= 30 and summary["gpu_util_rmsle_lofo"]["value"] == 0.2
+    assert summary["iter_time_mre_lofo"]["value"] is None
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
-    for key in summary:
+    for key, entry in summary.items():
         assert "." not in key and re.fullmatch(r"[a-z]+(_[a-z0-9]+){2,}", key), key
+        assert set(entry) == {"value", "meaning", "unit", "split"} and all(entry[k] for k in ("meaning", "unit", "split"))
+    assert "leave one family out" in summary["gpu_util_rmsle_lofo"]["split"]
+    assert "baseline" in summary["gpu_util_rmsle_lofo_baseline"]["meaning"]
+
+
+def test_the_summary_rounds_for_people(tmp_path: Path) -> None:
+    """summary.json keeps four significant digits (the metrics files keep every digit)."""
+    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.pipeline import write_summary
+    from gpupred.reports import write_metrics
+
+    write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.1759133506447282}, tmp_path)
+    assert write_summary(tmp_path, tmp_path / "s.json")["gpu_util_rmsle_lofo"]["value"] == 0.1759
+
+
+def test_every_notebook_opens_with_its_results_and_its_title(tmp_path: Path) -> None:
+    """The Results block follows the first heading, renders the run's figures rounded, and the HTML is titled by it."""
+    import nbformat
+
+    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.pipeline import to_html, add_results, notebook_title
+    from gpupred.reports import write_metrics
+
+    write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.1759133506447282, "dataset_runs_all": 12}, tmp_path)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 03 · Which regressor\nprose"),
+                                         nbformat.v4.new_code_cell("1")])
+    path = tmp_path / "03-compare-regressors.ipynb"
+    nbformat.write(nb, path)
+    add_results(path, tmp_path)
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[1].cell_type == "markdown" and "| `gpu_util_rmsle_lofo` | 0.176 |" in cells[1].source
+    assert "leave one family out" in cells[1].source and "dataset_runs_all` | 12 |" in cells[1].source
+    assert notebook_title(nbformat.read(path, as_version=4), "x") == "03 · Which regressor"
+    to_html(path)
+    assert "<title>03 · Which regressor</title>" in path.with_suffix(".html").read_text()
+    add_results(path, tmp_path, skipped="no runs in data/raw")
+    assert "skipped (no runs in data/raw)" in nbformat.read(path, as_version=4).cells[1].source
+
+
+def test_every_summary_key_and_schema_is_described() -> None:
+    """Each headline has a meaning, unit and split; each notebook's schema reference resolves to its schema."""
+    import re
+
+    from gpupred.digest import RESULT_KEYS, SCHEMAS, describe, schema_of
+    from gpupred.pipeline import HEADLINES
+
+    for key, _, _ in HEADLINES:
+        assert all(describe(key)), key
+    for notebook in SCHEMAS:
+        schema = schema_of(notebook)
+        assert schema is not None and schema.notebook == notebook
+        for key in RESULT_KEYS.get(notebook, ()):
+            assert any(re.fullmatch(p, key) for p, _ in schema.keys), (notebook, key)
 
 
 def test_every_headline_names_a_figure_its_notebook_declares() -> None:
@@ -156,3 +210,27 @@ def test_every_headline_names_a_figure_its_notebook_declares() -> None:
     assert {notebook for _, notebook, _ in HEADLINES} <= set(schemas)
     for _, notebook, metric in HEADLINES:
         assert any(re.fullmatch(p, metric) for p, _ in schemas[notebook].keys), (notebook, metric)
+
+
+def test_the_report_figures_draw_one_plot_each_with_units(tmp_path: Path) -> None:
+    """FIXTURE frames: 05's axes span the measured range (a far miss sits on the edge, counted), 07's are in hours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from gpupred.memory.evaluate import plot_estimates
+    from gpupred.sim.outcomes import plot_policies
+
+    errors = pd.DataFrame({"scheme": "lofo", "method": ["horus", "horus", "footprint", "footprint"],
+                           "source": "fixture", "measured_mib": [1000.0, 8000.0, 1000.0, 8000.0],
+                           "estimate_mib": [1.0, 7000.0, 1100.0, 7500.0]})
+    fig = plot_estimates(errors, "lofo")
+    ax = fig.axes[0]
+    assert ax.get_xlim()[0] == 500 and "1 estimates below 500 MiB" in ax.get_title()
+    assert "leave one family out" in fig._suptitle.get_text()
+    summary = pd.DataFrame({"load": 1.0, "policy": ["horus", "ours"], "mean_jct_s": [7200.0, 3600.0],
+                            "mean_jct_s_ci": [360.0, 0.0], "seeds": 3})
+    fig = plot_policies({"fixture": summary})
+    bars = [p.get_height() for p in fig.axes[0].patches]
+    assert bars == [2.0, 1.0] and "(h)" in fig.axes[0].get_ylabel()

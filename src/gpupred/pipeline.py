@@ -29,6 +29,7 @@ from typing import Any, Iterator
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import write_if_changed
+from gpupred.digest import HEADLINES, summary_entries
 from gpupred.reports import metrics_path, read_metrics
 
 
@@ -52,17 +53,30 @@ def notebooks(folder: Path | None = None) -> list[Path]:
     return sorted(p for p in folder.glob("*.ipynb") if re.match(r"^\d\d-", p.name))
 
 
-def _to_html(executed: Path) -> None:
+def notebook_title(nb: Any, fallback: str) -> str:
+    """A notebook's title: its first markdown heading without the ``#`` marks (``fallback`` when it has none)."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in str(cell.source).splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return fallback
+
+
+def to_html(executed: Path) -> None:
+    """Write the executed notebook's HTML page beside it, titled by the notebook's first heading."""
     import nbconvert
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
-    body, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
+    title = notebook_title(nb, executed.stem)
+    body, _ = nbconvert.HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": title}})
     executed.with_suffix(".html").write_text(body)
 
 
 SEED_TAG = "gpupred-seed"  # the seeding cell the pipeline runs first and removes from the executed copy
-SEED_SOURCE = "import random as _r, numpy as _np\n_r.seed(0); _np.random.seed(0); del _r, _np"
+SEED_SOURCE = ("import random as _r, numpy as _np\n_r.seed(0); _np.random.seed(0); del _r, _np\n"
+               "import gpupred.reports as _g\n_g.notebook_display(); del _g")  # and tables shown whole, rounded
 PAPERMILL_ERROR_TAG = "papermill-error-cell-tag"
 
 
@@ -166,11 +180,12 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
     except pm.PapermillExecutionError as err:
         if err.ename != "MissingInput":
             _tidy(executed, None)
-            _to_html(executed)
+            to_html(executed)
             raise GpupredError(f"{path.name} failed: {err.ename}: {err.evalue} (executed copy: {executed})") from None
         status, reason = "skipped", relative_paths(str(err.evalue))
     _tidy(executed, reason if status == "skipped" else None)
-    _to_html(executed)
+    add_results(executed, out_dir / "metrics", reason if status == "skipped" else None)
+    to_html(executed)
     return NotebookResult(path.name, status, round(time.perf_counter() - start, 2), reason)
 
 
@@ -255,33 +270,26 @@ def fresh_metrics(notebook: str, folder: Path | None = None) -> Iterator[None]:
         raise
 
 
-# The headline figures: (summary key, notebook, its metrics key). Keys read <target>_<metric>_<split>: the shipped
-# estimators' held-out figures on this project's own runs (default predictor), and each later stage's verdict.
-HEADLINES: tuple[tuple[str, str, str], ...] = tuple(
-    (key, "03-compare-regressors", key) for key in (
-        "gpu_util_rmsle_within", "gpu_util_rmsle_lofo", "gpu_util_rmsle_crossgpu", "gpu_util_coverage_lofo",
-        "gpu_util_rmsle_lofo_baseline", "sm_active_rmsle_within", "sm_active_rmsle_lofo",
-        "iter_time_mre_within", "iter_time_mre_lofo", "iter_time_mre_crossgpu", "iter_time_coverage_lofo",
-        "memory_mre_within", "memory_mre_lofo", "memory_mre_crossgpu", "memory_coverage_lofo",
-        "dataset_runs_all", "dataset_workloads_all")) + (
-    # co-location (06): held out by model group, pooled Spearman of the slowdown ranking, the prior beside calibration
-    # from k = 3 reference co-runs; scheduling (07): the goals' figures at load 1 (ours - Horus, Gavel's ratios)
-    ("slowdown_spearman_lucid_nonrl_summed_util", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_sum_util_meas"),
-    ("slowdown_spearman_lucid_nonrl_k3", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_calibrated_k3"),
-    ("slowdown_spearman_gavel_v100_prior", "06-colocation", "slowdown_spearman_pooled_gavel_v100_step_share"),
-    ("slowdown_spearman_gavel_v100_k3", "06-colocation", "slowdown_spearman_pooled_gavel_v100_calibrated_k3"),
-    ("sim_openb_meanjct_diff_s_load1", "07-scheduling-sim", "sim_openb_goal_load1_jct_diff"),
-    ("sim_gavel_p95rho_drop_load1", "07-scheduling-sim", "sim_gavel_goal_load1_p95_rho_drop"),
-    ("sim_gavel_oracle_share_load1", "07-scheduling-sim", "sim_gavel_goal_load1_oracle_share"),
-)
-
-
 def write_summary(folder: Path | None = None, path: Path | None = None) -> dict[str, Any]:
     """``reports/summary.json``: every headline figure (``HEADLINES``) from its notebook's metrics, ``None`` where
-    that notebook has not written it (skipped for want of input)."""
-    summary = {key: read_metrics(notebook, folder).get(metric) for key, notebook, metric in HEADLINES}
-    write_if_changed(Path(path or config.SUMMARY), (json.dumps(summary, indent=2) + "\n").encode())
+    that notebook has not written it (skipped for want of input), rounded to four significant digits beside its
+    meaning, unit and held-out split (:func:`gpupred.digest.summary_entries`)."""
+    summary = summary_entries({key: read_metrics(notebook, folder).get(metric) for key, notebook, metric in HEADLINES})
+    write_if_changed(Path(path or config.SUMMARY), (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode())
     return summary
+
+
+def add_results(executed: Path, metrics_folder: Path, skipped: str | None = None) -> None:
+    """Open the executed notebook with its Results block (:func:`gpupred.digest.results_markdown`), after its title."""
+    import nbformat
+
+    from gpupred.digest import results_markdown
+
+    nb = nbformat.read(executed, as_version=4)
+    cell = nbformat.v4.new_markdown_cell(results_markdown(executed.stem, metrics_folder, skipped))
+    first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+    nb.cells.insert(first + 1, cell)
+    nbformat.write(nb, executed)
 
 
 def run_pipeline(

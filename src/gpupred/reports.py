@@ -121,3 +121,53 @@ def progress_bar(**kwargs: Any) -> Any:
     else:
         from tqdm.std import tqdm
     return tqdm(**kwargs) if enabled else tqdm(**{**kwargs, "disable": True})
+
+
+def round_figures(value: Any, digits: int = 3) -> Any:
+    """``value`` with every float rounded to ``digits`` significant digits, recursively (for people, not stages)."""
+    value = json_safe(value)
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if value else 0.0
+    if isinstance(value, dict):
+        return {k: round_figures(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [round_figures(v, digits) for v in value]
+    return value
+
+
+def metrics_table(values: dict[str, Any], schema: MetricsSchema | None = None, digits: int = 3) -> Any:
+    """Figures of merit as a table for a notebook: key, value (rounded; nested values as compact JSON) and, with
+    ``schema``, what the key means."""
+    import pandas as pd
+
+    rows = []
+    for key, value in sorted(values.items()):
+        shown = round_figures(value, digits)
+        if isinstance(shown, (dict, list)):
+            shown = json.dumps(shown, separators=(", ", ": "))
+        row = {"key": key, "value": shown}
+        if schema is not None:
+            row["meaning"] = next((m for p, m in schema.keys if re.fullmatch(p, key)), "")
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("key") if rows else pd.DataFrame(columns=["key", "value"]).set_index("key")
+
+
+WHOLE_TABLES: dict[str, Any] = {"display.max_rows": 5000, "display.max_columns": 200, "display.width": 250,
+                                "display.max_colwidth": 200, "display.precision": 3}
+
+
+def show_table(frame: Any, digits: int = 3) -> None:
+    """Display a table whole (no "82 rows x 4 columns" cut) with its floats rounded to ``digits`` decimals."""
+    import pandas as pd
+    from IPython.display import display
+
+    with pd.option_context(*[x for kv in WHOLE_TABLES.items() for x in kv]):
+        display(frame.round(digits) if hasattr(frame, "round") else frame)
+
+
+def notebook_display() -> None:
+    """Show every table of this kernel whole and with three decimals (the pipeline calls it before each notebook)."""
+    import pandas as pd
+
+    for key, value in WHOLE_TABLES.items():
+        pd.set_option(key, value)

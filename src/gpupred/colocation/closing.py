@@ -5,6 +5,8 @@ Every figure in the closing note is read from these results (never typed): :func
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -34,6 +36,42 @@ def scores_table(results: list[SliceResult], rows_kept: str = "all", calibrated:
         frames.append(s.assign(slice=r.name, predictor_label=s["predictor"].map(label)))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return out[["slice", "predictor", "predictor_label", *METRICS, "rows", "cells", "jobs"]] if len(out) else out
+
+
+SPEARMAN_NAMES: dict[str, str] = {"spearman_pooled": "pooled over every held-out pair",
+                                   "spearman_cell": "within a cell (mean)", "spearman_job": "per job (mean)"}
+
+
+def plot_scores(scores: pd.DataFrame, wrap: int = 34) -> Any:
+    """The scoring table as a figure: one panel per slice, stacked, each predictor's Spearman correlations of the
+    slowdown ranking (held out by model group) as bars, predictor names wrapped so that no label overlaps."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    slices = list(dict.fromkeys(scores["slice"]))
+    counts = [int((scores["slice"] == s).sum()) for s in slices]
+    fig, axes = plt.subplots(len(slices), 1, figsize=(9, 0.5 * sum(counts) + 1.1 * len(slices) + 0.6), squeeze=False,
+                             sharex=True, gridspec_kw={"height_ratios": counts})
+    kinds = [k for k in SPEARMAN_NAMES if k in scores.columns]
+    height = 0.8 / len(kinds)
+    for ax, name in zip(axes[:, 0], slices):
+        t = scores[scores["slice"] == name].reset_index(drop=True)
+        y = np.arange(len(t))
+        for i, kind in enumerate(kinds):
+            ax.barh(y + (i - (len(kinds) - 1) / 2) * height, t[kind].to_numpy(float), height=height,
+                    color=f"C{i}", label=SPEARMAN_NAMES[kind])
+        ax.set_yticks(y, [textwrap.fill(str(v), wrap) for v in t["predictor_label"]], fontsize=8.5)
+        ax.invert_yaxis()
+        ax.axvline(0, color="k", lw=0.6)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_title(f"slice {name}: held out by model group", fontsize=10, loc="left")
+    axes[-1, 0].set_xlabel("Spearman correlation of predicted and measured slowdown (1 = same ranking)")
+    axes[0, 0].legend(loc="lower left", bbox_to_anchor=(0, 1.12), ncol=len(kinds), fontsize=8.5, frameon=False)
+    fig.suptitle("Co-location: each slowdown predictor on each slice (calibration at k = 3 reference co-runs)",
+                 y=1.0)
+    fig.tight_layout()
+    return fig
 
 
 def calibration_curve(results: list[SliceResult]) -> pd.DataFrame:

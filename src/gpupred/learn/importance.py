@@ -62,20 +62,30 @@ def _shap() -> Any:
     return shap
 
 
-def plot_shap_summary(explanation: Any, max_display: int = 15) -> Any:
-    """SHAP's beeswarm summary of an explanation, as a figure."""
+def plot_shap_summary(explanation: Any, title: str, max_display: int = 15) -> Any:
+    """SHAP's beeswarm summary of an explanation, alone on a new figure titled ``title`` (name the model and rows)."""
     import matplotlib.pyplot as plt
 
-    _shap().plots.beeswarm(explanation, max_display=max_display, show=False)
-    return plt.gcf()
+    fig, ax = plt.subplots(figsize=(8, 0.38 * max_display + 1.6))
+    _shap().plots.beeswarm(explanation, max_display=max_display, ax=ax, show=False, plot_size=None)
+    ax.set_title(title)
+    ax.set_xlabel("SHAP value (change in the model's log1p output)")
+    fig.tight_layout()
+    return fig
 
 
-def plot_shap_dependence(explanation: Any, feature: str) -> Any:
-    """SHAP's dependence scatter of one feature (coloured by its strongest interaction), as a figure."""
+def plot_shap_dependence(explanation: Any, feature: str, title: str = "") -> Any:
+    """SHAP's dependence scatter of one feature (coloured by its strongest interaction), alone on a new figure."""
     import matplotlib.pyplot as plt
 
-    _shap().plots.scatter(explanation[:, feature], color=explanation, show=False)
-    return plt.gcf()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    _shap().plots.scatter(explanation[:, feature], color=explanation, ax=ax, show=False,
+                          ylabel=f"SHAP value of {feature} (log1p output)")
+    ax.set_xlabel(f"{feature} (signed log1p of the feature)")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
 
 
 def shap_explanation(df: pd.DataFrame, target: str, model: str = "lightgbm", seed: int = 0, max_rows: int = 500) -> Any:
@@ -93,15 +103,16 @@ def shap_explanation(df: pd.DataFrame, target: str, model: str = "lightgbm", see
     return explanation
 
 
-def plot_importance(table: pd.DataFrame, column: str = "mean", top: int = 15, title: str = "") -> Any:
-    """A horizontal bar chart of the ``top`` features of an importance table."""
+def plot_importance(table: pd.DataFrame, column: str = "mean", top: int = 15, title: str = "",
+                    xlabel: str = "importance") -> Any:
+    """A horizontal bar chart of the ``top`` features of an importance table, alone on a new figure."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
-    t = table[column].head(top)
+    t = table[column].head(top)[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.3 * len(t) + 1.2))
-    sns.barplot(x=t.values, y=t.index, ax=ax, color="tab:blue")
-    ax.set_title(title)
+    ax.barh([str(i) for i in t.index], t.to_numpy(float), color="tab:blue")
+    ax.set(title=title, xlabel=xlabel, ylabel="feature")
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
 

@@ -278,10 +278,16 @@ def oof_frame(results: dict[str, NestedResult], dataset: pd.DataFrame) -> pd.Dat
     return base[[*KEY_COLUMNS, *(c for c in base.columns if c not in KEY_COLUMNS)]].reset_index(drop=True)
 
 
+OUTER_SCHEMES: dict[str, str] = {"grouped_random": "grouped random folds (unseen workloads)",
+                                 "lofo": "leave one family out (unseen families)"}
+
+
 def plot_outer(results: dict[str, NestedResult], title: str = "") -> Any:
-    """Measured vs out-of-fold predicted values per scheme (log axes), coloured by source, with intervals."""
+    """Measured vs out-of-fold predicted values per scheme (log axes), coloured by source, with intervals; each
+    panel names its held-out split, its pooled RMSLE and coverage, and the models its inner CVs chose."""
     import matplotlib.pyplot as plt
     import seaborn as sns
+    from matplotlib.ticker import FuncFormatter
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.6), squeeze=False)
     sources = sorted({s for r in results.values() for s in r.predictions.get("source", [])})
@@ -294,8 +300,13 @@ def plot_outer(results: dict[str, NestedResult], title: str = "") -> Any:
                         linewidth=0)
         lo, hi = max(0.5, float(p[["y", "pred"]].min().min())), float(p[["y", "pred"]].max().max()) * 1.1
         ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel=f"measured {res.target}", ylabel="out-of-fold prediction",
-               title=f"{name}: RMSLE {res.rmsle():.3f}, coverage {res.coverage():.0%}")
+        unit = {"gpu_util": " (%)", "sm_active": " (%)", "memory_mib": " (MiB)"}.get(res.target, "")
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {res.target}{unit}",
+               ylabel=f"out-of-fold prediction{unit}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_title(f"{OUTER_SCHEMES.get(name, name)}\nRMSLE {res.rmsle():.3f}, 90 % interval coverage "
+                     f"{res.coverage():.0%}; chosen: {res.chosen()}", fontsize=9.5)
     fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -215,11 +215,18 @@ HEADLINE_TARGETS: dict[str, str] = {"gpu_util": "gpu_util", "sm_active": "sm_act
 HEADLINE_SPLITS: dict[str, str] = {"within": "within", "lofo": "lofo", "cross_gpu": "crossgpu"}
 
 
+def relative_width(res: NestedResult) -> float:
+    """The median width of a result's 90 % intervals relative to its prediction, ``(high - low) / pred``."""
+    p = res.predictions
+    q = p[p["low"].notna() & p["high"].notna() & (p["pred"] > 0)]
+    return float(np.median((q["high"] - q["low"]) / q["pred"])) if len(q) else float("nan")
+
+
 def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], method: str = "physics+correction",
                      suffix: str = "") -> dict[str, Any]:
     """``<target>_<metric>_<split>{suffix}`` of one method, pooled over every row each split tested: ``rmsle`` for
     utilization and SM activity, ``mre`` (median relative error) for iteration time and memory, and the 90 %
-    intervals' ``coverage`` under leave one family out. ``results``: target -> scheme -> method -> NestedResult."""
+    intervals' ``coverage`` and median relative ``width`` under leave one family out. ``results``: target -> scheme -> method -> NestedResult."""
     out: dict[str, Any] = {}
     for target, per_scheme in results.items():
         name = HEADLINE_TARGETS.get(target)
@@ -234,6 +241,7 @@ def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], met
             out[f"{name}_{metric}_{split}{suffix}"] = figures["median_rel_err" if metric == "mre" else "rmsle"]
             if scheme == "lofo" and not suffix:
                 out[f"{name}_coverage_{split}"] = figures["coverage"]
+                out[f"{name}_width_{split}"] = relative_width(res)
     return out
 
 
@@ -245,6 +253,8 @@ LEARNING_METRICS = MetricsSchema("03-compare-regressors", (
     (r"(gpu_util|sm_active|iter_time|memory)_(rmsle|mre)_(within|lofo|crossgpu)(_baseline)?",
      "the shipped estimators' held-out error on this project's runs (with _baseline: the regressor baseline's)"),
     (r"(gpu_util|sm_active|iter_time|memory)_coverage_lofo", "their 90 % intervals' coverage, leave one family out"),
+    (r"(gpu_util|sm_active|iter_time|memory)_width_lofo",
+     "their 90 % intervals' median width relative to the prediction, (high - low) / prediction, leave one family out"),
     (r"regressors_\w+_(rmsle|coverage)_(grouped_random|lofo)", "the nested regressors' outer-fold figures"),
     (r"regressors_\w+_model", "the baseline regressor chosen for bare feature rows"),
     (r"regressors_gpu_util_(rmsle|coverage)_by_source", "{source: {scheme: figure}}"),

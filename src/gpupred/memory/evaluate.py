@@ -88,27 +88,59 @@ def plot_memory(errors: pd.DataFrame) -> Any:
         sns.boxplot(data=data, x="rel_err", y="method", hue="scheme", ax=ax, showfliers=True)
         ax.set_xscale("log")
         ax.set_xlabel("relative error |estimate - measured| / measured")
-        ax.set_title(src or "")
+        ax.set_title(f"source: {src}" if src else "")
+    fig.suptitle("Memory: relative error of each method on held-out rows, per split scheme (colour) and source")
     fig.tight_layout()
     return fig
 
 
-def plot_estimates(errors: pd.DataFrame, scheme: str = "grouped_random") -> Any:
-    """Estimated vs measured memory (MiB, log axes) for every method under one scheme, coloured by source."""
+SCHEME_NAMES: dict[str, str] = {"grouped_random": "grouped random folds (unseen workloads)",
+                                 "lofo": "leave one family out", "cross_gpu": "cross GPU (unseen kind)"}
+
+
+def mib_axis(axis: Any) -> None:
+    """Readable ticks on a log axis of MiB: 256 MiB, 1 GiB, 4 GiB... instead of powers of ten."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = [2.0 ** k for k in range(4, 21)]  # 16 MiB .. 1 TiB
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1024:g} GiB" if v >= 1024 else f"{v:g} MiB"))
+
+
+def plot_estimates(errors: pd.DataFrame, scheme: str = "grouped_random", ncols: int = 3) -> Any:
+    """Estimated vs measured memory (log axes in MiB/GiB) per method under one held-out scheme, coloured by source.
+
+    The axes span the measured range: an estimate below it is drawn on the bottom edge as a triangle and counted in
+    its panel's title, so that one method's far misses do not squash every panel into a corner."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     data = errors[errors["scheme"] == scheme]
     methods = list(dict.fromkeys(data["method"]))
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.6 * len(methods), 4.2), squeeze=False, sharey=True)
-    lo = max(1.0, float(data[["estimate_mib", "measured_mib"]].min().min()) * 0.8)
-    hi = float(data[["estimate_mib", "measured_mib"]].max().max()) * 1.2
-    for ax, method in zip(axes[0], methods):
-        sns.scatterplot(data=data[data["method"] == method], x="measured_mib", y="estimate_mib", hue="source", s=12,
-                        alpha=0.6, linewidth=0, ax=ax)
+    nrows = -(-len(methods) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 4.2 * nrows), squeeze=False, sharex=True, sharey=True)
+    lo = float(data["measured_mib"].min()) / 2
+    hi = float(data[["estimate_mib", "measured_mib"]].max().max()) * 1.3
+    sources = sorted(data["source"].unique())
+    for i, (ax, method) in enumerate(zip(axes.flat, methods)):
+        d = data[data["method"] == method].assign(shown=lambda t: t["estimate_mib"].clip(lower=lo * 1.05))
+        below = d["estimate_mib"] < lo
+        sns.scatterplot(data=d[~below], x="measured_mib", y="shown", hue="source", hue_order=sources, s=12,
+                        alpha=0.6, linewidth=0, ax=ax, legend=i == 0)
+        ax.scatter(d.loc[below, "measured_mib"], d.loc[below, "shown"], marker="v", s=14, color="0.4")
         ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=method, xlabel="measured MiB",
-               ylabel="estimate MiB")
+        note = f"\n{int(below.sum())} estimates below {lo:.0f} MiB (triangles)" if below.any() else ""
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=f"{method}{note}",
+               xlabel="measured peak memory", ylabel="estimate")
+        mib_axis(ax.xaxis)
+        mib_axis(ax.yaxis)
+        ax.tick_params(axis="x", labelrotation=45)
+    for i, ax in enumerate(list(axes.flat)[len(methods):], start=len(methods)):
+        ax.set_visible(False)
+        axes.flat[i - ncols].tick_params(axis="x", labelbottom=True, labelrotation=45)
+        axes.flat[i - ncols].set_xlabel("measured peak memory")
+    fig.suptitle(f"Memory estimate vs measured, held out by {SCHEME_NAMES.get(scheme, scheme)}, every source")
     fig.tight_layout()
     return fig
 

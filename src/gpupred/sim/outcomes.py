@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -41,6 +43,42 @@ def display_table(summary: pd.DataFrame, keys: tuple[str, ...] = TABLE_KEYS) -> 
     for k in keys:
         out[k] = [f"{m:,.3g} ± {h:,.2g}" if np.isfinite(h) else f"{m:,.3g}" for m, h in zip(summary[k], summary[f"{k}_ci"])]
     return out
+
+
+POLICY_FIGURES: dict[str, tuple[float, str, str]] = {  # key -> (scale, axis label, what the figure shows)
+    "mean_jct_s": (1 / 3600, "mean job completion time (h)", "mean JCT"),
+    "p95_rho": (1.0, "p95 of ρ = JCT / solo run time", "p95 finish-time fairness ρ"),
+}
+
+
+def plot_policies(summaries: dict[str, pd.DataFrame], key: str = "mean_jct_s") -> Any:
+    """Each policy's ``key`` (:data:`POLICY_FIGURES`: JCT in hours) as the mean over seeds (bars) with its 95 %
+    half-width (whiskers), one panel per trace and load: ``summaries`` maps a trace to its :func:`trace_tables`
+    summary."""
+    import matplotlib.pyplot as plt
+
+    scale, ylabel, what = POLICY_FIGURES[key]
+    loads = sorted({float(v) for s in summaries.values() for v in s["load"]})
+    fig, axes = plt.subplots(len(loads), len(summaries), figsize=(5.2 * len(summaries), 3.4 * len(loads)),
+                             squeeze=False, sharex=True)
+    for j, (name, summary) in enumerate(summaries.items()):
+        for i, load in enumerate(loads):
+            s = summary[summary["load"] == load]
+            order = [p for p in POLICY_ORDER if p in set(s["policy"])]
+            s = s.set_index("policy").loc[order]
+            hours, half = s[key].to_numpy(float) * scale, s[f"{key}_ci"].to_numpy(float) * scale
+            ax = axes[i, j]
+            ax.bar(order, hours, yerr=np.where(np.isfinite(half), half, 0), capsize=3,
+                   color=["tab:orange" if p == "ours" else "tab:blue" for p in order])
+            seeds = f", {int(s['seeds'].max())} seeds" if "seeds" in s.columns else ""
+            ax.set_title(f"{name} trace, load {load:g}x{seeds}", fontsize=10)
+            ax.set_ylabel(ylabel)
+            ax.grid(axis="y", alpha=0.3)
+            ax.tick_params(axis="x", labelrotation=30)
+    fig.suptitle(f"Scheduling simulation: {what} per placement policy on each trace's evaluation slice "
+                 "(ours: held-out predictions, pair slowdowns calibrated on k co-runs; whiskers: 95 % CI over seeds)", fontsize=10.5)
+    fig.tight_layout()
+    return fig
 
 
 def _row(frame: pd.DataFrame, load: float, column: str, value: str) -> pd.Series | None:
