@@ -4,7 +4,8 @@ Fixture: the test writes its own sample files, builds a DataLoader over them, an
 duration: the main thread launches (a fixed amount of Python work, ``HOST_SHARE`` of the step: the host's share)
 and then waits for the "device" (a sleep, which, like a GPU step, takes time but no host core). From two measured
 numbers, the per-batch cost of making a batch in the main process with no step and the receive cost of a batch from
-a worker, :func:`gpupred.perf.timeline.with_loader` predicts the steady period and the device's busy fraction for
+a worker (and the worker's handing it over, taken as costly: :func:`gpupred.perf.inputfeed.loader_times`),
+:func:`gpupred.perf.timeline.with_loader` predicts the steady period and the device's busy fraction for
 0, 1 and 2 workers and steps from loader-bound to step-bound; both must come within 10% of the measured ones. This
 tests the timeline, not only its formula: the same loop runs for real, on however many cores this machine has.
 """
@@ -110,8 +111,8 @@ def costs(sample_root: Path) -> tuple[float, float, float]:
 
 def predicted(produce: float, receive: float, workers: int, step_s: float) -> tuple[float, float]:
     """(period, the device's busy fraction) the timeline predicts for the loop."""
-    cores = float(len(os.sched_getaffinity(0)))
-    loader = LoaderTimes(produce, receive if workers else 0.0, workers, cores)
+    cores = float(len(os.sched_getaffinity(0)))  # a worker's handing a batch over costs it what receiving costs
+    loader = LoaderTimes(produce + receive, receive, workers, cores) if workers else LoaderTimes(produce, 0.0, 0, cores)
     step, busy, host = (np.array([v]) for v in (step_s, (1 - HOST_SHARE) * step_s, HOST_SHARE * step_s))
     period, _ = with_loader(step, busy, host, np.array(["step"], dtype=object), loader_arrays([loader], 1))
     return float(period[0]), float(busy[0] / period[0])

@@ -96,9 +96,11 @@ def loader_times(pipeline: InputPipeline, batch_size: int, batch_bytes: float, c
     if pipeline.num_workers == 0:  # torch pins in line too
         return LoaderTimes(produce + (copy if pipeline.pin_memory else 0.0), 0.0, 0, pipeline.cores)
     touch = costs.ipc_per_byte_s * batch_bytes / speed  # first touch of the worker's shared-memory batch
+    handoff = costs.ipc_per_batch_s / speed + touch  # a worker puts each batch into shared memory and the queue:
+    produce += handoff  # taken as costly as the main process's receiving it (the bench times the receiving side)
     if pipeline.pin_memory:  # the pin-memory thread touches and copies it; the main thread only receives
         return LoaderTimes(produce, costs.ipc_per_batch_s / speed, pipeline.num_workers, pipeline.cores, touch + copy)
-    return LoaderTimes(produce, costs.ipc_per_batch_s / speed + touch, pipeline.num_workers, pipeline.cores)
+    return LoaderTimes(produce, handoff, pipeline.num_workers, pipeline.cores)
 
 
 def loader_columns(times: LoaderTimes | None) -> dict[str, float]:
