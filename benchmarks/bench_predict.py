@@ -5,7 +5,7 @@
 - distinct feature rows per second through the baseline regressors (goal >= 100,000 rows/s, a scheduler scoring its
   whole queue); one row (goal <= 5 ms);
 - ONNX file to prediction, cold in the process, for ResNet-50 from the graph store and as a 102 MB legacy export;
-- the step model's cost per graph (gpupred.perf: goal < 20 ms for ResNet-50; ``--step-only`` prints only that).
+- the step model's cost per graph (gpupred.step.physics: goal < 20 ms for ResNet-50; ``--step-only`` prints only that).
 
 It trains a THROWAWAY predictor (XGBoost, CV+ with 5 folds, three targets: 18 tree ensembles of 300 trees) on a
 FIXTURE frame (tests/fixtures_learning.py, toy formula): its predictions are meaningless; only the speed is
@@ -111,7 +111,7 @@ STEP_GRAPHS = ("resnet.resnet50-img224", "bert.bert-v30522-m768-h12-l12-seq512",
 def bench_step_model() -> None:
     """The step model's cost per graph: load + canonical form + kernels + timeline (cold), and the timeline alone."""
     from gpupred import config
-    from gpupred.perf import DEFAULT, canonical_graph, simulate, step_kernels
+    from gpupred.step.physics import DEFAULT, canonical_graph, simulate, step_kernels
     from gpupred.hardware import gpu_spec
 
     gpu = gpu_spec("H200")

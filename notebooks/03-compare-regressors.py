@@ -223,7 +223,7 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # ## Physics first: the step model and a learned correction
 # Aggregate features (FLOPs, bytes, op counts) do not see what sets utilization on a fast GPU: how many
 # kernels a training step launches, how long the host takes to launch each, and the shortest time a kernel
-# takes. The step model (`gpupred.perf`) expands each graph into the kernels of one training step (forward,
+# takes. The step model (`gpupred.step.physics`) expands each graph into the kernels of one training step (forward,
 # the BatchNorm and Dropout kernels an eval export drops or folds, backward, autocast casts, one kernel per time
 # step of a recurrent layer, attention cores as the one fused kernel torch runs each way, the optimizer as torch's
 # foreach path runs it, and a GAN's second discriminator pass and second optimizer, from the workload's recipe),
@@ -236,7 +236,7 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # (GPU kind, protocol) without training rows has its interval widened to at least what that same borrowing gets
 # wrong inside the training rows: each training key (or protocol) held out in turn and predicted from the others'
 # fits, the 90 % conformal quantile of the log error with every held-out key weighing the same
-# (`gpupred.step.physics.extrapolation_width`). A correction regressor then learns
+# (`gpupred.step.rowphysics.extrapolation_width`). A correction regressor then learns
 # log(measured / physics) on the same training rows
 # (LightGBM on the physics and a dozen job features, CV+ intervals calibrated per source on folds that keep whole
 # family groups (`physics_calibration`), its strength chosen by an inner CV grouped the same way, bounded to its
@@ -246,7 +246,7 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # user's job is as likely to be an unseen family as a new batch size of a known one.
 #
 # Memory the same way (`gpupred.memory.compare_memory`): *physics* is the analytic footprint of
-# `gpupred.footprint` (weights, gradients, optimizer state, autocast copies, activations saved for backward,
+# `gpupred.memory.physics` (weights, gradients, optimizer state, autocast copies, activations saved for backward,
 # workspace; the CUDA context and the allocator's ratio fitted per GPU kind and protocol on the training rows),
 # and the correction a bounded factor whose clip and size are chosen by a leave-one-family-out **inside the
 # training rows** (whose held-out residuals also calibrate its 90 % interval).
@@ -263,7 +263,7 @@ from gpupred import jobtables, memory
 from gpupred.learn.summary import (
     LEARNING_METRICS, comparison_metrics, comparison_table, gpu_key, headline_metrics, plot_methods, tested_on,
 )
-from gpupred.perf.constants import FITTED
+from gpupred.step.physics.constants import FITTED
 from gpupred.step import evaluate as step_evaluate
 from gpupred.step import physics as step_physics
 
@@ -347,9 +347,10 @@ display(Markdown(cross_gpu_prose(phys_table, own_gpus)))
 # wall on this project's 2-core machine under a load of 5); `realworld=[]` skips it.
 
 # %%
-from gpupred import config, footprint
+from gpupred import config
+from gpupred.memory import physics as footprint
 from gpupred.graph.corpus import read_corpus_index
-from gpupred.perf import ConstantsTable
+from gpupred.step.physics import ConstantsTable
 from gpupred.predictor.realworld_report import plot_realworld_steps, realworld_metrics, realworld_table
 
 corpus_models = read_corpus_index()["models"]
@@ -392,7 +393,7 @@ if len(rw):
 # ## Jobs as they really run: their input pipeline
 # This project's sweeps train on batches already on the GPU. Real jobs feed the GPU from a host input pipeline:
 # DataLoader workers read, decode and augment samples, the main process receives, pins and copies each batch. The
-# step model's timeline takes the pipeline in (`gpupred.perf.inputfeed`, `gpupred.perf.timeline.with_loader`): its
+# step model's timeline takes the pipeline in (`gpupred.step.physics.inputfeed`, `gpupred.step.physics.timeline.with_loader`): its
 # per-sample costs come from a host profile (`gpupred loader bench`; the reference is this project's development
 # machine, `data/hosts/`), each job's pipeline from its upstream script (`gpupred.importers.lucid`: CIFAR's and
 # FakeData's PIL transforms in 2 workers, ShapeNet's point clouds parsed from text in 2 workers, SQuAD's features in

@@ -87,7 +87,7 @@ reports.write_metrics(importance.EXPLAIN_METRICS, {f"{target}_top_features_permu
 
 # %% [markdown]
 # ## What the step model misses: the correction
-# Notebook 03 predicts utilization as the step model's answer (`gpupred.perf`: kernels of one training step,
+# Notebook 03 predicts utilization as the step model's answer (`gpupred.step.physics`: kernels of one training step,
 # their roofline times, the host's launch timeline) times a learned correction. Here is what the correction
 # corrects, on this project's own runs: log(measured / physics) per family with the constants fitted on every
 # row (an explanation, not an evaluation), then SHAP of the correction model on those runs. A family whose

@@ -17,7 +17,7 @@
 # # 05 · GPU memory: an analytic footprint, times a bounded learned correction
 # Relative error |estimate − measured| / measured, out of sample, of four methods on the same splits:
 # Horus's formula (weights and forward feature maps), the first analytical estimate with a learned residual
-# (the baseline this notebook had), the analytic footprint of `gpupred.footprint` alone (parameters,
+# (the baseline this notebook had), the analytic footprint of `gpupred.memory.physics` alone (parameters,
 # gradients, optimizer state, autocast weight copies, activations saved for backward counted from the
 # canonical graph by dtype, loss buffers, inputs, workspace, and the CUDA context with the allocator's ratio
 # fitted per GPU kind and protocol on training rows), and the footprint times a bounded learned correction. The
@@ -42,7 +42,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from gpupred import dataset, footprint, jobtables, memory, reports
+from gpupred import dataset, jobtables, memory, reports
+from gpupred.memory import physics as footprint
 
 df = jobtables.with_terms(dataset.load_dataset())  # MissingInput until notebook 02 has run
 errors = memory.evaluate_memory(df, schemes=schemes, n_folds=n_folds, residual_model=residual_model)

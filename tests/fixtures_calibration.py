@@ -14,7 +14,7 @@ import numpy as np
 
 from gpupred.calibration.bench import default_cases
 from gpupred.hardware import gpu_spec
-from gpupred.perf.kernels import OPTIMIZER_OPS, foreach_launches
+from gpupred.step.physics.kernels import OPTIMIZER_OPS, foreach_launches
 
 # the constants the FIXTURE GPU "has" (deliberately unlike the published defaults)
 TRUE_STEP: dict[str, float] = {
@@ -27,7 +27,7 @@ ITEM = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def _roofline(flops: float, nbytes: float, peak_tflops: float, eff: float, bw_gbs: float, c: dict[str, float]) -> float:
-    """max(compute, memory) + minimum kernel time, written out by hand (not gpupred.perf's code)."""
+    """max(compute, memory) + minimum kernel time, written out by hand (not gpupred.step.physics's code)."""
     return max(flops / (peak_tflops * 1e12 * eff), nbytes / (bw_gbs * 1e9 * c["memory_eff"])) + c["min_kernel_s"]
 
 

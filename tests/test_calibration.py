@@ -21,7 +21,7 @@ from gpupred.calibration.derive import MEASURED_BY, MEMORY_MEASURED, NOT_MEASURE
 from gpupred.calibration.replay import FakeBackend
 from gpupred.calibration.file import canonical_sha256
 from gpupred.errors import GpupredError
-from gpupred.perf.constants import BOUNDS, DEFAULT, StepConstants
+from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants
 
 H100 = "NVIDIA H100 80GB HBM3"
 

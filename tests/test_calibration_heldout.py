@@ -27,8 +27,8 @@ H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 @pytest.fixture(scope="module")
 def runs() -> tuple[pd.DataFrame, object, object, pd.DataFrame]:
     """FIXTURE runs on an H100 and an H200 (ResNets and VGGs), their step-model inputs, fitted table, footprint terms."""
-    from gpupred.footprint import footprint_columns
-    from gpupred.step.physics import fitted_physics, physics_data
+    from gpupred.memory.physics import footprint_columns
+    from gpupred.step.rowphysics import fitted_physics, physics_data
 
     df = fixture_dataset(gpus=(H100, H200), n_batch_sizes=2)
     df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)
@@ -117,7 +117,7 @@ def test_the_predictor_core_uses_the_measured_width_for_a_calibrated_gpu(runs: t
 
 
 def _steps(workload_id: str, gpu: str) -> dict[str, float]:
-    from gpupred.perf.columns import spec_step_columns
+    from gpupred.step.physics.columns import spec_step_columns
     from gpupred.workloads.spec import WorkloadSpec
 
     return spec_step_columns(WorkloadSpec.from_id(workload_id), gpu)

@@ -20,7 +20,7 @@ from gpupred.calibration import read_calibration
 from gpupred.calibration.derive import STEP_MEASURED
 from gpupred.calibration.use import applied, resolve_calibration, standin_reference
 from gpupred.errors import GpupredError
-from gpupred.perf.constants import DEFAULT
+from gpupred.step.physics.constants import DEFAULT
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -34,7 +34,7 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A FIXTURE artifact with the physics core, trained on H100 rows only."""
     df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
     df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)
-    from gpupred.perf.columns import spec_step_columns
+    from gpupred.step.physics.columns import spec_step_columns
     from gpupred.workloads.spec import WorkloadSpec
 
     steps = [spec_step_columns(WorkloadSpec.from_id(w), g) for w, g in zip(df["workload_id"], df["gpu"])]
@@ -102,7 +102,7 @@ def test_the_calibrated_constants_are_the_ones_the_step_model_runs_with(artifact
     real = StepEstimator.predict
 
     def spy(self, X, physics=None, constants=None, widths=None):
-        from gpupred.perf.timeline import launch_costs, simulate
+        from gpupred.step.physics.timeline import launch_costs, simulate
 
         r = physics.rows
         c = constants if constants is not None else self.constants_.get(*physics.keys[0])

@@ -62,7 +62,7 @@ def test_checkpointed_blocks_are_the_decoder_layers(llama: Any) -> None:
     """Each decoder layer is one block (its nodes, RMSNorms and rotary split included), reading only the hidden
     state and the mask made before it; the embedding, the final norm and the head are in none."""
     from gpupred.graph.loader import cached_graph
-    from gpupred.perf.blocks import checkpoint_blocks
+    from gpupred.step.physics.blocks import checkpoint_blocks
 
     cg = cached_graph(llama[1], BATCH)[0].form(True)
     blocks = checkpoint_blocks(cg)
@@ -150,7 +150,7 @@ def _torch_peak(config_path: Path, checkpointing: bool) -> float:
 
 def _ours(graph: Path, checkpointing: bool) -> float:
     """The footprint's activations + loss + inputs (MiB), fp32 AdamW."""
-    from gpupred.footprint import footprint_terms, graph_terms, setup_columns
+    from gpupred.memory.physics import footprint_terms, graph_terms, setup_columns
     from gpupred.graph import featurize
     from gpupred.setups import setup_of
 
@@ -179,7 +179,7 @@ def test_autocast_copies_under_checkpointing(llama: Any) -> None:
     import torch
     import transformers
 
-    from gpupred.footprint import footprint_terms, graph_terms, setup_columns
+    from gpupred.memory.physics import footprint_terms, graph_terms, setup_columns
     from gpupred.graph import featurize
     from gpupred.setups import setup_of
 

@@ -203,7 +203,7 @@ def test_a_pipeline_run_reaches_the_dataset_with_its_machines_host_profile(tmp_p
 
     from gpupred import config
     from gpupred.loader.hostprofile import write_host_profile
-    from gpupred.perf.inputfeed import LOADER_COLUMNS
+    from gpupred.step.physics.inputfeed import LOADER_COLUMNS
     from gpupred.profile.store import host_profile_path
 
     feats = fixture_features(n_batch_sizes=1)

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from gpupred.errors import GpupredError
-from gpupred.footprint import (
+from gpupred.memory.physics import (
     MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
 )
 from gpupred.memory import BEST, CORRECTION_CLIP, MemoryEstimator
@@ -133,7 +133,7 @@ def test_unmeasured_gpu_gets_wider_intervals() -> None:
 
 
 def test_onnx_footprint_matches_the_terms() -> None:
-    from gpupred.footprint import onnx_footprint_mib
+    from gpupred.memory.physics import onnx_footprint_mib
 
     graph = _attention_graph()
     mib = onnx_footprint_mib(graph, 2, "fp32", "sgd", "NVIDIA H200")

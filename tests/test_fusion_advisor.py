@@ -24,8 +24,8 @@ from gpupred.errors import GpupredError
 from gpupred.fusion import advise_fusion, choose_f
 from gpupred.fusion.advisor import CURVE_COLUMNS, base_spec, catalog_models
 from gpupred.fusion.measured import compare_with_advice, fusion_vs_colocation, measured_curves, measured_knee
-from gpupred.perf.vmapped import LOOP_CELL_KERNELS, STACKED_OPTIMIZER_OPS, fused_kernels
-from gpupred.perf.kernels import BWD, CONV, FOREACH_CHUNK, FWD, MATMUL, OPT, KernelList
+from gpupred.step.physics.vmapped import LOOP_CELL_KERNELS, STACKED_OPTIMIZER_OPS, fused_kernels
+from gpupred.step.physics.kernels import BWD, CONV, FOREACH_CHUNK, FWD, MATMUL, OPT, KernelList
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA
 from gpupred.profile.units import Unit
 from gpupred.workloads.spec import WorkloadSpec
@@ -239,10 +239,10 @@ def test_notebook_09_says_so_without_fused_runs(run_notebook, tmp_path: Path) ->
 def test_fused_kernels_keep_the_setups_tensor_core_flags() -> None:
     """A fused step's kernels carry one tensor-core flag per kernel (the setup's), so they can be timed."""
     from gpupred.hardware import gpu_spec
-    from gpupred.perf import DEFAULT
-    from gpupred.perf.columns import spec_kernels
-    from gpupred.perf.timeline import kernel_times
-    from gpupred.perf.vmapped import fused_kernels
+    from gpupred.step.physics import DEFAULT
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.step.physics.timeline import kernel_times
+    from gpupred.step.physics.vmapped import fused_kernels
     from gpupred.workloads.spec import WorkloadSpec
 
     kl = spec_kernels(WorkloadSpec.from_id(RESNET))

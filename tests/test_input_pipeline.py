@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from gpupred.errors import GpupredError
-from gpupred.perf.inputfeed import loader_columns, loader_times, variant_of
-from gpupred.perf.timeline import LoaderTimes, loader_arrays, with_loader
+from gpupred.step.physics.inputfeed import loader_columns, loader_times, variant_of
+from gpupred.step.physics.timeline import LoaderTimes, loader_arrays, with_loader
 from gpupred.setups import RESIDENT, InputPipeline, pipeline_from_json, pipeline_of
 
 WORKLOAD = "resnet.resnet50-bs64-img224-bf16-sgd"

@@ -24,8 +24,8 @@ def tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_kernels_and_terms_come_back_as_computed(tables: Path) -> None:
-    from gpupred.footprint import FOOTPRINT_COLUMNS, footprint_columns
-    from gpupred.perf.columns import spec_kernels
+    from gpupred.memory.physics import FOOTPRINT_COLUMNS, footprint_columns
+    from gpupred.step.physics.columns import spec_kernels
     from gpupred.workloads.spec import WorkloadSpec
 
     ids = [IDS[2], IDS[0], IDS[0]]  # any order, repeats included

@@ -74,9 +74,9 @@ TWO_GPUS = {"gpus": ("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), "n_bat
 
 def test_one_optimizer_table() -> None:
     import gpupred.memory as memory
-    from gpupred.footprint import OPTIMIZER_STATES
+    from gpupred.memory.physics import OPTIMIZER_STATES
 
-    assert not hasattr(memory, "OPTIMIZER_STATES")  # one table: gpupred.footprint's
+    assert not hasattr(memory, "OPTIMIZER_STATES")  # one table: gpupred.memory.physics's
     df = fixture_dataset(n_batch_sizes=1).head(2).assign(optimizer=["adamw", "sgd_nomomentum"], precision="fp32")
     p, act = df["param_bytes"].to_numpy(float), df["activation_bytes"].to_numpy(float)
     expected = p * (2.0 + np.array([OPTIMIZER_STATES["adamw"], OPTIMIZER_STATES["sgd_nomomentum"]])) + act

@@ -1,4 +1,4 @@
-"""The footprint's terms (gpupred.footprint) against torch's own count of a real CPU training step, and the default
+"""The footprint's terms (gpupred.memory.physics) against torch's own count of a real CPU training step, and the default
 attention of models given by name (issue 78 items 1 and 3).
 
 Tiny LLaMA and GPT-2 configs are FIXTURES written by the tests (config.json files with tiny sizes; nothing is
@@ -55,7 +55,7 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _footprint(config_path: Path, attention: str | None) -> dict[str, float]:
     """The footprint's terms (MiB) of the exported graph: fp32 AdamW at BATCH x SEQ."""
-    from gpupred.footprint import footprint_terms, graph_terms, setup_columns
+    from gpupred.memory.physics import footprint_terms, graph_terms, setup_columns
     from gpupred.graph import featurize
     from gpupred.graph.named import named_graph
     from gpupred.setups import setup_of
@@ -130,10 +130,10 @@ def test_gpt2_terms_against_memtracker(configs: dict[str, Path]) -> None:
 def test_named_models_default_to_sdpa(configs: dict[str, Path]) -> None:
     """A model by name builds transformers' default attention (SDPA): every exported core is recognised as
     scaled_dot_product_attention, so the footprint keeps no score matrix; eager only when asked, cached apart."""
-    from gpupred.footprint import graph_terms
+    from gpupred.memory.physics import graph_terms
     from gpupred.graph.loader import cached_graph
     from gpupred.graph.named import named_graph, named_info
-    from gpupred.perf.attention import attention_cores
+    from gpupred.step.physics.attention import attention_cores
     from gpupred.setups import setup_of
     from gpupred.workloads.hubmodels import hf_model
 

@@ -102,7 +102,7 @@ def test_state_bytes_per_optimizer() -> None:
 
 
 def test_footprint_reads_the_parameter_terms(cg: object) -> None:
-    from gpupred.footprint import MIB, footprint_terms
+    from gpupred.memory.physics import MIB, footprint_terms
 
     t = parameter_terms(cg, setup_of("bf16", "adamw", lora_rank=4, lora_targets=("l2",), qlora=True), "stack")
     row = {"param_bytes": 1e9, "activation_bytes": 1e6, "optimizer": "adamw", "precision": "bf16", **t}
@@ -113,7 +113,7 @@ def test_footprint_reads_the_parameter_terms(cg: object) -> None:
 
 
 def test_kept_tensor_rule_copies_match_the_footprint() -> None:
-    from gpupred import footprint
+    from gpupred.memory import physics as footprint
 
     assert finetune.NO_INPUT_SAVE == footprint.NO_INPUT_SAVE and finetune.OUTPUT_SAVE == footprint.OUTPUT_SAVE
     assert finetune.FP32_OPS == footprint.FP32_OPS and finetune.PROMOTING_OPS == footprint.PROMOTING_OPS
@@ -121,7 +121,7 @@ def test_kept_tensor_rule_copies_match_the_footprint() -> None:
 
 
 def test_frozen_weights_launch_no_weight_gradient(cg: object) -> None:
-    from gpupred.perf.kernels import BWD, FWD, MATMUL, step_kernels
+    from gpupred.step.physics.kernels import BWD, FWD, MATMUL, step_kernels
 
     full = step_kernels(cg, setup=setup_of("fp32", "adamw"))
     lora = step_kernels(cg, setup=setup_of("fp32", "adamw", lora_rank=4, lora_targets=("l2",)))

@@ -1,4 +1,4 @@
-"""The step model (gpupred.perf) on tiny hand-built ONNX graphs (fixtures made here) with hand-computed values."""
+"""The step model (gpupred.step.physics) on tiny hand-built ONNX graphs (fixtures made here) with hand-computed values."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
-from gpupred.perf import (
+from gpupred.step.physics import (
     KernelList, StepConstants, canonical_graph, estimate_onnx, estimate_step, kernel_times, simulate, step_kernels,
 )
 from gpupred.setups import setup_of
@@ -144,7 +144,7 @@ def test_step_model_is_torch_free() -> None:
     """Importing and running the step model never imports torch."""
     import subprocess
 
-    code = ("import sys, gpupred.perf as p; from onnx import helper; assert 'torch' not in sys.modules; "
+    code = ("import sys, gpupred.step.physics as p; from onnx import helper; assert 'torch' not in sys.modules; "
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
@@ -155,7 +155,7 @@ def test_an_unfitted_gpu_borrows_host_constants_from_its_protocol_and_device_one
     """FIXTURE fits: launch cost and step overhead come from the same protocol's fits (geometric mean); efficiencies
     and the minimum kernel time from the same architecture's, else the published defaults; a protocol without fits
     gets the launch cost of every fit and the defaults otherwise; no fits at all, the defaults whole."""
-    from gpupred.perf.constants import DEFAULT, ConstantsTable
+    from gpupred.step.physics.constants import DEFAULT, ConstantsTable
 
     a = DEFAULT.with_fitted({"launch_s": 40e-6, "step_overhead_s": 4e-4, "memory_eff": 0.3}, "fixture a")
     b = DEFAULT.with_fitted({"launch_s": 10e-6, "step_overhead_s": 1e-4, "memory_eff": 0.9}, "fixture b")
@@ -205,7 +205,7 @@ def test_depthwise_convolution_runs_on_cuda_cores_at_its_own_efficiency() -> Non
     """Fixture: a depthwise 3x3 conv (weight [C, 1, 3, 3], group C) then a dense 1x1 conv. The depthwise one's
     forward, data- and weight-gradient kernels are DEPTHWISE and priced at ``depthwise_eff`` of the FP32 peak
     whatever the precision; the dense one stays a (tensor-core) CONV."""
-    from gpupred.perf.kernels import CONV, DEPTHWISE
+    from gpupred.step.physics.kernels import CONV, DEPTHWISE
 
     C = 8
     nodes = [helper.make_node("Conv", ["x", "Wd"], ["d"], group=C, pads=[1, 1, 1, 1]),
@@ -245,7 +245,7 @@ def _attention_model(sdpa: bool = True) -> object:
 def test_an_attention_core_is_one_fused_kernel_each_way() -> None:
     """The exported scaled_dot_product_attention chain (and its scales) is one forward kernel with both MatMuls'
     FLOPs, reading q, k, v and writing the output once; backward two kernels (a preprocessing pass, 2.5x the FLOPs)."""
-    from gpupred.perf.attention import attention_cores
+    from gpupred.step.physics.attention import attention_cores
 
     S, D = 6, 4
     m = _attention_model()
@@ -268,7 +268,7 @@ def test_hand_written_attention_runs_as_its_ops_unless_the_setup_fuses_it() -> N
     """Under attention='auto' only cores exported from scaled_dot_product_attention are fused: hand-written
     attention (q alone scaled) runs as its ops (scale, scores, softmax, product by V: 4 forward kernels); 'sdpa'
     fuses it, 'eager' unfuses the exported one."""
-    from gpupred.perf.attention import attention_cores
+    from gpupred.step.physics.attention import attention_cores
     from gpupred.setups import setup_of
 
     hand, _ = canonical_graph(_attention_model(sdpa=False), B)
@@ -286,7 +286,7 @@ def test_gan_recipe_runs_the_discriminator_again_and_steps_two_optimizers() -> N
     """Fixture: D(real) = Gemm(real, Wd); G(z) = Gemm(z, Wg); D(G(z)) = Gemm(G(z), Wd). The second reader of Wd is
     the shared pass; the GAN step runs it once more each way, three BCE losses and one optimizer per network, and
     pays the per-step overhead twice (two zero_grad/backward/step cycles)."""
-    from gpupred.perf.kernels import reread_nodes
+    from gpupred.step.physics.kernels import reread_nodes
 
     F, Z = 12, 5
     nodes = [helper.make_node("Gemm", ["real", "Wd"], ["d_real"], transB=1),
@@ -306,7 +306,7 @@ def test_gan_recipe_runs_the_discriminator_again_and_steps_two_optimizers() -> N
     c = StepConstants(step_overhead_s=1e-3)
     gpu = gpu_spec("H200")
     assert simulate(gan, gpu, "fp32", c).host_s - simulate(plain, gpu, "fp32", c).host_s > 1e-3
-    from gpupred.perf import kernels_for
+    from gpupred.step.physics import kernels_for
 
     with pytest.raises(GpupredError):
         kernels_for(m, B, "fp32", "sgd", recipe="triple")
@@ -395,7 +395,7 @@ def test_failure_classes_from_graph_traits_and_time_shares() -> None:
     """Fixture: x -> Conv 3x3 and Conv 1x1 of the same x, summed (a RepVGG branch pair), twice. Two such sums mark
     the multi-branch class; depthwise time from DEPTHWISE_SHARE and CUDA-core matmul time from SHARE of the GPU time
     mark theirs on an architecture without fits."""
-    from gpupred.perf.caveats import DEPTHWISE_SHARE, SHARE, job_caveats, multi_branch_sums, time_shares
+    from gpupred.step.physics.caveats import DEPTHWISE_SHARE, SHARE, job_caveats, multi_branch_sums, time_shares
 
     C = 4
     nodes, inits, x = [], [], "x"
@@ -423,7 +423,7 @@ def test_failure_classes_from_graph_traits_and_time_shares() -> None:
 def test_a_masked_sdpa_export_with_its_nan_guard_is_one_core() -> None:
     """torch's export of scaled_dot_product_attention with a float mask writes Where(IsNaN(p), 0, p) after the
     softmax (Hugging Face's sdpa attention): still one fused core, the guard inside it."""
-    from gpupred.perf.attention import attention_cores
+    from gpupred.step.physics.attention import attention_cores
 
     S, D = 6, 4
     nodes = [helper.make_node("MatMul", ["x", f"W{n}"], [n]) for n in "qkv"]
@@ -449,9 +449,9 @@ def test_batched_timeline_is_the_per_run_timeline() -> None:
     from dataclasses import replace
 
     from gpupred.hardware import gpu_spec
-    from gpupred.perf import DEFAULT, simulate
-    from gpupred.perf.batched import BatchedRuns
-    from gpupred.perf.columns import spec_kernels
+    from gpupred.step.physics import DEFAULT, simulate
+    from gpupred.step.physics.batched import BatchedRuns
+    from gpupred.step.physics.columns import spec_kernels
     from gpupred.workloads.spec import WorkloadSpec
 
     ids = ["resnet.resnet18-bs32-img64-fp32-sgd", "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam",

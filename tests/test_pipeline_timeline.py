@@ -4,8 +4,8 @@ Fixture: the test writes its own sample files, builds a DataLoader over them, an
 duration: the main thread launches (a fixed amount of Python work, ``HOST_SHARE`` of the step: the host's share)
 and then waits for the "device" (a sleep, which, like a GPU step, takes time but no host core). From two measured
 numbers, the per-batch cost of making a batch in the main process with no step and the receive cost of a batch from
-a worker (and the worker's handing it over, taken as costly: :func:`gpupred.perf.inputfeed.loader_times`),
-:func:`gpupred.perf.timeline.with_loader` predicts the steady period and the device's busy fraction for
+a worker (and the worker's handing it over, taken as costly: :func:`gpupred.step.physics.inputfeed.loader_times`),
+:func:`gpupred.step.physics.timeline.with_loader` predicts the steady period and the device's busy fraction for
 0, 1 and 2 workers and steps from loader-bound to step-bound; both must come within 10% of the measured ones. This
 tests the timeline, not only its formula: the same loop runs for real, on however many cores this machine has.
 """
@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpupred.perf.timeline import LoaderTimes, loader_arrays, with_loader  # noqa: E402
+from gpupred.step.physics.timeline import LoaderTimes, loader_arrays, with_loader  # noqa: E402
 
 SAMPLES = 256
 SHAPE = (3, 64, 64)

@@ -157,7 +157,7 @@ def physics_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A FIXTURE artifact with the physics core: toy labels on workloads whose graphs are in the graph store."""
     df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
     df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)  # their ids' graphs are in data/graphs
-    from gpupred.perf.columns import spec_step_columns
+    from gpupred.step.physics.columns import spec_step_columns
     from gpupred.workloads.spec import WorkloadSpec
 
     steps = [spec_step_columns(WorkloadSpec.from_id(w), g) for w, g in zip(df["workload_id"], df["gpu"])]
@@ -238,7 +238,7 @@ def test_training_setups_move_physics_answers_the_way_torch_runs_them(physics_ar
 def test_a_failure_class_widens_the_interval_and_is_named(physics_artifact: Path) -> None:
     """ViT's attention exported from scaled_dot_product_attention runs fused; run as its ops (attention='eager') it
     is the eager-attention class: named in 'caveats', its step-time interval at least that class's width."""
-    from gpupred.perf.caveats import CAVEATS
+    from gpupred.step.physics.caveats import CAVEATS
     from gpupred.setups import setup_of
 
     p = load_predictor(physics_artifact)

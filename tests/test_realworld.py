@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpupred import config
-from gpupred.footprint import Footprint
-from gpupred.perf import ConstantsTable
+from gpupred.memory.physics import Footprint
+from gpupred.step.physics import ConstantsTable
 from gpupred.predictor.realworld_report import korthikanti_bytes, realworld_metrics, realworld_table
 
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from gpupred.errors import GpupredError
-from gpupred.footprint import graph_terms
-from gpupred.perf import canonical_graph, step_kernels
-from gpupred.perf.kernels import OPT, optimizer_ops
+from gpupred.memory.physics import graph_terms
+from gpupred.step.physics import canonical_graph, step_kernels
+from gpupred.step.physics.kernels import OPT, optimizer_ops
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup, setup_of
 
 torch = pytest.importorskip("torch")
@@ -223,7 +223,7 @@ def test_gradient_accumulation_adds_one_kernel_per_parameter_per_extra_micro_bat
 def test_checkpointing_recomputes_each_blocks_forward_as_torch_does(exported: Path) -> None:
     """Under torch.utils.checkpoint every block's forward runs again in backward: torch's extra ops equal the step
     model's extra kernels (Linear -> addmm, ReLU, Linear, Add: 4 per block)."""
-    from gpupred.perf.blocks import checkpoint_blocks
+    from gpupred.step.physics.blocks import checkpoint_blocks
 
     def step_ops(checkpoint: bool) -> int:
         net = Net()
@@ -352,7 +352,7 @@ def test_optimizer_state_matches_torch(exported: Path, setup: TrainingSetup) -> 
     without, Adam's and AdamW's two moments, in the weights' dtype: bf16 under pure bf16; the step counters aside)."""
     import pandas as pd
 
-    from gpupred.footprint import MIB, footprint_terms, setup_columns
+    from gpupred.memory.physics import MIB, footprint_terms, setup_columns
     from gpupred.graph import featurize
 
     net = Net().to(torch.bfloat16) if setup.precision == "bf16-pure" else Net()
@@ -371,7 +371,7 @@ def test_optimizer_state_matches_torch(exported: Path, setup: TrainingSetup) -> 
 def test_context_from_architecture_and_software() -> None:
     """The CUDA context: the H200's measured 619 MiB under the sweeps' software; elsewhere local memory (threads per
     SM x SMs x 1 KiB) + the software's share, plus the kernel images eager loading adds on old stacks."""
-    from gpupred.footprint import EAGER_IMAGES_MIB, context_mib, lazy_loading, local_memory_mib, workspace_mib
+    from gpupred.memory.physics import EAGER_IMAGES_MIB, context_mib, lazy_loading, local_memory_mib, workspace_mib
 
     assert context_mib("H200") == 619.0 and local_memory_mib("H200") == 132 * 2048 / 1024
     software = 619.0 - 264.0

@@ -12,12 +12,12 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.splits import splits_for
 from gpupred.learn.nested import CVSettings
 from gpupred.learn.summary import METHODS
-from gpupred.perf import canonical_graph, step_kernels
-from gpupred.perf.fit import FitRows
+from gpupred.step.physics import canonical_graph, step_kernels
+from gpupred.step.physics.fit import FitRows
 from gpupred.step import StepEstimator
 from gpupred.step.correction import ShrunkCorrection, correction_bounds
 from gpupred.step.evaluate import evaluate_step
-from gpupred.step.physics import PhysicsData, fitted_physics, physics_data, protocol_of
+from gpupred.step.rowphysics import PhysicsData, fitted_physics, physics_data, protocol_of
 
 
 def _mlp(width: int):
@@ -198,9 +198,9 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
     each training key's errors come from the other keys' fits (its own fit never enters them) and are physics'
     errors under exactly that borrowing; every held-out key weighs the same in the width."""
     from gpupred.learn.conformal import conformal_quantile
-    from gpupred.step.physics import HELDOUT_MIN_ROWS, extrapolation_width, heldout_errors
-    from gpupred.perf.constants import ConstantsTable
-    from gpupred.perf.fit import predict_rows
+    from gpupred.step.rowphysics import HELDOUT_MIN_ROWS, extrapolation_width, heldout_errors
+    from gpupred.step.physics.constants import ConstantsTable
+    from gpupred.step.physics.fit import predict_rows
 
     df, pdata = _three_gpu_rows()
     gpu = df["gpu"].to_numpy()

@@ -131,7 +131,7 @@ FIXTURE_JOBS = {"resnet.resnet18-bs16-img128-fp32-sgd": "resnet", "resnet.resnet
 def fixture_tables(factor: float) -> pd.DataFrame:
     """FIXTURE trace rows whose figures are the step model's own (default constants) divided by ``factor`` per
     workload, in two steps; each group's kernels split over the op classes of that group."""
-    from gpupred.perf.constants import DEFAULT
+    from gpupred.step.physics.constants import DEFAULT
     from gpupred.traces.runner import failed_row
 
     rows = []
@@ -164,7 +164,7 @@ def test_the_comparison_reports_each_familys_errors_and_each_groups() -> None:
 
 
 def test_model_groups_label_contractions_optimizer_and_the_rest() -> None:
-    from gpupred.perf.columns import spec_kernels
+    from gpupred.step.physics.columns import spec_kernels
     from gpupred.workloads.spec import WorkloadSpec
 
     kl = spec_kernels(WorkloadSpec.from_id("resnet.resnet18-bs16-img128-fp32-sgd"))

@@ -14,7 +14,7 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
   where a source did not record them);
 - features: the graph features (``gpupred.graph.FEATURE_KEYS``), the step model's ``STEP_COLUMNS``
   (``phys_step_s``, ``phys_gpu_busy_s``, ``phys_host_s``, ``phys_util`` in percent, ``phys_kernels``: one training
-  step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.perf`),
+  step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.step.physics`),
   ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists the regressors' inputs in order
   (every feature but the step model's, which :class:`gpupred.step.StepEstimator` uses).
 
@@ -53,9 +53,9 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.errors import MissingInput
-from gpupred.perf.columns import spec_loader, spec_step_columns
-from gpupred.perf.inputfeed import LOADER_COLUMNS, loader_columns
-from gpupred.perf.timeline import STEP_COLUMNS
+from gpupred.step.physics.columns import spec_loader, spec_step_columns
+from gpupred.step.physics.inputfeed import LOADER_COLUMNS, loader_columns
+from gpupred.step.physics.timeline import STEP_COLUMNS
 from gpupred.setups import pipeline_from_json
 
 DATASET_VERSION = 3  # 3: the step model's phys_* columns

@@ -1,7 +1,7 @@
 """Parameter-efficient fine-tuning and the optimizers whose state is not parameter-sized, counted tensor by tensor
 from a canonical graph (torch-free): what LoRA, QLoRA, bitsandbytes' and transformers' optimizers change in a
-training step's memory (:func:`parameter_terms`, read by :func:`gpupred.footprint.footprint_terms`) and kernels
-(:func:`adapted_weights`, read by :func:`gpupred.perf.kernels.step_kernels`).
+training step's memory (:func:`parameter_terms`, read by :func:`gpupred.memory.physics.footprint_terms`) and kernels
+(:func:`adapted_weights`, read by :func:`gpupred.step.physics.kernels.step_kernels`).
 
 **Which weights.** A Linear weight is a parameter named ``<module>.weight`` that a MatMul or Gemm reads as its second
 operand (the canonical graph keeps each initializer's parameter name, :attr:`CanonicalGraph.params`, also where the
@@ -95,7 +95,7 @@ MIN_8BIT_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep fp32 m
 ADAPTER_BYTES = 4  # peft's adapters are fp32 (autocast_adapter_dtype=True)
 PAGED: frozenset[str] = frozenset({"paged_adamw", "paged_adamw8bit"})
 EIGHT_BIT: frozenset[str] = frozenset({"adamw8bit", "paged_adamw8bit"})
-# what footprint.py's kept-tensor rule says (tests/test_peft.py checks these copies against it)
+# what the memory physics' kept-tensor rule says (tests/test_peft.py checks these copies against it)
 NO_INPUT_SAVE: frozenset[str] = frozenset({
     "Add", "Sub", "Concat", "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool",
     "ReduceMean", "ReduceSum", "Neg", "Cast", "Pad"})
@@ -283,7 +283,7 @@ def _param_shape(cg: Any, key: str) -> tuple[int, ...]:
 
 
 def _fp32_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
-    """The activations autocast keeps in fp32 (footprint.py's rule: outputs of ``FP32_OPS``, and of promoting ops
+    """The activations autocast keeps in fp32 (the memory physics' rule: outputs of ``FP32_OPS``, and of promoting ops
     with an fp32 input)."""
     fp32: set[str] = set()
     for op, _d, ins, outs, *_ in cg.nodes:
@@ -302,7 +302,7 @@ def _readers(cg: Any) -> dict[str, list[tuple[int, int]]]:
 
 
 def _base(t: str, producer: dict[str, Any]) -> str:
-    """The tensor a view or alias reads through to (footprint.py resolves kept tensors the same way)."""
+    """The tensor a view or alias reads through to (gpupred.memory.physics resolves kept tensors the same way)."""
     node = producer.get(t)
     while node is not None and node[0] in PASS_OPS and node[2] and node[2][0] in producer:
         t, node = node[2][0], producer.get(node[2][0])

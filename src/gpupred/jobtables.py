@@ -1,5 +1,5 @@
 """What notebook 02 derives once per dataset workload for the stages after it: each workload's step kernels (the step
-model's :class:`gpupred.perf.kernels.KernelList`) and its footprint graph terms (:func:`gpupred.footprint.graph_terms`).
+model's :class:`gpupred.step.physics.kernels.KernelList`) and its footprint graph terms (:func:`gpupred.memory.physics.graph_terms`).
 
 Notebooks 03, 04, 05 and 08 each needed them for every run and rebuilt them from the graph store (about 16 s a time
 on this project's 2-core machine); notebook 02 now writes them once:
@@ -30,8 +30,8 @@ FINGERPRINT_KEY = b"gpupred.code_fingerprint"
 KERNEL_COLUMNS: tuple[str, ...] = ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc")
 JOB_COLUMNS: tuple[str, ...] = ("input_bytes", "param_tensors", "cycles", "precision", "micro_batches", "counts",
                                 "traits", "has_library", "has_on_tc")
-CODE_PARTS: tuple[str, ...] = ("perf", "graph", "setups.py", "footprint.py", "workloads/spec.py", "workloads/fcnet.py",
-                               "importers/gpumemnet.py", "importers/lucid.py")
+CODE_PARTS: tuple[str, ...] = ("step/physics", "graph", "setups.py", "memory/physics.py", "finetune.py",
+                               "workloads/spec.py", "workloads/fcnet.py", "importers/gpumemnet.py", "importers/lucid.py")
 
 
 def code_fingerprint() -> str:
@@ -81,8 +81,8 @@ def _write(frame: pd.DataFrame, path: Path) -> Path:
 
 def write_job_tables(workload_ids: Iterable[str], progress: bool = True) -> tuple[Path, Path]:
     """Compute every workload's kernels and graph terms (one graph load per architecture) and write both tables."""
-    from gpupred.footprint import FOOTPRINT_COLUMNS, footprint_columns
-    from gpupred.perf.columns import spec_kernels
+    from gpupred.memory.physics import FOOTPRINT_COLUMNS, footprint_columns
+    from gpupred.step.physics.columns import spec_kernels
     from gpupred.reports import progress_bar
 
     ids = sorted(set(map(str, workload_ids)))
@@ -110,7 +110,7 @@ def _fresh(path: Path) -> pd.DataFrame | None:
 def _kernel_list(rows: pd.DataFrame) -> Any:
     from collections import Counter
 
-    from gpupred.perf.kernels import KernelList
+    from gpupred.step.physics.kernels import KernelList
 
     first = rows.iloc[0]
     return KernelList(rows["flops"].to_numpy(float), rows["bytes"].to_numpy(float), rows["tensor_core"].to_numpy(int),
@@ -150,7 +150,7 @@ def stored_terms(workload_ids: Sequence[str]) -> pd.DataFrame | None:
 
 def kernels_of(df: pd.DataFrame) -> list[Any]:
     """Each row's step kernels (by ``workload_id``): notebook 02's table when it is current, else from the graphs."""
-    from gpupred.perf.columns import spec_kernels
+    from gpupred.step.physics.columns import spec_kernels
     from gpupred.reports import progress_bar
 
     ids = df["workload_id"].astype(str).tolist()
@@ -162,8 +162,8 @@ def kernels_of(df: pd.DataFrame) -> list[Any]:
 
 def with_terms(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with the footprint's graph terms (``FOOTPRINT_COLUMNS``): notebook 02's table when it is current, else
-    :func:`gpupred.footprint.footprint_columns` from the graphs."""
-    from gpupred.footprint import FOOTPRINT_COLUMNS, footprint_columns
+    :func:`gpupred.memory.physics.footprint_columns` from the graphs."""
+    from gpupred.memory.physics import FOOTPRINT_COLUMNS, footprint_columns
 
     terms = stored_terms(df["workload_id"].astype(str).tolist())
     if terms is None:

@@ -1,7 +1,7 @@
 """The training setup of a job: the options that change a step's kernels and its memory, as one frozen object.
 
-A :class:`TrainingSetup` is what the step model (:func:`gpupred.perf.kernels.step_kernels`), the memory footprint
-(:mod:`gpupred.footprint`) and the predictor (``Predictor.predict``, ``gpupred predict``) take besides the graph, the
+A :class:`TrainingSetup` is what the step model (:func:`gpupred.step.physics.kernels.step_kernels`), the memory footprint
+(:mod:`gpupred.memory.physics`) and the predictor (``Predictor.predict``, ``gpupred predict``) take besides the graph, the
 batch size and the GPU. Its defaults are what this project's sweeps ran (:mod:`gpupred.workloads.builders` and the
 profiler's harness), so a catalog workload id keeps its meaning: ``-fp32-sgd`` is fp32 with torch's TF32 defaults,
 ``torch.optim.SGD(momentum=0.9)`` on its foreach path; ``-bf16-adam`` is bf16 autocast with ``torch.optim.Adam``'s
@@ -184,7 +184,7 @@ class TrainingSetup:
 
     @property
     def optimizer_key(self) -> str:
-        """The optimizer as :data:`gpupred.footprint.OPTIMIZER_STATES` names it."""
+        """The optimizer as :data:`gpupred.memory.physics.OPTIMIZER_STATES` names it."""
         return "sgd_nomomentum" if self.optimizer == "sgd" and not self.sgd_momentum else self.optimizer
 
     @property

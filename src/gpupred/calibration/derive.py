@@ -3,7 +3,7 @@
 Each constant comes from its own benchmark (``MEASURED_BY`` says how); nothing else is read. Efficiencies are fitted
 through the step model itself: each case becomes the kernels the step model would charge for it (a matmul or a
 forward convolution one kernel, a training convolution three: forward, data and weight gradient), and the efficiency
-is the one for which :func:`gpupred.perf.timeline.kernel_times` (roofline on the GPU's peaks + the minimum kernel
+is the one for which :func:`gpupred.step.physics.timeline.kernel_times` (roofline on the GPU's peaks + the minimum kernel
 time) best matches the measured device times in log (so one code path predicts a training step and reads a
 calibration). Peaks are the datasheet's (:mod:`gpupred.hardware`) for a GPU in the table; for any other GPU the best
 rate measured in each category stands in for the peak (and the file says so).
@@ -19,8 +19,8 @@ import numpy as np
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import GpuSpec
-from gpupred.perf.constants import BOUNDS, DEFAULT, StepConstants
-from gpupred.perf.kernels import CONV, DEPTHWISE, MATMUL, OPTIMIZER_OPS, KernelList, foreach_launches
+from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants
+from gpupred.step.physics.kernels import CONV, DEPTHWISE, MATMUL, OPTIMIZER_OPS, KernelList, foreach_launches
 
 PRIOR_WEIGHT = 1e-3  # squared-log pull of a fitted efficiency towards the predictor's own value
 ITEM_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -123,7 +123,7 @@ def elementwise_case(p: dict[str, Any], v: dict[str, float]) -> KernelCase:
 
 def predicted_seconds(cases: list[KernelCase], gpu: GpuSpec, c: StepConstants) -> np.ndarray:
     """The step model's device seconds of each case under constants ``c``."""
-    from gpupred.perf.timeline import kernel_times
+    from gpupred.step.physics.timeline import kernel_times
 
     out = np.empty(len(cases))
     for i, kc in enumerate(cases):

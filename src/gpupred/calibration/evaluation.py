@@ -3,9 +3,9 @@
 For each measured GPU kind that has a committed calibration (``data/calibrations/``, recorded by ``gpupred
 calibrate`` on that GPU) and at least ``HELDOUT_MIN_ROWS`` labelled runs: its training runs are held out (its fit
 removed from the constants table, its rows from the footprint's fit), and its runs are predicted, by physics alone as
-:func:`gpupred.step.physics.extrapolation_width` does, three ways:
+:func:`gpupred.step.rowphysics.extrapolation_width` does, three ways:
 
-- ``borrowed``: as an unmeasured GPU is today (:meth:`gpupred.perf.ConstantsTable.get`, the footprint's borrowing);
+- ``borrowed``: as an unmeasured GPU is today (:meth:`gpupred.step.physics.ConstantsTable.get`, the footprint's borrowing);
 - ``calibrated``: the borrowed constants scaled by its calibration relative to the other measured GPUs' calibrations
   (:mod:`gpupred.calibration.use`: what a prediction on a calibrated GPU does);
 - ``raw``: its micro-benchmark readings pasted in (kept to show why predictions do not do that).
@@ -30,7 +30,7 @@ from gpupred.learn.conformal import conformal_quantile
 
 METHODS: tuple[str, ...] = ("borrowed", "calibrated", "raw")
 STEP_TARGETS: dict[str, bool] = {"gpu_util": False, "iter_time_mean_s": True}  # target -> scored in log (else log1p)
-HELDOUT_MIN_ROWS = 20  # as gpupred.step.physics.HELDOUT_MIN_ROWS: a GPU held out needs this many labelled runs
+HELDOUT_MIN_ROWS = 20  # as gpupred.step.rowphysics.HELDOUT_MIN_ROWS: a GPU held out needs this many labelled runs
 MEMORY_PROTOCOL = "gpupred"  # the footprint's protocol of this project's runs
 
 
@@ -48,9 +48,9 @@ def committed_calibrations(folder: Any = None) -> list[Calibration]:
 def _step_errors(pdata: Any, table: Any, gpu: str, cal: Calibration, y: dict[str, np.ndarray], protocol: str,
                  calibrations: list[Calibration]) -> list[dict[str, Any]]:
     """Per target and method, the log errors of physics alone on ``gpu``'s runs with its fit removed."""
-    from gpupred.step.physics import physics_log_error
-    from gpupred.perf.constants import ConstantsTable
-    from gpupred.perf.fit import predict_rows
+    from gpupred.step.rowphysics import physics_log_error
+    from gpupred.step.physics.constants import ConstantsTable
+    from gpupred.step.physics.fit import predict_rows
 
     idx = np.array([i for i, k in enumerate(pdata.keys) if k == (gpu, protocol)])
     others = ConstantsTable({k: c for k, c in table.fitted.items() if k != (gpu, protocol)})
@@ -71,7 +71,7 @@ def _step_errors(pdata: Any, table: Any, gpu: str, cal: Calibration, y: dict[str
 
 def _memory_errors(frame: pd.DataFrame, gpu: str, cal: Calibration, calibrations: list[Calibration]) -> list[dict[str, Any]]:
     """Per method, the log errors of the footprint alone on ``gpu``'s own runs, fitted without them."""
-    from gpupred.footprint import WORKSPACE_MIB, Footprint
+    from gpupred.memory.physics import WORKSPACE_MIB, Footprint
 
     own = frame["source"].astype(str) == MEMORY_PROTOCOL
     held = own & (frame["gpu"].astype(str) == gpu) & frame["memory_mib"].notna()

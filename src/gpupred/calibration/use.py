@@ -8,9 +8,9 @@ readings in. Each measured constant of a GPU without fits becomes
 
     calibrated = borrowed x (this GPU's reading / the reference reading)
 
-where ``borrowed`` is what :meth:`gpupred.perf.ConstantsTable.get` lends the GPU and the reference reading is the
+where ``borrowed`` is what :meth:`gpupred.step.physics.ConstantsTable.get` lends the GPU and the reference reading is the
 same micro-benchmark's on the predictor's measured GPUs (the geometric mean over those with a committed calibration,
-``data/calibrations/``; until one is committed, the published defaults of :mod:`gpupred.perf.constants` stand in:
+``data/calibrations/``; until one is committed, the published defaults of :mod:`gpupred.step.physics.constants` stand in:
 they describe eager PyTorch on a datacenter GPU at micro-benchmark scale, which is an assumption the held-out
 evaluation of :mod:`gpupred.calibration.evaluation` measures). The footprint's fixed memory moves by the difference of
 readings (``fixed_mib``: context, libraries, workspaces; the stand-in reference is the footprint's own
@@ -34,7 +34,7 @@ from gpupred.calibration.derive import STEP_MEASURED, Derived
 from gpupred.calibration.file import Calibration, read_calibration
 from gpupred.errors import GpupredError
 from gpupred.hardware import GpuSpec
-from gpupred.perf.constants import BOUNDS, DEFAULT, StepConstants
+from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants
 
 STANDIN = "published defaults (no calibration of a measured GPU committed yet)"
 
@@ -56,7 +56,7 @@ class Reference:
 
 def standin_reference() -> Reference:
     """The reference readings before any measured GPU has a committed calibration: the published defaults."""
-    from gpupred.footprint import DEFAULT_CONTEXT_MIB, WORKSPACE_MIB
+    from gpupred.memory.physics import DEFAULT_CONTEXT_MIB, WORKSPACE_MIB
 
     return Reference({k: float(getattr(DEFAULT, k)) for k in STEP_MEASURED}, DEFAULT_CONTEXT_MIB + WORKSPACE_MIB, None)
 
@@ -107,7 +107,7 @@ class AppliedCalibration:
                                                   f"unmeasured constants: {borrowed.source}")
 
     def footprint(self, fitted: Any, key: str, ref: Reference) -> Any:
-        """A copy of the fitted footprint (:class:`gpupred.footprint.Footprint`) whose constants for ``key``
+        """A copy of the fitted footprint (:class:`gpupred.memory.physics.Footprint`) whose constants for ``key``
         ('gpu|protocol') are the borrowed ones moved by this GPU's memory readings."""
         ctx = fitted.context(key)  # the borrowed context, by the footprint's own rule (local memory + software share)
         alloc = fitted.constant(key, fitted.allocator, 1.0)

@@ -12,7 +12,7 @@ from gpupred.calibration.bench import DEFAULT_SECONDS
 def summary_lines(data: dict[str, Any], path: Path) -> list[str]:
     """What ``gpupred calibrate`` prints: the file, the GPU, the time taken, and each reading beside its default."""
     from gpupred.calibration.derive import NOT_MEASURED
-    from gpupred.perf.constants import DEFAULT
+    from gpupred.step.physics.constants import DEFAULT
 
     derived = data["derived"]
     lines = [f"wrote {path}",

@@ -324,7 +324,7 @@ def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tu
     if looks_like_file(str(model)):
         return str(model), str(model), setup, None, "standard"
     from gpupred.graph.graphstore import graph_for
-    from gpupred.perf.columns import recipe_of
+    from gpupred.step.physics.columns import recipe_of
     from gpupred.workloads.spec import WorkloadSpec
 
     try:

@@ -20,7 +20,7 @@ from gpupred.slowdown.physics import busy_fraction
 from gpupred.errors import GpupredError
 
 GRAPH_COLUMNS: tuple[str, ...] = ("flops_train", "arithmetic_intensity")
-# The step model's per-row columns (gpupred.perf): computed from the graph and the GPU, never measured.
+# The step model's per-row columns (gpupred.step.physics): computed from the graph and the GPU, never measured.
 PHYS_COLUMNS: tuple[str, ...] = ("phys_step_s", "phys_gpu_busy_s", "phys_host_s", "phys_util", "phys_kernels")
 FEATURE_KEYS: tuple[str, ...] = ("workload_id", "gpu_name")
 MEASURED_COLUMNS: tuple[str, ...] = ("gpu_util", "sm_active", "gmem_util", "mem_mib")

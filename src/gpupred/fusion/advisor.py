@@ -17,7 +17,7 @@ physics core: the step model x a learned correction, the memory footprint x a bo
 - **Hydro's F**: the largest F that fits, by the same memory test.
 
 The step of a fused job is modelled two ways (``step``): ``vmap`` (default: one copy's kernels each doing F times the
-work, as torch.func.vmap runs them, :func:`gpupred.perf.vmapped.fused_kernels`) or ``graph`` (the stored fused graph's
+work, as torch.func.vmap runs them, :func:`gpupred.step.physics.vmapped.fused_kernels`) or ``graph`` (the stored fused graph's
 kernels: F copies launched one after another, which is what the predictor does with a fused workload id as it
 stands). Memory and the correction's graph features come from the fused graph either way (F copies of weights,
 gradients, optimizer state and activations). Both are predictions for a job no committed run has measured; notebook
@@ -45,7 +45,7 @@ from gpupred.reports import MetricsSchema
 from gpupred.workloads.catalog import FUSED_COUNTS
 from gpupred.workloads.spec import WorkloadSpec
 
-RECURRENT_FAMILIES: dict[str, str] = {"lstm": "lstm", "gru": "gru"}  # family -> gpupred.perf.vmapped cell
+RECURRENT_FAMILIES: dict[str, str] = {"lstm": "lstm", "gru": "gru"}  # family -> gpupred.step.physics.vmapped cell
 CURVE_COLUMNS: tuple[str, ...] = (
     "F", "workload_id", "iter_time_mean_s", "iter_time_mean_s_low", "iter_time_mean_s_high", "gpu_util",
     "gpu_util_low", "gpu_util_high", "sm_active", "sm_active_low", "sm_active_high", "memory_mib", "memory_mib_low",
@@ -193,7 +193,7 @@ def _graph_inputs(workload_id: str) -> Any:
 
 def _kernels(base: WorkloadSpec, spec: WorkloadSpec, job: Any, step: str) -> Any:
     """The fused step's kernels under the chosen step model."""
-    from gpupred.perf.vmapped import fused_kernels
+    from gpupred.step.physics.vmapped import fused_kernels
 
     if step == "graph" or spec.fused == 1:
         return job.kernels  # the fused graph's own (or the base's)

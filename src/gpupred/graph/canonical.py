@@ -258,7 +258,7 @@ class _Reducer:
                 continue
             first = min(i for _, _, i in pieces)
             outs = tuple(self.nodes[i][3][0] for _, _, i in pieces)
-            name = f"{self.nodes[first][4]}::split"  # the first Slice's name: its module path (gpupred.perf.blocks)
+            name = f"{self.nodes[first][4]}::split"  # the first Slice's name: its module path (gpupred.step.physics.blocks)
             for _, _, i in pieces:
                 self.nodes[i] = None
             self.nodes[first] = ["Split", "", (x,), outs, name, {"axis": axis}, COST_TABLE["Split"]]

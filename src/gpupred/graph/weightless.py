@@ -19,7 +19,7 @@ does too (the whole rewriter took as long as the export on a 7B graph); the cano
 :mod:`gpupred.graph.canonical` reduces the rest the dynamo exporter writes differently (identity transposes, whole
 slices, ``unbind`` as slices) for any file. Of the exporter's metadata only each node's module scope is kept, as
 TorchScript's exporter keeps it, in the node's name (``/model/layers.0/self_attn/q_proj/node_linear``): activation
-checkpointing's blocks are found by it (:mod:`gpupred.perf.blocks`). torch is imported inside functions only.
+checkpointing's blocks are found by it (:mod:`gpupred.step.physics.blocks`). torch is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def name_module_scopes(proto: ModelProto) -> None:
     """Prefix each node's name with its module path, as TorchScript's exporter names nodes
     (``/model/layers.0/self_attn/q_proj/node_linear``), from the module scopes the dynamo exporter records
     (``pkg.torch.onnx.name_scopes``, whose last entry is the traced op's own name): the module path is what
-    :mod:`gpupred.perf.blocks` finds the checkpointed layers by, and it is the one part of the exporter's metadata
+    :mod:`gpupred.step.physics.blocks` finds the checkpointed layers by, and it is the one part of the exporter's metadata
     that depends on the model alone. Nodes without scopes (made by constant folding) keep their names."""
     import ast
 

@@ -74,7 +74,7 @@ class RegressorBaseline(BaseEstimator):
     def fit(self, X: pd.DataFrame, physics: Any = None) -> "RegressorBaseline":
         """Fit the CV+ regressor on the labelled rows."""
         from gpupred.dataset import feature_columns
-        from gpupred.footprint import FOOTPRINT_COLUMNS
+        from gpupred.memory.physics import FOOTPRINT_COLUMNS
 
         data = X[X[self.target].notna()]
         self.columns_ = list(self.columns or [c for c in feature_columns(data) if c not in FOOTPRINT_COLUMNS])

@@ -1,8 +1,8 @@
-"""The memory estimator: GPU memory of a training job, as the analytic footprint (:mod:`gpupred.footprint`) times a
+"""The memory estimator: GPU memory of a training job, as the analytic footprint (:mod:`gpupred.memory.physics`) times a
 bounded learned correction, with its interval rule inside.
 
-- :mod:`gpupred.memory.physics`: the evaluation's analytical baselines (Horus's formula, the first analytical
-  estimate); the estimator's own physics is :mod:`gpupred.footprint`;
+- :mod:`gpupred.memory.baselines`: the evaluation's analytical baselines (Horus's formula, the first analytical
+  estimate); the estimator's own physics is :mod:`gpupred.memory.physics`;
 - :mod:`gpupred.memory.correction`: the learned correction, its settings, and the leave-one-family-out that chooses
   one and calibrates the intervals;
 - :mod:`gpupred.memory.estimator`: :class:`MemoryEstimator` (scikit-learn style: ``fit``, ``predict``,
@@ -19,8 +19,8 @@ from typing import Any
 _LAZY: dict[str, str] = {
     "MemoryEstimator": "gpupred.memory.estimator", "BEST": "gpupred.memory.estimator",
     "FootprintModel": "gpupred.memory.estimator",  # the estimator's former name: predictors pickled before load
-    "MIB": "gpupred.memory.physics", "horus_mib": "gpupred.memory.physics",
-    "analytical_bytes": "gpupred.memory.physics", "MemoryModel": "gpupred.memory.physics",
+    "MIB": "gpupred.memory.baselines", "horus_mib": "gpupred.memory.baselines",
+    "analytical_bytes": "gpupred.memory.baselines", "MemoryModel": "gpupred.memory.baselines",
     **{name: "gpupred.memory.correction" for name in (
         "CORRECTION_CLIP", "COVERAGE", "MAX_ROWS_PER_SOURCE", "CORRECTION_FEATURES", "CORRECTION_GRID",
         "DEFAULT_SETTING", "TARGET_CLIP", "CorrectionSetting", "correction_features", "correction_regressor",

@@ -20,8 +20,8 @@ CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplie
 
 def correction_features(df: pd.DataFrame, terms: pd.DataFrame | None = None) -> np.ndarray:
     """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total
-    (``terms``: :func:`gpupred.footprint.footprint_terms` of ``df`` where the caller has them already)."""
-    from gpupred.footprint import footprint_terms, sources
+    (``terms``: :func:`gpupred.memory.physics.footprint_terms` of ``df`` where the caller has them already)."""
+    from gpupred.memory.physics import footprint_terms, sources
 
     terms = footprint_terms(df, sources(df)) if terms is None else terms
     shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
@@ -77,7 +77,7 @@ def correction_regressor(setting: CorrectionSetting, seed: int = 0) -> Any:
 def fit_correction(data: pd.DataFrame, setting: CorrectionSetting, target: str = "memory_mib",
                    seed: int = 0) -> tuple[Any, Any]:
     """(the footprint's fitted constants, the correction regressor) fitted on ``data`` with one setting."""
-    from gpupred.footprint import Footprint
+    from gpupred.memory.physics import Footprint
 
     fitted = Footprint().fit(data, target)
     ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(fitted.predict(data), 1.0))
@@ -95,7 +95,7 @@ def inner_lofo_residuals(data: pd.DataFrame, grid: tuple[CorrectionSetting, ...]
 
     One footprint fit per held-out group serves every setting, and one tree fit per leaf size serves every clip
     and tree count (the clip bounds the output; fewer trees are the first iterations)."""
-    from gpupred.footprint import Footprint, source_keys
+    from gpupred.memory.physics import Footprint, source_keys
     from gpupred.learn.splits import lofo_splits
 
     y = np.log(data[target].to_numpy(float))

@@ -1,4 +1,4 @@
-"""The memory estimator: the analytic footprint of :mod:`gpupred.footprint` times a bounded learned correction
+"""The memory estimator: the analytic footprint of :mod:`gpupred.memory.physics` times a bounded learned correction
 (:mod:`gpupred.memory.correction`), with intervals calibrated on leave-one-family-out residuals of its training
 rows: what the predictor ships for ``memory_mib``."""
 
@@ -90,7 +90,7 @@ class MemoryEstimator(PickledApart, Params):
         """footprint, footprint*correction (NVML's device memory) and its interval (``low``, ``high``), and the same
         estimate as torch's reserved peak (less the context) and allocated peak (reserved over the allocator ratio:
         ``torch.cuda.max_memory_allocated()``), in MiB, one row per input row."""
-        from gpupred.footprint import footprint_terms, source_keys, sources
+        from gpupred.memory.physics import footprint_terms, source_keys, sources
 
         src_series = sources(df)
         terms, keys = footprint_terms(df, src_series), source_keys(df)

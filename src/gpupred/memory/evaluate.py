@@ -2,7 +2,7 @@
 
 Evaluation (:func:`evaluate_memory`, notebook 05) uses the same splits as the regressors (grouped by workload, and
 leave-one-family-out with sibling families together) and reports every figure per source as well:
-Horus's formula, the first analytical estimate with a learned residual (:mod:`gpupred.memory.physics`), the
+Horus's formula, the first analytical estimate with a learned residual (:mod:`gpupred.memory.baselines`), the
 footprint and the footprint x correction (:class:`gpupred.memory.estimator.MemoryEstimator`).
 :func:`compare_memory` (notebook 03) scores the constant baseline, the current regressor, the footprint and the
 footprint x correction on the splits of the utilization comparison (:func:`gpupred.step.evaluate.comparison_splits`).
@@ -19,7 +19,7 @@ import pandas as pd
 
 from gpupred.dataset import own_rows
 from gpupred.memory.estimator import BEST, MemoryEstimator
-from gpupred.memory.physics import MemoryModel
+from gpupred.memory.baselines import MemoryModel
 from gpupred.reports import MetricsSchema
 
 METHODS: tuple[str, ...] = ("horus", "analytical", "analytical+residual", "footprint", "footprint*correction")
@@ -30,7 +30,7 @@ def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_rando
                     target: str = "memory_mib", seed: int = 0, residual_model: str = "lightgbm") -> pd.DataFrame:
     """Out-of-sample estimate, relative error and interval of every method, one row per (scheme, split, run, method).
 
-    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`) for the footprint
+    ``df`` needs the footprint's graph terms (:func:`gpupred.memory.physics.footprint_columns`) for the footprint
     methods to count activations from the graph; without them the footprint falls back to ``activation_bytes``.
     """
     from gpupred.learn.splits import splits_for
@@ -153,7 +153,7 @@ COMPARISON_METHODS: dict[str, str] = {  # notebook 03's method names (gpupred.st
 def regressor_columns(df: pd.DataFrame) -> list[str]:
     """The current regressor's inputs: the dataset's feature columns without the footprint's graph terms."""
     from gpupred.dataset import feature_columns
-    from gpupred.footprint import FOOTPRINT_COLUMNS
+    from gpupred.memory.physics import FOOTPRINT_COLUMNS
 
     return [c for c in feature_columns(df) if c not in FOOTPRINT_COLUMNS]
 
@@ -186,7 +186,7 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     """Notebook 03's four methods (``COMPARISON_METHODS``) on the splits of the utilization comparison
     (:func:`gpupred.step.evaluate.comparison_splits`), as ``{scheme: {method: NestedResult}}``.
 
-    ``df`` needs the footprint's graph terms (:func:`gpupred.footprint.footprint_columns`). Outer splits run in
+    ``df`` needs the footprint's graph terms (:func:`gpupred.memory.physics.footprint_columns`). Outer splits run in
     parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
     from joblib import Parallel, delayed
 

@@ -1,82 +1,580 @@
-"""The physics of the memory estimator's evaluation baselines: Horus's formula and the first analytical estimate
-(weights, gradients, optimizer state, autocast copies, activations kept for backward, plus a fitted overhead).
+"""Analytic GPU memory of one training job: what a PyTorch training step holds at its peak, term by term.
 
-Analytical estimate (MiB) = weights + gradients + optimizer state + autocast weight copies +
-activations kept for backward + overhead, where weights = gradients = ``param_bytes`` (fp32 master
-weights, also under bf16/fp16 autocast), optimizer state = 1x (SGD momentum) or 2x (Adam moments)
-``param_bytes``, autocast's cached 16-bit copies of the weights = ``param_bytes / 2`` under bf16 and fp16,
-activations = ``activation_bytes`` (gpupred.graph already sizes them by the precision: autocast outputs
-2 bytes, fp32-kept ops 4), and overhead (CUDA context, cuBLAS/cuDNN workspaces, caching-allocator slack)
-is the median gap left in the training data, per GPU kind (one GPU kind per source here). Horus's
-baseline counts weights and forward feature maps only: ``(4 * params + activation_bytes) / 2**20``
-(Yeung et al., TPDS 2022, our reading of their formula).
+The footprint (MiB) of a job training with torch's caching allocator, as NVML sees its process:
 
-The estimator's own physics is the analytic footprint of :mod:`gpupred.footprint` (its graph terms and its fitted
-context and allocator constants), which :mod:`gpupred.memory.correction` and :mod:`gpupred.memory.estimator` use.
+    context(gpu, source) + allocator x (weights + gradients + optimizer state + autocast weight copies
+                                          + activations saved for backward + loss buffers + input batch
+                                          + workspace)
+
+- weights = gradients = ``param_bytes`` (fp32 master weights and fp32 gradients, also under autocast; half of it
+  under pure bf16, whose weights, gradients and optimizer state are bf16);
+- optimizer state = ``OPTIMIZER_STATES[optimizer] x param_bytes`` (SGD with momentum: one buffer; plain
+  SGD none; Adam/AdamW two moments; RMSprop/Adagrad one);
+- autocast weight copies = ``param_bytes / 2`` under bf16/fp16: autocast caches a 16-bit copy of every
+  weight a matmul/convolution reads for the whole forward, and backward keeps them; under activation checkpointing
+  too: the cache (``cached_cast`` in aten/src/ATen/autocast_mode.cpp: fp32 leaves that require grad, on CPU and CUDA
+  alike) lives until the outermost autocast region exits (``torch.amp.autocast.__exit__``: ``clear_autocast_cache``
+  at nesting 0), so the forward's peak holds every copy, and the recompute of one block in backward
+  (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
+  subset of the same size or less;
+- activations saved for backward = the graph's ``activation_bytes`` (gpupred.graph sizes each op's output
+  at the precision: 16-bit for what autocast runs in 16 bits, fp32 for softmax/normalizations/reductions)
+  minus what torch never keeps: the attention scores a fused attention kernel never writes
+  (``SDPA_SOURCES``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
+  which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
+  scale/mask ops and the scaled Q and K (at the precision's width); and the outputs of data-movement ops
+  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing; and the
+  operand of a product or quotient by a one-element tensor (a scale: autograd saves one operand only for the other's
+  gradient; measured against torch's MemTracker in tests/test_memory_terms.py);
+- loss buffers = the graph outputs (logits) in fp32: log_softmax's saved output and its gradient, plus the
+  fp32 upcast of 16-bit logits (the catalog's ``F.cross_entropy(out.float(), ...)``);
+- input batch = ``input_bytes`` (the measured loops keep their batches resident on the GPU);
+- workspace = :func:`workspace_mib`: torch's cuBLAS workspace, one per handle and stream, allocated through the
+  caching allocator: 32 MiB on Hopper, 8 MiB + 128 KiB elsewhere (``CUBLAS_WORKSPACE_CONFIG``'s default in
+  ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares it), two handles in a training step (the
+  forward's thread and the autograd engine's); cuDNN's convolution workspaces are in ``allocator``;
+- allocator = the caching allocator's reserved / allocated ratio (rounding to 512 B blocks and 2/20 MiB
+  segments, fragmentation between forward and backward), 1.0 by default and fitted per source;
+- context = the CUDA context plus the kernel images that lazy loading brings in (cuBLAS, cuDNN, torch's
+  own kernels): ``CONTEXT_MIB`` by GPU kind (the H200 data card measured a bare context at 619 MiB), fitted
+  per (GPU kind, source) on training rows where there are any. On a GPU without a measurement or a fit it
+  comes from the GPU's architecture and the software (:func:`context_mib`): the local-memory reservation, which
+  the driver makes for every thread the GPU can hold (``MAX_THREADS_PER_SM x SMs x 1 KiB``, the default
+  ``cudaLimitStackSize``: NVIDIA's answer on its developer forum, "Local memory management", 2024, and
+  ``cuCtxCreate``'s ``CU_CTX_LMEM_RESIZE_TO_MAX``; threads per SM from the CUDA C++ Programming Guide's
+  compute-capability table), plus the software's share (the H200's 619 MiB less its 264 MiB of local memory:
+  355 MiB under torch 2.11, CUDA 13, lazy loading), plus the kernel images that eager module loading adds:
+  362 MiB (PyTorch PR #86509, torch 1.13: 636 MiB eager against 274 MiB lazy). Lazy loading needs a CUDA 11.7+
+  runtime and is on when torch >= 1.13 sets ``CUDA_MODULE_LOADING=LAZY`` or the driver defaults to it (Linux,
+  CUDA 12.2+: CUDA C++ Programming Guide, "Lazy Loading"). A GPU kind its source was fitted on elsewhere
+  borrows the fits' software share (their context less their local memory) and adds its own local memory; a
+  source without any fit borrows the mean software share of every fit.
+
+The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
+and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
+checkpointed block's inputs, plus the recomputed activations of the largest block during its backward
+(:mod:`gpupred.step.physics.blocks`), and autocast's copies of activations only where their source is kept; the attention option decides which cores' scores a fused kernel never writes
+(:func:`gpupred.step.physics.attention.fused_cores`); gradient accumulation and the optimizer's implementation change
+nothing at the peak here. (A foreach Adam step allocates a parameter-sized list of square roots; counted as a peak of
+its own, the larger of it and the forward/backward peak, it made the 13 own runs where it would bind worse, median
+|log error| in sample 2.9% -> 5.1%: the caching allocator gives the step blocks the backward freed.)
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 
 MIB = float(2**20)
+OPTIMIZER_STATES: dict[str, float] = {  # param-sized buffers an optimizer keeps (the catalog's sgd has momentum)
+    "sgd": 1.0, "sgd_momentum": 1.0, "sgd_nomomentum": 0.0, "adam": 2.0, "adamw": 2.0, "rmsprop": 1.0, "adagrad": 1.0,
+    # a frame row without gpupred.finetune's PARAM_COLUMNS (which count these tensor by tensor): bitsandbytes' 8-bit
+    # moments (2 bytes and two fp32 absmax per 256 elements) and its paged fp32 moments, per fp32 parameter byte;
+    # Adafactor's factored second moment (a row and a column per matrix) needs the shapes: none without them
+    "adamw8bit": (2 + 8 / 256) / 4, "paged_adamw8bit": (2 + 8 / 256) / 4, "paged_adamw": 2.0, "adafactor": 0.0,
+}
+HALF_PRECISIONS: frozenset[str] = frozenset({"bf16", "fp16"})
+CONTEXT_MIB: dict[str, float] = {  # bare CUDA context by GPU kind (gpupred.hardware short name)
+    "H200": 619.0,  # measured: data/raw/h200/2026-11-catalog (torch 2.11, CUDA 13, lazy module loading)
+}
+DEFAULT_CONTEXT_MIB = 619.0  # the one bare context measured here: the starting point of context fits
+# compute capability of each GPU kind (NVIDIA's CUDA GPUs list) and the resident threads an SM of it holds (CUDA C++
+# Programming Guide, "Features and Technical Specifications": maximum number of resident threads per SM)
+COMPUTE_CAPABILITY: dict[str, str] = {
+    "H200": "9.0", "H100 NVL": "9.0", "H100 PCIe": "9.0", "H100 SXM": "9.0", "A100 PCIe 80GB": "8.0",
+    "A100 SXM 80GB": "8.0", "A100 40GB": "8.0", "A10": "8.6", "RTX 3090": "8.6", "L40S": "8.9", "L4": "8.9",
+    "RTX 4090": "8.9", "V100 PCIe": "7.0", "V100 SXM2 16GB": "7.0", "V100 SXM2 32GB": "7.0", "T4": "7.5", "P100": "6.0",
+}
+MAX_THREADS_PER_SM: dict[str, int] = {"6.0": 2048, "7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536,
+                                      "9.0": 2048}
+MAX_THREADS_UNKNOWN = 2048  # a GPU outside the table (a calibrated one): the most any listed architecture holds
+STACK_BYTES = 1024  # cudaLimitStackSize's default: local memory reserved per resident thread
+EAGER_IMAGES_MIB = (666_632_192 - 287_047_680) / MIB  # kernel images eager loading adds (PyTorch PR #86509): 362 MiB
+CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per handle: Hopper (sm90) or not (torch)
+CUBLAS_HANDLES = 2  # the forward's thread and the autograd engine's backward thread each take a handle
+WORKSPACE_MIB = CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[True]  # on Hopper: 64 MiB
+SDPA_SOURCES: frozenset[str] = frozenset({"gpupred"})  # sources that measured with torch >= 2 fused attention
+SOURCES: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")  # whose memory measurements it models
+TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
+                          "workspace")
+FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
+    "saved_elems", "fp32_elems", "cast_elems", "index_elems", "softmax_elems", "attention_elems", "output_elems")
+VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
+ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
+    "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
+CONTRACTION_OPS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"})
+FP32_OPS: frozenset[str] = frozenset({  # autocast runs these in fp32 (torch's CUDA autocast fp32 list)
+    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Exp", "Log",
+    "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2", "Cast"})
+NO_INPUT_SAVE: frozenset[str] = frozenset({  # backward needs none of their inputs
+    "Add", "Sub", "Concat", "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool",
+    "ReduceMean", "ReduceSum", "Neg", "Cast", "Pad"})
+OUTPUT_SAVE: frozenset[str] = frozenset({  # ops that save their output for backward
+    "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})
+PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
+FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
+SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
+SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
+SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
 
-def horus_mib(df: pd.DataFrame) -> np.ndarray:
-    """Horus's memory formula: weights plus forward feature maps, fp32."""
-    return (4.0 * df["params"].to_numpy(float) + df["activation_bytes"].to_numpy(float)) / MIB
+def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None) -> dict[str, float]:
+    """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``), under a
+    training setup's attention and checkpointing options (default: the sweeps').
+
+    ``saved_elems``: the op outputs autograd keeps for backward (read by an op that saves its inputs, i.e. not
+    in ``NO_INPUT_SAVE``; written by one that saves its output, ``OUTPUT_SAVE``; with views, ``VIEW_OPS``,
+    resolved to the tensor they alias, since torch runs transposes, gathers and slices as views);
+    ``fp32_elems``: those autocast keeps in fp32 (outputs of
+    ``FP32_OPS``, and of elementwise ops with an fp32 input: type promotion); ``cast_elems``: fp32 tensors a
+    contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs of the attention cores
+    the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
+    scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
+    ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits).
+    Under checkpointing the kept tensors are those of :func:`checkpointed`.
+    """
+    from gpupred.graph.canonical import shape_elements
+    from gpupred.graph.loader import cached_graph
+
+    job = setup or DEFAULT_SETUP
+    graph, _ = cached_graph(path_or_proto, int(batch_size))
+    cg = graph.form(True)
+    producer = {o: node for node in cg.nodes for o in node[3]}
+    numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
+    attention, softmax = _attention_tensors(cg, producer, job.attention)
+    kept = _kept_tensors(cg, producer)
+    if job.checkpointing:
+        kept = checkpointed(cg, kept, numel)
+    counts = _activation_counts(cg, producer, numel, kept)
+    counts.update(
+        softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
+        attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
+        output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
+    return counts
 
 
-def analytical_bytes(df: pd.DataFrame) -> np.ndarray:
-    """Weights + gradients + optimizer state + activations kept for backward, in bytes (no overhead)."""
-    for col in ("param_bytes", "activation_bytes", "optimizer"):
+def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tuple[set[str], set[str]]:
+    """(tensors no kernel writes or keeps, fused cores' softmax outputs) under the setup's attention option: a fused
+    core's scores chain (:func:`_score_chain`) and softmax output; an exported ``scaled_dot_product_attention`` core
+    run as its ops keeps its scores but not the exporter's scaled copies of Q and K (written-out attention scales
+    the scores or Q alone, in place of both)."""
+    from gpupred.step.physics.attention import attention_cores, fused_cores
+
+    fused = {c.last for c in fused_cores(cg, attention)}
+    gone: set[str] = set()
+    softmax: set[str] = set()
+    for core in attention_cores(cg):
+        first = cg.nodes[core.first]
+        if core.last not in fused:
+            if core.sdpa:
+                gone |= {i for i in first[2][:2] if i in producer and producer[i][0] in ("Mul", "Div")}
+            continue
+        for i in core.nodes:
+            op, _d, ins, outs, *_ = cg.nodes[i]
+            if op == "Softmax" and ins:
+                gone |= _score_chain(ins[0], producer)
+                softmax.add(outs[0])
+            elif i != core.last:
+                gone |= set(outs)  # whatever else the core's nodes write (a NaN guard's output): inside the kernel
+    return gone, softmax
+
+
+def checkpointed(cg: Any, kept: set[str], numel: dict[str, int]) -> set[str]:
+    """What autograd keeps under activation checkpointing: the kept tensors made outside every checkpointed block
+    (:func:`gpupred.step.physics.blocks.checkpoint_blocks`), each block's inputs and outputs read after it, and the kept
+    tensors of the largest block, which its backward recomputes (the peak: one block at a time); graph outputs stay."""
+    from gpupred.step.physics.blocks import checkpoint_blocks
+
+    blocks = checkpoint_blocks(cg)
+    block_of = {o: k for k, b in enumerate(blocks) for i in b.nodes for o in cg.nodes[i][3]}
+    node_block = {i: k for k, b in enumerate(blocks) for i in b.nodes}
+    read = {t for node in cg.nodes for t in node[2]}
+    outside = {t for i, node in enumerate(cg.nodes) for t in node[2] if t in block_of and node_block.get(i) != block_of[t]}
+    outside |= {t for t in block_of if t not in read}  # graph outputs
+    inputs = {t for b in blocks for t in b.inputs if t in numel and t not in cg.graph_inputs}
+    out = {t for t in kept if t not in block_of or t in outside} | inputs
+    inner: dict[int, set[str]] = {}
+    for t in kept - out:
+        inner.setdefault(block_of[t], set()).add(t)
+    largest = max(inner.values(), key=lambda ts: sum(numel.get(t, 0) for t in ts), default=set())
+    return out | largest
+
+
+def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str]) -> dict[str, float]:
+    """saved_elems, fp32_elems, cast_elems and index_elems of a canonical graph (see ``graph_terms``)."""
+    fp32: set[str] = set()
+    cast: set[str] = set()
+    for op, _d, ins, outs, *_ in cg.nodes:
+        acts = [i for i in ins if i in producer]
+        if op in CONTRACTION_OPS:
+            cast |= {i for i in acts if i in fp32}
+        elif op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in acts)):
+            fp32 |= set(outs)
+    pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    cast = {t for t in cast if _base(t, producer) in kept}  # the copy is saved where its source would be (checkpointing)
+    return {"saved_elems": float(sum(numel.get(t, 0) for t in kept)), "index_elems": float(pooled),
+            "fp32_elems": float(sum(numel.get(t, 0) for t in kept & fp32)),
+            "cast_elems": float(sum(numel.get(t, 0) for t in cast))}
+
+
+def _base(t: str, producer: dict[str, Any]) -> str:
+    """The tensor a view or alias resolves to (torch runs transposes, gathers, slices and reshapes as views)."""
+    node = producer.get(t)
+    while node is not None and (node[0] in VIEW_OPS or node[0] in ALIAS_OPS) and node[2] and node[2][0] in producer:
+        t, node = node[2][0], producer.get(node[2][0])
+    return t
+
+
+def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
+    """The op outputs autograd keeps for backward: read by an op that saves its inputs, written by one that saves
+    its output, or a graph output; views resolve to the tensor they alias. With BatchNorm folded into
+    convolutions, each convolution's output is kept too (training-mode BatchNorm saves its input)."""
+    folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
+    kept: set[str] = set()
+    for op, _d, ins, outs, *_ in cg.nodes:
+        if op in VIEW_OPS or op in ALIAS_OPS:
+            continue
+        if op not in NO_INPUT_SAVE:
+            kept |= {_base(i, producer) for i in _saved_inputs(cg, op, ins) if i in producer}
+        if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
+            kept |= set(outs[:1])
+    consumed = {i for node in cg.nodes for i in node[2]}
+    kept |= {_base(o, producer) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
+    return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
+
+
+def _saved_inputs(cg: Any, op: str, ins: list[str]) -> list[str]:
+    """The inputs an op saving its inputs keeps: a product or quotient by a one-element tensor (a scale: torch's
+    ``mul``/``div`` by a scalar, or by a tensor that needs no gradient) keeps nothing of its other operand, since
+    autograd saves one operand only for the other's gradient."""
+    from gpupred.graph.canonical import shape_elements
+
+    if op in SCALAR_SAVE_OPS and len(ins) == 2 and any(shape_elements(cg.shapes.get(i)) == 1 for i in ins):
+        return []
+    return list(ins)
+
+
+def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:
+    """The attention scores feeding a Softmax: scale/mask ops back to the QK^T MatMul, and its scaled inputs."""
+    chain: set[str] = set()
+    node = producer.get(tensor)
+    while node is not None and node[0] in SCORE_OPS:
+        chain.add(node[3][0])
+        if node[0] in ("MatMul", "Einsum"):
+            chain |= {i for i in node[2] if producer.get(i) is not None and producer[i][0] in SCALE_OPS}
+            break
+        node = next((producer[i] for i in node[2] if i in producer), None)
+    return chain
+
+
+def _need(df: pd.DataFrame, cols: tuple[str, ...]) -> None:
+    """Raise naming the first column the footprint needs and the frame lacks."""
+    for col in cols:
         if col not in df.columns:
-            raise GpupredError(f"memory estimate needs column {col!r}; use a dataset frame (gpupred.dataset)")
-    from gpupred.footprint import OPTIMIZER_STATES
-
-    p = df["param_bytes"].to_numpy(float)
-    states = df["optimizer"].astype(str).str.lower().map(OPTIMIZER_STATES).fillna(1.0).to_numpy(float)
-    half = df["precision"].isin(["bf16", "fp16"]).to_numpy(float) if "precision" in df.columns else 0.0
-    act = df["activation_bytes"].to_numpy(float)  # already at the precision's dtype sizes
-    return p * (2.0 + states + 0.5 * half) + act
+            raise GpupredError(f"memory footprint needs column {col!r}; use a dataset frame (gpupred.dataset) "
+                               "with footprint_columns() added")
 
 
-class MemoryModel:
-    """Analytical memory plus fitted overhead, and a learned multiplicative residual on top (a baseline)."""
+def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:
+    """Each allocated term of the footprint in MiB (``TERMS``), one row per input row (no context, no allocator)."""
+    _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
+    opt = _optimizers(df)
+    precision = df["precision"].astype(str).to_numpy()
+    autocast = np.isin(precision, list(HALF_PRECISIONS))
+    pure = precision == "bf16-pure"
+    p = df["param_bytes"].to_numpy(float) * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
+    proto = np.full(len(df), source, dtype=object) if isinstance(source, str) else source.reindex(df.index).to_numpy()
+    sdpa = np.isin(proto, list(SDPA_SOURCES))
+    act = activation_bytes(df, autocast, sdpa, pure)
+    loss = _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure))
+    states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
+    counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
+    terms = {
+        "weights": _or(counted, df, "weight_bytes", p), "gradients": _or(counted, df, "grad_bytes", p),
+        "optimizer": _or(counted, df, "state_bytes", states * p),
+        "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
+        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0), "loss": loss,
+        "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
+    }
+    return pd.DataFrame({k: v / MIB for k, v in terms.items()}, index=df.index)
 
-    def __init__(self, residual_model: str = "lightgbm", seed: int = 0) -> None:
-        self.residual_model = residual_model
-        self.seed = seed
 
-    def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "MemoryModel":
-        """Fit the overhead (median gap per GPU) and the residual model on log(measured / analytical)."""
-        from gpupred.dataset import feature_columns
-        from gpupred.learn.regressors import make_regressor
+def _counted(df: pd.DataFrame, name: str) -> np.ndarray:
+    """Rows whose parameter terms were counted tensor by tensor (:data:`gpupred.finetune.PARAM_COLUMNS` present)."""
+    return df[name].notna().to_numpy() if name in df.columns else np.zeros(len(df), bool)
 
-        data = df[df[target].notna()]
-        gap = data[target].to_numpy(float) - analytical_bytes(data) / MIB
-        self.overhead_ = pd.Series(gap, index=data["gpu"].to_numpy()).groupby(level=0).median().to_dict()
-        self.overhead_default_ = float(np.median(gap))
-        from gpupred.footprint import FOOTPRINT_COLUMNS
 
-        self.features_ = [c for c in feature_columns(data) if c not in FOOTPRINT_COLUMNS]  # the baseline as it was
-        ratio = np.log(data[target].to_numpy(float)) - np.log(np.maximum(self.analytical(data), 1.0))
-        self.residual_ = make_regressor(self.residual_model, tune=False, seed=self.seed).fit(
-            data[self.features_].to_numpy(float), ratio)
+def _or(counted: np.ndarray, df: pd.DataFrame, name: str, rule: np.ndarray) -> np.ndarray:
+    """A counted parameter term where the row has it, else the parameter-sized rule's."""
+    return np.where(counted, _col(df, name), rule) if counted.any() else rule
+
+
+def _optimizers(df: pd.DataFrame) -> np.ndarray:
+    """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
+    opt = np.array([o.lower() for o in df["optimizer"].astype(str)], dtype=object)
+    if "sgd_momentum" in df.columns:
+        plain = (opt == "sgd") & (df["sgd_momentum"] == False).to_numpy()  # noqa: E712
+        opt = np.where(plain, "sgd_nomomentum", opt)
+    unknown = sorted(set(opt) - set(OPTIMIZER_STATES))
+    if unknown:
+        raise GpupredError(f"unknown optimizer {unknown[0]!r}; known: {', '.join(OPTIMIZER_STATES)}")
+    return opt
+
+
+def _workspaces(df: pd.DataFrame) -> np.ndarray:
+    """The cuBLAS workspaces of each row's GPU kind, in MiB (Hopper's where the frame names no GPU)."""
+    if "gpu" not in df.columns:
+        return np.full(len(df), WORKSPACE_MIB)
+    gpu = df["gpu"].astype(str).to_numpy()
+    per = {g: workspace_mib(g) for g in set(gpu)}
+    return np.array([per[g] for g in gpu], dtype=float)
+
+
+def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
+    """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
+    feature row's ``activation_bytes``; less the scores of the fused attention cores where the source's torch
+    fuses attention. ``half``: autocast rows (16-bit where autocast runs in 16 bits); ``pure``: pure bf16 rows
+    (every activation in 2 bytes)."""
+    fallback = df["activation_bytes"].to_numpy(float)
+    if "saved_elems" not in df.columns:
+        return fallback
+    pure = np.zeros(len(df), bool) if pure is None else pure
+    saved, fp32 = _col(df, "saved_elems"), _col(df, "fp32_elems")
+    act = np.where(half, 2.0 * (saved - fp32) + 4.0 * fp32 + 2.0 * _col(df, "cast_elems"), 4.0 * saved)
+    act = np.where(pure, 2.0 * saved, act)
+    scores = _col(df, "softmax_elems") * np.where(pure, 2.0, 4.0) + _col(df, "attention_elems") * np.where(
+        half | pure, 2.0, 4.0)
+    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * _col(df, "index_elems")  # MaxPool's int64 argmax
+    return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric column, zeros where it is absent or missing."""
+    return df[name].to_numpy(float, na_value=0.0) if name in df.columns else np.zeros(len(df))
+
+
+def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.ndarray:
+    """What the training step allocates at its peak (MiB): the sum of ``footprint_terms``."""
+    return footprint_terms(df, source).sum(axis=1).to_numpy(float)
+
+
+def local_memory_mib(gpu: str) -> float:
+    """The local memory the CUDA driver reserves for every thread a GPU can hold (MiB): threads per SM x SMs x the
+    default stack size (see the module notes)."""
+    from gpupred.hardware import gpu_spec
+
+    spec = gpu_spec(gpu)
+    threads = MAX_THREADS_PER_SM.get(COMPUTE_CAPABILITY.get(spec.name, ""), MAX_THREADS_UNKNOWN)
+    return spec.sm_count * threads * STACK_BYTES / MIB
+
+
+SOFTWARE_CONTEXT_MIB = CONTEXT_MIB["H200"] - 132 * 2048 * STACK_BYTES / MIB  # the H200's context less its local memory
+
+
+def lazy_loading(torch_version: str = "2.11", cuda_version: str = "13.0") -> bool:
+    """Whether CUDA loads kernel images lazily: a CUDA 11.7+ runtime, and torch >= 1.13 (which sets
+    ``CUDA_MODULE_LOADING=LAZY``) or CUDA >= 12.2 (the Linux driver's default)."""
+    def version(text: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in str(text).split("+")[0].split(".")[:2])
+        except ValueError:
+            raise GpupredError(f"cannot read version {text!r}; give it as MAJOR.MINOR, e.g. 2.4 or 12.1") from None
+
+    cuda, torch = version(cuda_version), version(torch_version)
+    return cuda >= (11, 7) and (torch >= (1, 13) or cuda >= (12, 2))
+
+
+def context_mib(gpu: str, torch_version: str = "2.11", cuda_version: str = "13.0") -> float:
+    """The CUDA context of a GPU kind under a torch and CUDA version (MiB): measured where ``CONTEXT_MIB`` has it
+    (for the software it was measured with), else the GPU's local memory + the software's share + the kernel
+    images eager loading adds (see the module notes)."""
+    from gpupred.hardware import gpu_spec
+
+    lazy = lazy_loading(torch_version, cuda_version)
+    name = gpu_spec(gpu).name
+    if name in CONTEXT_MIB and lazy:
+        return CONTEXT_MIB[name]
+    return local_memory_mib(name) + SOFTWARE_CONTEXT_MIB + (0.0 if lazy else EAGER_IMAGES_MIB)
+
+
+def default_context_mib(gpu: str) -> float:
+    """The CUDA context of a GPU kind (MiB) under the sweeps' software: :func:`context_mib`'s defaults."""
+    return context_mib(gpu)
+
+
+def workspace_mib(gpu: str) -> float:
+    """torch's cuBLAS workspaces of a training step on a GPU kind (MiB): ``CUBLAS_HANDLES`` x the per-handle size."""
+    from gpupred.hardware import architecture
+
+    return CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[architecture(gpu) == "hopper"]
+
+
+@dataclass
+class Footprint:
+    """Per-(GPU kind, source) context and allocator ratio: the analytic footprint's fitted constants."""
+
+    context_mib: dict[str, float] = field(default_factory=dict)  # key "gpu|source"
+    allocator: dict[str, float] = field(default_factory=dict)
+    min_rows: int = 8  # fewer training rows than this in a (gpu, source): keep the defaults
+
+    def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "Footprint":
+        """Fit context and allocator ratio per (gpu, source) on ``df``'s rows (training rows only)."""
+        keys = source_keys(df)
+        dyn = allocated_mib(df, sources(df))
+        y = df[target].to_numpy(float)
+        for key in pd.unique(keys):
+            m = (keys == key) & np.isfinite(y)
+            if m.sum() >= self.min_rows:
+                self.context_mib[key], self.allocator[key] = fit_context_allocator(dyn[m], y[m])
         return self
 
-    def analytical(self, df: pd.DataFrame) -> np.ndarray:
-        """The analytical estimate in MiB, overhead included."""
-        overhead = (df["gpu"].map(self.overhead_).fillna(self.overhead_default_).to_numpy(float) if "gpu" in df
-                    else self.overhead_default_)
-        return analytical_bytes(df) / MIB + overhead
+    def predict(self, df: pd.DataFrame, allocated: np.ndarray | None = None, keys: np.ndarray | None = None) -> np.ndarray:
+        """The analytic footprint in MiB, one per row; ``allocated`` (:func:`allocated_mib`) and ``keys``
+        (:func:`source_keys`) of ``df`` where the caller has them already."""
+        ctx, alloc = self.row_constants(source_keys(df) if keys is None else keys)
+        return ctx + alloc * (allocated_mib(df, sources(df)) if allocated is None else allocated)
 
-    def predict(self, df: pd.DataFrame) -> pd.DataFrame:
-        """Each method's estimate in MiB: horus, analytical, analytical+residual."""
-        ana = self.analytical(df)
-        corrected = np.maximum(ana, 1.0) * np.exp(self.residual_.predict(df[self.features_].to_numpy(float)))
-        return pd.DataFrame({"horus": horus_mib(df), "analytical": ana, "analytical+residual": corrected},
-                            index=df.index)
+    def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(context MiB, allocator ratio) of each 'gpu|source' key: NVML's figure is context + ratio x allocated,
+        torch's reserved peak ratio x allocated."""
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        ctx = np.array([self.context(k) for k in uniq], dtype=float)[inverse]
+        alloc = np.array([self.constant(k, self.allocator, 1.0) for k in uniq], dtype=float)[inverse]
+        return ctx, alloc
+
+    def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
+        """A constant for 'gpu|source': fitted there, else the mean over GPUs measured by the source
+        (the allocator ratio is the software's), else the default."""
+        if key in fitted:
+            return fitted[key]
+        same = [v for k, v in fitted.items() if k.split("|")[1] == key.split("|")[1]]
+        return float(np.mean(same)) if same else default
+
+    def context(self, key: str) -> float:
+        """The context for 'gpu|source': fitted there; else the mean software share (context less local memory) of
+        the GPUs fitted under the source, or of every fit when the source has none (its software is unknown: the
+        fits span the software measured), plus this GPU's local memory; else :func:`default_context_mib` (the GPU's
+        architecture, the sweeps' software)."""
+        gpu, source = key.split("|")
+        if key in self.context_mib:
+            return self.context_mib[key]
+        shares = {k: v - local_memory_mib(k.split("|")[0]) for k, v in self.context_mib.items()}
+        same = [v for k, v in shares.items() if k.split("|")[1] == source] or list(shares.values())
+        return float(np.mean(same)) + local_memory_mib(gpu) if same else default_context_mib(gpu)
+
+    def constants(self) -> dict[str, dict[str, float]]:
+        """The fitted constants, for a predictor card."""
+        return {k: {"context_mib": round(self.context_mib[k], 1), "allocator": round(self.allocator[k], 4)}
+                for k in sorted(self.context_mib)}
+
+
+def fit_context_allocator(allocated: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
+    """(context MiB, allocator ratio) minimizing the median absolute log error of ``context + ratio x allocated``."""
+    from scipy.optimize import minimize
+
+    def loss(theta: np.ndarray) -> float:
+        pred = theta[0] + theta[1] * allocated
+        return float(np.mean(np.abs(np.log(np.maximum(pred, 1.0)) - np.log(measured))))
+
+    start = np.array([DEFAULT_CONTEXT_MIB, 1.0])
+    res = minimize(loss, start, method="Nelder-Mead", options={"xatol": 0.5, "fatol": 1e-6, "maxiter": 2000})
+    ctx, ratio = float(np.clip(res.x[0], 0.0, 4096.0)), float(np.clip(res.x[1], 0.5, 3.0))
+    return ctx, ratio
+
+
+def sources(df: pd.DataFrame) -> pd.Series:
+    """Each row's source (whose way of measuring memory its constants are fitted to): its ``source`` column, else
+    this project's ('gpupred')."""
+    return df["source"].astype(str) if "source" in df.columns else pd.Series("gpupred", index=df.index)
+
+
+def source_keys(df: pd.DataFrame) -> np.ndarray:
+    """'gpu|source' per row (the key of the fitted constants)."""
+    from gpupred.hardware import gpu_spec
+
+    gpu = df["gpu"].astype(str).to_numpy() if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
+    names = {g: gpu_spec(g).name for g in set(gpu)}
+    return np.array([f"{names[g]}|{s}" for g, s in zip(gpu, sources(df).to_numpy())], dtype=object)
+
+
+def setup_columns(setup: TrainingSetup) -> dict[str, Any]:
+    """The frame columns the footprint reads of a training setup (precision, optimizer and its implementation)."""
+    return {"precision": setup.precision, "optimizer": setup.optimizer_key, "optimizer_impl": setup.optimizer_impl,
+            "weight_decay": setup.decay}
+
+
+def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer: str,
+                  terms: dict[str, float] | None = None, source: str = "gpupred",
+                  fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
+    """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU;
+    ``setup`` (:class:`gpupred.setups.TrainingSetup`) replaces ``precision`` and ``optimizer`` when given."""
+    job = {"precision": precision, "optimizer": optimizer} if setup is None else setup_columns(setup)
+    row = pd.DataFrame([{**features, **(terms or {}), **job, "gpu": gpu, "source": source}])
+    return float((fitted or Footprint()).predict(row)[0])
+
+
+def onnx_footprint_mib(path_or_proto: Any, batch_size: int, precision: str, optimizer: str, gpu: str,
+                       fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
+    """Analytic training memory (MiB) of an ONNX graph at a batch size and training setup (default: the sweeps'
+    setup of ``precision`` and ``optimizer``) on a GPU."""
+    from gpupred.graph import featurize
+    from gpupred.setups import as_setup
+
+    job = as_setup(setup, precision, optimizer)
+    features = featurize(path_or_proto, batch_size=batch_size, precision=job.job_precision,
+                         optimizer="adam" if job.state_buffers >= 2 else "sgd")
+    return footprint_mib(features, gpu, job.precision, job.optimizer_key, graph_terms(path_or_proto, batch_size, job),
+                         fitted=fitted, setup=job)
+
+
+def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
+    """``df`` with ``FOOTPRINT_COLUMNS`` added from each workload's graph (the graph store's, or a built fcnet);
+    NaN where neither has it (the footprint then uses the row's ``activation_bytes``)."""
+    from gpupred.reports import progress_bar
+
+    _need(df, ("workload_id",))
+    out = df.copy()
+    cache: dict[tuple[str, int], dict[str, float]] = {}
+    graphs: dict[str, Any] = {}
+    rows = []
+    for wid in progress_bar(iterable=out["workload_id"].astype(str), desc="footprint graph terms", unit="row",
+                            disable=not progress):
+        spec = _spec(wid)
+        key = (spec.arch_key, int(spec.batch_size)) if spec is not None else (wid, 0)
+        if key not in cache:
+            if spec is not None and spec.arch_key not in graphs:
+                graphs = {spec.arch_key: _stored_graph(spec)}  # one architecture at a time: memory stays flat
+            graph = graphs.get(spec.arch_key) if spec is not None else None
+            cache[key] = graph_terms(graph, spec.batch_size) if graph is not None else {}
+        rows.append(cache[key])
+    terms = pd.DataFrame(rows, index=out.index).reindex(columns=list(FOOTPRINT_COLUMNS))
+    for col in FOOTPRINT_COLUMNS:
+        out[col] = terms[col].astype(float)
+    return out
+
+
+def _spec(workload_id: str) -> Any:
+    """The workload spec of an id, or None when the id is not one."""
+    from gpupred.workloads.spec import WorkloadSpec
+
+    try:
+        return WorkloadSpec.from_id(workload_id)
+    except (GpupredError, ValueError, KeyError):
+        return None
+
+
+def _stored_graph(spec: Any) -> Any:
+    """A spec's graph without torch: a GPUMemNet network built with onnx.helper, else the graph store's, else None."""
+    if spec.family == "fcnet":
+        from gpupred.graph.graphstore import fcnet_onnx
+
+        return fcnet_onnx(spec)
+    from gpupred.graph.export import stored_graph
+
+    return stored_graph(spec)

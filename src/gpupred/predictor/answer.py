@@ -11,14 +11,14 @@ does not apply is null (a feature row, answered by the baseline regressors, has 
 - ``figures``: utilization, SM activity, step time (ms), throughput and memory (MiB and GiB), each with its interval;
 - ``fit``: the GPU's capacity, the headroom at the point, whether the job fits and the probability that it does, from
   the memory interval (:mod:`gpupred.predictor.fits`);
-- ``memory_breakdown``: the footprint's terms (:func:`gpupred.footprint.footprint_terms`), the CUDA context and the
+- ``memory_breakdown``: the footprint's terms (:func:`gpupred.memory.physics.footprint_terms`), the CUDA context and the
   caching allocator's share; the learned correction multiplies the whole footprint, so it is spread over every part
   in proportion (each part x the correction factor), and the parts add up to the memory point;
-- ``time_breakdown``: the step model's timeline (:mod:`gpupred.perf.timeline`) of one optimizer step: the device's
+- ``time_breakdown``: the step model's timeline (:mod:`gpupred.step.physics.timeline`) of one optimizer step: the device's
   busy time, the host's launches and synchronization the device waits on, the input pipeline's stall; the device time
   by op class and by phase (the optimizer step's share); the step time's learned correction spread over every part
   in proportion, so the parts add up to the step-time point;
-- ``caveats``: the failure classes the job shows (:mod:`gpupred.perf.caveats`), an empty list when none.
+- ``caveats``: the failure classes the job shows (:mod:`gpupred.step.physics.caveats`), an empty list when none.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ FIGURES: dict[str, tuple[str, str, float]] = {
     "step_time": ("iter_time_mean_s", "ms", 1000.0), "throughput": ("samples_per_s", "samples/s", 1.0),
     "memory": ("memory_mib", "MiB", 1.0),
 }
-# the footprint's terms (gpupred.footprint.TERMS) as the answer names them, then the context and the allocator
+# the footprint's terms (gpupred.memory.physics.TERMS) as the answer names them, then the context and the allocator
 TERM_PARTS: dict[str, str] = {"weights": "weights", "gradients": "gradients", "optimizer": "optimizer_state",
                               "autocast_copies": "autocast_copies", "activations": "activations",
                               "loss": "loss_logits", "inputs": "inputs", "workspace": "workspace"}
@@ -52,7 +52,7 @@ OP_CLASSES: dict[int, str] = {1: "matmul", 2: "convolution", 3: "depthwise_convo
 OP_LABELS: dict[str, str] = {"matmul": "matmuls", "convolution": "convolutions",
                              "depthwise_convolution": "depthwise convolutions",
                              "cuda_core_ops": "CUDA-core ops (elementwise, norms, pooling, casts, optimizer)"}
-PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")  # gpupred.perf.kernels.PHASES
+PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")  # gpupred.step.physics.kernels.PHASES
 MEMORY_SPREAD = ("the memory estimator's learned correction multiplies the whole analytic footprint (context + "
                  "allocator ratio x the allocated terms), so every part is its analytic figure x correction_factor; "
                  "allocator: the caching allocator's reserve beyond the allocated terms ((ratio - 1) x their sum)")
@@ -311,7 +311,7 @@ def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
 def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) -> dict[str, Any]:
     """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
     x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point."""
-    from gpupred.footprint import footprint_terms, source_keys, sources
+    from gpupred.memory.physics import footprint_terms, source_keys, sources
     from gpupred.predictor.core import memory_row
 
     _, memory = core.models_for(kind, calibration)
@@ -331,7 +331,7 @@ def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) 
 def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, Any]:
     """The step-time point as its parts (device busy, host and synchronization, input stall), the device time by op
     class and by phase, the optimizer step's share and the input pipeline, in ms (see the module notes)."""
-    from gpupred.perf.timeline import kernel_times, simulate
+    from gpupred.step.physics.timeline import kernel_times, simulate
     from gpupred.predictor.core import job_loader
 
     graph: JobGraph = done.graph

@@ -294,7 +294,7 @@ class Predictor:
 
         ``pipeline`` (:class:`gpupred.setups.InputPipeline`) is how its batches reach the GPU: resident (the default,
         as this project's sweeps ran), or read, decoded and augmented on the host by DataLoader workers; the step
-        model's timeline then includes it (:mod:`gpupred.perf.inputfeed`), and only the physics core answers it.
+        model's timeline then includes it (:mod:`gpupred.step.physics.inputfeed`), and only the physics core answers it.
 
         :meth:`answer` gives the same prediction as one versioned answer (:mod:`gpupred.predictor.answer`).
         """
@@ -516,7 +516,7 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
         spec = WorkloadSpec.from_id(text)
     except GpupredError:
         raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
-    from gpupred.perf.columns import recipe_of
+    from gpupred.step.physics.columns import recipe_of
 
     batch, setup = job.for_workload(spec)
     return job_graph(graph_for(spec), text, batch, setup, key=spec.arch_key, recipe=recipe_of(spec.family))

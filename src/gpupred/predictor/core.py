@@ -1,7 +1,7 @@
 """The predictor's physics-first core: the step estimator and the memory estimator, fitted on every labelled row.
 
 For a job given as a graph (an ONNX file, or a workload id whose graph is in the store), the exported predictor
-answers from physics (:mod:`gpupred.perf`, :mod:`gpupred.footprint`) with learned corrections on top, so its answers
+answers from physics (:mod:`gpupred.step.physics`, :mod:`gpupred.memory.physics`) with learned corrections on top, so its answers
 scale with the model and the GPU instead of stopping at the largest training label:
 
 - ``gpu_util``, ``sm_active`` and ``iter_time_mean_s`` (seconds per step), with ``samples_per_s`` (batch size / step
@@ -11,7 +11,7 @@ scale with the model and the GPU instead of stopping at the largest training lab
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML polling:
 ``PROTOCOL``). On a GPU kind whose constants were not fitted under that protocol the step model borrows what the
-fitted keys can lend (:meth:`gpupred.perf.ConstantsTable.get`); the prediction is marked extrapolated and its
+fitted keys can lend (:meth:`gpupred.step.physics.ConstantsTable.get`); the prediction is marked extrapolated and its
 step-model intervals reach at least the extrapolation width the step estimator measured on its training rows; the
 footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
 constants replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked
@@ -29,7 +29,7 @@ import pandas as pd
 from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import widen
-from gpupred.perf.caveats import CAVEATS, widest
+from gpupred.step.physics.caveats import CAVEATS, widest
 from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,9 +43,9 @@ PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is p
 def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tuple[pd.DataFrame, Any]:
     """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs;
     a host ``pipeline`` feeds each batch from the host (its per-batch times from its host profile)."""
-    from gpupred.perf.fit import FitRows
-    from gpupred.perf.inputfeed import loader_columns
-    from gpupred.step.physics import PhysicsData, default_row_columns
+    from gpupred.step.physics.fit import FitRows
+    from gpupred.step.physics.inputfeed import loader_columns
+    from gpupred.step.rowphysics import PhysicsData, default_row_columns
 
     spec = gpu_spec(gpu)
     memory = memory_row(job, spec.name)  # first: its setup errors name the job
@@ -58,11 +58,11 @@ def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tu
 
 
 def job_loader(job: JobGraph, pipeline: InputPipeline = RESIDENT) -> Any:
-    """The per-batch host times (:class:`gpupred.perf.timeline.LoaderTimes`) of the pipeline that feeds one job's
+    """The per-batch host times (:class:`gpupred.step.physics.timeline.LoaderTimes`) of the pipeline that feeds one job's
     optimizer step, every micro-batch of it (None: resident batches)."""
     if pipeline.resident:
         return None
-    from gpupred.perf.inputfeed import host_costs, loader_times
+    from gpupred.step.physics.inputfeed import host_costs, loader_times
 
     samples = int(job.row.get("batch_size") or 1) * job.setup.accumulation  # every micro-batch of a step is fed
     return loader_times(pipeline, samples, float(job.kernels.input_bytes), host_costs(pipeline))
@@ -70,7 +70,7 @@ def job_loader(job: JobGraph, pipeline: InputPipeline = RESIDENT) -> Any:
 
 def memory_row(job: JobGraph, gpu: str) -> dict[str, Any]:
     """What the memory estimator reads of one job on one GPU under ``PROTOCOL`` (no step kernels needed)."""
-    from gpupred.footprint import setup_columns
+    from gpupred.memory.physics import setup_columns
 
     return {**job.row, **job.terms, **setup_columns(job.setup), "gpu": gpu_spec(gpu).name, "sampler": PROTOCOL,
             "sync": "step", "source": SOURCE_OWN}
@@ -117,7 +117,7 @@ class PhysicsCore:
     def predict(self, job: JobGraph, gpu: str, calibration: Any = None, pipeline: InputPipeline = RESIDENT) -> dict[str, Any]:
         """Each core target's point and ``_low``/``_high`` bounds for one job on one GPU, ``extrapolated`` and
         ``caveats``; a calibration (:class:`gpupred.calibration.use.AppliedCalibration`) of a GPU without fits replaces
-        its borrowed constants; ``pipeline`` the host input pipeline that feeds it (:mod:`gpupred.perf.inputfeed`).
+        its borrowed constants; ``pipeline`` the host input pipeline that feeds it (:mod:`gpupred.step.physics.inputfeed`).
         Throughput is the samples of one optimizer step (batch x accumulation) over its time."""
         setup = job.setup
         frame, physics = job_frame(job, gpu, pipeline)
@@ -157,7 +157,7 @@ class PhysicsCore:
 
     def _widen(self, out: dict[str, Any], width: float) -> None:
         """Widen the step-model targets' bounds in ``out`` to at least ``width`` (a failure class's:
-        :mod:`gpupred.perf.caveats`; log of the step time, log1p of utilization, capped at 100 %)."""
+        :mod:`gpupred.step.physics.caveats`; log of the step time, log1p of utilization, capped at 100 %)."""
         if width <= 0:
             return
         for target in STEP_TARGETS:
@@ -170,12 +170,12 @@ class PhysicsCore:
             out[f"{target}_low"], out[f"{target}_high"] = lo, hi if step else min(100.0, hi)
 
     def caveats(self, job: JobGraph, gpu: str) -> list[str]:
-        """The failure classes the job shows on a GPU kind (:func:`gpupred.perf.caveats.job_caveats`), its kernels timed
+        """The failure classes the job shows on a GPU kind (:func:`gpupred.step.physics.caveats.job_caveats`), its kernels timed
         with the constants its prediction uses."""
         from gpupred.hardware import architecture
-        from gpupred.perf.caveats import job_caveats, time_shares
-        from gpupred.perf.kernels import DEPTHWISE, MATMUL
-        from gpupred.perf.timeline import kernel_times, on_tensor_cores
+        from gpupred.step.physics.caveats import job_caveats, time_shares
+        from gpupred.step.physics.kernels import DEPTHWISE, MATMUL
+        from gpupred.step.physics.timeline import kernel_times, on_tensor_cores
 
         kl, table = job.kernels, self.step_.constants_
         times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
@@ -203,7 +203,7 @@ class PhysicsCore:
             "calibrated_gpus": self.calibration_.describe(),
             "failure_classes": {"rule": "a job showing one of these classes gets step-model intervals at least "
                                         "log_width wide (log of the step time, log1p of utilization) and names it in "
-                                        "its prediction's 'caveats' (gpupred.perf.caveats)",
+                                        "its prediction's 'caveats' (gpupred.step.physics.caveats)",
                                 **{n: c.describe() for n, c in CAVEATS.items()}},
             "training_setup": {"modelled": "precision (fp32 with TF32 flags, bf16/fp16 autocast, pure bf16), SGD/Adam/"
                                            "AdamW foreach/fused/forloop, bitsandbytes' 8-bit and paged AdamW, "

@@ -34,7 +34,7 @@ class JobGraph:
     batch_size: int
     setup: TrainingSetup
     key: Any = None  # the step model's kernel-cache key (a workload's architecture); default the file's path
-    recipe: str = "standard"  # how the step runs over the graph (gpupred.perf.columns.recipe_of a workload's family)
+    recipe: str = "standard"  # how the step runs over the graph (gpupred.step.physics.columns.recipe_of a workload's family)
 
     @property
     def precision(self) -> str:
@@ -65,8 +65,8 @@ class JobGraph:
 
     @cached_property
     def kernels(self) -> Any:
-        """The step's kernels (:func:`gpupred.perf.kernels_for`)."""
-        from gpupred.perf import kernels_for
+        """The step's kernels (:func:`gpupred.step.physics.kernels_for`)."""
+        from gpupred.step.physics import kernels_for
 
         s = self.setup
         return kernels_for(self.graph, self.batch_size, s.precision, s.optimizer, key=self.key, recipe=self.recipe,
@@ -74,9 +74,9 @@ class JobGraph:
 
     @cached_property
     def terms(self) -> dict[str, float]:
-        """The footprint's graph terms (:func:`gpupred.footprint.graph_terms`) and, for LoRA, QLoRA and the optimizers
+        """The footprint's graph terms (:func:`gpupred.memory.physics.graph_terms`) and, for LoRA, QLoRA and the optimizers
         whose state is not parameter-sized, its parameter terms (:func:`gpupred.finetune.parameter_terms`)."""
-        from gpupred.footprint import graph_terms
+        from gpupred.memory.physics import graph_terms
 
         return {**graph_terms(self.graph, self.batch_size, self.setup), **self.parameter_terms()}
 
@@ -86,7 +86,7 @@ class JobGraph:
             return {}
         from gpupred.finetune import model_type_of, parameter_terms
         from gpupred.graph.loader import cached_graph
-        from gpupred.perf.blocks import checkpoint_blocks
+        from gpupred.step.physics.blocks import checkpoint_blocks
 
         cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
         blocks = len(checkpoint_blocks(cg)) if self.setup.checkpointing else 1

@@ -4,8 +4,8 @@ For every model of ``data/corpus/`` (its structure-only graph and the figures to
 
 - parameters and forward FLOPs of the featurized graph against torch's ``sum(p.numel())`` and FlopCounterMode, at
   the export batch;
-- the step model's step time and utilization (:mod:`gpupred.perf`, with the constants fitted on the measured runs)
-  and the analytic footprint (:mod:`gpupred.footprint`, its context and allocator fitted likewise), at a batch a
+- the step model's step time and utilization (:mod:`gpupred.step.physics`, with the constants fitted on the measured runs)
+  and the analytic footprint (:mod:`gpupred.memory.physics`, its context and allocator fitted likewise), at a batch a
   user would train it with (:data:`REALWORLD_BATCH`), in bf16 autocast with Adam on one GPU: the predictor's core
   without its learned, bounded corrections;
 - the analytic mixed-precision Adam count of Korthikanti et al. ("Reducing Activation Recomputation in Large
@@ -50,11 +50,11 @@ def kind_of(name: str) -> str:
 def realworld_row(name: str, entry: dict[str, Any], gpu: str, table: Any, footprint: Any, precision: str = "bf16",
                   optimizer: str = "adam", folder: Path | None = None) -> dict[str, Any]:
     """One corpus model: its graph's parameters and FLOPs against torch's, predicted step and memory, the analytic count."""
-    from gpupred.footprint import footprint_mib, graph_terms
+    from gpupred.memory.physics import footprint_mib, graph_terms
     from gpupred.graph import featurize
     from gpupred.graph.corpus import corpus_path
     from gpupred.hardware import gpu_spec
-    from gpupred.perf import kernels_for, simulate
+    from gpupred.step.physics import kernels_for, simulate
 
     start = time.perf_counter()
     path = corpus_path(name, folder=folder)

@@ -29,7 +29,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 
-# Per-row columns of the step model (gpupred.perf) that give a busy fraction, when the dataset has them.
+# Per-row columns of the step model (gpupred.step.physics) that give a busy fraction, when the dataset has them.
 PHYS_BUSY, PHYS_STEP, PHYS_UTIL = "phys_gpu_busy_s", "phys_step_s", "phys_util"
 
 

@@ -1,15 +1,40 @@
 """The step estimator: GPU utilization, SM activity and iteration time of a training job, as the step model's answer
-(:mod:`gpupred.perf`) times a learned correction, with its interval rule inside.
+times a learned correction, with its interval rule inside.
 
-- :mod:`gpupred.step.physics`: each run's kernels, constants fitted per (GPU kind, protocol), extrapolation widths;
+- :mod:`gpupred.step.physics`: the step model itself (torch-free): the kernels of one training step from a canonical
+  graph, their GPU times on a GPU's roofline, the host's launch timeline and the input pipeline that feeds it, the
+  few constants and their fit per (GPU kind, protocol), the failure classes;
+- :mod:`gpupred.step.rowphysics`: the step model applied to a dataset's rows: each run's kernels, constants fitted per
+  (GPU kind, protocol) on training rows, the extrapolation widths;
 - :mod:`gpupred.step.correction`: the learned correction of ``measured / physics``, its bounds and CV+ intervals;
 - :mod:`gpupred.step.estimator`: :class:`StepEstimator` (scikit-learn style: ``fit``, ``predict``, ``get_params``,
   ``describe``), the model notebook 03 scores and the predictor ships;
 - :mod:`gpupred.step.evaluate`: the estimator beside its baselines on notebook 03's splits (evaluation only: nothing
   at run time imports it).
+
+The physics sits below the dataset (which joins its columns to each run), the estimator above the learning code, so
+this package imports nothing when it is imported: its public names load on first use.
 """
 
-from gpupred.step.estimator import STEP_TARGETS, StepEstimator
-from gpupred.step.physics import PHYSICS_TARGETS, PhysicsData, physics_data
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["PHYSICS_TARGETS", "STEP_TARGETS", "PhysicsData", "StepEstimator", "physics_data"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.step.estimator import STEP_TARGETS, StepEstimator
+    from gpupred.step.rowphysics import PHYSICS_TARGETS, PhysicsData, physics_data
+
+_HOME = {"STEP_TARGETS": "gpupred.step.estimator", "StepEstimator": "gpupred.step.estimator",
+         "PHYSICS_TARGETS": "gpupred.step.rowphysics", "PhysicsData": "gpupred.step.rowphysics",
+         "physics_data": "gpupred.step.rowphysics"}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (importing the physics never imports the estimator)."""
+    if name in _HOME:
+        import importlib
+
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'gpupred.step' has no attribute {name!r}")

@@ -28,7 +28,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.params import Params
-from gpupred.perf.timeline import STEP_COLUMNS
+from gpupred.step.physics.timeline import STEP_COLUMNS
 
 CORRECTION_FEATURES: tuple[str, ...] = (  # what the correction reads besides the fitted physics
     "batch_size", "params", "flops_train", "activation_bytes", "arithmetic_intensity", "n_nodes", "is_bf16", "is_fp16",

@@ -4,7 +4,7 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
 
 ``fit`` on dataset rows (labels, features, GPU, protocol, source):
 
-1. the step model's constants per (GPU kind, measurement protocol) on the rows (:mod:`gpupred.step.physics`);
+1. the step model's constants per (GPU kind, measurement protocol) on the rows (:mod:`gpupred.step.rowphysics`);
 2. per target, the correction of ``measured / physics`` (:mod:`gpupred.step.correction`), calibrated on folds that
    keep whole families (``calibration="family"``, the default: an interval then carries the error of an unseen
    family) or workloads;
@@ -13,8 +13,8 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
 
 ``predict`` on rows of the same columns (no labels needed): point and ``_low``/``_high`` per target, ``samples_per_s``
 from the iteration time and ``batch_size``, and ``extrapolated`` (the row's GPU kind and protocol had no training
-rows: its constants are borrowed, :meth:`gpupred.perf.ConstantsTable.get`, and its intervals reach at least the
-extrapolation width). Kernels come with the rows (:class:`gpupred.step.physics.PhysicsData`) or from each row's
+rows: its constants are borrowed, :meth:`gpupred.step.physics.ConstantsTable.get`, and its intervals reach at least the
+extrapolation width). Kernels come with the rows (:class:`gpupred.step.rowphysics.PhysicsData`) or from each row's
 workload graph.
 """
 
@@ -32,12 +32,12 @@ from gpupred.learn.params import Params
 from gpupred.step.correction import (
     CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSettings, correction_matrix,
 )
-from gpupred.step.physics import (
+from gpupred.step.rowphysics import (
     PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
     fitted_physics, physics_data, row_physics, rows_unfitted,
 )
-from gpupred.perf.constants import StepConstants
-from gpupred.perf.timeline import STEP_COLUMNS
+from gpupred.step.physics.constants import StepConstants
+from gpupred.step.physics.timeline import STEP_COLUMNS
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 MIN_LABELLED = 10  # a target with fewer labelled training rows is not fitted
@@ -158,11 +158,11 @@ class StepEstimator(Params):
     def describe(self) -> dict[str, Any]:
         """What the predictor's card says of the step estimator: settings, fitted constants, widths."""
         return {
-            "estimator": "gpupred.step.StepEstimator: the step model (gpupred.perf) x a learned correction",
+            "estimator": "gpupred.step.StepEstimator: the step model (gpupred.step.physics) x a learned correction",
             "params": self.get_params(),
             "targets": self.fitted_targets_,
             "constants": self.constants_.as_records(),
-            "constants_borrowed": "an unfitted (GPU kind, protocol) borrows as gpupred.perf.ConstantsTable.get says "
+            "constants_borrowed": "an unfitted (GPU kind, protocol) borrows as gpupred.step.physics.ConstantsTable.get says "
                                   "(host constants of its protocol, device constants of its architecture, the launch "
                                   "cost alone across protocols), else the published defaults",
             "correction_features": [*self.features_, "log fitted physics utilization", "log fitted physics step time"],
@@ -179,7 +179,7 @@ class StepEstimator(Params):
 
 def _physics_under(pdata: PhysicsData, constants: StepConstants) -> tuple[np.ndarray, np.ndarray]:
     """(utilization %, step s) of every row of ``pdata`` under one set of constants."""
-    from gpupred.perf.fit import predict_rows
+    from gpupred.step.physics.fit import predict_rows
 
     return predict_rows(pdata.rows, constants)
 

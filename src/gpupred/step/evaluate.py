@@ -26,7 +26,7 @@ from gpupred.learn.summary import METHODS, comparison_table
 from gpupred.learn.regressors import correction_model
 from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS
 from gpupred.step.estimator import MIN_LABELLED, StepEstimator
-from gpupred.step.physics import PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data
+from gpupred.step.rowphysics import PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data
 
 
 
@@ -191,7 +191,7 @@ def correction_shap(frame: pd.DataFrame, source: str | None = SOURCE_OWN, seed: 
 def without_pipelines(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every row's host input pipeline dropped (its ``LOADER_COLUMNS`` NaN): the step model as it was
     before pipelines, each fed row only copying its batch (the "before" of notebook 03's pipeline section)."""
-    from gpupred.perf.inputfeed import LOADER_COLUMNS
+    from gpupred.step.physics.inputfeed import LOADER_COLUMNS
 
     out = df.copy()
     for c in LOADER_COLUMNS:

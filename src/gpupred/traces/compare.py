@@ -25,8 +25,8 @@ QUANTITIES: tuple[str, ...] = ("kernels", "gpu_busy_s", "host_s")
 
 
 def model_groups(kl: Any) -> np.ndarray:
-    """The ``GROUPS`` label of each of a step's kernels (:class:`gpupred.perf.KernelList`)."""
-    from gpupred.perf.kernels import OPT
+    """The ``GROUPS`` label of each of a step's kernels (:class:`gpupred.step.physics.KernelList`)."""
+    from gpupred.step.physics.kernels import OPT
 
     contraction = kl.tensor_core != 0
     return np.where(contraction, "contraction", np.where(kl.phase == OPT, "optimizer", "other"))
@@ -50,8 +50,8 @@ def measured(traces: pd.DataFrame) -> pd.DataFrame:
 def predicted(workload_id: str, gpu: str, constants: Any) -> dict[str, float]:
     """The step model's kernels, GPU-busy and host seconds, and per group kernels and seconds, of one spec on a GPU."""
     from gpupred.hardware import gpu_spec
-    from gpupred.perf.columns import spec_kernels
-    from gpupred.perf.timeline import kernel_times, simulate
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.step.physics.timeline import kernel_times, simulate
     from gpupred.workloads.spec import WorkloadSpec
 
     spec = WorkloadSpec.from_id(workload_id)
@@ -69,7 +69,7 @@ def predicted(workload_id: str, gpu: str, constants: Any) -> dict[str, float]:
 def compare_traces(traces: pd.DataFrame, constants: Any = None) -> pd.DataFrame:
     """One row per traced workload: measured (``m_*``) and predicted (``p_*``) figures and their log ratios
     (``err_*`` = log(predicted / measured)) for ``QUANTITIES`` and each group's kernels and seconds."""
-    from gpupred.perf.constants import DEFAULT
+    from gpupred.step.physics.constants import DEFAULT
 
     meas = measured(traces)
     names = [*QUANTITIES, *[f"kernels_{g}" for g in GROUPS], *[f"kernel_s_{g}" for g in GROUPS]]

@@ -15,7 +15,7 @@ The graph is the model's training-mode forward (logits, no loss), as the catalog
 attention is what transformers builds unless told otherwise (``attn_implementation`` left to the library: SDPA where
 the model supports it, eager where it does not), or eager when asked (``attention="eager"``: ``--attention eager``).
 The dynamo exporter writes an SDPA core out as ``MatMul(Q x sqrt(scale), K^T x sqrt(scale))`` -> mask -> Softmax ->
-NaN guard -> ``MatMul(., V)``, which :func:`gpupred.perf.attention.attention_cores` tells apart from eager's
+NaN guard -> ``MatMul(., V)``, which :func:`gpupred.step.physics.attention.attention_cores` tells apart from eager's
 (``AttentionCore.sdpa``), so the footprint keeps the log-sum-exp and no score matrix for it. Graphs cached before
 recipe 4 were all built eager (``NAMED_VERSION`` keys them apart). torch, timm and transformers (the torch extra) are
 imported inside functions only.

@@ -13,7 +13,7 @@ how eager PyTorch runs a training step on a GPU:
   as one forward and one backward kernel on the contraction's output, and its scale and shift are stepped by the
   optimizer; every Dropout or stochastic-depth node it dropped runs one kernel each way (on an activation of the
   graph's median size);
-- **attention cores** (:mod:`gpupred.perf.attention`: MatMul -> scale/mask -> Softmax -> MatMul) run as one fused
+- **attention cores** (:mod:`gpupred.step.physics.attention`: MatMul -> scale/mask -> Softmax -> MatMul) run as one fused
   kernel forward and two backward, as torch's ``scaled_dot_product_attention`` does;
 - **depthwise convolutions** (weight ``[C, 1, k, k]``) are ``DEPTHWISE`` kernels: CUDA cores at ``depthwise_eff``;
 - **backward**: a contraction launches a data-gradient kernel (none when its input is a graph input) and a
@@ -29,7 +29,7 @@ how eager PyTorch runs a training step on a GPU:
 - **optimizer** as torch runs it by default on CUDA (``foreach``): SGD with momentum 3 multi-tensor ops, Adam 7;
   each op launches one kernel per ``FOREACH_TENSORS[depth]`` tensors (and per 320 x 64 Ki elements); fp16's
   GradScaler adds an unscale op, three small kernels and one host synchronization (its inf check);
-- **recipe** ``gan`` (a DCGAN's step, :func:`gpupred.perf.columns.recipe_of`): the discriminator's second pass over
+- **recipe** ``gan`` (a DCGAN's step, :func:`gpupred.step.physics.columns.recipe_of`): the discriminator's second pass over
   shared weights runs once more each way, three BCE losses, one optimizer per network, two overhead cycles.
 
 The training setup (:class:`gpupred.setups.TrainingSetup`; its defaults are the sweeps') changes them:
@@ -41,12 +41,12 @@ The training setup (:class:`gpupred.setups.TrainingSetup`; its defaults are the 
   its weight decay is not 0); ``fused``: one ``_fused_*`` op over the tensors (Adam adds the device step counters'
   increment), and GradScaler's inf check feeds the fused kernel without a host synchronization; ``forloop``: each
   op once per tensor, launched from Python;
-- **checkpointing**: the forward kernels of every checkpointed block (:mod:`gpupred.perf.blocks`) run again
+- **checkpointing**: the forward kernels of every checkpointed block (:mod:`gpupred.step.physics.blocks`) run again
   before its backward;
 - **accumulation** k: forward and backward k times (the loss divided by k each time), every micro-batch after the
   first adds its gradients into ``.grad`` (one add per parameter tensor), one optimizer step; the per-step overhead
   is paid per micro-batch;
-- **attention**: which attention cores run fused (:func:`gpupred.perf.attention.fused_cores`); the others run as
+- **attention**: which attention cores run fused (:func:`gpupred.step.physics.attention.fused_cores`); the others run as
   their ops (scores written, softmax, product by V);
 - **LoRA and QLoRA** (:mod:`gpupred.finetune`): a frozen weight launches no weight-gradient kernel (its
   contraction's backward is the data gradient alone: a third less work) and its autocast copy is not cast back; each
@@ -72,9 +72,9 @@ import numpy as np
 from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
 from gpupred.graph.features import autocast_sizes
-from gpupred.perf.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores, fused_cores
-from gpupred.perf.blocks import checkpoint_blocks
-from gpupred.perf.caveats import multi_branch_sums
+from gpupred.step.physics.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores, fused_cores
+from gpupred.step.physics.blocks import checkpoint_blocks
+from gpupred.step.physics.caveats import multi_branch_sums
 from gpupred.setups import TrainingSetup, as_setup
 
 FWD, BWD, OPT, OTHER = 0, 1, 2, 3  # launch phases (host launch cost per phase)
@@ -124,7 +124,7 @@ class KernelList:
     on_tc: np.ndarray | None = None  # bool: runs on tensor cores (None: decided by the precision, as before setups)
     precision: str = "fp32"  # the setup's precision: which tensor-core peak (16-bit or TF32) ``on_tc`` kernels reach
     micro_batches: int = 1  # forward/backward passes per optimizer step (gradient accumulation)
-    traits: dict[str, float] = field(default_factory=dict)  # graph traits of failure classes (gpupred.perf.caveats)
+    traits: dict[str, float] = field(default_factory=dict)  # graph traits of failure classes (gpupred.step.physics.caveats)
 
     def __len__(self) -> int:
         return int(self.flops.shape[0])

@@ -12,9 +12,9 @@ from gpupred.errors import GpupredError
 from gpupred.graph.canonical import CanonicalGraph
 from gpupred.graph.loader import cached_graph
 from gpupred.hardware import gpu_spec
-from gpupred.perf.constants import DEFAULT, StepConstants
-from gpupred.perf.kernels import RECIPES, KernelList, step_kernels
-from gpupred.perf.timeline import SYNC_MODES, StepEstimate, simulate
+from gpupred.step.physics.constants import DEFAULT, StepConstants
+from gpupred.step.physics.kernels import RECIPES, KernelList, step_kernels
+from gpupred.step.physics.timeline import SYNC_MODES, StepEstimate, simulate
 from gpupred.setups import TrainingSetup, as_setup
 
 _CACHE_SIZE = 256
@@ -55,7 +55,7 @@ def kernels_for(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: 
                 optimizer: str, key: Any = None, recipe: str = "standard",
                 setup: TrainingSetup | None = None) -> KernelList:
     """The step's kernels for a graph at a batch size, kept in-process under ``key`` (default: the path);
-    ``recipe`` and ``setup`` as :func:`gpupred.perf.kernels.step_kernels` takes them."""
+    ``recipe`` and ``setup`` as :func:`gpupred.step.physics.kernels.step_kernels` takes them."""
     if recipe not in RECIPES:
         raise GpupredError(f"unknown step recipe {recipe!r}; known: {', '.join(RECIPES)}")
     job = as_setup(setup, precision, optimizer)

@@ -4,7 +4,7 @@ The fit minimizes, by bounded robust least squares (scipy, soft-L1 loss), the lo
 utilization (``log((phys + 1) / (measured + 1))``) and of the step time (``log(phys / measured)``) where a run
 recorded it, plus a weak pull of each constant's logarithm towards its published default (weight
 ``PRIOR_WEIGHT``), so a handful of runs cannot drive a constant to a bound it does not inform. The callers
-(:mod:`gpupred.step.physics`) pass training rows only.
+(:mod:`gpupred.step.rowphysics`) pass training rows only.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpupred.hardware import GpuSpec
-from gpupred.perf.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants
-from gpupred.perf.kernels import KernelList
-from gpupred.perf.timeline import LoaderTimes
+from gpupred.step.physics.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants
+from gpupred.step.physics.kernels import KernelList
+from gpupred.step.physics.timeline import LoaderTimes
 
 PRIOR_WEIGHT = 0.05  # per constant, in log units: a 1 % pull of a 2x departure against ~400 run residuals
 MAX_FIT_ROWS = 250  # runs per (GPU kind, protocol) the fit reads (a deterministic sample of larger groups)
@@ -54,9 +54,9 @@ MAX_BATCHES = 64  # row sets a FitRows keeps laid out (each the size of its rows
 
 def predict_rows(rows: FitRows, c: StepConstants, idx: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(analytic utilization %, step time s) of the runs ``idx`` (default all) under constants ``c``: the timeline of
-    :func:`gpupred.perf.timeline.simulate`, every run at once (:class:`gpupred.perf.batched.BatchedRuns`, laid out once
+    :func:`gpupred.step.physics.timeline.simulate`, every run at once (:class:`gpupred.step.physics.batched.BatchedRuns`, laid out once
     per row set and kept)."""
-    from gpupred.perf.batched import BatchedRuns
+    from gpupred.step.physics.batched import BatchedRuns
 
     idx = list(range(len(rows)) if idx is None else np.asarray(idx, dtype=int).tolist())
     inputs = ([rows.kernels[i] for i in idx], [rows.gpus[i] for i in idx], [rows.precisions[i] for i in idx],

@@ -5,7 +5,7 @@ A host profile (``gpupred loader bench`` on some host, or ``gpupred loader measu
 sizes, and what the main process pays to receive a batch from a worker and to copy it. :func:`loader_times` reads
 it for one job (its pipeline, batch size and batch bytes) and moves the costs to the job's host by the ratio of
 single-core speeds (:attr:`gpupred.setups.InputPipeline.host_speed`). The timeline
-(:func:`gpupred.perf.timeline.with_loader`) turns those seconds into the steady period and its stalls.
+(:func:`gpupred.step.physics.timeline.with_loader`) turns those seconds into the steady period and its stalls.
 
 ``LOADER_COLUMNS`` are the dataset's and a job frame's columns for them; a row without them (NaN) is resident.
 """
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gpupred.perf.timeline import LoaderTimes
+from gpupred.step.physics.timeline import LoaderTimes
 from gpupred.setups import InputPipeline
 
 LOADER_COLUMNS: tuple[str, ...] = ("loader_produce_s", "loader_main_s", "loader_workers", "loader_cores", "loader_pin_s")

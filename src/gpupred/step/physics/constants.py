@@ -16,7 +16,7 @@ Defaults (any GPU of :mod:`gpupred.hardware` gets an answer with them):
   little reuse, their weight gradient a reduction over batch and space (published MobileNet profiles: a few % of peak);
 - ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip; ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy.
 
-:func:`gpupred.perf.fit.fit_constants` fits the seven of ``FITTED`` to training rows of one (GPU kind, protocol).
+:func:`gpupred.step.physics.fit.fit_constants` fits the seven of ``FITTED`` to training rows of one (GPU kind, protocol).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ times each way, which the GPU never does.
 scale or mask ops, from a MatMul of two activations, and whose output feeds (through views, casts, and the
 ``Where(IsNaN(p), 0, p)`` guard torch's exporter writes after a masked softmax) the first operand of a MatMul by an
 activation. Scale ops on Q or K (an elementwise op with a one-element operand) join
-the core. :mod:`gpupred.perf.kernels` charges each core as one forward kernel (the two MatMuls' FLOPs; Q, K, V,
+the core. :mod:`gpupred.step.physics.kernels` charges each core as one forward kernel (the two MatMuls' FLOPs; Q, K, V,
 the output and a mask read or written once) and two backward kernels (a preprocessing pass over the output
 and its gradient, and the main kernel: 2.5x the forward FLOPs, as FlashAttention recomputes the scores).
 

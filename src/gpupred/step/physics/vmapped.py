@@ -6,7 +6,7 @@ tensors (a convolution with batched weights becomes one grouped convolution, a l
 step launches about the kernels of one copy, each doing F times the work. The exported graph of a fused spec (the
 graph store's, ``FusedExport``) holds the F copies side by side: right for what the graph features and the memory
 footprint count (F copies of weights, gradients, optimizer state and activations), not for how the step launches
-kernels. :func:`fused_kernels` turns one copy's kernels (:func:`gpupred.perf.kernels_for` of the F = 1 graph) into
+kernels. :func:`fused_kernels` turns one copy's kernels (:func:`gpupred.step.physics.kernels_for` of the F = 1 graph) into
 the fused step's:
 
 - every forward and backward kernel: FLOPs and bytes x F, the same launches;
@@ -16,7 +16,7 @@ the fused step's:
   pointwise kernels forward, a data- and a weight-gradient GEMM and the cell's pointwise kernels backward, all
   launched from Python; the gate kernel's work is spread evenly over them;
 - the optimizer: ``StackedOptimizer`` runs :data:`STACKED_OPTIMIZER_OPS` foreach ops (torch's stock optimizer
-  :data:`gpupred.perf.kernels.OPTIMIZER_OPS`) over the stacked tensors, each launching as many kernels as one copy's
+  :data:`gpupred.step.physics.kernels.OPTIMIZER_OPS`) over the stacked tensors, each launching as many kernels as one copy's
   op did, or one per ``FOREACH_CHUNK`` elements of the F copies when that is more.
 
 Not modelled (unmeasured until fused runs are committed): vmap's own host cost per op, the extra reshapes some
@@ -32,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpupred.errors import GpupredError
-from gpupred.perf.kernels import BWD, FOREACH_CHUNK, FWD, MATMUL, OPT, OPTIMIZER_OPS, OTHER, PHASES, KernelList
+from gpupred.step.physics.kernels import BWD, FOREACH_CHUNK, FWD, MATMUL, OPT, OPTIMIZER_OPS, OTHER, PHASES, KernelList
 
 # pointwise kernels of one LoopRNN time step (forward, backward), counted from its code: LSTM forward adds the two
 # projections, 3 sigmoids, 2 tanh, 3 products and a sum (10); backward: 3 sigmoid and 2 tanh gradients, 2 kernels

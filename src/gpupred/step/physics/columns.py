@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpupred.perf.constants import DEFAULT, StepConstants
-from gpupred.perf.kernels import KernelList
-from gpupred.perf.model import kernels_for
-from gpupred.perf.timeline import LoaderTimes, simulate
+from gpupred.step.physics.constants import DEFAULT, StepConstants
+from gpupred.step.physics.kernels import KernelList
+from gpupred.step.physics.model import kernels_for
+from gpupred.step.physics.timeline import LoaderTimes, simulate
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.setups import InputPipeline
@@ -43,8 +43,8 @@ def spec_step_columns(spec: "WorkloadSpec", gpu: str, sync: str = "step", host_b
 
 def spec_loader(spec: "WorkloadSpec", pipeline: "InputPipeline") -> LoaderTimes | None:
     """The per-batch times of the host pipeline that feeds a spec's steps (None for resident batches), from the
-    pipeline's host profile (:func:`gpupred.perf.inputfeed.host_costs`)."""
-    from gpupred.perf.inputfeed import host_costs, loader_times
+    pipeline's host profile (:func:`gpupred.step.physics.inputfeed.host_costs`)."""
+    from gpupred.step.physics.inputfeed import host_costs, loader_times
 
     if pipeline.resident:
         return None

@@ -2,7 +2,7 @@
 
 Issue 62 quotes public measurements this project does not hold (training steps of timm models on an RTX 3090,
 FP32 BERT-large on four GPUs). Some of the classes of error they show are fixed in the physics: attention written
-out by the model runs as its ops (:func:`gpupred.perf.attention.fused_cores`), permutes that must be made contiguous
+out by the model runs as its ops (:func:`gpupred.step.physics.attention.fused_cores`), permutes that must be made contiguous
 are copied, NCHW tensor-core convolutions transpose their operands, autocast casts into fp32 ops. What remains of
 each class cannot be modelled from what this project measured, so a job that shows the class gets an interval at
 least ``log_width`` wide (log of the step time; log1p of utilization) and its prediction names the class:

@@ -1,12 +1,12 @@
-"""The step model's timeline for many runs at once: :func:`gpupred.perf.timeline.simulate` over every kernel of every
+"""The step model's timeline for many runs at once: :func:`gpupred.step.physics.timeline.simulate` over every kernel of every
 run in a few numpy passes (torch-free).
 
 Fitting the constants evaluates hundreds of runs a few hundred times each (a bounded least-squares fit with a
-finite-difference Jacobian); one :func:`~gpupred.perf.timeline.simulate` call per run costs a Python round trip
+finite-difference Jacobian); one :func:`~gpupred.step.physics.timeline.simulate` call per run costs a Python round trip
 per run and evaluation. :class:`BatchedRuns` lays every run's kernels end to end once, with each kernel's peaks
 (its run's GPU and precision) beside it; :meth:`BatchedRuns.simulate` then prices every kernel, launches them and
 runs each run's queue with segment sums and segment maxima. Runs whose host waits inside the step (a GradScaler's
-inf check: ``sync_after``) keep the per-run path. The answers are :func:`~gpupred.perf.timeline.simulate`'s to the
+inf check: ``sync_after``) keep the per-run path. The answers are :func:`~gpupred.step.physics.timeline.simulate`'s to the
 rounding (``tests/test_perf.py`` checks them, to a relative 1e-9, on graphs of several kinds).
 """
 
@@ -18,9 +18,9 @@ from typing import Sequence
 import numpy as np
 
 from gpupred.hardware import GpuSpec
-from gpupred.perf.constants import StepConstants
-from gpupred.perf.kernels import BWD, DEPTHWISE, OPT, KernelList
-from gpupred.perf.timeline import LoaderTimes, loader_arrays, on_tensor_cores, peaks, simulate, with_loader
+from gpupred.step.physics.constants import StepConstants
+from gpupred.step.physics.kernels import BWD, DEPTHWISE, OPT, KernelList
+from gpupred.step.physics.timeline import LoaderTimes, loader_arrays, on_tensor_cores, peaks, simulate, with_loader
 
 
 @dataclass
@@ -122,7 +122,7 @@ def _run_arrays(kl: KernelList, gpu: GpuSpec, precision: str) -> tuple[np.ndarra
 def _segment_lead(g: np.ndarray, launch: np.ndarray, starts: np.ndarray, run_of: np.ndarray,
                   pre: np.ndarray) -> np.ndarray:
     """Per run: max over its kernels i of (issue_i - GPU work of the kernels before i), issue_i = pre + its launches
-    up to i (the queue of :func:`gpupred.perf.timeline._queue` without a host wait: the GPU ends at busy + this)."""
+    up to i (the queue of :func:`gpupred.step.physics.timeline._queue` without a host wait: the GPU ends at busy + this)."""
     cum_launch = np.cumsum(launch)
     cum_g = np.cumsum(g)
     before_launch = np.where(starts > 0, cum_launch[np.maximum(starts - 1, 0)], 0.0)

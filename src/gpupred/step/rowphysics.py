@@ -2,7 +2,7 @@
 measurement protocol) on training rows, every row's utilization and step time under them, and how wrong physics
 is where its constants were borrowed (the extrapolation widths).
 
-The step model itself is :mod:`gpupred.perf` (kernels of one training step, roofline GPU times, the host's launch
+The step model itself is :mod:`gpupred.step.physics` (kernels of one training step, roofline GPU times, the host's launch
 timeline); this module applies it to rows of a dataset frame. Fitting constants is the expensive part (a bounded
 least-squares fit per key), so :class:`PhysicsData` keeps each fit, keyed by the training rows' ids: every estimator
 fitted on the same rows (physics alone, physics x correction, another weighting) shares one.
@@ -20,10 +20,10 @@ import pandas as pd
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile
-from gpupred.perf.constants import ConstantsTable
-from gpupred.perf.fit import FitRows, fit_table, predict_rows
-from gpupred.perf.inputfeed import LOADER_COLUMNS
-from gpupred.perf.timeline import LoaderTimes
+from gpupred.step.physics.constants import ConstantsTable
+from gpupred.step.physics.fit import FitRows, fit_table, predict_rows
+from gpupred.step.physics.inputfeed import LOADER_COLUMNS
+from gpupred.step.physics.timeline import LoaderTimes
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
@@ -135,8 +135,8 @@ def default_columns(pdata: PhysicsData) -> pd.DataFrame:
 
 def default_row_columns(rows: FitRows, i: int) -> dict[str, float]:
     """Row ``i``'s ``STEP_COLUMNS`` under the default constants (one row of :func:`default_columns`)."""
-    from gpupred.perf.constants import DEFAULT
-    from gpupred.perf.timeline import simulate
+    from gpupred.step.physics.constants import DEFAULT
+    from gpupred.step.physics.timeline import simulate
 
     loader = None if rows.loaders is None else rows.loaders[i]
     return simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i],
@@ -164,7 +164,7 @@ def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, 
     that key's fit (``level="key"``) or every fit of its protocol (``level="protocol"``) removed from ``table``, the
     rest borrowed by :meth:`ConstantsTable.get`.
 
-    ``table`` must be fitted on rows that include ``rows`` (:func:`gpupred.perf.fit.fit_table` fits each key on
+    ``table`` must be fitted on rows that include ``rows`` (:func:`gpupred.step.physics.fit.fit_table` fits each key on
     its own rows only, so dropping a key's fit is refitting the constants on the other keys' rows); nothing outside
     ``rows`` is read.
     """

@@ -5,7 +5,7 @@ kernel time``: the minimum is a fixed cost every kernel pays on the device (its 
 added rather than a floor, which fitted this project's H200 runs better: utilization RMSLE 0.205 against 0.227
 in-sample), with the tensor-core peak of the precision for contractions (fp32 convolutions and
 recurrent layers run TF32, torch's cuDNN default; fp32 matmuls run at the FP32 peak, torch's matmul default; the
-training setup's ``tf32_conv`` and ``tf32_matmul`` change them: :attr:`gpupred.perf.kernels.KernelList.on_tc`)
+training setup's ``tf32_conv`` and ``tf32_matmul`` change them: :attr:`gpupred.step.physics.kernels.KernelList.on_tc`)
 and the FP32 peak for everything else; tensor-core kernels run at ``tensor_eff`` of their peak, depthwise
 convolutions at ``depthwise_eff`` of the FP32 peak, the rest at ``compute_eff``. The host launches kernels one
 after another (a launch cost per kernel, scaled per phase: the autograd engine launches backward kernels from
@@ -20,7 +20,7 @@ dataset's ``sync``):
 
 A batch copied from host memory (``host_batches``) blocks the host for ``input bytes / host_copy_gbs`` with
 the GPU idle. A host input pipeline (:class:`LoaderTimes`, resolved from a host profile by
-:mod:`gpupred.perf.inputfeed`) joins the same timeline (:func:`with_loader`): with no DataLoader workers the main
+:mod:`gpupred.step.physics.inputfeed`) joins the same timeline (:func:`with_loader`): with no DataLoader workers the main
 process makes each batch in line, the GPU idle meanwhile; with workers it only receives (and pins) each batch, while
 the workers make batches in parallel, so the steady period is the longest of the step, one batch's making shared by
 the workers, and the CPU time of the whole job shared by its cores. Under gradient accumulation a step is one optimizer step: every micro-batch's kernels, overhead and
@@ -36,8 +36,8 @@ from typing import Sequence
 import numpy as np
 
 from gpupred.hardware import GpuSpec
-from gpupred.perf.constants import StepConstants
-from gpupred.perf.kernels import BWD, CONV, DEPTHWISE, MATMUL, OPT, KernelList
+from gpupred.step.physics.constants import StepConstants
+from gpupred.step.physics.kernels import BWD, CONV, DEPTHWISE, MATMUL, OPT, KernelList
 
 SYNC_MODES: tuple[str, ...] = ("step", "window", "kernel")
 
