@@ -23,7 +23,7 @@ import pytest
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec, known_gpus
-from gpupred.workloads.hubmodels import NamedModel, check_name, hf_model_types, timm_names
+from gpupred.workloads.hubmodels import NamedModel, hf_model_types, timm_names
 
 REPO = Path(__file__).resolve().parents[1]
 

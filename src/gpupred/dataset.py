@@ -57,6 +57,7 @@ from gpupred.step.physics.columns import spec_loader, spec_step_columns
 from gpupred.step.physics.inputfeed import LOADER_COLUMNS, loader_columns
 from gpupred.step.physics.timeline import STEP_COLUMNS
 from gpupred.setups import pipeline_from_json
+from gpupred.workloads.spec import WorkloadSpec
 
 DATASET_VERSION = 3  # 3: the step model's phys_* columns
 
@@ -245,17 +246,6 @@ def _own_pipeline(run: pd.Series, sweep_dir: Path) -> str:
     return json.dumps(options, sort_keys=True)
 
 
-def _spec(workload_id: str, spec_json: object = None):  # -> WorkloadSpec
-    from gpupred.workloads.spec import WorkloadSpec
-
-    if isinstance(spec_json, str) and spec_json:
-        try:
-            return WorkloadSpec.from_json(spec_json)
-        except Exception:
-            pass
-    return WorkloadSpec.from_id(workload_id)
-
-
 def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Join label rows (any source) with graph features, GPU hardware features and encodings.
 
@@ -271,7 +261,7 @@ def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame
         if wid not in feats.index:
             excluded.append({"run_id": rec["run_id"], "workload_id": wid, "reason": "no graph features for workload"})
             continue
-        spec = _spec(wid, rec.get("spec_json"))
+        spec = WorkloadSpec.from_record(wid, rec.get("spec_json"))
         f = feats.loc[wid]
         hw_key = (str(rec["gpu_name"]), spec.precision)
         if hw_key not in hw_cache:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred import config
+from gpupred.workloads.spec import WorkloadSpec
 
 FINGERPRINT_KEY = b"gpupred.code_fingerprint"
 KERNEL_COLUMNS: tuple[str, ...] = ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc")
@@ -44,12 +45,6 @@ def code_fingerprint() -> str:
             digest.update(file.relative_to(root).as_posix().encode())
             digest.update(file.read_bytes())
     return digest.hexdigest()
-
-
-def _spec(workload_id: str) -> Any:
-    from gpupred.workloads.spec import WorkloadSpec
-
-    return WorkloadSpec.from_id(workload_id)
 
 
 def _kernel_frame(workload_id: str, kl: Any) -> pd.DataFrame:
@@ -86,7 +81,7 @@ def write_job_tables(workload_ids: Iterable[str], progress: bool = True) -> tupl
     from gpupred.reports import progress_bar
 
     ids = sorted(set(map(str, workload_ids)))
-    kernels = [_kernel_frame(w, spec_kernels(_spec(w))) for w in progress_bar(
+    kernels = [_kernel_frame(w, spec_kernels(WorkloadSpec.from_id(w))) for w in progress_bar(
         iterable=ids, desc="step kernels", unit="workload", disable=not progress)]
     terms = footprint_columns(pd.DataFrame({"workload_id": ids}), progress=progress)
     columns = ["workload_id", *KERNEL_COLUMNS, *JOB_COLUMNS]
@@ -157,7 +152,8 @@ def kernels_of(df: pd.DataFrame) -> list[Any]:
     stored = stored_kernels(ids)
     if stored is not None:
         return stored
-    return [spec_kernels(_spec(w)) for w in progress_bar(iterable=ids, desc="step kernels", unit="run", leave=False)]
+    return [spec_kernels(WorkloadSpec.from_id(w))
+            for w in progress_bar(iterable=ids, desc="step kernels", unit="run", leave=False)]
 
 
 def with_terms(df: pd.DataFrame) -> pd.DataFrame:

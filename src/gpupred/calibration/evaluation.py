@@ -29,7 +29,7 @@ from gpupred.calibration.use import Reference, applied, reference_of, standin_re
 from gpupred.learn.conformal import conformal_quantile
 
 METHODS: tuple[str, ...] = ("borrowed", "calibrated", "raw")
-STEP_TARGETS: dict[str, bool] = {"gpu_util": False, "iter_time_mean_s": True}  # target -> scored in log (else log1p)
+SCORED_TARGETS: dict[str, bool] = {"gpu_util": False, "iter_time_mean_s": True}  # target -> in log (else log1p)
 HELDOUT_MIN_ROWS = 20  # as gpupred.step.rowphysics.HELDOUT_MIN_ROWS: a GPU held out needs this many labelled runs
 MEMORY_PROTOCOL = "gpupred"  # the footprint's protocol of this project's runs
 
@@ -62,7 +62,7 @@ def _step_errors(pdata: Any, table: Any, gpu: str, cal: Calibration, y: dict[str
     out = []
     for method, c in constants.items():
         util, step = predict_rows(pdata.rows, c, idx)
-        for target, in_log in STEP_TARGETS.items():
+        for target, in_log in SCORED_TARGETS.items():
             err = physics_log_error(y[target][idx], step if in_log else util, in_log)
             out.append({"gpu": gpu, "target": target, "method": method, "errors": err[np.isfinite(err)],
                         "reference": ref.basis})
@@ -95,7 +95,7 @@ def heldout_errors(df: pd.DataFrame, pdata: Any, table: Any, calibrations: list[
     measured GPU has a calibration and enough runs."""
     from gpupred.hardware import gpu_spec
 
-    y = {t: df[t].to_numpy(float) for t in STEP_TARGETS if t in df.columns}
+    y = {t: df[t].to_numpy(float) for t in SCORED_TARGETS if t in df.columns}
     out: list[dict[str, Any]] = []
     for cal in calibrations:
         if not cal.in_table():

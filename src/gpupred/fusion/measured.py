@@ -24,18 +24,11 @@ import numpy as np
 import pandas as pd
 
 from gpupred.fusion.rules import TOLERANCE
-from gpupred.workloads.spec import WorkloadSpec
+from gpupred.workloads.spec import spec_or_none
 
 MEASURED_COLUMNS: tuple[str, ...] = ("model", "gpu", "kind", "F", "status", "n_runs", "iter_time_s", "trials_per_s",
                                      "samples_per_s", "gpu_util", "memory_mib")
 FAILURE_ORDER: tuple[str, ...] = ("oom", "error", "timeout", "partner_failed")
-
-
-def _spec(workload_id: str) -> WorkloadSpec | None:
-    try:
-        return WorkloadSpec.from_id(workload_id)
-    except Exception:  # an imported or malformed id: not a fused run
-        return None
 
 
 def _status(statuses: pd.Series) -> str:
@@ -47,7 +40,7 @@ def fusion_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``runs`` (``read_runs``) that belong to fused models: their fused runs (any F, F = 1 included) and
     the co-located groups of F = 1 copies, with ``model`` (the F = 1 id), ``F`` and ``kind``."""
     real = runs[~runs["simulated"].astype(bool) & (runs["sync"] == "step") & ~runs["host_batches"].astype(bool)]
-    specs = {w: _spec(w) for w in set(real["workload_id"])}
+    specs = {w: spec_or_none(w) for w in set(real["workload_id"])}  # None: an imported job, not a fused run
     base = {w: replace(s, fused=1).id for w, s in specs.items() if s is not None}
     fused_models = {base[w] for w, s in specs.items() if s is not None and s.fused > 1}
     r = real[real["workload_id"].map(lambda w: base.get(w) in fused_models)].copy()

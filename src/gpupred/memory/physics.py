@@ -70,6 +70,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
+from gpupred.workloads.spec import spec_or_none
 
 MIB = float(2**20)
 OPTIMIZER_STATES: dict[str, float] = {  # param-sized buffers an optimizer keeps (the catalog's sgd has momentum)
@@ -545,7 +546,7 @@ def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
     rows = []
     for wid in progress_bar(iterable=out["workload_id"].astype(str), desc="footprint graph terms", unit="row",
                             disable=not progress):
-        spec = _spec(wid)
+        spec = spec_or_none(wid)
         key = (spec.arch_key, int(spec.batch_size)) if spec is not None else (wid, 0)
         if key not in cache:
             if spec is not None and spec.arch_key not in graphs:
@@ -557,16 +558,6 @@ def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
     for col in FOOTPRINT_COLUMNS:
         out[col] = terms[col].astype(float)
     return out
-
-
-def _spec(workload_id: str) -> Any:
-    """The workload spec of an id, or None when the id is not one."""
-    from gpupred.workloads.spec import WorkloadSpec
-
-    try:
-        return WorkloadSpec.from_id(workload_id)
-    except (GpupredError, ValueError, KeyError):
-        return None
 
 
 def _stored_graph(spec: Any) -> Any:

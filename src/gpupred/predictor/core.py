@@ -31,11 +31,11 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import widen
 from gpupred.step.physics.caveats import CAVEATS, widest
 from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
+from gpupred.step.estimator import STEP_TARGETS
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.jobgraph import JobGraph
 
-STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
 PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
 

@@ -197,6 +197,16 @@ class WorkloadSpec:
         return cls(**d)
 
     @classmethod
+    def from_record(cls, workload_id: str, spec_json: object = None) -> "WorkloadSpec":
+        """A run's spec: its recorded JSON when it has a readable one (a fused or knobbed spec), else its id parsed."""
+        if isinstance(spec_json, str) and spec_json:
+            try:
+                return cls.from_json(spec_json)
+            except (ValueError, TypeError, KeyError):
+                pass
+        return cls.from_id(workload_id)
+
+    @classmethod
     def from_id(cls, workload_id: str) -> "WorkloadSpec":
         """Parse an id; raise :class:`GpupredError` naming the id if it is not one."""
         try:
@@ -230,3 +240,11 @@ class WorkloadSpec:
                 f"not a workload id: {workload_id!r} (expected <family>.<arch>[-knobs]-bs<N>[-img|seq|in|pts<N>]-<fp32|bf16|fp16>-<sgd|adam>; "
                 "`gpupred zoo list` shows the catalog)"
             ) from None
+
+
+def spec_or_none(workload_id: str) -> WorkloadSpec | None:
+    """The spec of a workload id, or None when the id is not one (an imported job's, a malformed one)."""
+    try:
+        return WorkloadSpec.from_id(workload_id)
+    except (GpupredError, ValueError, KeyError):
+        return None
