@@ -133,12 +133,12 @@ except MissingInput as err:
 # %% [markdown]
 # ## What the later stages read per workload
 # Every dataset workload's step kernels (the step model's expansion of one training step) and its footprint graph
-# terms, computed once here from the graphs and kept in `data/processed/` (`gpupred.jobtables`), so notebooks 03,
+# terms, computed once here from the graphs and kept in `data/processed/` (`gpupred.physicstables`), so notebooks 03,
 # 04, 05 and 08 read them instead of rebuilding them from the graph store each. Each table carries the fingerprint
 # of the code that made it; a stale one is recomputed by its reader, never used.
 
 # %%
-from gpupred.jobtables import write_job_tables
+from gpupred.physicstables import write_job_tables
 
 if config.DATASET.exists():
     written = write_job_tables(pd.read_parquet(config.DATASET)["workload_id"], progress=False)

@@ -259,7 +259,7 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # relative error; coverage is that of the 90 % intervals. `gpupred.step.evaluate`, `gpupred.memory`.
 
 # %%
-from gpupred import jobtables, memory
+from gpupred import physicstables, memory
 from gpupred.learn.summary import (
     LEARNING_METRICS, comparison_metrics, comparison_table, gpu_key, headline_metrics, plot_methods, tested_on,
 )
@@ -272,7 +272,7 @@ pdata = step_physics.physics_data(df) if step_targets else None  # each run's ke
 phys_results = step_evaluate.compare_targets(df, tuple(step_targets), cv, physics_weighting, n_within, pdata,
                                             tuple(physics_schemes), calibration=physics_calibration) if step_targets else {}
 if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
-    phys_results["memory_mib"] = memory.compare_memory(jobtables.with_terms(df), cv, n_within,
+    phys_results["memory_mib"] = memory.compare_memory(physicstables.with_terms(df), cv, n_within,
                                                        schemes=tuple(physics_schemes))
 phys_table = comparison_table(phys_results)
 fitted_table = step_physics.fitted_constants(pdata, np.arange(len(df)), seed) if pdata is not None else None
@@ -357,7 +357,7 @@ corpus_models = read_corpus_index()["models"]
 names = [n for n in corpus_models if realworld is None or n in realworld]
 own_runs = dataset.own_rows(df)
 rw_gpu = realworld_gpu or (own_runs if len(own_runs) else df)["gpu"].value_counts().index[0]
-fdf = jobtables.with_terms(df)  # each run's footprint terms (notebook 02's table)
+fdf = physicstables.with_terms(df)  # each run's footprint terms (notebook 02's table)
 fitted_fp = footprint.Footprint().fit(fdf[fdf["memory_mib"].notna()])
 rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names) if names
       else pd.DataFrame())
@@ -460,7 +460,7 @@ own_results = step_evaluate.compare_targets(own_df, own_targets, cv, physics_wei
                                             tuple(physics_schemes), ("regressor", "physics+correction"),
                                             physics_calibration) if own_targets else {}
 if "memory_mib" in phys_results and own_df["memory_mib"].notna().sum() >= 10:
-    own_results["memory_mib"] = memory.compare_memory(jobtables.with_terms(own_df), cv, n_within,
+    own_results["memory_mib"] = memory.compare_memory(physicstables.with_terms(own_df), cv, n_within,
                                                       schemes=tuple(physics_schemes))
 heldout = {"noncommercial": heldout_figures(phys_table), "default": heldout_figures(comparison_table(own_results))}
 headline = {**headline_metrics(own_results), **headline_metrics(own_results, "regressor", "_baseline")}

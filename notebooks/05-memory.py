@@ -42,10 +42,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from gpupred import dataset, jobtables, memory, reports
+from gpupred import dataset, physicstables, memory, reports
 from gpupred.memory import physics as footprint
 
-df = jobtables.with_terms(dataset.load_dataset())  # MissingInput until notebook 02 has run
+df = physicstables.with_terms(dataset.load_dataset())  # MissingInput until notebook 02 has run
 errors = memory.evaluate_memory(df, schemes=schemes, n_folds=n_folds, residual_model=residual_model)
 table = memory.summarize_memory(errors)
 table.round(3)

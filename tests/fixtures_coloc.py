@@ -195,7 +195,7 @@ def fixture_lucid(n: int = 16, seed: int = 0, pairs: list[tuple[int, int]] | Non
 
 
 def fixture_workload_table(n: int = 6, seed: int = 0) -> pd.DataFrame:
-    """A FIXTURE per-workload table for the simulator (gpupred.sim.traces.WORKLOAD_COLUMNS)."""
+    """A FIXTURE per-workload table for the simulator (gpupred.sim.arrivals.WORKLOAD_COLUMNS)."""
     s = fixture_solo(n, seed)
     p = fixture_predicted_features(s, seed + 1)
     t = pd.DataFrame({

@@ -1,4 +1,4 @@
-"""Notebook 02's per-workload tables (gpupred.jobtables): written once, read back exactly, never used stale."""
+"""Notebook 02's per-workload tables (gpupred.physicstables): written once, read back exactly, never used stale."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupred import config, jobtables
+from gpupred import config, physicstables
 
 IDS = ["resnet.resnet18-bs16-img64-fp32-sgd", "mobilenet.mobilenet_v2-bs8-img64-fp16-adam",
        "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam"]
@@ -19,7 +19,7 @@ def tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The tables of three store workloads, written into a temporary data/processed (FIXTURE paths)."""
     monkeypatch.setattr(config, "JOB_KERNELS", tmp_path / "job_kernels.parquet")
     monkeypatch.setattr(config, "JOB_TERMS", tmp_path / "job_terms.parquet")
-    jobtables.write_job_tables(IDS, progress=False)
+    physicstables.write_job_tables(IDS, progress=False)
     return tmp_path
 
 
@@ -29,7 +29,7 @@ def test_kernels_and_terms_come_back_as_computed(tables: Path) -> None:
     from gpupred.workloads.spec import WorkloadSpec
 
     ids = [IDS[2], IDS[0], IDS[0]]  # any order, repeats included
-    stored = jobtables.stored_kernels(ids)
+    stored = physicstables.stored_kernels(ids)
     assert stored is not None
     for wid, kl in zip(ids, stored):
         fresh = spec_kernels(WorkloadSpec.from_id(wid))
@@ -39,12 +39,12 @@ def test_kernels_and_terms_come_back_as_computed(tables: Path) -> None:
             fresh.input_bytes, fresh.param_tensors, fresh.cycles, fresh.precision, dict(fresh.counts))
         assert (kl.library is None) == (fresh.library is None) and (kl.on_tc is None) == (fresh.on_tc is None)
     frame = pd.DataFrame({"workload_id": ids})
-    pd.testing.assert_frame_equal(jobtables.with_terms(frame)[list(FOOTPRINT_COLUMNS)],
+    pd.testing.assert_frame_equal(physicstables.with_terms(frame)[list(FOOTPRINT_COLUMNS)],
                                   footprint_columns(frame)[list(FOOTPRINT_COLUMNS)])
 
 
 def test_a_stale_or_incomplete_table_is_not_used(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert jobtables.stored_kernels([IDS[0], "resnet.resnet50-bs8-img64-fp32-sgd"]) is None  # not in the table
-    monkeypatch.setattr(jobtables, "code_fingerprint", lambda: "other code")
-    assert jobtables.stored_kernels(IDS) is None and jobtables.stored_terms(IDS) is None
-    assert len(jobtables.kernels_of(pd.DataFrame({"workload_id": IDS[:1]}))) == 1  # computed from the graph instead
+    assert physicstables.stored_kernels([IDS[0], "resnet.resnet50-bs8-img64-fp32-sgd"]) is None  # not in the table
+    monkeypatch.setattr(physicstables, "code_fingerprint", lambda: "other code")
+    assert physicstables.stored_kernels(IDS) is None and physicstables.stored_terms(IDS) is None
+    assert len(physicstables.kernels_of(pd.DataFrame({"workload_id": IDS[:1]}))) == 1  # computed from the graph instead

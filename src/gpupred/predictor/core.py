@@ -99,7 +99,7 @@ class PhysicsCore:
         from sklearn.base import clone
 
         from gpupred.calibration.evaluation import calibrated_core
-        from gpupred.jobtables import with_terms
+        from gpupred.physicstables import with_terms
         from gpupred.memory.estimator import MemoryEstimator
         from gpupred.step import StepEstimator, physics_data
 

@@ -46,7 +46,7 @@ def _step_oof(df: pd.DataFrame, folds: list[Split], step: Any, pdata: Any) -> pd
 
 
 def _memory_oof(df: pd.DataFrame, folds: list[Split], seed: int) -> pd.DataFrame:
-    from gpupred.jobtables import with_terms
+    from gpupred.physicstables import with_terms
     from gpupred.memory.estimator import BEST, MemoryEstimator
 
     data = with_terms(df)

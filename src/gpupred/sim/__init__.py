@@ -71,7 +71,7 @@ from gpupred.sim.policies import (
     make_policy,
     pair_gain,
 )
-from gpupred.sim.traces import WORKLOAD_COLUMNS, check_workload_table, load_trace_csv, synthetic_trace
+from gpupred.sim.arrivals import WORKLOAD_COLUMNS, check_workload_table, load_trace_csv, synthetic_trace
 from gpupred.sim.world import World, build_world, gavel_world
 
 __all__ = [

@@ -44,7 +44,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 
-# Columns a job table passed to the simulator must hold (see gpupred.sim.traces).
+# Columns a job table passed to the simulator must hold (see gpupred.sim.arrivals).
 JOB_COLUMNS: tuple[str, ...] = (
     "job_id",
     "arrival_s",
@@ -306,7 +306,7 @@ class Simulator:
                  oom_restart_s: float = 30.0, oracle: bool = False) -> None:
         missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
         if missing:
-            raise GpupredError(f"job table lacks columns {missing}; build it with gpupred.sim.traces")
+            raise GpupredError(f"job table lacks columns {missing}; build it with gpupred.sim.arrivals")
         if cluster.max_per_gpu not in (1, 2):
             raise GpupredError(f"max_per_gpu={cluster.max_per_gpu}: the simulator shares a GPU between at most 2 jobs")
         self.cap = cluster.capacity

@@ -27,7 +27,7 @@ from gpupred.sim.policies import (
     ReactivePolicy,
     SlotPolicy,
 )
-from gpupred.sim.traces import synthetic_trace
+from gpupred.sim.arrivals import synthetic_trace
 from gpupred.sim.world import World
 
 POLICY_ORDER: tuple[str, ...] = ("slot", "reactive", "random", "horus", "ours", "oracle")

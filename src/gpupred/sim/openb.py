@@ -48,7 +48,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.sim.cluster import Cluster
-from gpupred.sim.traces import check_workload_table, jobs_from
+from gpupred.sim.arrivals import check_workload_table, jobs_from
 
 
 @dataclass(frozen=True)

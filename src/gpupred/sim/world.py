@@ -34,7 +34,7 @@ from gpupred.colocation.matrix import heldout_matrices, ordered_pairs
 from gpupred.colocation.pairtable import pair_slowdown_matrix
 from gpupred.errors import GpupredError
 from gpupred.sim.cluster import PairSlowdown, PredictedSlowdown
-from gpupred.sim.traces import check_workload_table
+from gpupred.sim.arrivals import check_workload_table
 
 
 @dataclass

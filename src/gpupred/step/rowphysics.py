@@ -72,9 +72,9 @@ class PhysicsData:
 
 def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> PhysicsData:
     """The step model's inputs for every row of a dataset frame: ``kernels`` (one KernelList per row), else each
-    workload's (:func:`gpupred.jobtables.kernels_of`: notebook 02's table, or from its graph)."""
+    workload's (:func:`gpupred.physicstables.kernels_of`: notebook 02's table, or from its graph)."""
     if kernels is None:
-        from gpupred.jobtables import kernels_of
+        from gpupred.physicstables import kernels_of
 
         kernels = kernels_of(df)  # notebook 02's table when current, else from each workload's graph
     labels = {t: df[t].to_numpy(float) if t in df.columns else np.full(len(df), np.nan)
