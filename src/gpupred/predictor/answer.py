@@ -275,8 +275,8 @@ def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tu
     info = named_info(graph.graph) if isinstance(graph.graph, str) and graph.graph.endswith(".onnx") else {}
     if isinstance(x, NamedModel) or info.get("key"):
         config = info.get("config", {})
-        key = info.get("key", {})
-        name = (f"{x.source} {x.label}" if isinstance(x, NamedModel) else  # a cached graph: the name it was built by
+        key = info["key"] if isinstance(info.get("key"), dict) else {}  # a cached graph: the name it was built by
+        name = (f"{x.source} {x.label}" if isinstance(x, NamedModel) else
                 f"{key['source']} {key.get('config') or key.get('name')}" if key.get("source") else str(graph.label))
         image = info.get("image_size")
         sizes = (_int(info.get("seq_len")) or sizes[0],
