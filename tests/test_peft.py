@@ -114,10 +114,11 @@ def test_footprint_reads_the_parameter_terms(cg: object) -> None:
 
 def test_kept_tensor_rule_copies_match_the_footprint() -> None:
     from gpupred import footprint
+    from gpupred.graph import canonical
 
     assert finetune.NO_INPUT_SAVE == footprint.NO_INPUT_SAVE and finetune.OUTPUT_SAVE == footprint.OUTPUT_SAVE
-    assert finetune.FP32_OPS == footprint.FP32_OPS and finetune.PROMOTING_OPS == footprint.PROMOTING_OPS
     assert finetune.PASS_OPS == (footprint.VIEW_OPS | footprint.ALIAS_OPS) - {"Shape", "Size", "Constant"}
+    assert canonical.DTYPE_PASS_OPS == finetune.PASS_OPS  # autocast's dtype rule (autocast_fp32) sees the same views
 
 
 def test_frozen_weights_launch_no_weight_gradient(cg: object) -> None:
