@@ -27,8 +27,8 @@ Linears (:func:`activation_delta`):
 
 - ``x`` is no longer saved, unless another op keeps it (a reader that saves its input, a producer that saves its
   output, a trainable contraction, a graph output); under autocast, an fp32 ``x``
-  (:func:`gpupred.graph.canonical.autocast_fp32`) loses the 16-bit copy each frozen Linear would have saved (the footprint
-  counts one per Linear; the fp32 ``x`` itself only where an fp32 op saves it, which stays);
+  (:func:`gpupred.graph.canonical.autocast_fp32`) loses the 16-bit copy each frozen Linear would have saved (the
+  footprint counts one per Linear; the fp32 ``x`` itself only where an fp32 op saves it, which stays);
 - each adapter on ``x`` saves what its ``A`` reads: ``x`` itself (already counted where it is kept) or, when a cast is
   needed, its own copy (autocast's 16-bit cast of an fp32 ``x``; on a pure-bf16 base, peft's cast of ``x`` to the
   adapter's fp32); with ``lora_dropout`` > 0, the dropped-out copy of ``x`` and its mask (1 byte per element)

@@ -17,9 +17,11 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   at nesting 0), so the forward's peak holds every copy, and the recompute of one block in backward
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
   subset of the same size or less;
-- activations saved for backward = the graph's ``activation_bytes`` (gpupred.graph sizes each op's output
-  at the precision: 16-bit for what autocast runs in 16 bits, fp32 for softmax/normalizations/reductions)
-  minus what torch never keeps: the attention scores a fused attention kernel never writes
+- activations saved for backward = each tensor autograd keeps, once, at the dtype torch saves it in (``graph_terms``;
+  without graph terms, the feature row's ``activation_bytes``); under autocast by torch's CUDA op lists
+  (:mod:`gpupred.graph.canonical`): an fp32 tensor that only 16-bit ops (matmuls, convolutions) save is kept as
+  their 16-bit copies alone, one per op, a 16-bit tensor an fp32 op (normalizations, softmax, pow) saves as its fp32
+  copy; minus what torch never keeps: the attention scores a fused attention kernel never writes
   (``SDPA_SOURCES``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
   which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
   scale/mask ops and the scaled Q and K (at the precision's width); and the outputs of data-movement ops
