@@ -47,8 +47,13 @@ def test_graph_terms_by_hand() -> None:
     # sc (the Mul by a one-element scale saves nothing of it, as torch's mul by a scalar), ss (Softmax saves no
     # input), zn (the Relu saves no input), kt (a view).
     assert t["saved_elems"] == 64 + 64 + 32 + 64 + 64 + 150
-    assert t["fp32_elems"] == 32 + 64  # the Softmax and LayerNormalization outputs
-    assert t["cast_elems"] == 32  # the fp32 softmax output read by the attention-times-V MatMul
+    # under autocast (torch's CUDA lists), each saved tensor once at the dtype torch saves it in: q and k in 16 bits
+    # (MatMul outputs the QK^T MatMul saves); p in fp32 (the Softmax saves it) and its 16-bit copy (the p x V MatMul
+    # saves that); o's fp32 copy, which the LayerNormalization casts it to and saves (the 16-bit o is saved by
+    # nobody); y in fp32 (LayerNormalization's output, a graph output); zr in fp32 (the BatchNormalization of the fp32
+    # graph input z runs in fp32; the Relu saves its output)
+    assert t["half_elems"] == 64 + 64 + 32
+    assert t["fp32_elems"] == 32 + 64 + 64 + 150
     assert t["index_elems"] == 0 and t["output_elems"] == 64 + 150
     # hand-written attention (the scores scaled, not Q and K: no scaled_dot_product_attention export) runs as its
     # ops under the default attention='auto': no score a fused kernel would skip
@@ -56,6 +61,8 @@ def test_graph_terms_by_hand() -> None:
     fused = graph_terms(_attention_graph(), batch_size=2, setup=setup_of(attention="sdpa"))
     assert fused["softmax_elems"] == 32
     assert fused["attention_elems"] == 0  # of the scores chain (sc, ss, kt), none is kept
+    assert fused["fused_fp32_elems"] == 32 and fused["fused_half_elems"] == 32  # p and its copy: neither written
+    assert t["fused_fp32_elems"] == t["fused_half_elems"] == 0
     assert fused["saved_elems"] == t["saved_elems"]
 
 
@@ -70,15 +77,21 @@ def test_footprint_terms_by_hand() -> None:
     # no graph terms: activations are the feature row's activation_bytes
     assert dict(t) == {"weights": 4, "gradients": 4, "optimizer": 8, "autocast_copies": 0, "activations": 10,
                        "loss": 0, "inputs": 1, "workspace": WORKSPACE_MIB}
-    row = _row(precision="bf16", optimizer="sgd", saved_elems=1 * MIB, fp32_elems=0.25 * MIB, cast_elems=0.125 * MIB,
-               softmax_elems=0.125 * MIB, attention_elems=0.25 * MIB, output_elems=0.5 * MIB, index_elems=0.0)
+    row = _row(precision="bf16", optimizer="sgd", saved_elems=1 * MIB, fp32_elems=0.25 * MIB, half_elems=0.875 * MIB,
+               softmax_elems=0.125 * MIB, attention_elems=0.25 * MIB, fused_fp32_elems=0.125 * MIB,
+               fused_half_elems=0.375 * MIB, output_elems=0.5 * MIB, index_elems=0.0)
     t = footprint_terms(row).iloc[0]
     assert t["optimizer"] == 4 and t["autocast_copies"] == 2  # momentum: one buffer; 16-bit weight copies: p / 2
-    # 2 B x 0.75 Mi 16-bit + 4 B x 0.25 Mi fp32 + 2 B x 0.125 Mi casts, less fused attention's 4 x 0.125 + 2 x 0.25
-    assert t["activations"] == pytest.approx(1.5 + 1.0 + 0.25 - 0.5 - 0.5)
+    # 2 B x 0.875 Mi saved in 16 bits + 4 B x 0.25 Mi in fp32, less fused attention's 4 x 0.125 + 2 x 0.375
+    assert t["activations"] == pytest.approx(1.75 + 1.0 - 0.5 - 0.75)
     assert t["loss"] == pytest.approx(0.5 * 4 * 3)  # fp32 upcast + log_softmax output + its gradient
     # Lucid's protocol ran without fused attention: the scores stay
     assert footprint_terms(row, "lucid").iloc[0]["activations"] == pytest.approx(2.75)
+    # fp32 and pure bf16 count every saved tensor once, at 4 and 2 bytes; fused attention's at the same width
+    assert footprint_terms(_row(**{**row.iloc[0].to_dict(), "precision": "fp32"})).iloc[0]["activations"] == \
+        pytest.approx(4.0 - 4 * 0.375)
+    assert footprint_terms(_row(**{**row.iloc[0].to_dict(), "precision": "bf16-pure"})).iloc[0]["activations"] == \
+        pytest.approx(2.0 - 2 * 0.375)
     with pytest.raises(GpupredError, match="optimizer"):
         footprint_terms(_row(optimizer="lion"))
     with pytest.raises(GpupredError, match="param_bytes"):

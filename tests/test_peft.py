@@ -68,6 +68,30 @@ def test_qlora_terms_by_hand(cg: object) -> None:
     assert t["act_delta_bytes"] == 4 * 4 * 2 - 512 * 2  # A h1 in bf16; h2 (bf16) no longer saved
 
 
+def test_lora_on_an_fp32_input_under_autocast() -> None:
+    """An fp32 tensor two projections read (a LayerNormalization's output, as in a decoder's q/k/v) is saved under
+    autocast as two 16-bit copies, one per projection (the footprint's half_elems); frozen, the projections keep
+    neither, and the adapter's A keeps its own copy."""
+    from gpupred.memory.physics import graph_terms
+    from gpupred.graph.loader import cached_graph
+
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor(n, f, (64, 64), np.zeros(64 * 64, np.float32)) for n in ("q.weight", "v.weight")]
+    inits += [helper.make_tensor(n, f, (64,), np.ones(64, np.float32)) for n in ("g", "b")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "q.weight"], ["q"]), helper.make_node("MatMul", ["n", "v.weight"], ["v"]),
+             helper.make_node("Mul", ["q", "v"], ["out"])]
+    graph = helper.make_graph(nodes, "qv", [helper.make_tensor_value_info("x", f, ["batch", 64])],
+                              [helper.make_tensor_value_info("out", f, ["batch", 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    full = graph_terms(model, B, setup_of("bf16", "adamw"))
+    assert full["half_elems"] == 2 * B * 64 + 2 * B * 64 + B * 64  # n's two copies; q and v (the Mul saves both); out
+    assert full["fp32_elems"] == 0  # n itself: only the projections read it, each its own 16-bit copy
+    lora = parameter_terms(cached_graph(model, B)[0].form(True),
+                           setup_of("bf16", "adamw", lora_rank=2, lora_targets=("q",)), "qv")
+    assert lora["act_delta_bytes"] == -2 * (2 * B * 64) + 2 * B * 64 + 2 * B * 2  # both copies gone; A's; A n
+
+
 def test_dropout_and_pure_bf16_adapter_inputs(cg: object) -> None:
     drop = parameter_terms(cg, setup_of("fp32", "adamw", lora_rank=4, lora_targets=("l2",), lora_dropout=0.1), "s")
     # with dropout A saves its own dropped-out copy of h1 (4 bytes) and the mask (1 byte); h1 is then kept by nobody
@@ -114,10 +138,11 @@ def test_footprint_reads_the_parameter_terms(cg: object) -> None:
 
 def test_kept_tensor_rule_copies_match_the_footprint() -> None:
     from gpupred.memory import physics as footprint
+    from gpupred.graph import canonical
 
     assert finetune.NO_INPUT_SAVE == footprint.NO_INPUT_SAVE and finetune.OUTPUT_SAVE == footprint.OUTPUT_SAVE
-    assert finetune.FP32_OPS == footprint.FP32_OPS and finetune.PROMOTING_OPS == footprint.PROMOTING_OPS
     assert finetune.PASS_OPS == (footprint.VIEW_OPS | footprint.ALIAS_OPS) - {"Shape", "Size", "Constant"}
+    assert canonical.DTYPE_PASS_OPS == finetune.PASS_OPS  # autocast's dtype rule (autocast_fp32) sees the same views
 
 
 def test_frozen_weights_launch_no_weight_gradient(cg: object) -> None:

@@ -25,8 +25,10 @@ its weight (autocast's 16-bit copy of it under bf16/fp16: not cached, autocast c
 grad, but held by the backward node until it runs) and not its input. So, per distinct input ``x`` of frozen
 Linears (:func:`activation_delta`):
 
-- ``x`` (and under autocast its 16-bit copy when ``x`` is fp32) is no longer saved, unless another op keeps it
-  (a reader that saves its input, a producer that saves its output, a trainable contraction, a graph output);
+- ``x`` is no longer saved, unless another op keeps it (a reader that saves its input, a producer that saves its
+  output, a trainable contraction, a graph output); under autocast, an fp32 ``x``
+  (:func:`gpupred.graph.canonical.autocast_fp32`) loses the 16-bit copy each frozen Linear would have saved (the
+  footprint counts one per Linear; the fp32 ``x`` itself only where an fp32 op saves it, which stays);
 - each adapter on ``x`` saves what its ``A`` reads: ``x`` itself (already counted where it is kept) or, when a cast is
   needed, its own copy (autocast's 16-bit cast of an fp32 ``x``; on a pure-bf16 base, peft's cast of ``x`` to the
   adapter's fp32); with ``lora_dropout`` > 0, the dropped-out copy of ``x`` and its mask (1 byte per element)
@@ -103,10 +105,6 @@ OUTPUT_SAVE: frozenset[str] = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "
 PASS_OPS: frozenset[str] = frozenset({  # views and aliases: a reader of their output reads their input
     "Transpose", "Gather", "Slice", "Split", "Expand", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
     "Dropout"})
-FP32_OPS: frozenset[str] = frozenset({
-    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Exp", "Log",
-    "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2", "Cast"})
-PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
 LINEAR_OPS: frozenset[str] = frozenset({"MatMul", "Gemm"})
 PARAM_COLUMNS: tuple[str, ...] = (  # bytes the footprint reads in place of its parameter-sized rule
     "weight_bytes", "grad_bytes", "state_bytes", "copy_bytes", "act_delta_bytes", "transient_bytes")
@@ -282,16 +280,6 @@ def _param_shape(cg: Any, key: str) -> tuple[int, ...]:
     return (int(cg.param_sizes[key][0]),)
 
 
-def _fp32_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
-    """The activations autocast keeps in fp32 (the memory physics' rule: outputs of ``FP32_OPS``, and of promoting ops
-    with an fp32 input)."""
-    fp32: set[str] = set()
-    for op, _d, ins, outs, *_ in cg.nodes:
-        if op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in ins if i in producer)):
-            fp32 |= set(outs)
-    return fp32
-
-
 def _readers(cg: Any) -> dict[str, list[tuple[int, int]]]:
     """(node, input position) of every reader of each tensor."""
     out: dict[str, list[tuple[int, int]]] = {}
@@ -334,6 +322,8 @@ def _kept_by_others(cg: Any, t: str, producer: dict[str, Any], readers: dict[str
 def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
     """Bytes that LoRA's frozen base and adapters add to the activations the graph's kept-tensor rule counts (negative:
     fewer): see the module notes."""
+    from gpupred.graph.canonical import autocast_fp32
+
     if not setup.lora:
         return 0.0
     producer = {o: node for node in cg.nodes for o in node[3]}
@@ -341,7 +331,7 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
     linears = linear_weights(cg)
     frozen = {k: w for k, w in linears.items() if k not in place.trainable}
     frozen_nodes = {n for w in frozen.values() for n in w.nodes}
-    fp32 = _fp32_tensors(cg, producer) if setup.autocast else set()
+    fp32 = autocast_fp32(cg, producer) if setup.autocast else set()
     width = 4 if setup.precision == "fp32" else 2
     a_width = 2 if setup.autocast else 4  # what A saves of its input, and A x
     by_input: dict[str, list[LinearWeight]] = {}
@@ -354,13 +344,11 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
         numel = _numel(cg, x)
         adapters = [w for w in users if w.key in place.adapted]
         cast = (setup.autocast and x in fp32) or setup.precision == "bf16-pure"
-        trainable_reader = any(k in place.trainable and x in {_base(t, producer) for t in w.inputs}
-                               for k, w in linears.items())
         shares_x = bool(adapters) and not cast and setup.lora_dropout == 0
-        if not shares_x and not _kept_by_others(cg, x, producer, readers, frozen_nodes):
-            delta -= numel * (4 if x in fp32 else width)
-        if setup.autocast and x in fp32 and not trainable_reader:
-            delta -= 2.0 * numel  # the base's 16-bit copy (footprint's cast_elems): a frozen Linear keeps none
+        if x in fp32:  # the footprint counts one 16-bit copy per Linear reading it: a frozen Linear keeps none
+            delta -= 2.0 * numel * len(users)
+        elif not shares_x and not _kept_by_others(cg, x, producer, readers, frozen_nodes):
+            delta -= numel * width
         for _w in adapters:
             if setup.lora_dropout > 0:
                 delta += numel * (a_width + 1)  # the dropped-out copy A reads (cast) and its mask

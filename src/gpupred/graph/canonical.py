@@ -530,3 +530,47 @@ def canonicalize(
 
 
 __all__ = ["CanonicalGraph", "canonicalize", "raw_graph"]
+
+
+# torch's CUDA autocast lists (aten/src/ATen/autocast_mode.h, torch 2.14: AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32,
+# AT_FORALL_FP32_SET_OPT_DTYPE) as ONNX ops. The CPU's lists differ (its fp32 list has no pow, exp, rsqrt, softmax,
+# log_softmax, layer_norm, rms_norm or sum): the memory footprint models CUDA's, what users train on.
+AUTOCAST_16BIT_OPS: frozenset[str] = frozenset({  # conv*, matmul/mm/bmm/baddbmm/addmm/linear, einsum, rnn, prelu
+    "Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN", "PRelu"})
+AUTOCAST_FP32_OPS: frozenset[str] = frozenset({  # their 16-bit inputs cast to fp32 (and the graph's explicit Casts)
+    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "RMSNormalization", "Exp", "Log", "Pow",
+    "Reciprocal", "Softplus", "Acos", "Asin", "Cosh", "Sinh", "Tan", "ReduceSum", "ReduceProd", "CumSum",
+    "ReduceLogSumExp", "ReduceL1", "ReduceL2", "Resize", "Cast"})
+PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
+DTYPE_PASS_OPS: frozenset[str] = frozenset({  # views and aliases: their output has their first input's dtype
+    "Transpose", "Gather", "Slice", "Split", "Expand", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+    "Dropout"})
+FLOAT_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def autocast_fp32(cg: CanonicalGraph, producer: dict[str, Any]) -> set[str]:
+    """The tensors 16-bit autocast (torch's CUDA lists) leaves in fp32: outputs of ``AUTOCAST_FP32_OPS``; of views
+    of fp32 tensors (an embedding's lookup of its fp32 weight included); of ``PROMOTING_OPS`` with an fp32 operand,
+    where a parameter, constant or graph input of more than one element is fp32 (type promotion; a scalar promotes
+    nothing; a bias added to a product is the product's own, addmm's); of other ops with an fp32 activation or graph
+    input (a normalization's fp32 weights leave a 16-bit input 16-bit). ``AUTOCAST_16BIT_OPS`` write 16 bits."""
+    def wide_leaf(t: str) -> bool:
+        shape = cg.shapes.get(t)
+        return (producer.get(t) is None or producer[t][0] == "Constant") and bool(shape) and \
+            shape[1] in FLOAT_TYPES and shape_elements(shape) > 1
+
+    fp32: set[str] = set()
+    for op, _d, ins, outs, *_ in cg.nodes:
+        if op in AUTOCAST_16BIT_OPS or op == "Constant":
+            continue
+        acts = [i for i in ins if i in producer and producer[i][0] != "Constant"]
+        if op in DTYPE_PASS_OPS:
+            wide = bool(ins) and (ins[0] in fp32 or wide_leaf(ins[0]))
+        elif op in PROMOTING_OPS:
+            bias = op == "Add" and any(producer[i][0] in AUTOCAST_16BIT_OPS for i in acts)
+            wide = any(i in fp32 for i in acts) or (not bias and any(wide_leaf(i) for i in ins))
+        else:
+            wide = op in AUTOCAST_FP32_OPS or any(i in fp32 or (i in cg.graph_inputs and wide_leaf(i)) for i in ins)
+        if wide:
+            fp32 |= set(outs)
+    return fp32

@@ -17,9 +17,11 @@ The footprint (MiB) of a job training with torch's caching allocator, as NVML se
   at nesting 0), so the forward's peak holds every copy, and the recompute of one block in backward
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
   subset of the same size or less;
-- activations saved for backward = the graph's ``activation_bytes`` (gpupred.graph sizes each op's output
-  at the precision: 16-bit for what autocast runs in 16 bits, fp32 for softmax/normalizations/reductions)
-  minus what torch never keeps: the attention scores a fused attention kernel never writes
+- activations saved for backward = each tensor autograd keeps, once, at the dtype torch saves it in (``graph_terms``;
+  without graph terms, the feature row's ``activation_bytes``); under autocast by torch's CUDA op lists
+  (:mod:`gpupred.graph.canonical`): an fp32 tensor that only 16-bit ops (matmuls, convolutions) save is kept as
+  their 16-bit copies alone, one per op, a 16-bit tensor an fp32 op (normalizations, softmax, pow) saves as its fp32
+  copy; minus what torch never keeps: the attention scores a fused attention kernel never writes
   (``SDPA_SOURCES``: torch >= 2.0 runs ``nn.MultiheadAttention`` through scaled_dot_product_attention,
   which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
   scale/mask ops and the scaled Q and K (at the precision's width); and the outputs of data-movement ops
@@ -69,6 +71,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 from gpupred.workloads.spec import spec_or_none
 
@@ -105,20 +108,20 @@ SOURCES: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")  # whose memory mea
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "autocast_copies", "activations", "loss", "inputs",
                           "workspace")
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
-    "saved_elems", "fp32_elems", "cast_elems", "index_elems", "softmax_elems", "attention_elems", "output_elems")
+    "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
+    "fused_half_elems", "output_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
 CONTRACTION_OPS: frozenset[str] = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"})
-FP32_OPS: frozenset[str] = frozenset({  # autocast runs these in fp32 (torch's CUDA autocast fp32 list)
-    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Exp", "Log",
-    "Pow", "ReduceSum", "ReduceMean", "ReduceLogSumExp", "ReduceL2", "Cast"})
+LOWER_PRECISION_OPS: frozenset[str] = AUTOCAST_16BIT_OPS  # autocast's 16-bit ops: their fp32 inputs cast to
+# 16-bit copies, one per op (autocast caches the casts of leaf weights only): gpupred.graph.canonical's CUDA lists
+FP32_OPS: frozenset[str] = AUTOCAST_FP32_OPS  # autocast's fp32 ops: their 16-bit inputs cast to fp32 copies
 NO_INPUT_SAVE: frozenset[str] = frozenset({  # backward needs none of their inputs
     "Add", "Sub", "Concat", "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool",
     "ReduceMean", "ReduceSum", "Neg", "Cast", "Pad"})
 OUTPUT_SAVE: frozenset[str] = frozenset({  # ops that save their output for backward
     "Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})
-PROMOTING_OPS: frozenset[str] = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Concat", "Max", "Min"})
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
@@ -132,9 +135,11 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     ``saved_elems``: the op outputs autograd keeps for backward (read by an op that saves its inputs, i.e. not
     in ``NO_INPUT_SAVE``; written by one that saves its output, ``OUTPUT_SAVE``; with views, ``VIEW_OPS``,
     resolved to the tensor they alias, since torch runs transposes, gathers and slices as views);
-    ``fp32_elems``: those autocast keeps in fp32 (outputs of
-    ``FP32_OPS``, and of elementwise ops with an fp32 input: type promotion); ``cast_elems``: fp32 tensors a
-    contraction reads, which autocast copies to 16 bits; ``softmax_elems``: Softmax outputs of the attention cores
+    ``fp32_elems`` and ``half_elems``: what autocast saves of them in fp32 and in 16 bits, each saved tensor counted
+    once at the dtype torch saves it in (:func:`autocast_fp32` its dtype, :func:`_saved_forms` its copies): an fp32
+    tensor that only ``LOWER_PRECISION_OPS`` save is kept as their 16-bit copies alone, one per op;
+    ``fused_fp32_elems`` and ``fused_half_elems``: the same of the tensors a fused attention kernel never writes
+    (``softmax_elems`` and ``attention_elems``); ``softmax_elems``: Softmax outputs of the attention cores
     the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
     scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
     ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits).
@@ -152,7 +157,7 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     kept = _kept_tensors(cg, producer)
     if job.checkpointing:
         kept = checkpointed(cg, kept, numel)
-    counts = _activation_counts(cg, producer, numel, kept)
+    counts = _activation_counts(cg, producer, numel, kept, attention | softmax)
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
@@ -207,21 +212,55 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int]) -> set[str]:
     return out | largest
 
 
-def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str]) -> dict[str, float]:
-    """saved_elems, fp32_elems, cast_elems and index_elems of a canonical graph (see ``graph_terms``)."""
-    fp32: set[str] = set()
-    cast: set[str] = set()
-    for op, _d, ins, outs, *_ in cg.nodes:
-        acts = [i for i in ins if i in producer]
-        if op in CONTRACTION_OPS:
-            cast |= {i for i in acts if i in fp32}
-        elif op in FP32_OPS or (op in PROMOTING_OPS and any(i in fp32 for i in acts)):
-            fp32 |= set(outs)
+def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
+                       gone: set[str]) -> dict[str, float]:
+    """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph, and fused_fp32_elems and
+    fused_half_elems of the ``gone`` tensors a fused attention kernel never writes (see ``graph_terms``)."""
+    fp32 = autocast_fp32(cg, producer)
+    whole, half, full = _saved_forms(cg, producer, fp32)
     pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
-    cast = {t for t in cast if _base(t, producer) in kept}  # the copy is saved where its source would be (checkpointing)
+
+    def autocast_elems(tensors: set[str]) -> tuple[float, float]:
+        """(fp32, 16-bit) elements autocast saves of the tensors: each kept whole at its dtype where an op saves it
+        as it is (or where nothing names a form: graph outputs, checkpointed blocks' inputs), plus its copies."""
+        f = h = 0
+        for t in tensors:
+            n = numel.get(t, 0)
+            as_is = t in whole or not (half.get(t) or full.get(t))
+            f += n * (full.get(t, 0) + (as_is and t in fp32))
+            h += n * (half.get(t, 0) + (as_is and t not in fp32))
+        return float(f), float(h)
+
+    f32, f16 = autocast_elems(kept)
+    g32, g16 = autocast_elems(kept & gone)
     return {"saved_elems": float(sum(numel.get(t, 0) for t in kept)), "index_elems": float(pooled),
-            "fp32_elems": float(sum(numel.get(t, 0) for t in kept & fp32)),
-            "cast_elems": float(sum(numel.get(t, 0) for t in cast))}
+            "fp32_elems": f32, "half_elems": f16, "fused_fp32_elems": g32, "fused_half_elems": g16}
+
+
+def _saved_forms(cg: Any, producer: dict[str, Any], fp32: set[str]) -> tuple[set[str], dict[str, int], dict[str, int]]:
+    """How autocast saves each tensor for backward: (kept as it is, its 16-bit copies, its fp32 copies). A
+    ``LOWER_PRECISION_OPS`` op saves a 16-bit copy of an fp32 input, one per op (autocast caches the casts of leaf
+    weights only; the fp32 original is freed unless another op saves it); an ``FP32_OPS`` op an fp32 copy of a 16-bit
+    input; any other op, and an op saving its output, the tensor as it is."""
+    folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
+    whole: set[str] = set()
+    half: dict[str, int] = {}
+    full: dict[str, int] = {}
+    for op, _d, ins, outs, *_ in cg.nodes:
+        if op in VIEW_OPS or op in ALIAS_OPS:
+            continue
+        if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
+            whole |= set(outs[:1])
+        if op in NO_INPUT_SAVE:
+            continue
+        for t in {_base(i, producer) for i in _saved_inputs(cg, op, ins) if i in producer}:
+            if op in LOWER_PRECISION_OPS and t in fp32:
+                half[t] = half.get(t, 0) + 1
+            elif op in FP32_OPS and t not in fp32:
+                full[t] = full.get(t, 0) + 1
+            else:
+                whole.add(t)
+    return whole, half, full
 
 
 def _base(t: str, producer: dict[str, Any]) -> str:
@@ -346,11 +385,11 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
     if "saved_elems" not in df.columns:
         return fallback
     pure = np.zeros(len(df), bool) if pure is None else pure
-    saved, fp32 = _col(df, "saved_elems"), _col(df, "fp32_elems")
-    act = np.where(half, 2.0 * (saved - fp32) + 4.0 * fp32 + 2.0 * _col(df, "cast_elems"), 4.0 * saved)
+    saved = _col(df, "saved_elems")
+    act = np.where(half, 2.0 * _col(df, "half_elems") + 4.0 * _col(df, "fp32_elems"), 4.0 * saved)
     act = np.where(pure, 2.0 * saved, act)
-    scores = _col(df, "softmax_elems") * np.where(pure, 2.0, 4.0) + _col(df, "attention_elems") * np.where(
-        half | pure, 2.0, 4.0)
+    scores = (_col(df, "softmax_elems") + _col(df, "attention_elems")) * np.where(pure, 2.0, 4.0)
+    scores = np.where(half, 2.0 * _col(df, "fused_half_elems") + 4.0 * _col(df, "fused_fp32_elems"), scores)
     act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * _col(df, "index_elems")  # MaxPool's int64 argmax
     return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
 
