@@ -265,7 +265,7 @@ from gpupred.learn.summary import (
 )
 from gpupred.step.physics.constants import FITTED
 from gpupred.step import evaluate as step_evaluate
-from gpupred.step import physics as step_physics
+from gpupred.step import rowphysics as step_physics
 
 step_targets = [t for t in physics_targets if t in step_physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
 pdata = step_physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph

@@ -95,7 +95,7 @@ reports.write_metrics(importance.EXPLAIN_METRICS, {f"{target}_top_features_permu
 
 # %%
 from gpupred.step import evaluate as step_evaluate
-from gpupred.step import physics as step_physics
+from gpupred.step import rowphysics as step_physics
 
 if physics_explain and target in step_physics.PHYSICS_TARGETS:
     frame = step_evaluate.correction_frame(df, target, step_physics.physics_data(df))
