@@ -22,6 +22,7 @@ from gpupred.calibration.replay import FakeBackend
 from gpupred.calibration.file import canonical_sha256
 from gpupred.errors import GpupredError
 from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants
+from fixtures_cli import run_cli
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -158,16 +159,7 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
         read_calibration(tmp_path / "absent.json")
 
 
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from gpupred.cli import main
-
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+_cli = run_cli  # gpupred in this process: exit code, stdout, stderr
 
 
 def test_no_gpu_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],

@@ -22,6 +22,7 @@ from gpupred.calibration.use import applied, resolve_calibration, standin_refere
 from gpupred.errors import GpupredError
 from gpupred.step.physics.constants import DEFAULT
 from gpupred.predictor import export_predictor, load_predictor, train_predictor
+from fixtures_cli import run_cli
 
 H100 = "NVIDIA H100 80GB HBM3"
 JOB = "resnet.resnet18-bs16-img128-fp32-sgd"  # its graph is in the committed store
@@ -217,16 +218,7 @@ def test_resolve_needs_a_named_gpu_to_search(cals: dict) -> None:
     assert resolve_calibration(cals["slow"], None).spec.name == "L4"
 
 
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from gpupred.cli import main
-
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+_cli = run_cli  # gpupred in this process: exit code, stdout, stderr
 
 
 def test_cli_predict_with_a_calibration(artifact: Path, cals: dict, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,20 +25,12 @@ from gpupred.errors import GpupredError
 from gpupred.loader import synth
 from gpupred.loader.hostprofile import (SCHEMA_NAME, SCHEMA_VERSION, HostProfile, loglog, read_host_profile, seal,
                                         write_host_profile)
+from fixtures_cli import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from gpupred.cli import main
-
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+_cli = run_cli  # gpupred in this process: exit code, stdout, stderr
 
 
 # -- writers and standard loaders

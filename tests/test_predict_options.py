@@ -20,6 +20,7 @@ from gpupred.errors import GpupredError
 from gpupred.predictor.answer import point_columns
 from gpupred.setups import setup_of
 from gpupred.workloads.hubmodels import NamedModel
+from fixtures_cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = "H100 SXM"
@@ -76,17 +77,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield {"file": str(onnx), "hf": str(root / "tiny-vit"), "predictor": predictor}
 
 
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``gpupred`` in this process: exit code, stdout, stderr."""
-    from gpupred.cli import main
-
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+_cli = run_cli  # gpupred in this process: exit code, stdout, stderr
 
 
 def _cli_args(kind: str, option: str | None, inputs: dict[str, Any]) -> list[str]:

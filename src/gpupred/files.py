@@ -84,3 +84,40 @@ def read_json_object(path: Path, remedy: str, shown: str | None = None) -> dict[
     if not isinstance(value, dict):
         raise GpupredError(f"{shown}: not a JSON object; {remedy}")
     return value
+
+
+def canonical_sha256(data: dict[str, Any]) -> str:
+    """The checksum of a sealed file's content: sha256 of its canonical JSON without the ``sha256`` field."""
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_VALIDATORS: dict[str, Any] = {}  # schema name -> its checked jsonschema validator
+
+
+def check_sealed(data: Any, shown: str, schema: dict[str, Any], kind: str, remedy: str) -> None:
+    """Raise a one-line GpupredError naming ``shown`` unless ``data`` follows ``schema`` (whose ``schema`` and
+    ``schema_version`` properties are constants: a file of the same format but another version is named so) and its
+    ``sha256`` matches its content: a file gpupred wrote and nobody edited. ``kind`` names the format for a reader."""
+    import jsonschema
+
+    from gpupred.errors import GpupredError
+
+    name, version = schema["properties"]["schema"]["const"], schema["properties"]["schema_version"]["const"]
+    if isinstance(data, dict) and data.get("schema") == name and data.get("schema_version") != version:
+        raise GpupredError(f"{shown}: {kind} schema version {data.get('schema_version')!r}, this gpupred reads "
+                           f"{version}; {remedy}")
+    if name not in _VALIDATORS:
+        jsonschema.Draft202012Validator.check_schema(schema)
+        _VALIDATORS[name] = jsonschema.Draft202012Validator(schema)
+    err = jsonschema.exceptions.best_match(_VALIDATORS[name].iter_errors(data))
+    if err is not None:
+        where = "/".join(str(p) for p in err.absolute_path) or "top level"
+        raise GpupredError(f"{shown}: not a gpupred {kind} ({where}: {err.message[:160]}); {remedy}") from None
+    try:
+        digest = canonical_sha256(data)
+    except ValueError:  # NaN or infinity: never written by gpupred
+        digest = ""
+    if digest != data["sha256"]:
+        raise GpupredError(f"{shown}: checksum does not match its content (edited or corrupted); refusing it; {remedy}")

@@ -11,6 +11,8 @@ import os
 import platform
 from typing import Any, Protocol
 
+from gpupred.loader.hostinfo import cpu_model
+
 
 class ReplayedFailure(Exception):
     """A recorded case that failed when it was measured, failing again on replay with the recorded message."""
@@ -44,18 +46,6 @@ class Backend(Protocol):
         ...
 
 
-def host_cpu() -> str:
-    """The host CPU's model name (``/proc/cpuinfo`` on Linux, else what :mod:`platform` says)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
 def host_identity() -> dict[str, Any]:
     """The host fields of a calibration file: CPU model, logical cores, OS."""
-    return {"cpu": host_cpu(), "cores": int(os.cpu_count() or 0), "platform": platform.platform(terse=True)}
+    return {"cpu": cpu_model(), "cores": int(os.cpu_count() or 0), "platform": platform.platform(terse=True)}

@@ -23,16 +23,15 @@ gpupred, so an old recording benefits from a better derivation; ``derived`` reco
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from gpupred.errors import GpupredError
+from gpupred.files import canonical_sha256, check_sealed
 
 SCHEMA_NAME = "gpupred-calibration"
 SCHEMA_VERSION = 1
@@ -76,13 +75,6 @@ _DERIVED: dict[str, Any] = {}  # checksum -> Derived (a checked file's content n
 REMEDY = "run `gpupred calibrate` again on that GPU (a calibration file is never edited by hand)"
 
 
-def canonical_sha256(data: dict[str, Any]) -> str:
-    """The checksum of a calibration's content: sha256 of its canonical JSON without the ``sha256`` field."""
-    body = {k: v for k, v in data.items() if k != "sha256"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _json_safe(value: Any) -> Any:
     """NaN and infinities as null (JSON has neither), recursively."""
     if isinstance(value, float):
@@ -122,32 +114,9 @@ def write_calibration(data: dict[str, Any], path: Path) -> Path:
     return Path(path)
 
 
-@lru_cache(maxsize=1)
-def _validator() -> Any:
-    """The schema's validator, its own schema checked once."""
-    import jsonschema
-
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    return jsonschema.Draft202012Validator(SCHEMA)
-
-
 def validate(data: Any, shown: str) -> None:
     """Raise a one-line GpupredError naming ``shown`` unless ``data`` follows ``SCHEMA`` and its checksum matches."""
-    import jsonschema
-
-    if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME and data.get("schema_version") != SCHEMA_VERSION:
-        raise GpupredError(f"{shown}: calibration schema version {data.get('schema_version')!r}, this gpupred reads "
-                           f"{SCHEMA_VERSION}; {REMEDY}")
-    err = jsonschema.exceptions.best_match(_validator().iter_errors(data))
-    if err is not None:
-        where = "/".join(str(p) for p in err.absolute_path) or "top level"
-        raise GpupredError(f"{shown}: not a gpupred calibration ({where}: {err.message[:160]}); {REMEDY}") from None
-    try:
-        digest = canonical_sha256(data)
-    except ValueError:  # NaN or infinity: never written by gpupred
-        digest = ""
-    if digest != data["sha256"]:
-        raise GpupredError(f"{shown}: checksum does not match its content (edited or corrupted); refusing it; {REMEDY}")
+    check_sealed(data, shown, SCHEMA, "calibration", REMEDY)
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,14 @@ and extends the end segments' slope, kept within [0, 1], outside them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from gpupred.errors import GpupredError
+from gpupred.files import canonical_sha256, check_sealed
 
 SCHEMA_NAME = "gpupred-host-profile"
 SCHEMA_VERSION = 1
@@ -91,39 +90,9 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def canonical_sha256(data: dict[str, Any]) -> str:
-    """The checksum of a host profile's content: sha256 of its canonical JSON without the ``sha256`` field."""
-    body = {k: v for k, v in data.items() if k != "sha256"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@lru_cache(maxsize=1)
-def _validator() -> Any:
-    """The schema's validator, its own schema checked once."""
-    import jsonschema
-
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    return jsonschema.Draft202012Validator(SCHEMA)
-
-
 def validate(data: Any, shown: str) -> None:
     """Raise a one-line GpupredError naming ``shown`` unless ``data`` follows ``SCHEMA`` and its checksum matches."""
-    import jsonschema
-
-    if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME and data.get("schema_version") != SCHEMA_VERSION:
-        raise GpupredError(f"{shown}: host profile schema version {data.get('schema_version')!r}, this gpupred reads "
-                           f"{SCHEMA_VERSION}; {REMEDY}")
-    err = jsonschema.exceptions.best_match(_validator().iter_errors(data))
-    if err is not None:
-        where = "/".join(str(p) for p in err.absolute_path) or "top level"
-        raise GpupredError(f"{shown}: not a gpupred host profile ({where}: {err.message[:160]}); {REMEDY}") from None
-    try:
-        digest = canonical_sha256(data)
-    except ValueError:  # NaN or infinity: never written by gpupred
-        digest = ""
-    if digest != data["sha256"]:
-        raise GpupredError(f"{shown}: checksum does not match its content (edited or corrupted); refusing it; {REMEDY}")
+    check_sealed(data, shown, SCHEMA, "host profile", REMEDY)
 
 
 def seal(data: dict[str, Any]) -> dict[str, Any]:

@@ -43,11 +43,11 @@ class TraceSummary:
 
 def identity(torch: Any, device: str) -> dict[str, str]:
     """The GPU, driver and software every trace row records."""
-    from gpupred.calibration.benchbackend import host_cpu
+    from gpupred.loader.hostinfo import cpu_model
     from gpupred.version import __version__
 
     out = {"gpu_name": "cpu", "gpu_uuid": "", "driver_version": "", "cuda_version": str(torch.version.cuda or ""),
-           "torch_version": torch.__version__, "gpupred_version": __version__, "host_cpu": host_cpu()}
+           "torch_version": torch.__version__, "gpupred_version": __version__, "host_cpu": cpu_model()}
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
         out.update(gpu_name=props.name, gpu_uuid=str(getattr(props, "uuid", "")))
