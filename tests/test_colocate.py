@@ -56,14 +56,29 @@ def shipped(predictor, fixture_choice):
     """The committed predictor with a FIXTURE-scored slowdown estimator attached (in memory only)."""
     from gpupred.predictor.slowdowns import attach_slowdown
 
+    committed = predictor.__dict__.get("slowdown_")
     attach_slowdown(predictor, fixture_choice, "default")
     yield predictor
-    del predictor.slowdown_
+    if committed is None:
+        del predictor.slowdown_
+    else:
+        predictor.slowdown_ = committed  # what notebook 08 attached when it exported the artifact
 
 
-def test_committed_artifact_falls_back_to_the_prior_and_says_so(predictor) -> None:
+def test_the_committed_artifact_ships_the_prior_with_its_heldout_interval(predictor) -> None:
+    d = predictor.slowdown(A, B, gpu="H100").to_dict()
+    assert d["estimator"]["source"] == "artifact" and d["interval"]["level"] == pytest.approx(0.9)
+    assert d["interval"]["log_low"] < d["interval"]["log_high"]
+    assert "held out" in d["interval"]["basis"]
+
+
+def test_an_artifact_without_a_slowdown_estimator_falls_back_to_the_prior_and_says_so(predictor) -> None:
+    import copy
+
     from gpupred.slowdown.physics import pair_timeshare
 
+    predictor = copy.copy(predictor)  # as exported before notebook 08 attached one
+    predictor.__dict__.pop("slowdown_", None)
     answer = predictor.slowdown(A, B, gpu="H100")
     d = answer.to_dict()
     assert set(d) == ANSWER_KEYS and all(set(m) == MEMBER_KEYS for m in d["members"]) and set(d["pair"]) == PAIR_KEYS
@@ -108,7 +123,7 @@ def test_rows_of_predict_many_answer_as_the_jobs_do(predictor) -> None:
     m = predictor.slowdown_matrix(rows.iloc[:2], gpu="H100")
     assert m.slowdown.loc[A, B] == pytest.approx(by_jobs["members"][0]["slowdown"])
     assert m.slowdown.loc[B, A] == pytest.approx(by_jobs["members"][1]["slowdown"])
-    assert m.low.isna().all().all()  # the committed artifact has no interval to give
+    assert (m.low <= m.slowdown).all().all() and (m.slowdown <= m.high).all().all()  # its held-out interval
     with pytest.raises(GpupredError, match="name the GPU"):
         predictor.slowdown(A, B)
     with pytest.raises(GpupredError, match="asked about"):

@@ -29,12 +29,12 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
     from gpupred.graph.weightless import export_weightless
     from gpupred.reports import progress_bar
 
-    with progress_bar(total=2, desc=f"{named.source} {named.label}", unit="step", leave=False) as bar, \
+    with quiet_libraries():  # on the meta device: seconds, and a wrong choice (head, shape) is refused here, in
+        built = build_named(named)  # one line, before any progress is drawn
+    print(f"gpupred: exporting {named.source} {named.label} ({type(built.model).__name__}, head {built.head}) "
+          "once: up to a minute; cached for the next time", file=sys.stderr, flush=True)
+    with progress_bar(total=1, desc=f"{named.source} {named.label}", unit="export", leave=False) as bar, \
             quiet_libraries():
-        built = build_named(named)  # on the meta device: seconds, and a wrong choice (head, shape) is refused here
-        print(f"gpupred: exporting {named.source} {named.label} ({type(built.model).__name__}, head {built.head}) "
-              "once: up to a minute; cached for the next time", file=sys.stderr, flush=True)
-        bar.update()
         adapter, tensors, names = positional(built.model, built.example)  # as gpupred.export_model takes them
         export_weightless(adapter, tensors, path, names, [0] * len(tensors))
         bar.update()
