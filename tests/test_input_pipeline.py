@@ -49,6 +49,17 @@ def test_workers_bound_the_period_by_the_slowest_of_step_making_and_cpu() -> Non
     assert _step(LoaderTimes(0.05, 0.01, 2, 8.0, 0.2))[0] == pytest.approx(0.2)  # the pin-memory thread binds
 
 
+def test_the_main_thread_waits_its_turn_where_processes_outnumber_cores() -> None:
+    from gpupred.step.physics.timeline import main_thread_stretch
+
+    assert main_thread_stretch(2, 2.0, 0.5) == pytest.approx(0.75 * 1.0 + 0.25 * 1.5)  # both workers running: 2/3 core
+    assert main_thread_stretch(1, 2.0, 1.0) == 1.0 and main_thread_stretch(4, 2.0, 0.0) == 1.0
+    step, _ = with_loader(np.array([0.1]), np.array([0.08]), np.array([0.02]), np.array(["step"], dtype=object),
+                          loader_arrays([LoaderTimes(0.1, 0.01, 2, 2.0)], 1))
+    period = 0.11  # step + receive; the workers make a batch each 0.05 s: busy 0.1 / (2 x 0.11) of the time
+    assert float(step[0]) == pytest.approx(0.11 + (main_thread_stretch(2, 2.0, 0.1 / (2 * period)) - 1) * 0.03)
+
+
 def test_resident_rows_keep_their_step() -> None:
     loaders = loader_arrays([None, LoaderTimes(1.0, 0.0, 1, 4.0)], 2)
     step, host = with_loader(np.array([0.1, 0.1]), np.array([0.05, 0.05]), np.array([0.02, 0.02]),

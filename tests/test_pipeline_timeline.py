@@ -23,12 +23,12 @@ torch = pytest.importorskip("torch")
 
 from gpupred.step.physics.timeline import LoaderTimes, loader_arrays, with_loader  # noqa: E402
 
-SAMPLES = 256
+SAMPLES = 512  # more than (WARMUP + MEASURED) batches: one epoch, no restart of the workers
 SHAPE = (3, 64, 64)
 BATCH = 8
 WORK_ROUNDS = 12  # numpy passes per sample: the sample's "decode and augment" cost (about 3 ms)
-WARMUP = 6  # batches before the measured window (workers starting, queues filling)
-MEASURED = 20
+WARMUP = 8  # batches before the measured window (workers starting, queues filling)
+MEASURED = 40
 
 
 class FileSamples(torch.utils.data.Dataset):

@@ -88,7 +88,8 @@ def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.n
     only its receiving time, and the steady period is the longest of that step, one batch's making over the workers
     (each worker makes whole batches, ``prefetch_factor`` deep, so a worker never waits on the step in a steady
     state), the pin-memory thread's time per batch, and the CPU time of everything the job's processes do per step
-    over the cores they share.
+    over the cores they share. Where the workers and the main process outnumber the cores, the main thread's CPU
+    work (launches, receiving) waits its turn whenever every core is taken (:func:`main_thread_stretch`).
     """
     produce, main, workers, cores, pin = (loaders[:, j] for j in range(5))
     piped = ~np.isnan(produce)
@@ -102,7 +103,23 @@ def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.n
         made = np.where(workers > 0, np.maximum(produce / np.maximum(workers, 1), pin), 0.0)
         cpu = np.where(workers > 0, (produce + host2 + pin) / cores, 0.0)
     period = np.maximum(step2, np.maximum(np.nan_to_num(made), np.nan_to_num(cpu)))
+    for i in np.flatnonzero(piped & (workers + 1 > cores)):  # more processes than cores: the main thread queues
+        stretch = main_thread_stretch(int(workers[i]), float(cores[i]), produce[i] / (workers[i] * period[i]))
+        waited = step2[i] + (stretch - 1.0) * host2[i]
+        period[i] = max(period[i], waited if not window[i] else max(step[i], host2[i] * stretch))
     return np.where(piped, np.maximum(period, busy), step), np.where(piped, host2, host)
+
+
+def main_thread_stretch(workers: int, cores: float, busy: float) -> float:
+    """How much longer the main thread's CPU work takes beside ``workers`` workers, each making batches a ``busy``
+    fraction of the time, on ``cores`` cores: processor sharing, the main thread getting ``cores / (1 + k)`` of a core
+    while ``k`` workers run with it (more than ``cores - 1`` of them); the expectation over k ~ Binomial(workers,
+    busy), the workers' making independent of the step."""
+    from math import comb
+
+    b = min(max(float(busy), 0.0), 1.0)
+    return float(sum(comb(workers, k) * b**k * (1 - b) ** (workers - k) * max(1.0, (1 + k) / cores)
+                     for k in range(workers + 1)))
 
 
 STEP_COLUMNS: tuple[str, ...] = ("phys_step_s", "phys_gpu_busy_s", "phys_host_s", "phys_util", "phys_kernels")
