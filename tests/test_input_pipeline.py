@@ -140,3 +140,28 @@ def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:
     for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"]):
         code, _, err = run(*args)
         assert code == 2 and err.count("\n") == 1, (args, err)
+
+
+def test_a_measured_loader_feeds_the_prediction(predictor, tmp_path) -> None:
+    """FIXTURE loader: 64 small tensors with a sleep per sample, measured on this CPU by gpupred.measure_loader, then
+    asked about as the pipeline of a job (its receive and copy figures borrowed from the reference profile)."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    import gpupred
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i: int):
+            time.sleep(0.002)  # 2 ms of "decoding" per sample
+            return torch.zeros(3, 8, 8)
+
+    profile = gpupred.measure_loader(torch.utils.data.DataLoader(Slow(), batch_size=8), batches=4, workers=(0,),
+                                     out=tmp_path / "measured.json")
+    per_sample = profile.per_sample_s("measured")
+    assert 0.0015 < per_sample < 0.02
+    fed = _answer(predictor, InputPipeline("measured", num_workers=0, profile=str(tmp_path / "measured.json")))
+    resident = _answer(predictor, None)
+    assert fed["iter_time_mean_s"] == pytest.approx(resident["iter_time_mean_s"] + 64 * per_sample, rel=0.05)
