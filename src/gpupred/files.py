@@ -121,3 +121,16 @@ def check_sealed(data: Any, shown: str, schema: dict[str, Any], kind: str, remed
         digest = ""
     if digest != data["sha256"]:
         raise GpupredError(f"{shown}: checksum does not match its content (edited or corrupted); refusing it; {remedy}")
+
+
+def read_sealed(path: str | Path, schema: dict[str, Any], kind: str, remedy: str, missing: str) -> dict[str, Any]:
+    """The content of a sealed JSON file (a calibration, a host profile), checked by :func:`check_sealed`; a one-line
+    GpupredError naming the file otherwise (``missing``: what to say after its name when there is none)."""
+    from gpupred.errors import GpupredError
+
+    path = Path(path)
+    if not path.is_file():
+        raise GpupredError(f"{path}: {missing}")
+    data = read_json_object(path, remedy)
+    check_sealed(data, str(path), schema, kind, remedy)
+    return data

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupred.errors import GpupredError
-from gpupred.files import canonical_sha256, check_sealed
+from gpupred.files import canonical_sha256, check_sealed, read_sealed
 
 SCHEMA_NAME = "gpupred-calibration"
 SCHEMA_VERSION = 1
@@ -171,14 +171,9 @@ class Calibration:
 
 def read_calibration(path: str | Path) -> Calibration:
     """A calibration file, checked (JSON, schema, checksum); a one-line GpupredError naming it otherwise."""
-    from gpupred.files import read_json_object
-
     path = Path(path)
-    if not path.is_file():
-        raise GpupredError(f"{path}: no calibration file there; `gpupred calibrate --out {path}` writes one on the GPU")
-    data = read_json_object(path, REMEDY)
-    validate(data, str(path))
-    return Calibration(data, path)
+    missing = f"no calibration file there; `gpupred calibrate --out {path}` writes one on the GPU"
+    return Calibration(read_sealed(path, SCHEMA, "calibration", REMEDY, missing), path)
 
 
 def file_name(data: dict[str, Any]) -> str:

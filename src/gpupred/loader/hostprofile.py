@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupred.errors import GpupredError
-from gpupred.files import canonical_sha256, check_sealed
+from gpupred.files import canonical_sha256, check_sealed, read_sealed
 
 SCHEMA_NAME = "gpupred-host-profile"
 SCHEMA_VERSION = 1
@@ -227,14 +227,9 @@ class HostProfile:
 
 def read_host_profile(path: str | Path) -> HostProfile:
     """A host profile, checked (JSON, schema, checksum); a one-line GpupredError naming it otherwise."""
-    from gpupred.files import read_json_object
-
     path = Path(path)
-    if not path.is_file():
-        raise GpupredError(f"{path}: no host profile there; `gpupred loader bench --out {path}` writes one")
-    data = read_json_object(path, REMEDY)
-    validate(data, str(path))
-    return HostProfile(data, path)
+    missing = f"no host profile there; `gpupred loader bench --out {path}` writes one"
+    return HostProfile(read_sealed(path, SCHEMA, "host profile", REMEDY, missing), path)
 
 
 def default_host_profile() -> HostProfile:
