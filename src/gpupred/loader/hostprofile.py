@@ -225,11 +225,23 @@ class HostProfile:
         return seconds
 
 
+_READ: dict[tuple[str, int, int], HostProfile] = {}  # (resolved path, mtime ns, size) -> the profile read from it
+
+
 def read_host_profile(path: str | Path) -> HostProfile:
-    """A host profile, checked (JSON, schema, checksum); a one-line GpupredError naming it otherwise."""
+    """A host profile, checked (JSON, schema, checksum); a one-line GpupredError naming it otherwise. A file read
+    before and unchanged since (same path, modification time and size) is not read and checked again: every job fed by
+    a pipeline asks for its profile."""
     path = Path(path)
+    stat = path.stat() if path.is_file() else None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size) if stat is not None else None
+    if key is not None and key in _READ:
+        return _READ[key]
     missing = f"no host profile there; `gpupred loader bench --out {path}` writes one"
-    return HostProfile(read_sealed(path, SCHEMA, "host profile", REMEDY, missing), path)
+    profile = HostProfile(read_sealed(path, SCHEMA, "host profile", REMEDY, missing), path)
+    if key is not None:
+        _READ[key] = profile
+    return profile
 
 
 def default_host_profile() -> HostProfile:
