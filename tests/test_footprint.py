@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from gpupred.errors import GpupredError
 from gpupred.memory.physics import (
     MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
+    term_sizes,
 )
 from gpupred.memory import BEST, CORRECTION_CLIP, MemoryEstimator
 from gpupred.setups import setup_of
@@ -75,8 +76,8 @@ def _row(**kw: object) -> pd.DataFrame:
 def test_footprint_terms_by_hand() -> None:
     t = footprint_terms(_row()).iloc[0]
     # no graph terms: activations are the feature row's activation_bytes
-    assert dict(t) == {"weights": 4, "gradients": 4, "optimizer": 8, "autocast_copies": 0, "activations": 10,
-                       "loss": 0, "inputs": 1, "workspace": WORKSPACE_MIB}
+    assert dict(t) == {"weights": 4, "gradients": 4, "optimizer": 8, "optimizer_step": 0, "autocast_copies": 0,
+                       "activations": 10, "loss": 0, "inputs": 1, "workspace": WORKSPACE_MIB}
     row = _row(precision="bf16", optimizer="sgd", saved_elems=1 * MIB, fp32_elems=0.25 * MIB, half_elems=0.875 * MIB,
                softmax_elems=0.125 * MIB, attention_elems=0.25 * MIB, fused_fp32_elems=0.125 * MIB,
                fused_half_elems=0.375 * MIB, output_elems=0.5 * MIB, index_elems=0.0)
@@ -96,6 +97,60 @@ def test_footprint_terms_by_hand() -> None:
         footprint_terms(_row(optimizer="lion"))
     with pytest.raises(GpupredError, match="param_bytes"):
         footprint_terms(_row().drop(columns=["param_bytes"]))
+
+
+def _mlp_graph() -> object:
+    """FIXTURE graph: x[B,4] -> MatMul w1[4,4] -> Relu -> MatMul w2[4,16] -> out."""
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor("w1", f, [4, 4], [0.1] * 16), helper.make_tensor("w2", f, [4, 16], [0.1] * 64)]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["out"])]
+    graph = helper.make_graph(nodes, "fixture-mlp", [helper.make_tensor_value_info("x", f, ["batch", 4])],
+                              [helper.make_tensor_value_info("out", f, ["batch", 16])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_gradients_live_at_the_backward_peak() -> None:
+    # kept: r (the Relu's output, 2x4 = 8) and out (the graph output, 2x16 = 32); w1 (16) is read first, w2 (64) last.
+    # Backward, node by node (gradients of the parameters read there or later + kept tensors first read there or
+    # before): MatMul w2: 64 + 8; Relu: 64 + 8; MatMul w1: 80 + 0; before backward: 0 + 40. The peak, 80, is 40
+    # elements of gradients beyond the 40 activations kept; with a gradient worth 2 activation elements (autocast):
+    # 2 x 80 = 160 at MatMul w1, 120 activation elements beyond 40, i.e. 60 gradient elements
+    t = graph_terms(_mlp_graph(), batch_size=2)
+    assert t["saved_elems"] == 8 + 32
+    assert t["peak_grad_elems"] == 40 and t["peak_grad_elems_half"] == 60
+
+
+def test_peak_is_the_backward_or_the_optimizer_step() -> None:
+    # the gradients live at the backward's peak come from the graph terms, at most all of them
+    big = _row(param_bytes=100 * MIB, saved_elems=2.5 * MIB, peak_grad_elems=1 * MIB, peak_grad_elems_half=1 * MIB)
+    t = footprint_terms(big).iloc[0]
+    # foreach Adam: backward 10 MiB of activations + 4 MiB of gradients < the step's 100 MiB of gradients + the
+    # 100 MiB square root of the second moment: the peak is the optimizer step, the activations freed
+    assert t["gradients"] == 100 and t["optimizer_step"] == 100 and t["activations"] == 0
+    assert t["weights"] == 100 and t["optimizer"] == 200
+    fused = footprint_terms(big.assign(optimizer_impl="fused")).iloc[0]  # no temporaries: still the step (100 > 14)
+    assert fused["optimizer_step"] == 0 and fused["gradients"] == 100 and fused["activations"] == 0
+    small = footprint_terms(_row(saved_elems=2.5 * MIB, peak_grad_elems=0.5 * MIB, peak_grad_elems_half=0.5 * MIB))
+    assert small.iloc[0]["gradients"] == 2 and small.iloc[0]["activations"] == 10  # the backward: 2 of 4 MiB live
+    # gradient accumulation keeps every gradient through the forward
+    assert footprint_terms(_row(saved_elems=2.5 * MIB, peak_grad_elems=0.5 * MIB, peak_grad_elems_half=0.5 * MIB,
+                                accumulation=4)).iloc[0]["gradients"] == 4
+    # SGD's weight decay adds to a copy of the gradients (foreach); AdamW's decoupled decay does not
+    sgd = _row(param_bytes=100 * MIB, optimizer="sgd", weight_decay=1e-4, peak_grad_elems=0.0, saved_elems=0.0)
+    assert footprint_terms(sgd).iloc[0]["optimizer_step"] == 100
+    assert footprint_terms(sgd.assign(optimizer="adamw")).iloc[0]["optimizer_step"] == 100  # its square root only
+    assert footprint_terms(sgd.assign(weight_decay=0.0)).iloc[0]["optimizer_step"] == 0
+
+
+def test_allocator_reserve_grows_on_the_varying_terms_only() -> None:
+    row = _row(param_bytes=100 * MIB, optimizer="sgd", saved_elems=0.0, peak_grad_elems=0.0)
+    fitted = Footprint(context_mib={"H200|gpupred": 500.0}, allocator={"H200|gpupred": 1.5})
+    # weights 100 + momentum 100 + inputs 1 + workspace held as they are; gradients 100 and activations 10 x 1.5
+    steady = 100 + 100 + 1 + WORKSPACE_MIB
+    t = footprint_terms(row).iloc[0]
+    assert t["gradients"] == 100 and t["activations"] == 0  # sgd without decay: the step's 100 > the backward's 10
+    assert fitted.predict(row)[0] == pytest.approx(500 + steady + 1.5 * 100)
 
 
 def test_footprint_defaults_and_fit() -> None:
@@ -176,7 +231,7 @@ def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
     # 16-element output (MaxPool reads it); the 4-element graph output; MaxPool's argmax indices: 4
     assert t["saved_elems"] == 16 + 16 + 4 and t["index_elems"] == 4 and t["fp32_elems"] == 0
     row = _row(saved_elems=t["saved_elems"], index_elems=t["index_elems"])
-    assert footprint_terms(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
+    assert term_sizes(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
 
 
 def test_a_new_gpu_takes_its_sources_constants() -> None:
@@ -184,10 +239,11 @@ def test_a_new_gpu_takes_its_sources_constants() -> None:
                        allocator={"H200|gpupred": 1.2, "A100 40GB|lucid": 1.4})
     row = _row(gpu="NVIDIA A100-SXM4-40GB")  # allocated: 4 + 4 + 8 + 10 + 1 + workspace
     allocated = 27 + 2 * 8.125  # two cuBLAS workspaces of 8 MiB + 128 KiB off Hopper
+    varying = 4 + 10  # gradients and activations: the allocator's reserve grows on these alone
     # local memory: 1 KiB for each of 2,048 threads on each of 108 SMs (A100), 132 SMs (H200)
     a100, h200 = 108 * 2048 / 1024, 132 * 2048 / 1024
     # this project's protocol, fitted on an H200: its software share (700 - H200's local memory) + the A100's
-    assert fitted.predict(row)[0] == pytest.approx(700 - h200 + a100 + 1.2 * allocated)
+    assert fitted.predict(row)[0] == pytest.approx(700 - h200 + a100 + allocated + 0.2 * varying)
     # a protocol without fits: the mean software share of every fit, the A100's local memory
     share = ((700 - h200) + (1500 - a100)) / 2
     assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(share + a100 + allocated)

@@ -126,11 +126,11 @@ def test_state_bytes_per_optimizer() -> None:
 
 
 def test_footprint_reads_the_parameter_terms(cg: object) -> None:
-    from gpupred.memory.physics import MIB, footprint_terms
+    from gpupred.memory.physics import MIB, term_sizes
 
     t = parameter_terms(cg, setup_of("bf16", "adamw", lora_rank=4, lora_targets=("l2",), qlora=True), "stack")
     row = {"param_bytes": 1e9, "activation_bytes": 1e6, "optimizer": "adamw", "precision": "bf16", **t}
-    terms = footprint_terms(pd.DataFrame([row, {**row, **{k: np.nan for k in t}}])).iloc
+    terms = term_sizes(pd.DataFrame([row, {**row, **{k: np.nan for k in t}}])).iloc
     assert terms[0]["weights"] * MIB == t["weight_bytes"] and terms[0]["optimizer"] * MIB == t["state_bytes"]
     assert terms[0]["gradients"] * MIB == t["grad_bytes"] and terms[0]["autocast_copies"] * MIB == t["copy_bytes"]
     assert terms[1]["weights"] * MIB == 1e9 and terms[1]["optimizer"] * MIB == 2e9  # without them: as before

@@ -352,7 +352,7 @@ def test_optimizer_state_matches_torch(exported: Path, setup: TrainingSetup) -> 
     without, Adam's and AdamW's two moments, in the weights' dtype: bf16 under pure bf16; the step counters aside)."""
     import pandas as pd
 
-    from gpupred.memory.physics import MIB, footprint_terms, setup_columns
+    from gpupred.memory.physics import MIB, term_sizes, setup_columns
     from gpupred.graph import featurize
 
     net = Net().to(torch.bfloat16) if setup.precision == "bf16-pure" else Net()
@@ -362,7 +362,7 @@ def test_optimizer_state_matches_torch(exported: Path, setup: TrainingSetup) -> 
     state = sum(t.numel() * t.element_size() for s in opt.state.values() for k, t in s.items()
                 if isinstance(t, torch.Tensor) and k != "step")
     row = pd.DataFrame([{**featurize(exported, batch_size=B), **setup_columns(setup)}])
-    terms = footprint_terms(row).iloc[0]
+    terms = term_sizes(row).iloc[0]
     assert terms["optimizer"] * MIB == pytest.approx(state)
     params = sum(p.numel() * p.element_size() for p in net.parameters())
     assert terms["weights"] * MIB == pytest.approx(params) == pytest.approx(terms["gradients"] * MIB)

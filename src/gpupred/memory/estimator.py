@@ -88,13 +88,14 @@ class MemoryEstimator(PickledApart, Params):
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """footprint, footprint*correction (NVML's device memory) and its interval (``low``, ``high``), and the same
-        estimate as torch's reserved peak (less the context) and allocated peak (reserved over the allocator ratio:
-        ``torch.cuda.max_memory_allocated()``), in MiB, one row per input row."""
-        from gpupred.memory.physics import footprint_terms, source_keys, sources
+        estimate as torch's reserved peak (less the context) and allocated peak (the steady terms + the varying ones
+        in place of the steady + ratio x the varying: ``torch.cuda.max_memory_allocated()``), in MiB, one row per
+        input row."""
+        from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying
 
         src_series = sources(df)
         terms, keys = footprint_terms(df, src_series), source_keys(df)
-        base = self.footprint_.predict(df, terms.sum(axis=1).to_numpy(float), keys)
+        base = self.footprint_.predict(df, terms, keys)
         best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
         src = src_series.to_numpy()
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
@@ -106,5 +107,8 @@ class MemoryEstimator(PickledApart, Params):
                       for s, ok, kn in zip(src, seen, known)])
         ctx, ratio = self.footprint_.row_constants(keys)
         reserved = np.maximum(best - ctx, 0.0)  # the estimate less the CUDA context: the caching allocator's segments
+        steady, varying = steady_varying(terms)
+        held = steady + ratio * varying
+        allocated = reserved * np.divide(steady + varying, held, out=np.ones_like(held), where=held > 0)
         return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
-                             "reserved": reserved, "allocated": reserved / ratio}, index=df.index)
+                             "reserved": reserved, "allocated": allocated}, index=df.index)

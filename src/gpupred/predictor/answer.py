@@ -1,7 +1,7 @@
 """The answer contract, versioned: what ``gpupred predict`` prints (as JSON with ``--json``, rendered as text without)
 and :meth:`gpupred.predictor.Predictor.answer` returns, for every kind of input alike.
 
-One object (``"schema": "gpupred.prediction/1"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
+One object (``"schema": "gpupred.prediction/2"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
 does not apply is null (a feature row, answered by the baseline regressors, has no step time and no breakdowns):
 
 - ``inputs``: the job as resolved: the model (a file, a workload id, a model by name and the class and head it built,
@@ -35,7 +35,7 @@ from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.jobgraph import JobGraph
 
-SCHEMA_ID = "gpupred.prediction/1"
+SCHEMA_ID = "gpupred.prediction/2"
 # figure -> (the prediction frame's column, unit, scale from the column's unit)
 FIGURES: dict[str, tuple[str, str, float]] = {
     "gpu_util": ("gpu_util", "%", 1.0), "sm_active": ("sm_active", "%", 1.0),
@@ -44,6 +44,7 @@ FIGURES: dict[str, tuple[str, str, float]] = {
 }
 # the footprint's terms (gpupred.memory.physics.TERMS) as the answer names them, then the context and the allocator
 TERM_PARTS: dict[str, str] = {"weights": "weights", "gradients": "gradients", "optimizer": "optimizer_state",
+                              "optimizer_step": "optimizer_step",
                               "autocast_copies": "autocast_copies", "activations": "activations",
                               "loss": "loss_logits", "inputs": "inputs", "workspace": "workspace"}
 MEMORY_PARTS: tuple[str, ...] = (*TERM_PARTS.values(), "cuda_context", "allocator")
@@ -52,10 +53,14 @@ OP_CLASSES: dict[int, str] = {1: "matmul", 2: "convolution", 3: "depthwise_convo
 OP_LABELS: dict[str, str] = {"matmul": "matmuls", "convolution": "convolutions",
                              "depthwise_convolution": "depthwise convolutions",
                              "cuda_core_ops": "CUDA-core ops (elementwise, norms, pooling, casts, optimizer)"}
+PEAKS: tuple[str, ...] = ("backward", "optimizer step")  # where the memory peak falls
 PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")  # gpupred.step.physics.kernels.PHASES
-MEMORY_SPREAD = ("the memory estimator's learned correction multiplies the whole analytic footprint (context + "
-                 "allocator ratio x the allocated terms), so every part is its analytic figure x correction_factor; "
-                 "allocator: the caching allocator's reserve beyond the allocated terms ((ratio - 1) x their sum)")
+MEMORY_SPREAD = ("the tensors live at the step's peak (peak: the backward's, or the optimizer step's, when the "
+                 "activations are freed and the gradients and the step's temporaries are live); the memory estimator's "
+                 "learned correction multiplies the whole analytic footprint (context + the steady terms + allocator "
+                 "ratio x the varying ones), so every part is its analytic figure x correction_factor; allocator: the "
+                 "caching allocator's reserve beyond the allocated terms ((ratio - 1) x the varying terms: gradients, "
+                 "the step's temporaries, autocast copies, activations, loss)")
 TIME_SPREAD = ("the step model's timeline of one optimizer step, every part x correction_factor (the step time's "
                "point over the timeline's step time), so the parts keep the timeline's shares and add up to the "
                "point; utilization has its own correction")
@@ -121,6 +126,7 @@ def answer_schema() -> dict[str, Any]:
     """The JSON schema (draft 2020-12) of an answer: every key required, none other allowed."""
     memory = _object({"unit": {"const": "MiB"}, "total": {"type": "number"}, "parts": _parts(MEMORY_PARTS),
                       "analytic_mib": {"type": "number"}, "allocator_ratio": {"type": "number"},
+                      "peak": {"enum": list(PEAKS)},
                       "correction_factor": {"type": "number"}, "spread": {"type": "string"}}, nullable=True)
     fit = _object({"gpu": _nullable("string"), "capacity_mib": _nullable("number"), "capacity_gib": _nullable("number"),
                    "headroom_mib": _nullable("number"), "headroom_gib": _nullable("number"),
@@ -311,7 +317,7 @@ def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
 def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) -> dict[str, Any]:
     """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
     x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point."""
-    from gpupred.memory.physics import footprint_terms, source_keys, sources
+    from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying
     from gpupred.predictor.core import memory_row
 
     _, memory = core.models_for(kind, calibration)
@@ -321,11 +327,12 @@ def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) 
     context, ratio = (float(a[0]) for a in memory.footprint_.row_constants(source_keys(frame)))
     analytic, total = float(estimate["footprint"]), float(estimate["footprint*correction"])
     factor = total / analytic if analytic > 0 else 1.0
-    allocated = float(terms.sum())
+    varying = float(steady_varying(terms.to_frame().T)[1][0])
     parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
-    parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * allocated * factor)
+    parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
+    peak = PEAKS[1] if terms["optimizer_step"] > 0 or (terms["activations"] == 0 and terms["gradients"] > 0) else PEAKS[0]
     return {"unit": "MiB", "total": total, "parts": parts, "analytic_mib": analytic, "allocator_ratio": ratio,
-            "correction_factor": factor, "spread": MEMORY_SPREAD}
+            "peak": peak, "correction_factor": factor, "spread": MEMORY_SPREAD}
 
 
 def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, Any]:
@@ -467,7 +474,8 @@ def _text_memory(answer: dict[str, Any]) -> list[str]:
     if mem is None:
         return ["n/a (answered by the regressors from a feature row: no footprint terms)"]
     lines = [f"{name:16s} {value:12,.1f} MiB  {value / mem['total']:6.1%}" for name, value in mem["parts"].items()]
-    return [*lines, f"{'total':16s} {mem['total']:12,.1f} MiB  (analytic {mem['analytic_mib']:,.1f} MiB x correction "
+    return [*lines, f"{'peak':16s} at the {mem['peak']}",
+            f"{'total':16s} {mem['total']:12,.1f} MiB  (analytic {mem['analytic_mib']:,.1f} MiB x correction "
                     f"{mem['correction_factor']:.3f}, spread over every part; allocator ratio "
                     f"{mem['allocator_ratio']:.3f})"]
 
