@@ -5,17 +5,21 @@
   notebook could not show values computed below it, and prose typed by hand goes stale);
 - ``reports/summary.json`` carries, beside each headline figure, its meaning, unit and held-out split
   (:data:`DESCRIPTIONS`, :func:`summary_entries`);
-- the README's accuracy table (:func:`readme_table`) is rendered from the same files, and ``tests/test_readme.py``
-  fails when the README's copy differs (``python -m gpupred.digest --write`` rewrites it).
+- the README's blocks marked ``generated`` are rendered from committed files (:func:`generators`: the accuracy table
+  from the same metrics and the predictor's card, the data status from ``data/raw/`` and ``plans/``, the real-size
+  decoders from ``data/corpus/``) and its blocks marked ``output of`` are what their commands print (whole, or an
+  excerpt); ``tests/test_readme.py`` fails when the README's copy differs (``python -m gpupred.digest --write``
+  rewrites it).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpupred import config
 from gpupred.reports import MetricsSchema, read_metrics, round_figures
@@ -232,33 +236,129 @@ def readme_table(folder: Path | None = None, card: Path | None = None) -> str:
         "did not write.")
 
 
-README_MARK = ("<!-- generated: gpupred.digest.readme_table (python -m gpupred.digest --write) -->",
-               "<!-- end generated -->")
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
 
-def readme_with_table(text: str, folder: Path | None = None) -> str:
-    """``text`` (the README) with the block between :data:`README_MARK` replaced by :func:`readme_table`."""
-    start, end = README_MARK
-    if start not in text or end not in text:
-        raise ValueError(f"README has no block between {start} and {end}")
-    head, rest = text.split(start, 1)
-    return f"{head}{start}\n{readme_table(folder)}\n{end}{rest.split(end, 1)[1]}"
+def sweep_line(sweep: Path, runs: Any, families: int) -> str:
+    """One bullet of the README's data status: a sweep folder's GPU, runs, families, and how far each plan it ran got
+    (its newest manifest), linked to its data card in force."""
+    from gpupred.hardware import gpu_spec
+    from gpupred.profile.datacard import card_path, revisions
+    from gpupred.profile.store import finished_units, read_manifest
+    from gpupred.profile.units import load_plan
+
+    manifest = read_manifest(sweep) or {}
+    card = card_path(sweep)
+    card = [card, *revisions(card)][-1] if card.exists() else None
+    where = sweep.relative_to(config.ROOT).as_posix()
+    link = f"[`{where}`]({card.relative_to(config.ROOT).as_posix()})" if card else f"`{where}`"
+    counts = manifest.get("counts", {})
+    if counts.get("finished", 0) < counts.get("planned", 0):
+        link += ", **unfinished** (a later session resumes it)"
+    done = finished_units(sweep)
+    plans = [(p, load_plan(str(config.ROOT / p))) for p in manifest.get("plans", [])]
+    plan_text = ", ".join(f"`{p}` {sum(u.group_id in done for u in units)} of its {len(units)} units"
+                          for p, units in plans)
+    gpu = str(runs["gpu_name"].iloc[0])
+    status = ", ".join(f"{s} {n}" for s, n in runs["status"].value_counts().sort_index().items())
+    sync = ", ".join(f"sync={s} {n}" for s, n in runs["sync"].value_counts().sort_index().items())
+    return (f"- {link}: {gpu} ({gpu_spec(gpu).memory_gb:g} GB in the hardware table), {len(runs)} runs ({status}; "
+            f"{sync}) over {runs['family'].nunique()} of the catalog's {families} families; {plan_text}.")
 
 
-OUTPUT_MARK = re.compile(r"<!-- output of: gpupred (?P<args>[^>]*?) -->\n```text\n(?P<out>.*?)```", re.S)
+def data_status(root: Path | None = None) -> str:
+    """The README's list of the committed sweeps (``data/raw/``): one bullet per sweep folder (:func:`sweep_line`),
+    after a line that says how many there are and whether any co-located group has been measured."""
+    from gpupred.profile.schema import read_runs, sweep_dirs
+    from gpupred.workloads.catalog import by_family, catalog
+
+    sweeps = sweep_dirs(Path(root or config.RAW))
+    families = len(by_family(catalog()))
+    runs = read_runs(Path(root or config.RAW))
+    grouped = runs[runs["group_size"] > 1] if len(runs) else runs
+    groups = (f"{grouped['group_id'].nunique()} co-located groups" if len(grouped)
+              else "solo runs only: **no co-located group has been measured yet**")
+    lines = [f"Committed so far, {len(sweeps)} sweeps ({groups}):", ""]
+    lines += [sweep_line(s, runs[runs["sweep_dir"] == str(s)], families) for s in sweeps]
+    return "\n".join(lines)
 
 
-def readme_outputs(text: str) -> list[tuple[str, str]]:
-    """The README's command outputs: (the ``gpupred`` arguments, the text shown) of each marked ```text block."""
-    return [(m.group("args"), m.group("out")) for m in OUTPUT_MARK.finditer(text)]
+def export_scale_table(folder: Path | None = None) -> str:
+    """The README's real-size decoders (``gpupred.graph.corpus.LLM_MODELS``) as the corpus index records them:
+    torch's parameter count, the sequence, the committed graph's size and the export's time."""
+    import gzip
+
+    from gpupred.graph.corpus import LLM_MODELS, corpus_path, read_corpus_index
+
+    index = read_corpus_index(folder)["models"]
+    rows = ["| model (`data/corpus/`) | transformers class | parameters | sequence | graph, MB (gzipped kB) | "
+            "export, s |", "|---|---|---|---|---|---|"]
+    for name in LLM_MODELS:
+        entry, path = index[name], corpus_path(name, folder=folder)
+        plain = len(gzip.decompress(path.read_bytes()))
+        rows.append(f"| `{name}` | {entry['hf_class']} | {_size(entry['torch_params'])} | {entry['seq']} | "
+                    f"{plain / 1e6:.1f} ({path.stat().st_size / 1e3:.0f}) | {entry['export_seconds']:.0f} |")
+    return "\n".join(rows)
+
+
+GENERATED_MARK = re.compile(  # the body (each line ending in a newline) never runs past another block's marks
+    r"<!-- generated: gpupred\.digest\.(?P<name>\w+) \(python -m gpupred\.digest --write\) -->\n"
+    r"(?P<body>(?:(?!<!-- (?:end )?generated)[^\n]*\n)*?)<!-- end generated -->")
+
+
+def generators() -> dict[str, Any]:
+    """What renders each README block marked ``<!-- generated: gpupred.digest.NAME ... -->``, by NAME."""
+    return {"readme_table": readme_table, "data_status": data_status, "export_scale_table": export_scale_table}
+
+
+def readme_generated(text: str) -> list[tuple[str, str]]:
+    """The README's generated blocks: (the name of what renders it, the text shown)."""
+    return [(m.group("name"), m.group("body").removesuffix("\n")) for m in GENERATED_MARK.finditer(text)]
+
+
+def readme_with_generated(text: str) -> str:
+    """``text`` (the README) with every generated block rendered anew (a name not in :func:`generators` raises)."""
+    render = generators()
+
+    def fresh(m: re.Match) -> str:
+        if m.group("name") not in render:
+            raise ValueError(f"README block generated by unknown gpupred.digest.{m.group('name')}")
+        start, end = m.span("body")
+        return m.string[m.start():start] + render[m.group("name")]() + "\n" + m.string[end:m.end()]
+
+    return GENERATED_MARK.sub(fresh, text)
+
+
+OUTPUT_MARK = re.compile(r"<!-- output of: gpupred (?P<args>[^>]*?)(?: \(excerpt: (?P<sections>[\w ,]+)\))? -->\n"
+                         r"```text\n(?P<out>.*?)```", re.S)
+
+
+class ShownOutput(NamedTuple):
+    """A README block marked ``<!-- output of: gpupred ARGS [(excerpt: SECTION, ...)] -->``."""
+
+    args: str  # the gpupred arguments
+    sections: tuple[str, ...]  # an excerpt's sections (none: the whole output)
+    shown: str  # the text the README shows
+
+
+def _shown(m: re.Match) -> ShownOutput:
+    sections = tuple(s.strip() for s in (m.group("sections") or "").split(",") if s.strip())
+    return ShownOutput(m.group("args"), sections, m.group("out"))
+
+
+def readme_outputs(text: str) -> list[ShownOutput]:
+    """The README's command outputs, each marked ```text block."""
+    return [_shown(m) for m in OUTPUT_MARK.finditer(text)]
 
 
 PROGRESS_LINES = ("gpupred: exporting",)  # a first export's progress line: shown once, then the graph is cached
 
 
+@functools.lru_cache(maxsize=None)
 def command_output(args: str) -> str:
     """What ``gpupred <args>`` prints (stdout and stderr, as a user's terminal shows them, without a first export's
-    progress line), run from the project."""
+    progress line), run from the project (once per process: the same arguments give the same text)."""
     import shlex
     import subprocess
 
@@ -269,11 +369,37 @@ def command_output(args: str) -> str:
     return "".join(shown)
 
 
+def excerpt(text: str, sections: tuple[str, ...]) -> str:
+    """``text`` (an answer as ``gpupred predict`` prints it) cut to its opening lines (before ``[answer``) and the
+    named sections (an unindented ``name:`` line and the indented lines under it), each cut marked ``...``."""
+    if not sections:
+        return text
+    kept: list[str] = []
+    keep, dropped, opening = True, False, True
+    for line in text.splitlines(keepends=True):
+        opening = opening and not line.startswith("[answer")
+        if not line.startswith(" "):  # a section's heading (or an opening line)
+            keep = opening or line.rstrip().rstrip(":") in sections
+        if not keep:
+            dropped = True
+            continue
+        if dropped:
+            kept.append("...\n")
+            dropped = False
+        kept.append(line)
+    return "".join(kept) + ("...\n" if dropped else "")
+
+
+def shown_output(block: ShownOutput) -> str:
+    """What a marked output block should show now: the command's output, or its excerpt."""
+    return excerpt(command_output(block.args), block.sections)
+
+
 def readme_with_outputs(text: str) -> str:
-    """``text`` with every marked output block replaced by what its command prints now."""
+    """``text`` with every marked output block replaced by what its command prints now (or its excerpt)."""
     def fresh(m: re.Match) -> str:
         start, end = m.span("out")
-        return text[m.start():start] + command_output(m.group("args")) + text[end:m.end()]
+        return text[m.start():start] + shown_output(_shown(m)) + text[end:m.end()]
 
     return OUTPUT_MARK.sub(fresh, text)
 
@@ -284,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     readme = config.ROOT / "README.md"
     if "--write" in argv:
-        readme.write_text(readme_with_outputs(readme_with_table(readme.read_text())))
+        readme.write_text(readme_with_outputs(readme_with_generated(readme.read_text())))
     else:
         print(readme_table())
     return 0
