@@ -136,6 +136,14 @@ def test_peak_is_the_backward_or_the_optimizer_step() -> None:
     # gradient accumulation keeps every gradient through the forward
     assert footprint_terms(_row(saved_elems=2.5 * MIB, peak_grad_elems=0.5 * MIB, peak_grad_elems_half=0.5 * MIB,
                                 accumulation=4)).iloc[0]["gradients"] == 4
+    # under checkpointing autocast's copies are gone by the backward: its peak holds the gradients or the copies
+    half = dict(precision="bf16", optimizer="adamw", optimizer_impl="fused", saved_elems=2.5 * MIB,
+                half_elems=2.5 * MIB, fp32_elems=0.0, peak_grad_elems=0.75 * MIB, peak_grad_elems_half=0.75 * MIB)
+    assert footprint_terms(_row(**half)).iloc[0][["autocast_copies", "gradients"]].tolist() == [2, 3]
+    ckpt = footprint_terms(_row(**half, checkpointing=True)).iloc[0]
+    assert ckpt["autocast_copies"] == 0 and ckpt["gradients"] == 3 and ckpt["activations"] == 5
+    copies = footprint_terms(_row(**{**half, "peak_grad_elems_half": 0.25 * MIB}, checkpointing=True)).iloc[0]
+    assert copies["autocast_copies"] == 2 and copies["gradients"] == 0  # the forward's end: copies, no gradient
     # SGD's weight decay adds to a copy of the gradients (foreach); AdamW's decoupled decay does not
     sgd = _row(param_bytes=100 * MIB, optimizer="sgd", weight_decay=1e-4, peak_grad_elems=0.0, saved_elems=0.0)
     assert footprint_terms(sgd).iloc[0]["optimizer_step"] == 100

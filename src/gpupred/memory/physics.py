@@ -372,10 +372,16 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
     """Each allocated term of the footprint in MiB (``TERMS``) live at the step's peak, one row per input row (no
     context, no allocator): the larger of the backward's peak and the optimizer step's (see the module notes)."""
     terms = term_sizes(df, source)
-    fwd = terms["autocast_copies"] + terms["activations"] + terms["loss"]
-    at_step = terms["gradients"] + terms["optimizer_step"]
     peak = terms.pop("peak_gradients")
-    backward = fwd + peak >= at_step
+    # under checkpointing autocast's copies die with the forward's autocast region (none is saved for backward): the
+    # forward's end (copies, no gradient) or the backward's peak (gradients, no copy); otherwise the saved copies
+    # are freed through the backward beside the gradients
+    ckpt = pd.Series(_col(df, "checkpointing") > 0, index=df.index)
+    copies_at_end = ckpt & (terms["autocast_copies"] >= peak)
+    terms["autocast_copies"] = terms["autocast_copies"].where(~ckpt | copies_at_end, 0.0)
+    peak = peak.where(~copies_at_end, 0.0)
+    at_step = terms["gradients"] + terms["optimizer_step"]
+    backward = terms["autocast_copies"] + terms["activations"] + terms["loss"] + peak >= at_step
     for name in ("autocast_copies", "activations", "loss"):
         terms[name] = terms[name].where(backward, 0.0)
     terms["gradients"] = peak.where(backward, terms["gradients"])
@@ -640,9 +646,9 @@ def source_keys(df: pd.DataFrame) -> np.ndarray:
 
 def setup_columns(setup: TrainingSetup) -> dict[str, Any]:
     """The frame columns the footprint reads of a training setup (precision, optimizer and its implementation,
-    weight decay, gradient accumulation)."""
+    weight decay, gradient accumulation, checkpointing)."""
     return {"precision": setup.precision, "optimizer": setup.optimizer_key, "optimizer_impl": setup.optimizer_impl,
-            "weight_decay": setup.decay, "accumulation": setup.accumulation}
+            "weight_decay": setup.decay, "accumulation": setup.accumulation, "checkpointing": setup.checkpointing}
 
 
 def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer: str,
