@@ -75,7 +75,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-from gpupred import colocation, config, sim
+from gpupred import config, sim
+from gpupred.colocation.gavelpairs import load_gavel
+from gpupred.colocation.members import predicted_features
+from gpupred.colocation.pairtable import load_pair_sources
 from gpupred.errors import MissingInput
 from gpupred.importers import alibaba
 from gpupred.sim.metrics import SIM_METRICS
@@ -92,17 +95,17 @@ write_metrics(SIM_METRICS, {f"openb_{key}": v for key, v in {**import_counts, **
 base = sim.Settings(profile_s=profile_s)
 worlds, notes = {}, []
 try:
-    table, solo, source_notes = colocation.load_pair_sources(config.RAW, lucid=lucid)
+    table, solo, source_notes = load_pair_sources(config.RAW, lucid=lucid)
     from gpupred.dataset import load_dataset
     from gpupred.learn.oof import read_oof_predictions
 
     dataset = load_dataset()
-    features = colocation.predicted_features(dataset, read_oof_predictions(dataset))  # out-of-fold, fingerprint-checked
+    features = predicted_features(dataset, read_oof_predictions(dataset))  # out-of-fold, fingerprint-checked
     worlds["openb"] = sim.build_world(table, solo, features, gpu_name or None, gpu_memory_mib or None, k=k, n_folds=n_folds)
     notes += source_notes
 except MissingInput as err:
     notes.append(f"openb world skipped: {err}")
-gavel_frames = colocation.load_gavel(gavel_fixture_file, allow_import=gavel)
+gavel_frames = load_gavel(gavel_fixture_file, allow_import=gavel)
 if isinstance(gavel_frames, str):
     notes.append(f"Gavel world skipped: {gavel_frames}")
 else:

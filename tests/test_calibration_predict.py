@@ -97,7 +97,7 @@ def test_the_calibrated_constants_are_the_ones_the_step_model_runs_with(artifact
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The physics core simulates the step with the calibrated constants (a 3x slower host: every launch costs 3x, the
     GPU's work is unchanged); the learned correction on top is a FIXTURE's and is not what is checked here."""
-    from gpupred.step import StepEstimator
+    from gpupred.step.estimator import StepEstimator
 
     seen: list = []
     real = StepEstimator.predict

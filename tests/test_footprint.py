@@ -11,7 +11,8 @@ from gpupred.errors import GpupredError
 from gpupred.memory.physics import (
     MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
 )
-from gpupred.memory import BEST, CORRECTION_CLIP, MemoryEstimator
+from gpupred.memory.estimator import BEST, MemoryEstimator
+from gpupred.memory.correction import CORRECTION_CLIP
 from gpupred.setups import setup_of
 
 

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from fixtures_coloc import fixture_lucid, fixture_predicted_features, fixture_workload_table
 
-from gpupred import colocation as co
+from gpupred.colocation.members import baseline_slowdown
+from gpupred.colocation.pairtable import lucid_solo_truth, lucid_table
 from gpupred import sim
 from gpupred.errors import GpupredError
 from gpupred.sim import (
@@ -344,8 +345,8 @@ def test_oracle_gain_share_is_the_fraction_of_the_oracle_gap_closed() -> None:
 
 def test_world_from_measured_pairs(tmp_path: Path) -> None:
     pairs, solo, latent = fixture_lucid(24, seed=1)
-    table = co.lucid_table(pairs[pairs.pair_id % 7 != 0], solo)  # some pairs never measured
-    truth = co.lucid_solo_truth(solo)
+    table = lucid_table(pairs[pairs.pair_id % 7 != 0], solo)  # some pairs never measured
+    truth = lucid_solo_truth(solo)
     feats = fixture_predicted_features(latent[latent.workload_id.notna()])
     world = sim.build_world(table, truth, feats, gpu_memory_mib=24_000.0, n_folds=3)
     assert len(world.workloads) == latent.workload_id.notna().sum()  # jobs without predictions left out
@@ -370,7 +371,7 @@ def test_all_policies_on_small_synthetic_trace() -> None:
     assert trace.equals(synthetic_trace(table, 400, n_gpus=8, load=1.3, seed=3, median_duration_s=600))
     cluster = Cluster(2, 4, gpu_memory_mib=24_000.0)
     u = table.true_util.to_numpy()
-    knowledge = PredictedSlowdown(co.baseline_slowdown(u[:, None] + u[None, :] + 5), co.baseline_slowdown(u[:, None] + u[None, :] + 15),
+    knowledge = PredictedSlowdown(baseline_slowdown(u[:, None] + u[None, :] + 5), baseline_slowdown(u[:, None] + u[None, :] + 15),
                                   trace.kind.to_numpy())
     results = []
     for policy in (SlotPolicy(), ReactivePolicy(), HorusPolicy(), OursPolicy(knowledge)):

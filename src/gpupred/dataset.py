@@ -16,7 +16,7 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
   (``phys_step_s``, ``phys_gpu_busy_s``, ``phys_host_s``, ``phys_util`` in percent, ``phys_kernels``: one training
   step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.step.physics`),
   ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists the regressors' inputs in order
-  (every feature but the step model's, which :class:`gpupred.step.StepEstimator` uses).
+  (every feature but the step model's, which :class:`gpupred.step.estimator.StepEstimator` uses).
 
 Labels across sources (decided here, repeated in notebook 03):
 

@@ -578,7 +578,7 @@ def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", 
     are kept per source for source-calibrated intervals on dataset rows. With ``physics`` it also fits the
     physics-first core (:class:`gpupred.predictor.core.PhysicsCore`), which answers jobs given as graphs and adds
     iteration time and throughput; it needs every row's graph and the dataset's step-model columns. ``step`` is the
-    unfitted :class:`gpupred.step.StepEstimator` it fits (notebook 03's choice; default: its defaults).
+    unfitted :class:`gpupred.step.estimator.StepEstimator` it fits (notebook 03's choice; default: its defaults).
     """
     from threadpoolctl import threadpool_limits
 

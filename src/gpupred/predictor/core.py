@@ -5,9 +5,9 @@ answers from physics (:mod:`gpupred.step.physics`, :mod:`gpupred.memory.physics`
 scale with the model and the GPU instead of stopping at the largest training label:
 
 - ``gpu_util``, ``sm_active`` and ``iter_time_mean_s`` (seconds per step), with ``samples_per_s`` (batch size / step
-  time): :class:`gpupred.step.StepEstimator`, the very estimator notebook 03 scores on its splits;
-- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.MemoryEstimator`), intervals
-  calibrated on leave-one-family-out residuals of the training rows.
+  time): :class:`gpupred.step.estimator.StepEstimator`, the very estimator notebook 03 scores on its splits;
+- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.estimator.MemoryEstimator`),
+  intervals calibrated on leave-one-family-out residuals of the training rows.
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML polling:
 ``PROTOCOL``). On a GPU kind whose constants were not fitted under that protocol the step model borrows what the
@@ -82,7 +82,7 @@ class PhysicsCore:
     def __init__(self, alpha: float = 0.1, seed: int = 0, step: Any = None, calibrations: list[Any] | None = None) -> None:
         self.alpha = alpha
         self.seed = seed
-        self.step = step  # an unfitted gpupred.step.StepEstimator (notebook 03's choice), default its defaults
+        self.step = step  # an unfitted StepEstimator (notebook 03's choice), default its defaults
         self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.evaluation); None: data/calibrations/
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -101,7 +101,8 @@ class PhysicsCore:
         from gpupred.calibration.evaluation import calibrated_core
         from gpupred.physicstables import with_terms
         from gpupred.memory.estimator import MemoryEstimator
-        from gpupred.step import StepEstimator, physics_data
+        from gpupred.step.estimator import StepEstimator
+        from gpupred.step.rowphysics import physics_data
 
         step = clone(self.step) if self.step is not None else StepEstimator(alpha=self.alpha, seed=self.seed)
         targets = tuple(t for t in step.targets if t in df.columns and df[t].notna().sum() >= 10)

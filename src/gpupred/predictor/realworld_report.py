@@ -188,8 +188,8 @@ def finetune_row(path: Any, name: str, recipe: str, setup: Any, estimator: Any, 
 def finetune_table(estimator: Any, gpus: list[str], alpha: float = 0.1, batch: int = 1, folder: Path | None = None,
                    names: list[str] | None = None) -> pd.DataFrame:
     """The corpus's real-size decoders under :func:`finetune_recipes`, one row per (model, recipe): predicted memory
-    (``estimator``: a fitted :class:`gpupred.memory.MemoryEstimator`) on ``gpus[0]`` with its interval, the hand count
-    of its states, and the GPUs it fits on."""
+    (``estimator``: a fitted :class:`gpupred.memory.estimator.MemoryEstimator`) on ``gpus[0]`` with its interval, the
+    hand count of its states, and the GPUs it fits on."""
     from gpupred.graph.corpus import corpus_path, read_corpus_index
 
     models = [n for n, e in read_corpus_index(folder)["models"].items()

@@ -158,7 +158,8 @@ class StepEstimator(Params):
     def describe(self) -> dict[str, Any]:
         """What the predictor's card says of the step estimator: settings, fitted constants, widths."""
         return {
-            "estimator": "gpupred.step.StepEstimator: the step model (gpupred.step.physics) x a learned correction",
+            "estimator": "gpupred.step.estimator.StepEstimator: the step model (gpupred.step.physics) x a learned "
+                         "correction",
             "params": self.get_params(),
             "targets": self.fitted_targets_,
             "constants": self.constants_.as_records(),
