@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def _predictor():  # -> Predictor
     from gpupred import config
-    from gpupred.predictor import export_predictor, load_predictor, train_predictor
+    from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
 
     if config.PREDICTOR.exists():
         print(f"predictor: {config.PREDICTOR}")
@@ -78,7 +78,7 @@ def bench_rows(predictor) -> None:  # type: ignore[no-untyped-def]
 
 
 def bench_onnx(predictor) -> None:  # type: ignore[no-untyped-def]
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.export import export_onnx
     from gpupred.graph.features import clear_cache
     from gpupred.workloads.spec import WorkloadSpec

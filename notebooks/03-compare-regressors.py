@@ -19,7 +19,7 @@
 # protocol features on log1p targets. The model is **chosen inside an inner cross-validation** on each
 # outer fold's training rows and **scored on the outer fold**, so every figure below is the error of the
 # whole procedure (choice included) on workloads it never saw. By default the procedure chooses among three
-# regressors of `gpupred.learn.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
+# regressors of `gpupred.learn.regressors.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
 # exportable ones on these data (XGBoost for utilization, LightGBM for SM activity; scikit-learn's gradient
 # boosting, chosen for memory, is their slower equivalent and costs more than the other candidates together)
 # and ridge as a linear reference. Fewer candidates cut the notebook's time (about 2.5 times faster than with all
@@ -42,7 +42,7 @@
 
 # %% tags=["parameters"]
 targets: list = ["gpu_util", "memory_mib", "sm_active"]  # labels to model (skipped when fewer than 10 rows have them)
-models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.EXPORTABLE
+models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.regressors.EXPORTABLE
 compared: list | None = None  # regressors scored on the outer folds for the comparison table; None = the candidates
 schemes: list = ["grouped_random", "lofo"]  # outer split schemes (the out-of-fold file needs grouped_random)
 lofo_targets: list | None = ["gpu_util"]  # labels of the nested leave-one-family-out (None: all)
@@ -70,7 +70,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-import gpupred.learn as learn
+from gpupred.learn.regressors import EXPORTABLE
 from gpupred import dataset, reports
 from gpupred.learn.choice import write_model_choice
 from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
@@ -81,7 +81,7 @@ from gpupred.learn.summary import learning_metrics
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
 cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
-candidates = list(models or learn.EXPORTABLE)  # full-depth forests are compared below but never exported (size)
+candidates = list(models or EXPORTABLE)  # full-depth forests are compared below but never exported (size)
 comparison = list(compared or candidates)
 info = dataset.summarize(df)
 df.groupby(["source", "gpu", "sampler", "sync"]).agg(runs=("run_id", "size"), workloads=("workload_id", "nunique"),

@@ -21,7 +21,7 @@ import pytest
 
 from fixtures_learning import _run_row, _samples
 from gpupred.errors import GpupredError
-from gpupred.fusion import advise_fusion, choose_f
+from gpupred.fusion.advisor import advise_fusion, choose_f
 from gpupred.fusion.advisor import CURVE_COLUMNS, base_spec, catalog_models
 from gpupred.fusion.measured import compare_with_advice, fusion_vs_colocation, measured_curves, measured_knee
 from gpupred.step.physics.vmapped import LOOP_CELL_KERNELS, STACKED_OPTIMIZER_OPS, fused_kernels
@@ -97,7 +97,7 @@ def test_choice_is_the_knee_of_the_fitting_curve_and_hydro_the_largest_fit() -> 
 
 @pytest.fixture(scope="module")
 def predictor():  # type: ignore[no-untyped-def]
-    from gpupred.predictor import load_predictor
+    from gpupred.predictor.artifact import load_predictor
 
     return load_predictor(REPO / "models" / "predictor.joblib")
 

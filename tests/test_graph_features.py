@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph import FEATURE_KEYS, featurize
+from gpupred.graph.features import FEATURE_KEYS, featurize
 
 
 def mlp_graph(batch: int | str = "batch", hidden: int = 16) -> onnx.ModelProto:

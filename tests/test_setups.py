@@ -353,7 +353,7 @@ def test_optimizer_state_matches_torch(exported: Path, setup: TrainingSetup) -> 
     import pandas as pd
 
     from gpupred.memory.physics import MIB, footprint_terms, setup_columns
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
 
     net = Net().to(torch.bfloat16) if setup.precision == "bf16-pure" else Net()
     opt = _torch_optimizer(setup, net.parameters())

@@ -139,7 +139,7 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
                   tolerance: float = TOLERANCE, step: str = "vmap", memory_mib: float | None = None,
                   predictor: Any = None) -> FusionAdvice:
     """The F of fused copies of ``model`` that maximizes trials/s and fits ``gpu``'s memory, beside Hydro's F."""
-    from gpupred.predictor import load_predictor
+    from gpupred.predictor.artifact import load_predictor
     from gpupred.reports import progress_bar
 
     _check(step, tuple(counts))

@@ -153,7 +153,7 @@ class Predictor:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
         if isinstance(x, (pd.DataFrame, dict)):
             if isinstance(x, dict):
-                from gpupred.graph import check_complete
+                from gpupred.graph.coverage import check_complete
 
                 check_complete(x, "feature row")  # a featurize row carries its coverage columns
             _check_row_options(x, job)

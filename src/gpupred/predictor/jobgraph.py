@@ -48,7 +48,8 @@ class JobGraph:
     def features(self) -> dict[str, Any]:
         """The graph's feature row with the job's precision and optimizer (what a regressor reads); refuses a graph it
         could not see whole (over 1% missing)."""
-        from gpupred.graph import check_complete, featurize
+        from gpupred.graph.coverage import check_complete
+        from gpupred.graph.features import featurize
 
         s = self.setup
         row = featurize(self.graph, batch_size=self.batch_size, precision=s.job_precision, optimizer=s.job_optimizer,

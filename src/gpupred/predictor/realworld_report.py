@@ -51,7 +51,7 @@ def realworld_row(name: str, entry: dict[str, Any], gpu: str, table: Any, footpr
                   optimizer: str = "adam", folder: Path | None = None) -> dict[str, Any]:
     """One corpus model: its graph's parameters and FLOPs against torch's, predicted step and memory, the analytic count."""
     from gpupred.memory.physics import footprint_mib, graph_terms
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.corpus import corpus_path
     from gpupred.hardware import gpu_spec
     from gpupred.step.physics import kernels_for, simulate
