@@ -145,7 +145,7 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
     _check(step, tuple(counts))
     base = base_spec(model)
     predictor = predictor if predictor is not None else load_predictor()
-    if getattr(predictor, "core", None) is None:
+    if predictor.core is None:
         raise GpupredError("this predictor has no physics core (step model and footprint): re-export it with "
                            "notebook 08 (`gpupred pipeline --only 08`)")
     name = _gpu_name(predictor, gpu)

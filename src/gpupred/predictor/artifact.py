@@ -137,11 +137,6 @@ class Predictor:
         self.core = core  # gpupred.predictor.core.PhysicsCore: physics x correction for jobs given as graphs
         self.card: dict[str, Any] = {}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Artifacts pickled without a physics core load with none (every job gets the regressors)."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("core", None)
-
     @property
     def graph_features(self) -> list[str]:
         """The feature names that come from the graph (the rest are GPU and precision/optimizer encodings)."""
@@ -226,7 +221,7 @@ class Predictor:
         if len(X) > FOREST_MAX_ROWS:
             return None
         if "_forest" not in self.__dict__:
-            forests = [getattr(m, "forest_", None) for m in self.targets.values()]
+            forests = [m.forest_ for m in self.targets.values()]
             self.__dict__["_forest"] = None if any(f is None for f in forests) else Forest.combine(forests)
         forest = self.__dict__["_forest"]
         return None if forest is None else _split_models(forest.predict(X), self.targets)

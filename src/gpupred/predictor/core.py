@@ -85,14 +85,6 @@ class PhysicsCore:
         self.step = step  # an unfitted StepEstimator (notebook 03's choice), default its defaults
         self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.evaluation); None: data/calibrations/
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Cores pickled before calibrations existed load with none (a calibrated GPU then gets the extrapolated width)."""
-        from gpupred.calibration.evaluation import CalibratedCore
-
-        self.__dict__.update(state)
-        self.__dict__.setdefault("calibrations", None)
-        self.__dict__.setdefault("calibration_", CalibratedCore())
-
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
         """Fit the step estimator and the memory footprint model on every labelled row; measure what calibrations of
         the measured GPUs would have changed (:func:`gpupred.calibration.evaluation.calibrated_core`)."""
