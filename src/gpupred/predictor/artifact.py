@@ -30,7 +30,9 @@ from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.predictor.core import PhysicsCore
     from gpupred.predictor.jobgraph import JobGraph
+    from gpupred.step.estimator import StepEstimator
 
 SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
 # libraries whose pickles must be read by the very version that wrote them
@@ -125,7 +127,7 @@ class Predictor:
 
     def __init__(self, feature_names: list[str], targets: dict[str, ConformalRegressor], model_names: dict[str, str],
                  gpus: list[str], alpha: float, measured_gpus: dict[str, int] | None = None,
-                 unseen_widths: dict[str, UnseenGpuWidth] | None = None, core: Any = None) -> None:
+                 unseen_widths: dict[str, UnseenGpuWidth] | None = None, core: PhysicsCore | None = None) -> None:
         self.feature_names = list(feature_names)
         self.targets = targets
         self.model_names = model_names
@@ -134,7 +136,7 @@ class Predictor:
         # GPU kinds (gpupred.hardware names) with measurements in the training data, and how many runs each
         self.measured_gpus = dict(measured_gpus or {gpu_spec(g).name: 0 for g in gpus})
         self.unseen_widths = dict(unseen_widths or {})  # per target: how far an extrapolated interval is widened
-        self.core = core  # gpupred.predictor.core.PhysicsCore: physics x correction for jobs given as graphs
+        self.core = core  # physics x correction for jobs given as graphs; None: the regressors answer every job
         self.card: dict[str, Any] = {}
 
     @property
@@ -566,7 +568,7 @@ def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
                     tune: bool = True, seed: int = 0, min_sm_rows: int = 10, physics: bool = False,
-                    step: Any = None) -> Predictor:
+                    step: StepEstimator | None = None) -> Predictor:
     """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded) on every row.
 
     CV+ folds are grouped by workload (as the grouped-random coverage notebook 03 measures) and residuals

@@ -31,9 +31,11 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import widen
 from gpupred.step.physics.caveats import CAVEATS, widest
 from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
-from gpupred.step.estimator import STEP_TARGETS
+from gpupred.step.estimator import STEP_TARGETS, StepEstimator
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.calibration.evaluation import CalibratedCore
+    from gpupred.memory.estimator import MemoryEstimator
     from gpupred.predictor.jobgraph import JobGraph
 
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
@@ -79,7 +81,12 @@ def memory_row(job: JobGraph, gpu: str) -> dict[str, Any]:
 class PhysicsCore:
     """The step and memory estimators fitted on a dataset frame (see the module docstring)."""
 
-    def __init__(self, alpha: float = 0.1, seed: int = 0, step: Any = None, calibrations: list[Any] | None = None) -> None:
+    step_: StepEstimator  # fitted: the step estimator and the memory estimator, and what calibrations would change
+    memory_: MemoryEstimator
+    calibration_: CalibratedCore
+
+    def __init__(self, alpha: float = 0.1, seed: int = 0, step: StepEstimator | None = None,
+                 calibrations: list[Any] | None = None) -> None:
         self.alpha = alpha
         self.seed = seed
         self.step = step  # an unfitted StepEstimator (notebook 03's choice), default its defaults
@@ -93,7 +100,6 @@ class PhysicsCore:
         from gpupred.calibration.evaluation import calibrated_core
         from gpupred.physicstables import with_terms
         from gpupred.memory.estimator import MemoryEstimator
-        from gpupred.step.estimator import StepEstimator
         from gpupred.step.rowphysics import physics_data
 
         step = clone(self.step) if self.step is not None else StepEstimator(alpha=self.alpha, seed=self.seed)
