@@ -351,7 +351,7 @@ display(Markdown(cross_gpu_prose(phys_table, own_gpus)))
 from gpupred import config
 from gpupred.memory import physics as footprint
 from gpupred.graph.corpus import read_corpus_index
-from gpupred.step.physics import ConstantsTable
+from gpupred.step.physics.constants import ConstantsTable
 from gpupred.predictor.realworld_report import plot_realworld_steps, realworld_metrics, realworld_table
 
 corpus_models = read_corpus_index()["models"]

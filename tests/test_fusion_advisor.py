@@ -239,7 +239,7 @@ def test_notebook_09_says_so_without_fused_runs(run_notebook, tmp_path: Path) ->
 def test_fused_kernels_keep_the_setups_tensor_core_flags() -> None:
     """A fused step's kernels carry one tensor-core flag per kernel (the setup's), so they can be timed."""
     from gpupred.hardware import gpu_spec
-    from gpupred.step.physics import DEFAULT
+    from gpupred.step.physics.constants import DEFAULT
     from gpupred.step.physics.columns import spec_kernels
     from gpupred.step.physics.timeline import kernel_times
     from gpupred.step.physics.vmapped import fused_kernels

@@ -16,7 +16,8 @@ import pytest
 
 from gpupred.errors import GpupredError
 from gpupred.memory.physics import graph_terms
-from gpupred.step.physics import canonical_graph, step_kernels
+from gpupred.step.physics.model import canonical_graph
+from gpupred.step.physics.kernels import step_kernels
 from gpupred.step.physics.kernels import OPT, optimizer_ops
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup, setup_of
 

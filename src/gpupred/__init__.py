@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.graph.weightless import weightless
     from gpupred.loader.measure import measure_loader
     from gpupred.predictor.artifact import Predictor, load_predictor
-    from gpupred.workloads import WorkloadSpec
+    from gpupred.workloads.spec import WorkloadSpec
     from gpupred.setups import InputPipeline, TrainingSetup
 
 _LAZY = {

@@ -11,9 +11,9 @@ scale with the model and the GPU instead of stopping at the largest training lab
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML polling:
 ``PROTOCOL``). On a GPU kind whose constants were not fitted under that protocol the step model borrows what the
-fitted keys can lend (:meth:`gpupred.step.physics.ConstantsTable.get`); the prediction is marked extrapolated and its
-step-model intervals reach at least the extrapolation width the step estimator measured on its training rows; the
-footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
+fitted keys can lend (:meth:`gpupred.step.physics.constants.ConstantsTable.get`); the prediction is marked extrapolated
+and its step-model intervals reach at least the extrapolation width the step estimator measured on its training rows;
+the footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
 constants replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked
 extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.evaluation` measured (the
 extrapolated width until a GPU-recorded calibration of a measured GPU is committed).

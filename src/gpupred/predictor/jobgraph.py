@@ -66,8 +66,8 @@ class JobGraph:
 
     @cached_property
     def kernels(self) -> Any:
-        """The step's kernels (:func:`gpupred.step.physics.kernels_for`)."""
-        from gpupred.step.physics import kernels_for
+        """The step's kernels (:func:`gpupred.step.physics.model.kernels_for`)."""
+        from gpupred.step.physics.model import kernels_for
 
         s = self.setup
         return kernels_for(self.graph, self.batch_size, s.precision, s.optimizer, key=self.key, recipe=self.recipe,

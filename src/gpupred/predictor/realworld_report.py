@@ -54,7 +54,8 @@ def realworld_row(name: str, entry: dict[str, Any], gpu: str, table: Any, footpr
     from gpupred.graph.features import featurize
     from gpupred.graph.corpus import corpus_path
     from gpupred.hardware import gpu_spec
-    from gpupred.step.physics import kernels_for, simulate
+    from gpupred.step.physics.model import kernels_for
+    from gpupred.step.physics.timeline import simulate
 
     start = time.perf_counter()
     path = corpus_path(name, folder=folder)

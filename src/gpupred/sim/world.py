@@ -9,10 +9,10 @@ Two worlds:
   additive form as ours' knowledge, so the share of co-locations that ran at a measured slowdown is counted in every
   run. True utilization and memory are the measured solo ones; the policies see out-of-fold predictions with intervals.
 - :func:`gavel_world` -- Gavel's 26 job types on one GPU kind. **Truth**: the measured matrix, complete; a pair
-  whose co-run failed never runs (:meth:`gpupred.sim.PairSlowdown.fails`). Gavel records no utilization or memory:
-  every policy (and the utilization timeline) takes a job's utilization from its solo step times on P100 and V100
-  (:func:`gpupred.colocation.gavelpairs.cross_gpu_busy`, the same number as truth and as prediction, so no policy is
-  misled by it), and memory is unknown (0 for every policy).
+  whose co-run failed never runs (:meth:`gpupred.sim.cluster.PairSlowdown.fails`). Gavel records no utilization or
+  memory: every policy (and the utilization timeline) takes a job's utilization from its solo step times on P100 and
+  V100 (:func:`gpupred.colocation.gavelpairs.cross_gpu_busy`, the same number as truth and as prediction, so no policy
+  is misled by it), and memory is unknown (0 for every policy).
 
 **Ours' knowledge** in both (:func:`gpupred.colocation.matrix.heldout_matrices`): pair slowdowns from the job-effects
 model on the slice's zero-parameter prior, held out by whole model group, each held-out job calibrated on ``k``
