@@ -15,7 +15,8 @@ import pytest
 
 from fixtures_calibration import TRUE_MEMORY, TRUE_STEP, fixture_recording, write_fixture_calibration
 from gpupred import config
-from gpupred.calibration import calibrate, read_calibration
+from gpupred.calibration.run import calibrate
+from gpupred.calibration.file import read_calibration
 from gpupred.calibration.bench import Case, default_cases, run_benchmarks
 from gpupred.calibration.derive import MEASURED_BY, MEMORY_MEASURED, NOT_MEASURED, STEP_MEASURED, derive
 from gpupred.calibration.replay import FakeBackend

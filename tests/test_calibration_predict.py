@@ -16,7 +16,7 @@ import pytest
 
 from fixtures_calibration import write_fixture_calibration
 from fixtures_learning import fixture_dataset
-from gpupred.calibration import read_calibration
+from gpupred.calibration.file import read_calibration
 from gpupred.calibration.derive import STEP_MEASURED
 from gpupred.calibration.use import applied, resolve_calibration, standin_reference
 from gpupred.errors import GpupredError

@@ -27,7 +27,7 @@ __all__ = ["advise_fusion", "calibrate", "export_model", "weightless", "timm_mod
            "TrainingSetup", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpupred.calibration import calibrate
+    from gpupred.calibration.run import calibrate
     from gpupred.graph.features import featurize
     from gpupred.graph.export import export_model
     from gpupred.fusion.advisor import advise_fusion
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.setups import InputPipeline, TrainingSetup
 
 _LAZY = {
-    "calibrate": "gpupred.calibration",
+    "calibrate": "gpupred.calibration.run",
     "export_model": "gpupred.graph.export",
     "weightless": "gpupred.graph.weightless",
     "timm_model": "gpupred.workloads.hubmodels",

@@ -270,10 +270,10 @@ class Predictor:
         dict, a DataFrame) carry no kernels for the step model: the baseline regressors answer them, and rows that
         name their ``source`` (dataset rows) get intervals calibrated on that source's residuals. Their extrapolated
         rows' intervals are widened to at least the held-out width of :mod:`gpupred.predictor.extrapolate`.
-        ``calibration``: a file written by ``gpupred calibrate`` (or a :class:`gpupred.calibration.Calibration`) for
-        the GPU (``gpu`` defaults to its GPU); a job given as a graph on a GPU without measurements is then predicted
-        with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks for
-        the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
+        ``calibration``: a file written by ``gpupred calibrate`` (or a :class:`gpupred.calibration.file.Calibration`)
+        for the GPU (``gpu`` defaults to its GPU); a job given as a graph on a GPU without measurements is then
+        predicted with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks
+        for the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
         uses none. A calibration of another GPU than ``gpu`` is refused.
 
         A job answered by the physics core also gets ``fits``, ``fit_probability``, ``capacity_mib`` and
