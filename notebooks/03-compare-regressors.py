@@ -74,7 +74,8 @@ from gpupred.learn.regressors import EXPORTABLE
 from gpupred import dataset, reports
 from gpupred.learn.choice import write_model_choice
 from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
-from gpupred.learn.splits import sibling_group, splits_for
+from gpupred.learn.folds import sibling_group
+from gpupred.learn.splits import splits_for
 from gpupred.learn.nested import CVSettings, choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
 from gpupred.learn.oof import write_oof_predictions
 from gpupred.learn.summary import learning_metrics

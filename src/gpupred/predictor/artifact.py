@@ -218,7 +218,7 @@ class Predictor:
     def _few_rows(self, X: np.ndarray) -> dict[str, np.ndarray] | None:
         """Every target's model predictions from one numpy forest of all their trees, for a few rows (else None)."""
         from gpupred.learn.forest import Forest
-        from gpupred.learn.intervals import FOREST_MAX_ROWS
+        from gpupred.learn.forest import FOREST_MAX_ROWS
 
         if len(X) > FOREST_MAX_ROWS:
             return None
