@@ -361,8 +361,8 @@ def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, 
 
 
 def point_columns(answer: dict[str, Any]) -> dict[str, float]:
-    """Each figure's point that applies, under :meth:`gpupred.predictor.artifact.Predictor.predict`'s column name and unit
-    (``iter_time_mean_s`` in seconds)."""
+    """Each figure's point that applies, under :meth:`gpupred.predictor.artifact.Predictor.predict`'s column name and
+    unit (``iter_time_mean_s`` in seconds)."""
     figures = answer["figures"]
     return {column: figures[name]["point"] / scale for name, (column, _, scale) in FIGURES.items()
             if figures[name]["point"] is not None}
