@@ -23,7 +23,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def measure_on_gpu(seconds: float) -> None:
     """Run the real calibration into a temporary file and print its wall time per benchmark."""
-    from gpupred.calibration import calibrate, read_calibration
+    from gpupred.calibration.run import calibrate
+    from gpupred.calibration.file import read_calibration
     from gpupred.calibration.torch_backend import no_gpu_message
 
     why = no_gpu_message()
@@ -46,7 +47,7 @@ def measure_on_gpu(seconds: float) -> None:
 def cpu_side() -> None:
     """Time re-deriving a calibration and predicting a graph job with it."""
     from gpupred import config
-    from gpupred.calibration import read_calibration
+    from gpupred.calibration.file import read_calibration
 
     recorded = sorted(config.CALIBRATIONS.glob("*.json")) if config.CALIBRATIONS.is_dir() else []
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +70,7 @@ def cpu_side() -> None:
         if not config.PREDICTOR.exists():
             print("predict with a calibration: skipped (no models/predictor.joblib)")
             return
-        from gpupred.predictor import load_predictor
+        from gpupred.predictor.artifact import load_predictor
 
         p = load_predictor()
         job = "resnet.resnet50-bs64-img224-bf16-sgd"

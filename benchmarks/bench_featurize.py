@@ -101,7 +101,7 @@ def onnx_tool_profile(path: Path) -> None:
 
 
 def bench_models(repeats: int) -> None:
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.features import clear_cache
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +137,7 @@ def bench_legacy(repeats: int) -> None:
     import torch
     import torchvision
 
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.features import clear_cache
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,7 +157,7 @@ def bench_legacy(repeats: int) -> None:
 CATALOG_SCRIPT = """
 import time
 from gpupred.workloads.catalog import catalog
-from gpupred.graph import build_feature_table
+from gpupred.graph.table import build_feature_table
 specs = catalog()
 start = time.perf_counter()
 df = build_feature_table(specs, workers=2, progress=False)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def _predictor():  # -> Predictor
     from gpupred import config
-    from gpupred.predictor import export_predictor, load_predictor, train_predictor
+    from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
 
     if config.PREDICTOR.exists():
         print(f"predictor: {config.PREDICTOR}")
@@ -78,7 +78,7 @@ def bench_rows(predictor) -> None:  # type: ignore[no-untyped-def]
 
 
 def bench_onnx(predictor) -> None:  # type: ignore[no-untyped-def]
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.export import export_onnx
     from gpupred.graph.features import clear_cache
     from gpupred.workloads.spec import WorkloadSpec
@@ -111,7 +111,10 @@ STEP_GRAPHS = ("resnet.resnet50-img224", "bert.bert-v30522-m768-h12-l12-seq512",
 def bench_step_model() -> None:
     """The step model's cost per graph: load + canonical form + kernels + timeline (cold), and the timeline alone."""
     from gpupred import config
-    from gpupred.step.physics import DEFAULT, canonical_graph, simulate, step_kernels
+    from gpupred.step.physics.constants import DEFAULT
+    from gpupred.step.physics.model import canonical_graph
+    from gpupred.step.physics.timeline import simulate
+    from gpupred.step.physics.kernels import step_kernels
     from gpupred.hardware import gpu_spec
 
     gpu = gpu_spec("H200")

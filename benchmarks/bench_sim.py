@@ -22,20 +22,11 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from gpupred.sim import (
-    Cluster,
-    HorusClasses,
-    HorusPolicy,
-    OursPolicy,
-    PairSlowdown,
-    Policy,
-    PredictedSlowdown,
-    RandomPairPolicy,
-    ReactivePolicy,
-    SlotPolicy,
-    simulate,
-    synthetic_trace,
+from gpupred.sim.cluster import Cluster, PairSlowdown, PredictedSlowdown, simulate
+from gpupred.sim.policies import (
+    HorusClasses, HorusPolicy, OursPolicy, Policy, RandomPairPolicy, ReactivePolicy, SlotPolicy,
 )
+from gpupred.sim.arrivals import synthetic_trace
 
 
 def load_generator_table(n_workloads: int = 300, seed: int = 0) -> pd.DataFrame:
@@ -60,7 +51,7 @@ def load_generator_table(n_workloads: int = 300, seed: int = 0) -> pd.DataFrame:
 def openb_jobs(table: pd.DataFrame, load: float) -> tuple[pd.DataFrame, tuple[pd.DataFrame, Cluster]]:
     """(table with memory capped at 20 GiB, (jobs, cluster)) from the whole dense openb trace at ``load``."""
     from gpupred.importers import alibaba
-    from gpupred.sim import scenario, slice_trace
+    from gpupred.sim.openb import scenario, slice_trace
 
     capped = table.assign(true_mem_mib=table["true_mem_mib"].clip(upper=20_000.0),
                           pred_mem_mib=table["pred_mem_mib"].clip(upper=20_000.0),

@@ -38,7 +38,7 @@ import pandas as pd
 import seaborn as sns
 
 from gpupred import config, importers, reports
-from gpupred.graph import build_feature_table, write_feature_table
+from gpupred.graph.table import build_feature_table, write_feature_table
 from gpupred.graph.table import FEATURES_METRICS
 from gpupred.importers import graphs
 from gpupred.profile.schema import read_runs

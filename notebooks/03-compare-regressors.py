@@ -19,7 +19,7 @@
 # protocol features on log1p targets. The model is **chosen inside an inner cross-validation** on each
 # outer fold's training rows and **scored on the outer fold**, so every figure below is the error of the
 # whole procedure (choice included) on workloads it never saw. By default the procedure chooses among three
-# regressors of `gpupred.learn.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
+# regressors of `gpupred.learn.regressors.EXPORTABLE`: the two boosted-tree libraries the inner CVs chose among all nine
 # exportable ones on these data (XGBoost for utilization, LightGBM for SM activity; scikit-learn's gradient
 # boosting, chosen for memory, is their slower equivalent and costs more than the other candidates together)
 # and ridge as a linear reference. Fewer candidates cut the notebook's time (about 2.5 times faster than with all
@@ -42,7 +42,7 @@
 
 # %% tags=["parameters"]
 targets: list = ["gpu_util", "memory_mib", "sm_active"]  # labels to model (skipped when fewer than 10 rows have them)
-models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.EXPORTABLE
+models: list | None = ["ridge", "lightgbm", "xgboost"]  # regressors the procedure chooses from (and exports); None = gpupred.learn.regressors.EXPORTABLE
 compared: list | None = None  # regressors scored on the outer folds for the comparison table; None = the candidates
 schemes: list = ["grouped_random", "lofo"]  # outer split schemes (the out-of-fold file needs grouped_random)
 lofo_targets: list | None = ["gpu_util"]  # labels of the nested leave-one-family-out (None: all)
@@ -70,18 +70,19 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-import gpupred.learn as learn
+from gpupred.learn.regressors import EXPORTABLE
 from gpupred import dataset, reports
 from gpupred.learn.choice import write_model_choice
 from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
-from gpupred.learn.splits import sibling_group, splits_for
+from gpupred.learn.folds import sibling_group
+from gpupred.learn.splits import splits_for
 from gpupred.learn.nested import CVSettings, choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
 from gpupred.learn.oof import write_oof_predictions
 from gpupred.learn.summary import learning_metrics
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
 cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
-candidates = list(models or learn.EXPORTABLE)  # full-depth forests are compared below but never exported (size)
+candidates = list(models or EXPORTABLE)  # full-depth forests are compared below but never exported (size)
 comparison = list(compared or candidates)
 info = dataset.summarize(df)
 df.groupby(["source", "gpu", "sampler", "sync"]).agg(runs=("run_id", "size"), workloads=("workload_id", "nunique"),
@@ -240,12 +241,12 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # log(measured / physics) on the same training rows
 # (LightGBM on the physics and a dozen job features, CV+ intervals calibrated per source on folds that keep whole
 # family groups (`physics_calibration`), its strength chosen by an inner CV grouped the same way, bounded to its
-# source's training range). That is `gpupred.step.StepEstimator`, the very estimator the predictor ships
+# source's training range). That is `gpupred.step.estimator.StepEstimator`, the very estimator the predictor ships
 # (notebook 08 fits it on every row): what is scored here is what users get. Its intervals are calibrated on unseen
 # families wherever they are asked, so within one GPU kind they are wider than they need to be: by design, since a
 # user's job is as likely to be an unseen family as a new batch size of a known one.
 #
-# Memory the same way (`gpupred.memory.compare_memory`): *physics* is the analytic footprint of
+# Memory the same way (`gpupred.memory.evaluate.compare_memory`): *physics* is the analytic footprint of
 # `gpupred.memory.physics` (weights, gradients, optimizer state, autocast copies, activations saved for backward,
 # workspace; the CUDA context and the allocator's ratio fitted per GPU kind and protocol on the training rows),
 # and the correction a bounded factor whose clip and size are chosen by a leave-one-family-out **inside the
@@ -259,7 +260,8 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # relative error; coverage is that of the 90 % intervals. `gpupred.step.evaluate`, `gpupred.memory`.
 
 # %%
-from gpupred import physicstables, memory
+from gpupred import physicstables
+from gpupred.memory.evaluate import compare_memory
 from gpupred.learn.summary import (
     LEARNING_METRICS, comparison_metrics, comparison_table, gpu_key, headline_metrics, plot_methods, tested_on,
 )
@@ -272,8 +274,8 @@ pdata = step_physics.physics_data(df) if step_targets else None  # each run's ke
 phys_results = step_evaluate.compare_targets(df, tuple(step_targets), cv, physics_weighting, n_within, pdata,
                                             tuple(physics_schemes), calibration=physics_calibration) if step_targets else {}
 if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
-    phys_results["memory_mib"] = memory.compare_memory(physicstables.with_terms(df), cv, n_within,
-                                                       schemes=tuple(physics_schemes))
+    phys_results["memory_mib"] = compare_memory(physicstables.with_terms(df), cv, n_within,
+                                                schemes=tuple(physics_schemes))
 phys_table = comparison_table(phys_results)
 fitted_table = step_physics.fitted_constants(pdata, np.arange(len(df)), seed) if pdata is not None else None
 constants = (pd.DataFrame(fitted_table.as_records())
@@ -350,7 +352,7 @@ display(Markdown(cross_gpu_prose(phys_table, own_gpus)))
 from gpupred import config
 from gpupred.memory import physics as footprint
 from gpupred.graph.corpus import read_corpus_index
-from gpupred.step.physics import ConstantsTable
+from gpupred.step.physics.constants import ConstantsTable
 from gpupred.predictor.realworld_report import plot_realworld_steps, realworld_metrics, realworld_table
 
 corpus_models = read_corpus_index()["models"]
@@ -439,8 +441,8 @@ if fed:
 
 # %% [markdown]
 # ## What ships, and how it scores
-# The predictor ships `gpupred.step.StepEstimator` (utilization, SM activity, iteration time) and the memory
-# footprint model (`gpupred.memory.MemoryEstimator`) with the settings declared in this notebook's parameters
+# The predictor ships `gpupred.step.estimator.StepEstimator` (utilization, SM activity, iteration time) and the memory
+# footprint model (`gpupred.memory.estimator.MemoryEstimator`) with the settings declared in this notebook's parameters
 # (`physics_weighting`, `physics_calibration`): the very estimators scored above as *physics × correction*.
 # Each predictor's card states their held-out figures: the noncommercial predictor's are the comparison above
 # (every source); the default predictor is trained on this project's runs alone, so its figures come from the
@@ -450,7 +452,7 @@ if fed:
 
 # %%
 from gpupred.predictor.heldout import heldout_figures, oof_predictions, with_shipped
-from gpupred.step import StepEstimator
+from gpupred.step.estimator import StepEstimator
 
 shipped_step = StepEstimator(weighting=physics_weighting, calibration=physics_calibration, alpha=alpha, n_cal=n_cal,
                              n_inner=n_inner, seed=seed)
@@ -460,8 +462,8 @@ own_results = step_evaluate.compare_targets(own_df, own_targets, cv, physics_wei
                                             tuple(physics_schemes), ("regressor", "physics+correction"),
                                             physics_calibration) if own_targets else {}
 if "memory_mib" in phys_results and own_df["memory_mib"].notna().sum() >= 10:
-    own_results["memory_mib"] = memory.compare_memory(physicstables.with_terms(own_df), cv, n_within,
-                                                      schemes=tuple(physics_schemes))
+    own_results["memory_mib"] = compare_memory(physicstables.with_terms(own_df), cv, n_within,
+                                               schemes=tuple(physics_schemes))
 heldout = {"noncommercial": heldout_figures(phys_table), "default": heldout_figures(comparison_table(own_results))}
 headline = {**headline_metrics(own_results), **headline_metrics(own_results, "regressor", "_baseline")}
 reports.write_metrics(LEARNING_METRICS, headline)

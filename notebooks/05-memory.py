@@ -42,23 +42,27 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from gpupred import dataset, physicstables, memory, reports
+from gpupred import dataset, physicstables, reports
+from gpupred.memory.estimator import MemoryEstimator
+from gpupred.memory.evaluate import (
+    MEMORY_METRICS, evaluate_memory, memory_metrics, plot_estimates, plot_memory, summarize_memory,
+)
 from gpupred.memory import physics as footprint
 
 df = physicstables.with_terms(dataset.load_dataset())  # MissingInput until notebook 02 has run
-errors = memory.evaluate_memory(df, schemes=schemes, n_folds=n_folds, residual_model=residual_model)
-table = memory.summarize_memory(errors)
+errors = evaluate_memory(df, schemes=schemes, n_folds=n_folds, residual_model=residual_model)
+table = summarize_memory(errors)
 table.round(3)
 
 # %% [markdown]
 # The same figures on this project's own H200 runs only (the goal's rows):
 
 # %%
-own = memory.summarize_memory(dataset.own_rows(errors))
+own = summarize_memory(dataset.own_rows(errors))
 own.round(3)
 
 # %%
-by_source = memory.summarize_memory(errors, by_source=True)
+by_source = summarize_memory(errors, by_source=True)
 by_source.round(3)
 
 # %% [markdown]
@@ -67,7 +71,7 @@ by_source.round(3)
 # kind and protocol), the correction's setting and the intervals' half-widths (log scale):
 
 # %%
-model = memory.MemoryEstimator().fit(df)
+model = MemoryEstimator().fit(df)
 own_rows = dataset.own_rows(df).groupby("family").head(1)
 footprint.footprint_terms(own_rows, footprint.sources(own_rows)).set_index(own_rows["workload_id"]).round(0)
 
@@ -90,7 +94,7 @@ model.describe()
 # only about half of Lucid's RTX 3090 jobs).
 
 # %%
-fig = memory.plot_memory(errors)
+fig = plot_memory(errors)
 reports.save_figure(fig, "05-memory-rel-err")
 plt.show()
 
@@ -99,7 +103,7 @@ plt.show()
 # scales with the model: its estimates are not bounded by the largest training label.
 
 # %%
-fig = memory.plot_estimates(errors, "lofo")
+fig = plot_estimates(errors, "lofo")
 reports.save_figure(fig, "05-memory-estimate-vs-measured")
 plt.show()
 
@@ -118,14 +122,14 @@ plt.show()
 from gpupred.hardware import known_gpus
 from gpupred.predictor.realworld_report import finetune_metrics, finetune_table
 
-shipped_memory = memory.MemoryEstimator().fit(dataset.own_rows(df))
+shipped_memory = MemoryEstimator().fit(dataset.own_rows(df))
 finetune = finetune_table(shipped_memory, ["H100 SXM", *[g for g in known_gpus()["name"] if g != "H100 SXM"]])
 if len(finetune):
-    reports.write_metrics(memory.MEMORY_METRICS, finetune_metrics(finetune))
+    reports.write_metrics(MEMORY_METRICS, finetune_metrics(finetune))
 with pd.option_context("display.max_colwidth", None, "display.width", 200):
     display(finetune.round(2)) if len(finetune) else print("no real-size decoder in data/corpus/ here")
 
 # %%
-metrics = memory.memory_metrics(errors, model, headline_scheme)
-reports.write_metrics(memory.MEMORY_METRICS, metrics)
-reports.metrics_table({k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}, memory.MEMORY_METRICS)
+metrics = memory_metrics(errors, model, headline_scheme)
+reports.write_metrics(MEMORY_METRICS, metrics)
+reports.metrics_table({k: v for k, v in metrics.items() if "own" in k and "times_correction" in k}, MEMORY_METRICS)

@@ -59,7 +59,12 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from gpupred import colocation, config
+from gpupred import config
+from gpupred.colocation.effects import job_effects
+from gpupred.colocation.gavelpairs import load_gavel
+from gpupred.colocation.members import align, baseline_slowdown, predicted_features
+from gpupred.colocation.memfit import group_memory_fit
+from gpupred.colocation.pairtable import SOLO_COLUMNS, TABLE_COLUMNS, load_pair_sources
 from gpupred.colocation import closing, study
 from gpupred.errors import MissingInput
 from gpupred.colocation.study import COLOCATION_METRICS
@@ -67,12 +72,12 @@ from gpupred.reports import progress_bar, save_figure, write_metrics
 
 notes: list[str] = []
 try:
-    table, solo, source_notes = colocation.load_pair_sources(config.RAW, lucid=lucid)
+    table, solo, source_notes = load_pair_sources(config.RAW, lucid=lucid)
     notes += source_notes
 except MissingInput as err:  # no own or Lucid pairs: Gavel's matrix may still be there
-    table, solo = pd.DataFrame(columns=list(colocation.TABLE_COLUMNS)), pd.DataFrame(columns=list(colocation.SOLO_COLUMNS))
+    table, solo = pd.DataFrame(columns=list(TABLE_COLUMNS)), pd.DataFrame(columns=list(SOLO_COLUMNS))
     notes.append(str(err))
-gavel_frames = colocation.load_gavel(gavel_fixture_file, allow_import=gavel)  # imports at the pinned commit if needed
+gavel_frames = load_gavel(gavel_fixture_file, allow_import=gavel)  # imports at the pinned commit if needed
 if isinstance(gavel_frames, str):
     notes.append(gavel_frames)
 if table.empty and isinstance(gavel_frames, str):
@@ -83,7 +88,7 @@ if len(table):
     from gpupred.learn.oof import read_oof_predictions
 
     dataset = load_dataset()  # every row, as notebook 03 predicted them; MissingInput until the dataset is built
-    features = colocation.predicted_features(dataset, read_oof_predictions(dataset))  # refuses stale predictions
+    features = predicted_features(dataset, read_oof_predictions(dataset))  # refuses stale predictions
 for note in notes:
     print("note:", note)
 
@@ -122,7 +127,7 @@ for ax, (name, d) in zip(g.axes.flat, points.groupby("slice", sort=False)):
     ax.set_xlabel(d["axis"].iloc[0])
     if d["axis"].iloc[0].startswith("summed"):
         xs = np.linspace(0, max(200.0, float(d["x"].max())), 50)
-        ax.plot(xs, colocation.baseline_slowdown(xs), "k--", lw=1)
+        ax.plot(xs, baseline_slowdown(xs), "k--", lw=1)
 save_figure(g.figure, "06-slowdowns-by-slice")
 plt.show()
 
@@ -236,7 +241,7 @@ curve.pivot(index="k", columns="slice", values="spearman_pooled").round(3)
 # %%
 ceiling = {}
 for s in slices:
-    _, ceiling[s.name] = colocation.job_effects(s.X)
+    _, ceiling[s.name] = job_effects(s.X)
 ceiling = pd.DataFrame(ceiling).T
 write_metrics(COLOCATION_METRICS, {f"slowdown_additive_ceiling_{k}_{name}": float(v) for name, row in ceiling.iterrows()
                 for k, v in row.items() if k in ("r2", "spearman")})
@@ -258,15 +263,15 @@ from gpupred.hardware import gpu_spec  # noqa: E402
 fit_frames = []
 for gpu, idx in (table.groupby("gpu_name").groups.items() if features is not None else []):
     t_gpu = table.loc[idx].reset_index(drop=True)
-    m_gpu = colocation.align(t_gpu, features)
+    m_gpu = align(t_gpu, features)
     try:
         capacity = float(gpu_spec(str(gpu)).memory_gb) * 1024.0
     except Exception:  # a fixture GPU name: the largest pair sum seen stands in for the capacity
         capacity = float(t_gpu["sum_mem_mib"].max())
     usable = (m_gpu["mem_mib"].notna() & m_gpu["mem_mib_high"].notna()).groupby(t_gpu["group_id"]).transform("all")
-    fit = colocation.group_memory_fit(t_gpu[usable.to_numpy()].reset_index(drop=True),
-                                      m_gpu[usable.to_numpy()].reset_index(drop=True), capacity, level=interval_level,
-                                      max_risk=max_oom_risk)
+    fit = group_memory_fit(t_gpu[usable.to_numpy()].reset_index(drop=True),
+                           m_gpu[usable.to_numpy()].reset_index(drop=True), capacity, level=interval_level,
+                           max_risk=max_oom_risk)
     fit_frames.append(fit.assign(gpu_name=gpu, capacity_mib=capacity))
 memfit = pd.concat(fit_frames, ignore_index=True) if fit_frames else pd.DataFrame()
 if len(memfit):

@@ -75,38 +75,46 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-from gpupred import colocation, config, sim
+from gpupred import config
+from gpupred.sim.experiment import (
+    HISTORY_SEED, Settings, gain_spread, run_trace, sharing_summary, trace_settings, tune_settings,
+)
+from gpupred.sim.openb import homogeneous_scenario, load_openb, scenario, slice_trace, trace_jobs, with_speeds
+from gpupred.sim.world import build_world, gavel_world
+from gpupred.colocation.gavelpairs import load_gavel
+from gpupred.colocation.members import predicted_features
+from gpupred.colocation.pairtable import load_pair_sources
 from gpupred.errors import MissingInput
 from gpupred.importers import alibaba
 from gpupred.sim.metrics import SIM_METRICS
 from gpupred.reports import save_figure, write_metrics
 from gpupred.sim import outcomes
 
-openb_data = sim.load_openb(openb_fixture_dir, allow_import=openb)
+openb_data = load_openb(openb_fixture_dir, allow_import=openb)
 if isinstance(openb_data, str):
     raise MissingInput(f"the openb trace gives both traces their arrivals and durations and is not available: {openb_data}")
 tasks, nodes = openb_data
-slices = sim.slice_trace(tasks, tune_frac=tune_frac, eval_tasks=eval_tasks)
+slices = slice_trace(tasks, tune_frac=tune_frac, eval_tasks=eval_tasks)
 import_counts = alibaba.import_counts(tasks, nodes)
 write_metrics(SIM_METRICS, {f"openb_{key}": v for key, v in {**import_counts, **slices.counts}.items()})
-base = sim.Settings(profile_s=profile_s)
+base = Settings(profile_s=profile_s)
 worlds, notes = {}, []
 try:
-    table, solo, source_notes = colocation.load_pair_sources(config.RAW, lucid=lucid)
+    table, solo, source_notes = load_pair_sources(config.RAW, lucid=lucid)
     from gpupred.dataset import load_dataset
     from gpupred.learn.oof import read_oof_predictions
 
     dataset = load_dataset()
-    features = colocation.predicted_features(dataset, read_oof_predictions(dataset))  # out-of-fold, fingerprint-checked
-    worlds["openb"] = sim.build_world(table, solo, features, gpu_name or None, gpu_memory_mib or None, k=k, n_folds=n_folds)
+    features = predicted_features(dataset, read_oof_predictions(dataset))  # out-of-fold, fingerprint-checked
+    worlds["openb"] = build_world(table, solo, features, gpu_name or None, gpu_memory_mib or None, k=k, n_folds=n_folds)
     notes += source_notes
 except MissingInput as err:
     notes.append(f"openb world skipped: {err}")
-gavel_frames = colocation.load_gavel(gavel_fixture_file, allow_import=gavel)
+gavel_frames = load_gavel(gavel_fixture_file, allow_import=gavel)
 if isinstance(gavel_frames, str):
     notes.append(f"Gavel world skipped: {gavel_frames}")
 else:
-    worlds["gavel"] = sim.gavel_world(*gavel_frames, gavel_gpu, k=k, n_folds=n_folds)
+    worlds["gavel"] = gavel_world(*gavel_frames, gavel_gpu, k=k, n_folds=n_folds)
 if not worlds:
     raise MissingInput("no world to simulate: " + "; ".join(notes))
 for note in notes + [f"{name}: {n}" for name, w in worlds.items() for n in w.notes]:
@@ -122,14 +130,14 @@ pd.DataFrame([{"world": name, "gpu": w.gpu_name, "workloads": len(w.workloads), 
 
 # %%
 display(pd.Series({**import_counts, **slices.counts}, name="count").to_frame())
-nodes_speed = sim.with_speeds(nodes, worlds["openb"].gpu_name) if "openb" in worlds else nodes
+nodes_speed = with_speeds(nodes, worlds["openb"].gpu_name) if "openb" in worlds else nodes
 makers = {}
 for name, w in worlds.items():
     for part, tasks_part in (("tune", slices.tune), ("evaluate", slices.evaluate)):
         for at in trace_loads:
-            makers[(name, part, at)] = (sim.scenario(tasks_part, w.workloads, nodes_speed, at, max_duration_s) if name == "openb"
-                                        else sim.homogeneous_scenario(tasks_part, w.workloads, at, w.gpu_memory_mib,
-                                                                      max_duration_s))
+            makers[(name, part, at)] = (scenario(tasks_part, w.workloads, nodes_speed, at, max_duration_s) if name == "openb"
+                                        else homogeneous_scenario(tasks_part, w.workloads, at, w.gpu_memory_mib,
+                                                                  max_duration_s))
 if "openb" in worlds:
     write_metrics(SIM_METRICS, {"openb_gpus_speed_fallback": int(nodes_speed.loc[nodes_speed["speed_source"] == "fallback", "gpus"].sum())})
 
@@ -141,7 +149,7 @@ if "openb" in worlds:
 # partner's gain over the average one, and the Spearman of ours' predicted gain against the true one.
 
 # %%
-spread = pd.DataFrame({name: sim.gain_spread(w) for name, w in worlds.items()}).T
+spread = pd.DataFrame({name: gain_spread(w) for name, w in worlds.items()}).T
 write_metrics(SIM_METRICS, {f"sim_{name}_gain_{key}": v for name, row in spread.iterrows() for key, v in row.items()})
 spread.round(3)
 
@@ -159,13 +167,13 @@ spread.round(3)
 settings, tuned = {}, []
 started = time.perf_counter()
 for name, w in worlds.items():
-    history = sim.trace_jobs(slices.tune, w.workloads, sim.HISTORY_SEED, max_duration_s=max_duration_s,
-                             assign="share" if name == "openb" else "uniform")
-    trace_base = sim.trace_settings(base, history, wfq=horus_queue == "wfq")
+    history = trace_jobs(slices.tune, w.workloads, HISTORY_SEED, max_duration_s=max_duration_s,
+                         assign="share" if name == "openb" else "uniform")
+    trace_base = trace_settings(base, history, wfq=horus_queue == "wfq")
     tune_makers = [makers[(name, "tune", at)] for at in trace_loads]
     grid = [{"weight": x, "max_oom_risk": r} for x in tune_weight for r in tune_oom_risk]
-    table_w, chosen = sim.tune_settings(w, tune_makers, list(seeds)[:tune_seeds], trace_base, grid,
-                                        at_most_horus=("ooms",))
+    table_w, chosen = tune_settings(w, tune_makers, list(seeds)[:tune_seeds], trace_base, grid,
+                                    at_most_horus=("ooms",))
     settings[name] = replace(trace_base, **chosen)
     is_chosen = (table_w["policy"] == "ours") & (table_w["weight"] == chosen["weight"]) & (
         table_w["max_oom_risk"] == chosen["max_oom_risk"])
@@ -185,7 +193,7 @@ pd.concat(tuned, ignore_index=True).round(1)
 traces = {}
 started = time.perf_counter()
 for name, w in worlds.items():
-    runs = pd.concat([sim.run_trace(w, makers[(name, "evaluate", at)], list(seeds), settings[name]).assign(load=at)
+    runs = pd.concat([run_trace(w, makers[(name, "evaluate", at)], list(seeds), settings[name]).assign(load=at)
                       for at in trace_loads], ignore_index=True)
     traces[name] = (runs, *outcomes.trace_tables(runs))
     write_metrics(SIM_METRICS, outcomes.trace_metrics(f"sim_{name}", *traces[name][1:]))
@@ -213,7 +221,7 @@ plt.show()
 # (means over seeds).
 
 # %%
-pd.concat([sim.sharing_summary(t[0]).assign(trace=name) for name, t in traces.items()], ignore_index=True).round(3)
+pd.concat([sharing_summary(t[0]).assign(trace=name) for name, t in traces.items()], ignore_index=True).round(3)
 
 # %% [markdown]
 # ## Closing note

@@ -42,9 +42,9 @@ import pandas as pd
 
 from gpupred import config, dataset, reports
 from gpupred.learn.choice import read_choice
-from gpupred.predictor import export_predictor, load_predictor, train_predictor
+from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
 from gpupred.predictor.artifact import EXPORT_METRICS, licence_clean
-from gpupred.step import StepEstimator
+from gpupred.step.estimator import StepEstimator
 from gpupred.colocation.served import read_slowdown_choice
 from gpupred.errors import GpupredError
 from gpupred.predictor.slowdowns import attach_slowdown

@@ -17,7 +17,7 @@
 # # 09 · How many trials to fuse: the fusion-count advisor against Hydro's memory rule
 # Hydro (OSDI'23) trains F hyper-parameter trials of one small model as one job (`gpupred.workloads.fused`: F
 # copies stacked and vmapped) to fill a GPU that one small trial leaves idle, and picks F by memory alone: the
-# largest F that fits. The advisor (`gpupred advise-fusion`, `gpupred.fusion.advise_fusion`) asks the exported
+# largest F that fits. The advisor (`gpupred advise-fusion`, `gpupred.fusion.advisor.advise_fusion`) asks the exported
 # predictor (notebook 08's `models/predictor.joblib`, its physics core) for the step time, utilization and memory
 # of every F, with 90 % intervals, and advises the smallest F that fits whose trials/s (F / step time) is within
 # `tolerance` of the best: past it more copies only cost memory and each trial's wall time. No GPU and no torch:
@@ -46,7 +46,7 @@ import pandas as pd
 from gpupred import config, reports
 from gpupred.errors import GpupredError, MissingInput
 from gpupred.fusion import advisor, figures, measured
-from gpupred.predictor import load_predictor
+from gpupred.predictor.artifact import load_predictor
 
 try:
     predictor = load_predictor(predictor_path or None)

@@ -117,7 +117,7 @@ def fixture_recording(gpu_name: str = "NVIDIA L4", step: dict[str, float] | None
 
 def write_fixture_calibration(path: Path, **kw: Any) -> Path:
     """Write a FIXTURE recording as a calibration file (replayed through the FakeBackend, as a real one would be)."""
-    from gpupred.calibration import calibrate
+    from gpupred.calibration.run import calibrate
     from gpupred.calibration.replay import FakeBackend
 
     return calibrate(path, seconds=1.0, backend=FakeBackend(fixture_recording(**kw), "FIXTURE"), progress=False)

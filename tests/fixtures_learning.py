@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpupred.graph import FEATURE_KEYS
+from gpupred.graph.features import FEATURE_KEYS
 from gpupred.hardware import gpu_spec, hardware_features
 from gpupred.workloads.spec import WorkloadSpec
 

@@ -214,7 +214,7 @@ def test_fp16_autocast_with_loss_scaler_step(name: str) -> None:
 
 
 def test_fp16_uses_a_loss_scaler_and_bf16_does_not() -> None:
-    from gpupred.workloads.builders import Amp
+    from gpupred.workloads.batches import Amp
 
     fp16, bf16 = Amp("fp16", "cpu"), Amp("bf16", "cpu")
     assert fp16.enabled and fp16.dtype == torch.float16 and fp16.scaler.is_enabled()

@@ -15,11 +15,12 @@ import pytest
 
 from fixtures_calibration import TRUE_MEMORY, TRUE_STEP, fixture_recording, write_fixture_calibration
 from gpupred import config
-from gpupred.calibration import calibrate, read_calibration
+from gpupred.calibration.run import calibrate
+from gpupred.calibration.file import read_calibration
 from gpupred.calibration.bench import Case, default_cases, run_benchmarks
 from gpupred.calibration.derive import MEASURED_BY, MEMORY_MEASURED, NOT_MEASURED, STEP_MEASURED, derive
 from gpupred.calibration.replay import FakeBackend
-from gpupred.calibration.file import canonical_sha256
+from gpupred.files import canonical_sha256
 from gpupred.errors import GpupredError
 from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants
 from fixtures_cli import run_cli

@@ -15,7 +15,7 @@ import pytest
 
 from fixtures_calibration import write_fixture_calibration
 from fixtures_learning import fixture_dataset
-from gpupred.calibration import read_calibration
+from gpupred.calibration.file import read_calibration
 from gpupred.calibration.evaluation import (METHODS, CalibratedCore, calibrated_core, committed_calibrations,
                                          equal_weight_quantile, heldout_errors)
 from gpupred.calibration.use import STANDIN

@@ -16,12 +16,12 @@ import pytest
 
 from fixtures_calibration import write_fixture_calibration
 from fixtures_learning import fixture_dataset
-from gpupred.calibration import read_calibration
+from gpupred.calibration.file import read_calibration
 from gpupred.calibration.derive import STEP_MEASURED
 from gpupred.calibration.use import applied, resolve_calibration, standin_reference
 from gpupred.errors import GpupredError
 from gpupred.step.physics.constants import DEFAULT
-from gpupred.predictor import export_predictor, load_predictor, train_predictor
+from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
 from fixtures_cli import run_cli
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -97,7 +97,7 @@ def test_the_calibrated_constants_are_the_ones_the_step_model_runs_with(artifact
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The physics core simulates the step with the calibrated constants (a 3x slower host: every launch costs 3x, the
     GPU's work is unchanged); the learned correction on top is a FIXTURE's and is not what is checked here."""
-    from gpupred.step import StepEstimator
+    from gpupred.step.estimator import StepEstimator
 
     seen: list = []
     real = StepEstimator.predict

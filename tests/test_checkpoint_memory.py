@@ -151,7 +151,7 @@ def _torch_peak(config_path: Path, checkpointing: bool) -> float:
 def _ours(graph: Path, checkpointing: bool) -> float:
     """The footprint's activations + loss + inputs (MiB), fp32 AdamW."""
     from gpupred.memory.physics import term_sizes, graph_terms, setup_columns
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.setups import setup_of
 
     job = dataclasses.replace(setup_of("fp32", "adamw"), checkpointing=checkpointing)
@@ -180,7 +180,7 @@ def test_autocast_copies_under_checkpointing(llama: Any) -> None:
     import transformers
 
     from gpupred.memory.physics import term_sizes, graph_terms, setup_columns
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.setups import setup_of
 
     config_path, graph = llama

@@ -9,7 +9,12 @@ import pytest
 from fixtures_gavel import fixture_throughputs
 from sklearn.base import clone
 
-from gpupred import colocation as co
+from gpupred.colocation.failures import FailureModel
+from gpupred.colocation.gavelpairs import cross_gpu_busy
+from gpupred.colocation.matrix import ordered_pairs
+from gpupred.slowdown.estimator import (
+    CorrectedSlowdown, SlowdownModel, StepShare, SummedUtilization, TimeSharing, pair_frame,
+)
 from gpupred.colocation import study
 from gpupred.slowdown import evaluate as scoring
 from gpupred.colocation.matrix import heldout_matrices
@@ -32,7 +37,7 @@ def test_pair_frame_pairs_members_and_drops_larger_groups() -> None:
                           "job_key": ["x", "y", "x", "x", "x", "y", "z"], "model_group": ["X", "Y", "X", "X", "X", "Y", "Z"],
                           "gpu_name": "FIXTURE", "slowdown": [1.5, 1.2, 1.1, 1.1, 2.0, 2.0, 2.0], "group_failed": False})
     member = pd.DataFrame({"u": [10.0, 20.0, 30.0, 30.0, 1.0, 2.0, 3.0]})
-    X = co.pair_frame(table, member, ["u"])
+    X = pair_frame(table, member, ["u"])
     assert len(X) == 4 and set(X.group_id) == {"a", "b"}
     a = X[X.group_id == "a"].set_index("member")
     assert a.loc[0, "job_key"] == "y" and a.loc[0, "partner_key"] == "x" and a.loc[0, "partner_group"] == "X"
@@ -41,15 +46,15 @@ def test_pair_frame_pairs_members_and_drops_larger_groups() -> None:
 
 def test_priors_are_their_formulas_and_sklearn_estimators() -> None:
     X = pd.DataFrame({"own_u": [30.0, 80.0], "partner_u": [40.0, 70.0], "own_t": [1.0, 3.0], "partner_t": [1.0, 1.0]})
-    assert co.SummedUtilization("u").predict(X).tolist() == pytest.approx([1.0, 1.5])
-    assert co.StepShare("t").predict(X).tolist() == pytest.approx([1.5, 1.25])
-    est = co.CorrectedSlowdown(co.StepShare("t"), ("u",), margin=0.1)
+    assert SummedUtilization("u").predict(X).tolist() == pytest.approx([1.0, 1.5])
+    assert StepShare("t").predict(X).tolist() == pytest.approx([1.5, 1.25])
+    est = CorrectedSlowdown(StepShare("t"), ("u",), margin=0.1)
     twin = clone(est)
     assert twin.get_params()["margin"] == 0.1 and twin.prior is not est.prior
     d = est.describe()
     assert d["kind"] == "learned" and d["params"]["prior"] == "StepShare" and d["what"]
     with pytest.raises(GpupredError, match="pair frame lacks"):
-        co.TimeSharing("busy").predict(X)
+        TimeSharing("busy").predict(X)
 
 
 def test_cells_hold_out_whole_model_groups_and_never_score_a_reference(v100: study.Slice) -> None:
@@ -75,16 +80,16 @@ def test_calibration_recovers_new_jobs_effects_and_k0_is_the_prior(v100: study.S
     held = sorted(j for j in set(X.job_key) if j.startswith(("FixC", "FixE")))
     refs = [j for j in sorted(set(X.job_key)) if j not in held][:5]
     train = X[~X.job_key.isin(held) & ~X.partner_key.isin(held)]
-    model = co.SlowdownModel(co.StepShare("step_s")).fit(train, train.slowdown.to_numpy())
+    model = SlowdownModel(StepShare("step_s")).fit(train, train.slowdown.to_numpy())
     test = X[X.job_key.isin(held) & X.partner_key.isin(held)]  # pairs of two new jobs, as scoring holds them out
     for job in held:
         model.calibrate(job, scoring.coruns_with(X, job, []))
-    np.testing.assert_allclose(model.predict(test), co.StepShare("step_s").predict(test))  # k = 0: the prior itself
+    np.testing.assert_allclose(model.predict(test), StepShare("step_s").predict(test))  # k = 0: the prior itself
     for job in held:
         model.calibrate(job, scoring.coruns_with(X, job, refs))
     assert all(model.calibrated_[job] == 5 for job in held)
     err = np.abs(np.log(model.predict(test)) - np.log(test.slowdown.to_numpy()))
-    prior_err = np.abs(np.log(co.StepShare("step_s").predict(test)) - np.log(test.slowdown.to_numpy()))
+    prior_err = np.abs(np.log(StepShare("step_s").predict(test)) - np.log(test.slowdown.to_numpy()))
     assert err.mean() < 0.35 * prior_err.mean()
 
 
@@ -108,13 +113,13 @@ def test_correction_is_kept_only_where_it_beats_the_prior() -> None:
     rng = np.random.default_rng(0)
     jobs = pd.DataFrame({"job_key": [f"j{k}" for k in range(24)], "model_group": [f"g{k % 6}" for k in range(24)],
                          "f": rng.uniform(0, 1, 24), "t": rng.uniform(0.1, 1, 24)})
-    X = co.ordered_pairs(jobs, ["f", "t"])
-    prior = co.StepShare("t")
+    X = ordered_pairs(jobs, ["f", "t"])
+    prior = StepShare("t")
     exact = prior.predict(X)
     useful = exact * np.exp(0.8 * X.own_f.to_numpy() * X.partner_f.to_numpy())  # a feature product the prior misses
-    kept = co.CorrectedSlowdown(prior, ("f",)).fit(X, useful)
+    kept = CorrectedSlowdown(prior, ("f",)).fit(X, useful)
     assert kept.chosen_ != "prior"
-    same = co.CorrectedSlowdown(prior, ("f",)).fit(X, exact * np.exp(rng.normal(0, 1e-3, len(X))))
+    same = CorrectedSlowdown(prior, ("f",)).fit(X, exact * np.exp(rng.normal(0, 1e-3, len(X))))
     assert same.chosen_ == "prior"
     np.testing.assert_allclose(same.predict(X), exact)
 
@@ -139,7 +144,7 @@ def test_reference_jobs_start_at_the_medoid_and_are_nested() -> None:
 def test_failure_rule_reads_measured_outcomes_then_reference_co_runs() -> None:
     rows = [("r", "a", False), ("r", "big", True), ("a", "b", False), ("r2", "a", False)]
     X = pd.DataFrame([{"job_key": a, "partner_key": b, "failed": f} for a, b, f in rows])
-    m = co.FailureModel(refs=("r", "r2")).fit(X)
+    m = FailureModel(refs=("r", "r2")).fit(X)
     assert m.large_ == {"big"} and m.base_rate_ == 0.0
     new = pd.DataFrame({"job_key": ["n", "n"], "partner_key": ["r", "r2"], "failed": [True, False]})
     m.calibrate("n", new)
@@ -154,7 +159,7 @@ def test_heldout_matrix_never_reads_the_pair_it_predicts(v100: study.Slice) -> N
     refs = study.reference_choice(v100, 3)
     jobs = X.drop_duplicates("job_key")[["job_key", "model_group", "own_step_s"]].rename(columns={"own_step_s": "step_s"})
     jobs = jobs.sort_values("job_key").reset_index(drop=True)
-    make = lambda: co.SlowdownModel(co.StepShare("step_s"))  # noqa: E731
+    make = lambda: SlowdownModel(StepShare("step_s"))  # noqa: E731
     a, b = [j for j in jobs.job_key if j not in refs and j.startswith("FixA")][0], "FixD (batch size 64)"
     before = heldout_matrices(X, jobs, ["step_s"], make, refs, 3, n_folds=3, seed=0)
     pair = ((X.job_key == a) & (X.partner_key == b)) | ((X.job_key == b) & (X.partner_key == a))
@@ -172,7 +177,7 @@ def test_cross_gpu_busy_recovers_a_planted_split() -> None:
     assert u == pytest.approx(np.sqrt(15.7 / 9.3 * 900 / 732))  # V100 16 GB over P100, datasheet peaks
     host, gpu = np.array([0.0, 0.05, 0.1, 0.3]), np.array([0.2, 0.1, 0.1, 0.05])
     steps = pd.DataFrame({"job_key": list("abcd"), "step_s_k80": 9.0, "step_s_p100": host + gpu * u, "step_s_v100": host + gpu})
-    busy = co.cross_gpu_busy(steps).set_index("job_key")
+    busy = cross_gpu_busy(steps).set_index("job_key")
     np.testing.assert_allclose(busy["busy_v100"], gpu / (host + gpu), atol=1e-9)
     assert "busy_k80" not in busy  # the K80 is not in the hardware table: its steps are not read
 
@@ -180,7 +185,7 @@ def test_cross_gpu_busy_recovers_a_planted_split() -> None:
 def test_repeated_inner_splits_deal_groups_differently() -> None:
     jobs = pd.DataFrame({"job_key": [f"j{k}" for k in range(12)], "model_group": [f"g{k}" for k in range(12)],
                          "t": np.linspace(0.1, 1.0, 12)})
-    X = co.ordered_pairs(jobs, ["t"])
+    X = ordered_pairs(jobs, ["t"])
     from gpupred.slowdown.correction import group_folds
 
     first, again, other = group_folds(X, 3), group_folds(X, 3), group_folds(X, 3, shuffle=1)
@@ -189,7 +194,7 @@ def test_repeated_inner_splits_deal_groups_differently() -> None:
     for tr, te in other:  # still whole groups: no test job in a training pair
         held = set(X.model_group.to_numpy()[te])
         assert not held & (set(X.model_group.to_numpy()[tr]) | set(X.partner_group.to_numpy()[tr]))
-    assert co.CorrectedSlowdown(co.StepShare("t")).get_params()["repeats"] == 3
+    assert CorrectedSlowdown(StepShare("t")).get_params()["repeats"] == 3
 
 
 def test_a_cells_gap_has_a_bootstrap_standard_error() -> None:

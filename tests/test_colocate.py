@@ -29,7 +29,7 @@ PAIR_KEYS = {"memory_mib", "memory_q95_mib", "capacity_mib", "headroom_mib", "oo
 
 @pytest.fixture(scope="module")
 def predictor():
-    from gpupred.predictor import load_predictor
+    from gpupred.predictor.artifact import load_predictor
 
     if not config.PREDICTOR.is_file():
         pytest.skip("no committed predictor")
@@ -41,11 +41,11 @@ def fixture_choice() -> dict:
     """Notebook 06's choice computed on FIXTURE Lucid-like pairs (made-up slowdowns)."""
     from fixtures_coloc import fixture_lucid, fixture_predicted_features
 
-    from gpupred import colocation as co
+    from gpupred.colocation.pairtable import lucid_solo_truth, lucid_table
     from gpupred.colocation import served, study
 
     pairs, solo, latent = fixture_lucid(20, seed=1)
-    slices = study.lucid_slices(co.lucid_table(pairs, solo), co.lucid_solo_truth(solo),
+    slices = study.lucid_slices(lucid_table(pairs, solo), lucid_solo_truth(solo),
                                 fixture_predicted_features(latent[latent.workload_id.notna()]))[:1]
     choice = served.slowdown_choice([study.run_slice(s, n_folds=3, ks=range(4)) for s in slices], slices)
     return {"schema": served.SCHEMA_VERSION, "dataset_fingerprint": "FIXTURE", **choice}

@@ -18,7 +18,13 @@ from fixtures_coloc import (
 )
 from scipy.stats import spearmanr
 
-from gpupred import colocation as co
+from gpupred.colocation.effects import job_effects, monotone_ceiling, partner_rows, self_pair_noise
+from gpupred.colocation.members import align, baseline_slowdown, predicted_features, usable_groups
+from gpupred.colocation.pairtable import (
+    SOLO_COLUMNS, TABLE_COLUMNS, colocation_table, failed_groups, load_colocation, load_pair_sources, lucid_table,
+    pair_slowdown_matrix,
+)
+from gpupred.slowdown.estimator import pair_frame
 from gpupred.colocation import pairtable as co_table
 from gpupred.errors import GpupredError
 from gpupred.errors import MissingInput
@@ -39,7 +45,7 @@ def lucid() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def test_join_slowdown_sums_and_failed(tree: tuple[Path, pd.DataFrame]) -> None:
     raw, solo = tree
-    table, measured = co.load_colocation(raw)
+    table, measured = load_colocation(raw)
     # solo utilization is the window mean (fixture samples read 0 % outside the window)
     m = measured.set_index("workload_id")
     np.testing.assert_allclose(m.loc[solo.workload_id, "gpu_util"], solo.gpu_util)
@@ -53,7 +59,7 @@ def test_join_slowdown_sums_and_failed(tree: tuple[Path, pd.DataFrame]) -> None:
     assert ok.partners.iloc[0] == b.workload_id and ok.partners.iloc[1] == a.workload_id
     assert set(table.precision) == {"fp32", "bf16"} and set(table.source) == {"gpupred"}
     assert (table.job_key == table.workload_id).all() and set(table.model_group) == {"mlp"}
-    failed = co.failed_groups(table)
+    failed = failed_groups(table)
     assert list(failed.group_id) == ["fail000", "partner000"] and failed.statuses.iloc[0] == "oom;oom"
     assert table.loc[table.group_id == "fail000", "slowdown"].isna().all()
     assert not table.loc[~table.group_id.isin(["fail000", "partner000"]), "group_failed"].any()
@@ -68,16 +74,16 @@ def test_refuses_simulated(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     write_raw_tree(raw, fixture_solo(2), [(0, 1)], simulated=True)
     with pytest.raises(GpupredError, match="simulated"):
-        co.load_colocation(raw)
+        load_colocation(raw)
 
 
 def test_missing_solo_leaves_slowdown_nan(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     solo = fixture_solo(3)
     write_raw_tree(raw, solo, [(0, 1)])
-    _, measured = co.load_colocation(raw)
+    _, measured = load_colocation(raw)
     runs = pd.concat([pd.read_parquet(p) for p in sorted((raw / "fixture-gpu" / "fixture-coloc" / "runs").glob("pair*.parquet"))])
-    table2 = co.colocation_table(runs.assign(sweep_dir=""), measured[measured.workload_id != solo.workload_id[1]])
+    table2 = colocation_table(runs.assign(sweep_dir=""), measured[measured.workload_id != solo.workload_id[1]])
     assert table2.has_solo.tolist() == [True, False]
     assert np.isfinite(table2.slowdown.iloc[0]) and np.isnan(table2.slowdown.iloc[1])
 
@@ -86,8 +92,8 @@ def test_lucid_table_follows_the_contract(lucid: tuple[pd.DataFrame, pd.DataFram
     pairs, solo, _ = lucid
     bad = pairs.copy()
     bad.loc[bad.pair_id == 3, "speed_norm"] = 0.0  # a member that did not run
-    table = co.lucid_table(bad, solo)
-    assert list(table.columns) == list(co.TABLE_COLUMNS) and len(table) == len(pairs)
+    table = lucid_table(bad, solo)
+    assert list(table.columns) == list(TABLE_COLUMNS) and len(table) == len(pairs)
     first = table[table.group_id == "lucid-1"]  # jobs 0 and 1
     np.testing.assert_allclose(first.slowdown, pairs[pairs.pair_id == 1].slowdown)
     assert first.sum_util.iloc[0] == pytest.approx(solo.gpu_util[0] + solo.gpu_util[1])
@@ -107,25 +113,25 @@ def test_lucid_table_follows_the_contract(lucid: tuple[pd.DataFrame, pd.DataFram
 def test_lucid_table_bad_frames_named(lucid, edit, match: str) -> None:
     pairs, solo, _ = lucid
     with pytest.raises(GpupredError, match=match) as err:
-        co.lucid_table(*edit(pairs, solo))
+        lucid_table(*edit(pairs, solo))
     assert "\n" not in str(err.value)
 
 
 def test_load_pair_sources_says_what_is_missing(tmp_path: Path, tree, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(co_table, "lucid_frames", lambda: "Lucid importer (gpupred.importers.lucid) not installed")
     with pytest.raises(MissingInput, match="no measured co-located pairs: no co-located runs under .*; Lucid importer") as err:
-        co.load_pair_sources(tmp_path / "empty")
+        load_pair_sources(tmp_path / "empty")
     assert "\n" not in str(err.value)
-    table, solo, notes = co.load_pair_sources(tree[0])  # our own sweeps alone still work
+    table, solo, notes = load_pair_sources(tree[0])  # our own sweeps alone still work
     assert set(table.source) == {"gpupred"} and len(solo) == 10 and notes == ["Lucid importer (gpupred.importers.lucid) not installed"]
 
 
 def test_load_pair_sources_joins_both(tree, lucid, monkeypatch: pytest.MonkeyPatch) -> None:
     pairs, solo, _ = lucid
     monkeypatch.setattr(co_table, "lucid_frames", lambda: (pairs, solo))
-    table, truth, notes = co.load_pair_sources(tree[0])
+    table, truth, notes = load_pair_sources(tree[0])
     assert set(table.source) == {"gpupred", "lucid"} and not notes
-    assert set(truth.source) == {"gpupred", "lucid"} and list(truth.columns) == list(co.SOLO_COLUMNS)
+    assert set(truth.source) == {"gpupred", "lucid"} and list(truth.columns) == list(SOLO_COLUMNS)
 
 
 def test_fixture_hides_its_generating_variable(lucid) -> None:
@@ -142,11 +148,11 @@ def test_fixture_hides_its_generating_variable(lucid) -> None:
 
 def test_failed_pairs_are_not_usable(tree: tuple[Path, pd.DataFrame]) -> None:
     raw, solo = tree
-    table, _ = co.load_colocation(raw)
-    member = co.align(table, fixture_predicted_features(solo))
-    keep = co.usable_groups(table, member)
+    table, _ = load_colocation(raw)
+    member = align(table, fixture_predicted_features(solo))
+    keep = usable_groups(table, member)
     assert not keep[table.group_id.isin(["fail000", "partner000"]).to_numpy()].any() and keep.sum() > 0
-    X = co.pair_frame(table[keep], member[keep], ["gpu_util"])
+    X = pair_frame(table[keep], member[keep], ["gpu_util"])
     assert not set(X.group_id) & {"fail000", "partner000"} and np.isfinite(X.slowdown).all()
 
 
@@ -156,27 +162,27 @@ def test_predicted_features_from_oof() -> None:
     oof = pd.DataFrame({"run_id": ["r1", "r2", "r3"], "workload_id": ["w1", "w1", "w2"], "gpu": "g", "source": "fixture",
                         "fold": [0, 0, 1], "gpu_util": [40.0, 60.0, 10.0], "gpu_util_low": 0.0, "gpu_util_high": 99.0,
                         "memory_mib": [100.0, 300.0, 5.0], "memory_mib_low": 1.0, "memory_mib_high": 900.0})
-    f = co.predicted_features(ds, oof).set_index("workload_id")
+    f = predicted_features(ds, oof).set_index("workload_id")
     assert f.loc["w1", "gpu_util"] == 50.0 and f.loc["w1", "mem_mib"] == 200.0 and f.loc["w2", "mem_mib_high"] == 900.0
     assert f.loc["w2", "arithmetic_intensity"] == 9.0
     with pytest.raises(GpupredError, match="gpu_util and memory_mib"):
-        co.predicted_features(ds, oof.drop(columns=["memory_mib"]))
+        predicted_features(ds, oof.drop(columns=["memory_mib"]))
     with pytest.raises(GpupredError, match="not in the dataset"):
-        co.predicted_features(ds.iloc[:2], oof)
+        predicted_features(ds.iloc[:2], oof)
 
 
 def test_pair_slowdown_matrix(lucid) -> None:
     pairs, solo, _ = lucid
-    table = co.lucid_table(pairs[pairs.pair_id.isin([1, 2])], solo)  # (0, 1) and (0, 2)
+    table = lucid_table(pairs[pairs.pair_id.isin([1, 2])], solo)  # (0, 1) and (0, 2)
     keys = solo.job_key[:4].tolist()
-    mat = co.pair_slowdown_matrix(table, keys)
+    mat = pair_slowdown_matrix(table, keys)
     s = pairs.set_index(["pair_id", "member"]).slowdown
     assert mat[0, 1] == pytest.approx(s[1, 0]) and mat[1, 0] == pytest.approx(s[1, 1]) and mat[2, 0] == pytest.approx(s[2, 1])
     assert np.isnan(mat[0, 3]) and np.isnan(mat[1, 2]) and np.isfinite(mat).sum() == 4
 
 
 def test_baseline() -> None:
-    np.testing.assert_allclose(co.baseline_slowdown([50, 150, 230]), [1.0, 1.5, 2.3])
+    np.testing.assert_allclose(baseline_slowdown([50, 150, 230]), [1.0, 1.5, 2.3])
     assert GPU.startswith("FIXTURE")
 
 
@@ -202,13 +208,13 @@ def additive_pairs(n: int = 12, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFra
 
 def test_job_effects_recover_a_planted_additive_truth() -> None:
     table, _, jobs = additive_pairs()
-    effects, fit = co.job_effects(table, alpha=1e-6)
+    effects, fit = job_effects(table, alpha=1e-6)
     assert fit["r2"] > 0.999 and fit["spearman"] > 0.99 and 0 < fit["r2_own"] < 1
     e = effects.merge(jobs, on="job_key")
     assert spearmanr(e.sensitivity, e.sens).statistic > 0.99 and spearmanr(e.aggressiveness, e.aggr).statistic > 0.99
     assert (e.pairs == len(jobs) + 1).all()  # every other job once, itself twice (both rows of its self-pair)
     with pytest.raises(GpupredError, match="pairs"):
-        co.job_effects(pd.concat([table, table.iloc[:1]]))
+        job_effects(pd.concat([table, table.iloc[:1]]))
 
 
 def monotone_pairs(n: int = 10, seed: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
@@ -226,26 +232,26 @@ def monotone_pairs(n: int = 10, seed: int = 1) -> tuple[pd.DataFrame, np.ndarray
 
 def test_monotone_ceiling_reaches_a_monotone_truth_and_not_a_reversed_one() -> None:
     table, util = monotone_pairs()
-    fit = co.monotone_ceiling(table, util)
+    fit = monotone_ceiling(table, util)
     assert fit["spearman"] > 0.99 and fit["r2"] > 0.99
-    falling = co.monotone_ceiling(table.assign(slowdown=1.0 / table["slowdown"]), util)  # falls with both utils
+    falling = monotone_ceiling(table.assign(slowdown=1.0 / table["slowdown"]), util)  # falls with both utils
     assert falling["r2"] < 0.05 and falling["spearman"] == 0.0  # nothing monotone to fit: a constant
     with pytest.raises(GpupredError, match="utilizations"):
-        co.monotone_ceiling(table, util[:-1])
+        monotone_ceiling(table, util[:-1])
 
 
 def test_self_pair_noise_reads_the_two_members_of_a_job_with_itself() -> None:
     table, _ = monotone_pairs(6)
     keys = table["job_key"].to_numpy()
-    partner = keys[co.partner_rows(table)]
+    partner = keys[partner_rows(table)]
     selfish = keys == partner
     bump = np.where(selfish & (np.arange(len(table)) % 2 == 0), np.exp(0.1), 1.0)  # first member of each self-pair +0.1
-    noise = co.self_pair_noise(table.assign(slowdown=table["slowdown"] * bump))
+    noise = self_pair_noise(table.assign(slowdown=table["slowdown"] * bump))
     assert noise["pairs"] == 6 and noise["both_faster"] == 0  # monotone_pairs' slowdowns are all above 1
     assert noise["noise_sd"] == pytest.approx(0.0)  # the same +0.1 in every self-pair: no spread, so no noise
     bump[np.flatnonzero(selfish)[:2]] = [np.exp(0.3), 1.0]
-    assert co.self_pair_noise(table.assign(slowdown=table["slowdown"] * bump))["noise_sd"] > 0.05
+    assert self_pair_noise(table.assign(slowdown=table["slowdown"] * bump))["noise_sd"] > 0.05
     faster = np.where(selfish, 0.9, 1.0)  # every self-pair's two members ran 10 % faster than alone
-    assert co.self_pair_noise(table.assign(slowdown=faster))["both_faster"] == 6
+    assert self_pair_noise(table.assign(slowdown=faster))["both_faster"] == 6
     with pytest.raises(GpupredError, match="itself"):
-        co.self_pair_noise(table[~selfish].reset_index(drop=True))
+        self_pair_noise(table[~selfish].reset_index(drop=True))

@@ -15,7 +15,7 @@ import pytest
 
 import gpupred
 from gpupred.errors import GpupredError
-from gpupred.graph import FEATURE_KEYS, featurize
+from gpupred.graph.features import FEATURE_KEYS, featurize
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

@@ -12,7 +12,8 @@ from gpupred.memory.physics import (
     MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
     term_sizes,
 )
-from gpupred.memory import BEST, CORRECTION_CLIP, MemoryEstimator
+from gpupred.memory.estimator import BEST, MemoryEstimator
+from gpupred.memory.correction import CORRECTION_CLIP
 from gpupred.setups import setup_of
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from fixtures_learning import _run_row, _samples
 from gpupred.errors import GpupredError
-from gpupred.fusion import advise_fusion, choose_f
+from gpupred.fusion.advisor import advise_fusion, choose_f
 from gpupred.fusion.advisor import CURVE_COLUMNS, base_spec, catalog_models
 from gpupred.fusion.measured import compare_with_advice, fusion_vs_colocation, measured_curves, measured_knee
 from gpupred.step.physics.vmapped import LOOP_CELL_KERNELS, STACKED_OPTIMIZER_OPS, fused_kernels
@@ -97,7 +97,7 @@ def test_choice_is_the_knee_of_the_fitting_curve_and_hydro_the_largest_fit() -> 
 
 @pytest.fixture(scope="module")
 def predictor():  # type: ignore[no-untyped-def]
-    from gpupred.predictor import load_predictor
+    from gpupred.predictor.artifact import load_predictor
 
     return load_predictor(REPO / "models" / "predictor.joblib")
 
@@ -239,7 +239,7 @@ def test_notebook_09_says_so_without_fused_runs(run_notebook, tmp_path: Path) ->
 def test_fused_kernels_keep_the_setups_tensor_core_flags() -> None:
     """A fused step's kernels carry one tensor-core flag per kernel (the setup's), so they can be timed."""
     from gpupred.hardware import gpu_spec
-    from gpupred.step.physics import DEFAULT
+    from gpupred.step.physics.constants import DEFAULT
     from gpupred.step.physics.columns import spec_kernels
     from gpupred.step.physics.timeline import kernel_times
     from gpupred.step.physics.vmapped import fused_kernels

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpupred.graph import FEATURE_KEYS, featurize
+from gpupred.graph.features import FEATURE_KEYS, featurize
 
 F = TensorProto.FLOAT
 

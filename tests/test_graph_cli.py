@@ -11,7 +11,7 @@ import onnx
 import pytest
 from test_graph_features import mlp_graph
 
-from gpupred.graph import FEATURE_KEYS
+from gpupred.graph.features import FEATURE_KEYS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from gpupred.graph import featurize
+from gpupred.graph.features import featurize
 from gpupred.graph.costs import COST_TABLE, NodeInfo, TensorInfo, attention_rule
 
 F = TensorProto.FLOAT

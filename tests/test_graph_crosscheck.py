@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 onnx_tool = pytest.importorskip("onnx_tool")
 
-from gpupred.graph import featurize  # noqa: E402
+from gpupred.graph.features import featurize  # noqa: E402
 from gpupred.graph.export import export_module  # noqa: E402
 
 CONTRACTIONS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN", "Einsum"}

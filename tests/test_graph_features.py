@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph import FEATURE_KEYS, featurize
+from gpupred.graph.features import FEATURE_KEYS, featurize
 
 
 def mlp_graph(batch: int | str = "batch", hidden: int = 16) -> onnx.ModelProto:
@@ -107,7 +107,8 @@ def test_bad_precision_optimizer() -> None:
 
 def test_export_tiny_module_symbolic_batch(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from gpupred.graph.export import EXTERNAL_DATA_NAME, export_module
+    from gpupred.graph.export import export_module
+    from gpupred.graph.stripped import EXTERNAL_DATA_NAME
 
     class Tiny(torch.nn.Module):
         def __init__(self) -> None:

@@ -17,7 +17,8 @@ from onnx import TensorProto, helper
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.graph import FEATURE_KEYS, IncompleteGraphWarning, check_complete, featurize
+from gpupred.graph.features import FEATURE_KEYS, featurize
+from gpupred.graph.coverage import IncompleteGraphWarning, check_complete
 from gpupred.graph.corpus import read_corpus_index
 
 

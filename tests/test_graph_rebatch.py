@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gpupred.errors import GpupredError
-from gpupred.graph import featurize
+from gpupred.graph.features import featurize
 from gpupred.graph.protoscan import STRIPPED_LOCATION, load_without_weights
 from gpupred.graph.rebatch import batch_candidates
 

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpupred.graph import featurize
+from gpupred.graph.features import featurize
 from gpupred.graph import features as F
 from gpupred.graph import loader
 from gpupred.graph.fold import SHAPES_KEY

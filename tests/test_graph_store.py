@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from gpupred.graph import featurize
+from gpupred.graph.features import featurize
 from gpupred.graph.export import EXPORT_VERSION, read_index, store_path, stored_graph
 from gpupred.workloads.spec import WorkloadSpec
 

@@ -11,7 +11,7 @@ from fixtures_external import repin, write_local_copy
 from fixtures_gavel import GPUS, fixture_jobs, fixture_throughput_text, fixture_throughputs
 
 from gpupred import config, importers
-from gpupred.colocation import gavel_table
+from gpupred.colocation.gavelpairs import gavel_table
 from gpupred.errors import GpupredError, MissingInput
 from gpupred.importers import gavel
 from gpupred.importers.source import import_source

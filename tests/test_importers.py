@@ -207,7 +207,7 @@ def test_gpumemnet_file_names_parse() -> None:
 ])
 def test_helper_built_graph_featurizes_like_the_torch_export(wid: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.export import export_module
     from gpupred.graph.graphstore import fcnet_onnx
     from gpupred.workloads.builders import build

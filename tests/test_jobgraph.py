@@ -22,11 +22,11 @@ def onnx_file(tmp_path: Path) -> Path:
 
 
 def test_the_same_file_is_one_job_and_each_part_is_computed_once(onnx_file: Path, monkeypatch) -> None:
-    import gpupred.graph
+    import gpupred.graph.features as features
 
     calls = []
-    real = gpupred.graph.featurize
-    monkeypatch.setattr(gpupred.graph, "featurize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = features.featurize
+    monkeypatch.setattr(features, "featurize", lambda *a, **k: calls.append(1) or real(*a, **k))
     setup = setup_of("fp32", "sgd")
     job = job_graph(str(onnx_file), "mlp.onnx", 4, setup)
     assert job_graph(str(onnx_file), "mlp.onnx", 4, setup) is job

@@ -8,8 +8,11 @@ import pytest
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.dataset import feature_columns
-from gpupred.learn import REGRESSORS, ConformalRegressor, make_regressor, rmsle
-from gpupred.learn.splits import check_grouped, cross_gpu_splits, lofo_splits, sibling_group, splits_for
+from gpupred.learn.regressors import REGRESSORS, make_regressor
+from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.splits import rmsle
+from gpupred.learn.folds import sibling_group
+from gpupred.learn.splits import check_grouped, cross_gpu_splits, lofo_splits, splits_for
 from gpupred.learn.importance import impurity_importance, permutation
 
 

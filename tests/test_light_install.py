@@ -45,7 +45,7 @@ def test_catalog_features_without_torch(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import sys
         import gpupred
-        from gpupred.graph import build_feature_table
+        from gpupred.graph.table import build_feature_table
         from gpupred.workloads.catalog import catalog, fused_catalog
         specs = catalog() + fused_catalog()
         df = build_feature_table(specs, workers=2, progress=False)

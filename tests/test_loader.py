@@ -190,7 +190,7 @@ def test_the_committed_reference_profile_reads_without_torch() -> None:
         import sys
         import gpupred, gpupred.loader, gpupred.loader.hostprofile, gpupred.loader.speed, gpupred.loader.synth
         import gpupred.loader.standard, gpupred.loader.measure, gpupred.loader.hostbench
-        from gpupred.loader import default_host_profile
+        from gpupred.loader.hostprofile import default_host_profile
         p = default_host_profile()
         kinds = {k: p.variants(k) for k in p.data["kinds"]}
         print(sorted(kinds), p.data["source"], p.copy_kind, 'torch' in sys.modules)

@@ -8,9 +8,8 @@ import pytest
 
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
-from gpupred.memory import (
-    METHODS, OLD_METHODS, MemoryModel, analytical_bytes, evaluate_memory, horus_mib, summarize_memory,
-)
+from gpupred.memory.evaluate import METHODS, OLD_METHODS, evaluate_memory, summarize_memory
+from gpupred.memory.baselines import MemoryModel, analytical_bytes, horus_mib
 
 
 def test_analytical_by_hand() -> None:
@@ -54,7 +53,8 @@ def test_evaluate_memory_table() -> None:
 
 
 def test_memory_metrics_keys() -> None:
-    from gpupred.memory import MemoryEstimator, memory_metrics
+    from gpupred.memory.estimator import MemoryEstimator
+    from gpupred.memory.evaluate import memory_metrics
 
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
                          sources={"NVIDIA GeForce RTX 3090": "lucid"})
@@ -73,10 +73,10 @@ TWO_GPUS = {"gpus": ("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), "n_bat
 
 
 def test_one_optimizer_table() -> None:
-    import gpupred.memory as memory
+    import gpupred.memory.baselines as baselines
     from gpupred.memory.physics import OPTIMIZER_STATES
 
-    assert not hasattr(memory, "OPTIMIZER_STATES")  # one table: gpupred.memory.physics's
+    assert not hasattr(baselines, "OPTIMIZER_STATES")  # one table: gpupred.memory.physics's
     df = fixture_dataset(n_batch_sizes=1).head(2).assign(optimizer=["adamw", "sgd_nomomentum"], precision="fp32")
     p, act = df["param_bytes"].to_numpy(float), df["activation_bytes"].to_numpy(float)
     expected = p * (2.0 + np.array([OPTIMIZER_STATES["adamw"], OPTIMIZER_STATES["sgd_nomomentum"]])) + act
@@ -85,7 +85,7 @@ def test_one_optimizer_table() -> None:
 
 def test_halfwidths_take_the_one_conformal_rule() -> None:
     from gpupred.learn.conformal import conformal_quantile
-    from gpupred.memory import COVERAGE, lofo_halfwidths
+    from gpupred.memory.correction import COVERAGE, lofo_halfwidths
 
     rng = np.random.default_rng(0)
     res = np.concatenate([rng.normal(0, 0.1, 40), rng.normal(0, 0.3, 25), [np.nan] * 3, rng.normal(0, 1, 5)])
@@ -97,7 +97,7 @@ def test_halfwidths_take_the_one_conformal_rule() -> None:
 
 
 def test_selection_score_weighs_sources_equally() -> None:
-    from gpupred.memory import selection_score
+    from gpupred.memory.correction import selection_score
 
     res = np.array([0.1] * 90 + [0.5] * 10 + [np.nan])
     src = np.array(["big"] * 90 + ["small"] * 10 + ["big"])
@@ -106,7 +106,7 @@ def test_selection_score_weighs_sources_equally() -> None:
 
 def test_inner_residuals_never_see_the_held_out_family() -> None:
     """A row's inner prediction (log measured - residual) does not move when its own family's labels do."""
-    from gpupred.memory import CORRECTION_GRID, inner_lofo_residuals
+    from gpupred.memory.correction import CORRECTION_GRID, inner_lofo_residuals
 
     df = fixture_dataset(**TWO_GPUS).reset_index(drop=True)
     grid = CORRECTION_GRID[:3] + CORRECTION_GRID[-3:]
@@ -124,9 +124,9 @@ def test_nested_selection_and_every_baseline_use_training_rows_only() -> None:
     """Every method's outer prediction of a held-out family is unchanged when that family's labels change: the
     constant, the regressor, the footprint's constants, the correction's setting and its calibration all come
     from the training rows (FIXTURE)."""
-    from gpupred import memory
+    from gpupred.memory.evaluate import COMPARISON_METHODS
     from gpupred.learn.nested import CVSettings
-    from gpupred.memory import compare_memory
+    from gpupred.memory.evaluate import compare_memory
 
     df = fixture_dataset(**TWO_GPUS)
     fam = df["family"] == "resnet"
@@ -134,7 +134,7 @@ def test_nested_selection_and_every_baseline_use_training_rows_only() -> None:
     cv = CVSettings(n_cal=3, n_jobs=1)
     a = compare_memory(df, cv, n_within=2, schemes=("lofo",))["lofo"]
     b = compare_memory(moved, cv, n_within=2, schemes=("lofo",))["lofo"]
-    assert set(a) == set(memory.COMPARISON_METHODS) == {"constant", "regressor", "physics", "physics+correction"}
+    assert set(a) == set(COMPARISON_METHODS) == {"constant", "regressor", "physics", "physics+correction"}
     for method in a:
         pa, pb = a[method].predictions, b[method].predictions
         held = pa["family"] == "resnet"
@@ -146,7 +146,7 @@ def test_nested_selection_and_every_baseline_use_training_rows_only() -> None:
 def test_compare_memory_schemes_and_constant_baseline() -> None:
     from gpupred.learn.nested import CVSettings
     from gpupred.learn.summary import comparison_table
-    from gpupred.memory import compare_memory
+    from gpupred.memory.evaluate import compare_memory
 
     df = fixture_dataset(**TWO_GPUS)
     res = compare_memory(df, CVSettings(n_cal=3, n_jobs=1), n_within=2)
@@ -166,7 +166,8 @@ def test_compare_memory_schemes_and_constant_baseline() -> None:
 def test_selection_keeps_a_correction_that_carries_to_unseen_families() -> None:
     """The FIXTURE formula has no autocast weight copies, so the footprint over-counts bf16 jobs by the same factor in
     every family: a correction learned on the other families carries, and the inner selection keeps one."""
-    from gpupred.memory import CORRECTION_GRID, MemoryEstimator
+    from gpupred.memory.correction import CORRECTION_GRID
+    from gpupred.memory.estimator import MemoryEstimator
 
     model = MemoryEstimator().fit(fixture_dataset(**TWO_GPUS))
     off = min(v for s, v in model.selection_.items() if s.clip == 0)
@@ -178,7 +179,8 @@ def test_selection_keeps_a_correction_that_carries_to_unseen_families() -> None:
 
 
 def test_one_family_group_keeps_the_default_setting() -> None:
-    from gpupred.memory import DEFAULT_SETTING, MemoryEstimator
+    from gpupred.memory.correction import DEFAULT_SETTING
+    from gpupred.memory.estimator import MemoryEstimator
 
     df = fixture_dataset(**TWO_GPUS)
     model = MemoryEstimator().fit(df[df["family"] == "resnet"])

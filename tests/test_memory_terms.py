@@ -58,7 +58,7 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _footprint(config_path: Path, attention: str | None, batch: int = BATCH, seq: int = SEQ) -> dict[str, float]:
     """The footprint's terms (MiB) of the exported graph: fp32 AdamW at ``batch`` x ``seq``, and its peak."""
     from gpupred.memory.physics import footprint_terms, graph_terms, setup_columns, term_sizes
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.named import named_graph
     from gpupred.setups import setup_of
     from gpupred.workloads.hubmodels import hf_model
@@ -230,7 +230,7 @@ def _autocast_footprint(config_path: Path, checkpointing: bool) -> dict[str, flo
     import dataclasses
 
     from gpupred.memory.physics import graph_terms, setup_columns, term_sizes
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.named import named_graph
     from gpupred.setups import setup_of
     from gpupred.workloads.hubmodels import hf_model

@@ -20,7 +20,7 @@ import pytest
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
-from gpupred.predictor import export_predictor, train_predictor
+from gpupred.predictor.artifact import export_predictor, train_predictor
 from test_predictor import _tiny_onnx
 
 TINY_LLAMA = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -137,7 +137,7 @@ def test_models_by_name_export_once_and_count_as_torch_does(tmp_path: Path, monk
     sum(p.numel()) of the same model built with real weights, and asking again reuses the cached file."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from gpupred import config
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.named import named_graph, named_info
     from gpupred.workloads.hubmodels import build_named
 

@@ -15,7 +15,9 @@ from sklearn.linear_model import Ridge
 from fixtures_learning import fixture_dataset
 from gpupred.dataset import feature_columns
 from gpupred.errors import GpupredError
-from gpupred.learn import EXPORTABLE, REGRESSORS, ConformalRegressor, nested_cv
+from gpupred.learn.regressors import EXPORTABLE, REGRESSORS
+from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.nested import nested_cv
 from gpupred.learn.splits import splits_for
 from gpupred.learn.nested import CVSettings, choose_for_export, oof_frame
 from gpupred.learn.oof import read_oof_predictions, write_oof_predictions

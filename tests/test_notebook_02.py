@@ -8,7 +8,7 @@ from typing import Callable
 import pandas as pd
 import pytest
 
-from gpupred.graph import FEATURE_KEYS
+from gpupred.graph.features import FEATURE_KEYS
 
 
 @pytest.mark.notebook

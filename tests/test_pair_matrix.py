@@ -16,7 +16,7 @@ import pytest
 import typer
 
 from fixtures_learning import _run_row
-from gpupred.cli import run_app
+from gpupred.cliapp import run_app
 from gpupred.errors import GpupredError
 from gpupred.cli import profile as profile_cli
 from gpupred.profile.pair_matrix import (

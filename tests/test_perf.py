@@ -10,9 +10,10 @@ from onnx import TensorProto, helper
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
-from gpupred.step.physics import (
-    KernelList, StepConstants, canonical_graph, estimate_onnx, estimate_step, kernel_times, simulate, step_kernels,
-)
+from gpupred.step.physics.kernels import KernelList, step_kernels
+from gpupred.step.physics.constants import StepConstants
+from gpupred.step.physics.model import canonical_graph, estimate_onnx, estimate_step
+from gpupred.step.physics.timeline import kernel_times, simulate
 from gpupred.setups import setup_of
 
 B, K, N = 4, 8, 16
@@ -144,7 +145,8 @@ def test_step_model_is_torch_free() -> None:
     """Importing and running the step model never imports torch."""
     import subprocess
 
-    code = ("import sys, gpupred.step.physics as p; from onnx import helper; assert 'torch' not in sys.modules; "
+    code = ("import sys, gpupred.step.physics.model, gpupred.step.physics.timeline, gpupred.step.physics.fit; "
+            "from onnx import helper; assert 'torch' not in sys.modules; "
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
@@ -306,7 +308,7 @@ def test_gan_recipe_runs_the_discriminator_again_and_steps_two_optimizers() -> N
     c = StepConstants(step_overhead_s=1e-3)
     gpu = gpu_spec("H200")
     assert simulate(gan, gpu, "fp32", c).host_s - simulate(plain, gpu, "fp32", c).host_s > 1e-3
-    from gpupred.step.physics import kernels_for
+    from gpupred.step.physics.model import kernels_for
 
     with pytest.raises(GpupredError):
         kernels_for(m, B, "fp32", "sgd", recipe="triple")
@@ -449,7 +451,8 @@ def test_batched_timeline_is_the_per_run_timeline() -> None:
     from dataclasses import replace
 
     from gpupred.hardware import gpu_spec
-    from gpupred.step.physics import DEFAULT, simulate
+    from gpupred.step.physics.constants import DEFAULT
+    from gpupred.step.physics.timeline import simulate
     from gpupred.step.physics.batched import BatchedRuns
     from gpupred.step.physics.columns import spec_kernels
     from gpupred.workloads.spec import WorkloadSpec

@@ -132,7 +132,8 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
     import re
 
     from gpupred.learn.summary import LEARNING_METRICS
-    from gpupred.pipeline import HEADLINES, write_summary
+    from gpupred.digest import HEADLINES
+    from gpupred.pipeline import write_summary
     from gpupred.reports import write_metrics
 
     write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.2, "memory_mre_within": 0.05}, tmp_path)
@@ -186,7 +187,7 @@ def test_every_summary_key_and_schema_is_described() -> None:
     import re
 
     from gpupred.digest import RESULT_KEYS, SCHEMAS, describe, schema_of
-    from gpupred.pipeline import HEADLINES
+    from gpupred.digest import HEADLINES
 
     for key, _, _ in HEADLINES:
         assert all(describe(key)), key
@@ -203,7 +204,7 @@ def test_every_headline_names_a_figure_its_notebook_declares() -> None:
 
     from gpupred.colocation.study import COLOCATION_METRICS
     from gpupred.learn.summary import LEARNING_METRICS
-    from gpupred.pipeline import HEADLINES
+    from gpupred.digest import HEADLINES
     from gpupred.sim.metrics import SIM_METRICS
 
     schemas = {s.notebook: s for s in (LEARNING_METRICS, COLOCATION_METRICS, SIM_METRICS)}

@@ -194,7 +194,7 @@ def test_options_that_cannot_apply_are_refused_in_one_line(args: list[str], mess
 
 def test_feature_rows_refuse_the_batch_size_they_carry(inputs: dict[str, Any]) -> None:
     """A featurize row carries its batch size: another one is refused rather than dropped."""
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
 
     row = featurize(inputs["file"], batch_size=8)
     with pytest.raises(GpupredError, match="feature rows carry their own"):

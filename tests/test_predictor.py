@@ -16,7 +16,7 @@ import pytest
 
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
-from gpupred.predictor import Predictor, export_predictor, load_predictor, train_predictor
+from gpupred.predictor.artifact import Predictor, export_predictor, load_predictor, train_predictor
 
 TESTS = Path(__file__).resolve().parent
 KEYS = ["gpu_util", "gpu_util_low", "gpu_util_high", "memory_mib", "memory_mib_low", "memory_mib_high"]

@@ -17,7 +17,7 @@ import pytest
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec, known_gpu_names
-from gpupred.predictor import export_predictor, load_predictor, train_predictor
+from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
 from gpupred.predictor.artifact import LICENCE_CLEAN, WITH_IMPORTS, licence_clean
 from gpupred.learn.conformal import conformal_quantile, widen
 from gpupred.predictor.extrapolate import BASIS_FAMILY, BASIS_GPU, unseen_gpu_width
@@ -197,16 +197,16 @@ def test_memory_of_a_larger_model_exceeds_every_training_label(physics_artifact:
 def test_a_graph_job_is_featurized_once_for_the_regressors_and_physics(physics_artifact: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """One feature row serves both answers, with the workload's own precision (not the call's default)."""
-    import gpupred.graph as graph
+    import gpupred.graph.features as features
 
     seen: list[str] = []
-    real = graph.featurize
+    real = features.featurize
 
     def counting(path_or_proto: Any, **kw: Any) -> dict[str, Any]:
         seen.append(kw["precision"])
         return real(path_or_proto, **kw)
 
-    monkeypatch.setattr(graph, "featurize", counting)
+    monkeypatch.setattr(features, "featurize", counting)
     out = load_predictor(physics_artifact).predict("resnet.resnet18-bs16-img128-bf16-sgd", gpu="H100 SXM")
     assert seen == ["bf16"] and out["core"].iloc[0] == "physics"
 

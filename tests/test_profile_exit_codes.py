@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import typer
 
-from gpupred.cli import run_app
+from gpupred.cliapp import run_app
 from gpupred.errors import GpupredError
 from gpupred.cli import profile as profile_cli
 from gpupred.profile import sweep

@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from fixtures_learning import _run_row, _samples
-from gpupred.cli import run_app
+from gpupred.cliapp import run_app
 from gpupred.errors import GpupredError
 from gpupred.cli import profile as profile_cli
 from gpupred.profile.units import Unit, load_plan, parse_plan_text

@@ -16,7 +16,7 @@ import pytest
 
 from gpupred import config
 from gpupred.memory.physics import Footprint
-from gpupred.step.physics import ConstantsTable
+from gpupred.step.physics.constants import ConstantsTable
 from gpupred.predictor.realworld_report import korthikanti_bytes, realworld_metrics, realworld_table
 
 

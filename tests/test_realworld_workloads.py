@@ -78,7 +78,7 @@ def test_specs_build_by_name_at_their_input_size() -> None:
 
 def test_store_graphs_featurize_whole_without_torch() -> None:
     """Every real-world architecture's graph is in the store (exported without weights) and featurizes whole."""
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.export import stored_graph
 
     first = {s.arch_key: s for s in reversed(realworld_catalog())}  # each architecture at its smallest batch

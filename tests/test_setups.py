@@ -16,7 +16,8 @@ import pytest
 
 from gpupred.errors import GpupredError
 from gpupred.memory.physics import graph_terms
-from gpupred.step.physics import canonical_graph, step_kernels
+from gpupred.step.physics.model import canonical_graph
+from gpupred.step.physics.kernels import step_kernels
 from gpupred.step.physics.kernels import OPT, optimizer_ops
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup, setup_of
 
@@ -353,7 +354,7 @@ def test_optimizer_state_matches_torch(exported: Path, setup: TrainingSetup) -> 
     import pandas as pd
 
     from gpupred.memory.physics import MIB, term_sizes, setup_columns
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
 
     net = Net().to(torch.bfloat16) if setup.precision == "bf16-pure" else Net()
     opt = _torch_optimizer(setup, net.parameters())

@@ -9,29 +9,24 @@ import pandas as pd
 import pytest
 from fixtures_coloc import fixture_lucid, fixture_predicted_features, fixture_workload_table
 
-from gpupred import colocation as co
-from gpupred import sim
-from gpupred.errors import GpupredError
-from gpupred.sim import (
-    BaselineSlowdown,
-    Cluster,
-    HorusClasses,
-    HorusPolicy,
-    MatrixSlowdown,
-    OursPolicy,
-    PairSlowdown,
-    PredictedSlowdown,
-    ReactivePolicy,
-    Simulator,
-    SlotPolicy,
-    Slowdown,
-    TruthLeak,
-    horus_cost,
-    load_trace_csv,
-    make_policy,
-    simulate,
-    synthetic_trace,
+from gpupred.colocation.members import baseline_slowdown
+from gpupred.colocation.pairtable import lucid_solo_truth, lucid_table
+from gpupred.sim.experiment import POLICY_ORDER, Settings, measured_share, policy_metrics, run_trace, tune_settings
+from gpupred.sim.metrics import (
+    ci_halfwidth, metrics_table, oracle_gain_share, paired_differences, report_metrics, summarize_seeds,
+    util_timeseries,
 )
+from gpupred.sim.policies import RandomPairPolicy, pair_gain
+from gpupred.sim.world import World, build_world
+from gpupred.errors import GpupredError
+from gpupred.sim.cluster import (
+    BaselineSlowdown, Cluster, MatrixSlowdown, PairSlowdown, PredictedSlowdown, Simulator, Slowdown, TruthLeak,
+    simulate,
+)
+from gpupred.sim.policies import (
+    HorusClasses, HorusPolicy, OursPolicy, ReactivePolicy, SlotPolicy, horus_cost, make_policy,
+)
+from gpupred.sim.arrivals import load_trace_csv, synthetic_trace
 
 CAP = 80_000.0
 
@@ -307,8 +302,8 @@ def test_metrics_and_timeseries() -> None:
     res = simulate(jobs({"util": 60.0}), Cluster(1, 2, CAP), SlotPolicy())
     assert res.metrics["avg_util"] == pytest.approx(30.0)  # one of two GPUs at 60 %
     np.testing.assert_allclose(res.util_over_time(50.0).util, [30.0, 30.0])
-    assert list(sim.metrics_table([res]).policy) == ["slot"]
-    assert set(sim.util_timeseries([res], 50.0).policy) == {"slot"}
+    assert list(metrics_table([res]).policy) == ["slot"]
+    assert set(util_timeseries([res], 50.0).policy) == {"slot"}
 
 
 def test_seed_summary_ci_paired_differences_and_report_keys() -> None:
@@ -316,38 +311,38 @@ def test_seed_summary_ci_paired_differences_and_report_keys() -> None:
                          "p95_rho": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "mean_jct_s": 5.0, "p95_jct_s": 9.0, "ooms": 0,
                          "failed_placements": 0, "throughput": 1.0, "avg_util": 50.0,
                          "mean_wait_s": [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]})
-    summary = sim.summarize_seeds(runs).set_index("policy")
+    summary = summarize_seeds(runs).set_index("policy")
     assert summary.loc["horus", "p95_rho"] == 2.0 and summary.loc["horus", "seeds"] == 3
     assert summary.loc["horus", "p95_rho_ci"] == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) x 1 / sqrt 3
     assert summary.loc["horus", "mean_jct_s_ci"] == 0.0
-    diff = sim.paired_differences(runs).set_index("comparison")
+    diff = paired_differences(runs).set_index("comparison")
     assert list(diff.index) == ["ours_minus_horus"]
     assert diff.loc["ours_minus_horus", "p95_rho"] == 2.0 and diff.loc["ours_minus_horus", "mean_wait_s"] == -1.0
-    flat = sim.report_metrics(sim.summarize_seeds(runs), sim.paired_differences(runs), prefix="sim_x")
+    flat = report_metrics(summarize_seeds(runs), paired_differences(runs), prefix="sim_x")
     for key in ("sim_x_horus_p95_rho", "sim_x_horus_p95_rho_ci", "sim_x_ours_minus_horus_p95_rho_ci",
                 "sim_x_ours_failed_placements", "sim_x_ours_minus_horus_throughput"):
         assert key in flat
-    assert np.isnan(sim.ci_halfwidth(np.array([1.0])))
+    assert np.isnan(ci_halfwidth(np.array([1.0])))
 
 
 def test_oracle_gain_share_is_the_fraction_of_the_oracle_gap_closed() -> None:
     jct_of = {"random": [100.0, 120.0], "oracle": [60.0, 80.0], "horus": [90.0, 110.0], "ours": [70.0, 90.0],
               "slot": [200.0, 220.0]}
     runs = pd.DataFrame([{"seed": s, "policy": p, "mean_jct_s": v[s]} for p, v in jct_of.items() for s in (0, 1)])
-    share = sim.oracle_gain_share(runs).set_index("policy")
+    share = oracle_gain_share(runs).set_index("policy")
     assert share.loc["ours", "share"] == pytest.approx(0.75) and share.loc["horus", "share"] == pytest.approx(0.25)
     assert share.loc["random", "share"] == 0.0 and share.loc["oracle", "share"] == 1.0
     assert share.loc["slot", "share"] == pytest.approx(-2.5)
     assert share.loc["ours", "low"] == pytest.approx(0.75) and share.loc["ours", "high"] == pytest.approx(0.75)
-    assert sim.oracle_gain_share(runs[runs.policy != "oracle"]).empty
+    assert oracle_gain_share(runs[runs.policy != "oracle"]).empty
 
 
 def test_world_from_measured_pairs(tmp_path: Path) -> None:
     pairs, solo, latent = fixture_lucid(24, seed=1)
-    table = co.lucid_table(pairs[pairs.pair_id % 7 != 0], solo)  # some pairs never measured
-    truth = co.lucid_solo_truth(solo)
+    table = lucid_table(pairs[pairs.pair_id % 7 != 0], solo)  # some pairs never measured
+    truth = lucid_solo_truth(solo)
     feats = fixture_predicted_features(latent[latent.workload_id.notna()])
-    world = sim.build_world(table, truth, feats, gpu_memory_mib=24_000.0, n_folds=3)
+    world = build_world(table, truth, feats, gpu_memory_mib=24_000.0, n_folds=3)
     assert len(world.workloads) == latent.workload_id.notna().sum()  # jobs without predictions left out
     assert world.notes and "no out-of-fold prediction" in world.notes[0]
     assert 0.5 < world.measured_fraction < 1.0 and np.isfinite(world.fallback).all()
@@ -358,10 +353,10 @@ def test_world_from_measured_pairs(tmp_path: Path) -> None:
     assert not np.allclose(world.predicted[both], world.measured[both])  # predictions, not the measurements
     assert len(world.refs) == 3 and "calibrated on 3 co-runs" in world.notes[-1]
     cluster = Cluster(1, 4, world.gpu_memory_mib)
-    runs = sim.run_trace(world, lambda s: (synthetic_trace(world.workloads, 200, 4, load=1.2, seed=s,
-                                                           median_duration_s=300), cluster), [0, 1], sim.Settings())
-    assert list(runs.policy[:6]) == list(sim.POLICY_ORDER) and len(runs) == 12
-    assert runs.pairs_measured.sum() > 0 and 0 < sim.measured_share(runs) < 1
+    runs = run_trace(world, lambda s: (synthetic_trace(world.workloads, 200, 4, load=1.2, seed=s,
+                                                       median_duration_s=300), cluster), [0, 1], Settings())
+    assert list(runs.policy[:6]) == list(POLICY_ORDER) and len(runs) == 12
+    assert runs.pairs_measured.sum() > 0 and 0 < measured_share(runs) < 1
 
 
 def test_all_policies_on_small_synthetic_trace() -> None:
@@ -370,7 +365,7 @@ def test_all_policies_on_small_synthetic_trace() -> None:
     assert trace.equals(synthetic_trace(table, 400, n_gpus=8, load=1.3, seed=3, median_duration_s=600))
     cluster = Cluster(2, 4, gpu_memory_mib=24_000.0)
     u = table.true_util.to_numpy()
-    knowledge = PredictedSlowdown(co.baseline_slowdown(u[:, None] + u[None, :] + 5), co.baseline_slowdown(u[:, None] + u[None, :] + 15),
+    knowledge = PredictedSlowdown(baseline_slowdown(u[:, None] + u[None, :] + 5), baseline_slowdown(u[:, None] + u[None, :] + 15),
                                   trace.kind.to_numpy())
     results = []
     for policy in (SlotPolicy(), ReactivePolicy(), HorusPolicy(), OursPolicy(knowledge)):
@@ -381,7 +376,7 @@ def test_all_policies_on_small_synthetic_trace() -> None:
         assert s.max_view_mem_frac <= 1.0 + 1e-9
         assert 0 < res.metrics["avg_util"] <= 100
         results.append(res)
-    m = sim.metrics_table(results).set_index("policy")
+    m = metrics_table(results).set_index("policy")
     assert m.loc["ours", "mean_wait_s"] < m.loc["slot", "mean_wait_s"]  # packing helps an overloaded cluster
     with pytest.raises(GpupredError, match="unknown policy"):
         make_policy("fifo")
@@ -495,7 +490,7 @@ def test_observed_slowdown_divides_out_the_gpu_speed() -> None:
 
 
 def test_pair_gain() -> None:
-    assert sim.pair_gain(np.array([1.0, 2.0, 1.5, np.nan]), np.array([1.0, 2.0, 3.0, 1.0])).tolist() == pytest.approx(
+    assert pair_gain(np.array([1.0, 2.0, 1.5, np.nan]), np.array([1.0, 2.0, 3.0, 1.0])).tolist() == pytest.approx(
         [1.0, 0.0, 1 / 1.5 + 1 / 3 - 1, -np.inf])
     # slowdown 1.8 both ways still gains 2 / 1.8 - 1 > 0 of throughput: ours packs, and both finish by 180 s
     res = simulate(jobs({}, {}), one_gpu(), OursPolicy(predicted(1.8)), Const(1.8))
@@ -519,11 +514,11 @@ def test_a_measured_failed_pair_fails_at_start_and_ours_avoids_a_predicted_one()
 def test_random_pairing_takes_an_empty_gpu_then_a_seeded_random_partner() -> None:
     table = jobs({}, {}, {"arrival": 1.0}, {"arrival": 1.0}, {"arrival": 2.0})
     cluster = Cluster(1, 2, CAP)
-    first = simulate(table, cluster, sim.RandomPairPolicy(seed=3), Const(1.0)).jobs.set_index("job_id").gpu
+    first = simulate(table, cluster, RandomPairPolicy(seed=3), Const(1.0)).jobs.set_index("job_id").gpu
     assert first["j0"] != first["j1"]  # two empty GPUs taken first
-    again = simulate(table, cluster, sim.RandomPairPolicy(seed=3), Const(1.0)).jobs.set_index("job_id").gpu
+    again = simulate(table, cluster, RandomPairPolicy(seed=3), Const(1.0)).jobs.set_index("job_id").gpu
     assert first.equals(again)  # seeded
-    draws = {tuple(simulate(table, cluster, sim.RandomPairPolicy(seed=s), Const(1.0)).jobs.gpu) for s in range(8)}
+    draws = {tuple(simulate(table, cluster, RandomPairPolicy(seed=s), Const(1.0)).jobs.gpu) for s in range(8)}
     assert len(draws) > 1
 
 
@@ -544,29 +539,29 @@ def test_a_setting_is_tuned_on_the_tuning_maker_only() -> None:
     table = fixture_workload_table(4)
     n = len(table)
     matrix = np.full((n, n), 1.3)
-    world = sim.World("FIXTURE GPU", CAP, table.assign(job_key=table["workload_id"], model_group="g"),
-                      np.full((n, n), np.nan), matrix, matrix, matrix * 1.2)
+    world = World("FIXTURE GPU", CAP, table.assign(job_key=table["workload_id"], model_group="g"),
+                  np.full((n, n), np.nan), matrix, matrix, matrix * 1.2)
     seen: list[int] = []
 
     def tuning(seed: int) -> tuple[pd.DataFrame, Cluster]:
         seen.append(seed)
         return synthetic_trace(world.workloads, 60, 2, load=1.5, seed=seed, median_duration_s=300), Cluster(1, 2, CAP)
 
-    settings = sim.Settings()
-    grid, best = sim.tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}])
+    settings = Settings()
+    grid, best = tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}])
     assert set(seen) == {0, 1} and len(grid) == 2 and best in ({"min_gain": 0.0}, {"min_gain": 0.9})
     # gain 2/1.3 - 1 = 0.54: packing (min_gain 0) beats never packing (0.9) on an overloaded cluster
     assert best == {"min_gain": 0.0} and grid["mean_jct_s"].iloc[0] < grid["mean_jct_s"].iloc[1]
     with pytest.raises(ValueError, match="unknown settings"):
-        sim.tune_settings(world, [tuning], [0], settings, [{"speed": 1.0}])
+        tune_settings(world, [tuning], [0], settings, [{"speed": 1.0}])
     # a constraint against Horus: never packing (min_gain 0.9) waits longer than Horus, so it is not eligible, and
     # with no eligible change the best of all is kept
-    grid, best = sim.tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}],
-                                   at_most_horus=("mean_jct_s",))
+    grid, best = tune_settings(world, [tuning], [0, 1], settings, [{"min_gain": 0.0}, {"min_gain": 0.9}],
+                               at_most_horus=("mean_jct_s",))
     horus = grid[grid["policy"] == "horus"].iloc[0]
-    assert horus["mean_jct_s"] == pytest.approx(sim.policy_metrics(world, tuning, [0, 1], settings, "horus")["mean_jct_s"])
+    assert horus["mean_jct_s"] == pytest.approx(policy_metrics(world, tuning, [0, 1], settings, "horus")["mean_jct_s"])
     ours = grid[grid["policy"] == "ours"].set_index("min_gain")
     assert not ours.loc[0.9, "eligible"] and ours.loc[0.9, "mean_jct_s"] > horus["mean_jct_s"]
     assert best == ({"min_gain": 0.0} if ours.loc[0.0, "eligible"] else {"min_gain": float(ours["mean_jct_s"].idxmin())})
     with pytest.raises(GpupredError, match="ours or horus, not 'random'"):
-        sim.policy_metrics(world, tuning, [0], settings, "random")
+        policy_metrics(world, tuning, [0], settings, "random")

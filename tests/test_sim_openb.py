@@ -8,6 +8,9 @@ import pytest
 from fixtures_coloc import fixture_workload_table
 
 from gpupred import sim
+from gpupred.sim.openb import (
+    assign_workloads, cluster_for_load, gpu_tasks, relative_speed, slice_trace, trace_jobs, with_speeds,
+)
 from gpupred.errors import GpupredError
 
 
@@ -32,44 +35,44 @@ def fixture_nodes() -> pd.DataFrame:
 
 def test_slices_are_contiguous_and_disjoint() -> None:
     tasks = fixture_tasks()
-    s = sim.slice_trace(tasks, tune_frac=0.25, eval_tasks=10, skip_frac=0.05)
-    ran, counts = sim.gpu_tasks(tasks)
+    s = slice_trace(tasks, tune_frac=0.25, eval_tasks=10, skip_frac=0.05)
+    ran, counts = gpu_tasks(tasks)
     assert counts["cpu_only"] == int((tasks["num_gpu"] == 0).sum()) and counts["never_ran"] == 1
     assert s.counts["eval_tasks"] == 10 and s.tune["arrival_s"].max() <= s.evaluate["arrival_s"].min()
     assert not set(s.tune["task_id"]) & set(s.evaluate["task_id"])
     skip = s.counts["prehistory_skipped"]
     assert ran["task_id"].iloc[skip:skip + len(s.tune)].tolist() == s.tune["task_id"].tolist()
     with pytest.raises(GpupredError, match="tune_frac"):
-        sim.slice_trace(tasks, tune_frac=1.5)
+        slice_trace(tasks, tune_frac=1.5)
 
 
 def test_workload_assignment_follows_the_share_and_the_seed() -> None:
     util = np.array([90.0, 10.0, 50.0])
     share = np.array([0.1] * 50 + [1.0] * 50)
-    kind = sim.assign_workloads(share, util, seed=0, jitter=0.0)
+    kind = assign_workloads(share, util, seed=0, jitter=0.0)
     assert (util[kind[:50]].mean() < util[kind[50:]].mean())  # small shares get low-utilization workloads
-    assert (sim.assign_workloads(share, util, 0) == sim.assign_workloads(share, util, 0)).all()
-    assert (sim.assign_workloads(share, util, 0) != sim.assign_workloads(share, util, 1)).any()
+    assert (assign_workloads(share, util, 0) == assign_workloads(share, util, 0)).all()
+    assert (assign_workloads(share, util, 0) != assign_workloads(share, util, 1)).any()
 
 
 def test_trace_jobs_split_clip_and_cluster_for_load() -> None:
     tasks = fixture_tasks()
-    ran, _ = sim.gpu_tasks(tasks)
+    ran, _ = gpu_tasks(tasks)
     table = fixture_workload_table(6)
-    jobs = sim.trace_jobs(ran, table, seed=0, max_duration_s=500.0)
+    jobs = trace_jobs(ran, table, seed=0, max_duration_s=500.0)
     assert len(jobs) == int(ran["num_gpu"].sum()) and jobs["work_s"].max() <= 500.0
     assert jobs["arrival_s"].min() == 0.0 and jobs["job_id"].str.contains(r"\.g1$").any()
-    cluster = sim.cluster_for_load(fixture_nodes(), jobs, load=1.0, seed=0)
+    cluster = cluster_for_load(fixture_nodes(), jobs, load=1.0, seed=0)
     span = jobs["arrival_s"].max() - jobs["arrival_s"].min()
     assert cluster.n_gpus == int(np.ceil(jobs["work_s"].sum() / span))
     assert set(cluster.capacity) <= {16384.0, 24576.0}
-    assert sim.cluster_for_load(fixture_nodes(), jobs, load=0.5, seed=0).n_gpus >= cluster.n_gpus
+    assert cluster_for_load(fixture_nodes(), jobs, load=0.5, seed=0).n_gpus >= cluster.n_gpus
     with pytest.raises(GpupredError, match="needs"):
-        sim.cluster_for_load(fixture_nodes(), jobs, load=0.001, seed=0)
+        cluster_for_load(fixture_nodes(), jobs, load=0.001, seed=0)
 
 
 def test_node_speeds_from_hardware_with_a_logged_fallback(caplog: pytest.LogCaptureFixture) -> None:
-    nodes = sim.with_speeds(fixture_nodes(), "RTX 3090")
+    nodes = with_speeds(fixture_nodes(), "RTX 3090")
     t4 = nodes[nodes["model"] == "T4"].iloc[0]
     assert t4["speed_source"] == "gpupred.hardware"
     assert t4["speed"] == pytest.approx(np.sqrt(8.1 / 35.6 * 320 / 936))  # FP32 and bandwidth ratios to the RTX 3090
@@ -77,15 +80,15 @@ def test_node_speeds_from_hardware_with_a_logged_fallback(caplog: pytest.LogCapt
     assert g2["speed"] == sim.openb.SPEED_FALLBACK and g2["speed_source"] == "fallback"
     sim.openb._logged_fallbacks.discard("G9")
     with caplog.at_level("WARNING"):
-        assert sim.relative_speed("G9", "RTX 3090") == (sim.openb.SPEED_FALLBACK, "fallback")
+        assert relative_speed("G9", "RTX 3090") == (sim.openb.SPEED_FALLBACK, "fallback")
     assert "G9" in caplog.text
 
 
 def test_cluster_for_load_counts_speed_not_gpus() -> None:
-    ran, _ = sim.gpu_tasks(fixture_tasks())
-    jobs = sim.trace_jobs(ran, fixture_workload_table(6), seed=0, max_duration_s=500.0)
-    plain = sim.cluster_for_load(fixture_nodes(), jobs, load=1.0, seed=0)
-    fast = sim.cluster_for_load(fixture_nodes().assign(speed=2.0), jobs, load=1.0, seed=0)
+    ran, _ = gpu_tasks(fixture_tasks())
+    jobs = trace_jobs(ran, fixture_workload_table(6), seed=0, max_duration_s=500.0)
+    plain = cluster_for_load(fixture_nodes(), jobs, load=1.0, seed=0)
+    fast = cluster_for_load(fixture_nodes().assign(speed=2.0), jobs, load=1.0, seed=0)
     span = jobs["arrival_s"].max() - jobs["arrival_s"].min()
     assert (plain.speed == 1.0).all() and fast.speed.sum() >= jobs["work_s"].sum() / span
     assert fast.n_gpus == int(np.ceil(plain.n_gpus / 2))  # twice as fast: half the GPUs carry the same load

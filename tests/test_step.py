@@ -12,9 +12,10 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.splits import splits_for
 from gpupred.learn.nested import CVSettings
 from gpupred.learn.summary import METHODS
-from gpupred.step.physics import canonical_graph, step_kernels
+from gpupred.step.physics.model import canonical_graph
+from gpupred.step.physics.kernels import step_kernels
 from gpupred.step.physics.fit import FitRows
-from gpupred.step import StepEstimator
+from gpupred.step.estimator import StepEstimator
 from gpupred.step.correction import ShrunkCorrection, correction_bounds
 from gpupred.step.evaluate import evaluate_step
 from gpupred.step.rowphysics import PhysicsData, fitted_physics, physics_data, protocol_of

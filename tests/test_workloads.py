@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpupred.errors import GpupredError
-from gpupred.workloads import FAMILIES, WorkloadSpec
+from gpupred.workloads.spec import FAMILIES, WorkloadSpec
 from gpupred.workloads.spec import CATALOG_FAMILIES
 from gpupred.workloads.catalog import by_family, catalog, fused_catalog, get
 

@@ -27,31 +27,31 @@ __all__ = ["advise_fusion", "calibrate", "export_model", "weightless", "timm_mod
            "TrainingSetup", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpupred.calibration import calibrate
-    from gpupred.graph import featurize
+    from gpupred.calibration.run import calibrate
+    from gpupred.graph.features import featurize
     from gpupred.graph.export import export_model
-    from gpupred.fusion import advise_fusion
+    from gpupred.fusion.advisor import advise_fusion
     from gpupred.graph.named import named_graph
     from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
     from gpupred.graph.weightless import weightless
     from gpupred.loader.measure import measure_loader
-    from gpupred.predictor import Predictor, load_predictor
-    from gpupred.workloads import WorkloadSpec
+    from gpupred.predictor.artifact import Predictor, load_predictor
+    from gpupred.workloads.spec import WorkloadSpec
     from gpupred.setups import InputPipeline, TrainingSetup
 
 _LAZY = {
-    "calibrate": "gpupred.calibration",
+    "calibrate": "gpupred.calibration.run",
     "export_model": "gpupred.graph.export",
     "weightless": "gpupred.graph.weightless",
     "timm_model": "gpupred.workloads.hubmodels",
     "hf_model": "gpupred.workloads.hubmodels",
     "named_graph": "gpupred.graph.named",
     "NamedModel": "gpupred.workloads.hubmodels",
-    "featurize": "gpupred.graph",
-    "load_predictor": "gpupred.predictor",
-    "Predictor": "gpupred.predictor",
+    "featurize": "gpupred.graph.features",
+    "load_predictor": "gpupred.predictor.artifact",
+    "Predictor": "gpupred.predictor.artifact",
     "WorkloadSpec": "gpupred.workloads",
-    "advise_fusion": "gpupred.fusion",
+    "advise_fusion": "gpupred.fusion.advisor",
     "measure_loader": "gpupred.loader.measure",
     "InputPipeline": "gpupred.setups",
     "TrainingSetup": "gpupred.setups",

@@ -12,11 +12,11 @@ Contract of ``data/processed/dataset.parquet`` (checked by :func:`validate_datas
   its loss every step; ``window``: one synchronize per window; ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``);
 - ``LABEL_COLUMNS``: steady-state labels (``gpu_util`` and ``memory_mib`` never missing; the others NaN
   where a source did not record them);
-- features: the graph features (``gpupred.graph.FEATURE_KEYS``), the step model's ``STEP_COLUMNS``
+- features: the graph features (``gpupred.graph.features.FEATURE_KEYS``), the step model's ``STEP_COLUMNS``
   (``phys_step_s``, ``phys_gpu_busy_s``, ``phys_host_s``, ``phys_util`` in percent, ``phys_kernels``: one training
   step of the run's graph on its GPU under its protocol, with the default constants of :mod:`gpupred.step.physics`),
   ``HARDWARE_COLUMNS`` and ``ENCODED_COLUMNS``; :func:`feature_columns` lists the regressors' inputs in order
-  (every feature but the step model's, which :class:`gpupred.step.StepEstimator` uses).
+  (every feature but the step model's, which :class:`gpupred.step.estimator.StepEstimator` uses).
 
 Labels across sources (decided here, repeated in notebook 03):
 
@@ -93,8 +93,8 @@ OWN_SAMPLER = "nvml-poll"  # gpupred's sampler; the dataset column adds the inte
 
 
 def _graph_keys(features: pd.DataFrame) -> list[str]:
-    """The graph feature columns (``gpupred.graph.FEATURE_KEYS``), each checked to be in ``features``."""
-    from gpupred.graph import FEATURE_KEYS  # light: no torch
+    """The graph feature columns (``gpupred.graph.features.FEATURE_KEYS``), each checked to be in ``features``."""
+    from gpupred.graph.features import FEATURE_KEYS  # light: no torch
 
     keys = list(FEATURE_KEYS)
     missing = [k for k in keys if k not in features.columns]

@@ -8,10 +8,6 @@ borrow for a GPU without training runs; predictions on that GPU then use them (`
 - :mod:`.use`: what a prediction takes from a calibration, and the cache of this user's calibrations;
 - :mod:`.heldout`: a calibrated GPU's interval width, measured on the project's own GPUs.
 
-torch and pynvml are imported only by the torch backend, when one is made.
+torch and pynvml are imported only by the torch backend, when one is made. Each name is imported from its own module
+(``calibrate``: :mod:`.run`; ``read_calibration``, ``Calibration``: :mod:`.file`); this package imports nothing.
 """
-
-from gpupred.calibration.file import Calibration, read_calibration
-from gpupred.calibration.run import calibrate
-
-__all__ = ["Calibration", "calibrate", "read_calibration"]

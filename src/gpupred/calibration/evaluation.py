@@ -5,7 +5,8 @@ calibrate`` on that GPU) and at least ``HELDOUT_MIN_ROWS`` labelled runs: its tr
 removed from the constants table, its rows from the footprint's fit), and its runs are predicted, by physics alone as
 :func:`gpupred.step.rowphysics.extrapolation_width` does, three ways:
 
-- ``borrowed``: as an unmeasured GPU is today (:meth:`gpupred.step.physics.ConstantsTable.get`, the footprint's borrowing);
+- ``borrowed``: as an unmeasured GPU is today (:meth:`gpupred.step.physics.constants.ConstantsTable.get`, the
+  footprint's borrowing);
 - ``calibrated``: the borrowed constants scaled by its calibration relative to the other measured GPUs' calibrations
   (:mod:`gpupred.calibration.use`: what a prediction on a calibrated GPU does);
 - ``raw``: its micro-benchmark readings pasted in (kept to show why predictions do not do that).

@@ -2,7 +2,7 @@
 
 torch and pynvml are imported when a backend is made, never at import. ``device="cpu"`` runs the same code with
 host-clock timing and no NVML: the tests exercise every benchmark's code path that way (its figures are the CPU's,
-and never a calibration: :func:`gpupred.calibration.calibrate` refuses a machine without a GPU).
+and never a calibration: :func:`gpupred.calibration.run.calibrate` refuses a machine without a GPU).
 """
 
 from __future__ import annotations

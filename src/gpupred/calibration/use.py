@@ -8,14 +8,15 @@ readings in. Each measured constant of a GPU without fits becomes
 
     calibrated = borrowed x (this GPU's reading / the reference reading)
 
-where ``borrowed`` is what :meth:`gpupred.step.physics.ConstantsTable.get` lends the GPU and the reference reading is the
-same micro-benchmark's on the predictor's measured GPUs (the geometric mean over those with a committed calibration,
-``data/calibrations/``; until one is committed, the published defaults of :mod:`gpupred.step.physics.constants` stand in:
-they describe eager PyTorch on a datacenter GPU at micro-benchmark scale, which is an assumption the held-out
-evaluation of :mod:`gpupred.calibration.evaluation` measures). The footprint's fixed memory moves by the difference of
-readings (``fixed_mib``: context, libraries, workspaces; the stand-in reference is the footprint's own
-``DEFAULT_CONTEXT_MIB + WORKSPACE_MIB``), its allocator ratio by the ratio of readings where a reference was
-measured. Constants no micro-benchmark measures (the per-step overhead, library launches) keep their fits.
+where ``borrowed`` is what :meth:`gpupred.step.physics.constants.ConstantsTable.get` lends the GPU and the reference
+reading is the same micro-benchmark's on the predictor's measured GPUs (the geometric mean over those with a committed
+calibration, ``data/calibrations/``; until one is committed, the published defaults of
+:mod:`gpupred.step.physics.constants` stand in: they describe eager PyTorch on a datacenter GPU at micro-benchmark
+scale, which is an assumption the held-out evaluation of :mod:`gpupred.calibration.evaluation` measures). The
+footprint's fixed memory moves by the difference of readings (``fixed_mib``: context, libraries, workspaces; the
+stand-in reference is the footprint's own ``DEFAULT_CONTEXT_MIB + WORKSPACE_MIB``), its allocator ratio by the ratio of
+readings where a reference was measured. Constants no micro-benchmark measures (the per-step overhead, library launches)
+keep their fits.
 
 A GPU with fits of its own keeps them: they were fitted to its training runs under the predictor's protocol.
 """

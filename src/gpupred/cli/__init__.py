@@ -5,7 +5,7 @@ The stages never import this package: it sits above them all."""
 
 from __future__ import annotations
 
-from gpupred.cliapp import new_app, run_app  # run_app re-exported: tests and other entry points run typer apps through it
+from gpupred.cliapp import new_app, run_app
 
 app = new_app("gpupred", "Predict a training job's GPU utilization, memory and co-location slowdown from its graph.")
 

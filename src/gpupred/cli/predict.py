@@ -52,7 +52,7 @@ def job_setup(model: str | None, batch_size: int | None, precision: str | None, 
     """The training setup ``predict``'s options ask for, and what differs from the job's own (a workload id's batch,
     precision and optimizer; else fp32 and SGD): every option applies, none is dropped (see
     :class:`gpupred.predictor.artifact.JobOptions`)."""
-    from gpupred.predictor.artifact import job_defaults
+    from gpupred.predictor.pairing import job_defaults
     from gpupred.setups import setup_of
 
     from gpupred.errors import GpupredError

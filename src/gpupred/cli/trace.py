@@ -91,7 +91,7 @@ def _register_compare(trace_app: Any) -> None:
                                "records them on a GPU")
         constants = None
         if calibration is not None:
-            from gpupred.calibration import read_calibration
+            from gpupred.calibration.file import read_calibration
 
             constants = read_calibration(calibration).derived().constants()
         comparison = compare_traces(traces, constants)

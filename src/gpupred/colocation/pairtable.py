@@ -28,6 +28,7 @@ import pandas as pd
 
 from gpupred.dataset import SOURCE_OWN
 from gpupred.errors import GpupredError
+from gpupred.workloads.spec import spec_or_none
 
 TABLE_COLUMNS: tuple[str, ...] = (
     "group_id", "group_size", "member", "source", "workload_id", "job_key", "model_group", "gpu_name", "precision",
@@ -57,21 +58,14 @@ def refuse_simulated(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-def _spec_field(workload_id: str, field: str, fallback: str) -> str:
-    from gpupred.workloads.spec import WorkloadSpec
-
-    try:
-        return str(getattr(WorkloadSpec.from_id(workload_id), field))
-    except GpupredError:
-        return fallback
-
-
 def _precision(workload_id: str) -> str:
-    return _spec_field(workload_id, "precision", "bf16" if "-bf16-" in workload_id else "fp32")
+    spec = spec_or_none(workload_id)
+    return spec.precision if spec else "bf16" if "-bf16-" in workload_id else "fp32"
 
 
 def _family(workload_id: str) -> str:
-    return _spec_field(workload_id, "family", workload_id.split(".")[0])
+    spec = spec_or_none(workload_id)
+    return spec.family if spec else workload_id.split(".")[0]
 
 
 # --- this project's own sweeps (data/raw) -----------------------------------------------------------

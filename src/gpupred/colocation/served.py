@@ -16,8 +16,8 @@ Contract, a JSON object:
 - ``interval``: ``level`` and the ``log_low``/``log_high`` quantiles of its held-out ``log(measured / predicted)``
   (the interval is ``[s exp(log_low), s exp(log_high)]``), ``rows``, and ``coverage_cross_cell``: the share of each
   cell's rows inside the width measured on the other cells (does the width transfer to unseen model groups);
-- ``calibration``: the ``noise_var``, ``sens_var`` and ``aggr_var`` of :class:`gpupred.slowdown.SlowdownModel` fitted
-  on every pair of the slice (its shrinkage of a new job's co-run residuals), and ``by_k``: for ``k`` reference
+- ``calibration``: the ``noise_var``, ``sens_var`` and ``aggr_var`` of :class:`gpupred.slowdown.estimator.SlowdownModel`
+  fitted on every pair of the slice (its shrinkage of a new job's co-run residuals), and ``by_k``: for ``k`` reference
   co-runs, the calibrated model's held-out figures and interval quantiles, as notebook 06 scored them;
 - ``other_priors``: the held-out figures of the slice's other zero-parameter priors, for comparison.
 

@@ -139,13 +139,13 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
                   tolerance: float = TOLERANCE, step: str = "vmap", memory_mib: float | None = None,
                   predictor: Any = None) -> FusionAdvice:
     """The F of fused copies of ``model`` that maximizes trials/s and fits ``gpu``'s memory, beside Hydro's F."""
-    from gpupred.predictor import load_predictor
+    from gpupred.predictor.artifact import load_predictor
     from gpupred.reports import progress_bar
 
     _check(step, tuple(counts))
     base = base_spec(model)
     predictor = predictor if predictor is not None else load_predictor()
-    if getattr(predictor, "core", None) is None:
+    if predictor.core is None:
         raise GpupredError("this predictor has no physics core (step model and footprint): re-export it with "
                            "notebook 08 (`gpupred pipeline --only 08`)")
     name = _gpu_name(predictor, gpu)

@@ -8,10 +8,10 @@ noisier (CastLike/Expand/Shape chains around every Conv) without adding cost-bea
 catalog of 60-80 architectures must export in well under 3 minutes on 2 cores, so TorchScript wins.
 
 The cached file keeps every initializer's name, dims and dtype but none of its data: large float
-tensors are marked as external data in a file that does not exist (``EXTERNAL_DATA_NAME``), so the
-files are tiny and the featurizer, which never reads external data, needs nothing else. Small and
-integer initializers (shape constants) keep their values so shape inference still works.
-This module imports torch inside its functions only.
+tensors are marked as external data in a file that does not exist
+(:data:`gpupred.graph.stripped.EXTERNAL_DATA_NAME`), so the files are tiny and the featurizer, which
+never reads external data, needs nothing else. Small and integer initializers (shape constants) keep
+their values so shape inference still works. This module imports torch inside its functions only.
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes, sha256
 from gpupred.graph.protoscan import GZIP_MAGIC
-from gpupred.graph.stripped import (  # noqa: F401 (public names of this module too)
-    EXTERNAL_DATA_NAME, KEEP_FLOAT_NUMEL, fold_batch_shapes, mark_buffers, strip_weights,
-)
+from gpupred.graph.stripped import fold_batch_shapes, mark_buffers, strip_weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.spec import WorkloadSpec

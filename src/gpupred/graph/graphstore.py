@@ -48,7 +48,8 @@ def graph_for(spec: WorkloadSpec) -> Any:
 
 def fcnet_onnx(spec: WorkloadSpec, activation: str = "ReLU") -> onnx.ModelProto:
     """The structure-only ONNX graph of an ``fcnet`` spec, as torch's exporter writes nn.Linear/nn.ReLU (no weights)."""
-    from gpupred.graph.export import OPSET, strip_weights
+    from gpupred.graph.export import OPSET
+    from gpupred.graph.stripped import strip_weights
 
     if spec.family != "fcnet":
         raise GpupredError(f"{spec.id}: fcnet_onnx builds fcnet specs only")

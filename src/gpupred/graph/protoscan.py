@@ -4,7 +4,7 @@ A legacy ``torch.onnx.export`` file keeps every weight inline (ResNet-50: 102 MB
 all of it, 0.5-0.9 s, although the featurizer needs only each initializer's name, dims and type. This
 module walks the protobuf wire format of ``ModelProto -> GraphProto -> TensorProto`` over a memory map,
 copies every field except the bulk data of large initializers, marks those initializers as external
-data in a file that does not exist (as :func:`gpupred.graph.export.strip_weights` does), and lets
+data in a file that does not exist (as :func:`gpupred.graph.stripped.strip_weights` does), and lets
 protobuf parse the few kilobytes that remain. Pages holding weight bytes are never read.
 
 Field numbers are those of ``onnx.proto`` (stable since IR version 3): ModelProto.graph = 7,

@@ -26,7 +26,7 @@ def batch_shape_map(model: ModelProto) -> str | None:
     intercept + slope x batch on the two largest and checks the fit at every probe. Returns None (store
     nothing: featurize then infers shapes) when any shape is unknown, not affine in the batch, or needs
     folding at featurize time. Call it on the finished export, after
-    :func:`gpupred.graph.export.fold_batch_shapes`.
+    :func:`gpupred.graph.stripped.fold_batch_shapes`.
     """
     graphs = []
     for probe in SHAPE_PROBES:

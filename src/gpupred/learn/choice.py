@@ -9,8 +9,8 @@ Contract of ``data/processed/model_choice.json`` (``config.MODEL_CHOICE``), a JS
   :data:`gpupred.learn.regressors.REGRESSORS`, chosen by a grouped inner cross-validation over every labelled row
   (:func:`gpupred.learn.nested.choose_for_export`). The score that chose it is a selection score, not a
   performance figure, and is not in the file;
-- ``step``: the parameters of the :class:`gpupred.step.StepEstimator` the predictor ships (``get_params()``: the
-  notebook's declared settings, the same the comparison scored);
+- ``step``: the parameters of the :class:`gpupred.step.estimator.StepEstimator` the predictor ships (``get_params()``:
+  the notebook's declared settings, the same the comparison scored);
 - ``heldout``: ``{variant: figures}``, the shipped estimators' held-out figures for each predictor variant
   (``default``: scored on this project's runs with only those in training, as the default predictor is trained;
   ``noncommercial``: every source), as :func:`gpupred.predictor.heldout.heldout_figures` gives them. The cards say

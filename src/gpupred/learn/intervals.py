@@ -75,7 +75,7 @@ class ConformalRegressor(PickledApart):
         A few rows go through the numpy forest (the same numbers, without each library's per-call overhead);
         more go to the libraries, several threads each.
         """
-        forest = getattr(self, "forest_", None)
+        forest = self.forest_
         if forest is not None and len(X) <= FOREST_MAX_ROWS:
             return forest.predict(X)
         models = [self.full_model_, *self.fold_models_]
@@ -97,7 +97,7 @@ class ConformalRegressor(PickledApart):
         preds = self.model_predictions(X) if preds is None else preds
         point, fold_pred = preds[0], preds[1:]  # (K, m)
         lo, hi = np.empty(len(point)), np.empty(len(point))
-        fitted_strata = getattr(self, "strata_", None)
+        fitted_strata = self.strata_
         if strata is None or fitted_strata is None:
             lo[:], hi[:] = self._bounds(fold_pred, None)
         else:
@@ -129,14 +129,6 @@ class ConformalRegressor(PickledApart):
             cache[(sign, stratum)] = [np.sort(sign * self.residuals_[rows & (self.fold_of_ == k)])
                                       for k in range(self.n_folds_)]
         return cache[(sign, stratum)]
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Artifacts pickled before the numpy forest existed load without one (the libraries predict)."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("forest_", None)
-        self.__dict__.setdefault("strata_", None)
-        if "n_folds_" not in self.__dict__:  # pickled before the fold count was kept
-            self.__dict__["n_folds_"] = len(self.fold_models_)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the sorted-residual cache (rebuilt on first use); the fitted models apart where the numpy

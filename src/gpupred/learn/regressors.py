@@ -15,7 +15,7 @@ from sklearn.neural_network import MLPRegressor
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
-from gpupred.learn.transform import signed_log1p  # predictors pickled before it moved also find it here
+from gpupred.learn.transform import signed_log1p
 
 # targets learned on log1p scale; the predictor's output column names are the keys
 TARGETS: dict[str, str] = {"gpu_util": "log1p", "memory_mib": "log1p", "sm_active": "log1p"}

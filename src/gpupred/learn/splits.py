@@ -1,8 +1,8 @@
 """The splits regressors are scored under (grouped random, leave-one-family-out, cross-GPU) and their metric, RMSLE.
 
 Every split keeps a workload's runs together (on any GPU, from any source): ``grouped_random`` deals whole
-workloads to folds, ``lofo`` holds out whole sibling groups of families (:data:`SIBLINGS`: lstm/gru, the
-Transformers, the ResNets with their CIFAR variant, ...), ``cross_gpu`` trains on one GPU kind and tests
+workloads to folds, ``lofo`` holds out whole sibling groups of families (:data:`~gpupred.learn.folds.SIBLINGS`:
+lstm/gru, the Transformers, the ResNets with their CIFAR variant, ...), ``cross_gpu`` trains on one GPU kind and tests
 on another, dropping from the training side every workload that is also in the test side. RMSLE is
 computed on percent utilization (and MiB): ``sqrt(mean((log1p(pred) - log1p(true))^2))``.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
-from gpupred.learn.folds import SIBLINGS, sibling_group  # noqa: F401  (re-exported: the splits' family groups)
+from gpupred.learn.folds import sibling_group
 
 Split = tuple[np.ndarray, np.ndarray, str]
 
@@ -69,7 +69,8 @@ def grouped_random_splits(groups: Iterable[str], n_splits: int = 5, seed: int = 
 def lofo_splits(families: Iterable[str], siblings: bool = True) -> list[Split]:
     """One split per family group: train on all others, test on it (unseen architectures).
 
-    With ``siblings`` (the default) sibling families (:data:`SIBLINGS`) form one group, held out together.
+    With ``siblings`` (the default) sibling families (:data:`~gpupred.learn.folds.SIBLINGS`) form one group, held out
+    together.
     """
     fam = np.asarray([sibling_group(f) if siblings else f for f in families])
     return [(np.flatnonzero(fam != f), np.flatnonzero(fam == f), str(f)) for f in sorted(set(fam))]

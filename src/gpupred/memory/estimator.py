@@ -13,7 +13,7 @@ from gpupred.dataset import SOURCE_OWN
 from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, PickledApart
 from gpupred.learn.params import Params
 from gpupred.memory.correction import (
-    CORRECTION_CLIP, CORRECTION_GRID, DEFAULT_SETTING, MAX_ROWS_PER_SOURCE, CorrectionSetting, correction_features,
+    CORRECTION_GRID, DEFAULT_SETTING, MAX_ROWS_PER_SOURCE, CorrectionSetting, correction_features,
     fit_correction, inner_lofo_residuals, lofo_halfwidths, per_source_sample, selection_score,
 )
 
@@ -57,14 +57,6 @@ class MemoryEstimator(PickledApart, Params):
         self.correction_forest_ = Forest.from_models([self.correction_])
         self.fitted_keys_ = set(self.footprint_.context_mib)
         return self
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Artifacts pickled before the setting was chosen load with the one they were fitted with (clip 0.2)."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("setting_", CorrectionSetting(CORRECTION_CLIP, 30, 30))
-        self.__dict__.setdefault("selection_", {})
-        self.__dict__.setdefault("settings", None)
-        self.__dict__.setdefault("correction_forest_", None)
 
     def describe(self) -> dict[str, Any]:
         """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""

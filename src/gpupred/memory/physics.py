@@ -665,7 +665,7 @@ def onnx_footprint_mib(path_or_proto: Any, batch_size: int, precision: str, opti
                        fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
     """Analytic training memory (MiB) of an ONNX graph at a batch size and training setup (default: the sweeps'
     setup of ``precision`` and ``optimizer``) on a GPU."""
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.setups import as_setup
 
     job = as_setup(setup, precision, optimizer)

@@ -30,7 +30,9 @@ from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.predictor.core import PhysicsCore
     from gpupred.predictor.jobgraph import JobGraph
+    from gpupred.step.estimator import StepEstimator
 
 SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
 # libraries whose pickles must be read by the very version that wrote them
@@ -125,7 +127,7 @@ class Predictor:
 
     def __init__(self, feature_names: list[str], targets: dict[str, ConformalRegressor], model_names: dict[str, str],
                  gpus: list[str], alpha: float, measured_gpus: dict[str, int] | None = None,
-                 unseen_widths: dict[str, UnseenGpuWidth] | None = None, core: Any = None) -> None:
+                 unseen_widths: dict[str, UnseenGpuWidth] | None = None, core: PhysicsCore | None = None) -> None:
         self.feature_names = list(feature_names)
         self.targets = targets
         self.model_names = model_names
@@ -134,13 +136,8 @@ class Predictor:
         # GPU kinds (gpupred.hardware names) with measurements in the training data, and how many runs each
         self.measured_gpus = dict(measured_gpus or {gpu_spec(g).name: 0 for g in gpus})
         self.unseen_widths = dict(unseen_widths or {})  # per target: how far an extrapolated interval is widened
-        self.core = core  # gpupred.predictor.core.PhysicsCore: physics x correction for jobs given as graphs
+        self.core = core  # physics x correction for jobs given as graphs; None: the regressors answer every job
         self.card: dict[str, Any] = {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Artifacts pickled without a physics core load with none (every job gets the regressors)."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("core", None)
 
     @property
     def graph_features(self) -> list[str]:
@@ -153,7 +150,7 @@ class Predictor:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
         if isinstance(x, (pd.DataFrame, dict)):
             if isinstance(x, dict):
-                from gpupred.graph import check_complete
+                from gpupred.graph.coverage import check_complete
 
                 check_complete(x, "feature row")  # a featurize row carries its coverage columns
             _check_row_options(x, job)
@@ -221,12 +218,12 @@ class Predictor:
     def _few_rows(self, X: np.ndarray) -> dict[str, np.ndarray] | None:
         """Every target's model predictions from one numpy forest of all their trees, for a few rows (else None)."""
         from gpupred.learn.forest import Forest
-        from gpupred.learn.intervals import FOREST_MAX_ROWS
+        from gpupred.learn.forest import FOREST_MAX_ROWS
 
         if len(X) > FOREST_MAX_ROWS:
             return None
         if "_forest" not in self.__dict__:
-            forests = [getattr(m, "forest_", None) for m in self.targets.values()]
+            forests = [m.forest_ for m in self.targets.values()]
             self.__dict__["_forest"] = None if any(f is None for f in forests) else Forest.combine(forests)
         forest = self.__dict__["_forest"]
         return None if forest is None else _split_models(forest.predict(X), self.targets)
@@ -273,10 +270,10 @@ class Predictor:
         dict, a DataFrame) carry no kernels for the step model: the baseline regressors answer them, and rows that
         name their ``source`` (dataset rows) get intervals calibrated on that source's residuals. Their extrapolated
         rows' intervals are widened to at least the held-out width of :mod:`gpupred.predictor.extrapolate`.
-        ``calibration``: a file written by ``gpupred calibrate`` (or a :class:`gpupred.calibration.Calibration`) for
-        the GPU (``gpu`` defaults to its GPU); a job given as a graph on a GPU without measurements is then predicted
-        with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks for
-        the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
+        ``calibration``: a file written by ``gpupred calibrate`` (or a :class:`gpupred.calibration.file.Calibration`)
+        for the GPU (``gpu`` defaults to its GPU); a job given as a graph on a GPU without measurements is then
+        predicted with its measured constants in place of borrowed ones (:mod:`gpupred.calibration.use`). ``None`` looks
+        for the named GPU's newest calibration in this user's folder (``gpupred.config.calibration_dir``); ``False``
         uses none. A calibration of another GPU than ``gpu`` is refused.
 
         A job answered by the physics core also gets ``fits``, ``fit_probability``, ``capacity_mib`` and
@@ -571,14 +568,14 @@ def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict
 
 def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
                     tune: bool = True, seed: int = 0, min_sm_rows: int = 10, physics: bool = False,
-                    step: Any = None) -> Predictor:
+                    step: StepEstimator | None = None) -> Predictor:
     """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded) on every row.
 
     CV+ folds are grouped by workload (as the grouped-random coverage notebook 03 measures) and residuals
     are kept per source for source-calibrated intervals on dataset rows. With ``physics`` it also fits the
     physics-first core (:class:`gpupred.predictor.core.PhysicsCore`), which answers jobs given as graphs and adds
     iteration time and throughput; it needs every row's graph and the dataset's step-model columns. ``step`` is the
-    unfitted :class:`gpupred.step.StepEstimator` it fits (notebook 03's choice; default: its defaults).
+    unfitted :class:`gpupred.step.estimator.StepEstimator` it fits (notebook 03's choice; default: its defaults).
     """
     from threadpoolctl import threadpool_limits
 

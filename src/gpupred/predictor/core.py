@@ -5,15 +5,15 @@ answers from physics (:mod:`gpupred.step.physics`, :mod:`gpupred.memory.physics`
 scale with the model and the GPU instead of stopping at the largest training label:
 
 - ``gpu_util``, ``sm_active`` and ``iter_time_mean_s`` (seconds per step), with ``samples_per_s`` (batch size / step
-  time): :class:`gpupred.step.StepEstimator`, the very estimator notebook 03 scores on its splits;
-- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.MemoryEstimator`), intervals
-  calibrated on leave-one-family-out residuals of the training rows.
+  time): :class:`gpupred.step.estimator.StepEstimator`, the very estimator notebook 03 scores on its splits;
+- ``memory_mib``: the analytic footprint x a bounded correction (:class:`gpupred.memory.estimator.MemoryEstimator`),
+  intervals calibrated on leave-one-family-out residuals of the training rows.
 
 A new job is predicted as this project's sweeps measure it (a sync per step, device-resident batches, NVML polling:
 ``PROTOCOL``). On a GPU kind whose constants were not fitted under that protocol the step model borrows what the
-fitted keys can lend (:meth:`gpupred.step.physics.ConstantsTable.get`); the prediction is marked extrapolated and its
-step-model intervals reach at least the extrapolation width the step estimator measured on its training rows; the
-footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
+fitted keys can lend (:meth:`gpupred.step.physics.constants.ConstantsTable.get`); the prediction is marked extrapolated
+and its step-model intervals reach at least the extrapolation width the step estimator measured on its training rows;
+the footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
 constants replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked
 extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.evaluation` measured (the
 extrapolated width until a GPU-recorded calibration of a measured GPU is committed).
@@ -31,9 +31,11 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import widen
 from gpupred.step.physics.caveats import CAVEATS, widest
 from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
-from gpupred.step.estimator import STEP_TARGETS
+from gpupred.step.estimator import STEP_TARGETS, StepEstimator
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpupred.calibration.evaluation import CalibratedCore
+    from gpupred.memory.estimator import MemoryEstimator
     from gpupred.predictor.jobgraph import JobGraph
 
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
@@ -79,19 +81,16 @@ def memory_row(job: JobGraph, gpu: str) -> dict[str, Any]:
 class PhysicsCore:
     """The step and memory estimators fitted on a dataset frame (see the module docstring)."""
 
-    def __init__(self, alpha: float = 0.1, seed: int = 0, step: Any = None, calibrations: list[Any] | None = None) -> None:
+    step_: StepEstimator  # fitted: the step estimator and the memory estimator, and what calibrations would change
+    memory_: MemoryEstimator
+    calibration_: CalibratedCore
+
+    def __init__(self, alpha: float = 0.1, seed: int = 0, step: StepEstimator | None = None,
+                 calibrations: list[Any] | None = None) -> None:
         self.alpha = alpha
         self.seed = seed
-        self.step = step  # an unfitted gpupred.step.StepEstimator (notebook 03's choice), default its defaults
+        self.step = step  # an unfitted StepEstimator (notebook 03's choice), default its defaults
         self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.evaluation); None: data/calibrations/
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Cores pickled before calibrations existed load with none (a calibrated GPU then gets the extrapolated width)."""
-        from gpupred.calibration.evaluation import CalibratedCore
-
-        self.__dict__.update(state)
-        self.__dict__.setdefault("calibrations", None)
-        self.__dict__.setdefault("calibration_", CalibratedCore())
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
         """Fit the step estimator and the memory footprint model on every labelled row; measure what calibrations of
@@ -101,7 +100,7 @@ class PhysicsCore:
         from gpupred.calibration.evaluation import calibrated_core
         from gpupred.physicstables import with_terms
         from gpupred.memory.estimator import MemoryEstimator
-        from gpupred.step import StepEstimator, physics_data
+        from gpupred.step.rowphysics import physics_data
 
         step = clone(self.step) if self.step is not None else StepEstimator(alpha=self.alpha, seed=self.seed)
         targets = tuple(t for t in step.targets if t in df.columns and df[t].notna().sum() >= 10)

@@ -11,10 +11,10 @@ Format (JSON object, ``"format": "gpupred-coruns/1"``)::
 ``jobs`` names each job as the predictor takes it (``model``: an ONNX file, relative paths from the file's folder,
 or a workload id; ``batch_size``, ``precision``, ``optimizer`` optional as for a prediction). Each co-run is two jobs
 sharing the GPU and each one's measured slowdown (co-located over solo step time). A job asked about that is one of
-the file's jobs (same model and options) is calibrated as :meth:`gpupred.slowdown.SlowdownModel.calibrate` does it:
-its sensitivity is the mean of its co-runs' ``log(measured / prior)``, its aggressiveness the same of its partners'
-slowdowns beside it, each shrunk to 0 (the prior) by ``noise variance / effect variance`` from notebook 06's fit; the
-other jobs of the file are its references, whose own effects the served model does not know (0, the prior's).
+the file's jobs (same model and options) is calibrated as :meth:`gpupred.slowdown.estimator.SlowdownModel.calibrate`
+does it: its sensitivity is the mean of its co-runs' ``log(measured / prior)``, its aggressiveness the same of its
+partners' slowdowns beside it, each shrunk to 0 (the prior) by ``noise variance / effect variance`` from notebook 06's
+fit; the other jobs of the file are its references, whose own effects the served model does not know (0, the prior's).
 A malformed file is refused in one line naming it.
 """
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupred.learn.conformal import conformal_quantile
-from gpupred.learn.splits import sibling_group
+from gpupred.learn.folds import sibling_group
 
 BASIS_GPU = "leave-one-GPU-kind-out"
 BASIS_FAMILY = ("leave-one-family-out (one GPU kind in the training data: the cross-GPU error itself is not "

@@ -65,7 +65,7 @@ def oof_predictions(df: pd.DataFrame, folds: list[Split], step: Any = None, pdat
     footprint model's, with ``<target>_model`` naming the estimator; keys of the out-of-fold contract."""
     from gpupred.errors import GpupredError
     from gpupred.learn.oof import KEY_COLUMNS
-    from gpupred.step import physics_data
+    from gpupred.step.rowphysics import physics_data
 
     tested = np.concatenate([test for _, test, _ in folds]) if folds else np.empty(0, int)
     if len(tested) != len(df) or len(np.unique(tested)) != len(df):

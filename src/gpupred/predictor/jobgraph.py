@@ -48,7 +48,8 @@ class JobGraph:
     def features(self) -> dict[str, Any]:
         """The graph's feature row with the job's precision and optimizer (what a regressor reads); refuses a graph it
         could not see whole (over 1% missing)."""
-        from gpupred.graph import check_complete, featurize
+        from gpupred.graph.coverage import check_complete
+        from gpupred.graph.features import featurize
 
         s = self.setup
         row = featurize(self.graph, batch_size=self.batch_size, precision=s.job_precision, optimizer=s.job_optimizer,
@@ -65,8 +66,8 @@ class JobGraph:
 
     @cached_property
     def kernels(self) -> Any:
-        """The step's kernels (:func:`gpupred.step.physics.kernels_for`)."""
-        from gpupred.step.physics import kernels_for
+        """The step's kernels (:func:`gpupred.step.physics.model.kernels_for`)."""
+        from gpupred.step.physics.model import kernels_for
 
         s = self.setup
         return kernels_for(self.graph, self.batch_size, s.precision, s.optimizer, key=self.key, recipe=self.recipe,

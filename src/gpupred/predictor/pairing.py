@@ -73,13 +73,11 @@ def job_defaults(x: Any) -> tuple[int | None, str, str]:
     """The batch size, precision and optimizer a job is predicted at where the options do not say: a workload id's
     own, else (None, fp32, sgd) (an ONNX file, a model by name, feature rows)."""
     if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not Path(x).is_file():
-        from gpupred.workloads.spec import WorkloadSpec
+        from gpupred.workloads.spec import spec_or_none
 
-        try:
-            spec = WorkloadSpec.from_id(str(x))
-        except GpupredError:
-            return None, "fp32", "sgd"
-        return spec.batch_size, spec.precision, spec.optimizer
+        spec = spec_or_none(str(x))
+        if spec is not None:
+            return spec.batch_size, spec.precision, spec.optimizer
     return None, "fp32", "sgd"
 
 

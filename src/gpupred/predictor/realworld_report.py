@@ -51,10 +51,11 @@ def realworld_row(name: str, entry: dict[str, Any], gpu: str, table: Any, footpr
                   optimizer: str = "adam", folder: Path | None = None) -> dict[str, Any]:
     """One corpus model: its graph's parameters and FLOPs against torch's, predicted step and memory, the analytic count."""
     from gpupred.memory.physics import footprint_mib, graph_terms
-    from gpupred.graph import featurize
+    from gpupred.graph.features import featurize
     from gpupred.graph.corpus import corpus_path
     from gpupred.hardware import gpu_spec
-    from gpupred.step.physics import kernels_for, simulate
+    from gpupred.step.physics.model import kernels_for
+    from gpupred.step.physics.timeline import simulate
 
     start = time.perf_counter()
     path = corpus_path(name, folder=folder)
@@ -188,8 +189,8 @@ def finetune_row(path: Any, name: str, recipe: str, setup: Any, estimator: Any, 
 def finetune_table(estimator: Any, gpus: list[str], alpha: float = 0.1, batch: int = 1, folder: Path | None = None,
                    names: list[str] | None = None) -> pd.DataFrame:
     """The corpus's real-size decoders under :func:`finetune_recipes`, one row per (model, recipe): predicted memory
-    (``estimator``: a fitted :class:`gpupred.memory.MemoryEstimator`) on ``gpus[0]`` with its interval, the hand count
-    of its states, and the GPUs it fits on."""
+    (``estimator``: a fitted :class:`gpupred.memory.estimator.MemoryEstimator`) on ``gpus[0]`` with its interval, the
+    hand count of its states, and the GPUs it fits on."""
     from gpupred.graph.corpus import corpus_path, read_corpus_index
 
     models = [n for n, e in read_corpus_index(folder)["models"].items()

@@ -47,7 +47,7 @@ class ServedSlowdown:
         return str(self.choice.get("estimator", {}).get("class", "TimeSharing"))
 
     def estimator(self) -> Any:
-        """The :class:`gpupred.slowdown.SlowdownEstimator` (built on use: nothing fitted is pickled)."""
+        """The :class:`gpupred.slowdown.estimator.SlowdownEstimator` (built on use: nothing fitted is pickled)."""
         from gpupred.slowdown import estimator as kinds
 
         column, _ = PRIOR_CLASSES[self.class_name]

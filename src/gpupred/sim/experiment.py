@@ -1,9 +1,9 @@
 """Running every policy on the same traces, seeds and rules, and collecting one row per (seed, policy).
 
 Policies per seed (:data:`POLICY_ORDER`): slot and reactive (no predictions), random pairing and Horus (predicted
-utilization and memory), ours (Horus plus its predictions of pairs: :class:`gpupred.sim.OursPolicy`) and the oracle
-pairing (ours handed the measured matrix, true failures and true memory as its predictions: an explicit oracle run,
-the upper bound of partner choice).
+utilization and memory), ours (Horus plus its predictions of pairs: :class:`gpupred.sim.policies.OursPolicy`) and the
+oracle pairing (ours handed the measured matrix, true failures and true memory as its predictions: an explicit oracle
+run, the upper bound of partner choice).
 """
 
 from __future__ import annotations

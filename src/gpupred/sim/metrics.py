@@ -1,10 +1,10 @@
 """Summaries of simulation results: per-policy tables over seeds, paired differences, the oracle-gain share, keys.
 
 Keys written to ``reports/metrics.json`` (:func:`report_metrics`), for a trace prefix ``<p>`` (e.g.
-``sim_openb_load1``), ``<policy>`` in :data:`gpupred.sim.POLICY_ORDER` and ``<metric>`` in :data:`REPORT_KEYS`
-(``mean_jct_s``, ``p95_jct_s``, ``p95_rho`` (Themis finish-time fairness: JCT over solo run time), ``ooms``,
-``failed_placements`` (OOMs plus placements beside a partner measured to fail), ``throughput`` (work per second per
-unit of GPU speed while jobs arrive), ``avg_util`` %, ``mean_wait_s``):
+``sim_openb_load1``), ``<policy>`` in :data:`gpupred.sim.experiment.POLICY_ORDER` and ``<metric>`` in
+:data:`REPORT_KEYS` (``mean_jct_s``, ``p95_jct_s``, ``p95_rho`` (Themis finish-time fairness: JCT over solo run time),
+``ooms``, ``failed_placements`` (OOMs plus placements beside a partner measured to fail), ``throughput`` (work per
+second per unit of GPU speed while jobs arrive), ``avg_util`` %, ``mean_wait_s``):
 
 - ``<p>_<policy>_<metric>``: mean over seeds; ``<p>_<policy>_<metric>_ci``: half-width of its 95 % interval
   (Student t over seeds);

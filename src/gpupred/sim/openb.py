@@ -34,7 +34,7 @@ What comes from the trace (:mod:`gpupred.importers.alibaba`), and what had to be
   Gavel's job types drawn uniformly at random (seeded; heavy ones included), on identical GPUs of the matrix's kind,
   as many as the load asks for.
 - **Multi-GPU tasks** are not gang-scheduled: each of their GPUs is an independent job (they are 1 % of
-  the GPU tasks; gang placement would need node structure in :class:`gpupred.sim.Cluster` and in every
+  the GPU tasks; gang placement would need node structure in :class:`gpupred.sim.cluster.Cluster` and in every
   policy, left undone).
 """
 

@@ -1,4 +1,5 @@
-"""Tables, goal checks and the closing note of notebook 07 from :func:`gpupred.sim.run_trace` rows (never typed)."""
+"""Tables, goal checks and the closing note of notebook 07 from :func:`gpupred.sim.experiment.run_trace` rows (never
+typed)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def trace_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
 
 
 def trace_metrics(prefix: str, summary: pd.DataFrame, paired: pd.DataFrame, shares: pd.DataFrame) -> dict[str, float]:
-    """metrics.json keys of one trace (:func:`gpupred.sim.report_metrics`), one prefix per load (``<prefix>_load<L>``)."""
+    """metrics.json keys of one trace (:func:`gpupred.sim.metrics.report_metrics`), one prefix per load
+    (``<prefix>_load<L>``)."""
     out: dict[str, float] = {}
     for load, s in summary.groupby("load"):
         key = f"{prefix}_load{load:g}".replace(".", "p")

@@ -28,9 +28,9 @@ Definitions:
 - **ours**: Horus's policy -- the same queues and the same cost on the same predicted utilization and memory --
   with three changes, each resting on a prediction: (1) a *hard* memory fit: a partner is allowed only when the
   pair's predicted out-of-memory probability from the memory intervals
-  (:func:`gpupred.colocation.pair_oom_probability`) is at most ``max_oom_risk``, and (where failures were modelled,
-  :class:`gpupred.colocation.failures.FailureModel`) its predicted failure probability at most ``max_fail``; an
-  empty GPU needs its upper-bound memory to fit; (2) refusal: a partner whose predicted throughput gain
+  (:func:`gpupred.colocation.memfit.pair_oom_probability`) is at most ``max_oom_risk``, and (where failures were
+  modelled, :class:`gpupred.colocation.failures.FailureModel`) its predicted failure probability at most ``max_fail``;
+  an empty GPU needs its upper-bound memory to fit; (2) refusal: a partner whose predicted throughput gain
   :func:`pair_gain`, ``1/s_ab + 1/s_ba - 1``, is at most ``min_gain`` (0: sharing would lose combined throughput)
   is not a candidate; (3) complementarity: among the candidates it minimizes Horus's cost minus ``weight`` x the
   predicted gain (0 for an empty GPU), so partners whose slowdowns on each other are small win; ``weight`` is

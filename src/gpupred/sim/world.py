@@ -4,15 +4,15 @@ Two worlds:
 
 - :func:`build_world` -- jobs with measured solo runs and measured pairs on one GPU kind (Lucid's RTX 3090 jobs, or
   this project's own once measured). **Truth**: a pair's measured slowdown where both members were measured together;
-  else (pairs never measured) the job-effects model (:class:`gpupred.colocation.SlowdownModel` on the time-sharing
-  estimate from *measured* solo utilization) fitted on every measured pair of that GPU kind -- the same additive form
-  as ours' knowledge, so the share of co-locations that ran at a measured slowdown is counted in every run. True
-  utilization and memory are the measured solo ones; the policies see out-of-fold predictions with intervals.
+  else (pairs never measured) the job-effects model (:class:`gpupred.slowdown.estimator.SlowdownModel` on the
+  time-sharing estimate from *measured* solo utilization) fitted on every measured pair of that GPU kind -- the same
+  additive form as ours' knowledge, so the share of co-locations that ran at a measured slowdown is counted in every
+  run. True utilization and memory are the measured solo ones; the policies see out-of-fold predictions with intervals.
 - :func:`gavel_world` -- Gavel's 26 job types on one GPU kind. **Truth**: the measured matrix, complete; a pair
-  whose co-run failed never runs (:meth:`gpupred.sim.PairSlowdown.fails`). Gavel records no utilization or memory:
-  every policy (and the utilization timeline) takes a job's utilization from its solo step times on P100 and V100
-  (:func:`gpupred.colocation.gavelpairs.cross_gpu_busy`, the same number as truth and as prediction, so no policy is
-  misled by it), and memory is unknown (0 for every policy).
+  whose co-run failed never runs (:meth:`gpupred.sim.cluster.PairSlowdown.fails`). Gavel records no utilization or
+  memory: every policy (and the utilization timeline) takes a job's utilization from its solo step times on P100 and
+  V100 (:func:`gpupred.colocation.gavelpairs.cross_gpu_busy`, the same number as truth and as prediction, so no policy
+  is misled by it), and memory is unknown (0 for every policy).
 
 **Ours' knowledge** in both (:func:`gpupred.colocation.matrix.heldout_matrices`): pair slowdowns from the job-effects
 model on the slice's zero-parameter prior, held out by whole model group, each held-out job calibrated on ``k``
@@ -110,8 +110,8 @@ def build_world(table: pd.DataFrame, solo: pd.DataFrame, features: pd.DataFrame,
                 gpu_memory_mib: float | None = None, k: int = 3, n_folds: int = 5, seed: int = 0) -> World:
     """The world of one GPU kind from measured pairs (``table``), measured solo jobs and out-of-fold ``features``.
 
-    ``table`` and ``solo`` come from :func:`gpupred.colocation.load_pair_sources`; ``features`` from
-    :func:`gpupred.colocation.predicted_features`. ``gpu_name`` defaults to the kind with most measured pairs.
+    ``table`` and ``solo`` come from :func:`gpupred.colocation.pairtable.load_pair_sources`; ``features`` from
+    :func:`gpupred.colocation.members.predicted_features`. ``gpu_name`` defaults to the kind with most measured pairs.
     """
     from gpupred.colocation.study import reference_choice, solo_reference_features, utilization_slice
 

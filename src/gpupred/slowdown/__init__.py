@@ -8,20 +8,6 @@ effects calibrated from reference co-runs, each in scikit-learn form.
   :class:`SlowdownModel` (calibration from reference co-runs);
 - :mod:`gpupred.slowdown.evaluate`: held-out scoring by whole model group (notebook 06; evaluation only).
 
-The measured pairs, their features and the study that scores every estimator on them are :mod:`gpupred.colocation`.
+Each name is imported from its own module. The measured pairs, their features and the study that scores every
+estimator on them are :mod:`gpupred.colocation`'s.
 """
-
-from gpupred.slowdown.estimator import (
-    PAIR_KEYS,
-    CorrectedSlowdown,
-    SlowdownEstimator,
-    SlowdownModel,
-    StepShare,
-    SummedUtilization,
-    TimeSharing,
-    pair_frame,
-)
-from gpupred.slowdown.physics import busy_fraction, timeshare_slowdown
-
-__all__ = ["PAIR_KEYS", "CorrectedSlowdown", "SlowdownEstimator", "SlowdownModel", "StepShare", "SummedUtilization",
-           "TimeSharing", "busy_fraction", "pair_frame", "timeshare_slowdown"]

@@ -43,7 +43,7 @@ PAIR_KEYS: tuple[str, ...] = ("group_id", "member", "job_key", "partner_key", "m
 def pair_frame(table: pd.DataFrame, member: pd.DataFrame | None = None, columns: tuple[str, ...] | list[str] = ()) -> pd.DataFrame:
     """One row per member of every pair (groups of two) of a co-location table, with own and partner inputs.
 
-    ``member`` is aligned with ``table`` (e.g. :func:`gpupred.colocation.align`); each of its ``columns`` gives
+    ``member`` is aligned with ``table`` (e.g. :func:`gpupred.colocation.members.align`); each of its ``columns`` gives
     ``own_<c>`` and ``partner_<c>``. Keeps ``slowdown`` and ``failed`` (the group failed); larger groups are left out.
     """
     t = table.reset_index(drop=True)

@@ -200,8 +200,8 @@ def cell_gap_se(held: pd.DataFrame, predictor: str, prior: str, n_boot: int = 20
 def solo_baseline_flags(X: pd.DataFrame, noise_sd: float, z: float = 2.0) -> pd.DataFrame:
     """Per job: co-runs, mean log slowdown, the threshold ``-z noise_sd / sqrt(n)`` and whether it is below it.
 
-    ``noise_sd`` is the self-pair noise of one log slowdown (:func:`gpupred.colocation.self_pair_noise`); NaN (no noise
-    estimate) flags nothing.
+    ``noise_sd`` is the self-pair noise of one log slowdown (:func:`gpupred.colocation.effects.self_pair_noise`); NaN
+    (no noise estimate) flags nothing.
     """
     y = np.log(np.maximum(X["slowdown"].to_numpy(float), 1e-6))
     d = pd.DataFrame({"job_key": X["job_key"].to_numpy(), "log_slowdown": y})

@@ -13,28 +13,5 @@ times a learned correction, with its interval rule inside.
   at run time imports it).
 
 The physics sits below the dataset (which joins its columns to each run), the estimator above the learning code, so
-this package imports nothing when it is imported: its public names load on first use.
+this package imports nothing when it is imported: each name is imported from its own module.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-__all__ = ["PHYSICS_TARGETS", "STEP_TARGETS", "PhysicsData", "StepEstimator", "physics_data"]
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gpupred.step.estimator import STEP_TARGETS, StepEstimator
-    from gpupred.step.rowphysics import PHYSICS_TARGETS, PhysicsData, physics_data
-
-_HOME = {"STEP_TARGETS": "gpupred.step.estimator", "StepEstimator": "gpupred.step.estimator",
-         "PHYSICS_TARGETS": "gpupred.step.rowphysics", "PhysicsData": "gpupred.step.rowphysics",
-         "physics_data": "gpupred.step.rowphysics"}
-
-
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use (importing the physics never imports the estimator)."""
-    if name in _HOME:
-        import importlib
-
-        return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'gpupred.step' has no attribute {name!r}")

@@ -13,9 +13,9 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
 
 ``predict`` on rows of the same columns (no labels needed): point and ``_low``/``_high`` per target, ``samples_per_s``
 from the iteration time and ``batch_size``, and ``extrapolated`` (the row's GPU kind and protocol had no training
-rows: its constants are borrowed, :meth:`gpupred.step.physics.ConstantsTable.get`, and its intervals reach at least the
-extrapolation width). Kernels come with the rows (:class:`gpupred.step.rowphysics.PhysicsData`) or from each row's
-workload graph.
+rows: its constants are borrowed, :meth:`gpupred.step.physics.constants.ConstantsTable.get`, and its intervals reach at
+least the extrapolation width). Kernels come with the rows (:class:`gpupred.step.rowphysics.PhysicsData`) or from each
+row's workload graph.
 """
 
 from __future__ import annotations
@@ -158,13 +158,15 @@ class StepEstimator(Params):
     def describe(self) -> dict[str, Any]:
         """What the predictor's card says of the step estimator: settings, fitted constants, widths."""
         return {
-            "estimator": "gpupred.step.StepEstimator: the step model (gpupred.step.physics) x a learned correction",
+            "estimator": "gpupred.step.estimator.StepEstimator: the step model (gpupred.step.physics) x a learned "
+                         "correction",
             "params": self.get_params(),
             "targets": self.fitted_targets_,
             "constants": self.constants_.as_records(),
-            "constants_borrowed": "an unfitted (GPU kind, protocol) borrows as gpupred.step.physics.ConstantsTable.get says "
-                                  "(host constants of its protocol, device constants of its architecture, the launch "
-                                  "cost alone across protocols), else the published defaults",
+            "constants_borrowed": "an unfitted (GPU kind, protocol) borrows as "
+                                  "gpupred.step.physics.constants.ConstantsTable.get says (host constants of its "
+                                  "protocol, device constants of its architecture, the launch cost alone across "
+                                  "protocols), else the published defaults",
             "correction_features": [*self.features_, "log fitted physics utilization", "log fitted physics step time"],
             "interval": f"CV+ conformal, {1 - self.alpha:.0%} nominal, calibrated per source on folds keeping whole "
                         f"{'sibling family groups' if self.calibration == 'family' else 'workloads'}",

@@ -5,8 +5,8 @@ out (sibling groups), cross-GPU (another kind's rows, or all other kinds', to a 
 another with their shared workloads kept). Methods (:data:`METHODS`), each an estimator fitted on the split's
 training rows only and asked about its test rows: the constant baseline, the current regressor (HotCloud/Horus
 features, no step model), physics alone (the step model with constants fitted on the training rows), and the
-shipped :class:`gpupred.step.StepEstimator` (physics x correction). Every method's predictions of every outer test
-row come back as a :class:`gpupred.learn.nested.NestedResult`.
+shipped :class:`gpupred.step.estimator.StepEstimator` (physics x correction). Every method's predictions of every outer
+test row come back as a :class:`gpupred.learn.nested.NestedResult`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ QUANTITIES: tuple[str, ...] = ("kernels", "gpu_busy_s", "host_s")
 
 
 def model_groups(kl: Any) -> np.ndarray:
-    """The ``GROUPS`` label of each of a step's kernels (:class:`gpupred.step.physics.KernelList`)."""
+    """The ``GROUPS`` label of each of a step's kernels (:class:`gpupred.step.physics.kernels.KernelList`)."""
     from gpupred.step.physics.kernels import OPT
 
     contraction = kl.tensor_core != 0

@@ -38,7 +38,8 @@ class HostCosts(Protocol):
 @dataclass(frozen=True)
 class ProfileCosts:
     """A host profile's costs as :func:`loader_times` reads them: a measured loader's profile (which holds no receive
-    or copy figures) borrows those of the reference profile (:func:`gpupred.loader.default_host_profile`)."""
+    or copy figures) borrows those of the reference profile
+    (:func:`gpupred.loader.hostprofile.default_host_profile`)."""
 
     profile: Any
     reference: Any

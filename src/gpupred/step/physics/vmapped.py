@@ -6,8 +6,8 @@ tensors (a convolution with batched weights becomes one grouped convolution, a l
 step launches about the kernels of one copy, each doing F times the work. The exported graph of a fused spec (the
 graph store's, ``FusedExport``) holds the F copies side by side: right for what the graph features and the memory
 footprint count (F copies of weights, gradients, optimizer state and activations), not for how the step launches
-kernels. :func:`fused_kernels` turns one copy's kernels (:func:`gpupred.step.physics.kernels_for` of the F = 1 graph) into
-the fused step's:
+kernels. :func:`fused_kernels` turns one copy's kernels (:func:`gpupred.step.physics.model.kernels_for` of the F = 1
+graph) into the fused step's:
 
 - every forward and backward kernel: FLOPs and bytes x F, the same launches;
 - recurrent layers: vmap has no batching rule for cuDNN's LSTM/GRU, so the fused step runs
