@@ -425,7 +425,8 @@ def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
     for-loop): Adam's and AdamW's ``_foreach_sqrt`` of the second moment, RMSprop's and Adagrad's square root, and
     the weight decay of SGD, Adam, RMSprop and Adagrad added to a copy of the gradients; fused and for-loop steps
     and bitsandbytes' kernels none."""
-    impl = df["optimizer_impl"].astype(str).to_numpy() if "optimizer_impl" in df.columns else np.full(len(df), "foreach")
+    impl = (df["optimizer_impl"].astype(str).to_numpy() if "optimizer_impl" in df.columns
+            else np.full(len(df), "foreach"))
     decay = (_col(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam", "rmsprop",
                                                             "adagrad"])
     root = np.isin(opt, ["adam", "adamw", "rmsprop", "adagrad"])
@@ -433,8 +434,8 @@ def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
 
 
 def _counted(df: pd.DataFrame, name: str) -> np.ndarray:
-    """Rows that have column ``name`` (the parameter terms counted tensor by tensor, :data:`gpupred.finetune.PARAM_COLUMNS`,
-    or a graph term)."""
+    """Rows that have column ``name`` (the parameter terms counted tensor by tensor,
+    :data:`gpupred.finetune.PARAM_COLUMNS`, or a graph term)."""
     return df[name].notna().to_numpy() if name in df.columns else np.zeros(len(df), bool)
 
 
@@ -571,7 +572,8 @@ class Footprint:
                 self.context_mib[key], self.allocator[key] = fit_context_allocator(varying[m], y[m], steady[m])
         return self
 
-    def predict(self, df: pd.DataFrame, terms: pd.DataFrame | None = None, keys: np.ndarray | None = None) -> np.ndarray:
+    def predict(self, df: pd.DataFrame, terms: pd.DataFrame | None = None,
+                keys: np.ndarray | None = None) -> np.ndarray:
         """The analytic footprint in MiB, one per row: context + steady terms + allocator ratio x varying terms
         (:func:`steady_varying`); ``terms`` (:func:`footprint_terms`) and ``keys`` (:func:`source_keys`) of ``df``
         where the caller has them already."""

@@ -330,7 +330,8 @@ def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) 
     varying = float(steady_varying(terms.to_frame().T)[1][0])
     parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
     parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
-    peak = PEAKS[1] if terms["optimizer_step"] > 0 or (terms["activations"] == 0 and terms["gradients"] > 0) else PEAKS[0]
+    at_step = terms["optimizer_step"] > 0 or (terms["activations"] == 0 and terms["gradients"] > 0)
+    peak = PEAKS[1] if at_step else PEAKS[0]
     return {"unit": "MiB", "total": total, "parts": parts, "analytic_mib": analytic, "allocator_ratio": ratio,
             "peak": peak, "correction_factor": factor, "spread": MEMORY_SPREAD}
 
