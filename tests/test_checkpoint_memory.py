@@ -21,7 +21,6 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
 pytest.importorskip("transformers")
@@ -150,14 +149,11 @@ def _torch_peak(config_path: Path, checkpointing: bool) -> float:
 
 def _ours(graph: Path, checkpointing: bool) -> float:
     """The footprint's activations + loss + inputs (MiB), fp32 AdamW."""
-    from gpupred.memory.physics import term_sizes, graph_terms, setup_columns
-    from gpupred.graph.features import featurize
+    from gpupred.memory.physics import graph_row, term_sizes
     from gpupred.setups import setup_of
 
     job = dataclasses.replace(setup_of("fp32", "adamw"), checkpointing=checkpointing)
-    row = {**featurize(graph, batch_size=BATCH, precision="fp32", optimizer="adam"), **graph_terms(graph, BATCH, job),
-           **setup_columns(job), "gpu": "H100 SXM", "source": "gpupred"}
-    terms = term_sizes(pd.DataFrame([row])).iloc[0]
+    terms = term_sizes(graph_row(graph, BATCH, job)).iloc[0]
     return float(terms["activations"] + terms["loss"] + terms["inputs"])
 
 
@@ -179,8 +175,7 @@ def test_autocast_copies_under_checkpointing(llama: Any) -> None:
     import torch
     import transformers
 
-    from gpupred.memory.physics import term_sizes, graph_terms, setup_columns
-    from gpupred.graph.features import featurize
+    from gpupred.memory.physics import graph_row, term_sizes
     from gpupred.setups import setup_of
 
     config_path, graph = llama
@@ -211,8 +206,6 @@ def test_autocast_copies_under_checkpointing(llama: Any) -> None:
     assert live_out == 2 * model.lm_head.weight.numel()
     del logits
     job = dataclasses.replace(setup_of("bf16", "adamw"), checkpointing=True)
-    row = {**featurize(graph, batch_size=BATCH, precision="bf16", optimizer="adam"), **graph_terms(graph, BATCH, job),
-           **setup_columns(job), "gpu": "H100 SXM", "source": "gpupred"}
-    ours = term_sizes(pd.DataFrame([row])).iloc[0]["autocast_copies"] * 2**20
+    ours = term_sizes(graph_row(graph, BATCH, job)).iloc[0]["autocast_copies"] * 2**20
     assert ours == pytest.approx(2 * sum(p.numel() for p in model.parameters()))
     assert ours >= live_in  # the rule's bound: param_bytes / 2 counts the never-cast embedding and norms too

@@ -23,7 +23,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
 pytest.importorskip("transformers")
@@ -57,16 +56,13 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _footprint(config_path: Path, attention: str | None, batch: int = BATCH, seq: int = SEQ) -> dict[str, float]:
     """The footprint's terms (MiB) of the exported graph: fp32 AdamW at ``batch`` x ``seq``, and its peak."""
-    from gpupred.memory.physics import footprint_terms, graph_terms, setup_columns, term_sizes
-    from gpupred.graph.features import featurize
+    from gpupred.memory.physics import footprint_terms, graph_row, term_sizes
     from gpupred.graph.named import named_graph
     from gpupred.setups import setup_of
     from gpupred.workloads.hubmodels import hf_model
 
     path = named_graph(hf_model(str(config_path), seq_len=seq, attention=attention))
-    job = setup_of("fp32", "adamw")
-    row = pd.DataFrame([{**featurize(path, batch_size=batch, precision="fp32", optimizer="adam"),
-                         **graph_terms(path, batch, job), **setup_columns(job), "gpu": "H100 SXM", "source": "gpupred"}])
+    row = graph_row(path, batch, setup_of("fp32", "adamw"))
     peak = footprint_terms(row).iloc[0]
     return {**term_sizes(row).iloc[0].to_dict(), "peak": float(peak.sum() - peak["workspace"])}
 
@@ -229,17 +225,14 @@ def _autocast_footprint(config_path: Path, checkpointing: bool) -> dict[str, flo
     """The footprint's terms (MiB) of the exported graph under bf16 autocast AdamW at BATCH x SEQ."""
     import dataclasses
 
-    from gpupred.memory.physics import graph_terms, setup_columns, term_sizes
-    from gpupred.graph.features import featurize
+    from gpupred.memory.physics import graph_row, term_sizes
     from gpupred.graph.named import named_graph
     from gpupred.setups import setup_of
     from gpupred.workloads.hubmodels import hf_model
 
     path = named_graph(hf_model(str(config_path), seq_len=SEQ))
     job = dataclasses.replace(setup_of("bf16", "adamw"), checkpointing=checkpointing)
-    row = {**featurize(path, batch_size=BATCH, precision="bf16", optimizer="adam"), **graph_terms(path, BATCH, job),
-           **setup_columns(job), "gpu": "H100 SXM", "source": "gpupred"}
-    return term_sizes(pd.DataFrame([row])).iloc[0].to_dict()
+    return term_sizes(graph_row(path, BATCH, job)).iloc[0].to_dict()
 
 
 def _compare_autocast(configs: dict[str, Path], name: str) -> dict[str, tuple[float, float]]:

@@ -177,20 +177,21 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
         output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
-    counts.update(peak_grad_elems=peak_gradients(cg, producer, numel, kept, 1.0),
-                  peak_grad_elems_half=peak_gradients(cg, producer, numel, kept, 2.0))
+    counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(cg, producer, numel, kept, (1.0, 2.0))
     return counts
 
 
-def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str], ratio: float) -> float:
+def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
+                   ratios: tuple[float, ...]) -> tuple[float, ...]:
     """Parameter elements whose gradients are live at the backward's peak (see the module notes).
 
     Backward runs the nodes in reverse: a parameter's gradient is allocated at the backward of the last node that
     reads it (a tied embedding: at the head), and a kept tensor is freed at the backward of the first node that
     reads it. While node k runs, the gradients of the parameters read at k or later and the kept tensors first read
     at k or earlier are live; the peak is the k with the most bytes, a gradient element weighing ``ratio``
-    activation elements (2: fp32 gradients beside 16-bit activations under autocast). Returned: the gradient
-    elements live at that peak beyond the activations all kept at once (0 when the peak is the backward's start)."""
+    activation elements (2: fp32 gradients beside 16-bit activations under autocast). Returned, for each of
+    ``ratios``: the gradient elements live at that peak beyond the activations all kept at once (0 when the peak is
+    the backward's start)."""
     n = len(cg.nodes)
     grads, acts = np.zeros(n + 1), np.zeros(n + 1)
     last: dict[str, int] = {}
@@ -208,8 +209,8 @@ def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
         grads[i] += cg.param_sizes[key][0]
     for t in kept:
         acts[first.get(t, n)] += numel.get(t, 0)  # never read (a graph output): live until backward starts
-    live = ratio * np.cumsum(grads[::-1])[::-1] + np.cumsum(acts)  # node k: gradients read at >= k, kept <= k
-    return float(max(live.max() - acts.sum(), 0.0) / ratio)
+    later, kept_by = np.cumsum(grads[::-1])[::-1], np.cumsum(acts)  # node k: gradients read at >= k, kept <= k
+    return tuple(float(max((r * later + kept_by).max() - acts.sum(), 0.0) / r) for r in ratios)
 
 
 def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tuple[set[str], set[str]]:
@@ -667,14 +668,22 @@ def onnx_footprint_mib(path_or_proto: Any, batch_size: int, precision: str, opti
                        fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
     """Analytic training memory (MiB) of an ONNX graph at a batch size and training setup (default: the sweeps'
     setup of ``precision`` and ``optimizer``) on a GPU."""
-    from gpupred.graph.features import featurize
     from gpupred.setups import as_setup
 
-    job = as_setup(setup, precision, optimizer)
-    features = featurize(path_or_proto, batch_size=batch_size, precision=job.job_precision,
-                         optimizer="adam" if job.state_buffers >= 2 else "sgd")
-    return footprint_mib(features, gpu, job.precision, job.optimizer_key, graph_terms(path_or_proto, batch_size, job),
-                         fitted=fitted, setup=job)
+    row = graph_row(path_or_proto, batch_size, as_setup(setup, precision, optimizer), gpu)
+    return float((fitted or Footprint()).predict(row)[0])
+
+
+def graph_row(path_or_proto: Any, batch_size: int, setup: TrainingSetup, gpu: str = "H100 SXM",
+              source: str = "gpupred") -> pd.DataFrame:
+    """The one-row frame the footprint reads of an ONNX graph at a batch size under a training setup on a GPU: its
+    feature row, its graph terms and the setup's columns."""
+    from gpupred.graph.features import featurize
+
+    features = featurize(path_or_proto, batch_size=batch_size, precision=setup.job_precision,
+                         optimizer="adam" if setup.state_buffers >= 2 else "sgd")
+    return pd.DataFrame([{**features, **graph_terms(path_or_proto, batch_size, setup), **setup_columns(setup),
+                          "gpu": gpu, "source": source}])
 
 
 def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:

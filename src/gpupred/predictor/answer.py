@@ -477,8 +477,7 @@ def _text_memory(answer: dict[str, Any]) -> list[str]:
     lines = [f"{name:16s} {value:12,.1f} MiB  {value / mem['total']:6.1%}" for name, value in mem["parts"].items()]
     return [*lines, f"{'peak':16s} at the {mem['peak']}",
             f"{'total':16s} {mem['total']:12,.1f} MiB  (analytic {mem['analytic_mib']:,.1f} MiB x correction "
-                    f"{mem['correction_factor']:.3f}, spread over every part; allocator ratio "
-                    f"{mem['allocator_ratio']:.3f})"]
+            f"{mem['correction_factor']:.3f}, spread over every part; allocator ratio {mem['allocator_ratio']:.3f})"]
 
 
 def _text_time(answer: dict[str, Any]) -> list[str]:
