@@ -92,22 +92,31 @@ def _earlier_solo(sweep_dir: Path, workloads: set[str], gpu: str) -> pd.DataFram
         columns=["workload_id", "sync", "host_batches", "iter_time_mean_s", "gpu_util"])
 
 
+def pipeline_of(runs: pd.DataFrame) -> pd.Series:
+    """Each run's input pipeline as recorded ('' for a resident batch and for runs written before the column)."""
+    if "pipeline" not in runs.columns:
+        return pd.Series("", index=runs.index)
+    return runs["pipeline"].fillna("").astype(str)
+
+
 def solo_drift(sweep_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """Per workload solo in this sweep that also ran solo in an earlier sweep of its GPU kind: this sweep's first
-    measurement against the earlier runs' mean (iteration time ratio, utilization difference in points)."""
+    """Per workload solo in this sweep that also ran solo in an earlier sweep of its GPU kind, fed the same way (sync,
+    host batches, input pipeline): this sweep's first measurement against the earlier runs' mean (iteration time ratio, utilization difference in points)."""
     cols = ["workload_id", "sync", "iter_time_ratio", "util_diff", "earlier_runs"]
     ok = _whole_ok(table)
     solo = ok[(ok["group_size"] == 1) & (ok["repeat"] == 1)]
     if solo.empty or solo["simulated"].any():
         return pd.DataFrame(columns=cols)
     runs = read_runs(sweep_dir).set_index("run_id")
-    solo = solo.assign(host_batches=runs.loc[solo["run_id"], "host_batches"].to_numpy())
+    solo = solo.assign(host_batches=runs.loc[solo["run_id"], "host_batches"].to_numpy(),
+                       pipeline=pipeline_of(runs.reindex(solo["run_id"])).to_numpy())
     rows = []
     for gpu, g in solo.groupby("gpu_name"):
         earlier = _earlier_solo(sweep_dir, set(g["workload_id"]), str(gpu))
         for _, r in g.iterrows():
             e = earlier[(earlier["workload_id"] == r["workload_id"]) & (earlier["sync"] == r["sync"])
-                        & (earlier["host_batches"].astype(bool) == bool(r["host_batches"]))]
+                        & (earlier["host_batches"].astype(bool) == bool(r["host_batches"]))
+                        & (pipeline_of(earlier) == r["pipeline"])]
             if e.empty:
                 continue
             rows.append((r["workload_id"], r["sync"], float(r["iter_time_mean_s"] / e["iter_time_mean_s"].mean()),

@@ -66,6 +66,16 @@ def run_table(sweep_dir: Path) -> pd.DataFrame:
     return table.join(stats.drop(columns="util_std"), on="run_id").join(memory_labels(runs, samples), on="run_id")
 
 
+def _batches_text(runs: pd.DataFrame, settings: dict[str, Any]) -> str:
+    """How the sweep's batches reached the GPU: fed by input pipelines (runs with a ``pipeline``), copied from the
+    host, or resident on it."""
+    piped = runs["pipeline"].fillna("").astype(str).str.len().gt(0) if "pipeline" in runs.columns else runs["run_id"].isna()
+    if piped.any():
+        return (f"fed by real input pipelines in {int(piped.sum())} of {len(runs)} runs (the runs' `pipeline`: kind, "
+                "workers, pin_memory; the host profile beside them)")
+    return "copied from host" if settings.get("host_batches") else "resident on the GPU"
+
+
 def gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
     """Wall time of the sweep's sessions over the units they ran (the GPU time one profile costs)."""
     seconds, units = 0.0, 0
@@ -181,7 +191,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         f"- collected: {dates[0][:19]} to {dates[-1][:19]} UTC, plan {plans}; {_sessions_text(sweep_dir, manifest)}",
         f"- window: >= {settings.get('window_s')} s and {settings.get('min_iters')} iterations (<= {settings.get('max_window_s')} s); "
         f"warm-up >= {settings.get('warmup_min_s')} s and {settings.get('warmup_min_iters')} iterations (<= {settings.get('warmup_max_s')} s); "
-        f"sampler every {settings.get('interval_ms')} ms; batches {'copied from host' if settings.get('host_batches') else 'resident on the GPU'}",
+        f"sampler every {settings.get('interval_ms')} ms; batches {_batches_text(runs, settings)}",
         f"- sync: {', '.join(f'{k} {v}' for k, v in sorted(checks['sync_counts'].items()))} runs "
         "(step: the loss is read every step; window: CUDA events, one synchronization per window); "
         + _context_text(manifest),
