@@ -94,10 +94,15 @@ class DeviceExecutor:
         return info.name, info.uuid
 
     def smoke(self, deadline: float) -> str:
-        """The NVML reader answers utilization and memory; two tiny units run ok (kept nowhere: not data)."""
+        """The modules the campaign writes its files with import (:data:`gpupred.campaign.carry.NEEDED`); the NVML reader
+        answers utilization and memory; two tiny units run ok (kept nowhere: not data)."""
+        from gpupred.campaign.carry import missing_needed, needed_line
         from gpupred.profile.nvml import open_backend
         from gpupred.profile.sweep import SweepOptions, harness_config, run_sweep
 
+        missing = missing_needed()
+        if missing:  # every calibration and host profile would fail at its writing, minutes in
+            return needed_line(missing)
         try:
             backend = open_backend()
             try:

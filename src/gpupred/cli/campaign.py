@@ -1,4 +1,4 @@
-"""``gpupred campaign next|plan|unpack``: the measurement campaign's queue on a lent GPU (docs/remote-sweeps.md)."""
+"""``gpupred campaign next|plan|unpack|carry``: the measurement campaign's queue on a lent GPU (docs/remote-sweeps.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def register(app: Any) -> None:
 
     campaign_app = new_app("campaign", "One prioritized queue of GPU measurements, run a call at a time on a lent GPU.")
     app.add_typer(campaign_app, name="campaign")
-    for add in (_register_next, _register_plan, _register_unpack):
+    for add in (_register_next, _register_plan, _register_unpack, _register_carry):
         add(campaign_app)
 
 
@@ -109,3 +109,16 @@ def _register_unpack(campaign_app: Any) -> None:
         if done.conflicts:
             raise GpupredError(f"{tarball}: {len(done.conflicts)} files differ from those already here and were not "
                                f"overwritten (first: {done.conflicts[0]})")
+
+
+def _register_carry(campaign_app: Any) -> None:
+    @campaign_app.command("carry")
+    def carry_cmd() -> None:
+        """Here, before the device call (needs pip's registry): fetch what the GPU image lacks (jsonschema,
+        platformdirs, bitsandbytes for stage 3) and unpack it into .carry/site for the call's carry."""
+        from gpupred import config
+        from gpupred.campaign.carry import CARRY_DIR, prepare
+
+        site, size = prepare(config.ROOT)
+        print(f"{site}: {size / 2**20:.1f} MiB unpacked; in the device call: carry [\"{CARRY_DIR}\"] and "
+              f"export PYTHONPATH=$PWD/{CARRY_DIR}/site:$PWD/src")
