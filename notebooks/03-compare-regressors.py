@@ -429,6 +429,29 @@ if fed:
                      "loader_workers"]].round(3).sort_values(["family", "batch_size"])
 
 # %% [markdown]
+# This project's own pipeline-fed runs: catalog families fed by real DataLoaders over synthetic files on a lent GPU's
+# host (`plans/input-pipelines.txt`, the campaign's stage 2; its host profile recorded beside them). They are
+# predicted by the shipped step estimator fitted on every other own run, none of them pipeline-fed, so what it knows
+# of pipelines is the timeline's physics.
+
+# %%
+from gpupred.step.evaluate import own_pipeline_heldout, own_pipeline_metrics
+
+own_fed = own_pipeline_heldout(df, alpha=alpha, seed=seed)
+own_fed_figures = own_pipeline_metrics(own_fed)
+if own_fed_figures:
+    reports.write_metrics(LEARNING_METRICS, own_fed_figures)
+    print(f"{len(own_fed)} own pipeline-fed runs: utilization RMSLE {own_fed_figures['pipeline_own_gpu_util_rmsle']:.3f} "
+          f"(physics alone {own_fed_figures['pipeline_own_gpu_util_rmsle_physics']:.3f}), Spearman "
+          f"{own_fed_figures['pipeline_own_gpu_util_spearman']:.2f}, median |error| "
+          f"{own_fed_figures['pipeline_own_gpu_util_mae_points']:.1f} points, interval coverage "
+          f"{own_fed_figures['pipeline_own_gpu_util_coverage']:.0%}; median step-time error "
+          f"{own_fed_figures['pipeline_own_iter_time_mre']:.1%}")
+(own_fed[["workload_id", "loader_workers", "gpu_util", "pred_gpu_util", "physics_gpu_util", "iter_time_mean_s",
+          "pred_iter_time_mean_s"]].round(3).sort_values(["workload_id", "loader_workers"])
+ if len(own_fed) else "no own pipeline-fed runs here")
+
+# %% [markdown]
 # What the figures say (the table and the line above): on most of these jobs the pipeline does not bind. A CIFAR
 # batch costs a worker a few milliseconds of PIL transforms on the reference host, well inside the measured steps,
 # so the pipeline adds only the main process's receiving and copying. The large errors are the device step's, on a

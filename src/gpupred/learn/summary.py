@@ -246,6 +246,11 @@ def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], met
 
 
 LEARNING_METRICS = MetricsSchema("03-compare-regressors", (
+    (r"pipeline_own_(runs|gpu_util_(rmsle|rmsle_physics|spearman|mae_points|coverage)|iter_time_mre)",
+     "this project's own pipeline-fed runs (real DataLoaders on a lent GPU) predicted by the step estimator fitted on "
+     "every other own run (no pipeline-fed run among them): utilization RMSLE (corrected; _physics: the timeline "
+     "alone), Spearman, median absolute error in points, 90 % interval coverage, median relative step-time error "
+     "(gpupred.step.evaluate.own_pipeline_metrics)"),
     (r"pipeline_\w+_(gpu_util_rmsle|iter_time_mre)_(before|after)",
      "a held-out source (never trained on) predicted by the step estimator fitted on this project's runs, without "
      "(before) and with (after) its jobs' input pipelines: utilization RMSLE and median relative step-time error, "

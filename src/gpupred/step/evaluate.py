@@ -208,6 +208,30 @@ def source_heldout(df: pd.DataFrame, source: str, train_sources: tuple[str, ...]
     test = df[df["source"] == source]
     if train.empty or test.empty:
         raise GpupredError(f"held-out source {source!r}: {len(train)} training rows, {len(test)} rows to predict")
+    return heldout_rows(train, test, alpha, seed)
+
+
+def pipeline_fed(df: pd.DataFrame) -> pd.Series:
+    """Which rows were fed by a host input pipeline (their ``loader_produce_s`` set; resident rows have NaN)."""
+    if "loader_produce_s" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["loader_produce_s"].notna()
+
+
+def own_pipeline_heldout(df: pd.DataFrame, alpha: float = 0.1, seed: int = 0) -> pd.DataFrame:
+    """This project's own pipeline-fed runs (the campaign's stage 2), predicted by the shipped step estimator fitted
+    on every other own run (all resident): no run fed by a pipeline is trained on, so what the estimator knows of
+    pipelines is the physics' timeline alone. Rows as :func:`source_heldout`'s; empty without such runs."""
+    own = df[df["source"] == SOURCE_OWN]
+    fed = pipeline_fed(own)
+    if not fed.any():
+        return pd.DataFrame()
+    return heldout_rows(own[~fed], own[fed], alpha, seed)
+
+
+def heldout_rows(train: pd.DataFrame, test: pd.DataFrame, alpha: float = 0.1, seed: int = 0) -> pd.DataFrame:
+    """The shipped step estimator fitted on ``train`` and asked about ``test``: per test row its family, batch,
+    pipeline, measured and predicted utilization and step time (with intervals), and the uncorrected physics."""
     targets = tuple(t for t in ("gpu_util", "iter_time_mean_s") if train[t].notna().sum() >= MIN_LABELLED)
     est = StepEstimator(targets, alpha=alpha, seed=seed).fit(train)
     pred = est.predict(test)
@@ -222,6 +246,27 @@ def source_heldout(df: pd.DataFrame, source: str, train_sources: tuple[str, ...]
                                                                          for c in (t, f"{t}_low", f"{t}_high"))
     out["physics_gpu_util"], out["physics_iter_time_mean_s"] = util, step
     return out
+
+
+def own_pipeline_metrics(rows: pd.DataFrame) -> dict[str, float]:
+    """Notebook 03's figures of :func:`own_pipeline_heldout`: utilization RMSLE (corrected and physics alone), its
+    Spearman rank correlation, median absolute error in points, interval coverage, and the step time's median
+    relative error (``LEARNING_METRICS``' ``pipeline_own_*`` keys; empty without rows)."""
+    from scipy.stats import spearmanr
+
+    from gpupred.learn.splits import rmsle
+
+    if rows.empty:
+        return {}
+    util, pred = rows["gpu_util"].to_numpy(float), rows["pred_gpu_util"].to_numpy(float)
+    inside = (util >= rows["pred_gpu_util_low"].to_numpy(float)) & (util <= rows["pred_gpu_util_high"].to_numpy(float))
+    rel = rows["pred_iter_time_mean_s"].to_numpy(float) / rows["iter_time_mean_s"].to_numpy(float) - 1.0
+    return {"pipeline_own_runs": float(len(rows)), "pipeline_own_gpu_util_rmsle": rmsle(util, pred),
+            "pipeline_own_gpu_util_rmsle_physics": rmsle(util, rows["physics_gpu_util"].to_numpy(float)),
+            "pipeline_own_gpu_util_spearman": float(spearmanr(util, pred).statistic),
+            "pipeline_own_gpu_util_mae_points": float(np.median(np.abs(util - pred))),
+            "pipeline_own_gpu_util_coverage": float(inside.mean()),
+            "pipeline_own_iter_time_mre": float(np.nanmedian(np.abs(rel)))}
 
 
 def source_figures(rows: pd.DataFrame) -> dict[str, Any]:
