@@ -5,6 +5,8 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
 ``fit`` on dataset rows (labels, features, GPU, protocol, source):
 
 1. the step model's constants per (GPU kind, measurement protocol) on the rows (:mod:`gpupred.step.rowphysics`);
+   a row whose input pipeline lengthens its modelled step (:func:`gpupred.step.rowphysics.loader_bound`) is left out
+   of every fit here, so that a loader's error is never learned as the device step's;
 2. per target, the correction of ``measured / physics`` (:mod:`gpupred.step.correction`), calibrated on folds that
    keep whole families (``calibration="family"``, the default: an interval then carries the error of an unseen
    family) or workloads;
@@ -34,7 +36,7 @@ from gpupred.step.correction import (
 )
 from gpupred.step.rowphysics import (
     PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
-    fitted_physics, physics_data, row_physics, rows_unfitted,
+    fitted_physics, loader_bound, physics_data, row_physics, rows_unfitted,
 )
 from gpupred.step.physics.constants import StepConstants
 from gpupred.step.physics.timeline import STEP_COLUMNS
@@ -79,15 +81,15 @@ class StepEstimator(Params):
         self._check()
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
-        every = np.arange(len(X))
-        self.constants_, util, step = fitted_physics(pdata, every, self.seed)
+        kept = np.flatnonzero(~loader_bound(pdata))  # a loader-bound row is scored, never fitted on
+        self.constants_, util, step = fitted_physics(pdata, kept, self.seed)
         self.features_ = [c for c in CORRECTION_FEATURES if c in X.columns]
         settings = CorrectionSettings(self.weighting, self.alpha, self.n_cal, self.n_inner, self.seed)
         self.corrections_: dict[str, Correction] = {}
         self.widths_: dict[str, ExtrapolationWidths] = {}
         for target in self.targets:
             y = X[target].to_numpy(float) if target in X.columns else np.full(len(X), np.nan)
-            rows = np.flatnonzero(np.isfinite(y))
+            rows = kept[np.isfinite(y[kept])]
             if len(rows) < MIN_LABELLED:
                 continue
             is_step = PHYSICS_TARGETS[target] == "step"

@@ -127,6 +127,29 @@ def fitted_physics(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> tupl
     return table, util, step
 
 
+LOADER_BOUND_SHARE = 0.05  # a fed row whose pipeline lengthens the modelled step by more than this trains nothing
+
+
+def loader_bound(pdata: PhysicsData, share: float = LOADER_BOUND_SHARE) -> np.ndarray:
+    """Per row, whether its input pipeline lengthens the step model's step (default constants) by more than
+    ``share`` over the same step with its batch resident. Such a row's measured step is the loader's as much as the
+    device's, and neither the constants nor the correction (which does not see the loader) can tell which part a
+    residual belongs to: the step estimator scores these rows and never fits on them."""
+    from gpupred.step.physics.constants import DEFAULT
+    from gpupred.step.physics.timeline import simulate
+
+    rows = pdata.rows
+    out = np.zeros(len(pdata.keys), dtype=bool)
+    if rows.loaders is None:
+        return out
+    for i, loader in enumerate(rows.loaders):
+        if loader is None:
+            continue
+        args = (rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i])
+        out[i] = simulate(*args, loader).step_s > (1.0 + share) * simulate(*args, None).step_s
+    return out
+
+
 def default_columns(pdata: PhysicsData) -> pd.DataFrame:
     """The step model's ``STEP_COLUMNS`` of every row under the default constants (what the dataset's ``phys_*``
     columns hold, for rows that do not carry them: a new job)."""
