@@ -121,3 +121,18 @@ def _steps(workload_id: str, gpu: str) -> dict[str, float]:
     from gpupred.workloads.spec import WorkloadSpec
 
     return spec_step_columns(WorkloadSpec.from_id(workload_id), gpu)
+
+
+def test_a_width_is_taken_only_from_errors_scored_against_the_reference_predictions_use() -> None:
+    """One measured GPU calibrated: held out, it is compared with the published defaults, while predictions compare
+    with its readings. Those errors measure another rule, so no width is taken from them (fixture errors)."""
+    from gpupred.calibration.evaluation import calibrated_widths
+    from gpupred.calibration.use import Reference, standin_reference
+
+    errors = [{"gpu": "H200", "target": "gpu_util", "method": m, "errors": np.array([0.1, -0.5, 0.9]),
+               "reference": STANDIN} for m in ("borrowed", "calibrated", "raw")]
+    own = Reference(dict(standin_reference().step), 700.0, 1.03, ("H200",))
+    assert calibrated_widths(errors, own, 0.1) == {}
+    assert set(calibrated_widths(errors, standin_reference(), 0.1)) == {"gpu_util"}
+    second = [{**e, "gpu": "H100 SXM", "reference": "calibrations of H200"} for e in errors]
+    assert set(calibrated_widths(errors + second, own, 0.1)) == {"gpu_util"}

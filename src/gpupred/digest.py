@@ -236,6 +236,39 @@ def readme_table(folder: Path | None = None, card: Path | None = None) -> str:
         "did not write.")
 
 
+def calibration_heldout(card: Path | None = None) -> str:
+    """The README's held-out account of calibrations, from the default predictor's card (``core.calibrated_gpus``):
+    per measured GPU with a committed calibration, its runs predicted by physics with its fit removed, from borrowed,
+    calibrated and raw constants (median and 90 % |log error|), and what reference predictions now use."""
+    import json
+
+    from gpupred.calibration.use import STANDIN
+
+    path = Path(card or config.PREDICTOR).with_suffix(".json")
+    account = json.loads(path.read_text()).get("core", {}).get("calibrated_gpus", {}) if path.exists() else {}
+    records = account.get("heldout", [])
+    if not records:
+        return "No GPU-recorded calibration of a measured GPU is committed: nothing is held out yet."
+    names = {"gpu_util": "utilization", "iter_time_mean_s": "iteration time", "memory_mib": "memory"}
+    rows = ["| GPU held out | target | runs | borrowed | calibrated | raw readings | compared with |",
+            "|---|---|---|---|---|---|---|"]
+    by = {(r["gpu"], r["target"], r["method"]): r for r in records}
+    for gpu, target in sorted({(r["gpu"], r["target"]) for r in records}):
+        cells = [by.get((gpu, target, m)) for m in ("borrowed", "calibrated", "raw")]
+        shown = " | ".join("—" if c is None else f"{c['median_abs_log_error']:.3f} ({c['q_abs_log_error']:.3f})"
+                           for c in cells)
+        first = next(c for c in cells if c is not None)
+        basis = "the published defaults" if first["reference"] == STANDIN else first["reference"]
+        rows.append(f"| {gpu} | {names.get(target, target)} | {first['n']} | {shown} | {basis} |")
+    width = account.get("interval_log_width")
+    width_text = (", ".join(f"{names.get(t, t)} {w:.3f}" for t, w in width.items()) if isinstance(width, dict)
+                  else str(width))
+    return "\n".join(rows) + (
+        "\n\nEach cell: median |log error| (its 90 % conformal quantile) of physics alone on the GPU's own runs, its "
+        "fitted constants removed. Predictions on a calibrated GPU now compare its readings with "
+        f"{account.get('reference_readings', '—')}. A calibrated GPU's interval log width: {width_text}.")
+
+
 def _size(n: float) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
@@ -309,7 +342,8 @@ GENERATED_MARK = re.compile(  # the body (each line ending in a newline) never r
 
 def generators() -> dict[str, Any]:
     """What renders each README block marked ``<!-- generated: gpupred.digest.NAME ... -->``, by NAME."""
-    return {"readme_table": readme_table, "data_status": data_status, "export_scale_table": export_scale_table}
+    return {"readme_table": readme_table, "data_status": data_status, "export_scale_table": export_scale_table,
+            "calibration_heldout": calibration_heldout}
 
 
 def readme_generated(text: str) -> list[tuple[str, str]]:

@@ -13,8 +13,16 @@ removed from the constants table, its rows from the footprint's fit), and its ru
 
 Utilization (log1p), iteration time (log) and memory (log; the footprint alone) are scored per GPU. A calibrated
 GPU's interval width is the conformal quantile of the ``calibrated`` |log error| with every held-out GPU weighing the
-same. Nothing here runs until a GPU-recorded calibration of a measured GPU is committed; until then a calibrated GPU
+same, and only from held-out GPUs scored against the kind of reference predictions use
+(:func:`calibrated_widths`): with a single measured GPU calibrated, it is held out against the published defaults
+while predictions compare with its own readings, so no width is taken. Until widths are measured a calibrated GPU
 gets the extrapolated width (the predictor card says so).
+
+What the first GPU-recorded calibration (an H200, 2026-11-27) showed: the published defaults are not micro-benchmark
+readings of a datacenter GPU. The H200's readings differ from them by up to 12x (a per-step sync 140 us against 15,
+the optimizer's per-tensor host cost 2.5 us against 0.2), so scaling by them (``calibrated`` against the stand-in)
+made its held-out errors several times the borrowed constants' (the card's table). Readings are only comparable
+with readings: the measured GPUs' calibrations are the reference from then on.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.calibration.file import Calibration
-from gpupred.calibration.use import Reference, applied, reference_of, standin_reference
+from gpupred.calibration.use import STANDIN, Reference, applied, reference_of, standin_reference
 from gpupred.learn.conformal import conformal_quantile
 
 METHODS: tuple[str, ...] = ("borrowed", "calibrated", "raw")
@@ -143,9 +151,16 @@ class CalibratedCore:
 
     def describe(self) -> dict[str, Any]:
         """The card's account of calibrated GPUs."""
-        width = ({t: round(w, 4) for t, w in self.widths.items()} if self.widths else
-                 "not measured yet (no GPU-recorded calibration of a measured GPU is committed): a calibrated GPU's "
-                 "intervals are as wide as an extrapolated GPU's")
+        if self.widths:
+            width: Any = {t: round(w, 4) for t, w in self.widths.items()}
+        elif self.heldout:
+            width = ("not measured yet: the one measured GPU with a calibration could be held out only against the "
+                     "published defaults (the held-out table), while predictions compare with its readings; that "
+                     "needs a second measured GPU's calibration, so a calibrated GPU's intervals are as wide as an "
+                     "extrapolated GPU's")
+        else:
+            width = ("not measured yet (no GPU-recorded calibration of a measured GPU is committed): a calibrated GPU's "
+                     "intervals are as wide as an extrapolated GPU's")
         return {"reference_readings": self.reference.basis, "interval_log_width": width, "heldout": self.heldout,
                 "training_software": self.software,
                 "rule": "a GPU without fits but with a calibration: measured constants = borrowed x (its reading / "
@@ -160,9 +175,17 @@ def calibrated_core(df: pd.DataFrame, pdata: Any, table: Any, memory_frame: pd.D
     cals = committed_calibrations() if calibrations is None else calibrations
     measured = {g for g, p in table.fitted if p == protocol}
     errors = heldout_errors(df, pdata, table, cals, memory_frame, protocol)
-    widths: dict[str, float] = {}
-    for target in sorted({e["target"] for e in errors}):
-        widths[target] = equal_weight_quantile([e["errors"] for e in errors if e["target"] == target
-                                                and e["method"] == "calibrated"], alpha)
-    return CalibratedCore(reference_of(cals, measured), widths, summarize(errors, alpha).to_dict("records"),
-                          training_software(df))
+    reference = reference_of(cals, measured)
+    return CalibratedCore(reference, calibrated_widths(errors, reference, alpha),
+                          summarize(errors, alpha).to_dict("records"), training_software(df))
+
+
+def calibrated_widths(errors: list[dict[str, Any]], reference: Reference, alpha: float) -> dict[str, float]:
+    """Per target, a calibrated GPU's interval log width: the equal-weight conformal quantile of the ``calibrated``
+    held-out errors scored against the kind of reference the predictions use. A GPU held out can only be compared
+    with the *other* measured GPUs' calibrations: with one measured GPU calibrated, that is the published defaults,
+    while predictions compare with that GPU's readings, so its errors measure another rule and no width is taken
+    ({}: a calibrated GPU keeps the extrapolated width; the held-out table still says what the stand-in costs)."""
+    usable = [e for e in errors if e["method"] == "calibrated" and (e["reference"] == STANDIN) == (not reference.gpus)]
+    return {target: equal_weight_quantile([e["errors"] for e in usable if e["target"] == target], alpha)
+            for target in sorted({e["target"] for e in usable})}
