@@ -5,7 +5,9 @@
 - distinct feature rows per second through the baseline regressors (goal >= 100,000 rows/s, a scheduler scoring its
   whole queue); one row (goal <= 5 ms);
 - ONNX file to prediction, cold in the process, for ResNet-50 from the graph store and as a 102 MB legacy export;
-- the step model's cost per graph (gpupred.step.physics: goal < 20 ms for ResNet-50; ``--step-only`` prints only that).
+- the step model's cost per graph (gpupred.step.physics: goal < 20 ms for ResNet-50; ``--step-only`` prints only that);
+- a scheduler's queue of distinct jobs through the shipped estimators (``--queue N`` prints only that; issue 74's goal:
+  10,000 jobs, 100 graphs x batch sizes x setups, in <= 10 s on one core).
 
 It trains a THROWAWAY predictor (XGBoost, CV+ with 5 folds, three targets: 18 tree ensembles of 300 trees) on a
 FIXTURE frame (tests/fixtures_learning.py, toy formula): its predictions are meaningless; only the speed is
@@ -172,9 +174,40 @@ def bench_warm_graph(predictor) -> None:  # type: ignore[no-untyped-def]
               f"{warm * 1e3:.1f} ms (goal <= 10 ms)")
 
 
+def queue_jobs(n: int) -> list:  # -> list[gpupred.predictor.pairing.Job]
+    """``n`` distinct jobs as a scheduler's queue holds them: 100 catalog graphs x 10 batch sizes x 10 setups
+    (precision, optimizer, its implementation, checkpointing), cycled in that order."""
+    from itertools import product
+
+    from gpupred.predictor.pairing import Job
+    from gpupred.setups import TrainingSetup
+    from gpupred.workloads.catalog import catalog
+
+    graphs = list({s.arch_key: s for s in catalog()}.values())[:100]
+    batches = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
+    setups = [TrainingSetup(precision=p, optimizer=o, optimizer_impl=i, checkpointing=c)
+              for p, o, i, c in product(("fp32", "bf16"), ("sgd", "adam"), ("foreach", "fused"), (False, True))][:10]
+    jobs = [Job(g.id, batch_size=b, precision=t.precision, optimizer=t.optimizer, setup=t)
+            for g, b, t in product(graphs, batches, setups)]
+    return jobs[:n]
+
+
+def bench_queue(predictor, n: int) -> None:  # type: ignore[no-untyped-def]
+    """A scheduler scoring a queue of ``n`` distinct jobs through the shipped estimators (``predict_many``), one core."""
+    jobs = queue_jobs(n)
+    t0 = time.perf_counter()
+    frame = predictor.predict_many(jobs, gpu="H100 SXM")
+    wall = time.perf_counter() - t0
+    print(f"queue of {len(frame):,} distinct jobs ({frame['model'].nunique()} graphs) through predict_many: "
+          f"{wall:.1f} s, {1e3 * wall / len(frame):.2f} ms a job (goal <= 10 s for 10,000)")
+
+
 def main() -> None:
-    """Print the figures."""
+    """Print the figures (``--queue N``: only the queue of N distinct jobs)."""
     print(f"CPU cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} (shared machine: figures under load are noisy)")
+    if "--queue" in sys.argv:
+        bench_queue(_predictor(), int(sys.argv[sys.argv.index("--queue") + 1]))
+        return
     bench_step_model()
     if "--step-only" in sys.argv:
         return
