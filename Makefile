@@ -46,6 +46,7 @@ test-fast: $(FULL)
 bench: $(FULL)
 	$(BIN)/python benchmarks/bench_featurize.py
 	$(BIN)/python benchmarks/bench_predict.py
+	$(BIN)/python benchmarks/bench_predict.py --queue 10000
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_profile_overhead.py
 
