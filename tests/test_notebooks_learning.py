@@ -123,6 +123,22 @@ def test_05_on_fixture_dataset(run_notebook, tmp_path: Path) -> None:
     assert {"05-memory-rel-err.png", "05-memory-estimate-vs-measured.png"} <= figures
 
 
+def test_05_run_twice_writes_the_same_bytes(run_notebook, tmp_path: Path) -> None:
+    """Issue 74 item 6, on FIXTURE data: a second run of a notebook on unchanged inputs writes the same bytes into
+    every file of its that git keeps (its metrics and figures; the executed .ipynb and .html, which carry run times,
+    are ignored), so a second `make all` leaves git status clean."""
+    write_fixture_dataset(tmp_path, **TWO_SOURCES)
+    reports = tmp_path / "reports"
+    runs = []
+    for _ in range(2):
+        run_notebook("05-memory", SMALL["05-memory"])
+        runs.append({f.relative_to(reports).as_posix(): f.read_bytes()
+                     for folder in ("metrics", "figures") for f in sorted((reports / folder).glob("05-*"))})
+    assert {"metrics/05-memory.json", "figures/05-memory-rel-err.png"} <= set(runs[0])
+    assert runs[0].keys() == runs[1].keys()
+    assert [k for k in runs[0] if runs[0][k] != runs[1][k]] == []
+
+
 def test_08_exports_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
     """08 with no model named exports 03's choice and carries 03's outer-fold figures in the card (FIXTURE data)."""
     _copy(after_03, tmp_path)
