@@ -204,12 +204,18 @@ def _err(v: Any) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
-def measured_gpus(card: Path | None = None) -> dict[str, int]:
-    """The GPU kinds the shipped default predictor was trained on, with their runs (its card's ``measured_gpus``)."""
+def predictor_card(card: Path | None = None) -> dict[str, Any]:
+    """The shipped default predictor's card (``models/predictor.json``; ``card``: another artifact or its card), {}
+    when there is none."""
     import json
 
     path = Path(card or config.PREDICTOR).with_suffix(".json")
-    return json.loads(path.read_text()).get("measured_gpus", {}) if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def measured_gpus(card: Path | None = None) -> dict[str, int]:
+    """The GPU kinds the shipped default predictor was trained on, with their runs (its card's ``measured_gpus``)."""
+    return predictor_card(card).get("measured_gpus", {})
 
 
 def readme_table(folder: Path | None = None, card: Path | None = None) -> str:
@@ -240,12 +246,9 @@ def calibration_heldout(card: Path | None = None) -> str:
     """The README's held-out account of calibrations, from the default predictor's card (``core.calibrated_gpus``):
     per measured GPU with a committed calibration, its runs predicted by physics with its fit removed, from borrowed,
     calibrated and raw constants (median and 90 % |log error|), and what reference predictions now use."""
-    import json
-
     from gpupred.calibration.use import STANDIN
 
-    path = Path(card or config.PREDICTOR).with_suffix(".json")
-    account = json.loads(path.read_text()).get("core", {}).get("calibrated_gpus", {}) if path.exists() else {}
+    account = predictor_card(card).get("core", {}).get("calibrated_gpus", {})
     records = account.get("heldout", [])
     if not records:
         return "No GPU-recorded calibration of a measured GPU is committed: nothing is held out yet."

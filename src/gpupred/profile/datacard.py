@@ -19,7 +19,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
-from gpupred.profile.coloc_card import coloc_checks, coloc_lines
+from gpupred.profile.coloc_card import coloc_checks, coloc_lines, pipeline_of
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
 from gpupred.profile.schema import read_runs, read_samples
 from gpupred.profile.store import latest_manifest_path, manifest_paths, read_manifest, window_samples
@@ -69,7 +69,7 @@ def run_table(sweep_dir: Path) -> pd.DataFrame:
 def _batches_text(runs: pd.DataFrame, settings: dict[str, Any]) -> str:
     """How the sweep's batches reached the GPU: fed by input pipelines (runs with a ``pipeline``), copied from the
     host, or resident on it."""
-    piped = runs["pipeline"].fillna("").astype(str).str.len().gt(0) if "pipeline" in runs.columns else runs["run_id"].isna()
+    piped = pipeline_of(runs).str.len().gt(0)
     if piped.any():
         return (f"fed by real input pipelines in {int(piped.sum())} of {len(runs)} runs (the runs' `pipeline`: kind, "
                 "workers, pin_memory; the host profile beside them)")
