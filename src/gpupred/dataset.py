@@ -199,6 +199,11 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
         mask = keep[column].astype(bool) if column == "simulated" else keep[column] > 1
         exclude(keep[mask], reason)
         keep = keep[~mask]
+    if "setup" in keep.columns:  # fine-tune units: their labels belong to a setup the dataset's columns do not carry
+        mask = keep["setup"].fillna("").astype(str) != ""
+        exclude(keep[mask], "trained under setup options (a fine-tune unit): not a label of its workload id's own "
+                            "setup")
+        keep = keep[~mask]
     if "status" in keep.columns:
         for status in sorted(set(keep["status"]) - {"ok"}):
             exclude(keep[keep["status"] == status], f"status {status}")

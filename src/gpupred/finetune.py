@@ -41,7 +41,9 @@ Linears (:func:`activation_delta`):
 ``bitsandbytes/functional.py``): every Linear weight but the output head (transformers keeps the output embedding
 unquantized: ``get_keys_to_not_convert``) and weights also read by another op (tied embeddings) is stored as
 ``ceil(n / 2)`` bytes of packed 4-bit codes, ``ceil(n / 64)`` uint8 quantized absmax, ``ceil(n / 64 / 256)`` fp32
-second-level absmax, a fp32 offset and a 16-entry fp32 NF4 code: 0.5159 bytes per weight; each allocation is rounded
+second-level absmax, a fp32 offset, a 16-entry fp32 NF4 code and its own copy of the 256-entry fp32 dynamic code of
+the second level (``quantize_blockwise`` keeps ``code.to(device, copy=True)`` per weight: 1 KiB, found by
+tests/test_finetune_units.py against bitsandbytes 0.50): 0.5159 bytes per weight; each allocation is rounded
 to torch's 512-byte blocks (``kMinBlockSize``, ``c10/cuda/CUDACachingAllocator.cpp``). ``MatMul4Bit`` saves neither
 its input nor a dequantized weight: it dequantizes to the compute dtype in the forward and again in the backward
 (one weight's 16-bit copy at a time: counted as a transient, the largest one). Non-quantized modules (embeddings,
@@ -58,7 +60,7 @@ norms, the head) keep the setup's weight dtype.
   ``paged_adamw8bit``: ``adamw8bit``'s states, paged likewise;
 - ``adafactor`` (transformers' ``Adafactor`` defaults: ``beta1=None``, ``relative_step=True``): a matrix (2-D or more)
   keeps ``exp_avg_sq_row`` (its shape less the last axis) and ``exp_avg_sq_col`` (less the second-last), a vector its
-  full ``exp_avg_sq``, at the gradient's dtype; its step makes full-size fp32 temporaries (the squared gradient and the
+  full ``exp_avg_sq``, at the gradient's dtype, and every tensor a 0-d fp32 ``RMS``; its step makes full-size fp32 temporaries (the squared gradient and the
   factored estimate) of the tensor it updates: two of the largest, counted as a transient.
 
 Every tensor the optimizer, a gradient or a weight allocates is rounded to 512 bytes as torch's caching allocator does.
@@ -92,6 +94,7 @@ ALLOC_BLOCK = 512  # torch's caching allocator rounds every allocation up to 512
 NF4_BLOCK = 64  # bitsandbytes' 4-bit blocksize (Params4bit's default)
 NESTED_BLOCK = 256  # double quantization: the absmax quantized in blocks of 256 (quantize_blockwise)
 NF4_CODE_BYTES = 16 * 4  # the NF4 code: 16 fp32 values per QuantState
+NESTED_CODE_BYTES = 256 * 4  # the second level's dynamic code, copied into every weight's nested QuantState
 OPT8_BLOCK = 256  # bitsandbytes' 8-bit optimizers: one fp32 absmax per 256 elements per moment
 MIN_8BIT_SIZE = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep fp32 moments
 ADAPTER_BYTES = 4  # peft's adapters are fp32 (autocast_adapter_dtype=True)
@@ -133,7 +136,7 @@ def nf4_bytes(numel: int) -> int:
     """Device bytes of one weight stored by bitsandbytes as NF4 with double quantization (see the module notes)."""
     blocks = -(-numel // NF4_BLOCK)
     return (alloc((numel + 1) // 2) + alloc(blocks) + alloc(4 * -(-blocks // NESTED_BLOCK)) + alloc(4)
-            + alloc(NF4_CODE_BYTES))
+            + alloc(NF4_CODE_BYTES) + alloc(NESTED_CODE_BYTES))
 
 
 def optimizer_state_bytes(optimizer: str, shape: tuple[int, ...], item: int, sgd_momentum: bool = True) -> int:
@@ -149,10 +152,10 @@ def optimizer_state_bytes(optimizer: str, shape: tuple[int, ...], item: int, sgd
         if numel < MIN_8BIT_SIZE:
             return 2 * alloc(numel * 4)
         return 2 * (alloc(numel) + alloc(4 * -(-numel // OPT8_BLOCK)))
-    if optimizer == "adafactor":
+    if optimizer == "adafactor":  # and its 0-d fp32 ``RMS`` per tensor
         if len(shape) < 2:
-            return alloc(numel * item)
-        return alloc(numel // shape[-1] * item) + alloc(numel // shape[-2] * item)
+            return alloc(numel * item) + alloc(4)
+        return alloc(numel // shape[-1] * item) + alloc(numel // shape[-2] * item) + alloc(4)
     raise GpupredError(f"unknown optimizer {optimizer!r}")
 
 

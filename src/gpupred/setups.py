@@ -236,6 +236,27 @@ def as_setup(setup: TrainingSetup | None, precision: str = "fp32", optimizer: st
     return setup if setup is not None else setup_of(precision, optimizer)
 
 
+def setup_json(setup: TrainingSetup) -> str:
+    """The options of ``setup`` that differ from the defaults as sorted JSON (a run row's ``setup``); lists as lists."""
+    import json
+
+    return json.dumps(setup.changes(), sort_keys=True, separators=(",", ":"))
+
+
+def setup_from_json(text: Any) -> TrainingSetup | None:
+    """The setup a JSON object of its options describes (a run row's ``setup``); None for empty or NaN (the workload
+    id's own precision and optimizer)."""
+    import json
+
+    if text is None or (isinstance(text, float) and text != text) or text == "":
+        return None
+    try:
+        options = json.loads(text) if isinstance(text, str) else dict(text)
+        return DEFAULT_SETUP.with_options(**options)
+    except (TypeError, ValueError) as e:
+        raise GpupredError(f"training setup {str(text)[:60]!r}: not a JSON object of TrainingSetup options ({e})") from None
+
+
 # What the frameworks do when nobody says otherwise (the predictor's card states these beside DEFAULT_SETUP).
 FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
     "pytorch": {

@@ -82,6 +82,9 @@ class DeviceExecutor:
 
     simulated = False
 
+    def __init__(self) -> None:
+        self.preflight: str | None = None  # the fine-tune preflight's answer this call ('' passed; None: not run)
+
     def identity(self) -> tuple[str, str]:
         """NVML's name and UUID of the visible GPU."""
         from gpupred.profile.nvml import open_backend
@@ -139,9 +142,17 @@ class DeviceExecutor:
         return PartRun(0, Counter(), why or f"gpupred loader bench exited {code}")
 
     def sweep(self, plan: str, out: Path, limit: int, deadline: float) -> PartRun:
-        """The existing sweep (its units written atomically; it stops cleanly before the deadline)."""
+        """The existing sweep (its units written atomically; it stops cleanly before the deadline). A plan with setup
+        units (fine-tunes) first passes :func:`finetune_preflight`, once per call: a broken peft or bitsandbytes would
+        otherwise write an error row for every unit, and error rows count as done."""
         from gpupred.profile.sweep import SweepOptions, run_sweep
+        from gpupred.profile.units import load_plan
 
+        if any(u.setup for u in load_plan(plan, limit)):
+            if self.preflight is None:
+                self.preflight = finetune_preflight(deadline)
+            if self.preflight:
+                return PartRun(0, Counter(), self.preflight)
         s = run_sweep(plan, out, SweepOptions(max_minutes=max(_left_s(deadline), 1.0) / 60, limit=limit,
                                               progress=False))
         return PartRun(s.done_now, Counter(s.statuses), s.stopped)
@@ -154,6 +165,23 @@ class DeviceExecutor:
         written = len(_traced(out) - before)
         stopped = why or ("" if code in (0, 3) else f"gpupred trace run exited {code}")
         return PartRun(written, Counter(written=written), stopped)
+
+
+PREFLIGHT_S = 120.0  # at most, for the fine-tune preflight's child (it imports torch, peft and bitsandbytes)
+
+
+def finetune_preflight(deadline: float, device: str = "cuda") -> str:
+    """:func:`gpupred.workloads.finetuning.preflight` in a child: '' when it passes, else why not (one line)."""
+    code = f"from gpupred.workloads.finetuning import preflight; preflight({device!r})"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], timeout=min(PREFLIGHT_S, _left_s(deadline)),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return "fine-tune preflight: timed out (nothing of this part ran)"
+    if done.returncode == 0:
+        return ""
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return f"fine-tune preflight failed, so no fine-tune unit ran: {lines[-1].strip() if lines else done.returncode}"
 
 
 def _read(read: object) -> dict[str, float]:

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from gpupred.profile import store
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA
-from gpupred.profile.units import Unit, pipeline_json
+from gpupred.profile.units import Unit, member_setup_json, pipeline_json
 
 NOTE = "simulated by `gpupred campaign next --dry-run`: never data"
 
@@ -23,7 +23,7 @@ def simulated_unit(unit: Unit, sweep_id: str) -> tuple[pa.Table, pa.Table]:
         row.update(run_id=f"{unit.group_id}#{member}" if len(unit.workload_ids) > 1 else unit.group_id,
                    group_id=unit.group_id, group_size=len(unit.workload_ids), member=member, sweep_id=sweep_id,
                    workload_id=workload_id, status="ok", message=NOTE, simulated=True, sync=unit.sync,
-                   pipeline=pipeline_json(unit.pipeline),
+                   pipeline=pipeline_json(unit.pipeline), setup=member_setup_json(unit.setup, workload_id),
                    iter_times_s=[0.1, 0.1], schema_version=1)
         rows.append(row)
     samples = pa.Table.from_pydict({"group_id": [unit.group_id], "t_s": [0.0], "metric": ["gpu_util"],

@@ -25,7 +25,7 @@ SWEEP_IDS: dict[str, str] = {"pipelines": "2026-12-pipelines", "finetune": "2026
                              "pairs": "2026-12-pairs-matrix", "realworld": "2026-12-realworld",
                              "catalog": "2026-11-catalog", "fusion": "2026-12-fusion"}
 PIPELINES_PLAN = "input-pipelines.txt"  # catalog workloads fed by real DataLoaders (`pipeline=KIND` plan lines)
-FINETUNE_PLAN = "finetune.txt"  # written by the fine-tuning issue (78) once LoRA/QLoRA setups exist
+FINETUNE_PLAN = "finetune.txt"  # full, LoRA and QLoRA fine-tunes (plan-line setup options, gpupred.profile.units)
 MARGIN_MINUTES = 1.0  # kept free at the end of a call: the tarball, and a unit that overran its estimate
 SMOKE_IDS = ("mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w32-d1-bs4-in16-fp32-sgd")  # the smoke test's two units
 
@@ -129,7 +129,8 @@ def loader_missing() -> str:
 
 
 def finetune_missing() -> str:
-    """Why stage 3 (fine-tuning) cannot run yet: '' once TrainingSetup has LoRA and QLoRA fields and peft is there."""
+    """Why stage 3 (fine-tuning) cannot run here: '' once TrainingSetup has LoRA and QLoRA fields and peft and
+    bitsandbytes import (:mod:`gpupred.workloads.finetuning` builds the units with them)."""
     from gpupred.setups import TrainingSetup
 
     names = [f.name for f in fields(TrainingSetup)]

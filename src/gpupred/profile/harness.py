@@ -346,12 +346,13 @@ def measure_cuda_context(backend: "Backend", config: HarnessConfig | None = None
         child.close()
 
 
-def _job(spec: Any, member: int, cfg: HarnessConfig, sync: str, pipeline: str = "") -> dict[str, Any]:
-    """The job message of one member (``pipeline``: the JSON of its input pipeline, '' for a resident batch)."""
+def _job(spec: Any, member: int, cfg: HarnessConfig, sync: str, pipeline: str = "", setup: str = "") -> dict[str, Any]:
+    """The job message of one member (``pipeline``: the JSON of its input pipeline, '' for a resident batch;
+    ``setup``: the JSON of the unit's setup options, '' for the id's own)."""
     from gpupred import config
 
     feed = {"pipeline": pipeline, "loader_cache": str(config.LOADER_CACHE)} if pipeline else {}
-    return {**feed,
+    return {**feed, "setup": setup,
         "spec_json": spec.to_json(), "member": member, "device": cfg.device, "host_batches": cfg.host_batches,
         "window_s": cfg.window_s, "min_iters": cfg.min_iters, "max_window_s": cfg.max_window_s,
         "warmup_min_s": cfg.warmup_min_s, "warmup_min_iters": cfg.warmup_min_iters,
@@ -464,13 +465,15 @@ def run_unit(
     sync: str | None = None,
     context_mib: float = math.nan,
     pipeline: str = "",
+    setup: str = "",
 ) -> UnitResult:
     """Run one unit (1 workload solo, or 2-4 co-located) and return its rows and samples.
 
     ``deadline`` (time.monotonic) is the sweep's own limit: reaching it raises :class:`UnitInterrupted`.
     ``sync`` overrides the config's synchronization mode; ``context_mib`` is the sweep's measured bare
     CUDA context size, recorded with every row. ``pipeline``: the JSON of the input pipeline that feeds every member
-    (:func:`gpupred.profile.units.pipeline_json`; '' for resident batches). If one member of a group fails, the group
+    (:func:`gpupred.profile.units.pipeline_json`; '' for resident batches). ``setup``: the JSON of the unit's setup
+    options (:func:`gpupred.profile.units.setup_options_json`; '' for none). If one member of a group fails, the group
     stops.
     """
     from gpupred.profile.nvml import Sampler
@@ -490,13 +493,13 @@ def run_unit(
     started_at = _utc_now()
     device = backend.device_info()
     sampler = Sampler(backend, cfg.interval_ms, t0=t0).start()
-    members, samples, t_end = _run_members(specs, cfg, (sync, pipeline), group_id, launcher, own_launcher, sampler, t0,
+    members, samples, t_end = _run_members(specs, cfg, (sync, pipeline, setup), group_id, launcher, own_launcher, sampler, t0,
                                            deadline)
     notes = _dry_run_notes(specs, cfg) + ([baseline.note] if baseline.note else []) + sampler.notes
     context = {"mem_baseline_mib": baseline.used_mib, "memory_reserved_mib": baseline.reserved_mib,
                "cuda_context_mib": float(context_mib), "sync": sync}
     unit = UnitRecord(group_id, sweep_id, started_at, t_end, device, sampler,
-                      bool(backend.simulated or cfg.device == "cpu"), context, notes, pipeline)
+                      bool(backend.simulated or cfg.device == "cpu"), context, notes, pipeline, setup)
     rows, timings, windows = _member_rows(specs, members, cfg, unit)
     from gpupred.profile.schema import RUN_SCHEMA
 
@@ -505,10 +508,10 @@ def run_unit(
                       time.monotonic() - t0, timings)
 
 
-def _run_members(specs: list[Any], cfg: HarnessConfig, feed: tuple[str, str], group_id: str, launcher: Launcher,
+def _run_members(specs: list[Any], cfg: HarnessConfig, feed: tuple[str, str, str], group_id: str, launcher: Launcher,
                  own_launcher: bool, sampler: Any, t0: float, deadline: float | None) -> tuple[_Members, Any, float]:
     """Drive the unit's members to their end, timeout or deadline: (members, samples, end time). ``feed``: the
-    members' (sync mode, input pipeline JSON).
+    members' (sync mode, input pipeline JSON, setup options JSON).
 
     The sampler stops and every child is reaped (killed first on an exception) whatever happens.
     """
@@ -577,6 +580,7 @@ class UnitRecord:
     context: dict[str, Any]  # extra RUN_SCHEMA columns (memory baseline, CUDA context, sync)
     notes: list[str]  # the unit's notes; member problems found here are appended
     pipeline: str = ""  # the JSON of the input pipeline feeding every member ('' for resident batches)
+    setup: str = ""  # the JSON of the unit's setup options ('' for each id's own)
 
 
 def _member_rows(specs: list[Any], members: _Members, cfg: HarnessConfig,
@@ -628,9 +632,16 @@ def _member_rows(specs: list[Any], members: _Members, cfg: HarnessConfig,
             "torch_window_reserved_mib": float(r.get("window_reserved_mib", math.nan)),
             "sampler_interval_ms": cfg.interval_ms, "buffered_supported": sampler.buffered_supported,
             "gpm_supported": bool(sampler.gpm_supported), "notes": "; ".join(notes), **unit.context,
-            "pipeline": _row_pipeline(unit.pipeline, r),
+            "pipeline": _row_pipeline(unit.pipeline, r), "setup": _row_setup(unit.setup, spec.id),
         })
     return rows, timings, windows
+
+
+def _row_setup(options: str, workload_id: str) -> str:
+    """A member's ``setup`` column from the unit's setup-options JSON ('' for none)."""
+    from gpupred.profile.units import member_setup_json, setup_options_from_json
+
+    return member_setup_json(setup_options_from_json(options), workload_id)
 
 
 def _row_pipeline(pipeline: str, reported: dict[str, Any]) -> str:
@@ -795,6 +806,10 @@ def _build_step(job: dict[str, Any], result: dict[str, Any]) -> Any:
     spec = WorkloadSpec.from_json(job["spec_json"])
     if job.get("max_batch") and spec.batch_size > job["max_batch"]:  # dry run: validate, don't measure
         spec = dataclasses.replace(spec, batch_size=int(job["max_batch"]))
+    if job.get("setup"):  # a fine-tune: the setup's own precision (QLoRA computes in 16 bits, on the CPU too)
+        step = _setup_step(spec, job)
+        result["build_s"] = time.monotonic() - t
+        return step
     if job.get("cpu_fp32") and spec.precision != "fp32":
         spec = dataclasses.replace(spec, precision="fp32")
     built = build(spec, job["device"])
@@ -810,6 +825,15 @@ def _build_step(job: dict[str, Any], result: dict[str, Any]) -> Any:
     step = built.make_train_step(job["device"], host_batches=bool(job["host_batches"]), batches=batches)
     result["build_s"] = time.monotonic() - t
     return step
+
+
+def _setup_step(spec: Any, job: dict[str, Any]) -> Any:
+    """The train step of a member under its unit's setup options (:mod:`gpupred.workloads.finetuning`)."""
+    from gpupred.profile.units import member_setup, setup_options_from_json
+    from gpupred.workloads.finetuning import make_setup_step
+
+    setup = member_setup(setup_options_from_json(job["setup"]), spec)
+    return make_setup_step(spec, setup, job["device"], host_batches=bool(job["host_batches"]))
 
 
 def _inject_fault(torch: Any, fault: str) -> None:

@@ -12,23 +12,25 @@ import time
 from typing import Any, Callable
 
 from gpupred.profile.harness import HarnessConfig, UnitInterrupted, UnitResult, estimate_unit_s
-from gpupred.profile.units import Unit, pipeline_json
+from gpupred.profile.units import Unit, pipeline_json, setup_options_json
 
 
 def _unit_task(workload_ids: tuple[str, ...], cfg: dict[str, Any], dry_run: bool, sweep_id: str,
-               deadline_wall: float | None, sync: str = "step", repeat: int = 1, pipeline: str = "") -> UnitResult | None:
+               deadline_wall: float | None, sync: str = "step", repeat: int = 1, pipeline: str = "",
+               setup: str = "") -> UnitResult | None:
     """Run one unit on the task's GPU (or the CPU when dry); None if the sweep's deadline cut it."""
     from gpupred.profile.harness import run_unit
     from gpupred.profile.nvml import open_backend
     from gpupred.profile.units import Unit as _Unit
+    from gpupred.profile.units import setup_options_from_json
     from gpupred.setups import pipeline_from_json
 
-    unit = _Unit(workload_ids, sync, repeat, pipeline_from_json(pipeline))  # the plan line's options: its group id
+    unit = _Unit(workload_ids, sync, repeat, pipeline_from_json(pipeline), setup_options_from_json(setup))  # the plan line's options: its group id
     deadline = None if deadline_wall is None else time.monotonic() + (deadline_wall - time.time())
     backend = open_backend(dry_run)
     try:
         return run_unit(unit.specs, backend, HarnessConfig(**cfg), unit.group_id, sweep_id, deadline, sync=unit.sync,
-                        pipeline=pipeline_json(unit.pipeline))
+                        pipeline=pipeline_json(unit.pipeline), setup=setup)
     except UnitInterrupted:
         return None
     finally:
@@ -85,7 +87,7 @@ def _drive(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: str, d
                 break
             unit = pending.pop(0)
             in_flight[task.remote(unit.workload_ids, cfg.to_dict(), dry_run, sweep_id, deadline_wall, unit.sync,
-                                  unit.repeat, pipeline_json(unit.pipeline))] = unit
+                                  unit.repeat, pipeline_json(unit.pipeline), setup_options_json(unit.setup))] = unit
         if not in_flight:
             break
         done, _ = ray.wait(list(in_flight), num_returns=1, timeout=5.0)

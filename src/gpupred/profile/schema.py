@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from gpupred.errors import GpupredError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # a co-located member's own failure is oom/error/timeout; the members it took down are partner_failed
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "partner_failed")
 FAILED_STATUSES: tuple[str, ...] = ("oom", "error", "timeout")
@@ -55,6 +55,10 @@ RUN_SCHEMA = pa.schema(
         # of gpupred.setups.InputPipeline's options that differ from resident (gpupred.setups.pipeline_from_json
         # reads it); a real torch DataLoader over synthetic files fed each step (gpupred.profile.feed)
         ("pipeline", pa.string()),
+        # how every member trained: '' for its workload id's own setup (and every file before schema 5), else the
+        # JSON of gpupred.setups.TrainingSetup's options that differ from the defaults (gpupred.setups.setup_from_json
+        # reads it): a fine-tune unit (plan-line setup options, gpupred.workloads.finetuning)
+        ("setup", pa.string()),
         ("gpu_name", pa.string()),
         ("gpu_uuid", pa.string()),
         ("gpu_sm_count", pa.int32()),
@@ -100,7 +104,7 @@ RUN_SCHEMA = pa.schema(
 
 # columns added after the first real sweeps -> the schema version that added them; files written before
 # lack them and read as missing values (every other column of RUN_SCHEMA is required)
-ADDED_RUN_COLUMNS: dict[str, int] = {"torch_window_reserved_mib": 3, "pipeline": 4}
+ADDED_RUN_COLUMNS: dict[str, int] = {"torch_window_reserved_mib": 3, "pipeline": 4, "setup": 5}
 
 SAMPLE_SCHEMA = pa.schema(
     [

@@ -30,7 +30,7 @@ from gpupred.profile.harness import (
     run_unit,
 )
 from gpupred.profile.nvml import open_backend, require_gpu
-from gpupred.profile.units import Unit, check_sync, load_plan, pipeline_json
+from gpupred.profile.units import Unit, check_sync, load_plan, pipeline_json, setup_options_json
 
 # settings that must match when a sweep folder is resumed (they change what is measured)
 _PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",
@@ -287,7 +287,8 @@ def _run_local(todo: list[Unit], cfg: HarnessConfig, dry_run: bool, sweep_id: st
             launcher.spares_wanted = len(nxt.workload_ids) if nxt else 0
             try:
                 result = run_unit(unit.specs, backend, cfg, unit.group_id, sweep_id, deadline, launcher,
-                                  sync=unit.sync, context_mib=ctx.context_mib, pipeline=pipeline_json(unit.pipeline))
+                                  sync=unit.sync, context_mib=ctx.context_mib, pipeline=pipeline_json(unit.pipeline),
+                                  setup=setup_options_json(unit.setup))
             except UnitInterrupted:
                 return "time budget reached during a unit (not written; it runs again on resume)"
             walls.append(result.wall_s)
@@ -316,7 +317,8 @@ def profile_one(workload_id: str, window_s: float | None = None, dry_run: bool =
         with SigtermAsInterrupt():
             ctx = measure_cuda_context(backend, cfg)
             result = run_unit(unit.specs, backend, cfg, unit.group_id, context_mib=ctx.context_mib,
-                              sync=unit.sync, pipeline=pipeline_json(unit.pipeline))
+                              sync=unit.sync, pipeline=pipeline_json(unit.pipeline),
+                              setup=setup_options_json(unit.setup))
     finally:
         backend.close()
     return summarize_unit(result)

@@ -14,7 +14,12 @@ end with options, in any order:
   synthetic files instead of a resident batch. Its options (:data:`PIPELINE_KEYS`): ``workers=N``, ``pin=0|1``,
   ``prefetch=N``, ``transforms=v1|v2``, ``image=WxH``, ``format=jpeg|png``, ``audio_s=S``. E.g.
   ``resnet.resnet50-bs128-img224-bf16-adam pipeline=image-files workers=8 pin=1``. Without ``pipeline=`` the
-  batch is resident, as before.
+  batch is resident, as before;
+- training-setup options (:data:`SETUP_KEYS`): every member trains under a :class:`gpupred.setups.TrainingSetup`
+  made of its own id's precision and optimizer and these options, as :mod:`gpupred.workloads.finetuning` builds it
+  (transformers models only): ``optim=adamw``, ``impl=fused``, ``lora=R``, ``alpha=A``, ``targets=q_proj,v_proj``,
+  ``dropout=P``, ``qlora=1``, ``ckpt=1``, ``attn=sdpa``, ``precision=bf16-pure``, ``accum=K``, ``decay=W``. E.g.
+  ``llama.llama_1b-bs1-seq1024-bf16-adam optim=adamw lora=16 qlora=1 attn=sdpa``.
 
 The raw-data schema carries no new column for sync or repeat: both live in the group id (:func:`parse_group_id`),
 so sweeps written before a marker existed read as they always did. A pipeline lives in the group id too
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from gpupred.errors import GpupredError
 from gpupred.profile.schema import SYNC_MODES
-from gpupred.setups import RESIDENT, InputPipeline, pipeline_of
+from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, pipeline_of, setup_of
 from gpupred.workloads.spec import FAMILIES, WorkloadSpec
 
 MAX_GROUP = 4
@@ -44,6 +49,13 @@ PIPELINE_KEYS: dict[str, str] = {"pipeline": "kind", "workers": "num_workers", "
                                  "prefetch": "prefetch_factor", "transforms": "transforms", "image": "image",
                                  "format": "image_format", "audio_s": "audio_s"}
 PLAN_PIPELINE_KINDS: tuple[str, ...] = ("image-files", "host-tensors", "text-tokens", "audio-logmel")
+SETUP_SUFFIX = "~ft-"  # a group id's marker of a unit trained under setup options
+# plan-line option -> TrainingSetup field, in the order a group id's marker names them
+SETUP_KEYS: dict[str, str] = {"precision": "precision", "optim": "optimizer", "impl": "optimizer_impl",
+                              "decay": "weight_decay", "ckpt": "checkpointing", "accum": "accumulation",
+                              "attn": "attention", "lora": "lora_rank", "alpha": "lora_alpha",
+                              "targets": "lora_targets", "dropout": "lora_dropout", "qlora": "qlora"}
+SETUP_INTS, SETUP_FLOATS, SETUP_FLAGS = ("lora", "accum"), ("alpha", "dropout", "decay"), ("qlora", "ckpt")
 
 
 def check_sync(sync: str, where: str = "sync") -> str:
@@ -61,6 +73,7 @@ class Unit:
     sync: str = DEFAULT_SYNC
     repeat: int = 1  # the how-many-th measurement of this unit in its sweep (1: the first)
     pipeline: InputPipeline = RESIDENT  # how every member's batches reach the GPU (resident: as before)
+    setup: tuple[tuple[str, object], ...] = ()  # TrainingSetup options over each member's own (plan-key order)
 
     @property
     def group_id(self) -> str:
@@ -76,6 +89,8 @@ class Unit:
             base = f"co{len(self.workload_ids)}-{digest}"
         if not self.pipeline.resident:
             base = f"{base}{PIPE_SUFFIX}{pipeline_slug(self.pipeline)}"
+        if self.setup:
+            base = f"{base}{SETUP_SUFFIX}{setup_slug(self.setup)}"
         base = base if self.sync == DEFAULT_SYNC else f"{base}{SYNC_SUFFIX}{self.sync}"
         return base if self.repeat == 1 else f"{base}{REPEAT_SUFFIX}{self.repeat}"
 
@@ -83,6 +98,10 @@ class Unit:
     def specs(self) -> list[WorkloadSpec]:
         """The members' specs."""
         return [WorkloadSpec.from_id(w) for w in self.workload_ids]
+
+    def member_setup(self, spec: WorkloadSpec) -> TrainingSetup | None:
+        """The setup a member trains under: its id's precision and optimizer with the unit's options (None: none)."""
+        return member_setup(self.setup, spec) if self.setup else None
 
     @property
     def label(self) -> str:
@@ -96,6 +115,52 @@ def pipeline_json(pipeline: InputPipeline) -> str:
     if pipeline.resident:
         return ""
     return json.dumps(pipeline.changes(), sort_keys=True, separators=(",", ":"))
+
+
+def member_setup(options: tuple[tuple[str, object], ...], spec: WorkloadSpec) -> TrainingSetup:
+    """The setup a member trains under: its id's precision and optimizer, then the unit's ``options`` over them."""
+    return setup_of(spec.precision, spec.optimizer).with_options(**dict(options))
+
+
+def member_setup_json(options: tuple[tuple[str, object], ...], workload_id: str) -> str:
+    """A member's run-row ``setup``: its whole training setup (its id's precision and optimizer with the unit's
+    ``options``) as JSON; '' when there are no options."""
+    from gpupred.setups import setup_json
+
+    return setup_json(member_setup(options, WorkloadSpec.from_id(workload_id))) if options else ""
+
+
+def setup_options_json(options: tuple[tuple[str, object], ...]) -> str:
+    """A unit's setup options as JSON (what the harness hands each member; '' for none)."""
+    return json.dumps(dict(options), sort_keys=True, separators=(",", ":")) if options else ""
+
+
+def setup_options_from_json(text: str) -> tuple[tuple[str, object], ...]:
+    """:func:`setup_options_json` reversed, in plan-key order (lists as tuples)."""
+    if not text:
+        return ()
+    given = json.loads(text)
+    order = list(SETUP_KEYS.values())
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(given.items(),
+                                                                                  key=lambda kv: order.index(kv[0])))
+
+
+def setup_slug(options: tuple[tuple[str, object], ...]) -> str:
+    """A file-name-safe, readable name of setup options for group ids, e.g. ``optimadamw-ckpt-attnsdpa-lora16-qlora``;
+    target lists add a short hash."""
+    plan_key = {field: key for key, field in SETUP_KEYS.items()}
+    parts, rest = [], {}
+    for name, value in options:
+        key = plan_key[name]
+        if key == "targets":
+            rest[name] = list(value)  # type: ignore[call-overload]
+        elif isinstance(value, bool):
+            parts += [key] if value else [f"no{key}"]
+        else:
+            parts.append(f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}")
+    if rest:
+        parts.append(hashlib.sha1(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:8])
+    return "-".join(parts).replace(".", "p")
 
 
 def pipeline_slug(pipeline: InputPipeline) -> str:
@@ -197,15 +262,17 @@ def _check_repeat(value: str, where: str) -> int:
     return int(value)
 
 
-def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, int, InputPipeline]:
-    """(the line without its trailing ``sync=MODE`` / ``repeat=K`` / pipeline options, the unit's sync mode, its
-    repeat, its input pipeline)."""
-    sync, repeat, seen, options = default_sync, 1, set(), {}
+def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, int, InputPipeline, tuple]:
+    """(the line without its trailing ``sync=MODE`` / ``repeat=K`` / pipeline / setup options, the unit's sync mode,
+    its repeat, its input pipeline, its setup options)."""
+    sync, repeat, seen, options, setup = default_sync, 1, set(), {}, {}
     while True:
         head, _, last = line.rpartition(" ")
         key, eq, value = last.partition("=")
-        if not eq or key not in ("sync", "repeat", *PIPELINE_KEYS):
-            return line, sync, repeat, _line_pipeline(options, where)
+        if not eq or key not in ("sync", "repeat", *PIPELINE_KEYS, *SETUP_KEYS):
+            order = list(SETUP_KEYS.values())
+            ordered = tuple(sorted(setup.items(), key=lambda kv: order.index(kv[0])))
+            return line, sync, repeat, _line_pipeline(options, where), ordered
         if key in seen:
             raise GpupredError(f"{where}: {key}= given twice")
         seen.add(key)
@@ -213,9 +280,49 @@ def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, i
             sync = check_sync(value, where)
         elif key == "repeat":
             repeat = _check_repeat(value, where)
+        elif key in SETUP_KEYS:
+            setup[SETUP_KEYS[key]] = _setup_option(key, value, where)
         else:
             options.update(_pipeline_option(key, value, where))
         line = head.strip()
+
+
+def _setup_option(key: str, value: str, where: str) -> object:
+    """The TrainingSetup value of one plan-line setup option (one-line GpupredError if malformed)."""
+    try:
+        if key in SETUP_INTS:
+            return int(value)
+        if key in SETUP_FLOATS:
+            return float(value)
+        if key in SETUP_FLAGS:
+            if value not in ("0", "1"):
+                raise ValueError(value)
+            return value == "1"
+    except ValueError:
+        raise GpupredError(f"{where}: {key}={value!r} is malformed (e.g. lora=16 alpha=32 dropout=0.05 qlora=1 ckpt=1 "
+                           "accum=4 decay=0.01)") from None
+    if key == "targets":
+        return tuple(t for t in value.split(",") if t)
+    return value
+
+
+def check_setup(spec: WorkloadSpec, unit: "Unit", where: str) -> None:
+    """A one-line GpupredError unless every member can train under the unit's setup options (a transformers model,
+    unfused, fed resident batches, with options TrainingSetup accepts)."""
+    if not unit.setup:
+        return
+    from gpupred.workloads.realworld import real_arch
+
+    arch = real_arch(spec)
+    if arch is None or arch.source != "hf":
+        raise GpupredError(f"{where}: setup options run on the real-world transformers models (e.g. "
+                           f"llama.llama_1b-bs1-seq1024-bf16-adam), not {spec.id}")
+    if not unit.pipeline.resident:
+        raise GpupredError(f"{where}: a unit with setup options trains on resident batches; drop pipeline=")
+    try:
+        unit.member_setup(spec)
+    except GpupredError as err:
+        raise GpupredError(f"{where}: {err}") from None
 
 
 def _line_pipeline(options: dict[str, object], where: str) -> InputPipeline:
@@ -233,23 +340,25 @@ def _line_pipeline(options: dict[str, object], where: str) -> InputPipeline:
 
 def parse_plan_text(text: str, source: str = "<plan>", sync: str = DEFAULT_SYNC) -> list[Unit]:
     """Units from plan-file text (one id, or ``id + id ...``, per line, optionally ending in ``sync=MODE``,
-    ``repeat=K`` and pipeline options)."""
+    ``repeat=K``, pipeline and setup options)."""
     units: list[Unit] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        line, unit_sync, repeat, pipeline = _line_options(line, sync, f"{source}:{lineno}")
+        line, unit_sync, repeat, pipeline, setup = _line_options(line, sync, f"{source}:{lineno}")
         ids = tuple(p.strip() for p in line.split("+"))
         if not 1 <= len(ids) <= MAX_GROUP or any(not i for i in ids):
             raise GpupredError(f"{source}:{lineno}: expected a workload id or 2-{MAX_GROUP} ids joined by '+', got {line!r}")
+        unit = Unit(ids, unit_sync, repeat, pipeline, setup)
         for i in ids:
             try:
                 spec = WorkloadSpec.from_id(i)
             except GpupredError as err:
                 raise GpupredError(f"{source}:{lineno}: {err}") from None
             check_pipeline(spec, pipeline, f"{source}:{lineno}")
-        units.append(Unit(ids, unit_sync, repeat, pipeline))
+            check_setup(spec, unit, f"{source}:{lineno}")
+        units.append(unit)
     return units
 
 

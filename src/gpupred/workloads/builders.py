@@ -102,7 +102,7 @@ def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     raise GpupredError(f"unknown optimizer {name!r}; known: sgd, adam")
 
 
-def _ce(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
+def cross_entropy(out: Tensor, targets: tuple[Tensor, ...]) -> Tensor:
     """Cross-entropy over the last axis (classification or per-token), ignoring target -100."""
     return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), targets[0].reshape(-1), ignore_index=-100)
 
@@ -162,7 +162,7 @@ def _image_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     model = _torchvision(spec)
     x = torch.randn(b, 3, s, s, generator=g)
     y = torch.randint(0, _num_classes(s), (b,), generator=g)
-    return _Task(model, (x,), ["images"], (y,), _ce)
+    return _Task(model, (x,), ["images"], (y,), cross_entropy)
 
 
 def _mlp_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
@@ -171,7 +171,7 @@ def _mlp_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     model = models.MLP(s, k["w"], k["d"])
     x = torch.randn(b, s, generator=g)
     y = torch.randint(0, 10, (b,), generator=g)
-    return _Task(model, (x,), ["features"], (y,), _ce)
+    return _Task(model, (x,), ["features"], (y,), cross_entropy)
 
 
 def _rnn_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
@@ -179,7 +179,7 @@ def _rnn_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     b, s, k = spec.batch_size, spec.input_size, spec.knob
     model = models.RNNLM(spec.family, k["v"], k["e"], k["h"], k["l"])
     tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
-    return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+    return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), cross_entropy)
 
 
 def _check_heads(spec: WorkloadSpec) -> None:
@@ -201,11 +201,11 @@ def _transformer_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     model = models.TransformerLM(k["v"], k["m"], k["h"], k["l"], s, causal=fam == "gpt")
     tokens = torch.randint(0, k["v"], (b, s + 1), generator=g)
     if fam == "gpt":
-        return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), _ce)
+        return _Task(model, (tokens[:, :-1].contiguous(),), ["tokens"], (tokens[:, 1:].contiguous(),), cross_entropy)
     x = tokens[:, :-1].contiguous()
     masked = torch.rand(b, s, generator=g) < 0.15  # masked-LM: loss on 15% of positions
     y = torch.where(masked, x, torch.full_like(x, -100))
-    return _Task(model, (x,), ["tokens"], (y,), _ce)
+    return _Task(model, (x,), ["tokens"], (y,), cross_entropy)
 
 
 def _dcgan_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
@@ -227,7 +227,7 @@ def _seq2seq_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     model = models.Seq2SeqTransformer(k["v"], k["t"], k["m"], k["h"], k["l"], s)
     src = torch.randint(0, k["v"], (b, s), generator=g)
     tgt = torch.randint(0, k["t"], (b, s + 1), generator=g)
-    return _Task(model, (src, tgt[:, :-1].contiguous()), ["source", "target"], (tgt[:, 1:].contiguous(),), _ce)
+    return _Task(model, (src, tgt[:, :-1].contiguous()), ["source", "target"], (tgt[:, 1:].contiguous(),), cross_entropy)
 
 
 def _pointnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
@@ -235,7 +235,7 @@ def _pointnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     b, s, k = spec.batch_size, spec.input_size, spec.knob
     model = models.PointNetCls(k["c"])
     points = torch.randn(b, 3, s, generator=g)
-    return _Task(model, (points,), ["points"], (torch.randint(0, k["c"], (b,), generator=g),), _ce)
+    return _Task(model, (points,), ["points"], (torch.randint(0, k["c"], (b,), generator=g),), cross_entropy)
 
 
 def _fcnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
@@ -245,7 +245,7 @@ def _fcnet_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
     x = torch.randn(b, s, generator=g)
     if k["o"] == 1:
         return _Task(model, (x,), ["features"], (torch.randint(0, 2, (b, 1), generator=g).float(),), _bce)
-    return _Task(model, (x,), ["features"], (torch.randint(0, k["o"], (b,), generator=g),), _ce)
+    return _Task(model, (x,), ["features"], (torch.randint(0, k["o"], (b,), generator=g),), cross_entropy)
 
 
 def _neumf_task(spec: WorkloadSpec, g: torch.Generator) -> _Task:
@@ -281,10 +281,10 @@ def _named_task(spec: WorkloadSpec, g: torch.Generator, weights: bool = True) ->
     built = build_named(named_for(spec), weights=weights, batch=spec.batch_size)
     keys = list(built.example) if isinstance(built.example, dict) else None
     inputs = tuple(built.example.values()) if keys else (built.example,)
-    return _Task(LogitsOf(built.model, keys), inputs, keys or ["images"], _head_targets(built, spec.batch_size, g), _ce)
+    return _Task(LogitsOf(built.model, keys), inputs, keys or ["images"], head_targets(built, spec.batch_size, g), cross_entropy)
 
 
-def _head_targets(built: Any, batch: int, g: torch.Generator) -> tuple[Tensor, ...]:
+def head_targets(built: Any, batch: int, g: torch.Generator) -> tuple[Tensor, ...]:
     """Synthetic targets of a head: a class per sample (image and sequence classification), else a token per output
     position (15% of them for a masked LM, the rest ignored)."""
     cfg = getattr(built.model, "config", None)
