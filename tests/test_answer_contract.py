@@ -207,3 +207,21 @@ def test_a_named_model_answer_says_the_class_head_and_sequence_it_built(tmp_path
     assert model["kind"] == "named" and model["class"] == "BertForMaskedLM" and model["head"] == "masked-lm"
     assert answer["inputs"]["sequence_length"] == 32 and answer["inputs"]["batch_size"] == 4
     assert "model        named hf " in render_text(answer) and ", class BertForMaskedLM, head masked-lm" in render_text(answer)
+
+
+def test_memory_as_users_read_it_allocated_reserved_device(answers: dict[str, dict[str, Any]]) -> None:
+    from gpupred.predictor.answer import as_reported
+    from gpupred.setups import setup_of
+
+    mem = answers["workload"]["memory_breakdown"]
+    seen = mem["as_reported"]
+    assert seen["device"] == pytest.approx(mem["total"])
+    assert seen["torch_reserved_peak"] == pytest.approx(seen["device"] - mem["parts"]["cuda_context"])
+    assert seen["torch_allocated_peak"] == pytest.approx(seen["torch_reserved_peak"] - mem["parts"]["allocator"])
+    assert 0 < seen["torch_allocated_peak"] < seen["torch_reserved_peak"] < seen["device"]
+    # paged optimizer states live in CUDA unified memory: NVML sees them, torch's allocator does not
+    parts = dict(mem["parts"], optimizer_state=1000.0)
+    total = sum(parts.values())
+    paged, plain = (as_reported(parts, total, setup_of("bf16", o)) for o in ("paged_adamw", "adamw"))
+    assert plain["torch_allocated_peak"] - paged["torch_allocated_peak"] == pytest.approx(1000.0)
+    assert paged["device"] == plain["device"] == total

@@ -372,6 +372,11 @@ def _need(df: pd.DataFrame, cols: tuple[str, ...]) -> None:
 def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:
     """Each allocated term of the footprint in MiB (``TERMS``) live at the step's peak, one row per input row (no
     context, no allocator): the larger of the backward's peak and the optimizer step's (see the module notes)."""
+    return peak_terms(df, source)[0]
+
+
+def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[pd.DataFrame, pd.Series]:
+    """(:func:`footprint_terms`, whether each row's peak is the backward's: False where it is the optimizer step's)."""
     terms = term_sizes(df, source)
     peak = terms.pop("peak_gradients")
     # under checkpointing autocast's copies die with the forward's autocast region (none is saved for backward): the
@@ -387,7 +392,7 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
         terms[name] = terms[name].where(backward, 0.0)
     terms["gradients"] = peak.where(backward, terms["gradients"])
     terms["optimizer_step"] = terms["optimizer_step"].where(~backward, 0.0)
-    return terms
+    return terms, backward
 
 
 def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """The answer contract, versioned: what ``gpupred predict`` prints (as JSON with ``--json``, rendered as text without)
 and :meth:`gpupred.predictor.artifact.Predictor.answer` returns, for every kind of input alike.
 
-One object (``"schema": "gpupred.prediction/2"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
+One object (``"schema": "gpupred.prediction/3"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
 does not apply is null (a feature row, answered by the baseline regressors, has no step time and no breakdowns):
 
 - ``inputs``: the job as resolved: the model (a file, a workload id, a model by name and the class and head it built,
@@ -13,7 +13,8 @@ does not apply is null (a feature row, answered by the baseline regressors, has 
   the memory interval (:mod:`gpupred.predictor.fits`);
 - ``memory_breakdown``: the footprint's terms (:func:`gpupred.memory.physics.footprint_terms`), the CUDA context and the
   caching allocator's share; the learned correction multiplies the whole footprint, so it is spread over every part
-  in proportion (each part x the correction factor), and the parts add up to the memory point;
+  in proportion (each part x the correction factor), and the parts add up to the memory point; ``as_reported``: the
+  point as torch's allocated peak, torch's reserved peak and NVML's device memory (:func:`as_reported`);
 - ``time_breakdown``: the step model's timeline (:mod:`gpupred.step.physics.timeline`) of one optimizer step: the device's
   busy time, the host's launches and synchronization the device waits on, the input pipeline's stall; the device time
   by op class and by phase (the optimizer step's share); the step time's learned correction spread over every part
@@ -35,7 +36,7 @@ from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.jobgraph import JobGraph
 
-SCHEMA_ID = "gpupred.prediction/2"
+SCHEMA_ID = "gpupred.prediction/3"
 # figure -> (the prediction frame's column, unit, scale from the column's unit)
 FIGURES: dict[str, tuple[str, str, float]] = {
     "gpu_util": ("gpu_util", "%", 1.0), "sm_active": ("sm_active", "%", 1.0),
@@ -48,6 +49,7 @@ TERM_PARTS: dict[str, str] = {"weights": "weights", "gradients": "gradients", "o
                               "autocast_copies": "autocast_copies", "activations": "activations",
                               "loss": "loss_logits", "inputs": "inputs", "workspace": "workspace"}
 MEMORY_PARTS: tuple[str, ...] = (*TERM_PARTS.values(), "cuda_context", "allocator")
+REPORTED: tuple[str, ...] = ("torch_allocated_peak", "torch_reserved_peak", "device")  # memory_breakdown's as_reported
 TIME_PARTS: tuple[str, ...] = ("device_busy", "host_and_sync", "input_stall")
 OP_CLASSES: dict[int, str] = {1: "matmul", 2: "convolution", 3: "depthwise_convolution", 0: "cuda_core_ops"}
 OP_LABELS: dict[str, str] = {"matmul": "matmuls", "convolution": "convolutions",
@@ -125,7 +127,7 @@ def _time_schema() -> dict[str, Any]:
 def answer_schema() -> dict[str, Any]:
     """The JSON schema (draft 2020-12) of an answer: every key required, none other allowed."""
     memory = _object({"unit": {"const": "MiB"}, "total": {"type": "number"}, "parts": _parts(MEMORY_PARTS),
-                      "analytic_mib": {"type": "number"}, "allocator_ratio": {"type": "number"},
+                      "as_reported": _parts(REPORTED), "analytic_mib": {"type": "number"}, "allocator_ratio": {"type": "number"},
                       "peak": {"enum": list(PEAKS)},
                       "correction_factor": {"type": "number"}, "spread": {"type": "string"}}, nullable=True)
     fit = _object({"gpu": _nullable("string"), "capacity_mib": _nullable("number"), "capacity_gib": _nullable("number"),
@@ -317,23 +319,37 @@ def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
 def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) -> dict[str, Any]:
     """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
     x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point."""
-    from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying
+    from gpupred.memory.physics import peak_terms, source_keys, sources, steady_varying
     from gpupred.predictor.core import memory_row
 
     _, memory = core.models_for(kind, calibration)
     frame = pd.DataFrame([memory_row(graph, kind)])
     estimate = memory.predict(frame).iloc[0]
-    terms = footprint_terms(frame, sources(frame)).iloc[0]
+    all_terms, at_backward = peak_terms(frame, sources(frame))
+    terms = all_terms.iloc[0]
     context, ratio = (float(a[0]) for a in memory.footprint_.row_constants(source_keys(frame)))
     analytic, total = float(estimate["footprint"]), float(estimate["footprint*correction"])
     factor = total / analytic if analytic > 0 else 1.0
     varying = float(steady_varying(terms.to_frame().T)[1][0])
     parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
     parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
-    at_step = terms["optimizer_step"] > 0 or (terms["activations"] == 0 and terms["gradients"] > 0)
-    peak = PEAKS[1] if at_step else PEAKS[0]
-    return {"unit": "MiB", "total": total, "parts": parts, "analytic_mib": analytic, "allocator_ratio": ratio,
-            "peak": peak, "correction_factor": factor, "spread": MEMORY_SPREAD}
+    return {"unit": "MiB", "total": total, "parts": parts, "as_reported": as_reported(parts, total, graph.setup),
+            "analytic_mib": analytic, "allocator_ratio": ratio, "peak": PEAKS[0] if at_backward.iloc[0] else PEAKS[1],
+            "correction_factor": factor, "spread": MEMORY_SPREAD}
+
+
+def as_reported(parts: dict[str, float], total: float, setup: TrainingSetup) -> dict[str, float]:
+    """The memory point as the three figures users compare it with (MiB): torch's allocated peak
+    (``torch.cuda.max_memory_allocated()``, what training frameworks log), torch's reserved peak
+    (``max_memory_reserved()``: the allocated peak and the caching allocator's reserve) and the device memory NVML
+    shows (the reserved peak, the CUDA context, and paged optimizer states, which live in CUDA unified memory outside
+    torch's allocator)."""
+    from gpupred.finetune import PAGED
+
+    paged = parts["optimizer_state"] if setup.optimizer in PAGED else 0.0
+    allocated = sum(parts[name] for name in TERM_PARTS.values()) - paged
+    return {"torch_allocated_peak": allocated, "torch_reserved_peak": allocated + parts["allocator"],
+            "device": total}
 
 
 def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, Any]:
@@ -475,7 +491,10 @@ def _text_memory(answer: dict[str, Any]) -> list[str]:
     if mem is None:
         return ["n/a (answered by the regressors from a feature row: no footprint terms)"]
     lines = [f"{name:16s} {value:12,.1f} MiB  {value / mem['total']:6.1%}" for name, value in mem["parts"].items()]
+    seen = mem["as_reported"]
     return [*lines, f"{'peak':16s} at the {mem['peak']}",
+            f"{'as reported':16s} torch allocated {seen['torch_allocated_peak']:,.0f} MiB, torch reserved "
+            f"{seen['torch_reserved_peak']:,.0f} MiB, device (NVML) {seen['device']:,.0f} MiB",
             f"{'total':16s} {mem['total']:12,.1f} MiB  (analytic {mem['analytic_mib']:,.1f} MiB x correction "
             f"{mem['correction_factor']:.3f}, spread over every part; allocator ratio {mem['allocator_ratio']:.3f})"]
 
