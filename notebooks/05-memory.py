@@ -129,6 +129,25 @@ if len(finetune):
 with pd.option_context("display.max_colwidth", None, "display.width", 200):
     display(finetune.round(2)) if len(finetune) else print("no real-size decoder in data/corpus/ here")
 
+# %% [markdown]
+# ### Measured fine-tunes
+# The runs this project measured under fine-tune setups (the measurement campaign's stage 3, `plans/finetune.txt`: a
+# 1.1B LLaMA and two GPT-2s in full, LoRA and QLoRA fine-tunes), each beside the same memory estimator's prediction
+# of it, in the three figures a user compares with: torch's allocated peak (`torch.cuda.max_memory_allocated()`,
+# what training logs print), its reserved peak, and the device memory NVML shows (the dataset's memory label).
+# These runs are not in the estimator's training rows: the dataset leaves every run with setup options out.
+
+# %%
+from gpupred.predictor.realworld_report import finetune_measured, finetune_measured_metrics, finetune_runs
+
+measured_finetunes = finetune_measured(shipped_memory, finetune_runs())
+if len(measured_finetunes):
+    reports.write_metrics(MEMORY_METRICS, finetune_measured_metrics(measured_finetunes))
+    with pd.option_context("display.max_columns", None, "display.width", 200):
+        display(measured_finetunes.round(3))
+else:
+    print("no fine-tune run measured yet: the measurement campaign's stage 3 (plans/finetune.txt) records them")
+
 # %%
 metrics = memory_metrics(errors, model, headline_scheme)
 reports.write_metrics(MEMORY_METRICS, metrics)

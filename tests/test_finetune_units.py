@@ -240,3 +240,64 @@ def test_the_fine_tune_preflight_passes_on_this_cpu() -> None:
     from gpupred.campaign.executors import finetune_preflight
 
     assert finetune_preflight(time.monotonic() + 120, device="cpu") == ""
+
+
+def _fixture_finetune_sweep(root: object, gid: str, setup_json_text: str, allocated: float, reserved: float,
+                            device: float) -> None:
+    """A FIXTURE sweep of one fine-tune run (made-up figures, written through the real writer): not a measurement."""
+    import pyarrow as pa
+
+    from gpupred.profile import store
+    from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
+
+    wid = gid.split("~")[0]
+    row = {n: None for n in RUN_SCHEMA.names}
+    row.update(schema_version=SCHEMA_VERSION, run_id=gid, group_id=gid, group_size=1, member=0, sweep_id="fixture",
+               workload_id=wid, family=wid.split(".")[0], spec_json="{}", status="ok", message="", simulated=False,
+               host_batches=False, sync="step", pipeline="", setup=setup_json_text, gpu_name="NVIDIA H100 80GB HBM3",
+               gpu_uuid="GPU-fixture", gpu_sm_count=132, gpu_memory_total_mib=81559.0, window_start_s=1.0,
+               window_end_s=2.0, n_iters=3, iter_times_s=[0.1] * 3, iter_time_mean_s=0.1, iter_time_median_s=0.1,
+               torch_peak_allocated_mib=allocated, torch_peak_reserved_mib=reserved, mem_baseline_mib=0.0,
+               cuda_context_mib=500.0, host="fixture", notes="FIXTURE")
+    samples = pa.Table.from_pylist([{"group_id": gid, "t_s": 1.5, "metric": "mem_used_mib", "value": device,
+                                     "member": -1, "source": "poll"}], schema=SAMPLE_SCHEMA)
+    store.write_unit(root, gid, pa.Table.from_pylist([row], schema=RUN_SCHEMA), samples)
+
+
+def test_measured_fine_tunes_meet_their_predictions_in_three_figures(tmp_path: object) -> None:
+    import numpy as np
+
+    from gpupred import dataset
+    from gpupred.memory.estimator import MemoryEstimator
+    from gpupred.predictor.realworld_report import finetune_measured, finetune_measured_metrics, finetune_runs
+
+    sweep = tmp_path / "h100" / "2026-12-finetune"  # type: ignore[operator]
+    unit, = parse_plan_text(f"{LLAMA} optim=adamw attn=sdpa lora=16 qlora=1")
+    _fixture_finetune_sweep(sweep, unit.group_id, member_setup_json(unit.setup, LLAMA), 4000.0, 4600.0, 5200.0)
+    runs = finetune_runs(tmp_path)  # type: ignore[arg-type]
+    assert list(runs["group_id"]) == [unit.group_id] and runs["memory_mib"].tolist() == [5200.0]
+    estimator = MemoryEstimator().fit(dataset.own_rows(dataset.load_dataset()))  # the committed dataset
+    table = finetune_measured(estimator, runs)
+    row = table.iloc[0]
+    assert (row["recipe"], row["seq_len"], row["batch"]) == ("qlora", 512, 2)
+    assert row["torch_allocated_peak_predicted_mib"] < row["torch_reserved_peak_predicted_mib"] < \
+        row["device_predicted_mib"]
+    assert row["device_log_error"] == pytest.approx(np.log(row["device_predicted_mib"] / 5200.0))
+    figures = finetune_measured_metrics(table)
+    assert figures["memory_finetune_measured_runs"] == 1.0
+    assert figures["memory_finetune_measured_device_median_error"] == pytest.approx(abs(np.expm1(row["device_log_error"])))
+
+
+def test_every_fine_tune_plan_spec_has_a_stored_graph() -> None:
+    """So that notebook 05 (no torch) can predict each measured fine-tune from the committed graph store."""
+    from pathlib import Path
+
+    from gpupred.graph.export import stored_graph
+    from gpupred.graph.graphstore import store_specs
+    from gpupred.profile.units import load_plan
+
+    plan = Path(__file__).resolve().parents[1] / "plans" / "finetune.txt"
+    stored = {s.arch_key for s in store_specs()}
+    for unit in load_plan(str(plan)):
+        spec = unit.specs[0]
+        assert spec.arch_key in stored and stored_graph(spec) is not None, spec.id

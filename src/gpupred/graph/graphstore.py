@@ -30,11 +30,13 @@ def register_store_specs(name: str, specs: Callable[[], list[WorkloadSpec]]) -> 
 
 def store_specs() -> list[WorkloadSpec]:
     """Every spec whose architecture the graph store holds: the catalog, the fused catalog, the registered specs (in
-    the order they were registered) and the real-world architectures (exported without weights)."""
+    the order they were registered) and the real-world architectures (exported without weights), also at the fine-tune
+    plan's sequence lengths."""
     from gpupred.workloads.catalog import catalog, fused_catalog
-    from gpupred.workloads.realworld import realworld_catalog
+    from gpupred.workloads.realworld import finetune_catalog, realworld_catalog
 
-    return [*catalog(), *fused_catalog(), *[s for specs in _REGISTERED.values() for s in specs()], *realworld_catalog()]
+    return [*catalog(), *fused_catalog(), *[s for specs in _REGISTERED.values() for s in specs()], *realworld_catalog(),
+            *finetune_catalog()]
 
 
 def graph_for(spec: WorkloadSpec) -> Any:

@@ -258,5 +258,8 @@ MEMORY_METRICS = MetricsSchema("05-memory", (
      "a real-size decoder's fine-tune (full, LoRA, QLoRA: gpupred.predictor.realworld_report.finetune_recipes) on "
      "one GPU: predicted memory (GiB, the default predictor's memory estimator) and the hand count of its weights, "
      "gradients and optimizer state (GiB)"),
+    (r"memory_finetune_measured_\w+", "this project's measured fine-tunes (the campaign's stage 3) against the memory "
+     "estimator: runs compared, and the median and 90th-percentile |predicted / measured - 1| of torch's allocated "
+     "peak, its reserved peak and NVML's device memory (gpupred.predictor.realworld_report.finetune_measured)"),
     (r"memory_\w+", "memory estimates' errors per method and scheme, pooled, own runs and per source (memory_metrics)"),
 ))

@@ -319,10 +319,14 @@ def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
 def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) -> dict[str, Any]:
     """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
     x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point."""
+    return memory_parts(core.models_for(kind, calibration)[1], graph, kind)
+
+
+def memory_parts(memory: Any, graph: "JobGraph", kind: str) -> dict[str, Any]:
+    """:func:`memory_breakdown` of a fitted memory estimator (:class:`gpupred.memory.estimator.MemoryEstimator`)."""
     from gpupred.memory.physics import peak_terms, source_keys, sources, steady_varying
     from gpupred.predictor.core import memory_row
 
-    _, memory = core.models_for(kind, calibration)
     frame = pd.DataFrame([memory_row(graph, kind)])
     estimate = memory.predict(frame).iloc[0]
     all_terms, at_backward = peak_terms(frame, sources(frame))

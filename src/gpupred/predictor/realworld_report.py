@@ -208,3 +208,70 @@ def finetune_metrics(table: pd.DataFrame) -> dict[str, float]:
         for col in ("memory_gib", "states_count_gib"):
             out[f"memory_finetune_{key}_{recipe}_{col}"] = round(float(row[col]), 2)
     return out
+
+
+MEASURED_FIGURES: dict[str, str] = {"torch_allocated_peak": "torch_peak_allocated_mib",
+                                    "torch_reserved_peak": "torch_peak_reserved_mib", "device": "memory_mib"}
+
+
+def finetune_runs(raw_root: Path | None = None) -> pd.DataFrame:
+    """This project's measured fine-tune runs: solo run rows under ``raw_root`` (data/raw) trained under setup
+    options (the campaign's stage 3, ``setup`` not empty), with their NVML memory label (``memory_mib``, the dataset's
+    label rule: :func:`gpupred.profile.labels.memory_label`); none where no such sweep was measured yet."""
+    from gpupred import config
+    from gpupred.profile.labels import memory_label
+    from gpupred.profile.schema import read_runs, read_samples
+
+    runs = read_runs(Path(raw_root) if raw_root is not None else config.RAW)
+    if "setup" not in runs.columns:
+        return runs.iloc[0:0]
+    runs = runs[(runs["setup"].fillna("").astype(str) != "") & ~runs["simulated"].astype(bool)
+                & (runs["group_size"] == 1)].copy()
+    labels = []
+    for sweep_dir, group in runs.groupby("sweep_dir", sort=True):
+        samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
+        labels += [(i, memory_label(run, samples)[0]) for i, run in group.iterrows()]
+    runs["memory_mib"] = pd.Series(dict(labels), dtype=float)
+    return runs.reset_index(drop=True)
+
+
+def finetune_measured(estimator: Any, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each measured fine-tune run (:func:`finetune_runs`) beside the memory estimator's prediction of it, in the
+    three figures users read (:func:`gpupred.predictor.answer.as_reported`: torch's allocated and reserved peaks,
+    NVML's device memory), with the log error of each; a run whose graph the store lacks is kept with its reason."""
+    from gpupred.graph.export import stored_graph
+    from gpupred.predictor.answer import memory_parts
+    from gpupred.predictor.jobgraph import job_graph
+    from gpupred.setups import setup_from_json
+    from gpupred.workloads.spec import WorkloadSpec
+
+    rows = []
+    for run in runs.to_dict("records"):
+        spec, setup = WorkloadSpec.from_id(run["workload_id"]), setup_from_json(run["setup"])
+        row = {"group_id": run["group_id"], "gpu": run["gpu_name"], "model": spec.arch, "seq_len": spec.input_size,
+               "batch": spec.batch_size, "recipe": "qlora" if setup.qlora else "lora" if setup.lora else "full",
+               "status": run["status"], "note": ""}
+        graph = stored_graph(spec)
+        if graph is None:
+            rows.append({**row, "note": f"no stored graph of {spec.arch_key}: `gpupred export --store` adds it"})
+            continue
+        predicted = memory_parts(estimator, job_graph(str(graph), spec.id, spec.batch_size, setup), run["gpu_name"])
+        for figure, column in MEASURED_FIGURES.items():
+            measured, guess = float(run.get(column, np.nan)), float(predicted["as_reported"][figure])
+            row.update({f"{figure}_measured_mib": measured, f"{figure}_predicted_mib": guess,
+                        f"{figure}_log_error": np.log(guess / measured) if measured > 0 else np.nan})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def finetune_measured_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """Notebook 05's figures of the measured fine-tunes: runs compared, and per figure the median and 90th percentile
+    of the absolute relative error (|predicted / measured - 1|) over the ok runs."""
+    ok = table[table["status"] == "ok"] if len(table) else table
+    out: dict[str, float] = {"memory_finetune_measured_runs": float(len(ok))}
+    for figure in MEASURED_FIGURES:
+        column = f"{figure}_log_error"
+        err = np.abs(np.expm1(ok[column].dropna().to_numpy(float))) if column in ok.columns else np.array([])
+        out[f"memory_finetune_measured_{figure}_median_error"] = float(np.median(err)) if len(err) else float("nan")
+        out[f"memory_finetune_measured_{figure}_p90_error"] = float(np.quantile(err, 0.9)) if len(err) else float("nan")
+    return out

@@ -116,6 +116,18 @@ def realworld_catalog() -> list[WorkloadSpec]:
     return [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
 
 
+# the fine-tune plan's sequence lengths beyond each architecture's own (plans/finetune.txt, the campaign's stage 3)
+FINETUNE_LENGTHS: dict[tuple[str, str], tuple[int, ...]] = {("llama", "llama_1b"): (512, 1024),
+                                                           ("gpt2", "gpt2_medium"): (512,)}
+
+
+def finetune_catalog() -> list[WorkloadSpec]:
+    """The real-world specs the fine-tune plan adds: each architecture at its other sequence lengths (bf16, Adam, one
+    per length: the graph store keeps one graph per architecture and length)."""
+    return [WorkloadSpec(family, arch, 1, seq, "bf16", _BY_ARCH[(family, arch)].optimizer)  # type: ignore[arg-type]
+            for (family, arch), seqs in FINETUNE_LENGTHS.items() for seq in seqs]
+
+
 def check_families() -> None:
     """Every real-world architecture is one of its family's (spec.FAMILIES), and every realworld family has one."""
     for a in REALWORLD_ARCHS:
