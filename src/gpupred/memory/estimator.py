@@ -80,9 +80,11 @@ class MemoryEstimator(PickledApart, Params):
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """footprint, footprint*correction (NVML's device memory) and its interval (``low``, ``high``), and the same
-        estimate as torch's reserved peak (less the context) and allocated peak (the steady terms + the varying ones
-        in place of the steady + ratio x the varying: ``torch.cuda.max_memory_allocated()``), in MiB, one row per
-        input row."""
+        estimate as torch's reserved peak (less the context, and less paged optimizer states, which bitsandbytes keeps
+        in CUDA unified memory outside torch's allocator) and allocated peak (the steady terms + the varying ones in
+        place of the steady + ratio x the varying: ``torch.cuda.max_memory_allocated()``), in MiB, one row per input
+        row."""
+        from gpupred.finetune import PAGED
         from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying
 
         src_series = sources(df)
@@ -98,9 +100,12 @@ class MemoryEstimator(PickledApart, Params):
         q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
                       for s, ok, kn in zip(src, seen, known)])
         ctx, ratio = self.footprint_.row_constants(keys)
-        reserved = np.maximum(best - ctx, 0.0)  # the estimate less the CUDA context: the caching allocator's segments
+        device_held = np.maximum(best - ctx, 0.0)  # the estimate less the CUDA context
         steady, varying = steady_varying(terms)
         held = steady + ratio * varying
-        allocated = reserved * np.divide(steady + varying, held, out=np.ones_like(held), where=held > 0)
+        scale = np.divide(device_held, held, out=np.ones_like(held), where=held > 0)
+        paged = terms["optimizer"].to_numpy(float) * np.isin(df["optimizer"].astype(str).to_numpy(), list(PAGED))
+        reserved = device_held - paged * scale  # paged optimizer states: CUDA unified memory, outside torch's allocator
+        allocated = (steady + varying - paged) * scale
         return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
                              "reserved": reserved, "allocated": allocated}, index=df.index)

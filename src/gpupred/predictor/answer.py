@@ -14,7 +14,8 @@ does not apply is null (a feature row, answered by the baseline regressors, has 
 - ``memory_breakdown``: the footprint's terms (:func:`gpupred.memory.physics.footprint_terms`), the CUDA context and the
   caching allocator's share; the learned correction multiplies the whole footprint, so it is spread over every part
   in proportion (each part x the correction factor), and the parts add up to the memory point; ``as_reported``: the
-  point as torch's allocated peak, torch's reserved peak and NVML's device memory (:func:`as_reported`);
+  point as torch's allocated peak, torch's reserved peak and NVML's device memory (:func:`as_reported`: the memory
+  estimator's own figures, as a predict frame carries them);
 - ``time_breakdown``: the step model's timeline (:mod:`gpupred.step.physics.timeline`) of one optimizer step: the device's
   busy time, the host's launches and synchronization the device waits on, the input pipeline's stall; the device time
   by op class and by phase (the optimizer step's share); the step time's learned correction spread over every part
@@ -337,23 +338,20 @@ def memory_parts(memory: Any, graph: "JobGraph", kind: str) -> dict[str, Any]:
     varying = float(steady_varying(terms.to_frame().T)[1][0])
     parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
     parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
-    return {"unit": "MiB", "total": total, "parts": parts, "as_reported": as_reported(parts, total, graph.setup),
+    return {"unit": "MiB", "total": total, "parts": parts, "as_reported": as_reported(estimate),
             "analytic_mib": analytic, "allocator_ratio": ratio, "peak": PEAKS[0] if at_backward.iloc[0] else PEAKS[1],
             "correction_factor": factor, "spread": MEMORY_SPREAD}
 
 
-def as_reported(parts: dict[str, float], total: float, setup: TrainingSetup) -> dict[str, float]:
-    """The memory point as the three figures users compare it with (MiB): torch's allocated peak
+def as_reported(estimate: pd.Series) -> dict[str, float]:
+    """The memory point as the three figures users compare it with (MiB), from the memory estimator's row
+    (:meth:`gpupred.memory.estimator.MemoryEstimator.predict`, the same figures a predict frame's
+    ``memory_allocated_mib`` and ``memory_reserved_mib`` carry): torch's allocated peak
     (``torch.cuda.max_memory_allocated()``, what training frameworks log), torch's reserved peak
-    (``max_memory_reserved()``: the allocated peak and the caching allocator's reserve) and the device memory NVML
-    shows (the reserved peak, the CUDA context, and paged optimizer states, which live in CUDA unified memory outside
-    torch's allocator)."""
-    from gpupred.finetune import PAGED
-
-    paged = parts["optimizer_state"] if setup.optimizer in PAGED else 0.0
-    allocated = sum(parts[name] for name in TERM_PARTS.values()) - paged
-    return {"torch_allocated_peak": allocated, "torch_reserved_peak": allocated + parts["allocator"],
-            "device": total}
+    (``max_memory_reserved()``) and the device memory NVML shows (the point: the reserved peak, the CUDA context and
+    paged optimizer states, which live in CUDA unified memory outside torch's allocator)."""
+    return {"torch_allocated_peak": float(estimate["allocated"]), "torch_reserved_peak": float(estimate["reserved"]),
+            "device": float(estimate["footprint*correction"])}
 
 
 def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, Any]:
