@@ -377,28 +377,32 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
 
 def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[pd.DataFrame, pd.Series]:
     """(:func:`footprint_terms`, whether each row's peak is the backward's: False where it is the optimizer step's)."""
-    terms = term_sizes(df, source)
-    peak = terms.pop("peak_gradients")
+    t = term_arrays(df, source)
+    peak = t.pop("peak_gradients")
     # under checkpointing autocast's copies die with the forward's autocast region (none is saved for backward): the
     # forward's end (copies, no gradient) or the backward's peak (gradients, no copy); otherwise the saved copies
     # are freed through the backward beside the gradients
-    ckpt = pd.Series(_col(df, "checkpointing") > 0, index=df.index)
-    copies_at_end = ckpt & (terms["autocast_copies"] >= peak)
-    terms["autocast_copies"] = terms["autocast_copies"].where(~ckpt | copies_at_end, 0.0)
-    peak = peak.where(~copies_at_end, 0.0)
-    at_step = terms["gradients"] + terms["optimizer_step"]
-    backward = terms["autocast_copies"] + terms["activations"] + terms["loss"] + peak >= at_step
+    ckpt = _col(df, "checkpointing") > 0
+    copies_at_end = ckpt & (t["autocast_copies"] >= peak)
+    t["autocast_copies"] = np.where(~ckpt | copies_at_end, t["autocast_copies"], 0.0)
+    peak = np.where(copies_at_end, 0.0, peak)
+    backward = t["autocast_copies"] + t["activations"] + t["loss"] + peak >= t["gradients"] + t["optimizer_step"]
     for name in ("autocast_copies", "activations", "loss"):
-        terms[name] = terms[name].where(backward, 0.0)
-    terms["gradients"] = peak.where(backward, terms["gradients"])
-    terms["optimizer_step"] = terms["optimizer_step"].where(~backward, 0.0)
-    return terms, backward
+        t[name] = np.where(backward, t[name], 0.0)
+    t["gradients"] = np.where(backward, peak, t["gradients"])
+    t["optimizer_step"] = np.where(backward, 0.0, t["optimizer_step"])
+    return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
 
 
 def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:
     """Every term's size in MiB (``TERMS``) as if all were live at once, and ``peak_gradients``: the gradients live
     at the backward's peak (the graph terms' ``peak_grad_elems``; all of them under gradient accumulation, which
     keeps them through the forward, or where the frame has no graph terms)."""
+    return pd.DataFrame(term_arrays(df, source), index=df.index)
+
+
+def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[str, np.ndarray]:
+    """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
     precision = df["precision"].astype(str).to_numpy()
@@ -422,7 +426,7 @@ def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.Data
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (_col(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
     }
-    return pd.DataFrame({k: np.asarray(v, float) / MIB for k, v in sizes.items()}, index=df.index)
+    return {k: np.asarray(v, float) / MIB for k, v in sizes.items()}
 
 
 def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
@@ -504,8 +508,9 @@ def steady_varying(terms: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     optimizer state, the batch, cuBLAS's workspaces), which the caching allocator holds at their size, and those
     every step allocates and frees (gradients, the step's temporaries, autocast's copies, activations, the loss),
     on which its reserve grows."""
-    steady = terms[list(STEADY_TERMS)].sum(axis=1).to_numpy(float)
-    return steady, terms.sum(axis=1).to_numpy(float) - steady
+    values = terms.to_numpy(float)
+    steady = values[:, [terms.columns.get_loc(t) for t in STEADY_TERMS]].sum(axis=1)
+    return steady, values.sum(axis=1) - steady
 
 
 def local_memory_mib(gpu: str) -> float:
