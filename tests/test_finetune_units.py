@@ -301,3 +301,16 @@ def test_every_fine_tune_plan_spec_has_a_stored_graph() -> None:
     for unit in load_plan(str(plan)):
         spec = unit.specs[0]
         assert spec.arch_key in stored and stored_graph(spec) is not None, spec.id
+
+
+def test_the_data_card_says_which_runs_trained_under_setups(tmp_path: object) -> None:
+    import pandas as pd
+
+    from gpupred.profile.datacard import setups_line
+
+    lora, = parse_plan_text(f"{LLAMA} optim=adamw lora=16")
+    qlora, = parse_plan_text(f"{LLAMA} optim=adamw lora=16 qlora=1")
+    runs = pd.DataFrame({"setup": [member_setup_json(lora.setup, LLAMA), member_setup_json(qlora.setup, LLAMA), ""]})
+    line = setups_line(runs)
+    assert line.startswith("- trained under setup options in 2 of 3 runs") and "LoRA 1, QLoRA 1" in line
+    assert setups_line(runs.iloc[2:]) == "" and setups_line(pd.DataFrame({"run_id": ["a"]})) == ""

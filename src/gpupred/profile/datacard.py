@@ -76,6 +76,21 @@ def _batches_text(runs: pd.DataFrame, settings: dict[str, Any]) -> str:
     return "copied from host" if settings.get("host_batches") else "resident on the GPU"
 
 
+def setups_line(runs: pd.DataFrame) -> str:
+    """A card line on the runs trained under setup options (fine-tunes: the runs' ``setup``), '' when there are none:
+    how many, by recipe, and that the dataset leaves them out of the catalog's labels."""
+    from gpupred.setups import setup_from_json
+
+    text = runs["setup"].fillna("").astype(str) if "setup" in runs.columns else pd.Series("", index=runs.index)
+    setups = [setup_from_json(t) for t in text if t]
+    if not setups:
+        return ""
+    recipes = pd.Series(["QLoRA" if s.qlora else "LoRA" if s.lora else "full" for s in setups]).value_counts()
+    return (f"- trained under setup options in {len(setups)} of {len(runs)} runs (the runs' `setup`: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(recipes.items()))
+            + "); the dataset leaves them out of the catalog's labels, notebook 05 compares them with predictions")
+
+
 def gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
     """Wall time of the sweep's sessions over the units they ran (the GPU time one profile costs)."""
     seconds, units = 0.0, 0
@@ -197,6 +212,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         + _context_text(manifest),
         f"- runs: {checks['runs']} ({', '.join(f'{k} {v}' for k, v in sorted(checks['status_counts'].items()))}), "
         f"{checks['families']} families; GPU time per unit {checks['gpu_seconds_per_unit']:.1f} s",
+        *([setups_line(runs)] if setups_line(runs) else []),
         "",
         "## Sanity checks (ok runs, measured window)", "",
         f"- runs without samples: {checks['ok_runs_without_samples']}; utilization outside 0-100: {checks['util_out_of_range']}; "
