@@ -70,7 +70,7 @@ def cpu_side() -> None:
         if not config.PREDICTOR.exists():
             print("predict with a calibration: skipped (no models/predictor.joblib)")
             return
-        from gpupred.predictor.artifact import load_predictor
+        from gpupred.predictor.loading import load_predictor
 
         p = load_predictor()
         job = "resnet.resnet50-bs64-img224-bf16-sgd"

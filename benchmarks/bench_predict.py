@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def _predictor():  # -> Predictor
     from gpupred import config
-    from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
+    from gpupred.predictor.loading import load_predictor
+    from gpupred.predictor.training import export_predictor, train_predictor
 
     if config.PREDICTOR.exists():
         print(f"predictor: {config.PREDICTOR}")

@@ -42,8 +42,9 @@ import pandas as pd
 
 from gpupred import config, dataset, reports
 from gpupred.learn.choice import read_choice
-from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
-from gpupred.predictor.artifact import EXPORT_METRICS, licence_clean
+from gpupred.predictor.card import licence_clean
+from gpupred.predictor.loading import load_predictor
+from gpupred.predictor.training import EXPORT_METRICS, export_predictor, train_predictor
 from gpupred.step.estimator import StepEstimator
 from gpupred.colocation.served import read_slowdown_choice
 from gpupred.errors import GpupredError

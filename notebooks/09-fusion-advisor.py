@@ -46,7 +46,7 @@ import pandas as pd
 from gpupred import config, reports
 from gpupred.errors import GpupredError, MissingInput
 from gpupred.fusion import advisor, figures, measured
-from gpupred.predictor.artifact import load_predictor
+from gpupred.predictor.loading import load_predictor
 
 try:
     predictor = load_predictor(predictor_path or None)

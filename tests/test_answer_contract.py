@@ -29,7 +29,7 @@ GRAPH = "bert.bert-v30522-m256-h4-l2-seq256.onnx.gz"  # 256 tokens a sample
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Answers of the committed predictor for every kind of input (the file a FIXTURE copy of a store graph)."""
     from gpupred import config, featurize
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     onnx = tmp_path_factory.mktemp("answer") / "bert_small.onnx"
     onnx.write_bytes(gzip.decompress((config.GRAPHS / GRAPH).read_bytes()))
@@ -153,7 +153,8 @@ def test_the_cli_prints_the_contract_and_renders_every_section(tmp_path: Path) -
 def test_the_time_breakdown_spreads_the_step_estimators_own_correction(answers: dict[str, dict[str, Any]]) -> None:
     """The timeline the breakdown splits is the one the step estimator corrected: its step time is the estimator's
     physics step time, so ``correction_factor`` is the learned correction itself."""
-    from gpupred.predictor.artifact import JobOptions, load_predictor, resolve_graph
+    from gpupred.predictor.jobs import JobOptions, resolve_graph
+    from gpupred.predictor.loading import load_predictor
     from gpupred.predictor.core import job_frame
 
     predictor = load_predictor(REPO / "models" / "predictor.joblib")
@@ -172,7 +173,7 @@ def test_a_cached_named_graph_is_answered_as_the_model_it_was_built_from(tmp_pat
     """A named model's cached graph (here a FIXTURE: a store graph with a sidecar written as
     :func:`gpupred.graph.named.named_graph` writes one) answers as a named model, with its class and head."""
     from gpupred import config
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     graph = tmp_path / "bert-fixture.onnx"
     graph.write_bytes(gzip.decompress((config.GRAPHS / GRAPH).read_bytes()))
@@ -193,7 +194,7 @@ def test_a_named_model_answer_says_the_class_head_and_sequence_it_built(tmp_path
     pytest.importorskip("transformers")
     import gpupred
     from gpupred import config
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     (tmp_path / "tiny-bert").mkdir()
     (tmp_path / "tiny-bert" / "config.json").write_text(json.dumps(TINY_BERT))
@@ -210,7 +211,7 @@ def test_a_named_model_answer_says_the_class_head_and_sequence_it_built(tmp_path
 
 
 def test_memory_as_users_read_it_allocated_reserved_device(answers: dict[str, dict[str, Any]]) -> None:
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
     from gpupred.setups import setup_of
 
     mem = answers["workload"]["memory_breakdown"]

@@ -100,7 +100,7 @@ def test_without_calibrations_nothing_is_measured_and_the_card_says_so(runs: tup
 def test_the_predictor_core_uses_the_measured_width_for_a_calibrated_gpu(runs: tuple, tmp_path: Path) -> None:
     from gpupred.calibration.use import applied
     from gpupred.predictor.core import PhysicsCore
-    from gpupred.predictor.artifact import JobOptions, resolve_graph
+    from gpupred.predictor.jobs import JobOptions, resolve_graph
 
     df = runs[0].assign(**pd.DataFrame([_steps(w, g) for w, g in zip(runs[0]["workload_id"], runs[0]["gpu"])],
                                        index=runs[0].index))

@@ -21,7 +21,8 @@ from gpupred.calibration.derive import STEP_MEASURED
 from gpupred.calibration.use import applied, resolve_calibration, standin_reference
 from gpupred.errors import GpupredError
 from gpupred.step.physics.constants import DEFAULT
-from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
+from gpupred.predictor.loading import load_predictor
+from gpupred.predictor.training import export_predictor, train_predictor
 from fixtures_cli import run_cli
 
 H100 = "NVIDIA H100 80GB HBM3"

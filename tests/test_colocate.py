@@ -29,7 +29,7 @@ PAIR_KEYS = {"memory_mib", "memory_q95_mib", "capacity_mib", "headroom_mib", "oo
 
 @pytest.fixture(scope="module")
 def predictor():
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     if not config.PREDICTOR.is_file():
         pytest.skip("no committed predictor")

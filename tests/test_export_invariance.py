@@ -67,7 +67,7 @@ def _close(x: float, y: float, rel: float) -> bool:
 @pytest.fixture(scope="module")
 def predictor() -> Any:
     """A FIXTURE predictor (toy formula, meaningless predictions) that reads every graph feature."""
-    from gpupred.predictor.artifact import train_predictor
+    from gpupred.predictor.training import train_predictor
 
     return train_predictor(fixture_dataset(gpus=("NVIDIA H100 80GB HBM3",), n_batch_sizes=5), models="xgboost", tune=False)
 

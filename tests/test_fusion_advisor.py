@@ -97,7 +97,7 @@ def test_choice_is_the_knee_of_the_fitting_curve_and_hydro_the_largest_fit() -> 
 
 @pytest.fixture(scope="module")
 def predictor():  # type: ignore[no-untyped-def]
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     return load_predictor(REPO / "models" / "predictor.joblib")
 

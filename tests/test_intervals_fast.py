@@ -128,8 +128,8 @@ def test_numpy_forest_mixes_libraries() -> None:
 def test_predictor_paths_agree_exactly() -> None:
     """A few rows (numpy forest), many rows (libraries), repeated rows (predicted once): the same numbers."""
     import gpupred.learn.intervals as intervals
-    from gpupred.predictor.artifact import train_predictor
-    from gpupred.predictor.artifact import distinct_rows
+    from gpupred.predictor.training import train_predictor
+    from gpupred.predictor.predictor import distinct_rows
 
     p = train_predictor(fixture_dataset(gpus=("NVIDIA H100 80GB HBM3",), n_batch_sizes=2), models="xgboost", tune=False)
     rows = fixture_dataset(n_batch_sizes=2).head(6)

@@ -20,7 +20,7 @@ import pytest
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
-from gpupred.predictor.artifact import export_predictor, train_predictor
+from gpupred.predictor.training import export_predictor, train_predictor
 from test_predictor import _tiny_onnx
 
 TINY_LLAMA = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,

@@ -62,7 +62,7 @@ REFUSED |= {(kind, option) for kind in ("hf", "timm") for option in ("head", "se
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The FIXTURE inputs, the committed predictor (loaded once; the CLI is handed it) and a cache folder of the
     test's own for the named models' graphs."""
-    import gpupred.predictor.artifact as artifact
+    import gpupred.predictor.loading as loading
     from gpupred import config
 
     root = tmp_path_factory.mktemp("options")
@@ -70,10 +70,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     onnx.write_bytes(gzip.decompress((config.GRAPHS / "vit.vit_b_16-img224.onnx.gz").read_bytes()))
     (root / "tiny-vit").mkdir()
     (root / "tiny-vit" / "config.json").write_text(json.dumps(TINY_VIT))
-    predictor = artifact.load_predictor(REPO / "models" / "predictor.joblib")
+    predictor = loading.load_predictor(REPO / "models" / "predictor.joblib")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(config, "ONNX_CACHE", root / "cache")
-        mp.setattr(artifact, "load_predictor", lambda path=None: predictor)
+        mp.setattr(loading, "load_predictor", lambda path=None: predictor)
         yield {"file": str(onnx), "hf": str(root / "tiny-vit"), "predictor": predictor}
 
 

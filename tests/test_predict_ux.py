@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_learning import fixture_dataset
-from gpupred.predictor.artifact import export_predictor, train_predictor
+from gpupred.predictor.training import export_predictor, train_predictor
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,9 @@ import pytest
 
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
-from gpupred.predictor.artifact import Predictor, export_predictor, load_predictor, train_predictor
+from gpupred.predictor.loading import load_predictor
+from gpupred.predictor.predictor import Predictor
+from gpupred.predictor.training import export_predictor, train_predictor
 
 TESTS = Path(__file__).resolve().parent
 KEYS = ["gpu_util", "gpu_util_low", "gpu_util_high", "memory_mib", "memory_mib_low", "memory_mib_high"]

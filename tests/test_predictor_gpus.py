@@ -17,8 +17,9 @@ import pytest
 from fixtures_learning import fixture_dataset
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec, known_gpu_names
-from gpupred.predictor.artifact import export_predictor, load_predictor, train_predictor
-from gpupred.predictor.artifact import LICENCE_CLEAN, WITH_IMPORTS, licence_clean
+from gpupred.predictor.loading import load_predictor
+from gpupred.predictor.training import export_predictor, train_predictor
+from gpupred.predictor.card import LICENCE_CLEAN, WITH_IMPORTS, licence_clean
 from gpupred.learn.conformal import conformal_quantile, widen
 from gpupred.predictor.extrapolate import BASIS_FAMILY, BASIS_GPU, unseen_gpu_width
 

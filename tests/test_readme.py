@@ -30,7 +30,7 @@ def use_blocks() -> list[str]:
 @pytest.mark.slow
 def test_use_section_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torchvision")
-    from gpupred.predictor.artifact import export_predictor, train_predictor
+    from gpupred.predictor.training import export_predictor, train_predictor
 
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3",), n_batch_sizes=1)
     artifact = export_predictor(train_predictor(df, models="ridge", tune=False, n_folds=3), df,

@@ -19,7 +19,7 @@ EXPORT = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from fixtures_learning import fixture_dataset
-    from gpupred.predictor.artifact import export_predictor, train_predictor
+    from gpupred.predictor.training import export_predictor, train_predictor
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
                          sources={{"NVIDIA GeForce RTX 3090": "lucid"}})
     models = {{"gpu_util": "lightgbm", "memory_mib": "mlp", "sm_active": "xgboost"}}

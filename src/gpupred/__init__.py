@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpupred.workloads.hubmodels import NamedModel, hf_model, timm_model
     from gpupred.graph.weightless import weightless
     from gpupred.loader.measure import measure_loader
-    from gpupred.predictor.artifact import Predictor, load_predictor
+    from gpupred.predictor.loading import load_predictor
+    from gpupred.predictor.predictor import Predictor
     from gpupred.workloads.spec import WorkloadSpec
     from gpupred.setups import InputPipeline, TrainingSetup
 
@@ -48,8 +49,8 @@ _LAZY = {
     "named_graph": "gpupred.graph.named",
     "NamedModel": "gpupred.workloads.hubmodels",
     "featurize": "gpupred.graph.features",
-    "load_predictor": "gpupred.predictor.artifact",
-    "Predictor": "gpupred.predictor.artifact",
+    "load_predictor": "gpupred.predictor.loading",
+    "Predictor": "gpupred.predictor.predictor",
     "WorkloadSpec": "gpupred.workloads",
     "advise_fusion": "gpupred.fusion.advisor",
     "measure_loader": "gpupred.loader.measure",

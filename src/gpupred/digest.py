@@ -33,7 +33,7 @@ SCHEMAS: dict[str, str] = {
     "05-memory": "gpupred.memory.evaluate:MEMORY_METRICS",
     "06-colocation": "gpupred.colocation.study:COLOCATION_METRICS",
     "07-scheduling-sim": "gpupred.sim.metrics:SIM_METRICS",
-    "08-export-predictor": "gpupred.predictor.artifact:EXPORT_METRICS",
+    "08-export-predictor": "gpupred.predictor.training:EXPORT_METRICS",
     "09-fusion-advisor": "gpupred.fusion.advisor:FUSION_METRICS",
 }
 

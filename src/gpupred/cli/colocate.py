@@ -71,7 +71,7 @@ def colocate_cmd(a: Member, b: Member,
     """How much each of two jobs slows down beside the other on one GPU, and whether they fit together."""
     from gpupred import config
     from gpupred.errors import GpupredError
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     if noncommercial and predictor_path:
         raise GpupredError("give --predictor PATH or --noncommercial, not both")

@@ -64,7 +64,7 @@ def register(app: Any) -> None:
         """Advise how many copies F of a model to fuse into one job (Hydro-style): the F that maximizes trials/s and
         fits the GPU's memory, with its interval, beside Hydro's memory-only rule (no GPU, no torch)."""
         from gpupred.fusion.advisor import advise_fusion
-        from gpupred.predictor.artifact import load_predictor
+        from gpupred.predictor.loading import load_predictor
 
         if memory_mib is not None and not memory_mib > 0:
             raise GpupredError(f"--memory-mib {memory_mib:g}: must be more than 0 (leave it out for the GPU's memory)")

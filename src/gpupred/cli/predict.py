@@ -22,7 +22,7 @@ def gpu_table() -> pd.DataFrame:
     from gpupred import config
     from gpupred.errors import GpupredError
     from gpupred.hardware import known_gpus
-    from gpupred.predictor.artifact import read_card
+    from gpupred.predictor.loading import read_card
 
     table = known_gpus()
     for column, path in (("runs_default", config.PREDICTOR), ("runs_noncommercial", config.PREDICTOR_NONCOMMERCIAL)):
@@ -51,7 +51,7 @@ def job_setup(model: str | None, batch_size: int | None, precision: str | None, 
               options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The training setup ``predict``'s options ask for, and what differs from the job's own (a workload id's batch,
     precision and optimizer; else fp32 and SGD): every option applies, none is dropped (see
-    :class:`gpupred.predictor.artifact.JobOptions`)."""
+    :class:`gpupred.predictor.jobs.JobOptions`)."""
     from gpupred.predictor.pairing import job_defaults
     from gpupred.setups import setup_of
 
@@ -84,7 +84,7 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
     given by name; ``pipeline``: the job's host input pipeline (None: resident batches)."""
     from gpupred import config
     from gpupred.errors import GpupredError
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
 
     if named and batch_size is None:  # before minutes of export
         raise GpupredError(f"{'--timm ' + named[0] if named[0] is not None else '--hf ' + str(named[1])}: give the "
@@ -288,7 +288,7 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
     """For one job, every GPU of the hardware table with the largest batch that fits there at 95% (or --threshold)."""
     from gpupred import config
     from gpupred.errors import GpupredError
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
     from gpupred.predictor.fits import fits_table
 
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)

@@ -139,7 +139,7 @@ def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = 
                   tolerance: float = TOLERANCE, step: str = "vmap", memory_mib: float | None = None,
                   predictor: Any = None) -> FusionAdvice:
     """The F of fused copies of ``model`` that maximizes trials/s and fits ``gpu``'s memory, beside Hydro's F."""
-    from gpupred.predictor.artifact import load_predictor
+    from gpupred.predictor.loading import load_predictor
     from gpupred.reports import progress_bar
 
     _check(step, tuple(counts))
@@ -186,7 +186,7 @@ def _predict_f(predictor: Any, base: WorkloadSpec, f: int, gpu: str, step: str) 
 def _graph_inputs(workload_id: str) -> Any:
     """The predictor's job of a spec (its graph from the store, or exported where torch is installed); its feature
     row and footprint terms are kept on it (both step models and every GPU read them)."""
-    from gpupred.predictor.artifact import JobOptions, resolve_graph
+    from gpupred.predictor.jobs import JobOptions, resolve_graph
 
     return resolve_graph(workload_id, JobOptions())
 

@@ -1,5 +1,5 @@
 """The answer contract, versioned: what ``gpupred predict`` prints (as JSON with ``--json``, rendered as text without)
-and :meth:`gpupred.predictor.artifact.Predictor.answer` returns, for every kind of input alike.
+and :meth:`gpupred.predictor.predictor.Predictor.answer` returns, for every kind of input alike.
 
 One object (``"schema": "gpupred.prediction/3"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
 does not apply is null (a feature row, answered by the baseline regressors, has no step time and no breakdowns):
@@ -157,7 +157,7 @@ def validate_answer(answer: dict[str, Any]) -> None:
 
 
 def build_answer(predictor: Any, done: Any) -> dict[str, Any]:
-    """The answer of one predicted job (:class:`gpupred.predictor.artifact.PredictedJob`) by ``predictor``."""
+    """The answer of one predicted job (:class:`gpupred.predictor.jobs.PredictedJob`) by ``predictor``."""
     row = done.frame.iloc[0]
     kind = str(done.kinds[0]) if len(done.kinds) else ""
     physics = row.get("core") == "physics" and done.graph is not None
@@ -387,7 +387,7 @@ def time_breakdown(core: Any, done: Any, kind: str, step_s: float) -> dict[str, 
 
 
 def point_columns(answer: dict[str, Any]) -> dict[str, float]:
-    """Each figure's point that applies, under :meth:`gpupred.predictor.artifact.Predictor.predict`'s column name and
+    """Each figure's point that applies, under :meth:`gpupred.predictor.predictor.Predictor.predict`'s column name and
     unit (``iter_time_mean_s`` in seconds)."""
     figures = answer["figures"]
     return {column: figures[name]["point"] / scale for name, (column, _, scale) in FIGURES.items()

@@ -1,125 +1,31 @@
-"""The predictor artifact: models/predictor.joblib plus the models/predictor.json card that vouches for it.
+"""The :class:`Predictor` an exported artifact holds: a job (an ONNX file, a workload id, a model by name, feature rows)
+in, each target with its interval out; and the array helpers its predictions run on.
 
-The loader reads the card first and checks the schema version, the joblib file's sha256 and the
-library versions before anything is unpickled. Nothing here imports torch; only predicting from a
-workload id does, through ``gpupred.graph.export``.
+Nothing here imports torch; only predicting from a workload id does, through ``gpupred.graph.export``.
 """
 
 from __future__ import annotations
 
-import json
-import platform
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from gpupred import config
-from gpupred.dataset import PERCENT_LABELS, fingerprint
+from gpupred.dataset import PERCENT_LABELS
 from gpupred.errors import GpupredError
-from gpupred.files import read_json_object, sha256
-from gpupred.reports import MetricsSchema
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.conformal import widen
-from gpupred.predictor.extrapolate import UnseenGpuWidth, unseen_gpu_width
+from gpupred.predictor.extrapolate import UnseenGpuWidth
+from gpupred.predictor.jobs import (JobOptions, PredictedJob, check_graph_options, check_row_options,
+                                    regressor_setup_error, resolve_graph)
 from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.core import PhysicsCore
     from gpupred.predictor.jobgraph import JobGraph
-    from gpupred.step.estimator import StepEstimator
-
-SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
-# libraries whose pickles must be read by the very version that wrote them
-CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
-MISSING_DEFAULT = "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
-
-
-def library_versions() -> dict[str, str]:
-    """Installed versions of the libraries the artifact depends on."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for lib in (*CHECKED_LIBRARIES, "pandas", "joblib", "gpupred"):
-        try:
-            out[lib] = version(lib)
-        except PackageNotFoundError:  # xgboost's CPU-only wheel is the distribution xgboost-cpu (same module)
-            out[lib] = version(f"{lib}-cpu")
-    return out
-
-
-def _versions_match(lib: str, built: str, installed: str) -> bool:
-    if lib == "numpy":  # pickled arrays are stable within a major version
-        return built.split(".")[0] == installed.split(".")[0]
-    return built == installed
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """The options a prediction is asked under: batch size, precision, optimizer, GPU, and the rest of the training
-    setup (:class:`gpupred.setups.TrainingSetup`).
-
-    Each option given applies; none is dropped. Where one is not given, the job's own stands: a workload id's batch
-    size, precision and optimizer (the store's graphs have a symbolic batch, so any batch, precision or optimizer is
-    the same graph under another setup), else fp32 and SGD (an ONNX file has no batch size of its own: it must be
-    given). A ``setup`` says every option; its precision and optimizer must agree with ``precision`` and
-    ``optimizer`` where those are given, and for a workload id with neither given they must be the id's own (so a
-    ``TrainingSetup()`` built for its other options never turns a bf16 id into fp32 unasked: refused, in one line).
-    """
-
-    batch_size: int | None = None  # needed for an ONNX file; a workload id's own where None
-    precision: str | None = None  # None: the setup's, else the workload id's, else fp32
-    optimizer: str | None = None  # None: the setup's, else the workload id's, else sgd
-    gpu: str | None = None  # an NVML name or a gpupred.hardware name; None = the rows' own, or the only trained one
-    setup: TrainingSetup | None = None  # its precision and optimizer must agree with the two above where given
-
-    def __post_init__(self) -> None:
-        s = self.setup
-        if self.batch_size is not None and (isinstance(self.batch_size, bool) or int(self.batch_size) < 1):
-            raise GpupredError(f"batch size must be a positive whole number, got {self.batch_size!r}")
-        if s is None:
-            return
-        for name in ("precision", "optimizer"):
-            given = getattr(self, name)
-            if given is not None and given != getattr(s, name):
-                raise GpupredError(f"{name} {given!r} disagrees with the setup's {getattr(s, name)!r}; give it in the "
-                                   "setup only")
-
-    def training(self, precision: str = "fp32", optimizer: str = "sgd") -> TrainingSetup:
-        """The job's training setup: ``setup``, else the sweeps' setup of the precision and optimizer given (where not
-        given: ``precision`` and ``optimizer``, the job's own)."""
-        return as_setup(self.setup, self.precision or precision, self.optimizer or optimizer)
-
-    def for_workload(self, spec: Any) -> tuple[int, TrainingSetup]:
-        """The batch size and training setup of a workload id (a :class:`gpupred.workloads.spec.WorkloadSpec`) under
-        these options: each option given, the id's own where not."""
-        if self.setup is not None:
-            for name in ("precision", "optimizer"):
-                own, wanted = getattr(spec, name), getattr(self.setup, name)
-                if getattr(self, name) is None and wanted != own:
-                    raise GpupredError(f"{spec.id}: the setup's {name} {wanted!r} is not the id's {own!r}; pass "
-                                       f"{name}={wanted!r} to override the id's, or a setup with {name} {own!r}")
-        batch = int(self.batch_size) if self.batch_size is not None else int(spec.batch_size)
-        return batch, self.training(spec.precision, spec.optimizer)
-
-
-@dataclass
-class PredictedJob:
-    """One :meth:`Predictor.predict` call's frame and what its answer reads besides (:mod:`gpupred.predictor.answer`)."""
-
-    frame: pd.DataFrame
-    x: Any  # the job as given: an ONNX path, a workload id, a model by name, feature rows
-    job: JobOptions
-    graph: "JobGraph | None"  # None: feature rows (answered by the regressors)
-    calibration: Any  # gpupred.calibration.use.AppliedCalibration, or None
-    pipeline: InputPipeline
-    kinds: np.ndarray  # each row's GPU kind ('' where the rows name none)
-    own: tuple[int | None, TrainingSetup] | None = None  # the job's own batch size and setup (a workload id's)
 
 
 class Predictor:
@@ -153,7 +59,7 @@ class Predictor:
                 from gpupred.graph.coverage import check_complete
 
                 check_complete(x, "feature row")  # a featurize row carries its coverage columns
-            _check_row_options(x, job)
+            check_row_options(x, job)
             return x
         graph = resolve_graph(x, job)
         if graph is None:
@@ -240,13 +146,13 @@ class Predictor:
 
         training = graph.setup if graph is not None else job.training()
         if graph is not None and self.core is not None:
-            _check_graph_options(graph)
+            check_graph_options(graph)
         if training == setup_of(training.job_precision, training.job_optimizer):
             return
         if graph is None:
-            raise _regressor_setup_error(training, "these rows are feature rows (answered by the regressors)")
+            raise regressor_setup_error(training, "these rows are feature rows (answered by the regressors)")
         if self.core is None:
-            raise _regressor_setup_error(training, "this predictor has no physics core")
+            raise regressor_setup_error(training, "this predictor has no physics core")
 
     def _gpu_names(self, present: set[str], column: Any, gpu: str | None, n: int) -> np.ndarray:
         if gpu is not None:
@@ -444,81 +350,6 @@ class Predictor:
         return matrix_from_rows(self, frame, calibration)
 
 
-def _regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
-    """The error for setup options the regressors cannot see."""
-    from gpupred.setups import setup_of
-
-    plain = setup_of(training.job_precision, training.job_optimizer)
-    options = ", ".join(f"{k}={v}" for k, v in training.as_dict().items() if v != getattr(plain, k))
-    return GpupredError(f"training setup {options}: only the physics core models it, and {why}; give an ONNX file or "
-                        "a workload id to a predictor exported with its physics core (notebook 08)")
-
-
-def _check_graph_options(graph: JobGraph) -> None:
-    """Refuse the setup options that would change nothing because the graph has none of what they act on."""
-    s = graph.setup
-    if s.attention != "auto" and not graph.kernels.traits.get("attention_cores", 0):
-        raise GpupredError(f"{graph.label}: attention {s.attention!r} changes nothing here, the graph has no "
-                           "attention; drop the option")
-    if s.channels_last and not graph.features.get("n_conv", 0):
-        raise GpupredError(f"{graph.label}: channels_last changes nothing here, the graph has no convolutions; "
-                           "drop the option")
-
-
-def _check_row_options(rows: pd.DataFrame | dict[str, Any], job: JobOptions) -> None:
-    """Refuse options that feature rows carry themselves (rather than drop them): the batch size always, the precision
-    and optimizer where the rows have those columns and the option says otherwise."""
-    if job.batch_size is not None:
-        raise GpupredError(f"batch size {job.batch_size}: feature rows carry their own (featurize at the batch size "
-                           "wanted), or give an ONNX file or a workload id")
-    present = set(rows) if isinstance(rows, dict) else set(rows.columns)
-    training = job.training()
-    for name, wanted in (("precision", training.job_precision), ("optimizer", training.job_optimizer)):
-        given = job.precision if name == "precision" else job.optimizer
-        if (given is None and job.setup is None) or name not in present:
-            continue
-        values = {rows[name]} if isinstance(rows, dict) else set(rows[name].astype(str))
-        if values != {wanted}:
-            raise GpupredError(f"{name} {wanted!r}: the feature rows carry their own ({', '.join(sorted(values))}); "
-                               "featurize with the one wanted, or give an ONNX file or a workload id")
-
-
-def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
-    """The :class:`gpupred.predictor.jobgraph.JobGraph` of an input given as an ONNX file, a workload id or a model
-    by name, else None (feature rows). A workload id's batch size, precision and optimizer are defaults that the
-    job's options override (:meth:`JobOptions.for_workload`)."""
-    from gpupred.graph.named import named_graph
-    from gpupred.workloads.hubmodels import NamedModel
-    from gpupred.predictor.jobgraph import job_graph
-
-    if isinstance(x, NamedModel):  # gpupred.hf_model(...) / gpupred.timm_model(...): its cached graph
-        if x.source == "hf" and x.attention is None and job.training().attention == "eager":
-            from dataclasses import replace
-
-            x = replace(x, attention="eager")  # as --attention eager builds it: transformers' eager attention
-        x = named_graph(x)
-    if not isinstance(x, (str, Path)):
-        return None
-    text = str(x)
-    if text.endswith(".onnx") or Path(text).is_file():
-        if not Path(text).is_file():
-            raise GpupredError(f"{text}: no such ONNX file")
-        if job.batch_size is None:
-            raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-        return job_graph(text, text, int(job.batch_size), job.training())
-    from gpupred.graph.graphstore import graph_for
-    from gpupred.workloads.spec import WorkloadSpec
-
-    try:
-        spec = WorkloadSpec.from_id(text)
-    except GpupredError:
-        raise GpupredError(f"{text!r} is neither an ONNX file nor a workload id") from None
-    from gpupred.step.physics.columns import recipe_of
-
-    batch, setup = job.for_workload(spec)
-    return job_graph(graph_for(spec), text, batch, setup, key=spec.arch_key, recipe=recipe_of(spec.family))
-
-
 def gpu_kinds(names: np.ndarray) -> np.ndarray:
     """The hardware-table name of each GPU name (looked up once per distinct name)."""
     codes, uniques = pd.factorize(np.asarray(names, dtype=object))
@@ -564,227 +395,3 @@ def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict
                       for k in distinct]).reshape(len(distinct), len(names))
     rows = table[inverse.reshape(-1)]
     return {c: rows[:, i] for i, c in enumerate(names)}
-
-
-def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", alpha: float = 0.1, n_folds: int = 5,
-                    tune: bool = True, seed: int = 0, min_sm_rows: int = 10, physics: bool = False,
-                    step: StepEstimator | None = None) -> Predictor:
-    """Fit one CV+ conformal regressor per target (gpu_util, memory_mib, sm_active when recorded) on every row.
-
-    CV+ folds are grouped by workload (as the grouped-random coverage notebook 03 measures) and residuals
-    are kept per source for source-calibrated intervals on dataset rows. With ``physics`` it also fits the
-    physics-first core (:class:`gpupred.predictor.core.PhysicsCore`), which answers jobs given as graphs and adds
-    iteration time and throughput; it needs every row's graph and the dataset's step-model columns. ``step`` is the
-    unfitted :class:`gpupred.step.estimator.StepEstimator` it fits (notebook 03's choice; default: its defaults).
-    """
-    from threadpoolctl import threadpool_limits
-
-    from gpupred.dataset import feature_columns, validate_dataset
-    from gpupred.learn.regressors import make_regressor
-
-    validate_dataset(df)
-    feats = feature_columns(df)
-    names = ["gpu_util", "memory_mib"] + (["sm_active"] if df.get("sm_active", pd.Series(dtype=float)).notna().sum() >= min_sm_rows else [])
-    chosen = {t: (models if isinstance(models, str) else models.get(t) or "xgboost") for t in names}
-    targets, widths = {}, {}
-    with threadpool_limits(limits=1):
-        for t in names:
-            data = df[df[t].notna()]
-            X, y = data[feats].to_numpy(float), data[t].to_numpy(float)
-            model = make_regressor(chosen[t], tune=tune, seed=seed)
-            targets[t] = ConformalRegressor(model, alpha, n_folds, seed).fit(
-                X, y, groups=data["workload_id"].astype(str).to_numpy(), strata=data["source"].astype(str).to_numpy())
-            widths[t] = unseen_gpu_width(model, X, y, data["gpu"].to_numpy(), data["family"].to_numpy(), alpha)
-    measured = {str(k): int(v) for k, v in df["gpu"].value_counts().sort_index().items()}
-    core = None
-    if physics:  # needs every row's graph (the store's, or an imported network's) and the dataset's phys_* columns
-        from gpupred.predictor.core import PhysicsCore
-
-        core = PhysicsCore(alpha, seed, step).fit(df)
-    return Predictor(feats, targets, chosen, sorted(df["gpu_name"].unique().tolist()), alpha, measured, widths, core)
-
-
-def source_cards(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per source in the training data: runs, and for imported sources where and under what licence they came from."""
-    from gpupred import importers
-
-    out: dict[str, dict[str, Any]] = {}
-    for name, n in df["source"].value_counts().sort_index().items():
-        entry: dict[str, Any] = {"n_runs": int(n), "gpus": sorted(df.loc[df["source"] == name, "gpu_name"].unique().tolist())}
-        if name in importers.SOURCES:
-            src = importers.SOURCES[name]
-            entry.update({"upstream_repo": src.repo, "commit": src.commit, "licence": src.licence,
-                          "measured": src.measured, "citation": src.citation,
-                          "files": {f.path: f.sha256 for f in src.files}})
-        else:
-            entry.update({"licence": "this project's own measurements (MIT, as the package)", "measured": "gpupred sweeps (NVML)"})
-        out[str(name)] = entry
-    return out
-
-
-NON_COMMERCIAL = ("Non-commercial use only: trained on Lucid's measurements (S-Lab License 1.0: redistribution and use for "
-                  "non-commercial purposes only, notice retained) and GPUMemNet's (no licence file at the pinned commit; "
-                  "later upstream READMEs state CC BY-NC 4.0). The restriction passes to this artifact and its predictions.")
-
-
-def usage_restriction(df: pd.DataFrame) -> str:
-    """The licence restriction a predictor trained on ``df`` inherits ('' when it holds only unrestricted data)."""
-    return NON_COMMERCIAL if set(df["source"]) & {"lucid", "gpumemnet"} else ""
-
-
-LICENCE_CLEAN = "licence-clean: trained on this project's own measurements only (MIT, like the code)"
-WITH_IMPORTS = "non-commercial: trained on this project's measurements and the imported published ones"
-
-
-def licence_clean(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``df`` that this project measured itself (what the default, MIT-licensed predictor trains on)."""
-    from gpupred.dataset import own_rows
-
-    return own_rows(df)
-
-
-def variant(df: pd.DataFrame) -> str:
-    """Which artifact a predictor trained on ``df`` is: licence-clean, or non-commercial with imported data."""
-    return WITH_IMPORTS if usage_restriction(df) else LICENCE_CLEAN
-
-
-def own_folds(predictor: Predictor) -> dict[str, dict[str, float]]:
-    """Per target, the RMSLE of the artifact's own CV+ folds (workload-grouped, out of fold; the model class was
-    chosen beforehand by notebook 03, so this is not a nested estimate)."""
-    return {t: {"rmsle": float(np.sqrt(np.mean(m.residuals_ ** 2))), "n_rows": int(len(m.residuals_))}
-            for t, m in predictor.targets.items()}
-
-
-def baseline_card(predictor: Predictor) -> dict[str, Any]:
-    """What the card says of the baseline regressors (what answers bare feature rows): inputs, models, intervals,
-    their own out-of-fold residuals, and how an unmeasured GPU's intervals widen."""
-    return {
-        "answers": "feature rows without a graph (a featurize dict, dataset rows)",
-        "feature_names": predictor.feature_names,
-        "targets": {t: {"transform": "log1p", "model": predictor.model_names[t],
-                        "interval": f"CV+ conformal, {1 - predictor.alpha:.0%} nominal, workload-grouped folds; "
-                                    "calibrated per source for rows that name their source, pooled otherwise"}
-                    for t in predictor.targets},
-        "model_names": sorted(set(predictor.model_names.values())),
-        "own_folds": own_folds(predictor),
-        "extrapolation": {"rule": "a GPU in gpupred.hardware without measurements here is predicted with its hardware "
-                                  "features and marked extrapolated: no measurements on this GPU",
-                          "interval": {t: w.describe() for t, w in predictor.unseen_widths.items()}},
-    }
-
-
-def export_predictor(predictor: Predictor, df: pd.DataFrame, path: Path | None = None,
-                     heldout: dict[str, Any] | None = None) -> Path:
-    """Write the joblib artifact and its JSON card beside it; return the joblib path. ``heldout``: the shipped
-    estimators' held-out figures for this variant (notebook 03's, :mod:`gpupred.predictor.heldout`).
-
-    Re-exporting the very same predictor (same bytes, same card) leaves the card, and so its ``created_at``,
-    as it was: ``make all`` on unchanged data changes nothing that is committed.
-    """
-    import joblib
-
-    from gpupred.files import atomic_write, atomic_write_bytes
-    from gpupred.reports import json_safe
-    from gpupred.predictor.slowdowns import served_of
-
-    path = Path(path) if path is not None else config.PREDICTOR
-    predictor.card = {}
-    atomic_write(path, lambda fh: joblib.dump(predictor, fh, compress=3))
-    card = {
-        "schema_version": SCHEMA_VERSION,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "variant": variant(df),
-        "answers": {"graphs": "the core: a job given as a graph (ONNX file, workload id) is answered by the step and "
-                              "memory estimators below, physics x a learned correction",
-                    "feature_rows": "the baseline regressors: a bare feature row has no kernels for the step model"},
-        "core": predictor.core.describe() if predictor.core is not None else
-        "none: every job gets the baseline regressors (exported without the physics core)",
-        "heldout": heldout or {},
-        "slowdown": served_of(predictor).describe(),
-        "gpus": predictor.gpus,
-        "measured_gpus": predictor.measured_gpus,
-        "usage_restriction": usage_restriction(df),
-        "sources": source_cards(df),
-        "protocol_of_predictions": "a new job is predicted as this project's sweeps measure: NVML polled every 50 ms, "
-                                   "a sync every step, device-resident batches (encodings at their defaults)",
-        "baseline": baseline_card(predictor),
-        "training_data": {"n_runs": int(len(df)), "n_workloads": int(df["workload_id"].nunique()),
-                          "families": sorted(df["family"].unique().tolist()),
-                          "fingerprint_sha256": fingerprint(df, [*predictor.feature_names, *predictor.targets])},
-        "library_versions": library_versions(),
-        "sha256": sha256(path),
-    }
-    card_path = path.with_suffix(".json")
-    text = json.dumps(json_safe(card), indent=2) + "\n"
-    if not _same_card(card_path, json.loads(text)):
-        atomic_write_bytes(card_path, text.encode())
-    return path
-
-
-def _same_card(path: Path, new: dict[str, Any]) -> bool:
-    """Whether the card at ``path`` says what the card ``new`` (as JSON reads it) says, its creation time aside."""
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return {k: v for k, v in old.items() if k != "created_at"} == {k: v for k, v in new.items() if k != "created_at"}
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(config.ROOT))
-    except ValueError:
-        return str(path)
-
-
-def _card_label(shown: str) -> str:
-    return shown[: -len(".joblib")] + ".json" if shown.endswith(".joblib") else f"{shown} card"
-
-
-def read_card(path: Path, shown: str | None = None) -> dict[str, Any]:
-    """The predictor card beside ``path``, checked for schema version and the artifact's sha256.
-
-    ``shown`` is how messages name the artifact (the path as the user typed it); default: relative to the project.
-    """
-    shown = shown or _display(path)
-    card_path = path.with_suffix(".json")
-    card_shown = _card_label(shown)
-    if not card_path.is_file():
-        raise GpupredError(f"{card_shown}: predictor card missing; refusing to load {shown} (re-export with notebook 08)")
-    card = read_json_object(card_path, "re-export with notebook 08", card_shown)
-    if card.get("schema_version") != SCHEMA_VERSION:
-        got = card.get("schema_version")
-        raise GpupredError(f"{card_shown}: unknown predictor schema version {got!r} (this gpupred reads {SCHEMA_VERSION}); "
-                           "re-export with notebook 08 or install the matching gpupred")
-    if sha256(path) != card.get("sha256"):
-        raise GpupredError(f"{shown}: sha256 does not match its card (tampered or corrupted); refusing to unpickle it")
-    return card
-
-
-def load_predictor(path: str | Path | None = None) -> Predictor:
-    """Load a predictor (default: models/predictor.joblib) after checking its card's schema, hash and versions."""
-    import joblib
-
-    default = path is None
-    shown = _display(config.PREDICTOR) if default else str(path)  # messages name the path as the user typed it
-    path = Path(path) if path is not None else config.PREDICTOR
-    if not path.is_file():
-        raise GpupredError(MISSING_DEFAULT if default else f"{shown}: no predictor there (no such file)")
-    card = read_card(path, shown)
-    installed = library_versions()
-    for lib in CHECKED_LIBRARIES:
-        built = card.get("library_versions", {}).get(lib)
-        if built is None or not _versions_match(lib, built, installed[lib]):
-            raise GpupredError(f"{shown}: built with {lib} {built}, installed {installed[lib]}; "
-                               "install the versions in its card or re-export with notebook 08")
-    predictor = joblib.load(path)
-    if not isinstance(predictor, Predictor):
-        raise GpupredError(f"{shown}: not a gpupred Predictor")
-    predictor.card = card
-    return predictor
-
-
-EXPORT_METRICS = MetricsSchema("08-export-predictor", (
-    (r"predictor_(sha256|noncommercial_sha256|models|usage_restriction)",
-     "the exported artifacts' sha256, baseline regressors and usage restriction"),
-))
