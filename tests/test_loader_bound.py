@@ -34,3 +34,43 @@ def test_a_frame_without_pipelines_marks_nothing() -> None:
     kernels = spec_kernels(WorkloadSpec.from_record(WORKLOAD, None))
     frame = _rows([None, None]).drop(columns=list(LOADER_COLUMNS))
     assert not loader_bound(physics_data(frame, [kernels] * 2)).any()
+
+
+def test_the_loader_width_is_measured_on_loader_bound_rows_or_a_factor_of_two() -> None:
+    from gpupred.learn.conformal import conformal_quantile
+    from gpupred.step.rowphysics import LOADER_WIDTH_UNMEASURED, MIN_LOADER_ROWS, loader_width
+
+    physics = np.full(12, 0.1)  # FIXTURE step times (s) and measurements
+    y = physics * np.exp(np.linspace(-0.3, 0.6, 12))
+    few = np.arange(MIN_LOADER_ROWS - 1)
+    assert loader_width(few, y, physics, True, 0.1) == (LOADER_WIDTH_UNMEASURED, MIN_LOADER_ROWS - 1)
+    rows = np.arange(12)
+    width, n = loader_width(rows, y, physics, True, 0.1)
+    assert n == 12 and width == conformal_quantile(np.log(y / physics), 0.1) and width > 0.5
+    util, pred = np.array([10.0, 20.0, 40.0, 80.0, 95.0]), np.array([12.0, 30.0, 40.0, 60.0, 99.0])  # percentages
+    width, n = loader_width(np.arange(5), util, pred, False, 0.1)
+    assert n == 5 and width == conformal_quantile(np.log1p(util) - np.log1p(pred), 0.1)
+
+
+def test_loader_bound_rows_get_at_least_the_loader_width() -> None:
+    """The committed dataset's resident own rows train the estimator (no loader-bound row among them: the width is a
+    factor of 2); FIXTURE loader times make two of three copies of its shortest step loader-bound."""
+    from gpupred import dataset
+    from gpupred.step.estimator import StepEstimator
+    from gpupred.step.evaluate import pipeline_fed
+    from gpupred.step.rowphysics import LOADER_WIDTH_UNMEASURED
+
+    own = dataset.own_rows(dataset.load_dataset())
+    resident = own[~pipeline_fed(own)]
+    est = StepEstimator(("iter_time_mean_s",)).fit(resident)
+    assert est.loader_widths_["iter_time_mean_s"] == (LOADER_WIDTH_UNMEASURED, 0)
+    fast = resident.nsmallest(1, "iter_time_mean_s")  # a short step: 2 s of loading binds it in line and over 8 workers
+    row = fast.iloc[[0, 0, 0]].reset_index(drop=True)
+    for col, values in zip(LOADER_COLUMNS, zip((np.nan, np.nan, np.nan, np.nan, np.nan), (2.0, 0.0, 0.0, 1.0, 0.0),
+                                                (2.0, 1e-4, 8.0, 16.0, 0.0))):
+        row[col] = values
+    pred = est.predict(row)
+    point, low, high = (pred[c].to_numpy() for c in ("iter_time_mean_s", "iter_time_mean_s_low",
+                                                    "iter_time_mean_s_high"))
+    assert np.all(high[1:] >= point[1:] * 2.0 - 1e-9) and np.all(low[1:] <= point[1:] / 2.0 + 1e-9)
+    assert high[0] < point[0] * 2.0  # the resident copy keeps the correction's interval

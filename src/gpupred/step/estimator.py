@@ -11,7 +11,10 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
    keep whole families (``calibration="family"``, the default: an interval then carries the error of an unseen
    family) or workloads;
 3. per target, the extrapolation widths: how wrong physics alone is on a (GPU kind, protocol) whose constants were
-   borrowed, measured on the rows by holding each key (and each protocol) out in turn.
+   borrowed, measured on the rows by holding each key (and each protocol) out in turn;
+4. per target, the loader width (:func:`gpupred.step.rowphysics.loader_width`): how wrong the fitted step model is
+   on the loader-bound rows left out of every fit, the least half-width of a loader-bound row's interval (a factor
+   of 2 either way while fewer than ``MIN_LOADER_ROWS`` such rows were measured).
 
 ``predict`` on rows of the same columns (no labels needed): point and ``_low``/``_high`` per target, ``samples_per_s``
 from the iteration time and ``batch_size``, and ``extrapolated`` (the row's GPU kind and protocol had no training
@@ -35,8 +38,8 @@ from gpupred.step.correction import (
     CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSettings, correction_matrix,
 )
 from gpupred.step.rowphysics import (
-    PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
-    fitted_physics, loader_bound, physics_data, row_physics, rows_unfitted,
+    MIN_LOADER_ROWS, PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
+    fitted_physics, loader_bound, loader_width, physics_data, row_physics, rows_unfitted,
 )
 from gpupred.step.physics.constants import StepConstants
 from gpupred.step.physics.timeline import STEP_COLUMNS
@@ -81,18 +84,22 @@ class StepEstimator(Params):
         self._check()
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
-        kept = np.flatnonzero(~loader_bound(pdata))  # a loader-bound row is scored, never fitted on
+        bound = loader_bound(pdata)
+        kept = np.flatnonzero(~bound)  # a loader-bound row is scored, never fitted on
         self.constants_, util, step = fitted_physics(pdata, kept, self.seed)
         self.features_ = [c for c in CORRECTION_FEATURES if c in X.columns]
         settings = CorrectionSettings(self.weighting, self.alpha, self.n_cal, self.n_inner, self.seed)
         self.corrections_: dict[str, Correction] = {}
         self.widths_: dict[str, ExtrapolationWidths] = {}
+        self.loader_widths_: dict[str, tuple[float, int]] = {}
         for target in self.targets:
             y = X[target].to_numpy(float) if target in X.columns else np.full(len(X), np.nan)
             rows = kept[np.isfinite(y[kept])]
             if len(rows) < MIN_LABELLED:
                 continue
             is_step = PHYSICS_TARGETS[target] == "step"
+            self.loader_widths_[target] = loader_width(np.flatnonzero(bound), y, step if is_step else util, is_step,
+                                                       self.alpha)
             self.widths_[target] = extrapolation_widths(pdata, self.constants_, rows, y, is_step, self.alpha,
                                                         default_log_error(X, target))
             if self.correct:
@@ -127,6 +134,7 @@ class StepEstimator(Params):
         X = with_default_physics(X, pdata)
         util, step = row_physics(pdata, self.constants_) if constants is None else _physics_under(pdata, constants)
         unfitted, new_protocol = rows_unfitted(pdata.keys, self.constants_)
+        bound = loader_bound(pdata)
         out: dict[str, np.ndarray] = {}  # columns gathered first: inserting them one by one costs ~0.3 ms each
         matrix, strata = correction_matrix(X, self.features_, util, step), _sources(X)  # every target's inputs
         for target in self.fitted_targets_:
@@ -136,6 +144,7 @@ class StepEstimator(Params):
             if target in self.corrections_:
                 width = self.widths_[target].for_rows(new_protocol) if not widths or target not in widths else widths[target]
                 lo, hi = widen(pt, lo, hi, width, unfitted, log1p=not is_step)
+                lo, hi = widen(pt, lo, hi, self.loader_widths_[target][0], bound, log1p=not is_step)
             if not is_step:
                 pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
             out[target], out[f"{target}_low"], out[f"{target}_high"] = pt, lo, hi
@@ -172,6 +181,12 @@ class StepEstimator(Params):
             "correction_features": [*self.features_, "log fitted physics utilization", "log fitted physics step time"],
             "interval": f"CV+ conformal, {1 - self.alpha:.0%} nominal, calibrated per source on folds keeping whole "
                         f"{'sibling family groups' if self.calibration == 'family' else 'workloads'}",
+            "loader_bound_width": {t: {"width": w, "rows": n, "scale": "log" if PHYSICS_TARGETS[t] == "step" else "log1p",
+                                       "basis": "conformal quantile of the fitted step model's error on the loader-bound "
+                                                "training rows (never fitted on)" if n >= MIN_LOADER_ROWS else
+                                                "unmeasured (fewer than MIN_LOADER_ROWS loader-bound training rows): "
+                                                "a factor of 2 either way"}
+                                   for t, (w, n) in self.loader_widths_.items()},
             "extrapolated_width": {t: {"key": w.key, "protocol": w.protocol, "fallback": w.fallback,
                                        "scale": "log" if PHYSICS_TARGETS[t] == "step" else "log1p",
                                        "basis": "conformal quantile of physics' log error on each fitted (GPU kind, "

@@ -150,6 +150,23 @@ def loader_bound(pdata: PhysicsData, share: float = LOADER_BOUND_SHARE) -> np.nd
     return out
 
 
+LOADER_WIDTH_UNMEASURED = float(np.log(2.0))  # no loader-bound training rows: a factor of 2 either way
+MIN_LOADER_ROWS = 5  # loader-bound training rows a measured loader width needs
+
+
+def loader_width(rows: np.ndarray, y: np.ndarray, physics: np.ndarray, step: bool, alpha: float) -> tuple[float, int]:
+    """(the half-width a loader-bound row's interval reaches at least, the rows it was measured on): the conformal
+    quantile of the fitted step model's error (log for a time, log1p for a percentage) on the loader-bound training
+    ``rows``, which no fit saw; :data:`LOADER_WIDTH_UNMEASURED` with fewer than :data:`MIN_LOADER_ROWS` of them. The
+    correction learned on device-bound rows says nothing of a loader's error (a host moved by a speed ratio, workers
+    contending for the host), so this is the only honest width such a row has."""
+    ok = rows[np.isfinite(y[rows]) & (physics[rows] > 0) & (y[rows] >= 0)]
+    if len(ok) < MIN_LOADER_ROWS:
+        return LOADER_WIDTH_UNMEASURED, int(len(ok))
+    err = np.log(y[ok] / physics[ok]) if step else np.log1p(y[ok]) - np.log1p(physics[ok])
+    return conformal_quantile(err, alpha), int(len(ok))
+
+
 def default_columns(pdata: PhysicsData) -> pd.DataFrame:
     """The step model's ``STEP_COLUMNS`` of every row under the default constants (what the dataset's ``phys_*``
     columns hold, for rows that do not carry them: a new job)."""
