@@ -56,7 +56,7 @@ cross_gpu_targets: list = ["gpu_util"]  # labels of the cross-GPU evaluation (ab
 physics_targets: list = ["gpu_util", "iter_time_mean_s", "sm_active", "memory_mib"]  # the comparison's labels ([]: none)
 physics_schemes: list = ["within", "lofo", "cross_gpu", "cross_gpu_twins"]  # its split schemes
 physics_weighting: str = "per_source"  # training rows of the correction: pooled, balanced or per_source
-physics_calibration: str = "family"  # what the step estimator's (and baselines') calibration folds keep whole: family or workload
+physics_interval_groups: str = "family"  # what the step estimator's (and baselines') conformal folds keep whole: family or workload
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU evaluation
 n_jobs: int = 2  # parallel fits
 seed: int = 0  # fold assignment and model seeds
@@ -240,7 +240,7 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # (`gpupred.step.rowphysics.extrapolation_width`). A correction regressor then learns
 # log(measured / physics) on the same training rows
 # (LightGBM on the physics and a dozen job features, CV+ intervals calibrated per source on folds that keep whole
-# family groups (`physics_calibration`), its strength chosen by an inner CV grouped the same way, bounded to its
+# family groups (`physics_interval_groups`), its strength chosen by an inner CV grouped the same way, bounded to its
 # source's training range). That is `gpupred.step.estimator.StepEstimator`, the very estimator the predictor ships
 # (notebook 08 fits it on every row): what is scored here is what users get. Its intervals are calibrated on unseen
 # families wherever they are asked, so within one GPU kind they are wider than they need to be: by design, since a
@@ -272,7 +272,7 @@ from gpupred.step import rowphysics as step_physics
 step_targets = [t for t in physics_targets if t in step_physics.PHYSICS_TARGETS and df[t].notna().sum() >= 10]
 pdata = step_physics.physics_data(df) if step_targets else None  # each run's kernels, from its graph
 phys_results = step_evaluate.compare_targets(df, tuple(step_targets), cv, physics_weighting, n_within, pdata,
-                                            tuple(physics_schemes), calibration=physics_calibration) if step_targets else {}
+                                            tuple(physics_schemes), interval_groups=physics_interval_groups) if step_targets else {}
 if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
     phys_results["memory_mib"] = compare_memory(physicstables.with_terms(df), cv, n_within,
                                                 schemes=tuple(physics_schemes))
@@ -466,7 +466,7 @@ if own_fed_figures:
 # ## What ships, and how it scores
 # The predictor ships `gpupred.step.estimator.StepEstimator` (utilization, SM activity, iteration time) and the memory
 # footprint model (`gpupred.memory.estimator.MemoryEstimator`) with the settings declared in this notebook's parameters
-# (`physics_weighting`, `physics_calibration`): the very estimators scored above as *physics × correction*.
+# (`physics_weighting`, `physics_interval_groups`): the very estimators scored above as *physics × correction*.
 # Each predictor's card states their held-out figures: the noncommercial predictor's are the comparison above
 # (every source); the default predictor is trained on this project's runs alone, so its figures come from the
 # same comparison run on those runs alone (below). Notebook 08 reads both, with the estimator's parameters, from
@@ -477,13 +477,13 @@ if own_fed_figures:
 from gpupred.predictor.heldout import heldout_figures, oof_predictions, with_shipped
 from gpupred.step.estimator import StepEstimator
 
-shipped_step = StepEstimator(weighting=physics_weighting, calibration=physics_calibration, alpha=alpha, n_cal=n_cal,
+shipped_step = StepEstimator(weighting=physics_weighting, interval_groups=physics_interval_groups, alpha=alpha, n_cal=n_cal,
                              n_inner=n_inner, seed=seed)
 own_df = dataset.own_rows(df).reset_index(drop=True)
 own_targets = tuple(t for t in step_targets if own_df[t].notna().sum() >= 10)
 own_results = step_evaluate.compare_targets(own_df, own_targets, cv, physics_weighting, n_within, pdata,
                                             tuple(physics_schemes), ("regressor", "physics+correction"),
-                                            physics_calibration) if own_targets else {}
+                                            physics_interval_groups) if own_targets else {}
 if "memory_mib" in phys_results and own_df["memory_mib"].notna().sum() >= 10:
     own_results["memory_mib"] = compare_memory(physicstables.with_terms(own_df), cv, n_within,
                                                schemes=tuple(physics_schemes))

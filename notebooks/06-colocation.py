@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 06 — Co-location, honestly scored: priors, a gated correction, and calibration from reference co-runs
+# # 06 — Co-location, honestly scored: priors, a gated correction, and adaptation from reference co-runs
 #
 # A co-located job's slowdown is its co-located over its solo step time (1 / normalized speed). The pairs are
 # *measured*, in **slices** of one GPU kind each (`gpupred.colocation.study`): Lucid's RTX 3090 pairs without
@@ -29,12 +29,12 @@
 # share of solo step times and the time-sharing estimate from a busy share fitted to each job's solo steps on
 # P100 and V100 with the datasheets' speed ratio; the **correction** of the time-sharing prior (or on Gavel, the step share), kept only in cells
 # where an inner cross-validation over the training model groups shows it ranking better than the prior in every
-# inner fold; and **calibration**: each job's sensitivity and aggressiveness fitted from `k` short co-runs with
-# fixed reference jobs, shrunk to the prior (`SlowdownModel.calibrate`), for `k` = 0..5.
+# inner fold; and **adaptation**: each job's sensitivity and aggressiveness fitted from `k` short co-runs with
+# fixed reference jobs, shrunk to the prior (`SlowdownModel.adapt`), for `k` = 0..5.
 #
 # **Scoring** (`gpupred.slowdown.evaluate`): held out by whole model group in cross-fitting cells; every pair
 # is predicted by a model that saw no pair of either member's model group; a held-out job's only pairs the
-# calibration may use are its `k` co-runs with the reference jobs, and no pair holding a reference job is ever
+# adaptation may use are its `k` co-runs with the reference jobs, and no pair holding a reference job is ever
 # scored (so every figure of a slice is on the same rows). Reported: Spearman pooled, per cell (each cell's model
 # sits at its own level, which the pooled figure also measures) and within job (how one job's partners rank),
 # and the MAE of the slowdown; with and without jobs whose solo baseline the check below flags.
@@ -46,7 +46,7 @@ lucid: bool = True  # include Lucid's pairs when gpupred.importers.lucid has imp
 gavel: bool = True  # include Gavel's matrix when gpupred.importers.gavel has imported it (`gpupred import gavel`)
 gavel_gpus: list = ["k80", "p100", "v100"]  # Gavel GPU kinds to score (each its own slice)
 gavel_fixture_file: str = ""  # tests only: a FIXTURE file in Gavel's layout, read without the sha256 pin
-max_k: int = 5  # calibration is scored for k = 0..max_k reference co-runs (max_k reference jobs per slice)
+max_k: int = 5  # adaptation is scored for k = 0..max_k reference co-runs (max_k reference jobs per slice)
 interval_level: float = 0.9  # central level of the out-of-fold memory intervals (notebook 03's conformal bounds)
 max_oom_risk: float = 0.05  # a pair is placed only when its predicted out-of-memory probability is at most this
 
@@ -135,7 +135,7 @@ plt.show()
 # ## Scoring every predictor, held out by model group
 #
 # One run per slice: fixed reference jobs chosen from solo features only (below), cells of model groups, every
-# predictor and calibration at each `k`. The solo-baseline check runs on the same rows: sharing a GPU cannot
+# predictor and adaptation at each `k`. The solo-baseline check runs on the same rows: sharing a GPU cannot
 # speed a job up, so a job whose mean log slowdown over its co-runs lies below 0 by more than two standard errors
 # of the self-pair noise was measured against a wrong solo baseline; it is flagged.
 
@@ -152,10 +152,10 @@ flags[flags["flagged"]].round(3)
 # %% [markdown]
 # ## What a predictor serves
 #
-# The slowdown a predictor answers (`Predictor.slowdown`, `gpupred colocate`) is the calibration prior of the slice of
+# The slowdown a predictor answers (`Predictor.slowdown`, `gpupred colocate`) is the adaptation prior of the slice of
 # graph jobs (this project's own pairs once measured, else Lucid's non-RL ones): it has no parameter, so both artifacts
 # ship it untrained, with the central `interval_level` quantiles of its held-out log(measured / predicted) as its
-# interval, and the calibration variances that shrink a user's reference co-runs. The learned correction would ship
+# interval, and the adaptation variances that shrink a user's reference co-runs. The learned correction would ship
 # only where it was kept in every cell and ranked better pooled. Written to `data/processed/slowdown_choice.json`
 # (`gpupred.colocation.served`), which notebook 08 puts in the cards.
 
@@ -208,10 +208,10 @@ comparison.round(3)
 # %% [markdown]
 # ## Calibration from `k` reference co-runs
 #
-# The reference jobs of each slice, in the order calibration takes them (the first `k` for `k` co-runs): the
+# The reference jobs of each slice, in the order adaptation takes them (the first `k` for `k` co-runs): the
 # medoid of the jobs' standardized solo features, then each time the job farthest from those chosen, among jobs
 # co-run with at least 90 % of the others (which pairs exist is known before any slowdown is read). Then the
-# curve: the calibrated model's held-out Spearman and MAE against `k`, beside the slice's prior and summed
+# curve: the adapted model's held-out Spearman and MAE against `k`, beside the slice's prior and summed
 # utilization on the same rows.
 
 # %%
@@ -219,14 +219,14 @@ ref_features = {s.name: s.ref_features for s in slices}
 closing.references_table(results, ref_features).round(3)
 
 # %%
-curve = closing.calibration_curve(results)
+curve = closing.adaptation_curve(results)
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
 for ax, metric in zip(axes, ("spearman_pooled", "spearman_cell", "mae")):
     sns.lineplot(data=curve, x="k", y=metric, hue="slice", marker="o", ax=ax, legend=ax is axes[0])
     ax.set_xlabel("reference co-runs per held-out job (k)")
 axes[0].legend(fontsize=7)
 fig.tight_layout()
-save_figure(fig, "06-calibration-curve")
+save_figure(fig, "06-adaptation-curve")
 plt.show()
 curve.pivot(index="k", columns="slice", values="spearman_pooled").round(3)
 
@@ -296,8 +296,8 @@ else:
 # %% [markdown]
 # ## Closing note
 #
-# The scoring table per slice (pooled, per cell, within job, MAE), the calibration curve for `k` = 0..5, the
-# cells where the correction lost to its prior, and the issue's goals: `k` = 3 calibration at least 0.10 above
+# The scoring table per slice (pooled, per cell, within job, MAE), the adaptation curve for `k` = 0..5, the
+# cells where the correction lost to its prior, and the issue's goals: `k` = 3 adaptation at least 0.10 above
 # summed utilization (the better of predicted and measured) pooled and per cell on Lucid non-RL, and 0.25 above
 # its prior on Gavel V100. Rendered from this run's results.
 

@@ -37,7 +37,7 @@
 # `weight` x the predicted pair gain subtracted from Horus's cost, `weight` and `max_oom_risk` chosen on the tuning
 # slice), and the **oracle** pairing (ours handed the measured matrix, true
 # failures and true memory: the upper bound of partner choice). Ours' pair slowdowns come from its prior times
-# each job's sensitivity and aggressiveness calibrated on `k` co-runs with fixed reference jobs (notebook 06),
+# each job's sensitivity and aggressiveness adapted on `k` co-runs with fixed reference jobs (notebook 06),
 # held out by model group; the co-runs' GPU time is not charged to the cluster.
 #
 # Reported with 95 % intervals over the seeds and paired differences against Horus: mean and p95 JCT, p95
@@ -49,7 +49,7 @@
 gpu_name: str = ""  # GPU kind whose measured pairs drive the openb world; empty: the kind with most measured pairs
 gpu_memory_mib: float = 0.0  # its GPU memory capacity in MiB; 0: the vendor size (gpupred.hardware)
 seeds: list = [0, 1, 2, 3, 4]  # trace seeds: the spread behind every interval (at least 5)
-k: int = 3  # reference co-runs that calibrate each job's pair slowdowns (ours' knowledge)
+k: int = 3  # reference co-runs that adapt each job's pair slowdowns (ours' knowledge)
 n_folds: int = 5  # model-group folds behind ours' held-out pair predictions
 profile_s: float = 60.0  # reactive: profiling time per job
 horus_queue: str = "wfq"  # Horus's queue (also random's and ours'): wfq (classes from the tuning slice) or fifo

@@ -1,4 +1,4 @@
-"""Slowdown estimators, held-out scoring by model group, calibration from reference co-runs, failures (FIXTURE data:
+"""Slowdown estimators, held-out scoring by model group, adaptation from reference co-runs, failures (FIXTURE data:
 tests/fixtures_gavel.py plants an additive truth; nothing here is a measurement)."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_cells_hold_out_whole_model_groups_and_never_score_a_reference(v100: stu
     assert (scored[with_ref.to_numpy()] == 0).all() and (scored[~with_ref.to_numpy()] == 1).all()
 
 
-def test_calibration_recovers_new_jobs_effects_and_k0_is_the_prior(v100: study.Slice) -> None:
+def test_adaptation_recovers_new_jobs_effects_and_k0_is_the_prior(v100: study.Slice) -> None:
     X = v100.X
     held = sorted(j for j in set(X.job_key) if j.startswith(("FixC", "FixE")))
     refs = [j for j in sorted(set(X.job_key)) if j not in held][:5]
@@ -83,29 +83,29 @@ def test_calibration_recovers_new_jobs_effects_and_k0_is_the_prior(v100: study.S
     model = SlowdownModel(StepShare("step_s")).fit(train, train.slowdown.to_numpy())
     test = X[X.job_key.isin(held) & X.partner_key.isin(held)]  # pairs of two new jobs, as scoring holds them out
     for job in held:
-        model.calibrate(job, scoring.coruns_with(X, job, []))
+        model.adapt(job, scoring.coruns_with(X, job, []))
     np.testing.assert_allclose(model.predict(test), StepShare("step_s").predict(test))  # k = 0: the prior itself
     for job in held:
-        model.calibrate(job, scoring.coruns_with(X, job, refs))
-    assert all(model.calibrated_[job] == 5 for job in held)
+        model.adapt(job, scoring.coruns_with(X, job, refs))
+    assert all(model.adapted_[job] == 5 for job in held)
     err = np.abs(np.log(model.predict(test)) - np.log(test.slowdown.to_numpy()))
     prior_err = np.abs(np.log(StepShare("step_s").predict(test)) - np.log(test.slowdown.to_numpy()))
     assert err.mean() < 0.35 * prior_err.mean()
 
 
-def test_run_slice_scores_calibration_above_the_prior_on_a_planted_truth(v100: study.Slice) -> None:
+def test_run_slice_scores_adaptation_above_the_prior_on_a_planted_truth(v100: study.Slice) -> None:
     r = study.run_slice(v100, n_folds=3, seed=0, ks=range(4))
     s = r.scores[r.scores.rows_kept == "all"].set_index("predictor")
-    assert set(s.index) >= {"step_share", "timeshare_xgpu", "corrected", "calibrated_k0", "calibrated_k3"}
+    assert set(s.index) >= {"step_share", "timeshare_xgpu", "corrected", "adapted_k0", "adapted_k3"}
     for m in scoring.METRICS:
-        assert s.loc["calibrated_k0", m] == pytest.approx(s.loc["step_share", m])  # no co-run: the prior
-    assert s.loc["calibrated_k3", "spearman_pooled"] > s.loc["step_share", "spearman_pooled"] + 0.3
-    assert s.loc["calibrated_k3", "spearman_cell"] > s.loc["calibrated_k1", "spearman_cell"]
+        assert s.loc["adapted_k0", m] == pytest.approx(s.loc["step_share", m])  # no co-run: the prior
+    assert s.loc["adapted_k3", "spearman_pooled"] > s.loc["step_share", "spearman_pooled"] + 0.3
+    assert s.loc["adapted_k3", "spearman_cell"] > s.loc["adapted_k1", "spearman_cell"]
     assert s["rows"].nunique() == 1 and r.heldout.cell.ge(0).all()  # every predictor on the same rows
     metrics = study.slice_metrics(r)
-    assert "slowdown_spearman_cell_gavel_v100_calibrated_k3" in metrics and not any("." in k for k in metrics)
+    assert "slowdown_spearman_cell_gavel_v100_adapted_k3" in metrics and not any("." in k for k in metrics)
     k3 = r.coruns[r.coruns.k == 3]
-    assert (k3.coruns[k3.job_key != "FixHuge"] == 3).all()  # a failed co-run (FixHuge's) calibrates nothing
+    assert (k3.coruns[k3.job_key != "FixHuge"] == 3).all()  # a failed co-run (FixHuge's) adapts nothing
     assert (k3.coruns[k3.job_key == "FixHuge"] < 3).all()
 
 
@@ -147,10 +147,10 @@ def test_failure_rule_reads_measured_outcomes_then_reference_co_runs() -> None:
     m = FailureModel(refs=("r", "r2")).fit(X)
     assert m.large_ == {"big"} and m.base_rate_ == 0.0
     new = pd.DataFrame({"job_key": ["n", "n"], "partner_key": ["r", "r2"], "failed": [True, False]})
-    m.calibrate("n", new)
+    m.adapt("n", new)
     q = pd.DataFrame({"job_key": ["n", "n", "a", "a"], "partner_key": ["r", "a", "b", "r"]})
     assert m.predict_proba(q).tolist() == [1.0, 1.0, 0.0, 0.0]  # measured; large; measured; measured
-    m.calibrate("n", new.assign(failed=False))
+    m.adapt("n", new.assign(failed=False))
     assert m.predict_proba(q.iloc[1:2]).tolist() == [0.0]
 
 

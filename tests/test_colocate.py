@@ -1,5 +1,5 @@
 """Slowdown served (issue 76 item 3): Predictor.slowdown / predict_many / slowdown_matrix, `gpupred colocate`, co-run
-calibration files, notebook 06's choice and the README's queue example. Predictions come from the committed
+co-run files, notebook 06's choice and the README's queue example. Predictions come from the committed
 models/predictor.joblib and the graph store; co-located slowdowns and co-runs here are FIXTURES (tests/fixtures_coloc.py,
 or numbers written by the tests), never measurements."""
 
@@ -22,7 +22,7 @@ A, B = "resnet.resnet50-bs64-img224-bf16-sgd", "mlp.mlp-w512-d2-bs256-in784-fp32
 ANSWER_KEYS = {"schema", "gpu", "members", "pair", "estimator", "interval", "notes"}
 MEMBER_KEYS = {"job", "model", "batch_size", "precision", "optimizer", "gpu_util", "memory_mib", "memory_mib_low",
                "memory_mib_high", "step_time_ms", "slowdown", "slowdown_low", "slowdown_high", "shared_step_time_ms",
-               "calibration_coruns"}
+               "adaptation_coruns"}
 PAIR_KEYS = {"memory_mib", "memory_q95_mib", "capacity_mib", "headroom_mib", "oom_probability", "max_oom_risk", "fits",
              "combined_throughput"}
 
@@ -177,18 +177,18 @@ def test_malformed_corun_file_is_refused_in_one_line(tmp_path: Path, edit, match
     assert "\n" not in str(err.value) and "coruns.json" in str(err.value)
 
 
-def test_corun_file_calibrates_the_job_it_names(shipped, tmp_path: Path) -> None:
+def test_corun_file_adapts_the_job_it_names(shipped, tmp_path: Path) -> None:
     path = _coruns(tmp_path, GOOD)
     plain = shipped.slowdown(A, B, gpu="H100").to_dict()
-    cal = shipped.slowdown(A, B, gpu="H100", calibration=path).to_dict()
-    assert cal["estimator"]["calibrated"] and cal["members"][0]["calibration_coruns"] == 2
-    assert cal["members"][1]["calibration_coruns"] == 1  # B is the file's r1: one co-run, with A
-    other = shipped.slowdown(A, "dcgan.dcgan-z64-g128-k64-bs128-img32-bf16-adam", gpu="H100", calibration=path).to_dict()
-    assert [m["calibration_coruns"] for m in other["members"]] == [2, 0]  # a job not in the file keeps the prior
+    cal = shipped.slowdown(A, B, gpu="H100", coruns=path).to_dict()
+    assert cal["estimator"]["adapted"] and cal["members"][0]["adaptation_coruns"] == 2
+    assert cal["members"][1]["adaptation_coruns"] == 1  # B is the file's r1: one co-run, with A
+    other = shipped.slowdown(A, "dcgan.dcgan-z64-g128-k64-bs128-img32-bf16-adam", gpu="H100", coruns=path).to_dict()
+    assert [m["adaptation_coruns"] for m in other["members"]] == [2, 0]  # a job not in the file keeps the prior
     assert other["interval"]["basis"].startswith("central 90% of held-out") and "the prior" in other["interval"]["basis"]
     assert cal["members"][0]["slowdown"] != pytest.approx(plain["members"][0]["slowdown"])
     with pytest.raises(GpupredError, match="measured on H100"):
-        shipped.slowdown(A, B, gpu="A100", calibration=path)
+        shipped.slowdown(A, B, gpu="A100", coruns=path)
 
 
 def readme_queue_block() -> str:

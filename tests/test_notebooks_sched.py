@@ -57,10 +57,10 @@ def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     assert len(own) == 1 and metrics["slowdown_rows_gavel_v100"] > 0
     for name in (*own, "gavel_v100"):
         for metric in ("spearman_pooled", "spearman_cell", "spearman_job", "mae"):
-            assert f"slowdown_{metric}_{name}_calibrated_k2" in metrics and f"slowdown_{metric}_{name}_corrected" in metrics
+            assert f"slowdown_{metric}_{name}_adapted_k2" in metrics and f"slowdown_{metric}_{name}_corrected" in metrics
     for key in ("sum_util_pred", "timeshare_phys", "timeshare_meas"):
         assert f"slowdown_spearman_pooled_{own[0]}_{key}_unflagged" in metrics
-    assert metrics["slowdown_spearman_pooled_gavel_v100_calibrated_k2"] > metrics["slowdown_spearman_pooled_gavel_v100_step_share"]
+    assert metrics["slowdown_spearman_pooled_gavel_v100_adapted_k2"] > metrics["slowdown_spearman_pooled_gavel_v100_step_share"]
     assert "slowdown_goal_spearman_cell_gavel_v100_met" in metrics and metrics["memfit_pairs"] > 0
     assert not any("." in k for k in metrics)
     html = (tmp_path / "reports" / "06-colocation.html").read_text()

@@ -140,7 +140,7 @@ def test_what_is_scored_is_what_ships(rows) -> None:
     direct = est.predict(df.iloc[test], pdata.subset(test))
     scored = res["physics+correction"].predictions.set_index("run_id").loc[df["run_id"].iloc[test]]
     assert np.allclose(scored["pred"], direct["gpu_util"]) and np.allclose(scored["high"], direct["gpu_util_high"])
-    assert est.get_params()["calibration"] == "family" and clone(est).get_params() == est.get_params()
+    assert est.get_params()["interval_groups"] == "family" and clone(est).get_params() == est.get_params()
     assert est.describe()["params"]["weighting"] == "per_source"
 
 

@@ -48,12 +48,12 @@ HEADLINES: tuple[tuple[str, str, str], ...] = tuple(
         "iter_time_width_lofo",
         "memory_mre_within", "memory_mre_lofo", "memory_mre_crossgpu", "memory_coverage_lofo", "memory_width_lofo",
         "dataset_runs_all", "dataset_workloads_all")) + (
-    # co-location (06): held out by model group, pooled Spearman of the slowdown ranking, the prior beside calibration
+    # co-location (06): held out by model group, pooled Spearman of the slowdown ranking, the prior beside adaptation
     # from k = 3 reference co-runs; scheduling (07): the goals' figures at load 1 (ours - Horus, Gavel's ratios)
     ("slowdown_spearman_lucid_nonrl_summed_util", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_sum_util_meas"),
-    ("slowdown_spearman_lucid_nonrl_k3", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_calibrated_k3"),
+    ("slowdown_spearman_lucid_nonrl_k3", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_adapted_k3"),
     ("slowdown_spearman_gavel_v100_prior", "06-colocation", "slowdown_spearman_pooled_gavel_v100_step_share"),
-    ("slowdown_spearman_gavel_v100_k3", "06-colocation", "slowdown_spearman_pooled_gavel_v100_calibrated_k3"),
+    ("slowdown_spearman_gavel_v100_k3", "06-colocation", "slowdown_spearman_pooled_gavel_v100_adapted_k3"),
     ("sim_openb_meanjct_diff_s_load1", "07-scheduling-sim", "sim_openb_goal_load1_jct_diff"),
     ("sim_gavel_p95rho_drop_load1", "07-scheduling-sim", "sim_gavel_goal_load1_p95_rho_drop"),
     ("sim_gavel_oracle_share_load1", "07-scheduling-sim", "sim_gavel_goal_load1_oracle_share"),
@@ -100,13 +100,13 @@ DESCRIPTIONS: dict[str, tuple[str, str, str]] = {  # summary key -> (meaning, un
         "rank correlation of predicted and measured co-location slowdown, summed measured utilization as predictor "
         "(Lucid's RTX 3090 pairs, non-RL jobs)", "Spearman rho (1 = same ranking)", "held out by model group"),
     "slowdown_spearman_lucid_nonrl_k3": (
-        "the same, slowdown estimator calibrated on k = 3 reference co-runs per job (Lucid non-RL)",
+        "the same, slowdown estimator adapted on k = 3 reference co-runs per job (Lucid non-RL)",
         "Spearman rho", "held out by model group"),
     "slowdown_spearman_gavel_v100_prior": (
         "rank correlation of predicted and measured slowdown, zero-parameter prior (step share of solo step times; "
         "Gavel's V100 pairs)", "Spearman rho", "held out by model group"),
     "slowdown_spearman_gavel_v100_k3": (
-        "the same, calibrated on k = 3 reference co-runs per job (Gavel V100)", "Spearman rho",
+        "the same, adapted on k = 3 reference co-runs per job (Gavel V100)", "Spearman rho",
         "held out by model group"),
     "sim_openb_meanjct_diff_s_load1": (
         "scheduling simulation on Alibaba's openb trace at load 1: mean job completion time of ours minus Horus's "
@@ -163,9 +163,9 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
                   "memory_footprint_times_correction_lofo_own_p90_rel_err",
                   "memory_footprint_times_correction_lofo_own_coverage", "memory_horus_lofo_own_median_rel_err"),
     "06-colocation": ("slowdown_spearman_pooled_lucid_nonrl_sum_util_meas",
-                      "slowdown_spearman_pooled_lucid_nonrl_calibrated_k3",
+                      "slowdown_spearman_pooled_lucid_nonrl_adapted_k3",
                       "slowdown_spearman_pooled_gavel_v100_step_share",
-                      "slowdown_spearman_pooled_gavel_v100_calibrated_k3"),
+                      "slowdown_spearman_pooled_gavel_v100_adapted_k3"),
     "07-scheduling-sim": ("sim_openb_goal_load1_jct_diff", "sim_gavel_goal_load1_p95_rho_drop",
                           "sim_gavel_goal_load1_oracle_share"),
     "08-export-predictor": ("predictor_models", "predictor_sha256"),

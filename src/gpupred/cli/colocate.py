@@ -38,12 +38,12 @@ def mib(v: float | None) -> str:
 def render(answer: dict[str, Any]) -> str:
     """The text answer: each member's slowdown and interval, the pair's memory against the GPU's."""
     lines = [f"GPU: {answer['gpu']}   estimator: {answer['estimator']['name']} ({answer['estimator']['source']}"
-             f"{', calibrated by ' + answer['estimator']['calibration_file'] if answer['estimator']['calibrated'] else ''})"]
+             f"{', adapted by ' + answer['estimator']['coruns_file'] if answer['estimator']['adapted'] else ''})"]
     for m in answer["members"]:
         bounds = "no interval" if m["slowdown_low"] is None else f"{m['slowdown_low']:.2f}-{m['slowdown_high']:.2f}"
         lines.append(f"  {m['job']}: slowdown x{m['slowdown']:.2f} ({bounds}); step {m['step_time_ms']:.1f} ms alone, "
                      f"{m['shared_step_time_ms']:.1f} ms shared; util {m['gpu_util']:.0f}%, memory {mib(m['memory_mib'])}"
-                     + (f"; calibrated on {m['calibration_coruns']} co-runs" if m["calibration_coruns"] else ""))
+                     + (f"; adapted on {m['adaptation_coruns']} co-runs" if m["adaptation_coruns"] else ""))
     p = answer["pair"]
     verdict = "fits" if p["fits"] else "does NOT fit"
     lines.append(f"  pair: memory {mib(p['memory_mib'])} (95%: {mib(p['memory_q95_mib'])}) of {mib(p['capacity_mib'])}, "
@@ -62,8 +62,8 @@ def colocate_cmd(a: Member, b: Member,
                  precision_b: Annotated[Text, typer.Option("--precision-b", help="B's precision.")] = None,
                  optimizer_a: Annotated[Text, typer.Option("--optimizer-a", help="A's optimizer.")] = None,
                  optimizer_b: Annotated[Text, typer.Option("--optimizer-b", help="B's optimizer.")] = None,
-                 calibration: Annotated[Text, typer.Option("--calibration", help="A file of reference co-runs "
-                                                           "(gpupred-coruns/1 JSON) that calibrates A and B.")] = None,
+                 coruns: Annotated[Text, typer.Option("--coruns", help="A file of reference co-runs "
+                                                      "(gpupred-coruns/1 JSON) that adapts A's and B's effects.")] = None,
                  predictor_path: Annotated[Text, typer.Option("--predictor", help="A predictor artifact (default: "
                                                               "models/predictor.joblib).")] = None,
                  noncommercial: Annotated[bool, typer.Option("--noncommercial", help="The non-commercial predictor.")] = False,
@@ -78,7 +78,7 @@ def colocate_cmd(a: Member, b: Member,
     predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
     answer = predictor.slowdown(job_of(a, batch_size_a, precision_a, optimizer_a),
                                 job_of(b, batch_size_b, precision_b, optimizer_b), gpu=gpu,
-                                calibration=calibration).to_dict()
+                                coruns=coruns).to_dict()
     print(json.dumps(answer) if as_json else render(answer))
 
 

@@ -13,26 +13,26 @@ import pandas as pd
 from gpupred.slowdown.evaluate import METRICS, cell_gap_se
 from gpupred.colocation.study import LABELS, SliceResult
 
-GOAL_LUCID = 0.10  # k = 3 calibration over summed utilization on Lucid non-RL, pooled and per cell (issue 61)
-GOAL_GAVEL = 0.25  # k = 3 calibration over its prior on Gavel V100, pooled and per cell
+GOAL_LUCID = 0.10  # k = 3 adaptation over summed utilization on Lucid non-RL, pooled and per cell (issue 61)
+GOAL_GAVEL = 0.25  # k = 3 adaptation over its prior on Gavel V100, pooled and per cell
 GOAL_K = 3
 Z_95 = 1.96  # a cell's gap is beyond noise below -Z_95 bootstrap standard errors
 
 
 def label(name: str) -> str:
     """A predictor's readable name."""
-    if name.startswith("calibrated_k"):
-        return f"calibrated, k = {name.removeprefix('calibrated_k')} reference co-runs"
+    if name.startswith("adapted_k"):
+        return f"adapted, k = {name.removeprefix('adapted_k')} reference co-runs"
     return LABELS.get(name, name)
 
 
-def scores_table(results: list[SliceResult], rows_kept: str = "all", calibrated: tuple[int, ...] = (GOAL_K,)) -> pd.DataFrame:
-    """One row per (slice, predictor): the four metrics and the scored rows (calibration only at ``calibrated`` k)."""
+def scores_table(results: list[SliceResult], rows_kept: str = "all", adapted: tuple[int, ...] = (GOAL_K,)) -> pd.DataFrame:
+    """One row per (slice, predictor): the four metrics and the scored rows (adaptation only at ``adapted`` k)."""
     frames = []
-    keep = {f"calibrated_k{k}" for k in calibrated}
+    keep = {f"adapted_k{k}" for k in adapted}
     for r in results:
         s = r.scores[r.scores["rows_kept"] == rows_kept]
-        s = s[~s["predictor"].str.startswith("calibrated_k") | s["predictor"].isin(keep)]
+        s = s[~s["predictor"].str.startswith("adapted_k") | s["predictor"].isin(keep)]
         frames.append(s.assign(slice=r.name, predictor_label=s["predictor"].map(label)))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return out[["slice", "predictor", "predictor_label", *METRICS, "rows", "cells", "jobs"]] if len(out) else out
@@ -68,25 +68,25 @@ def plot_scores(scores: pd.DataFrame, wrap: int = 34) -> Any:
         ax.set_title(f"slice {name}: held out by model group", fontsize=10, loc="left")
     axes[-1, 0].set_xlabel("Spearman correlation of predicted and measured slowdown (1 = same ranking)")
     axes[0, 0].legend(loc="lower left", bbox_to_anchor=(0, 1.12), ncol=len(kinds), fontsize=8.5, frameon=False)
-    fig.suptitle("Co-location: each slowdown predictor on each slice (calibration at k = 3 reference co-runs)",
+    fig.suptitle("Co-location: each slowdown predictor on each slice (adaptation at k = 3 reference co-runs)",
                  y=1.0)
     fig.tight_layout()
     return fig
 
 
-def calibration_curve(results: list[SliceResult]) -> pd.DataFrame:
-    """Per slice and k: the calibrated model's metrics, beside its prior and summed utilization on the same rows."""
+def adaptation_curve(results: list[SliceResult]) -> pd.DataFrame:
+    """Per slice and k: the adapted model's metrics, beside its prior and summed utilization on the same rows."""
     rows = []
     for r in results:
         s = r.scores[r.scores["rows_kept"] == "all"].set_index("predictor")
-        for name in s.index[s.index.str.startswith("calibrated_k")]:
-            rows.append({"slice": r.name, "k": int(name.removeprefix("calibrated_k")),
+        for name in s.index[s.index.str.startswith("adapted_k")]:
+            rows.append({"slice": r.name, "k": int(name.removeprefix("adapted_k")),
                          **{m: float(s.loc[name, m]) for m in METRICS}})
     return pd.DataFrame(rows)
 
 
 def references_table(results: list[SliceResult], features: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Per slice: the reference jobs in order (the first k are calibration's k) with the solo features they were
+    """Per slice: the reference jobs in order (the first k are adaptation's k) with the solo features they were
     chosen from (``features``: slice name -> per-job solo features)."""
     rows = []
     for r in results:
@@ -117,7 +117,7 @@ def _metric(result: SliceResult, predictor: str, metric: str) -> float:
 
 
 def goal_checks(results: list[SliceResult], priors: dict[str, str]) -> dict[str, float]:
-    """The issue's goals from the results: calibration at k = 3 against its reference, and correction vs prior per cell.
+    """The issue's goals from the results: adaptation at k = 3 against its reference, and correction vs prior per cell.
 
     ``priors``: slice name -> its prior. On Lucid non-RL the reference is summed utilization (the larger of its
     predicted and measured Spearman); on Gavel V100, the slice's prior.
@@ -130,7 +130,7 @@ def goal_checks(results: list[SliceResult], priors: dict[str, str]) -> dict[str,
             continue
         for m in ("spearman_pooled", "spearman_cell"):
             ref = max(_metric(by[name], n, m) for n in ref_names)
-            got = _metric(by[name], f"calibrated_k{GOAL_K}", m)
+            got = _metric(by[name], f"adapted_k{GOAL_K}", m)
             out[f"slowdown_goal_{m}_{name}_reference"] = ref
             out[f"slowdown_goal_{m}_{name}_gain"] = got - ref
             out[f"slowdown_goal_{m}_{name}_met"] = float(got - ref >= goal)
@@ -147,7 +147,7 @@ def _fmt(v: float) -> str:
 
 
 def closing_markdown(results: list[SliceResult], goals: dict[str, float], priors: dict[str, str]) -> str:
-    """The closing note: per slice the scoring table, the calibration curve, and whether each goal is met."""
+    """The closing note: per slice the scoring table, the adaptation curve, and whether each goal is met."""
     lines = ["### Closing note (every figure read from this run's results)", ""]
     for r in results:
         s = r.scores[r.scores["rows_kept"] == "all"].set_index("predictor")
@@ -155,12 +155,12 @@ def closing_markdown(results: list[SliceResult], goals: dict[str, float], priors
                   f"{', '.join(r.refs[:GOAL_K])}):", "",
                   "| predictor | pooled | per cell | within job | MAE |", "|---|---|---|---|---|"]
         for name in s.index:
-            if name.startswith("calibrated_k") and name != f"calibrated_k{GOAL_K}":
+            if name.startswith("adapted_k") and name != f"adapted_k{GOAL_K}":
                 continue
             lines.append(f"| {label(name)} | {_fmt(s.loc[name, 'spearman_pooled'])} | {_fmt(s.loc[name, 'spearman_cell'])} | "
                          f"{_fmt(s.loc[name, 'spearman_job'])} | {_fmt(s.loc[name, 'mae'])} |")
-        curve = s[s.index.str.startswith("calibrated_k")]
-        lines += ["", "calibration, k = 0..5, pooled: " + ", ".join(_fmt(v) for v in curve["spearman_pooled"])
+        curve = s[s.index.str.startswith("adapted_k")]
+        lines += ["", "adaptation, k = 0..5, pooled: " + ", ".join(_fmt(v) for v in curve["spearman_pooled"])
                   + "; per cell: " + ", ".join(_fmt(v) for v in curve["spearman_cell"]), ""]
         c = cell_comparison(r, "corrected", priors[r.name])
         lines += [f"the correction is worse than its prior ({label(priors[r.name])}) in {c['worse']} of {c['cells']} "

@@ -4,7 +4,7 @@ Each measured pair gives two log slowdowns, one per member. An *additive* two-wa
 slowdown of job ``a`` beside job ``b`` as ``c + sensitivity_a + aggressiveness_b``: how much ``a`` suffers
 from any partner, and how much ``b`` hurts any partner. Fitted on job identities (ridge, every pair), it is
 the ceiling of any model that scores a pair from one vector per member and adds the members' parts (and what
-calibration from reference co-runs, :class:`gpupred.slowdown.estimator.SlowdownModel`, approaches as its co-runs grow):
+adaptation from reference co-runs, :class:`gpupred.slowdown.estimator.SlowdownModel`, approaches as its co-runs grow):
 its in-sample R² and Spearman bound that form, and what is left (R² below 1) is pair-specific interaction and
 measurement noise.
 

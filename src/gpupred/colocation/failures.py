@@ -11,7 +11,7 @@ a reference is larger than the room that reference leaves, one that ran beside e
   else ``P`` = the failure rate of the training pairs of jobs that never failed beside a reference job.
 
 A first form, ``P = sigmoid(c + z_a + z_b)`` by logistic regression on job identities with each new job's ``z``
-calibrated on its co-runs, was tried on Gavel's V100 world and replaced (after seeing it): held out by model group
+adapted on its co-runs, was tried on Gavel's V100 world and replaced (after seeing it): held out by model group
 its probabilities ranked failed pairs at AUC 0.75 and left 32 of 40 failed ordered pairs under a 5 % cap, because a
 few failure events cannot teach an additive logit how large the heaviest jobs are.
 """
@@ -40,10 +40,10 @@ class FailureModel(BaseEstimator):  # type: ignore[misc]
         rest = [v for (a, b), v in self.outcome_.items() if a not in large and b not in large]
         self.base_rate_ = float(np.mean(rest)) if rest else 0.0
         self.large_: set[str] = large
-        self.calibrated_: dict[str, int] = {}
+        self.adapted_: dict[str, int] = {}
         return self
 
-    def calibrate(self, job: str, coruns: pd.DataFrame) -> FailureModel:
+    def adapt(self, job: str, coruns: pd.DataFrame) -> FailureModel:
         """Record ``job``'s co-runs with reference jobs and whether it failed beside any of them."""
         rows = coruns[(coruns["job_key"] == job) & coruns["partner_key"].isin(set(self.refs) - {job})]
         failed = rows["failed"].to_numpy(bool)
@@ -53,7 +53,7 @@ class FailureModel(BaseEstimator):  # type: ignore[misc]
             self.large_.add(job)
         else:
             self.large_.discard(job)
-        self.calibrated_[job] = int(len(rows))
+        self.adapted_[job] = int(len(rows))
         return self
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:

@@ -3,8 +3,8 @@
 The cells of :mod:`gpupred.slowdown.evaluate` (whole model groups held out, reference jobs fixed) decide which model
 answers a pair: a pair of two held-out jobs is answered by the cell of their two folds; a pair of a held-out job and a
 reference job by the cell of the job's own fold (held out alone); a pair of two reference jobs by a model that
-trained on them (references are the calibration's fixed partners, always measured). In each cell the model is fitted
-on the pairs with no held-out member and every held-out job is calibrated on its co-runs with the first ``k``
+trained on them (references are the adaptation's fixed partners, always measured). In each cell the model is fitted
+on the pairs with no held-out member and every held-out job is adapted on its co-runs with the first ``k``
 reference jobs only (:class:`~gpupred.slowdown.estimator.SlowdownModel`, and for failures
 :class:`~gpupred.colocation.failures.FailureModel`). The upper bound of a slowdown is the point times
 ``exp(q)``, ``q`` the conformal ``level`` quantile of the held-out absolute log errors on the measured pairs the same
@@ -62,13 +62,13 @@ def _answering_cell(fold: np.ndarray, is_ref: np.ndarray) -> tuple[np.ndarray, n
     return np.minimum(fa, fb), np.maximum(fa, fb)
 
 
-def _calibrated(model: SlowdownModel, failure: FailureModel | None, X: pd.DataFrame, F: pd.DataFrame | None,
+def _adapted(model: SlowdownModel, failure: FailureModel | None, X: pd.DataFrame, F: pd.DataFrame | None,
                 held: list[str], refs: list[str]) -> None:
     """Calibrate every held-out job on its co-runs with ``refs`` (slowdowns from ``X``, failures from ``F``)."""
     for job in held:
-        model.calibrate(job, coruns_with(X, job, refs))
+        model.adapt(job, coruns_with(X, job, refs))
         if failure is not None and F is not None:
-            failure.calibrate(job, coruns_with(F, job, refs))
+            failure.adapt(job, coruns_with(F, job, refs))
 
 
 def heldout_matrices(X: pd.DataFrame, jobs: pd.DataFrame, columns: tuple[str, ...] | list[str],
@@ -76,7 +76,7 @@ def heldout_matrices(X: pd.DataFrame, jobs: pd.DataFrame, columns: tuple[str, ..
                      F: pd.DataFrame | None = None, level: float = 0.9) -> PairKnowledge:
     """Held-out predictions for every ordered pair of ``jobs`` from measured pairs ``X`` (see the module doc).
 
-    ``F`` (a pair frame with failed pairs too) adds failure probabilities; ``k`` co-runs calibrate each held-out job.
+    ``F`` (a pair frame with failed pairs too) adds failure probabilities; ``k`` co-runs adapt each held-out job.
     """
     from gpupred.learn.conformal import conformal_quantile
 
@@ -108,7 +108,7 @@ def heldout_matrices(X: pd.DataFrame, jobs: pd.DataFrame, columns: tuple[str, ..
                 f_held |= F["partner_group"].map(fold_of).isin((fa, fb)) & ~F["partner_key"].isin(refs)
                 failure = FailureModel(tuple(refs[:k])).fit(F[~f_held.to_numpy()])
             held = sorted(set(X["job_key"][held_own]) | set(jobs["job_key"][np.isin(fold, (fa, fb)) & ~is_ref]))
-            _calibrated(model, failure, X, F, held, refs[:k])
+            _adapted(model, failure, X, F, held, refs[:k])
             point[sel] = model.predict(allp[sel])
             if failure is not None:
                 fail[sel] = failure.predict_proba(allp[sel])

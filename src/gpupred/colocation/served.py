@@ -8,7 +8,7 @@ Contract, a JSON object:
   (a reader refuses a file made from another dataset);
 - ``slice``, ``label``, ``gpu``: where the choice was scored: this project's own pairs on a GPU when they exist, else
   Lucid's non-RL RTX 3090 pairs (the slices whose members are graphs, as a served job is);
-- ``estimator``: the slice's calibration prior (:attr:`gpupred.colocation.study.Slice.prior`), the zero-parameter
+- ``estimator``: the slice's adaptation prior (:attr:`gpupred.colocation.study.Slice.prior`), the zero-parameter
   time-sharing estimate from predicted utilization: ``name``, ``class``, ``column``, ``what``;
 - ``correction``: in how many of the slice's cells the learned correction was kept (``kept_cells`` of ``cells``) and
   whether it ``ships`` (kept in every cell and better pooled than the prior; it never has on Lucid's pairs);
@@ -16,13 +16,13 @@ Contract, a JSON object:
 - ``interval``: ``level`` and the ``log_low``/``log_high`` quantiles of its held-out ``log(measured / predicted)``
   (the interval is ``[s exp(log_low), s exp(log_high)]``), ``rows``, and ``coverage_cross_cell``: the share of each
   cell's rows inside the width measured on the other cells (does the width transfer to unseen model groups);
-- ``calibration``: the ``noise_var``, ``sens_var`` and ``aggr_var`` of :class:`gpupred.slowdown.estimator.SlowdownModel`
+- ``adaptation``: the ``noise_var``, ``sens_var`` and ``aggr_var`` of :class:`gpupred.slowdown.estimator.SlowdownModel`
   fitted on every pair of the slice (its shrinkage of a new job's co-run residuals), and ``by_k``: for ``k`` reference
-  co-runs, the calibrated model's held-out figures and interval quantiles, as notebook 06 scored them;
+  co-runs, the adapted model's held-out figures and interval quantiles, as notebook 06 scored them;
 - ``other_priors``: the held-out figures of the slice's other zero-parameter priors, for comparison.
 
 Every figure is held out by model group (:mod:`gpupred.slowdown.evaluate`); none is computed on rows a model was
-fitted on, except the calibration variances, which are fitted settings, not scores.
+fitted on, except the adaptation variances, which are fitted settings, not scores.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from gpupred.errors import GpupredError, MissingInput
 
 SCHEMA_VERSION = 1
 KEYS: tuple[str, ...] = ("schema", "dataset_fingerprint", "slice", "label", "gpu", "estimator", "correction", "heldout",
-                         "interval", "calibration", "other_priors")
+                         "interval", "adaptation", "other_priors")
 PRIORS: tuple[str, ...] = ("timeshare_pred", "timeshare_phys", "sum_util_pred")  # inputs a served predictor computes
 
 
@@ -106,9 +106,9 @@ def slowdown_choice(results: list[Any], slices: list[Any], level: float = 0.9) -
     ships = bool(len(result.chosen) and kept == len(result.chosen)
                  and corrected.get("spearman_pooled", -1) > base.get("spearman_pooled", 1))
     model = SlowdownModel(clone(prior)).fit(sl.X, sl.X["slowdown"].to_numpy(float))
-    ks = sorted(int(c.removeprefix("calibrated_k")) for c in held.columns if c.startswith("calibrated_k"))
-    by_k = {str(k): {**_figures(result, f"calibrated_k{k}"),
-                     **interval_quantiles(held["slowdown"], held[f"calibrated_k{k}"], level)} for k in ks}
+    ks = sorted(int(c.removeprefix("adapted_k")) for c in held.columns if c.startswith("adapted_k"))
+    by_k = {str(k): {**_figures(result, f"adapted_k{k}"),
+                     **interval_quantiles(held["slowdown"], held[f"adapted_k{k}"], level)} for k in ks}
     interval = interval_quantiles(held["slowdown"], held[sl.prior], level)
     interval["coverage_cross_cell"] = cross_cell_coverage(held, sl.prior, level)
     return {
@@ -117,7 +117,7 @@ def slowdown_choice(results: list[Any], slices: list[Any], level: float = 0.9) -
                       "what": prior.what, "kind": prior.kind},
         "correction": {"kept_cells": kept, "cells": int(len(result.chosen)), "ships": ships, "heldout": corrected},
         "heldout": base, "interval": interval,
-        "calibration": {"noise_var": model.noise_var_, "sens_var": model.sens_var_, "aggr_var": model.aggr_var_,
+        "adaptation": {"noise_var": model.noise_var_, "sens_var": model.sens_var_, "aggr_var": model.aggr_var_,
                         "references": list(result.refs), "by_k": by_k},
         "other_priors": {p: _figures(result, p) for p in PRIORS if p != sl.prior and p in sl.predictors},
     }

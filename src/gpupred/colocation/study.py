@@ -15,9 +15,9 @@ A *slice* is one set of measured pairs on one GPU kind with the inputs its predi
 Predictors (:mod:`gpupred.slowdown.estimator`), by name: ``sum_util_pred`` (summed predicted utilization),
 ``timeshare_phys`` (time-sharing from the step model's busy and host time), ``timeshare_pred`` (time-sharing from
 predicted utilization), ``sum_util_meas`` and ``timeshare_meas`` (the same from *measured* solo utilization: oracles),
-``step_share`` (Gavel's prior), ``corrected`` (the calibration prior times a correction kept where inner CV beats
-it) and ``calibrated_k<k>`` (:class:`~gpupred.slowdown.estimator.SlowdownModel` on the calibration prior, each
-held-out job calibrated on ``k`` co-runs with the fixed reference jobs). Every figure of one slice is on the same
+``step_share`` (Gavel's prior), ``corrected`` (the adaptation prior times a correction kept where inner CV beats
+it) and ``adapted_k<k>`` (:class:`~gpupred.slowdown.estimator.SlowdownModel` on the adaptation prior, each
+held-out job adapted on ``k`` co-runs with the fixed reference jobs). Every figure of one slice is on the same
 rows: the pairs held out by model group that hold no reference job.
 """
 
@@ -62,13 +62,13 @@ MIN_COVERAGE = 0.9  # a reference job must have been co-run with at least this s
 
 @dataclass
 class Slice:
-    """One slice: its usable pairs (pair frame), predictors, calibration prior, solo features for references, noise."""
+    """One slice: its usable pairs (pair frame), predictors, adaptation prior, solo features for references, noise."""
 
     name: str
     label: str
     X: pd.DataFrame
     predictors: dict[str, SlowdownEstimator]
-    prior: str  # the predictor (a zero-parameter prior) that calibration and the correction start from
+    prior: str  # the predictor (a zero-parameter prior) that adaptation and the correction start from
     ref_features: pd.DataFrame  # per job_key: solo features (references are chosen from these only)
     noise_sd: float  # self-pair noise of one log slowdown; NaN when the slice has no noise estimate
     notes: list[str] = field(default_factory=list)
@@ -206,7 +206,7 @@ class SliceResult:
     flags: pd.DataFrame  # the solo-baseline check per job
     per_cell: pd.DataFrame  # Spearman per cell and predictor
     chosen: pd.Series  # per cell: what the correction kept ("prior" or a candidate)
-    coruns: pd.DataFrame  # per (cell, job, k): co-runs the calibration used
+    coruns: pd.DataFrame  # per (cell, job, k): co-runs the adaptation used
     notes: list[str] = field(default_factory=list)
 
 
@@ -219,7 +219,7 @@ def reference_choice(sl: Slice, k: int) -> list[str]:
 
 
 def _predict_all(sl: Slice, cells: list[scoring.Cell], refs: list[str], ks: list[int]) -> tuple[dict, list, pd.DataFrame]:
-    """Held-out predictions of every predictor and of calibration at each ``k``; the correction's models; co-runs used."""
+    """Held-out predictions of every predictor and of adaptation at each ``k``; the correction's models; co-runs used."""
     preds: dict[str, np.ndarray] = {}
     corrected: list[Any] = []
     for name, template in sl.predictors.items():
@@ -227,8 +227,8 @@ def _predict_all(sl: Slice, cells: list[scoring.Cell], refs: list[str], ks: list
         if name == "corrected":
             corrected = models
     prior = sl.predictors[sl.prior]
-    cal, coruns = scoring.calibration_predictions(lambda: SlowdownModel(clone(prior)), sl.X, cells, refs, ks)
-    preds.update({f"calibrated_k{k}": v for k, v in cal.items()})
+    cal, coruns = scoring.adaptation_predictions(lambda: SlowdownModel(clone(prior)), sl.X, cells, refs, ks)
+    preds.update({f"adapted_k{k}": v for k, v in cal.items()})
     return preds, corrected, coruns
 
 
@@ -242,7 +242,7 @@ def _score_rows(sl: Slice, preds: dict[str, np.ndarray], cell: np.ndarray, unfla
 
 
 def run_slice(sl: Slice, n_folds: int = 5, seed: int = 0, ks: range | list[int] = range(6)) -> SliceResult:
-    """Score every predictor of ``sl`` and calibration at each ``k`` held out by model group (see the module doc)."""
+    """Score every predictor of ``sl`` and adaptation at each ``k`` held out by model group (see the module doc)."""
     ks = list(ks)
     refs = reference_choice(sl, max(ks)) if max(ks) > 0 else []
     cells = scoring.group_cells(sl.X, n_folds, seed, fixed=refs)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
-from gpupred.learn.folds import calibration_groups
+from gpupred.learn.folds import interval_groups
 from gpupred.learn.intervals import ConformalRegressor
 
 PERCENT_TARGETS: frozenset[str] = frozenset({"gpu_util", "gpu_util_buffered", "sm_active"})
@@ -53,14 +53,14 @@ class ConstantBaseline(BaseEstimator):
 
 class RegressorBaseline(BaseEstimator):
     """A CV+ regressor of log1p(``target``) on ``columns`` (default: the dataset's feature columns, which leave out the step
-    model's, without the footprint's graph terms), calibrated per source on folds keeping whole ``calibration`` groups."""
+    model's, without the footprint's graph terms), calibrated per source on folds keeping whole ``interval_groups``."""
 
     def __init__(self, target: str = "gpu_util", model: str = "lightgbm", columns: tuple[str, ...] | None = None,
-                 calibration: str = "family", alpha: float = 0.1, n_cal: int = 5, seed: int = 0) -> None:
+                 interval_groups: str = "family", alpha: float = 0.1, n_cal: int = 5, seed: int = 0) -> None:
         self.target = target
         self.model = model
         self.columns = columns
-        self.calibration = calibration
+        self.interval_groups = interval_groups
         self.alpha = alpha
         self.n_cal = n_cal
         self.seed = seed
@@ -80,7 +80,7 @@ class RegressorBaseline(BaseEstimator):
         self.columns_ = list(self.columns or [c for c in feature_columns(data) if c not in FOOTPRINT_COLUMNS])
         self.model_ = ConformalRegressor(self._regressor(), self.alpha, self.n_cal, self.seed).fit(
             data[self.columns_].to_numpy(float), data[self.target].to_numpy(float),
-            groups=calibration_groups(data, self.calibration), strata=data["source"].astype(str).to_numpy())
+            groups=interval_groups(data, self.interval_groups), strata=data["source"].astype(str).to_numpy())
         return self
 
     def predict(self, X: pd.DataFrame, physics: Any = None) -> pd.DataFrame:

@@ -29,7 +29,7 @@ SIBLINGS: dict[str, str] = {
     "whisper": "transformer", "effnetv2": "inverted-residual", "regnet": "resnet", "nfnet": "resnet",
     "swin": "windowed-attention", "maxvit": "windowed-attention",
 }
-CALIBRATIONS: tuple[str, ...] = ("workload", "family")  # what a conformal calibration fold keeps whole
+INTERVAL_GROUPINGS: tuple[str, ...] = ("workload", "family")  # what a conformal (CV+) fold keeps whole
 
 
 def sibling_group(family: str) -> str:
@@ -37,14 +37,14 @@ def sibling_group(family: str) -> str:
     return SIBLINGS.get(family, family)
 
 
-def calibration_groups(df: pd.DataFrame, calibration: str) -> np.ndarray:
-    """Per row, the group a calibration (or inner-selection) fold keeps whole: its workload, or its sibling family
+def interval_groups(df: pd.DataFrame, grouping: str) -> np.ndarray:
+    """Per row, the group a conformal (or inner-selection) fold keeps whole: its workload, or its sibling family
     group (intervals then carry the error of an unseen family)."""
-    if calibration == "family":
+    if grouping == "family":
         return np.asarray([sibling_group(str(f)) for f in df["family"]])
-    if calibration == "workload":
+    if grouping == "workload":
         return df["workload_id"].astype(str).to_numpy()
-    raise GpupredError(f"unknown calibration grouping {calibration!r}; known: {', '.join(CALIBRATIONS)}")
+    raise GpupredError(f"unknown interval grouping {grouping!r}; known: {', '.join(INTERVAL_GROUPINGS)}")
 
 
 def inner_splits(groups: np.ndarray, n_inner: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -190,7 +190,7 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
     from joblib import Parallel, delayed
 
-    from gpupred.learn.folds import calibration_groups
+    from gpupred.learn.folds import interval_groups
     from gpupred.learn.nested import CVSettings, prediction_frame, result_from_frames
     from gpupred.step.evaluate import comparison_splits
 
@@ -199,7 +199,7 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     y = data[target].to_numpy(float)
     todo = [(name, "family", k, split) for name, splits in comparison_splits(data, n_within, cv.seed).items()
             if name in schemes for k, split in enumerate(splits)]
-    groups = {"family": calibration_groups(data, "family")}  # the regressor baseline calibrated as the step estimator
+    groups = {"family": interval_groups(data, "family")}  # the regressor baseline calibrated as the step estimator
     fits: dict[tuple[bytes, str], list[int]] = {}  # splits with one training side (e.g. A100 -> H200, A100 -> RTX 3090)
     for i, (_, grouping, _, split) in enumerate(todo):
         fits.setdefault((np.sort(split[0]).tobytes(), grouping), []).append(i)

@@ -1,4 +1,4 @@
-"""A file of measured reference co-runs that calibrates a served slowdown, as notebook 06's "k = 3 calibration" does.
+"""A file of measured reference co-runs that adapts a served slowdown, as notebook 06's "k = 3 adaptation" does.
 
 Format (JSON object, ``"format": "gpupred-coruns/1"``)::
 
@@ -11,7 +11,7 @@ Format (JSON object, ``"format": "gpupred-coruns/1"``)::
 ``jobs`` names each job as the predictor takes it (``model``: an ONNX file, relative paths from the file's folder,
 or a workload id; ``batch_size``, ``precision``, ``optimizer`` optional as for a prediction). Each co-run is two jobs
 sharing the GPU and each one's measured slowdown (co-located over solo step time). A job asked about that is one of
-the file's jobs (same model and options) is calibrated as :meth:`gpupred.slowdown.estimator.SlowdownModel.calibrate`
+the file's jobs (same model and options) is adapted as :meth:`gpupred.slowdown.estimator.SlowdownModel.adapt`
 does it: its sensitivity is the mean of its co-runs' ``log(measured / prior)``, its aggressiveness the same of its
 partners' slowdowns beside it, each shrunk to 0 (the prior) by ``noise variance / effect variance`` from notebook 06's
 fit; the other jobs of the file are its references, whose own effects the served model does not know (0, the prior's).
@@ -109,9 +109,9 @@ def read_coruns(path: str | Path) -> CoRunFile:
     return CoRunFile(shown, gpu, checked, tuple(_check_corun(shown, i, r, checked) for i, r in enumerate(runs)))
 
 
-def calibrated_effects(served: Any, coruns: CoRunFile, util: dict[str, float],
+def adapted_effects(served: Any, coruns: CoRunFile, util: dict[str, float],
                        targets: list[str]) -> dict[str, tuple[float, float, int]]:
-    """Per target job of the file: (sensitivity, aggressiveness, co-runs used), each target calibrated alone on its
+    """Per target job of the file: (sensitivity, aggressiveness, co-runs used), each target adapted alone on its
     co-runs with the file's other jobs (references with effects 0). ``util``: each file job's predicted utilization."""
     from gpupred.slowdown.estimator import SlowdownModel
 
@@ -119,14 +119,14 @@ def calibrated_effects(served: Any, coruns: CoRunFile, util: dict[str, float],
     partner = [r[1] for r in coruns.coruns] + [r[0] for r in coruns.coruns]
     frame = served.pair_frame(np.array([util[j] for j in own]), np.array([util[j] for j in partner]), own, partner)
     frame["slowdown"] = [r[2] for r in coruns.coruns] + [r[3] for r in coruns.coruns]
-    variances = served.calibration_variances() or (1e-9, 1.0, 1.0)  # none known: the mean, all but unshrunk
+    variances = served.adaptation_variances() or (1e-9, 1.0, 1.0)  # none known: the mean, all but unshrunk
     out = {}
     for job in targets:
         model = SlowdownModel(served.estimator())
         model.sens_ = {j: 0.0 for j in coruns.jobs}
         model.aggr_ = {j: 0.0 for j in coruns.jobs}
         model.noise_var_, model.sens_var_, model.aggr_var_ = variances
-        model.calibrated_ = {}
-        model.calibrate(job, frame)
-        out[job] = (model.sens_[job], model.aggr_[job], model.calibrated_[job])
+        model.adapted_ = {}
+        model.adapt(job, frame)
+        out[job] = (model.sens_[job], model.aggr_[job], model.adapted_[job])
     return out

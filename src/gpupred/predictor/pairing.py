@@ -9,7 +9,7 @@
   rows of :func:`predict_many` (a scheduler predicts each job once and pairs the rows);
 - :func:`slowdown_matrix`: every job's slowdown beside every other, with its bounds and the pair's OOM probability.
 
-The slowdown is the predictor's served estimator (:mod:`gpupred.predictor.slowdowns`), optionally calibrated by a
+The slowdown is the predictor's served estimator (:mod:`gpupred.predictor.slowdowns`), optionally adapted by a
 file of reference co-runs (:mod:`gpupred.predictor.coruns`).
 """
 
@@ -26,7 +26,7 @@ from gpupred.errors import GpupredError
 from gpupred.setups import InputPipeline, TrainingSetup
 
 MAX_OOM_RISK = 0.05  # a pair "fits" when its predicted out-of-memory probability is at most this
-ANSWER_SCHEMA = "gpupred.colocate/1"
+ANSWER_SCHEMA = "gpupred.colocate/2"  # 2: the co-run file adapts (was "calibrates") a pair's effects
 ROW_COLUMNS: tuple[str, ...] = ("job", "job_key", "gpu", "gpu_util", "memory_mib", "memory_mib_low", "memory_mib_high",
                                 "iter_time_mean_s")
 
@@ -123,17 +123,17 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
     return pd.DataFrame(rows)
 
 
-def _effects(predictor: Any, served: Any, calibration: Any, frame: pd.DataFrame,
+def _effects(predictor: Any, served: Any, coruns: Any, frame: pd.DataFrame,
              gpu: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """Per row of ``frame``: (sensitivity, aggressiveness, co-runs used) from a co-run file, and the file as shown."""
     n = len(frame)
     zeros = (np.zeros(n), np.zeros(n), np.zeros(n, dtype=int))
-    if calibration is None or calibration is False:
+    if coruns is None or coruns is False:
         return (*zeros, "")
     from gpupred.hardware import gpu_spec
-    from gpupred.predictor.coruns import CoRunFile, calibrated_effects, read_coruns
+    from gpupred.predictor.coruns import CoRunFile, adapted_effects, read_coruns
 
-    cf = calibration if isinstance(calibration, CoRunFile) else read_coruns(calibration)
+    cf = coruns if isinstance(coruns, CoRunFile) else read_coruns(coruns)
     if gpu_spec(gpu).name != cf.gpu:
         raise GpupredError(f"{cf.path}: co-runs measured on {cf.gpu}, asked about {gpu_spec(gpu).name}; give the "
                            "co-runs of the GPU asked about")
@@ -143,7 +143,7 @@ def _effects(predictor: Any, served: Any, calibration: Any, frame: pd.DataFrame,
     util = dict(zip(known["job"], known["gpu_util"].astype(float)))
     by_key = {file_jobs[name].key: name for name in file_jobs}
     targets = sorted({by_key[k] for k in frame["job_key"] if k in by_key})
-    fx = calibrated_effects(served, cf, util, targets)
+    fx = adapted_effects(served, cf, util, targets)
     sens = np.array([fx[by_key[k]][0] if k in by_key else 0.0 for k in frame["job_key"]])
     aggr = np.array([fx[by_key[k]][1] if k in by_key else 0.0 for k in frame["job_key"]])
     used = np.array([fx[by_key[k]][2] if k in by_key else 0 for k in frame["job_key"]], dtype=int)
@@ -189,7 +189,7 @@ class SlowdownMatrix:
     fits: pd.DataFrame
     predictions: pd.DataFrame
     estimator: dict[str, Any] = field(default_factory=dict)
-    coruns: pd.Series = field(default_factory=lambda: pd.Series(dtype=int))  # per job: co-runs its calibration used
+    coruns: pd.Series = field(default_factory=lambda: pd.Series(dtype=int))  # per job: co-runs its adaptation used
 
 
 def _bounds(served: Any, s: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,7 +203,7 @@ def _bounds(served: Any, s: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.n
     return low, high
 
 
-def matrix_from_rows(predictor: Any, frame: pd.DataFrame, calibration: Any = None) -> SlowdownMatrix:
+def matrix_from_rows(predictor: Any, frame: pd.DataFrame, coruns: Any = None) -> SlowdownMatrix:
     """The :class:`SlowdownMatrix` of rows of :func:`predict_many` on one GPU."""
     from gpupred.colocation.memfit import pair_oom_probability
     from gpupred.predictor.fits import capacity_mib
@@ -213,7 +213,7 @@ def matrix_from_rows(predictor: Any, frame: pd.DataFrame, calibration: Any = Non
     util = frame["gpu_util"].to_numpy(float)
     n = len(frame)
     own, partner = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)
-    sens, aggr, used, _ = _effects(predictor, served, calibration, frame, gpu)
+    sens, aggr, used, _ = _effects(predictor, served, coruns, frame, gpu)
     s = served.predict(util[own], util[partner]) * np.exp(sens[own] + aggr[partner])
     low, high = _bounds(served, s, np.minimum(used[own], used[partner]))
     mem, hi = frame["memory_mib"].to_numpy(float), frame["memory_mib_high"].to_numpy(float)
@@ -225,14 +225,14 @@ def matrix_from_rows(predictor: Any, frame: pd.DataFrame, calibration: Any = Non
                             columns=pd.Index(names, name="partner"))
 
     return SlowdownMatrix(square(s), square(low), square(high), square(p), square(p <= MAX_OOM_RISK), frame,
-                          estimator_summary(served, calibration), pd.Series(used, index=names, name="coruns"))
+                          estimator_summary(served, coruns), pd.Series(used, index=names, name="coruns"))
 
 
-def estimator_summary(served: Any, calibration: Any) -> dict[str, Any]:
+def estimator_summary(served: Any, coruns: Any) -> dict[str, Any]:
     """What answered: the estimator's name and class, shipped or the fallback, and the co-run file."""
-    shown = "" if calibration in (None, False) else str(getattr(calibration, "path", calibration))
+    shown = "" if coruns in (None, False) else str(getattr(coruns, "path", coruns))
     return {"name": served.name, "class": served.class_name, "source": served.source, "variant": served.variant,
-            "calibrated": bool(shown), "calibration_file": shown or None}
+            "adapted": bool(shown), "coruns_file": shown or None}
 
 
 @dataclass
@@ -269,17 +269,17 @@ def _member(row: pd.Series, s: float, low: float, high: float, k: int) -> dict[s
             "memory_mib_low": float(row["memory_mib_low"]), "memory_mib_high": float(row["memory_mib_high"]),
             "step_time_ms": step, "slowdown": s, "slowdown_low": None if np.isnan(low) else low,
             "slowdown_high": None if np.isnan(high) else high, "shared_step_time_ms": step * s,
-            "calibration_coruns": int(k)}
+            "adaptation_coruns": int(k)}
 
 
-def pair_slowdown(predictor: Any, a: Any, b: Any, gpu: str | None = None, calibration: Any = None) -> PairSlowdown:
+def pair_slowdown(predictor: Any, a: Any, b: Any, gpu: str | None = None, coruns: Any = None) -> PairSlowdown:
     """Each member's slowdown beside the other with its interval, and whether the pair fits in the GPU's memory."""
     from gpupred.colocation.memfit import pair_memory_quantile
     from gpupred.predictor.fits import capacity_mib
     from gpupred.predictor.slowdowns import served_of
 
     frame, gpu_name = _rows(predictor, a, b, gpu)
-    m = matrix_from_rows(predictor, frame, calibration)
+    m = matrix_from_rows(predictor, frame, coruns)
     served, used = served_of(predictor), m.coruns.to_numpy(int)
     s = (float(m.slowdown.iloc[0, 1]), float(m.slowdown.iloc[1, 0]))
     members = [_member(frame.iloc[i], s[i], float(m.low.iloc[i, 1 - i]), float(m.high.iloc[i, 1 - i]), used[i])

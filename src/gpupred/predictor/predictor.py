@@ -315,11 +315,11 @@ class Predictor:
 
     def slowdown(self, job_a: Any, job_b: Any, gpu: str | None = None, batch_size_a: int | None = None,
                  batch_size_b: int | None = None, precision_a: str | None = None, precision_b: str | None = None,
-                 optimizer_a: str | None = None, optimizer_b: str | None = None, calibration: Any = None) -> Any:
+                 optimizer_a: str | None = None, optimizer_b: str | None = None, coruns: Any = None) -> Any:
         """Each job's slowdown beside the other on ``gpu`` with its interval, and whether the pair fits in memory
         (:class:`gpupred.predictor.pairing.PairSlowdown`). Jobs as :meth:`predict` takes them (or
         :class:`gpupred.predictor.pairing.Job`s), or two rows of :meth:`predict_many` (predicted once, paired often).
-        ``calibration``: a file of reference co-runs (:mod:`gpupred.predictor.coruns`). The served estimator is the
+        ``coruns``: a file of reference co-runs (:mod:`gpupred.predictor.coruns`). The served estimator is the
         artifact's (:mod:`gpupred.predictor.slowdowns`); an artifact exported without one answers with the
         zero-parameter time-sharing prior and says so."""
         from dataclasses import replace
@@ -329,16 +329,16 @@ class Predictor:
         if isinstance(job_a, pd.Series) or isinstance(job_b, pd.Series):
             if any(v is not None for v in (batch_size_a, batch_size_b, precision_a, precision_b, optimizer_a, optimizer_b)):
                 raise GpupredError("rows of predict_many carry their own options: predict them with the options wanted")
-            return pair_slowdown(self, job_a, job_b, gpu, calibration)
+            return pair_slowdown(self, job_a, job_b, gpu, coruns)
         members = []
         for job, batch, precision, optimizer in ((job_a, batch_size_a, precision_a, optimizer_a),
                                                  (job_b, batch_size_b, precision_b, optimizer_b)):
             j = as_job(job)
             members.append(replace(j, batch_size=batch or j.batch_size, precision=precision or j.precision,
                                    optimizer=optimizer or j.optimizer))
-        return pair_slowdown(self, members[0], members[1], gpu, calibration)
+        return pair_slowdown(self, members[0], members[1], gpu, coruns)
 
-    def slowdown_matrix(self, jobs: list[Any], gpu: str, calibration: Any = None) -> Any:
+    def slowdown_matrix(self, jobs: list[Any], gpu: str, coruns: Any = None) -> Any:
         """Every job's slowdown (rows) beside every other (columns) on ``gpu``, with bounds, the pairs' OOM
         probabilities and fits (:class:`gpupred.predictor.pairing.SlowdownMatrix`); jobs, or rows of
         :meth:`predict_many`."""
@@ -347,7 +347,7 @@ class Predictor:
         frame = jobs if isinstance(jobs, pd.DataFrame) else predict_many(self, jobs, gpu)
         if isinstance(jobs, pd.DataFrame) and set(frame["gpu"].astype(str)) != {gpu_spec(gpu).name}:
             raise GpupredError(f"rows predicted on {sorted(set(frame['gpu'].astype(str)))}, asked about {gpu}")
-        return matrix_from_rows(self, frame, calibration)
+        return matrix_from_rows(self, frame, coruns)
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:

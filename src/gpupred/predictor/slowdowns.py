@@ -64,7 +64,7 @@ class ServedSlowdown:
         if not self.choice:
             return None
         if k > 0:
-            by_k = self.choice.get("calibration", {}).get("by_k", {})
+            by_k = self.choice.get("adaptation", {}).get("by_k", {})
             known = sorted(int(x) for x in by_k if int(x) > 0)
             if not known:
                 return None
@@ -78,9 +78,9 @@ class ServedSlowdown:
         """The nominal level of the interval (0.9), None without one."""
         return float(self.choice["interval"]["level"]) if self.choice.get("interval") else None
 
-    def calibration_variances(self) -> tuple[float, float, float] | None:
+    def adaptation_variances(self) -> tuple[float, float, float] | None:
         """(noise, sensitivity, aggressiveness) variances for shrinking co-run residuals; None without them."""
-        c = self.choice.get("calibration", {})
+        c = self.choice.get("adaptation", {})
         keys = ("noise_var", "sens_var", "aggr_var")
         return tuple(float(c[k]) for k in keys) if all(c.get(k) is not None for k in keys) else None  # type: ignore
 
@@ -92,8 +92,8 @@ class ServedSlowdown:
             return (f"no interval: {why}, so it carries no held-out width (re-export with notebook 08 after notebook "
                     "06); the point is the zero-parameter time-sharing prior")
         c = self.choice
-        q = c["interval"] if k <= 0 else c["calibration"]["by_k"].get(str(k), c["interval"])
-        what = "the prior" if k <= 0 else f"calibration with {k} reference co-runs"
+        q = c["interval"] if k <= 0 else c["adaptation"]["by_k"].get(str(k), c["interval"])
+        what = "the prior" if k <= 0 else f"adaptation with {k} reference co-runs"
         return (f"central {c['interval']['level']:.0%} of held-out log(measured/predicted) of {what}, {q.get('rows', 0)} "
                 f"member rows of {c['label']} ({c['gpu']}), held out by model group (notebook 06); other GPUs unmeasured")
 
@@ -112,7 +112,7 @@ class ServedSlowdown:
         return frame
 
     def describe(self) -> dict[str, Any]:
-        """What the card says of it: estimator, where it was scored, held-out figures and interval, calibration."""
+        """What the card says of it: estimator, where it was scored, held-out figures and interval, adaptation."""
         if not self.choice:
             return {"estimator": {"name": "timeshare_pred", "class": "TimeSharing"}, "source": self.source,
                     "interval": None, "basis": self.basis()}
@@ -121,7 +121,7 @@ class ServedSlowdown:
                                                                                   "gpu": c["gpu"]},
                 "trained_on": "nothing: a zero-parameter prior from the members' predicted GPU utilization",
                 "heldout": c["heldout"], "interval": c["interval"], "correction": c["correction"],
-                "calibration": c["calibration"], "other_priors": c["other_priors"], "basis": self.basis()}
+                "adaptation": c["adaptation"], "other_priors": c["other_priors"], "basis": self.basis()}
 
 
 def served_slowdown(choice: dict[str, Any] | None, variant: str) -> ServedSlowdown:

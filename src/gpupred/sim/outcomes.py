@@ -78,7 +78,7 @@ def plot_policies(summaries: dict[str, pd.DataFrame], key: str = "mean_jct_s") -
             ax.grid(axis="y", alpha=0.3)
             ax.tick_params(axis="x", labelrotation=30)
     fig.suptitle(f"Scheduling simulation: {what} per placement policy on each trace's evaluation slice "
-                 "(ours: held-out predictions, pair slowdowns calibrated on k co-runs; whiskers: 95 % CI over seeds)", fontsize=10.5)
+                 "(ours: held-out predictions, pair slowdowns adapted on k co-runs; whiskers: 95 % CI over seeds)", fontsize=10.5)
     fig.tight_layout()
     return fig
 

@@ -15,7 +15,7 @@ Two worlds:
   is misled by it), and memory is unknown (0 for every policy).
 
 **Ours' knowledge** in both (:func:`gpupred.colocation.matrix.heldout_matrices`): pair slowdowns from the job-effects
-model on the slice's zero-parameter prior, held out by whole model group, each held-out job calibrated on ``k``
+model on the slice's zero-parameter prior, held out by whole model group, each held-out job adapted on ``k``
 co-runs with the slice's fixed reference jobs (chosen from solo features only); in Gavel's world also the failure
 probability of each pair from the same co-runs. The co-runs' GPU time is not charged to the simulated cluster (they
 run on a calibration GPU, as Gavel profiles its jobs).
@@ -50,7 +50,7 @@ class World:
     predicted_high: np.ndarray  # ours: their upper bounds
     failed: np.ndarray | None = None  # truth: pairs whose measured co-run failed
     predicted_fail: np.ndarray | None = None  # ours: predicted probability that a pair fails
-    refs: list[str] = field(default_factory=list)  # the reference jobs ours' calibration co-ran each job with
+    refs: list[str] = field(default_factory=list)  # the reference jobs ours' adaptation co-ran each job with
     notes: list[str] = field(default_factory=list)
 
     def truth(self, kind: np.ndarray) -> PairSlowdown:
@@ -136,7 +136,7 @@ def build_world(table: pd.DataFrame, solo: pd.DataFrame, features: pd.DataFrame,
                              k, n_folds, seed)
     measured = pair_slowdown_matrix(t, workloads["job_key"].tolist())
     fallback = _truth_fallback(sl.X, jobs)
-    notes.append(f"ours' pair slowdowns: {sl.prior} x job effects, held out by model group, each job calibrated on "
+    notes.append(f"ours' pair slowdowns: {sl.prior} x job effects, held out by model group, each job adapted on "
                  f"{k} co-runs with {', '.join(refs[:k])}; upper bound x{np.exp(known.width):.2f}")
     return World(gpu, memory, workloads, measured, fallback, known.point, known.high, None, None, refs[:k], notes)
 
@@ -180,7 +180,7 @@ def gavel_world(solo: pd.DataFrame, pairs: pd.DataFrame, gpu: str = "v100", k: i
     measured = pair_slowdown_matrix(table, keys)
     failed = _failed_matrix(table, keys)
     notes = [f"ours' pair slowdowns: {sl.prior} x job effects and pair failures, held out by model group, each job "
-             f"calibrated on {k} co-runs with {', '.join(refs[:k])}; upper bound x{np.exp(known.width):.2f}",
+             f"adapted on {k} co-runs with {', '.join(refs[:k])}; upper bound x{np.exp(known.width):.2f}",
              "utilization from solo step times on P100 and V100 (no measurement); memory unknown (0)"]
     return World(str(table["gpu_name"].iloc[0]), GAVEL_MEMORY_MIB, workloads, measured, np.where(failed, 1.0, measured),
                  known.point, known.high, failed, known.fail, refs[:k], notes)

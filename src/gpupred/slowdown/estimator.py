@@ -16,9 +16,9 @@ the training rows. What each one knows:
   Spearman on average -- (otherwise the prior itself is returned, so a cell never trades its prior for a guess).
   One split of three folds is not enough: choosing the best of three candidates on it kept the correction in 8 of
   15 Lucid cells, and it then ranked worse than the prior in 6 of them; with three splits it was kept in none.
-- **Calibration from reference co-runs** (:class:`SlowdownModel`): ``log s(a|b) = log prior(a, b) + sens_a + aggr_b``,
+- **Adaptation from reference co-runs** (:class:`SlowdownModel`): ``log s(a|b) = log prior(a, b) + sens_a + aggr_b``,
   each job's sensitivity and aggressiveness fitted on training pairs (ridge on job identities, no intercept); a new
-  job gets both from ``k`` short co-runs with fixed reference jobs (:meth:`SlowdownModel.calibrate`), each effect the
+  job gets both from ``k`` short co-runs with fixed reference jobs (:meth:`SlowdownModel.adapt`), each effect the
   mean of its co-run residuals shrunk to 0 (the prior) by ``noise variance / effect variance`` (empirical Bayes from
   the training fit). With no co-run a new job is predicted by the prior exactly.
 """
@@ -81,7 +81,7 @@ def _pair(X: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
 class SlowdownEstimator(BaseEstimator):  # type: ignore[misc]
     """Base of the slowdown estimators: ``fit(X, y)``, ``predict(X)`` (slowdown per pair-frame row), ``describe()``."""
 
-    kind = "prior"  # "prior" (zero parameters), "learned" or "calibrated"
+    kind = "prior"  # "prior" (zero parameters), "learned" or "adapted"
     what = ""  # one line: what it computes
 
     def fit(self, X: pd.DataFrame, y: np.ndarray | None = None) -> SlowdownEstimator:
@@ -211,10 +211,10 @@ class CorrectedSlowdown(SlowdownEstimator):
 
 
 class SlowdownModel(SlowdownEstimator):
-    """``log s(a|b) = log prior(a, b) + sens_a + aggr_b``: job effects on a prior, calibrated for new jobs from co-runs."""
+    """``log s(a|b) = log prior(a, b) + sens_a + aggr_b``: job effects on a prior, adapted for new jobs from co-runs."""
 
-    kind = "calibrated"
-    what = "prior x exp(own sensitivity + partner aggressiveness); new jobs calibrated from reference co-runs"
+    kind = "adapted"
+    what = "prior x exp(own sensitivity + partner aggressiveness); new jobs adapted from reference co-runs"
 
     def __init__(self, prior: SlowdownEstimator | None = None, alpha: float = 1.0) -> None:
         self.prior = prior
@@ -246,15 +246,15 @@ class SlowdownModel(SlowdownEstimator):
         self.noise_var_ = float(np.mean((resid[ok_rows] - fit.predict(design[ok_rows])) ** 2))
         self.sens_var_ = float(np.mean(fit.coef_[:n][seen_own] ** 2)) or 1e-6
         self.aggr_var_ = float(np.mean(fit.coef_[n:][seen_partner] ** 2)) or 1e-6
-        self.calibrated_: dict[str, int] = {}
+        self.adapted_: dict[str, int] = {}
         return self
 
-    def calibrate(self, job: str, coruns: pd.DataFrame) -> SlowdownModel:
+    def adapt(self, job: str, coruns: pd.DataFrame) -> SlowdownModel:
         """Fit ``job``'s sensitivity and aggressiveness from its co-runs with jobs the model knows, shrunk to the prior.
 
         ``coruns`` are pair-frame rows (with ``slowdown``) of ``job`` beside reference jobs and of the references
         beside ``job``; rows with another job, an unknown partner or no finite slowdown are ignored. A ``log_prior``
-        column, when present, is taken as the prior's log on those rows (callers that calibrate often compute it once).
+        column, when present, is taken as the prior's log on those rows (callers that adapt often compute it once).
         """
         own, partner = coruns["job_key"].to_numpy(), coruns["partner_key"].to_numpy()
         y = coruns["slowdown"].to_numpy(float)
@@ -267,11 +267,11 @@ class SlowdownModel(SlowdownEstimator):
         e_aggr = np.array([resid[i] - self.sens_[own[i]] for i in as_partner])
         self.sens_[job] = float(e_sens.sum() / (len(e_sens) + self.noise_var_ / self.sens_var_))
         self.aggr_[job] = float(e_aggr.sum() / (len(e_aggr) + self.noise_var_ / self.aggr_var_))
-        self.calibrated_[job] = int(min(len(e_sens), len(e_aggr)))
+        self.adapted_[job] = int(min(len(e_sens), len(e_aggr)))
         return self
 
     def effects(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(own sensitivity, partner aggressiveness) of each row: 0 for a job neither fitted nor calibrated."""
+        """(own sensitivity, partner aggressiveness) of each row: 0 for a job neither fitted nor adapted."""
         sens = X["job_key"].map(self.sens_).fillna(0.0).to_numpy(float)
         aggr = X["partner_key"].map(self.aggr_).fillna(0.0).to_numpy(float)
         return sens, aggr

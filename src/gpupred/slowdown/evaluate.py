@@ -5,7 +5,7 @@
   predicts the pairs whose members are both held out and span exactly ``fa`` and ``fb``. Every such pair is scored
   once, by a model that saw no pair of either member's model group (a fixed *reference job*, never held out, is the
   one exception: its pairs with training jobs stay in training, and no pair holding one is ever scored).
-- **Calibration** (:func:`calibration_predictions`): in each cell a held-out job's only pairs the model may use are
+- **Adaptation** (:func:`adaptation_predictions`): in each cell a held-out job's only pairs the model may use are
   its ``k`` co-runs with the first ``k`` reference jobs; scored pairs hold no reference job, so they never include
   those co-runs.
 - **Scores** (:func:`score`): Spearman over all scored rows (``pooled``); the mean over cells of the Spearman within
@@ -112,9 +112,9 @@ def _ref_rank(X: pd.DataFrame, refs: list[str]) -> np.ndarray:
     return np.nan_to_num(both, nan=len(refs)).astype(np.int64)
 
 
-def calibration_predictions(make: Callable[[], SlowdownModel], X: pd.DataFrame, cells: list[Cell], refs: list[str],
+def adaptation_predictions(make: Callable[[], SlowdownModel], X: pd.DataFrame, cells: list[Cell], refs: list[str],
                             ks: Iterable[int] = range(6), min_train: int = 20) -> tuple[dict[int, np.ndarray], pd.DataFrame]:
-    """Per ``k``: held-out predictions of a model fitted per cell, each held-out job calibrated on its co-runs with
+    """Per ``k``: held-out predictions of a model fitted per cell, each held-out job adapted on its co-runs with
     ``refs[:k]``; and per (cell, job, k) how many co-runs it had. The model's prior must have no parameters (its log
     on the co-runs is computed once)."""
     ks = list(ks)
@@ -133,8 +133,8 @@ def calibration_predictions(make: Callable[[], SlowdownModel], X: pd.DataFrame, 
         model = make().fit(X.iloc[c.train], y[c.train])
         for k in ks:
             for job in c.heldout:
-                model.calibrate(job, subsets[(job, k)])
-                used.append({"folds": c.folds, "job_key": job, "k": k, "coruns": model.calibrated_[job]})
+                model.adapt(job, subsets[(job, k)])
+                used.append({"folds": c.folds, "job_key": job, "k": k, "coruns": model.adapted_[job]})
             preds[k][c.test] = model.predict(X.iloc[c.test])
     return preds, pd.DataFrame(used)
 

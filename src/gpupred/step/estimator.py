@@ -8,7 +8,7 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
    a row whose input pipeline lengthens its modelled step (:func:`gpupred.step.rowphysics.loader_bound`) is left out
    of every fit here, so that a loader's error is never learned as the device step's;
 2. per target, the correction of ``measured / physics`` (:mod:`gpupred.step.correction`), calibrated on folds that
-   keep whole families (``calibration="family"``, the default: an interval then carries the error of an unseen
+   keep whole families (``interval_groups="family"``, the default: an interval then carries the error of an unseen
    family) or workloads;
 3. per target, the extrapolation widths: how wrong physics alone is on a (GPU kind, protocol) whose constants were
    borrowed, measured on the rows by holding each key (and each protocol) out in turn;
@@ -32,7 +32,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.learn.conformal import widen
-from gpupred.learn.folds import CALIBRATIONS, calibration_groups
+from gpupred.learn.folds import INTERVAL_GROUPINGS, interval_groups
 from gpupred.learn.params import Params
 from gpupred.step.correction import (
     CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSettings, correction_matrix,
@@ -55,11 +55,11 @@ class StepEstimator(Params):
     """
 
     def __init__(self, targets: tuple[str, ...] = STEP_TARGETS, weighting: str = "per_source",
-                 calibration: str = "family", correct: bool = True, alpha: float = 0.1, n_cal: int = 5,
+                 interval_groups: str = "family", correct: bool = True, alpha: float = 0.1, n_cal: int = 5,
                  n_inner: int = 3, seed: int = 0) -> None:
         self.targets = targets
         self.weighting = weighting
-        self.calibration = calibration
+        self.interval_groups = interval_groups
         self.correct = correct
         self.alpha = alpha
         self.n_cal = n_cal
@@ -69,8 +69,9 @@ class StepEstimator(Params):
     def _check(self) -> None:
         if self.weighting not in WEIGHTINGS:
             raise GpupredError(f"unknown weighting {self.weighting!r}; known: {', '.join(WEIGHTINGS)}")
-        if self.calibration not in CALIBRATIONS:
-            raise GpupredError(f"unknown calibration {self.calibration!r}; known: {', '.join(CALIBRATIONS)}")
+        if self.interval_groups not in INTERVAL_GROUPINGS:
+            raise GpupredError(f"unknown interval grouping {self.interval_groups!r}; known: "
+                               f"{', '.join(INTERVAL_GROUPINGS)}")
         unknown = [t for t in self.targets if t not in PHYSICS_TARGETS]
         if unknown:
             raise GpupredError(f"no physics for target {unknown[0]!r}; known: {', '.join(PHYSICS_TARGETS)}")
@@ -114,7 +115,7 @@ class StepEstimator(Params):
         sub = X.iloc[rows]
         matrix = correction_matrix(sub, self.features_, phys[0][rows], phys[1][rows])
         ratio = 100.0 * y[rows] / np.maximum(base[rows], 1e-12)
-        return Correction(settings).fit(matrix, ratio, calibration_groups(sub, self.calibration),
+        return Correction(settings).fit(matrix, ratio, interval_groups(sub, self.interval_groups),
                                         _sources(sub), sub["workload_id"].astype(str).to_numpy(), asked)
 
     def physics(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +181,7 @@ class StepEstimator(Params):
                                   "protocols), else the published defaults",
             "correction_features": [*self.features_, "log fitted physics utilization", "log fitted physics step time"],
             "interval": f"CV+ conformal, {1 - self.alpha:.0%} nominal, calibrated per source on folds keeping whole "
-                        f"{'sibling family groups' if self.calibration == 'family' else 'workloads'}",
+                        f"{'sibling family groups' if self.interval_groups == 'family' else 'workloads'}",
             "loader_bound_width": {t: {"width": w, "rows": n, "scale": "log" if PHYSICS_TARGETS[t] == "step" else "log1p",
                                        "basis": "conformal quantile of the fitted step model's error on the loader-bound "
                                                 "training rows (never fitted on)" if n >= MIN_LOADER_ROWS else

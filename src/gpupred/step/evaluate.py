@@ -30,13 +30,13 @@ from gpupred.step.rowphysics import PHYSICS_TARGETS, PhysicsData, fitted_constan
 
 
 
-def candidates(targets: tuple[str, ...], cv: CVSettings, weighting: str = "per_source", calibration: str = "family",
+def candidates(targets: tuple[str, ...], cv: CVSettings, weighting: str = "per_source", interval_groups: str = "family",
                methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, Any]]:
     """The unfitted estimators the comparison scores, by method and target (every one calibrated alike): one step
     estimator answers every target of ``targets`` (its constants are fitted once), a baseline one target each."""
-    step = StepEstimator(tuple(targets), weighting, calibration, True, cv.alpha, cv.n_cal, cv.n_inner, cv.seed)
+    step = StepEstimator(tuple(targets), weighting, interval_groups, True, cv.alpha, cv.n_cal, cv.n_inner, cv.seed)
     every = {"constant": {t: ConstantBaseline(t, cv.alpha) for t in targets},
-             "regressor": {t: RegressorBaseline(t, "lightgbm", None, calibration, cv.alpha, cv.n_cal, cv.seed)
+             "regressor": {t: RegressorBaseline(t, "lightgbm", None, interval_groups, cv.alpha, cv.n_cal, cv.seed)
                            for t in targets},
              "physics": {"*": clone(step).set_params(correct=False)}, "physics+correction": {"*": step}}
     unknown = [m for m in methods if m not in every]
@@ -91,7 +91,7 @@ def _split_predictions(df: pd.DataFrame, targets: tuple[str, ...], split: Split,
 
 def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str, splits: list[Split],
                   pdata: PhysicsData | None = None, cv: CVSettings | None = None, weighting: str = "per_source",
-                  calibration: str = "family", methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, NestedResult]]:
+                  interval_groups: str = "family", methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, NestedResult]]:
     """Each method's outer-fold predictions of each target on ``splits`` (rows of ``df``), as NestedResults:
     ``{target: {method: result}}`` (a single target name gives ``{method: result}``).
 
@@ -109,7 +109,7 @@ def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str,
         raise GpupredError(f"unknown weighting {weighting!r}; known: {', '.join(WEIGHTINGS)}")
     cv = cv or CVSettings()
     pdata = pdata.align(df) if pdata is not None else physics_data(df)
-    models = candidates(names, cv, weighting, calibration, methods)
+    models = candidates(names, cv, weighting, interval_groups, methods)
     parts: dict[str, dict[str, list[pd.DataFrame]]] = {t: {m: [] for m in methods} for t in names}
     with threadpool_limits(limits=1):
         for k, split in enumerate(progress_bar(iterable=splits, desc=f"step ({scheme})", leave=False)):
@@ -124,13 +124,13 @@ def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str,
 def compare_targets(df: pd.DataFrame, targets: tuple[str, ...], cv: CVSettings | None = None,
                     weighting: str = "per_source", n_within: int = 5, pdata: PhysicsData | None = None,
                     schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu"), methods: tuple[str, ...] = METHODS,
-                    calibration: str = "family") -> dict[str, dict[str, dict[str, NestedResult]]]:
+                    interval_groups: str = "family") -> dict[str, dict[str, dict[str, NestedResult]]]:
     """Each of ``methods`` on the comparison's splits of the rows labelled with any of ``targets``, every target
     scored on the rows labelled with it: ``{target: {scheme: {method: result}}}``."""
     cv = cv or CVSettings()
     data = df[df[list(targets)].notna().any(axis=1)].reset_index(drop=True)
     pdata = pdata.align(data) if pdata is not None else physics_data(data)
-    per_scheme = {name: evaluate_step(data, tuple(targets), name, sp, pdata, cv, weighting, calibration, methods)
+    per_scheme = {name: evaluate_step(data, tuple(targets), name, sp, pdata, cv, weighting, interval_groups, methods)
                   for name, sp in comparison_splits(data, n_within, cv.seed).items() if name in schemes}
     return {t: {name: res[t] for name, res in per_scheme.items()} for t in targets}
 
@@ -138,9 +138,9 @@ def compare_targets(df: pd.DataFrame, targets: tuple[str, ...], cv: CVSettings |
 def compare_methods(df: pd.DataFrame, target: str, cv: CVSettings | None = None, weighting: str = "per_source",
                     n_within: int = 5, pdata: PhysicsData | None = None,
                     schemes: tuple[str, ...] = ("within", "lofo", "cross_gpu"), methods: tuple[str, ...] = METHODS,
-                    calibration: str = "family") -> dict[str, dict[str, NestedResult]]:
+                    interval_groups: str = "family") -> dict[str, dict[str, NestedResult]]:
     """Each of ``methods`` on the comparison's splits of the rows labelled with ``target``, by scheme."""
-    return compare_targets(df, (target,), cv, weighting, n_within, pdata, schemes, methods, calibration)[target]
+    return compare_targets(df, (target,), cv, weighting, n_within, pdata, schemes, methods, interval_groups)[target]
 
 
 def weighting_effect(df: pd.DataFrame, targets: list[str], cv: CVSettings | None = None, n_within: int = 5,
