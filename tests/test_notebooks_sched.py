@@ -65,7 +65,7 @@ def test_06_colocation_on_fixture(tmp_path: Path, run_notebook) -> None:
     assert not any("." in k for k in metrics)
     html = (tmp_path / "reports" / "06-colocation.html").read_text()
     assert "Closing note (every figure read from this run" in html and "Goal on gavel_v100" in html
-    for fig in ("06-slowdowns-by-slice", "06-scoring-table", "06-calibration-curve"):
+    for fig in ("06-slowdowns-by-slice", "06-scoring-table", "06-adaptation-curve"):
         assert (tmp_path / "reports" / "figures" / f"{fig}.png").exists()
     assert not (tmp_path / "data" / "processed" / "colocation.parquet").exists()  # nothing reads it: not written
     choice = json.loads((tmp_path / "data" / "processed" / "slowdown_choice.json").read_text())  # what 08 ships
