@@ -223,7 +223,7 @@ def _code_claims() -> list[str]:
     return [f"agree within {invariance:.0%} however it was exported", f"past {MAX_INCOMPLETE:.0%} missing",
             f"this project's {host['host']['physical_cores']}-core development machine",
             f"within {tolerance:.0%} for {workers[0]}, {workers[1]} and {workers[2]} workers",
-            f"notebook 06's `k` = {k.pop()} calibration",
+            f"notebook 06's `k` = {k.pop()} adaptation",
             f"micro-benchmarks in a {DEFAULT_SECONDS:g} s budget (--seconds)",
             "of every standard kind (under a minute)"]
 

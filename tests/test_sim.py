@@ -351,7 +351,7 @@ def test_world_from_measured_pairs(tmp_path: Path) -> None:
     assert world.measured[k[first.job_key.iloc[0]], k[first.job_key.iloc[1]]] == pytest.approx(first.slowdown.iloc[0])
     both = np.isfinite(world.measured) & np.isfinite(world.predicted)
     assert not np.allclose(world.predicted[both], world.measured[both])  # predictions, not the measurements
-    assert len(world.refs) == 3 and "calibrated on 3 co-runs" in world.notes[-1]
+    assert len(world.refs) == 3 and "adapted on 3 co-runs" in world.notes[-1]
     cluster = Cluster(1, 4, world.gpu_memory_mib)
     runs = run_trace(world, lambda s: (synthetic_trace(world.workloads, 200, 4, load=1.2, seed=s,
                                                        median_duration_s=300), cluster), [0, 1], Settings())
