@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+
+from gpupred.learn.params import Estimator
 
 
-class FailureModel(BaseEstimator):  # type: ignore[misc]
+class FailureModel(Estimator):
     """Pair failure probabilities from measured outcomes and reference co-runs (see the module doc)."""
 
     def __init__(self, refs: tuple[str, ...] = ()) -> None:

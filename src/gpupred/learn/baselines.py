@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
 
 from gpupred.learn.folds import interval_groups
 from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.params import Estimator
 
 PERCENT_TARGETS: frozenset[str] = frozenset({"gpu_util", "gpu_util_buffered", "sm_active"})
 
@@ -31,7 +31,7 @@ def _frame(index: pd.Index, target: str, pt: np.ndarray, lo: np.ndarray, hi: np.
     return pd.DataFrame({target: pt, f"{target}_low": lo, f"{target}_high": hi}, index=index)
 
 
-class ConstantBaseline(BaseEstimator):
+class ConstantBaseline(Estimator):
     """The training rows' mean of log1p(``target``), with their ``alpha/2`` and ``1 - alpha/2`` quantiles."""
 
     def __init__(self, target: str = "gpu_util", alpha: float = 0.1) -> None:
@@ -51,7 +51,7 @@ class ConstantBaseline(BaseEstimator):
         return _frame(X.index, self.target, np.full(n, self.point_), np.full(n, self.low_), np.full(n, self.high_))
 
 
-class RegressorBaseline(BaseEstimator):
+class RegressorBaseline(Estimator):
     """A CV+ regressor of log1p(``target``) on ``columns`` (default: the dataset's feature columns, which leave out the step
     model's, without the footprint's graph terms), calibrated per source on folds keeping whole ``interval_groups``."""
 

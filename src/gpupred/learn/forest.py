@@ -30,7 +30,6 @@ per row than numpy's.
 from __future__ import annotations
 
 import json
-import pickle
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -346,30 +345,3 @@ class Forest:
         if child is None:
             child = self.__dict__["_child"] = np.stack([self.left, self.right], axis=1).ravel()
         return child
-
-
-class PickledApart:
-    """Fitted library models pickled apart when a numpy forest stands in for them.
-
-    The attributes named in ``APART`` (scikit-learn, LightGBM or XGBoost objects) are pickled as one bytes string
-    when the attribute named ``FOREST`` holds a forest, and unpickled on first access: an object that answers a few
-    rows from its forest then unpickles without importing those libraries (about a second of a cold start).
-    """
-
-    APART: tuple[str, ...] = ()
-    FOREST = "forest_"
-
-    def __getstate__(self) -> dict[str, Any]:
-        """The state, with the ``APART`` attributes as one pickled string where a forest stands in for them."""
-        state = dict(self.__dict__)
-        if state.get(self.FOREST) is not None and all(name in state for name in self.APART):
-            apart = tuple(state.pop(name) for name in self.APART)
-            state["apart_pickle_"] = pickle.dumps(apart, protocol=pickle.HIGHEST_PROTOCOL)
-        return state
-
-    def __getattr__(self, name: str) -> Any:
-        """An ``APART`` attribute, unpickled on first use."""
-        if name in type(self).APART and "apart_pickle_" in self.__dict__:
-            self.__dict__.update(zip(type(self).APART, pickle.loads(self.__dict__.pop("apart_pickle_"))))
-            return self.__dict__[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -23,14 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, PickledApart, leading_functions
+from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, leading_functions
+from gpupred.learn.params import Estimator
 
 
 THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core
 DIRECT_MAX_VALUES = 200_000  # cvplus_kth sorts rows x n values directly up to this many
 
 
-class ConformalRegressor(PickledApart):
+class ConformalRegressor(Estimator):
     """A regressor on log1p targets with CV+ intervals at nominal coverage ``1 - alpha``."""
 
     APART = ("model", "full_model_", "fold_models_")  # pickled apart: the numpy forest answers a few rows without them
@@ -132,7 +133,7 @@ class ConformalRegressor(PickledApart):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the sorted-residual cache (rebuilt on first use); the fitted models apart where the numpy
-        forest stands in for them (:class:`gpupred.learn.forest.PickledApart`)."""
+        forest stands in for them (:class:`gpupred.learn.params.PickledApart`)."""
         state = super().__getstate__()
         state.pop("_offsets_cache", None)
         return state

@@ -1,13 +1,17 @@
-"""scikit-learn's estimator protocol without importing scikit-learn.
+"""The one base of gpupred's estimators (:class:`Estimator`): scikit-learn's estimator protocol without importing
+scikit-learn, the pickling-apart of fitted library models, and ``describe()``.
 
 ``get_params`` and ``set_params`` read the constructor's arguments as :class:`sklearn.base.BaseEstimator` does, so
 ``sklearn.base.clone`` treats these estimators as its own, while an exported predictor unpickles them without
-importing scikit-learn (about a second of a cold ``gpupred predict`` on a 2-core machine).
+importing scikit-learn (about a second of a cold ``gpupred predict`` on a 2-core machine). Every estimator of the
+package derives from :class:`Estimator`: the step, memory and slowdown estimators, the failure model, the
+corrections, the conformal regressor and the baselines.
 """
 
 from __future__ import annotations
 
 import inspect
+import pickle
 from typing import Any
 
 
@@ -50,3 +54,39 @@ class Params:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
         return f"{type(self).__name__}({args})"
+
+
+class PickledApart:
+    """Fitted library models pickled apart when a numpy forest stands in for them.
+
+    The attributes named in ``APART`` (scikit-learn, LightGBM or XGBoost objects) are pickled as one bytes string
+    when the attribute named ``FOREST`` holds a forest, and unpickled on first access: an object that answers a few
+    rows from its forest then unpickles without importing those libraries (about a second of a cold start).
+    """
+
+    APART: tuple[str, ...] = ()
+    FOREST = "forest_"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state, with the ``APART`` attributes as one pickled string where a forest stands in for them."""
+        state = dict(self.__dict__)
+        if state.get(self.FOREST) is not None and all(name in state for name in self.APART):
+            apart = tuple(state.pop(name) for name in self.APART)
+            state["apart_pickle_"] = pickle.dumps(apart, protocol=pickle.HIGHEST_PROTOCOL)
+        return state
+
+    def __getattr__(self, name: str) -> Any:
+        """An ``APART`` attribute, unpickled on first use."""
+        if name in type(self).APART and "apart_pickle_" in self.__dict__:
+            self.__dict__.update(zip(type(self).APART, pickle.loads(self.__dict__.pop("apart_pickle_"))))
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class Estimator(PickledApart, Params):
+    """The base of every estimator here: :class:`Params`' parameter protocol, :class:`PickledApart`'s pickling (nothing
+    apart unless a subclass names ``APART``), and :meth:`describe`, what a card says of it."""
+
+    def describe(self) -> dict[str, Any]:
+        """Its class and parameters (estimators that a card describes say more)."""
+        return {"name": type(self).__name__, "params": self.get_params(deep=False)}

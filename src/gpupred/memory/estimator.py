@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from gpupred.dataset import SOURCE_OWN
-from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, PickledApart
-from gpupred.learn.params import Params
+from gpupred.learn.forest import FOREST_MAX_ROWS, Forest
+from gpupred.learn.params import Estimator
 from gpupred.memory.correction import (
     CORRECTION_GRID, DEFAULT_SETTING, MAX_ROWS_PER_SOURCE, CorrectionSetting, correction_features,
     fit_correction, inner_lofo_residuals, lofo_halfwidths, per_source_sample, selection_score,
@@ -20,7 +20,7 @@ from gpupred.memory.correction import (
 BEST = "footprint*correction"  # the estimate's column (the evaluation's method name)
 
 
-class MemoryEstimator(PickledApart, Params):
+class MemoryEstimator(Estimator):
     """Analytic footprint x a bounded learned correction, with leave-one-family-out calibrated intervals
     (scikit-learn style: ``fit``, ``predict``, ``get_params``, ``describe``).
 

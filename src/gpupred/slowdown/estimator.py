@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
 
 from gpupred.errors import GpupredError
+from gpupred.learn.params import Estimator
 from gpupred.slowdown.correction import (
     CANDIDATES, apply_correction, correction_design, fit_correction_model, group_folds, spearman,
 )
@@ -78,7 +78,7 @@ def _pair(X: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     return X[f"own_{column}"].to_numpy(float), X[f"partner_{column}"].to_numpy(float)
 
 
-class SlowdownEstimator(BaseEstimator):  # type: ignore[misc]
+class SlowdownEstimator(Estimator):
     """Base of the slowdown estimators: ``fit(X, y)``, ``predict(X)`` (slowdown per pair-frame row), ``describe()``."""
 
     kind = "prior"  # "prior" (zero parameters), "learned" or "adapted"

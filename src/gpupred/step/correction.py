@@ -27,7 +27,7 @@ import pandas as pd
 from gpupred.errors import GpupredError
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.params import Params
+from gpupred.learn.params import Estimator
 from gpupred.step.physics.timeline import STEP_COLUMNS
 
 CORRECTION_FEATURES: tuple[str, ...] = (  # what the correction reads besides the fitted physics
@@ -42,7 +42,7 @@ BOUND_QUANTILE = 0.02  # a point correction stays within its source's 2-98 % tra
 BOUND_MIN_ROWS = 20  # a source with fewer training rows is bounded by every training row's range
 
 
-class ShrunkCorrection(Params):
+class ShrunkCorrection(Estimator):
     """A regressor whose predictions are pulled towards the training median by ``1 - weight`` (0: no correction
     beyond a constant factor, 1: the regressor as it is). Its weight is chosen by inner grouped CV."""
 

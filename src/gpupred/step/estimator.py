@@ -33,7 +33,7 @@ import pandas as pd
 from gpupred.errors import GpupredError
 from gpupred.learn.conformal import widen
 from gpupred.learn.folds import INTERVAL_GROUPINGS, interval_groups
-from gpupred.learn.params import Params
+from gpupred.learn.params import Estimator
 from gpupred.step.correction import (
     CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSettings, correction_matrix,
 )
@@ -48,7 +48,7 @@ STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 MIN_LABELLED = 10  # a target with fewer labelled training rows is not fitted
 
 
-class StepEstimator(Params):
+class StepEstimator(Estimator):
     """Utilization, SM activity and iteration time: the step model x a learned correction (module docstring).
 
     ``correct=False`` is physics alone (no intervals): the comparison's "physics" method, the same constants.
