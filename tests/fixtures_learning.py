@@ -197,3 +197,25 @@ def write_fixture_dataset(root: Path, **kwargs: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fixture_dataset(**kwargs).to_parquet(path, index=False)  # type: ignore[arg-type]
     return path
+
+
+def fixture_mlp(width: int) -> object:
+    """FIXTURE graph: x[batch, 64] -> Gemm(width) -> Relu -> Gemm(10)."""
+    from onnx import TensorProto, helper
+
+    inits = [helper.make_tensor("W1", TensorProto.FLOAT, [width, 64], [0.0] * (width * 64)),
+             helper.make_tensor("W2", TensorProto.FLOAT, [10, width], [0.0] * (10 * width))]
+    nodes = [helper.make_node("Gemm", ["x", "W1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def fixture_kernels(df: pd.DataFrame) -> list:
+    """FIXTURE kernels for each row of ``df``: a tiny MLP graph sized by its batch size and params."""
+    from gpupred.step.physics.kernels import step_kernels
+    from gpupred.step.physics.model import canonical_graph
+
+    return [step_kernels(canonical_graph(fixture_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
+            for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]

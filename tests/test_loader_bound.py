@@ -56,36 +56,19 @@ def test_loader_bound_rows_get_at_least_the_loader_width() -> None:
     """FIXTURE dataset rows (resident, tiny MLP kernels: none loader-bound, so the measured width is the unmeasured
     factor of 2); FIXTURE loader times make two of three copies of one row loader-bound, and a loader width set wider
     than the conformal interval shows which rows it widens."""
-    from onnx import TensorProto, helper
-
-    from fixtures_learning import fixture_dataset
-    from gpupred.step.physics.model import canonical_graph
+    from fixtures_learning import fixture_dataset, fixture_kernels
     from gpupred.step.estimator import StepEstimator
-    from gpupred.step.physics.kernels import step_kernels
     from gpupred.step.rowphysics import LOADER_WIDTH_UNMEASURED
 
-    def mlp(width: int) -> object:  # FIXTURE graph: x[batch, 64] -> Gemm(width) -> Relu -> Gemm(10)
-        inits = [helper.make_tensor("W1", TensorProto.FLOAT, [width, 64], [0.0] * (width * 64)),
-                 helper.make_tensor("W2", TensorProto.FLOAT, [10, width], [0.0] * (10 * width))]
-        nodes = [helper.make_node("Gemm", ["x", "W1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
-                 helper.make_node("Gemm", ["r", "W2"], ["y"], transB=1)]
-        g = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-    def kernels(df: pd.DataFrame) -> list:
-        return [step_kernels(canonical_graph(mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
-                for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
-
     df = fixture_dataset(n_batch_sizes=2)
-    est = StepEstimator(("iter_time_mean_s",), n_cal=3, n_inner=2).fit(df, physics_data(df, kernels(df)))
+    est = StepEstimator(("iter_time_mean_s",), n_cal=3, n_inner=2).fit(df, physics_data(df, fixture_kernels(df)))
     assert est.loader_widths_["iter_time_mean_s"] == (LOADER_WIDTH_UNMEASURED, 0)
     row = df.iloc[[0, 0, 0]].reset_index(drop=True)
     for col, values in zip(LOADER_COLUMNS, zip((np.nan, np.nan, np.nan, np.nan, np.nan), (2.0, 0.0, 0.0, 1.0, 0.0),
                                                 (2.0, 1e-4, 8.0, 16.0, 0.0))):
         row[col] = values
     est.loader_widths_["iter_time_mean_s"] = (float(np.log(50.0)), 0)  # wider than any FIXTURE conformal interval
-    pred = est.predict(row, physics_data(row, kernels(row)))
+    pred = est.predict(row, physics_data(row, fixture_kernels(row)))
     point, low, high = (pred[c].to_numpy() for c in ("iter_time_mean_s", "iter_time_mean_s_low",
                                                     "iter_time_mean_s_high"))
     assert np.allclose(high[1:], point[1:] * 50.0) and np.allclose(low[1:], point[1:] / 50.0)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fixtures_learning import fixture_dataset
-from onnx import TensorProto, helper
+from fixtures_learning import fixture_dataset, fixture_kernels, fixture_mlp
 
 from gpupred.hardware import gpu_spec
 from gpupred.learn.splits import splits_for
@@ -21,26 +20,9 @@ from gpupred.step.evaluate import evaluate_step
 from gpupred.step.rowphysics import PhysicsData, fitted_physics, physics_data, protocol_of
 
 
-def _mlp(width: int):
-    """FIXTURE graph: x[batch, 64] -> Gemm(width) -> Relu -> Gemm(10)."""
-    inits = [helper.make_tensor("W1", TensorProto.FLOAT, [width, 64], [0.0] * (width * 64)),
-             helper.make_tensor("W2", TensorProto.FLOAT, [10, width], [0.0] * (10 * width))]
-    nodes = [helper.make_node("Gemm", ["x", "W1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Gemm", ["r", "W2"], ["y"], transB=1)]
-    g = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _kernels(df):
-    """FIXTURE kernels for each row of ``df``: a tiny MLP graph sized by its batch size and params."""
-    return [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
-            for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
-
-
 def _physics_data(df):
     """FIXTURE kernels for each row of ``df`` as PhysicsData."""
-    return physics_data(df, _kernels(df))
+    return physics_data(df, fixture_kernels(df))
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +97,7 @@ def test_the_estimator_answers_a_new_job(rows) -> None:
 
     df, pdata = rows
     est = StepEstimator(("gpu_util", "iter_time_mean_s"), n_cal=3, n_inner=2).fit(df, pdata)
-    kernels = step_kernels(canonical_graph(_mlp(96), 32)[0], "fp32", "sgd")
+    kernels = step_kernels(canonical_graph(fixture_mlp(96), 32)[0], "fp32", "sgd")
     row = {k: v for k, v in df.iloc[0].items() if k not in ("gpu_util", "iter_time_mean_s", "run_id")}
     frame, physics = job_frame(JobGraph.of_parts({**row, "batch_size": 32.0}, kernels, {}, setup_of("fp32", "sgd")),
                                  "NVIDIA H100 80GB HBM3")
@@ -166,8 +148,7 @@ def test_a_source_without_training_rows_gets_physics_alone_under_per_source() ->
     trained source still get a learned correction."""
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=1,
                          sources={"NVIDIA GeForce RTX 3090": "FIXTURE-other"})
-    kernels = [step_kernels(canonical_graph(_mlp(int(64 + p / 1e5)), int(b))[0], prec, opt)
-               for p, b, prec, opt in zip(df["params"], df["batch_size"], df["precision"], df["optimizer"])]
+    kernels = fixture_kernels(df)
     fit = FitRows(kernels, [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
                   [False] * len(df), df["gpu_util"].to_numpy(float), df["iter_time_mean_s"].to_numpy(float))
     pdata = PhysicsData(fit, [(g, protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])], df["run_id"].to_numpy(object))
