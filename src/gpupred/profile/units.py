@@ -139,10 +139,13 @@ def setup_options_from_json(text: str) -> tuple[tuple[str, object], ...]:
     """:func:`setup_options_json` reversed, in plan-key order (lists as tuples)."""
     if not text:
         return ()
-    given = json.loads(text)
+    return ordered_setup({k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()})
+
+
+def ordered_setup(options: dict[str, object]) -> tuple[tuple[str, object], ...]:
+    """TrainingSetup options as a unit holds them: (field, value) pairs in :data:`SETUP_KEYS` order."""
     order = list(SETUP_KEYS.values())
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(given.items(),
-                                                                                  key=lambda kv: order.index(kv[0])))
+    return tuple(sorted(options.items(), key=lambda kv: order.index(kv[0])))
 
 
 def setup_slug(options: tuple[tuple[str, object], ...]) -> str:
@@ -270,9 +273,7 @@ def _line_options(line: str, default_sync: str, where: str) -> tuple[str, str, i
         head, _, last = line.rpartition(" ")
         key, eq, value = last.partition("=")
         if not eq or key not in ("sync", "repeat", *PIPELINE_KEYS, *SETUP_KEYS):
-            order = list(SETUP_KEYS.values())
-            ordered = tuple(sorted(setup.items(), key=lambda kv: order.index(kv[0])))
-            return line, sync, repeat, _line_pipeline(options, where), ordered
+            return line, sync, repeat, _line_pipeline(options, where), ordered_setup(setup)
         if key in seen:
             raise GpupredError(f"{where}: {key}= given twice")
         seen.add(key)
