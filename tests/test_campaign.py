@@ -338,5 +338,5 @@ def test_stage_3_runs_the_repositorys_fine_tune_units_in_a_dry_run(tmp_path: Pat
     assert len(runs) == 20 and all(runs["simulated"]) and all("~ft-" in g for g in runs["group_id"])
     setups = [setup_from_json(s) for s in runs["setup"]]
     assert all(s is not None and s.precision == "bf16" and s.attention == "sdpa" for s in setups)
-    recipes = {("qlora" if s.qlora else "lora" if s.lora else "full") for s in setups}
+    recipes = {s.recipe for s in setups}
     assert recipes == {"full", "lora", "qlora"}

@@ -180,7 +180,7 @@ def own_run_id(sweep_dir: str | Path, run_id: str) -> str:
 
 def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(label rows, exclusions) of this project's ok solo runs in data/raw (label rows without features)."""
-    from gpupred.profile.schema import read_runs, read_samples
+    from gpupred.profile.schema import read_runs, read_samples, run_setups
 
     raw_root = Path(raw_root) if raw_root is not None else config.RAW
     if raw_root.resolve().is_relative_to(config.DRYRUN.resolve()):
@@ -199,11 +199,9 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
         mask = keep[column].astype(bool) if column == "simulated" else keep[column] > 1
         exclude(keep[mask], reason)
         keep = keep[~mask]
-    if "setup" in keep.columns:  # fine-tune units: their labels belong to a setup the dataset's columns do not carry
-        mask = keep["setup"].fillna("").astype(str) != ""
-        exclude(keep[mask], "trained under setup options (a fine-tune unit): not a label of its workload id's own "
-                            "setup")
-        keep = keep[~mask]
+    trained = run_setups(keep) != ""  # fine-tune units: labels of a setup the dataset's columns do not carry
+    exclude(keep[trained], "trained under setup options (a fine-tune unit): not a label of its workload id's own setup")
+    keep = keep[~trained]
     if "status" in keep.columns:
         for status in sorted(set(keep["status"]) - {"ok"}):
             exclude(keep[keep["status"] == status], f"status {status}")

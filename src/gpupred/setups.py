@@ -177,6 +177,11 @@ class TrainingSetup:
         return self.lora_rank is not None
 
     @property
+    def recipe(self) -> str:
+        """``full``, ``lora`` or ``qlora``: the fine-tuning recipe the setup is."""
+        return "qlora" if self.qlora else "lora" if self.lora else "full"
+
+    @property
     def counted_parameters(self) -> bool:
         """Whether the footprint counts weights, gradients and optimizer state tensor by tensor from the graph
         (:func:`gpupred.finetune.parameter_terms`): LoRA, QLoRA, or an optimizer whose state is not parameter-sized."""

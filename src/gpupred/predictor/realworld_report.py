@@ -220,13 +220,10 @@ def finetune_runs(raw_root: Path | None = None) -> pd.DataFrame:
     label rule: :func:`gpupred.profile.labels.memory_label`); none where no such sweep was measured yet."""
     from gpupred import config
     from gpupred.profile.labels import memory_label
-    from gpupred.profile.schema import read_runs, read_samples
+    from gpupred.profile.schema import read_runs, read_samples, run_setups
 
     runs = read_runs(Path(raw_root) if raw_root is not None else config.RAW)
-    if "setup" not in runs.columns:
-        return runs.iloc[0:0]
-    runs = runs[(runs["setup"].fillna("").astype(str) != "") & ~runs["simulated"].astype(bool)
-                & (runs["group_size"] == 1)].copy()
+    runs = runs[(run_setups(runs) != "") & ~runs["simulated"].astype(bool) & (runs["group_size"] == 1)].copy()
     labels = []
     for sweep_dir, group in runs.groupby("sweep_dir", sort=True):
         samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
@@ -249,7 +246,7 @@ def finetune_measured(estimator: Any, runs: pd.DataFrame) -> pd.DataFrame:
     for run in runs.to_dict("records"):
         spec, setup = WorkloadSpec.from_id(run["workload_id"]), setup_from_json(run["setup"])
         row = {"group_id": run["group_id"], "gpu": run["gpu_name"], "model": spec.arch, "seq_len": spec.input_size,
-               "batch": spec.batch_size, "recipe": "qlora" if setup.qlora else "lora" if setup.lora else "full",
+               "batch": spec.batch_size, "recipe": setup.recipe,
                "status": run["status"], "note": ""}
         graph = stored_graph(spec)
         if graph is None:

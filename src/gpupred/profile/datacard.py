@@ -21,7 +21,7 @@ from gpupred.errors import GpupredError
 from gpupred.files import atomic_write_bytes
 from gpupred.profile.coloc_card import coloc_checks, coloc_lines, pipeline_of
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
-from gpupred.profile.schema import read_runs, read_samples
+from gpupred.profile.schema import read_runs, read_samples, run_setups
 from gpupred.profile.store import latest_manifest_path, manifest_paths, read_manifest, window_samples
 from gpupred.reports import MetricsSchema
 
@@ -81,11 +81,11 @@ def setups_line(runs: pd.DataFrame) -> str:
     how many, by recipe, and that the dataset leaves them out of the catalog's labels."""
     from gpupred.setups import setup_from_json
 
-    text = runs["setup"].fillna("").astype(str) if "setup" in runs.columns else pd.Series("", index=runs.index)
-    setups = [setup_from_json(t) for t in text if t]
+    setups = [setup_from_json(t) for t in run_setups(runs) if t]
     if not setups:
         return ""
-    recipes = pd.Series(["QLoRA" if s.qlora else "LoRA" if s.lora else "full" for s in setups]).value_counts()
+    shown = {"full": "full", "lora": "LoRA", "qlora": "QLoRA"}
+    recipes = pd.Series([shown[s.recipe] for s in setups]).value_counts()
     return (f"- trained under setup options in {len(setups)} of {len(runs)} runs (the runs' `setup`: "
             + ", ".join(f"{k} {v}" for k, v in sorted(recipes.items()))
             + "); the dataset leaves them out of the catalog's labels, notebook 05 compares them with predictions")
@@ -212,7 +212,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         + _context_text(manifest),
         f"- runs: {checks['runs']} ({', '.join(f'{k} {v}' for k, v in sorted(checks['status_counts'].items()))}), "
         f"{checks['families']} families; GPU time per unit {checks['gpu_seconds_per_unit']:.1f} s",
-        *([setups_line(runs)] if setups_line(runs) else []),
+        *[line for line in (setups_line(runs),) if line],
         "",
         "## Sanity checks (ok runs, measured window)", "",
         f"- runs without samples: {checks['ok_runs_without_samples']}; utilization outside 0-100: {checks['util_out_of_range']}; "

@@ -181,6 +181,14 @@ def read_runs(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def run_setups(runs: pd.DataFrame) -> pd.Series:
+    """Each run's ``setup`` as text: '' for its workload id's own setup, and for every run of a file written before
+    schema 5 (a frame without the column)."""
+    if "setup" not in runs.columns:
+        return pd.Series("", index=runs.index, dtype=object)
+    return runs["setup"].fillna("").astype(str)
+
+
 def read_samples(sweep_dir: Path, group_ids: list[str] | None = None) -> pd.DataFrame:
     """The samples of the given run units of one sweep folder (all units if None), checked."""
     folder = sweep_dir / "samples"
