@@ -137,7 +137,11 @@ def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:
     assert code == 0 and answer["inputs"]["pipeline"]["changes"] == {  # the answer contract (gpupred.predictor.answer)
         "kind": "image-files", "num_workers": 2, "image_width": 1024, "image_height": 768, "image_format": "png",
         "transforms": "v2"}
-    for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"]):
+    code, out, _ = run("--data", "array-files", "--workers", "2", "--array-source", "45000:txt")
+    assert code == 0 and json.loads(out)["inputs"]["pipeline"]["changes"] == {
+        "kind": "array-files", "num_workers": 2, "array_bytes": 45_000, "array_format": "txt"}
+    for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"],
+                 ["--data", "array-files", "--array-source", "45k"], ["--data", "array-files", "--array-source", "9:csv"]):
         code, _, err = run(*args)
         assert code == 2 and err.count("\n") == 1, (args, err)
 

@@ -44,6 +44,8 @@ KIND_CASES = [
     ("text-tokens", {"seq_len": 16}, {"seq_len": 16}, [(4, 16), (4, 16)]),
     ("audio-logmel", {"seconds": 0.5}, {}, [(4, 80, 3000)]),
     ("array-files", {"shape": (2500, 3)}, {}, [(4, 2500, 3), (4,)]),
+    ("array-files", {"shape": (50, 3), "fmt": "txt"}, {}, [(4, 50, 3), (4,)]),
+    ("array-files", {"shape": (50, 3), "fmt": "txt"}, {"text_parser": "legacy"}, [(4, 50, 3), (4,)]),
 ]
 
 
@@ -328,6 +330,8 @@ def test_bench_writes_a_profile_with_every_kind(tmp_path: Path, capsys: pytest.C
     assert set(prof.data["kinds"]) == {"host-tensors", "image-files", "text-tokens", "audio-logmel", "array-files"}
     assert prof.variants("image-files") == ["jpeg-v1", "jpeg-v2", "png-v1", "png-v2"]
     assert all(len(prof.points("image-files", v)) == 2 for v in prof.variants("image-files"))
+    assert prof.variants("array-files") == ["default", "txt", "txt-legacy"]
+    assert all(len(prof.points("array-files", v)) == 2 for v in prof.variants("array-files"))
     assert prof.copy_kind in ("pinned", "pageable") and prof.copy_gbs > 0 and prof.single_core_score > 0
     assert prof.ipc_per_batch_s is not None and prof.ipc_per_byte_s is not None
     assert text.startswith(f"wrote {out}") and "loader bench took" in text and "ipc:" in text

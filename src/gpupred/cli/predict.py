@@ -188,23 +188,42 @@ LoaderProfile = Annotated[Optional[str], typer.Option("--loader-profile", help="
                                                       show_default=False)]
 
 
-def pipeline_options(data: str | None, workers: int | None, pin_memory: bool | None, prefetch: int | None,
-                     cores: float | None, speed: float | None, image_source: str | None, profile: str | None) -> Any:
-    """The :class:`gpupred.setups.InputPipeline` of ``predict``'s pipeline flags (None: resident, nothing asked)."""
-    from gpupred.errors import GpupredError
-    from gpupred.setups import pipeline_of
+ArraySource = Annotated[Optional[str], typer.Option("--array-source", help="Array files BYTES[:npy|txt|txt-legacy]: "
+                                                                            "float32 bytes of a sample's values and how "
+                                                                            "they are read (txt-legacy: np.loadtxt of "
+                                                                            "numpy before 1.23; default 30000:npy).",
+                                                    show_default=False)]
 
-    image: dict[str, Any] = {}
+
+def source_options(image_source: str | None, array_source: str | None) -> dict[str, Any]:
+    """The InputPipeline options of ``--image-source WxH[:jpeg|png][:v1|v2]`` and ``--array-source BYTES[:FORMAT]``."""
+    from gpupred.errors import GpupredError
+
+    options: dict[str, Any] = {}
     if image_source is not None:
         parts = image_source.lower().split(":")
         try:
             width, height = (int(v) for v in parts[0].split("x"))
         except ValueError:
             raise GpupredError(f"--image-source {image_source!r}: expected WxH[:jpeg|png][:v1|v2], e.g. 500x375") from None
-        image = {"image_width": width, "image_height": height,
-                 **{("transforms" if p in ("v1", "v2") else "image_format"): p for p in parts[1:]}}
+        options.update({"image_width": width, "image_height": height,
+                        **{("transforms" if p in ("v1", "v2") else "image_format"): p for p in parts[1:]}})
+    if array_source is not None:
+        size, _, fmt = array_source.lower().partition(":")
+        if not size.isdigit() or fmt.count(":"):
+            raise GpupredError(f"--array-source {array_source!r}: expected BYTES[:npy|txt|txt-legacy], e.g. 45000:txt")
+        options.update({"array_bytes": int(size), **({"array_format": fmt} if fmt else {})})
+    return options
+
+
+def pipeline_options(data: str | None, workers: int | None, pin_memory: bool | None, prefetch: int | None,
+                     cores: float | None, speed: float | None, image_source: str | None, profile: str | None,
+                     array_source: str | None = None) -> Any:
+    """The :class:`gpupred.setups.InputPipeline` of ``predict``'s pipeline flags (None: resident, nothing asked)."""
+    from gpupred.setups import pipeline_of
+
     options = {"num_workers": workers, "pin_memory": pin_memory, "prefetch_factor": prefetch, "host_cores": cores,
-               "host_speed": speed, "profile": profile, **image}
+               "host_speed": speed, "profile": profile, **source_options(image_source, array_source)}
     if data is None and all(v is None for v in options.values()):
         return None
     return pipeline_of(data, **options)
@@ -250,7 +269,8 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
                 timm: Timm = None, hf: Hf = None, head: Head = None, seq_len: SeqLen = None,
                 image_size: ImageSize = None, data: Data = None, workers: Workers = None, pin_memory: PinMemory = None,
                 prefetch_factor: PrefetchFactor = None, host_cores: HostCores = None, host_speed: HostSpeed = None,
-                image_source: ImageSource = None, loader_profile: LoaderProfile = None) -> None:
+                image_source: ImageSource = None, array_source: ArraySource = None,
+                loader_profile: LoaderProfile = None) -> None:
     """Predict GPU utilization, SM activity, step time and memory of a training job from its ONNX graph (or a model by
     name), whether it fits on the GPU, and their breakdowns; with --data, fed by a host input pipeline. Prints the
     versioned answer (schema gpupred.prediction/3; --json: as JSON)."""
@@ -263,7 +283,7 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
         optimizer_impl, no_momentum, weight_decay, tf32, checkpointing, accumulation, attention, channels_last,
         (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))
     pipeline = pipeline_options(data, workers, pin_memory, prefetch_factor, host_cores, host_speed, image_source,
-                                loader_profile)
+                                loader_profile, array_source)
     run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
                 named=(timm, hf, head, seq_len, image_size) if named else None, pipeline=pipeline)
 

@@ -103,8 +103,11 @@ _NCF_LOADER = InputPipeline("text-tokens", num_workers=2)
 _SQUAD_LOADER = InputPipeline("text-tokens")  # a TensorDataset of SQuAD features, num_workers 0: in line
 _MULTI30K_LOADER = InputPipeline("text-tokens", num_workers=2)  # id lists padded per batch by the workers' collate
 # ShapeNetDataset: np.loadtxt of a .pts file (2,500 x 3 floats) and of its .seg file (2,500 ints) per sample, then
-# resample, centre, scale, rotate, jitter: 10,000 parsed numbers, taken as 40,000 bytes of text-file values
-_POINTNET_LOADER = InputPipeline("array-files", num_workers=2, array_bytes=40_000, array_format="txt")
+# resample, centre, scale, rotate, jitter. Lucid's workloads pin numpy 1.21.5 (workloads/imagenet/requirements.txt),
+# whose loadtxt parsed in Python (array format txt-legacy). That parser pays per row more than per value: numpy 1.21.5
+# took 3.5 ms for a .seg of 2,500 one-value rows against 6.9 ms for a .pts of 2,500 three-value rows (timed on the
+# development machine, Python 3.10), so a sample costs 1.5 .pts files: 3,750 rows of 3 values, 45,000 float32 bytes.
+_POINTNET_LOADER = InputPipeline("array-files", num_workers=2, array_bytes=45_000, array_format="txt-legacy")
 
 JOBS: dict[tuple[str, str], LucidJob] = {
     (j.model, j.dataset): j

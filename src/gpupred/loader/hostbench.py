@@ -58,6 +58,9 @@ def cases() -> list[Case]:
     for points in (2500, 10_000):  # text files parsed by np.loadtxt (ShapeNet's .pts): scale = the values' float32 bytes
         out.append(Case("array-files", "txt", float(points * 3 * 4), {"shape": (points, 3), "fmt": "txt"},
                         batch_size=4, files=8, weight=0.5))
+    for points in (2500, 10_000):  # the same files parsed as numpy before 1.23 parsed them (gpupred.loader.legacytext)
+        out.append(Case("array-files", "txt-legacy", float(points * 3 * 4), {"shape": (points, 3), "fmt": "txt"},
+                        {"text_parser": "legacy"}, batch_size=2, files=8, weight=0.5))
     return out
 
 

@@ -16,7 +16,8 @@
   (its defaults: 80 mels, n_fft 400, hop 160, padded to 30 s; torch's STFT where torch is installed, as transformers
   chooses), ``{"input_features": (B, 80, 3000)}``;
 - ``array-files``: ``np.load`` of one ``.npy`` file per sample (a point cloud), or ``np.loadtxt`` of one text file
-  (``.txt``, as ShapeNet's ``.pts``), ``(array, label)``.
+  (``.txt``, as ShapeNet's ``.pts``), ``(array, label)``; ``text_parser="legacy"`` parses the text as numpy before
+  1.23 did, in Python (:func:`gpupred.loader.legacytext.loadtxt_legacy`).
 
 The loader options are torch's, with torch's defaults: ``num_workers=0``, ``pin_memory=False``, ``prefetch_factor``
 None (torch's 2 per worker when ``num_workers > 0``); ``shuffle=True`` as a training loader has. torch, torchvision and
@@ -132,11 +133,17 @@ class AudioSet:
         return {"input_features": feats}
 
 
-class ArrayFileSet:
-    """One ``.npy`` array per sample, read with ``np.load`` (a point cloud and a label)."""
+TEXT_PARSERS: tuple[str, ...] = ("numpy", "legacy")  # np.loadtxt as installed; as numpy before 1.23 parsed text
 
-    def __init__(self, files: list[Path], length: int | None = None) -> None:
-        self.files, self.length = files, length or len(files)
+
+class ArrayFileSet:
+    """One array per sample, read with ``np.load`` (``.npy``) or parsed from text (``.txt``: ``np.loadtxt``, or with
+    ``text_parser="legacy"`` as numpy before 1.23 parsed it): a point cloud and a label."""
+
+    def __init__(self, files: list[Path], length: int | None = None, text_parser: str = "numpy") -> None:
+        if text_parser not in TEXT_PARSERS:
+            raise GpupredError(f"text parser {text_parser!r}: expected one of {', '.join(TEXT_PARSERS)}")
+        self.files, self.length, self.text_parser = files, length or len(files), text_parser
 
     def __len__(self) -> int:
         return self.length
@@ -144,6 +151,10 @@ class ArrayFileSet:
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
         path = self.files[index % len(self.files)]
         if path.suffix == ".txt":  # a text file of one row per point, as ShapeNet's .pts (np.loadtxt)
+            if self.text_parser == "legacy":
+                from gpupred.loader.legacytext import loadtxt_legacy
+
+                return loadtxt_legacy(path).astype(np.float32), 0
             return np.loadtxt(path).astype(np.float32), 0
         return np.load(path), 0
 
@@ -183,7 +194,7 @@ def cifar_transform() -> Any:
 
 
 def make_dataset(kind: str, root: str | Path, image_size: int = 224, transforms: str = "v1", seq_len: int = 512,
-                 length: int | None = None) -> tuple[Any, Any]:
+                 length: int | None = None, text_parser: str = "numpy") -> tuple[Any, Any]:
     """The dataset of a standard kind over ``root`` and its collate function (None: torch's default)."""
     root = Path(root)
     if kind not in KINDS:
@@ -200,14 +211,15 @@ def make_dataset(kind: str, root: str | Path, image_size: int = 224, transforms:
         raise GpupredError(f"{root}: no {pattern} files for loader kind {kind!r}")
     if kind == "image-files":
         return ImageFileSet(files, image_transform(transforms, image_size), transforms, length), None
-    return (AudioSet(files, length) if kind == "audio-logmel" else ArrayFileSet(files, length)), None
+    return (AudioSet(files, length) if kind == "audio-logmel" else ArrayFileSet(files, length, text_parser)), None
 
 
 def make_loader(kind: str, root: str | Path, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
                 prefetch_factor: int | None = None, **params: Any) -> Any:
     """A torch DataLoader of a standard kind over ``root`` with torch's defaults (see the module's docstring).
 
-    ``params``: ``image_size`` (224) and ``transforms`` ("v1") for images, ``seq_len`` (512) for text, ``length``
+    ``params``: ``image_size`` (224) and ``transforms`` ("v1") for images, ``seq_len`` (512) for text, ``text_parser``
+    ("numpy"; "legacy": as numpy before 1.23) for text array files, ``length``
     (samples per epoch; default the files' count, cycled when larger), ``shuffle`` (True), ``drop_last`` (False),
     ``timeout`` (0).
     """

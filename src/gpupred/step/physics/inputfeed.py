@@ -67,11 +67,11 @@ class ProfileCosts:
 
 def variant_of(pipeline: InputPipeline) -> str | None:
     """The host profile's variant of a pipeline's kind: images by format and transforms (``jpeg-v1``), array files
-    by format (``txt``; ``.npy`` is the default), the kind's default otherwise."""
+    by format (``txt``, ``txt-legacy``; ``.npy`` is the default), the kind's default otherwise."""
     if pipeline.kind == "image-files":
         return f"{pipeline.image_format}-{pipeline.transforms}"
-    if pipeline.kind == "array-files" and pipeline.array_format == "txt":
-        return "txt"
+    if pipeline.kind == "array-files" and pipeline.array_format != "npy":
+        return pipeline.array_format
     return None
 
 
