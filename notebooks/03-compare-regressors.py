@@ -306,7 +306,8 @@ reports.metrics_table({k: v for k, v in phys_metrics.items()
 
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point
-# clouds on the host each step (an order of magnitude below the step model's utilization), and every job that
+# clouds on the host each step (an order of magnitude below the step model's utilization here; the input-pipeline
+# section below takes their loader in), and every job that
 # copies batches from host memory pays a transfer the model prices at a flat bandwidth. Under
 # leave-one-family-out, the families whose kernels no other family resembles miss most: EfficientNet, held out
 # with MobileNet, gets its depthwise efficiency from ShuffleNet alone and comes out too slow; Inception's
@@ -456,11 +457,15 @@ if own_fed_figures:
 # batch costs a worker a few milliseconds of PIL transforms on the reference host, well inside the measured steps,
 # so the pipeline adds only the main process's receiving and copying. The large errors are the device step's, on a
 # GPU and protocol never measured (an RTX 3090 under `CUDA_LAUNCH_BLOCKING=1`, constants borrowed). PointNet is the
-# job whose pipeline should bind, and its predicted loader time (`loader_produce_s`, per batch and worker) is far
-# below its measured step. Its loader parses two text files per sample with `np.loadtxt`: numpy's C parser (1.23 and
-# later, what the reference host runs) does that several times faster than the pure-Python parser before it. That is
-# the limit of a host profile measured on other software: a user measures their own loader on their own host
-# (`gpupred loader measure`, `gpupred.measure_loader`) and predicts with it (`--data measured --loader-profile FILE`).
+# job whose pipeline binds. Its loader parses two text files per sample with `np.loadtxt`, and Lucid's workloads pin
+# numpy 1.21.5, whose `loadtxt` parsed in Python: the importer feeds it through the `txt-legacy` array format, which
+# the host profile times with that parser (`gpupred.loader.legacytext`; 13-15x numpy's C parser since 1.23, and
+# 0.89x numpy 1.21.5's own on one interpreter, `benchmarks/bench_loadtxt_legacy.py`). Its predicted loader time per
+# batch and worker (`loader_produce_s`) now sets its step, and its utilization comes within 10 points of the measured
+# one; its steps are still predicted at about half the measured length, the part of a worker's cost on Lucid's host
+# (its CPU and Python version are not published) that the reference host does not show. A user measures their own
+# loader on their own host instead (`gpupred loader measure`, `gpupred.measure_loader`) and predicts with it
+# (`--data measured --loader-profile FILE`).
 
 # %% [markdown]
 # ## What ships, and how it scores
