@@ -33,7 +33,10 @@ AS_REFERENCE = {"step": {k: getattr(DEFAULT, k) for k in STEP_MEASURED}, "memory
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A FIXTURE artifact with the physics core, trained on H100 rows only."""
+    """A FIXTURE artifact with the physics core, trained on H100 rows only, with no committed calibration in view (the
+    published defaults are its reference readings, whatever data/calibrations/ holds)."""
+    from gpupred import config
+
     df = fixture_dataset(gpus=(H100,), n_batch_sizes=2)
     df = df[df["family"].isin(["resnet", "vgg"])].reset_index(drop=True)
     from gpupred.step.physics.columns import spec_step_columns
@@ -41,7 +44,11 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     steps = [spec_step_columns(WorkloadSpec.from_id(w), g) for w, g in zip(df["workload_id"], df["gpu"])]
     df = df.assign(**pd.DataFrame(steps, index=df.index))
-    predictor = train_predictor(df, models="ridge", tune=False, n_folds=3, physics=True)
+    saved, config.CALIBRATIONS = config.CALIBRATIONS, tmp_path_factory.mktemp("no-calibrations")
+    try:
+        predictor = train_predictor(df, models="ridge", tune=False, n_folds=3, physics=True)
+    finally:
+        config.CALIBRATIONS = saved
     return export_predictor(predictor, df, tmp_path_factory.mktemp("models") / "predictor.joblib")
 
 

@@ -132,9 +132,11 @@ def stored_kernels(workload_ids: Sequence[str]) -> list[Any] | None:
 
 def stored_terms(workload_ids: Sequence[str]) -> pd.DataFrame | None:
     """Each workload's footprint graph terms from notebook 02's table, one row per id given (its index that order);
-    None when the table is missing, stale or lacks one of them."""
+    None when the table is missing, stale, lacks one of them or one of ``FOOTPRINT_COLUMNS`` (written before it)."""
+    from gpupred.memory.physics import FOOTPRINT_COLUMNS
+
     table = _fresh(config.JOB_TERMS)
-    if table is None:
+    if table is None or not set(FOOTPRINT_COLUMNS) <= set(table.columns):
         return None
     table = table.drop_duplicates("workload_id").set_index("workload_id")
     ids = [str(w) for w in workload_ids]

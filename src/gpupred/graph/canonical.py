@@ -113,6 +113,7 @@ class CanonicalGraph:
     graph_inputs: list[str]
     dropped: Counter[str] = field(default_factory=Counter)  # what the reduction removed, by rule
     static_params: set[str] = field(default_factory=set)  # parameter keys read only by dropped static nodes
+    dropout_inputs: list[str] = field(default_factory=list)  # what each dropped Dropout masked (its input, resolved)
 
 
 def raw_graph(
@@ -143,6 +144,7 @@ class _Reducer:
         self.rename: dict[str, str] = {}
         self.dropped: Counter[str] = Counter()
         self.static_params: set[str] = set()
+        self.dropout_inputs: list[str] = []
         self.nodes = self._classify(nodes)
 
     # ------------------------------------------------------------ rules 1 and 2
@@ -211,6 +213,7 @@ class _Reducer:
         real = [n for n in ins if n]
         if op == "Dropout":
             reason = "dropout"
+            self.dropout_inputs.append(src)
         elif op == "Identity" or (op in VARIADIC and len(real) == 1):
             reason = "identity"
         elif op == "Transpose" and list(attrs.get("perm") or ()) == list(range(len(attrs.get("perm") or (0, 0)))):
@@ -513,7 +516,7 @@ class _Reducer:
             op, domain, ins, outs, name, attrs, entry = node
             nodes.append((op, domain, tuple(resolve(n) for n in ins), tuple(outs), name, attrs, entry))
         return CanonicalGraph(nodes, self.shapes, self.params, self.sizes, self.graph_inputs, self.dropped,
-                              self.static_params)
+                              self.static_params, [resolve(n) for n in self.dropout_inputs])
 
 
 def canonicalize(

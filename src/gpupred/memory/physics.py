@@ -34,6 +34,7 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
   subset of the same size or less;
 - activations saved for backward = each tensor autograd keeps, once, at the dtype torch saves it in (``graph_terms``;
+  Dropout's bool masks, one byte per element of its input, :func:`dropout_mask_elems`;
   without graph terms, the feature row's ``activation_bytes``); under autocast by torch's CUDA op lists
   (:mod:`gpupred.graph.canonical`): an fp32 tensor that only 16-bit ops (matmuls, convolutions) save is kept as
   their 16-bit copies alone, one per op, a 16-bit tensor an fp32 op (normalizations, softmax, pow) saves as its fp32
@@ -124,7 +125,7 @@ TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "optimizer_step",
 STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace")  # allocated once: no allocator reserve
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
     "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
-    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half")
+    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "dropout_mask_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
@@ -157,8 +158,9 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     (``softmax_elems`` and ``attention_elems``); ``softmax_elems``: Softmax outputs of the attention cores
     the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
     scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
-    ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits).
-    Under checkpointing the kept tensors are those of :func:`checkpointed`.
+    ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits);
+    ``dropout_mask_elems``: Dropout's masks (:func:`dropout_mask_elems`). Under checkpointing the kept tensors are
+    those of :func:`checkpointed`.
     """
     from gpupred.graph.canonical import shape_elements
     from gpupred.graph.loader import cached_graph
@@ -176,7 +178,8 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
-        output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
+        output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)),
+        dropout_mask_elems=dropout_mask_elems(cg, numel, job.checkpointing))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(cg, producer, numel, kept, (1.0, 2.0))
     return counts
 
@@ -237,6 +240,25 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
             elif i != core.last:
                 gone |= set(outs)  # whatever else the core's nodes write (a NaN guard's output): inside the kernel
     return gone, softmax
+
+
+def dropout_mask_elems(cg: Any, numel: dict[str, int], checkpointing: bool) -> float:
+    """Elements of the masks Dropout keeps for backward, one byte each (CUDA's ``native_dropout`` saves a bool mask
+    the size of its input): one per Dropout node of a training-mode export, which the canonical form drops
+    (``CanonicalGraph.dropout_inputs``; an exporter writes no node for p = 0, and attention dropout inside a fused
+    attention kernel keeps no mask). Under checkpointing, the masks made outside every checkpointed block, plus the
+    largest block's, which its backward recomputes."""
+    sizes = [(t, numel.get(t, 0)) for t in getattr(cg, "dropout_inputs", ())]
+    if not checkpointing:
+        return float(sum(n for _, n in sizes))
+    from gpupred.step.physics.blocks import checkpoint_blocks
+
+    block_of = {o: k for k, b in enumerate(checkpoint_blocks(cg)) for i in b.nodes for o in cg.nodes[i][3]}
+    inner: dict[int, int] = {}
+    for t, n in sizes:
+        if t in block_of:
+            inner[block_of[t]] = inner.get(block_of[t], 0) + n
+    return float(sum(n for t, n in sizes if t not in block_of) + max(inner.values(), default=0))
 
 
 def checkpointed(cg: Any, kept: set[str], numel: dict[str, int]) -> set[str]:
@@ -420,7 +442,7 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
         "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
-        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0),
+        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + _col(df, "dropout_mask_elems"),
         "loss": _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure)),
         "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (_col(df, "accumulation") <= 1),
