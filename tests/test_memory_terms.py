@@ -157,6 +157,21 @@ def test_dropout_masks_against_memtracker(configs: dict[str, Path]) -> None:
     assert extra == pytest.approx(4 * masks / 2**20, rel=0.02), (extra, masks)
 
 
+@pytest.mark.parametrize("workload,masks", [
+    ("vit.vit_b_16-bs8-img224-bf16-sgd", 0),  # torchvision's ViT: nn.Dropout(p=0.0) modules, exported as Dropout nodes
+    ("alexnet.alexnet-bs8-img224-fp32-sgd", 8 * (9216 + 4096)),  # its classifier's two Dropout(0.5)
+])
+def test_only_dropout_of_a_nonzero_ratio_keeps_a_mask(workload: str, masks: int) -> None:
+    """The committed store's graphs: a Dropout of ratio 0 is the identity in torch (no mask); AlexNet's two
+    Dropout(0.5) mask the 9,216 pooled features and the first 4,096-wide layer's output, per sample."""
+    from gpupred.graph.graphstore import graph_for
+    from gpupred.memory.physics import graph_terms
+    from gpupred.workloads.spec import WorkloadSpec
+
+    spec = WorkloadSpec.from_id(workload)
+    assert graph_terms(graph_for(spec), spec.batch_size)["dropout_mask_elems"] == masks
+
+
 @pytest.mark.slow
 def test_gpt2_terms_against_memtracker(configs: dict[str, Path]) -> None:
     """Tiny GPT-2 (dropout off; its tanh GELU written out as ops): the same comparison at 15%."""

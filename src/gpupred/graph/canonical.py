@@ -113,7 +113,7 @@ class CanonicalGraph:
     graph_inputs: list[str]
     dropped: Counter[str] = field(default_factory=Counter)  # what the reduction removed, by rule
     static_params: set[str] = field(default_factory=set)  # parameter keys read only by dropped static nodes
-    dropout_inputs: list[str] = field(default_factory=list)  # what each dropped Dropout masked (its input, resolved)
+    dropout_inputs: list[str] = field(default_factory=list)  # what each dropped Dropout of ratio > 0 masked (its input)
 
 
 def raw_graph(
@@ -213,7 +213,8 @@ class _Reducer:
         real = [n for n in ins if n]
         if op == "Dropout":
             reason = "dropout"
-            self.dropout_inputs.append(src)
+            if attrs.get("ratio") is None or attrs["ratio"] > 0:  # p = 0 is the identity: torch keeps no mask
+                self.dropout_inputs.append(src)
         elif op == "Identity" or (op in VARIADIC and len(real) == 1):
             reason = "identity"
         elif op == "Transpose" and list(attrs.get("perm") or ()) == list(range(len(attrs.get("perm") or (0, 0)))):

@@ -33,6 +33,7 @@ ATTR_OPS: frozenset[str] = frozenset({  # ops whose cost rule reads attributes
 FLOAT_TYPES: frozenset[int] = frozenset({
     TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE,
 })
+INT_TYPES: frozenset[int] = frozenset({TensorProto.INT64, TensorProto.INT32})
 
 
 def itemsize(elem_type: int) -> int:
@@ -224,20 +225,33 @@ def read_nodes(model: ModelProto, label: str | None = None, inits: dict[str, Ini
         if op == "Slice":
             attrs = {key: constant_ints(model, ins[k], constants) if len(ins) > k and ins[k] else None
                      for k, key in enumerate(SLICE_INPUTS, start=1)}
+        elif op == "Dropout":
+            attrs = {"ratio": dropout_ratio(model, node, constants)}
         entry = table.get(op) if domain in ("", "ai.onnx", "com.microsoft") else None
         out.append((op, domain, ins, outs, node.name, attrs, entry))
     return out
 
 
-def constant_ints(model: ModelProto, name: str, constants: dict[str, Any]) -> tuple[int, ...] | None:
-    """The values of a small integer constant (an initializer or a Constant node's output), else None."""
+def dropout_ratio(model: ModelProto, node: Any, constants: dict[str, Any]) -> float | None:
+    """A Dropout node's ratio: its ``ratio`` input's constant value (opset 12 on; ONNX's default 0.5 where the input
+    is absent), or its attribute (before opset 12); None when it is computed, not a constant."""
+    attr = next((a.f for a in node.attribute if a.name == "ratio"), None)
+    if attr is not None:
+        return float(attr)
+    if len(node.input) < 2 or not node.input[1]:
+        return 0.5
+    values = constant_values(model, node.input[1], constants, FLOAT_TYPES)
+    return float(values[0]) if values else None
+
+
+def constant_values(model: ModelProto, name: str, constants: dict[str, Any],
+                    types: frozenset[int]) -> tuple[float, ...] | None:
+    """The first 64 values of a small constant of one of ``types`` (an initializer or a Constant node's ``value``),
+    else None."""
     tensor = None
     if name in constants:
         tensor = next((a.t for a in constants[name].attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
                       None)
-        ints = next((a.ints for a in constants[name].attribute if a.name == "value_ints"), None)
-        if ints is not None:
-            return tuple(int(v) for v in ints)
     else:
         if "" not in constants:  # the initializers by name, indexed once per graph on first use; batch-affine ones
             # hold a placeholder (their value at batch 1) until featurize writes the batch's: never read here
@@ -245,9 +259,19 @@ def constant_ints(model: ModelProto, name: str, constants: dict[str, Any]) -> tu
             affine = set(json.loads(meta[AFFINE_KEY])) if meta.get(AFFINE_KEY) else set()
             constants[""] = {t.name: t for t in model.graph.initializer if t.name not in affine}
         tensor = constants[""].get(name)
-    if tensor is None or tensor.data_type not in (TensorProto.INT64, TensorProto.INT32) or tensor.data_location:
+    if tensor is None or tensor.data_type not in types or tensor.data_location:
         return None
-    return tuple(int(v) for v in numpy_helper.to_array(tensor).reshape(-1)[:64])
+    return tuple(numpy_helper.to_array(tensor).reshape(-1)[:64].tolist())
+
+
+def constant_ints(model: ModelProto, name: str, constants: dict[str, Any]) -> tuple[int, ...] | None:
+    """The values of a small integer constant (an initializer or a Constant node's output), else None."""
+    if name in constants:
+        ints = next((a.ints for a in constants[name].attribute if a.name == "value_ints"), None)
+        if ints is not None:
+            return tuple(int(v) for v in ints)
+    values = constant_values(model, name, constants, INT_TYPES)
+    return None if values is None else tuple(int(v) for v in values)
 
 
 class PlainGraph:

@@ -34,7 +34,8 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
   subset of the same size or less;
 - activations saved for backward = each tensor autograd keeps, once, at the dtype torch saves it in (``graph_terms``;
-  Dropout's bool masks, one byte per element of its input, :func:`dropout_mask_elems`;
+  Dropout's bool masks, one byte per element of its input, but none for dropout inside a fused attention kernel,
+  :func:`dropout_masks`;
   without graph terms, the feature row's ``activation_bytes``); under autocast by torch's CUDA op lists
   (:mod:`gpupred.graph.canonical`): an fp32 tensor that only 16-bit ops (matmuls, convolutions) save is kept as
   their 16-bit copies alone, one per op, a 16-bit tensor an fp32 op (normalizations, softmax, pow) saves as its fp32
@@ -125,7 +126,8 @@ TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "optimizer_step",
 STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace")  # allocated once: no allocator reserve
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
     "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
-    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "dropout_mask_elems")
+    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "dropout_mask_elems",
+    "fused_mask_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
@@ -159,8 +161,9 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
     scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
     ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits);
-    ``dropout_mask_elems``: Dropout's masks (:func:`dropout_mask_elems`). Under checkpointing the kept tensors are
-    those of :func:`checkpointed`.
+    ``dropout_mask_elems``: Dropout's masks (:func:`dropout_masks`), ``fused_mask_elems`` those of them inside the
+    attention cores the setup fuses (dropout on the probabilities, which a fused kernel draws and keeps no mask of).
+    Under checkpointing the kept tensors are those of :func:`checkpointed`.
     """
     from gpupred.graph.canonical import shape_elements
     from gpupred.graph.loader import cached_graph
@@ -178,8 +181,10 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
-        output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)),
-        dropout_mask_elems=dropout_mask_elems(cg, numel, job.checkpointing))
+        output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
+    masks = dropout_masks(cg, numel, job.checkpointing)  # a fused attention kernel keeps no mask of its own dropout
+    counts.update(dropout_mask_elems=float(sum(masks.values())),
+                  fused_mask_elems=float(sum(n for t, n in masks.items() if t in attention | softmax)))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(cg, producer, numel, kept, (1.0, 2.0))
     return counts
 
@@ -242,23 +247,26 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
     return gone, softmax
 
 
-def dropout_mask_elems(cg: Any, numel: dict[str, int], checkpointing: bool) -> float:
-    """Elements of the masks Dropout keeps for backward, one byte each (CUDA's ``native_dropout`` saves a bool mask
-    the size of its input): one per Dropout node of a training-mode export, which the canonical form drops
-    (``CanonicalGraph.dropout_inputs``; an exporter writes no node for p = 0, and attention dropout inside a fused
-    attention kernel keeps no mask). Under checkpointing, the masks made outside every checkpointed block, plus the
-    largest block's, which its backward recomputes."""
-    sizes = [(t, numel.get(t, 0)) for t in getattr(cg, "dropout_inputs", ())]
+def dropout_masks(cg: Any, numel: dict[str, int], checkpointing: bool) -> dict[str, int]:
+    """The masks Dropout keeps for backward, by the tensor each masked (elements; one byte each, as CUDA's
+    ``native_dropout`` saves a bool mask the size of its input): one per Dropout node of a training-mode export, which
+    the canonical form drops (``CanonicalGraph.dropout_inputs``; an exporter writes no node for p = 0). Under
+    checkpointing, the masks made outside every checkpointed block, plus the largest block's, which its backward
+    recomputes."""
+    sizes: dict[str, int] = {}
+    for t in getattr(cg, "dropout_inputs", ()):
+        sizes[t] = sizes.get(t, 0) + numel.get(t, 0)
     if not checkpointing:
-        return float(sum(n for _, n in sizes))
+        return sizes
     from gpupred.step.physics.blocks import checkpoint_blocks
 
     block_of = {o: k for k, b in enumerate(checkpoint_blocks(cg)) for i in b.nodes for o in cg.nodes[i][3]}
-    inner: dict[int, int] = {}
-    for t, n in sizes:
+    inner: dict[int, dict[str, int]] = {}
+    for t, n in sizes.items():
         if t in block_of:
-            inner[block_of[t]] = inner.get(block_of[t], 0) + n
-    return float(sum(n for t, n in sizes if t not in block_of) + max(inner.values(), default=0))
+            inner.setdefault(block_of[t], {})[t] = n
+    largest = max(inner.values(), key=lambda masks: sum(masks.values()), default={})
+    return {**{t: n for t, n in sizes.items() if t not in block_of}, **largest}
 
 
 def checkpointed(cg: Any, kept: set[str], numel: dict[str, int]) -> set[str]:
@@ -442,7 +450,7 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
         "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
-        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + _col(df, "dropout_mask_elems"),
+        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa),
         "loss": _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure)),
         "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (_col(df, "accumulation") <= 1),
@@ -513,6 +521,12 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
     scores = np.where(half, 2.0 * _col(df, "fused_half_elems") + 4.0 * _col(df, "fused_fp32_elems"), scores)
     act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * _col(df, "index_elems")  # MaxPool's int64 argmax
     return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
+
+
+def dropout_mask_bytes(df: pd.DataFrame, sdpa: np.ndarray) -> np.ndarray:
+    """Bytes of Dropout's masks (one a element): all of them, less those inside fused attention cores where the
+    source's torch fuses attention (as :func:`activation_bytes` takes their scores out)."""
+    return _col(df, "dropout_mask_elems") - np.where(sdpa, _col(df, "fused_mask_elems"), 0.0)
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
