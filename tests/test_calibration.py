@@ -1,8 +1,8 @@
 """`gpupred calibrate` on the CPU: the benchmarks' loop, the FakeBackend's replay, the derivation, the file's checks.
 
 Every recording here is a FIXTURE (tests/fixtures_calibration.py: timings made up from a hand-written roofline with
-known constants; no GPU ran them). The replay of a GPU-recorded file (data/calibrations/) is skipped until a lent GPU
-has recorded one.
+known constants; no GPU ran them), except the replay of each GPU-recorded file (data/calibrations/: an H200's and an
+H100's, recorded on lent GPUs on 2026-11-27), which must re-derive the constants it holds.
 """
 
 from __future__ import annotations
