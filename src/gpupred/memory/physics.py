@@ -249,8 +249,9 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
 
 def dropout_masks(cg: Any, numel: dict[str, int], checkpointing: bool) -> dict[str, int]:
     """The masks Dropout keeps for backward, by the tensor each masked (elements; one byte each, as CUDA's
-    ``native_dropout`` saves a bool mask the size of its input): one per Dropout node of a training-mode export, which
-    the canonical form drops (``CanonicalGraph.dropout_inputs``; an exporter writes no node for p = 0). Under
+    ``native_dropout`` saves a bool mask the size of its input): one per Dropout node of nonzero ratio in a
+    training-mode export, which the canonical form drops (``CanonicalGraph.dropout_inputs``; torch runs p = 0 as the
+    identity). Under
     checkpointing, the masks made outside every checkpointed block, plus the largest block's, which its backward
     recomputes."""
     sizes: dict[str, int] = {}
@@ -524,7 +525,7 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
 
 
 def dropout_mask_bytes(df: pd.DataFrame, sdpa: np.ndarray) -> np.ndarray:
-    """Bytes of Dropout's masks (one a element): all of them, less those inside fused attention cores where the
+    """Bytes of Dropout's masks (one an element): all of them, less those inside fused attention cores where the
     source's torch fuses attention (as :func:`activation_bytes` takes their scores out)."""
     return _col(df, "dropout_mask_elems") - np.where(sdpa, _col(df, "fused_mask_elems"), 0.0)
 
