@@ -34,7 +34,8 @@ def test_unknown_names_are_refused_with_the_closest_without_importing_torch() ->
             "for source, name in (('timm', 'resnet5O'), ('hf', 'bertt')):\n"
             "    try:\n        check_name(NamedModel(source, name))\n    except Exception as err:\n        print(err)\n"
             "check_name(NamedModel('timm', 'resnet50.a1_in1k')); check_name(NamedModel('hf', 'llama'))\n"
-            "check_name(NamedModel('hf', 'meta-llama/Llama-3.2-1B'))\n"
+            "check_name(NamedModel('hf', 'meta-llama/Llama-3.2-1B')); check_name(NamedModel('hf', 'bert-base-uncased'))\n"
+            "check_name(NamedModel('hf', 'gpt2-large'))\n"
             "print(sorted(m for m in ('torch', 'timm', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith("--timm resnet5O: timm ") and "has no such model (closest: resnet50" in out[0]

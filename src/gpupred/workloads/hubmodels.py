@@ -205,10 +205,19 @@ def check_name(named: NamedModel) -> None:
                                f"{_closest(base, names)}; `timm.list_models()` lists them")
         return
     types = hf_model_types()
-    if _local_config(named.name) is not None or "/" in named.name or not types or named.name in types:
+    if _local_config(named.name) is not None or looks_like_hub_id(named.name) or not types or named.name in types:
         return
     raise GpupredError(f"--hf {named.name}: not a transformers model type{_closest(named.name, types)}, not a "
-                       "config.json here, and not a hub id (owner/name)")
+                       "config.json here, and not a hub id (owner/name, or a legacy one such as bert-base-uncased)")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """Whether a name is shaped like a Hugging Face hub id: ``owner/name``, or a legacy id without an owner, which
+    the hub still serves (``bert-base-uncased``, ``gpt2-large``: a model type with a size or variant after a
+    hyphen). A single word that is no model type (``bertt``) is a typo, refused without asking the hub."""
+    if "/" in name:
+        return True
+    return re.fullmatch(r"[A-Za-z0-9][\w.]*(-[\w.]+)+", name) is not None
 
 
 # ---------------------------------------------------------------- building (torch, timm, transformers)
