@@ -175,14 +175,15 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
     attention, softmax = _attention_tensors(cg, producer, job.attention)
     kept = _kept_tensors(cg, producer)
-    if job.checkpointing:
-        kept = checkpointed(cg, kept, numel)
+    blocks = checkpoint_blocks_of(cg) if job.checkpointing else None
+    if blocks is not None:
+        kept = checkpointed(cg, kept, numel, blocks)
     counts = _activation_counts(cg, producer, numel, kept, attention | softmax)
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
         output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
-    masks = dropout_masks(cg, numel, job.checkpointing)  # a fused attention kernel keeps no mask of its own dropout
+    masks = dropout_masks(cg, numel, None if blocks is None else blocks[1])  # a fused attention kernel keeps no mask
     counts.update(dropout_mask_elems=float(sum(masks.values())),
                   fused_mask_elems=float(sum(n for t, n in masks.items() if t in attention | softmax)))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(cg, producer, numel, kept, (1.0, 2.0))
@@ -247,21 +248,26 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
     return gone, softmax
 
 
-def dropout_masks(cg: Any, numel: dict[str, int], checkpointing: bool) -> dict[str, int]:
+def checkpoint_blocks_of(cg: Any) -> tuple[list[Any], dict[str, int]]:
+    """The checkpointed blocks (:func:`gpupred.step.physics.blocks.checkpoint_blocks`) and, for each output of their
+    nodes, the block it belongs to."""
+    from gpupred.step.physics.blocks import checkpoint_blocks
+
+    blocks = checkpoint_blocks(cg)
+    return blocks, {o: k for k, b in enumerate(blocks) for i in b.nodes for o in cg.nodes[i][3]}
+
+
+def dropout_masks(cg: Any, numel: dict[str, int], block_of: dict[str, int] | None) -> dict[str, int]:
     """The masks Dropout keeps for backward, by the tensor each masked (elements; one byte each, as CUDA's
     ``native_dropout`` saves a bool mask the size of its input): one per Dropout node of nonzero ratio in a
     training-mode export, which the canonical form drops (``CanonicalGraph.dropout_inputs``; torch runs p = 0 as the
-    identity). Under
-    checkpointing, the masks made outside every checkpointed block, plus the largest block's, which its backward
-    recomputes."""
+    identity). Under checkpointing (``block_of``: :func:`checkpoint_blocks_of`'s map; None without), the masks made
+    outside every checkpointed block, plus the largest block's, which its backward recomputes."""
     sizes: dict[str, int] = {}
     for t in getattr(cg, "dropout_inputs", ()):
         sizes[t] = sizes.get(t, 0) + numel.get(t, 0)
-    if not checkpointing:
+    if block_of is None:
         return sizes
-    from gpupred.step.physics.blocks import checkpoint_blocks
-
-    block_of = {o: k for k, b in enumerate(checkpoint_blocks(cg)) for i in b.nodes for o in cg.nodes[i][3]}
     inner: dict[int, dict[str, int]] = {}
     for t, n in sizes.items():
         if t in block_of:
@@ -270,14 +276,13 @@ def dropout_masks(cg: Any, numel: dict[str, int], checkpointing: bool) -> dict[s
     return {**{t: n for t, n in sizes.items() if t not in block_of}, **largest}
 
 
-def checkpointed(cg: Any, kept: set[str], numel: dict[str, int]) -> set[str]:
+def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
+                 blocks: tuple[list[Any], dict[str, int]] | None = None) -> set[str]:
     """What autograd keeps under activation checkpointing: the kept tensors made outside every checkpointed block
     (:func:`gpupred.step.physics.blocks.checkpoint_blocks`), each block's inputs and outputs read after it, and the kept
-    tensors of the largest block, which its backward recomputes (the peak: one block at a time); graph outputs stay."""
-    from gpupred.step.physics.blocks import checkpoint_blocks
-
-    blocks = checkpoint_blocks(cg)
-    block_of = {o: k for k, b in enumerate(blocks) for i in b.nodes for o in cg.nodes[i][3]}
+    tensors of the largest block, which its backward recomputes (the peak: one block at a time); graph outputs stay.
+    ``blocks``: :func:`checkpoint_blocks_of` of ``cg``, where the caller has it."""
+    blocks, block_of = checkpoint_blocks_of(cg) if blocks is None else blocks
     node_block = {i: k for k, b in enumerate(blocks) for i in b.nodes}
     read = {t for node in cg.nodes for t in node[2]}
     outside = {t for i, node in enumerate(cg.nodes) for t in node[2] if t in block_of and node_block.get(i) != block_of[t]}
