@@ -29,6 +29,10 @@ from fixtures_cli import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Every test here takes seconds; several fork DataLoader workers. A hang fails its test in 3 minutes with every
+# thread's stack (pytest-timeout), not the whole run: the suite goes on.
+pytestmark = pytest.mark.timeout(180)
+
 
 _cli = run_cli  # gpupred in this process: exit code, stdout, stderr
 
@@ -356,3 +360,36 @@ def test_calibrate_records_the_gpu_hosts_single_core_score(tmp_path: Path) -> No
     assert live.single_core_score is not None and live.single_core_score > 0
     replayed = read_calibration(calibrate(tmp_path / "replay.json", 1.0, FakeBackend(rec, "FIXTURE"), progress=False))
     assert replayed.single_core_score is None  # an old recording's host, kept as recorded
+
+
+# -- the main-process watchdog and an outer interval timer (pytest-timeout's, a batch job's)
+
+def test_the_watchdog_fires_and_keeps_an_outer_timer_armed() -> None:
+    import signal
+    import time
+
+    from gpupred.loader.measure import LoaderTimeout, watchdog
+
+    calls: list[float] = []
+    saved = signal.getitimer(signal.ITIMER_REAL)[0], time.monotonic()  # pytest-timeout's own, given back at the end
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: calls.append(time.monotonic()))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)  # an outer deadline far away: kept through the watchdog
+        with watchdog(5.0):
+            pass
+        assert 29.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30.0 and not calls
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # an outer deadline first: its handler runs, then ours fires
+        start = time.monotonic()
+        with pytest.raises(LoaderTimeout):
+            with watchdog(0.3):
+                time.sleep(2.0)
+        assert len(calls) == 1 and calls[0] - start < 0.3 <= time.monotonic() - start < 1.5
+        with pytest.raises(LoaderTimeout):  # no outer timer: ours alone, and nothing left armed after
+            with watchdog(0.05):
+                time.sleep(2.0)
+        assert signal.getitimer(signal.ITIMER_REAL)[0] == 0.0 and len(calls) == 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if saved[0]:
+            signal.setitimer(signal.ITIMER_REAL, max(saved[0] - (time.monotonic() - saved[1]), 1e-3))

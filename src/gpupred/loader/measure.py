@@ -125,25 +125,50 @@ def batch_shape(batch: Any, shown: str) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def watchdog(seconds: float) -> Iterator[None]:
-    """Raise :class:`LoaderTimeout` in the main thread after ``seconds`` (a no-op outside the main thread)."""
+    """Raise :class:`LoaderTimeout` in the main thread after ``seconds`` (a no-op outside the main thread).
+
+    An interval timer armed by the caller (pytest-timeout's, a batch job's) keeps its deadline: the earlier of the two
+    is armed, an outer deadline reached first goes to the outer handler, and what is left of it is re-armed after.
+    """
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
+    start = time.monotonic()
+    outer_handler = signal.getsignal(signal.SIGALRM)
+    outer = {"left": signal.getitimer(signal.ITIMER_REAL)[0]}
 
     def fire(signum: int, frame: Any) -> None:
+        elapsed = time.monotonic() - start
+        if outer["left"] and elapsed < seconds:  # the outer deadline came first: its handler, then ours re-armed
+            outer["left"] = 0.0
+            if callable(outer_handler):
+                outer_handler(signum, frame)
+            signal.setitimer(signal.ITIMER_REAL, max(seconds - elapsed, 1e-3))
+            return
         raise LoaderTimeout()
 
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer["left"]) if outer["left"] else seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, outer_handler)
+        if outer["left"]:
+            signal.setitimer(signal.ITIMER_REAL, max(outer["left"] - (time.monotonic() - start), 1e-3))
 
 
 def close_iterator(it: Any) -> None:
-    """End a DataLoader iterator's worker processes now (terminated, then joined), whatever state they are in."""
+    """End a DataLoader iterator's worker processes now (terminated, then joined), whatever state they are in.
+
+    Their pids leave torch's SIGCHLD watch first: a worker ended here is no failure, and torch's handler would
+    otherwise raise "killed by signal" into the main thread at whatever line it is on, the shutdown included.
+    """
+    if getattr(it, "_worker_pids_set", False):
+        from torch.utils.data._utils import signal_handling
+
+        signal_handling._remove_worker_pids(id(it))
+        it._worker_pids_set = False
     for proc in list(getattr(it, "_workers", []) or []):
         if proc.is_alive():
             proc.terminate()
