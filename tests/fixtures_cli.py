@@ -1,8 +1,28 @@
-"""The ``gpupred`` command run in the test's own process, for tests that read what it prints."""
+"""The ``gpupred`` command run in the test's own process, for tests that read what it prints; and in a fresh
+interpreter, for what forks DataLoader workers."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+CHILDREN_MARK = "__gpupred_children_alive__="
+
+FRESH_CLI = f"""
+import multiprocessing, sys
+from gpupred.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as stop:
+    code = int(stop.code or 0)
+print("\\n{CHILDREN_MARK}" + str(len(multiprocessing.active_children())))
+sys.exit(code)
+"""
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -16,3 +36,31 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         code = int(stop.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def run_python_fresh(code: str, argv: list[str] | None = None, cwd: Path | None = None,
+                     env: dict[str, str] | None = None, timeout: float = 150.0) -> tuple[int, str, str]:
+    """Run ``code`` in a fresh interpreter (this one's ``sys.executable``): exit code, stdout, stderr.
+
+    For what forks DataLoader workers: a test process carries the threads of every test before it (pyarrow's
+    jemalloc, a notebook client's event loop, tqdm's monitor), and a fork taken while one of them holds a lock can
+    hang in C, where no signal reaches it. A fresh interpreter forks with none of them; ``timeout`` ends a hang as a
+    failure of its test.
+    """
+    full_env = {**os.environ, **(env or {})}
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *(argv or [])], capture_output=True, text=True, cwd=cwd,
+                              env=full_env, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"a fresh interpreter ran past {timeout:g} s (a hang?); stderr: {(err.stderr or '')[-2000:]}")
+    return done.returncode, done.stdout, done.stderr
+
+
+def run_cli_fresh(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+                  timeout: float = 150.0) -> tuple[int, str, str, int]:
+    """Run ``gpupred`` with ``argv`` in a fresh interpreter (:func:`run_python_fresh`): exit code, stdout, stderr
+    and how many of its child processes were still alive when the command returned."""
+    code, out, err = run_python_fresh(FRESH_CLI, argv, cwd=cwd, env=env, timeout=timeout)
+    out, mark, alive = out.rpartition("\n" + CHILDREN_MARK)
+    assert mark, f"the command did not return (exit {code}): {err[-2000:]}"
+    return code, out, err, int(alive.strip())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -23,14 +22,15 @@ import pytest
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.loader import synth
-from gpupred.loader.hostprofile import (SCHEMA_NAME, SCHEMA_VERSION, HostProfile, loglog, read_host_profile, seal,
+from gpupred.loader.hostprofile import (SCHEMA_NAME, SCHEMA_VERSION, loglog, read_host_profile, seal,
                                         write_host_profile)
-from fixtures_cli import run_cli
+from fixtures_cli import run_cli, run_cli_fresh, run_python_fresh
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Every test here takes seconds; several fork DataLoader workers. A hang fails its test in 3 minutes with every
-# thread's stack (pytest-timeout), not the whole run: the suite goes on.
+# Every test here takes seconds. Those that fork DataLoader workers do it in a fresh interpreter (run_cli_fresh,
+# run_python_fresh), never in this process with every earlier test's threads; a hang fails its test in 3 minutes
+# with every thread's stack (pytest-timeout), not the whole run.
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -74,12 +74,14 @@ def test_make_loader_yields_each_kinds_batch(tmp_path: Path, kind: str, write: d
 
 
 def test_make_loader_with_workers_and_torch_defaults(tmp_path: Path) -> None:
-    from gpupred.loader.standard import make_loader
-
     root = synth.write_arrays(tmp_path / "arr", 8, shape=(10, 3))
-    loader = make_loader("array-files", root, batch_size=4, num_workers=1)
-    assert loader.prefetch_factor == 2 and len([b for b in loader]) == 2
-    assert not multiprocessing.active_children()
+    code, out, err = run_python_fresh(textwrap.dedent("""
+        import multiprocessing, sys
+        from gpupred.loader.standard import make_loader
+        loader = make_loader("array-files", sys.argv[1], batch_size=4, num_workers=1)
+        print(loader.prefetch_factor, len([b for b in loader]), len(multiprocessing.active_children()))
+    """), [str(root)])
+    assert code == 0 and out.split() == ["2", "2", "0"], err[-2000:]
 
 
 def test_audio_features_are_whisper_feature_extractors(tmp_path: Path) -> None:
@@ -269,27 +271,31 @@ def factories(tmp_path: Path) -> Path:
 
 
 def test_measure_loader_times_each_worker_count(tmp_path: Path) -> None:
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    import gpupred
-
-    loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.arange(40)), batch_size=4)
-    prof = gpupred.measure_loader(loader, batches=3, workers=(0, 1), out=tmp_path / "m.json")
-    assert isinstance(prof, HostProfile) and prof.path == tmp_path / "m.json"
+    code, out, err = run_python_fresh(textwrap.dedent("""
+        import multiprocessing, sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        import gpupred
+        from gpupred.loader.hostprofile import HostProfile
+        loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.arange(40)), batch_size=4)
+        prof = gpupred.measure_loader(loader, batches=3, workers=(0, 1), out=sys.argv[1])
+        print(isinstance(prof, HostProfile), prof.path == __import__("pathlib").Path(sys.argv[1]),
+              len(multiprocessing.active_children()))
+    """), [str(tmp_path / "m.json")])
+    assert code == 0 and out.split() == ["True", "True", "0"], err[-2000:]
+    prof = read_host_profile(tmp_path / "m.json")
     m = prof.measured
     assert set(m["workers"]) == {"0", "1"} and m["batch_size"] == 4 and m["batch_bytes"] == 4 * 8 * 4 + 4 * 8
     for entry in m["workers"].values():
         assert entry["batches"] == 3 and entry["per_sample_s"] == pytest.approx(entry["per_batch_s"] / 4)
     assert prof.per_sample_s("measured") == m["workers"]["0"]["per_sample_s"] and prof.data["source"] == "measure"
-    assert read_host_profile(tmp_path / "m.json").data == prof.data and not multiprocessing.active_children()
 
 
-def test_measure_cli_writes_the_profile(factories: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_measure_cli_writes_the_profile(factories: Path, tmp_path: Path) -> None:
     out = tmp_path / "good.json"
-    code, text, err = _cli(["loader", "measure", f"{factories}:good", "--batches", "2", "--workers", "0,2",
-                            "--out", str(out)], capsys)
-    assert code == 0, err
+    code, text, err, alive = run_cli_fresh(["loader", "measure", f"{factories}:good", "--batches", "2",
+                                            "--workers", "0,2", "--out", str(out)])
+    assert code == 0 and alive == 0, err
     assert f"wrote {out}" in text and "at 2 workers" in text and "loader measure took" in text
     assert set(read_host_profile(out).measured["workers"]) == {"0", "2"}
 
@@ -312,24 +318,22 @@ BAD = [
 @pytest.mark.parametrize("target,message", BAD, ids=[b[0].split()[0].replace("{f}", "f") + str(i)
                                                      for i, b in enumerate(BAD)])
 def test_bad_loaders_are_one_line_exit_2_and_leave_nothing_behind(
-        factories: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        target: str, message: str) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(config.HOST_PROFILE_DIR_ENV, str(tmp_path / "hosts"))
+        factories: Path, tmp_path: Path, target: str, message: str) -> None:
     before = set(tmp_path.iterdir())
     args = target.replace("{f}", str(factories)).split()
-    code, out, err = _cli(["loader", "measure", *args, "--batches", "2", "--timeout", "1"], capsys)
+    code, out, err, alive = run_cli_fresh(["loader", "measure", *args, "--batches", "2", "--timeout", "1"],
+                                          cwd=tmp_path, env={config.HOST_PROFILE_DIR_ENV: str(tmp_path / "hosts")})
     assert code == 2 and err.count("\n") == 1 and message in err, err
-    assert not multiprocessing.active_children()
+    assert alive == 0
     assert set(tmp_path.iterdir()) - before <= {tmp_path / "__pycache__"}  # no profile, no temporary file
 
 
 # -- the bench and the calibration's score
 
-def test_bench_writes_a_profile_with_every_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_writes_a_profile_with_every_kind(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    code, text, err = _cli(["loader", "bench", "--seconds", "0.3", "--out", str(out)], capsys)
-    assert code == 0, err
+    code, text, err, alive = run_cli_fresh(["loader", "bench", "--seconds", "0.3", "--out", str(out)])  # forks (IPC)
+    assert code == 0 and alive == 0, err
     prof = read_host_profile(out)
     assert set(prof.data["kinds"]) == {"host-tensors", "image-files", "text-tokens", "audio-logmel", "array-files"}
     assert prof.variants("image-files") == ["jpeg-v1", "jpeg-v2", "png-v1", "png-v2"]
@@ -340,7 +344,7 @@ def test_bench_writes_a_profile_with_every_kind(tmp_path: Path, capsys: pytest.C
     assert prof.ipc_per_batch_s is not None and prof.ipc_per_byte_s is not None
     assert text.startswith(f"wrote {out}") and "loader bench took" in text and "ipc:" in text
     leftovers = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("gpupred-loader-bench-*")]
-    assert leftovers == [] and not multiprocessing.active_children()
+    assert leftovers == []
 
 
 def test_calibrate_records_the_gpu_hosts_single_core_score(tmp_path: Path) -> None:
