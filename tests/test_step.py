@@ -215,6 +215,41 @@ def test_extrapolation_width_comes_from_held_out_training_keys_only() -> None:
     assert np.isnan(extrapolation_width(pdata, table, h100[:HELDOUT_MIN_ROWS - 1], y, False, 0.1))
 
 
+def test_a_gpu_of_an_unfitted_architecture_gets_the_architecture_width() -> None:
+    """FIXTURE: held out at the architecture level, a key borrows its protocol's host constants and none of its kin's
+    device constants (the published defaults), as a GPU of an unfitted architecture is predicted; rows are told apart
+    as a new GPU of a fitted architecture, of an unfitted one, and of an unfitted protocol, and each gets its width."""
+    from dataclasses import replace
+
+    from gpupred.step.physics.constants import DEFAULT, DEVICE_CONSTANTS, HOST_CONSTANTS, ConstantsTable, geometric_means
+    from gpupred.step.physics.fit import predict_rows
+    from gpupred.step.rowphysics import ExtrapolationWidths, heldout_errors, rows_unfitted
+
+    df, pdata = _three_gpu_rows()
+    table, _, _ = fitted_physics(pdata, np.arange(len(df)))
+    y = df["gpu_util"].to_numpy(float)
+    a100 = np.flatnonzero(df["gpu"].to_numpy() == gpu_spec("NVIDIA A100-SXM4-80GB").name)
+    key = pdata.keys[a100[0]]
+    others = [c for k, c in table.fitted.items() if k != key]
+    unkin = replace(DEFAULT, **geometric_means(others, HOST_CONSTANTS))
+    util, _ = predict_rows(pdata.rows, unkin, a100)
+    arch = heldout_errors(pdata, table, a100, y, False, "architecture")[key]
+    assert np.allclose(arch, np.log1p(y[a100]) - np.log1p(util))
+    kin = heldout_errors(pdata, table, a100, y, False, "key")[key]  # the RTX 3090's device constants: another answer
+    assert not np.allclose(kin, arch)
+    assert all(getattr(ConstantsTable(dict(table.fitted)).borrowed("L4", key[1], kin=False), n) == getattr(DEFAULT, n)
+               for n in DEVICE_CONSTANTS)
+
+    h100_3090 = ConstantsTable({k: c for k, c in table.fitted.items() if k != key})
+    keys = [key, ("L4", key[1]), ("L4", "FIXTURE-other"), pdata.keys[0]]
+    unfitted, new_arch, new_protocol = rows_unfitted(keys, h100_3090)
+    assert unfitted.tolist() == [True, True, True, False]  # an A100 beside a fitted RTX 3090 is no new architecture
+    assert new_arch.tolist() == [False, True, True, False] and new_protocol.tolist() == [False, False, True, False]
+    widths = ExtrapolationWidths(key=0.1, protocol=0.9, fallback=0.5, architecture=0.4)
+    assert widths.for_rows(new_protocol, new_arch).tolist() == [0.1, 0.4, 0.9, 0.1]
+    assert ExtrapolationWidths(0.1, 0.9, 0.5).for_rows(new_protocol, new_arch).tolist() == [0.1, 0.5, 0.9, 0.1]
+
+
 def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> None:
     """Each weighting is scored on the same splits, and the constants of a split are fitted once for all of them."""
     from gpupred.learn.summary import weighting_metrics

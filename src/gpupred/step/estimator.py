@@ -134,7 +134,7 @@ class StepEstimator(Estimator):
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
         util, step = row_physics(pdata, self.constants_) if constants is None else _physics_under(pdata, constants)
-        unfitted, new_protocol = rows_unfitted(pdata.keys, self.constants_)
+        unfitted, new_arch, new_protocol = rows_unfitted(pdata.keys, self.constants_)
         bound = loader_bound(pdata)
         out: dict[str, np.ndarray] = {}  # columns gathered first: inserting them one by one costs ~0.3 ms each
         matrix, strata = correction_matrix(X, self.features_, util, step), _sources(X)  # every target's inputs
@@ -143,7 +143,8 @@ class StepEstimator(Estimator):
             base = step if is_step else util
             pt, lo, hi = self._corrected(matrix, strata, target, base)
             if target in self.corrections_:
-                width = self.widths_[target].for_rows(new_protocol) if not widths or target not in widths else widths[target]
+                width = (self.widths_[target].for_rows(new_protocol, new_arch) if not widths or target not in widths
+                         else widths[target])
                 lo, hi = widen(pt, lo, hi, width, unfitted, log1p=not is_step)
                 lo, hi = widen(pt, lo, hi, self.loader_widths_[target][0], bound, log1p=not is_step)
             if not is_step:
@@ -188,11 +189,15 @@ class StepEstimator(Estimator):
                                                 "unmeasured (fewer than MIN_LOADER_ROWS loader-bound training rows): "
                                                 "a factor of 2 either way"}
                                    for t, (w, n) in self.loader_widths_.items()},
-            "extrapolated_width": {t: {"key": w.key, "protocol": w.protocol, "fallback": w.fallback,
+            "extrapolated_width": {t: {"key": w.key, "architecture": w.architecture, "protocol": w.protocol,
+                                       "fallback": w.fallback,
                                        "scale": "log" if PHYSICS_TARGETS[t] == "step" else "log1p",
                                        "basis": "conformal quantile of physics' log error on each fitted (GPU kind, "
-                                                "protocol) held out in turn, predicted as an unfitted one borrows, "
-                                                "each key weighing the same"}
+                                                "protocol) held out in turn, predicted as an unfitted one borrows "
+                                                "(key: a new GPU of a fitted architecture; architecture: one whose "
+                                                "architecture no fit of its protocol shares, device constants the "
+                                                "published defaults; protocol: a protocol never fitted), each key "
+                                                "weighing the same"}
                                    for t, w in self.widths_.items()},
         }
 

@@ -28,6 +28,7 @@ from gpupred.step.physics.timeline import LoaderTimes
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
 HELDOUT_MAX_ROWS = 200  # and reads at most this many of them (evenly spaced): 3,000 rows of one key cost a minute
+HOLDOUT_LEVELS: tuple[str, ...] = ("key", "architecture", "protocol")  # how an unseen key is predicted: heldout_errors
 
 
 def protocol_of(sampler: str) -> str:
@@ -202,14 +203,17 @@ def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, 
     """Per fitted (GPU kind, protocol) key with at least ``HELDOUT_MIN_ROWS`` labelled ``rows``, the log errors
     (log1p for utilization, log for step time) of physics alone on those rows, predicted as an unseen key is: with
     that key's fit (``level="key"``) or every fit of its protocol (``level="protocol"``) removed from ``table``, the
-    rest borrowed by :meth:`ConstantsTable.get`.
+    rest borrowed by :meth:`ConstantsTable.get`; or as a GPU of an architecture without fits (``level=
+    "architecture"``): that key's fit removed and nothing borrowed from its architecture's other fits
+    (:meth:`ConstantsTable.borrowed` with ``kin=False``: the host constants of its protocol's other fits, the device
+    constants the published defaults).
 
     ``table`` must be fitted on rows that include ``rows`` (:func:`gpupred.step.physics.fit.fit_table` fits each key on
     its own rows only, so dropping a key's fit is refitting the constants on the other keys' rows); nothing outside
     ``rows`` is read.
     """
-    if level not in ("key", "protocol"):
-        raise GpupredError(f"unknown hold-out level {level!r}; known: key, protocol")
+    if level not in HOLDOUT_LEVELS:
+        raise GpupredError(f"unknown hold-out level {level!r}; known: {', '.join(HOLDOUT_LEVELS)}")
     rows = rows[np.isfinite(y[rows])]
     keys = [pdata.keys[i] for i in rows]
     errors = {}
@@ -226,13 +230,15 @@ def heldout_errors(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, 
 
 def heldout_physics(pdata: PhysicsData, table: ConstantsTable, idx: np.ndarray, key: tuple[str, str],
                     level: str) -> tuple[np.ndarray, np.ndarray]:
-    """(utilization %, step s) of the rows ``idx`` of ``key`` under ``table`` without that key's fit (``key``) or its
-    protocol's fits (``protocol``), the rest borrowed; kept in ``pdata``'s cache (every target of a fit reads it)."""
+    """(utilization %, step s) of the rows ``idx`` of ``key`` under ``table`` without that key's fit (``key``,
+    ``architecture``: nothing borrowed from its kin either) or its protocol's fits (``protocol``), the rest borrowed;
+    kept in ``pdata``'s cache (every target of a fit reads it)."""
     cache_key = ("heldout", level, key, tuple(sorted(table.fitted.items())), tuple(pdata.ids[idx].astype(str)))
     if cache_key not in pdata.cache:
-        drop = (lambda k: k == key) if level == "key" else (lambda k: k[1] == key[1])
+        drop = (lambda k: k[1] == key[1]) if level == "protocol" else (lambda k: k == key)
         others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
-        pdata.cache[cache_key] = predict_rows(pdata.rows, others.get(*key), idx)
+        constants = others.borrowed(*key, kin=False) if level == "architecture" else others.get(*key)
+        pdata.cache[cache_key] = predict_rows(pdata.rows, constants, idx)
     return pdata.cache[cache_key]
 
 
@@ -254,18 +260,24 @@ def extrapolation_width(pdata: PhysicsData, table: ConstantsTable, rows: np.ndar
 @dataclass(frozen=True)
 class ExtrapolationWidths:
     """How far an interval must reach (log1p for utilization, log for step time) on a row whose (GPU kind, protocol)
-    had no training rows: a new GPU of a fitted protocol (``key``), a protocol never fitted (``protocol``); the
-    default-constant physics' error on the training rows where no key could be held out (``fallback``)."""
+    had no training rows: a new GPU of a fitted architecture under a fitted protocol (``key``), a GPU of an
+    architecture no fit of its protocol shares (``architecture``: its device constants are the published defaults),
+    a protocol never fitted (``protocol``); the default-constant physics' error on the training rows where no key
+    could be held out (``fallback``)."""
 
     key: float
     protocol: float
     fallback: float
+    architecture: float = float("nan")  # NaN in an artifact from before this width: ``fallback`` stands in
 
-    def for_rows(self, new_protocol: np.ndarray) -> np.ndarray:
-        """Per row, its width: ``protocol`` where the row's protocol has no fit, else ``key`` (``fallback`` if NaN)."""
-        key = self.fallback if np.isnan(self.key) else self.key
-        protocol = self.fallback if np.isnan(self.protocol) else self.protocol
-        return np.where(np.asarray(new_protocol, dtype=bool), protocol, key)
+    def for_rows(self, new_protocol: np.ndarray, new_architecture: np.ndarray | None = None) -> np.ndarray:
+        """Per row, its width: ``protocol`` where the row's protocol has no fit, else ``architecture`` where no fit of
+        the protocol shares its GPU's architecture, else ``key`` (each ``fallback`` if NaN)."""
+        key, protocol, arch = (self.fallback if np.isnan(w) else w for w in (self.key, self.protocol, self.architecture))
+        new_protocol = np.asarray(new_protocol, dtype=bool)
+        new_arch = np.zeros(len(new_protocol), dtype=bool) if new_architecture is None else np.asarray(
+            new_architecture, dtype=bool)
+        return np.where(new_protocol, protocol, np.where(new_arch, arch, key))
 
 
 def extrapolation_widths(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
@@ -274,12 +286,16 @@ def extrapolation_widths(pdata: PhysicsData, table: ConstantsTable, rows: np.nda
     default-constant log error, :func:`default_log_error`)."""
     err = np.abs(np.asarray(default_error, dtype=float)[rows])
     fallback = conformal_quantile(err[np.isfinite(err)], alpha)
-    return ExtrapolationWidths(extrapolation_width(pdata, table, rows, y, step, alpha, "key"),
-                               extrapolation_width(pdata, table, rows, y, step, alpha, "protocol"), fallback)
+    key, protocol, arch = (extrapolation_width(pdata, table, rows, y, step, alpha, level)
+                           for level in ("key", "protocol", "architecture"))
+    return ExtrapolationWidths(key, protocol, fallback, arch)
 
 
-def rows_unfitted(keys: Sequence[tuple[str, str]], table: ConstantsTable) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: its (GPU kind, protocol) has no fit (its constants are borrowed), and its protocol has none at all."""
+def rows_unfitted(keys: Sequence[tuple[str, str]], table: ConstantsTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: its (GPU kind, protocol) has no fit (its constants are borrowed), no fit of its protocol shares its
+    GPU's architecture, and its protocol has none at all."""
     protocols = {p for _, p in table.fitted}
     unfitted = np.array([tuple(k) not in table.fitted for k in keys], dtype=bool)
-    return unfitted, np.array([k[1] not in protocols for k in keys], dtype=bool)
+    new_arch = {k: table.new_architecture(*k) for k in set(map(tuple, keys))}
+    return (unfitted, np.array([new_arch[tuple(k)] for k in keys], dtype=bool),
+            np.array([k[1] not in protocols for k in keys], dtype=bool))

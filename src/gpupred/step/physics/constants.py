@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from gpupred.errors import GpupredError
+
 HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
 SOFTWARE_CONSTANTS: tuple[str, ...] = ("launch_s",)  # eager PyTorch's and the host CPU's alone: no harness in it
 DEVICE_CONSTANTS: tuple[str, ...] = (  # the GPU's
@@ -74,6 +76,17 @@ def constants_from_dict(data: dict[str, Any]) -> StepConstants:
     return StepConstants(**{k: v for k, v in data.items() if k in names})
 
 
+def same_architecture(a: str, b: str) -> bool:
+    """GPU kinds ``a`` and ``b`` have one architecture (:func:`gpupred.hardware.architecture`); a kind the table does
+    not place shares none."""
+    from gpupred.hardware import architecture
+
+    try:
+        return architecture(a) == architecture(b)
+    except (GpupredError, KeyError):
+        return a == b
+
+
 def geometric_means(constants: list[StepConstants], names: tuple[str, ...]) -> dict[str, float]:
     """Per name, the geometric mean over ``constants`` ({} when there are none)."""
     if not constants:
@@ -106,17 +119,25 @@ class ConstantsTable:
         """
         if (gpu, protocol) in self.fitted:
             return self.fitted[(gpu, protocol)]
+        return self.borrowed(gpu, protocol)
+
+    def borrowed(self, gpu: str, protocol: str = "nvml-poll", kin: bool = True) -> StepConstants:
+        """What a pair without a fit borrows (:meth:`get`); ``kin=False``: as if no fit of its protocol shared its
+        architecture (the device constants the published defaults), how a GPU of an unfitted architecture is
+        predicted."""
         same = sorted((g, c) for (g, p), c in self.fitted.items() if p == protocol)
         if not same:
             return self._other_protocols(protocol)
-        from gpupred.hardware import architecture
-
-        kin = [(g, c) for g, c in same if architecture(g) == architecture(gpu)]
-        values = {**geometric_means([c for _, c in kin], DEVICE_CONSTANTS),
+        kin_fits = [(g, c) for g, c in same if kin and same_architecture(g, gpu)]
+        values = {**geometric_means([c for _, c in kin_fits], DEVICE_CONSTANTS),
                   **geometric_means([c for _, c in same], HOST_CONSTANTS)}
         source = f"host constants of {protocol} on {', '.join(g for g, _ in same)}; device constants " + (
-            f"of {', '.join(g for g, _ in kin)} (same architecture)" if kin else "published defaults")
+            f"of {', '.join(g for g, _ in kin_fits)} (same architecture)" if kin_fits else "published defaults")
         return replace(DEFAULT, **values, source=source)
+
+    def new_architecture(self, gpu: str, protocol: str = "nvml-poll") -> bool:
+        """No fit of ``protocol`` is on a GPU of ``gpu``'s architecture (its device constants are the defaults)."""
+        return not any(p == protocol and same_architecture(g, gpu) for g, p in self.fitted)
 
     def _other_protocols(self, protocol: str) -> StepConstants:
         """A protocol without fits: the launch cost (``SOFTWARE_CONSTANTS``) of every fitted pair, the rest default."""
