@@ -248,6 +248,8 @@ def test_a_gpu_of_an_unfitted_architecture_gets_the_architecture_width() -> None
     widths = ExtrapolationWidths(key=0.1, protocol=0.9, fallback=0.5, architecture=0.4)
     assert widths.for_rows(new_protocol, new_arch).tolist() == [0.1, 0.4, 0.9, 0.1]
     assert ExtrapolationWidths(0.1, 0.9, 0.5).for_rows(new_protocol, new_arch).tolist() == [0.1, 0.5, 0.9, 0.1]
+    narrow = ExtrapolationWidths(key=0.3, protocol=0.9, fallback=0.5, architecture=0.2)  # never below the key width
+    assert narrow.for_rows(new_protocol, new_arch).tolist() == [0.3, 0.3, 0.9, 0.3]
 
 
 def test_weighting_effect_scores_every_weighting_on_shared_constants(rows) -> None:
