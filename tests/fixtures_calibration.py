@@ -74,6 +74,8 @@ def _values(bench: str, p: dict[str, Any], gpu: Any, c: dict[str, float], m: dic
         return {"requested_peak_bytes": 1e9, "allocated_peak_bytes": 1.01e9, "reserved_peak_bytes": 1e9 * m["allocator"]}
     if bench == "launch":
         wall = p["ops"] * c["launch_s"] + (c["min_kernel_s"] + c["sync_s"] if p["sync"] == "step" else 0.0)
+        if p["sync"] == "op":
+            wall = p["ops"] * (c["launch_s"] + c["min_kernel_s"] + c["sync_s"])
         return {"host_s_per_op": c["launch_s"], "wall_s_per_step": wall, "steps": 100.0}
     if bench == "backward":
         return {"forward_host_s_per_op": c["launch_s"], "backward_host_s_per_op": c["launch_s"] * c["backward_launch_ratio"]}

@@ -54,6 +54,18 @@ def test_noisy_timings_move_the_efficiencies_a_little_and_the_host_constants_not
     assert d.step["launch_s"] == TRUE_STEP["launch_s"]
 
 
+def test_sync_s_comes_from_the_per_kernel_round_trips_where_they_were_recorded() -> None:
+    """FIXTURE: a sync per chain is one round trip beside 256 launches (a chain timed a little fast hides it: 0);
+    a sync per kernel reads it 64 times a chain, and wins; a recording without that case keeps the chain's reading."""
+    rec = fixture_recording(gpu_name=H100)
+    for r in rec["results"]:
+        if r["bench"] == "launch" and r["params"]["sync"] == "step":
+            r["values"]["wall_s_per_step"] *= 0.97  # 3% of 256 launches: more than the round trip
+    assert derive(rec["gpu"], rec["results"]).step["sync_s"] == pytest.approx(TRUE_STEP["sync_s"], rel=1e-9)
+    chain_only = [r for r in rec["results"] if not (r["bench"] == "launch" and r["params"]["sync"] == "op")]
+    assert derive(rec["gpu"], chain_only).step["sync_s"] == 0.0
+
+
 def test_an_efficiency_no_case_can_tell_apart_stays_at_the_prior() -> None:
     """On an L4 (300 GB/s) the FIXTURE's depthwise layer is bandwidth-bound: any efficiency above a point fits, and
     the derivation keeps the predictor's value rather than a bound."""
@@ -258,7 +270,7 @@ def test_a_failing_case_is_recorded_and_left_out_and_its_replay_fails_alike(tmp_
     assert len(failed) == 8 and all(r["values"] == {} for r in failed)
     assert failed[0]["error"].startswith("RuntimeError: fused=True requires")
     assert cal.derived().step["optimizer_launch_ratio"] == pytest.approx(TRUE_STEP["optimizer_launch_ratio"])
-    assert cal.derived().notes[0].startswith("8 of 74 cases failed, e.g. optimizer")
+    assert cal.derived().notes[0].startswith(f"8 of {len(default_cases())} cases failed, e.g. optimizer")
     again = read_calibration(calibrate(tmp_path / "again.json", backend=FakeBackend.from_file(path), progress=False))
     assert [r.get("error") for r in again.data["results"]] == [r.get("error") for r in cal.data["results"]]
 

@@ -12,7 +12,9 @@ Every case is ``(bench, params)``; a backend returns its values (seconds unless 
   activation is freed); peak requested, allocated and reserved bytes. -> the footprint's allocator ratio.
 - ``launch``: eager PyTorch's host cost per kernel: a chain of ``ops`` tiny out-of-place multiplications on a
   tensor that requires grad (autograd records, as in a training forward), timed on the host clock; ``sync=step``
-  synchronizes after every chain (one training step's sync). -> ``launch_s``, ``sync_s``.
+  synchronizes after every chain (one training step's sync), ``sync=op`` after every multiplication (as
+  ``CUDA_LAUNCH_BLOCKING=1`` does: one round trip per kernel, ``ops`` of them a chain, so the round trip is no longer
+  the small difference of two large times). -> ``launch_s``, ``sync_s``.
 - ``backward``: the same chain's ``backward()``: host seconds per backward kernel (the autograd engine launches
   them from C++). -> ``backward_launch_ratio``.
 - ``min_kernel``: device time per tiny kernel queued back to back behind a long one (CUDA events). ->
@@ -51,6 +53,7 @@ DEPTHWISE_LAYER: tuple[int, int, int, int, int] = (32, 128, 56, 128, 3)  # group
 ELEMENTWISE_SIZES: tuple[int, ...] = (1 << 20, 1 << 24, 1 << 26)
 OPTIMIZER_SIZES: tuple[tuple[int, int], ...] = ((16, 1 << 20), (160, 1 << 20), (160, 1 << 25), (640, 1 << 25))
 LAUNCH_OPS = 256
+SYNC_OPS = 64  # a chain of the per-kernel sync case (sync=op): one round trip per multiplication
 MIN_KERNEL_OPS = 1000
 
 
@@ -93,6 +96,7 @@ def default_cases() -> list[Case]:
     """The whole calibration, in the order it runs (``memory`` first: it must see the first CUDA call)."""
     cases = [Case("memory", {}, 2.0), Case("allocator", {"tensors": 256, "seed": 0}, 1.0),
              Case("launch", {"ops": LAUNCH_OPS, "sync": "none"}, 3.0), Case("launch", {"ops": LAUNCH_OPS, "sync": "step"}, 3.0),
+             Case("launch", {"ops": SYNC_OPS, "sync": "op"}, 2.0),
              Case("backward", {"ops": LAUNCH_OPS // 2}, 3.0), Case("min_kernel", {"ops": MIN_KERNEL_OPS}, 2.0)]
     cases += _contraction_cases()
     cases += [Case("elementwise", {"op": op, "numel": n, "dtype": "fp32"}) for op in ("copy", "add", "scale")

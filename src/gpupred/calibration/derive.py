@@ -37,7 +37,9 @@ MEASURED_BY: dict[str, str] = {
     "depthwise_eff": "depthwise convolutions (one group per channel), forward and train: fitted against the FP32 peak",
     "min_kernel_s": "min_kernel: device seconds per tiny kernel queued back to back behind a long one",
     "launch_s": "launch without sync: host seconds per eager kernel launch with autograd recording",
-    "sync_s": "launch with a sync per chain: wall seconds per chain less its launches and one minimum kernel",
+    "sync_s": "launch with a sync per kernel: wall seconds per kernel less its launch and one minimum kernel (a "
+              "recording without that case: with a sync per chain, wall seconds per chain less its launches and one "
+              "minimum kernel)",
     "backward_launch_ratio": "backward: host seconds per backward kernel over those per forward kernel of one chain",
     "optimizer_launch_ratio": "optimizer, foreach SGD and Adam: host seconds per step() = param_host_s x tensors + "
                               "launch_s x (this ratio x ops + library_launch_ratio x further chunk launches), "
@@ -235,6 +237,10 @@ def host_constants(results: list[dict[str, Any]], min_kernel_s: float, notes: li
     for p, v in _values(results, "launch"):
         if p.get("sync") == "step" and "launch_s" in out and _finite(v.get("wall_s_per_step")):
             out["sync_s"] = max(0.0, float(v["wall_s_per_step"]) - int(p["ops"]) * out["launch_s"] - min_kernel_s)
+    for p, v in _values(results, "launch"):  # a round trip per kernel, where recorded: the better reading
+        if p.get("sync") == "op" and _finite(v.get("wall_s_per_step")) and _finite(v.get("host_s_per_op")):
+            per_op = float(v["wall_s_per_step"]) / int(p["ops"])
+            out["sync_s"] = max(0.0, per_op - float(v["host_s_per_op"]) - min_kernel_s)
     for _, v in _values(results, "backward"):
         if _finite(v.get("backward_host_s_per_op")) and float(v.get("forward_host_s_per_op") or 0) > 0:
             out["backward_launch_ratio"] = float(v["backward_host_s_per_op"]) / float(v["forward_host_s_per_op"])
