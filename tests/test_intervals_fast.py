@@ -103,6 +103,31 @@ def test_numpy_forest_equals_the_library(model: str) -> None:
     assert Forest.from_models([make_regressor("ridge", tune=False).fit(np.nan_to_num(X), y)]) is None  # not a forest
 
 
+def test_the_forest_is_built_where_it_answers_and_before_pickling() -> None:
+    """A fitted conformal regressor converts its trees only when a few rows ask it (or it is pickled): many rows
+    never build the forest; a few rows build it once; a pickle of a fresh fit carries it, its library models apart."""
+    import pickle
+
+    from gpupred.learn.forest import FOREST_MAX_ROWS
+    from gpupred.learn.intervals import ConformalRegressor
+    from gpupred.learn.regressors import make_regressor
+
+    X, y = _forest_frame(missing=True)
+    cr = ConformalRegressor(make_regressor("lightgbm", tune=False), n_folds=3).fit(X, np.expm1(y))
+    assert "forest_" not in vars(cr)
+    many = cr.model_predictions(np.vstack([X] * (FOREST_MAX_ROWS // len(X) + 2)))
+    assert "forest_" not in vars(cr)  # the libraries answered
+    few = cr.model_predictions(X[:3])
+    assert vars(cr)["forest_"] is not None and not vars(cr).get("forest_pending_")
+    np.testing.assert_array_equal(few, many[:, :3])  # the same numbers either way
+    fresh = ConformalRegressor(make_regressor("lightgbm", tune=False), n_folds=3).fit(X, np.expm1(y))
+    state = fresh.__getstate__()
+    assert state["forest_"] is not None and "apart_pickle_" in state and "full_model_" not in state
+    again = pickle.loads(pickle.dumps(fresh))
+    np.testing.assert_array_equal(again.model_predictions(X[:3]), few)
+    assert "apart_pickle_" in vars(again)  # the forest answered: the library models are still unpickled
+
+
 def test_numpy_forest_mixes_libraries() -> None:
     """XGBoost, LightGBM and scikit-learn models in one forest (a predictor's targets combined): each model keeps
     its library's arithmetic, and NaN is refused when a model refuses it."""

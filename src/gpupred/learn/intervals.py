@@ -67,8 +67,12 @@ class ConformalRegressor(Estimator):
             self.residuals_[test] = np.abs(z[test] - m.predict(X[test]))
         self.full_model_ = clone(self.model).fit(X, z)
         self.n_folds_ = len(self.fold_models_)
-        self.forest_ = Forest.from_models([self.full_model_, *self.fold_models_])  # None unless tree ensembles it reproduces
+        self.forest_pending()
         return self
+
+    def build_forest(self) -> Forest | None:
+        """The numpy forest of the full and fold models (None unless tree ensembles it reproduces)."""
+        return Forest.from_models([self.full_model_, *self.fold_models_])
 
     def model_predictions(self, X: np.ndarray) -> np.ndarray:
         """Predictions of the full model and each fold model, shape (1 + K, rows), on the log1p scale.
@@ -76,8 +80,8 @@ class ConformalRegressor(Estimator):
         A few rows go through the numpy forest (the same numbers, without each library's per-call overhead);
         more go to the libraries, several threads each.
         """
-        forest = self.forest_
-        if forest is not None and len(X) <= FOREST_MAX_ROWS:
+        forest = self.forest_ if len(X) <= FOREST_MAX_ROWS else None  # read (and built) only where it answers
+        if forest is not None:
             return forest.predict(X)
         models = [self.full_model_, *self.fold_models_]
         threads = (os.cpu_count() or 1) if len(X) >= THREADED_MIN_ROWS else 1

@@ -62,13 +62,28 @@ class PickledApart:
     The attributes named in ``APART`` (scikit-learn, LightGBM or XGBoost objects) are pickled as one bytes string
     when the attribute named ``FOREST`` holds a forest, and unpickled on first access: an object that answers a few
     rows from its forest then unpickles without importing those libraries (about a second of a cold start).
+
+    The forest is built on first use (:meth:`build_forest`, after ``fit`` calls :meth:`forest_pending`), or when the
+    object is pickled: an evaluation's many fits that never answer a few rows never convert their trees (a LightGBM
+    model's JSON dump is most of that cost), and what answers from a forest answers from the same one.
     """
 
     APART: tuple[str, ...] = ()
     FOREST = "forest_"
 
+    def build_forest(self) -> Any:
+        """The numpy forest of the fitted library models, or None (a subclass with ``APART`` says how)."""
+        return None
+
+    def forest_pending(self) -> None:
+        """Forget the forest of an earlier fit: the next read of ``FOREST`` builds it from the models just fitted."""
+        self.__dict__.pop(self.FOREST, None)
+        self.__dict__["forest_pending_"] = True
+
     def __getstate__(self) -> dict[str, Any]:
         """The state, with the ``APART`` attributes as one pickled string where a forest stands in for them."""
+        if self.__dict__.get("forest_pending_"):
+            getattr(self, self.FOREST)
         state = dict(self.__dict__)
         if state.get(self.FOREST) is not None and all(name in state for name in self.APART):
             apart = tuple(state.pop(name) for name in self.APART)
@@ -76,9 +91,13 @@ class PickledApart:
         return state
 
     def __getattr__(self, name: str) -> Any:
-        """An ``APART`` attribute, unpickled on first use."""
+        """An ``APART`` attribute, unpickled on first use; the forest, built on first use."""
         if name in type(self).APART and "apart_pickle_" in self.__dict__:
             self.__dict__.update(zip(type(self).APART, pickle.loads(self.__dict__.pop("apart_pickle_"))))
+            return self.__dict__[name]
+        if name == type(self).FOREST and self.__dict__.get("forest_pending_"):
+            self.__dict__[name] = self.build_forest()
+            del self.__dict__["forest_pending_"]
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

@@ -54,9 +54,13 @@ class MemoryEstimator(Estimator):
             if self.calibrate:
                 self.halfwidth_ = lofo_halfwidths(residuals[grid.index(self.setting_)], sources)
         self.footprint_, self.correction_ = fit_correction(data, self.setting_, target, self.seed)
-        self.correction_forest_ = Forest.from_models([self.correction_])
+        self.forest_pending()
         self.fitted_keys_ = set(self.footprint_.context_mib)
         return self
+
+    def build_forest(self) -> Forest | None:
+        """The numpy forest of the LightGBM correction."""
+        return Forest.from_models([self.correction_])
 
     def describe(self) -> dict[str, Any]:
         """What a card says of the memory model: fitted constants, the chosen correction setting, interval widths."""
@@ -72,8 +76,9 @@ class MemoryEstimator(Estimator):
         where the caller has them)."""
         clip = self.setting_.clip
         X = correction_features(df, terms)
-        if self.correction_forest_ is not None and len(X) <= FOREST_MAX_ROWS:  # the same numbers, in numpy
-            return np.clip(self.correction_forest_.predict(X)[0], -clip, clip)
+        forest = self.correction_forest_ if len(X) <= FOREST_MAX_ROWS else None  # read (and built) where it answers
+        if forest is not None:  # the same numbers, in numpy
+            return np.clip(forest.predict(X)[0], -clip, clip)
         booster = getattr(self.correction_, "booster_", None)  # LightGBM's booster: its numbers, without the
         raw = booster.predict(X, num_threads=1) if booster is not None else self.correction_.predict(X)  # wrapper's checks
         return np.clip(raw, -clip, clip)
