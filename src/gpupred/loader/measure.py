@@ -135,12 +135,13 @@ def watchdog(seconds: float) -> Iterator[None]:
         return
     start = time.monotonic()
     outer_handler = signal.getsignal(signal.SIGALRM)
-    outer = {"left": signal.getitimer(signal.ITIMER_REAL)[0]}
+    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]  # 0.0: none armed (or spent inside this window)
 
     def fire(signum: int, frame: Any) -> None:
+        nonlocal outer_left
         elapsed = time.monotonic() - start
-        if outer["left"] and elapsed < seconds:  # the outer deadline came first: its handler, then ours re-armed
-            outer["left"] = 0.0
+        if outer_left and elapsed < seconds:  # the outer deadline came first: its handler, then ours re-armed
+            outer_left = 0.0
             if callable(outer_handler):
                 outer_handler(signum, frame)
             signal.setitimer(signal.ITIMER_REAL, max(seconds - elapsed, 1e-3))
@@ -148,14 +149,14 @@ def watchdog(seconds: float) -> Iterator[None]:
         raise LoaderTimeout()
 
     signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer["left"]) if outer["left"] else seconds)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_left) if outer_left else seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
-        if outer["left"]:
-            signal.setitimer(signal.ITIMER_REAL, max(outer["left"] - (time.monotonic() - start), 1e-3))
+        if outer_left:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
 
 
 def close_iterator(it: Any) -> None:

@@ -270,16 +270,14 @@ class ExtrapolationWidths:
     fallback: float
     architecture: float = float("nan")  # NaN in an artifact from before this width: ``fallback`` stands in
 
-    def for_rows(self, new_protocol: np.ndarray, new_architecture: np.ndarray | None = None) -> np.ndarray:
+    def for_rows(self, new_protocol: np.ndarray, new_architecture: np.ndarray) -> np.ndarray:
         """Per row, its width: ``protocol`` where the row's protocol has no fit, else ``architecture`` where no fit of
         the protocol shares its GPU's architecture (at least ``key``: a GPU of an unfitted architecture is known no
         better than a new one of a fitted architecture), else ``key`` (each ``fallback`` if NaN)."""
         key, protocol, arch = (self.fallback if np.isnan(w) else w for w in (self.key, self.protocol, self.architecture))
         arch = max(arch, key)
-        new_protocol = np.asarray(new_protocol, dtype=bool)
-        new_arch = np.zeros(len(new_protocol), dtype=bool) if new_architecture is None else np.asarray(
-            new_architecture, dtype=bool)
-        return np.where(new_protocol, protocol, np.where(new_arch, arch, key))
+        return np.where(np.asarray(new_protocol, dtype=bool), protocol,
+                        np.where(np.asarray(new_architecture, dtype=bool), arch, key))
 
 
 def extrapolation_widths(pdata: PhysicsData, table: ConstantsTable, rows: np.ndarray, y: np.ndarray, step: bool,
