@@ -233,7 +233,9 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # (tensor-core, CUDA-core, memory and depthwise efficiencies, launch cost, per-step overhead, minimum kernel
 # time) are fitted per (GPU kind, protocol) on each outer split's **training rows only**. A protocol without
 # training rows borrows the launch cost fitted on the training rows (it is eager PyTorch's host cost, not the
-# GPU's) and keeps the published defaults for the rest; a source without training rows gets physics alone. A
+# GPU's), moved from the hosts it was fitted on to the row's host by their single-core speeds (the dataset's
+# `host_score`; another lab's host, of unknown speed, counts as the reference host), and keeps the published defaults
+# for the rest; a source without training rows gets physics alone. A
 # (GPU kind, protocol) without training rows has its interval widened to at least what that same borrowing gets
 # wrong inside the training rows: each training key (or protocol) held out in turn and predicted from the others'
 # fits, the 90 % conformal quantile of the log error with every held-out key weighing the same

@@ -230,3 +230,6 @@ def test_a_pipeline_run_reaches_the_dataset_with_its_machines_host_profile(tmp_p
     handoff = reference["loader_main_s"]
     assert fed["loader_produce_s"] == pytest.approx(3.0 * (reference["loader_produce_s"] - handoff) + handoff, rel=1e-6)
     assert all(np.isnan(resident[c]) for c in LOADER_COLUMNS)
+    # the host's single-core score reaches every row of the GPU kind whose sweep recorded it; none recorded: unknown
+    assert np.isnan(reference["host_score"])
+    assert (rows["host_score"] == slower["single_core"]["score"]).all()

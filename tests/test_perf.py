@@ -176,6 +176,27 @@ def test_an_unfitted_gpu_borrows_host_constants_from_its_protocol_and_device_one
     assert ConstantsTable({}).get("H100 SXM") == DEFAULT
 
 
+def test_a_launch_cost_borrowed_across_protocols_moves_between_hosts_by_their_speed() -> None:
+    """FIXTURE fits on hosts of single-core score 0.5 and of an unknown one (counted as the reference's, 1.0): another
+    protocol borrows their launch costs at the reference host (40 us at 0.5 is 20 us there), or at its own host's
+    score when known; a protocol's own fits and its same-protocol borrowing do not move; the card keeps the score,
+    an unknown one as None, and reads it back."""
+    from dataclasses import replace
+
+    from gpupred.step.physics.constants import DEFAULT, ConstantsTable, constants_from_dict
+
+    slow = replace(DEFAULT.with_fitted({"launch_s": 40e-6}, "fixture slow host"), host_score=0.5)
+    unknown = DEFAULT.with_fitted({"launch_s": 5e-6}, "fixture unknown host")
+    table = ConstantsTable({("H200", "nvml-poll"): slow, ("RTX 3090", "other"): unknown})
+    at_reference = table.get("A100 40GB", "dcgm-nonzero")
+    assert at_reference.launch_s == pytest.approx(np.sqrt(20e-6 * 5e-6)) and "reference host" in at_reference.source
+    assert table.get("A100 40GB", "dcgm-nonzero", host_score=0.25).launch_s == pytest.approx(4 * np.sqrt(20e-6 * 5e-6))
+    assert table.get("H200", "nvml-poll", host_score=0.25) is slow
+    assert table.get("H100 SXM", "nvml-poll", host_score=0.25).launch_s == pytest.approx(40e-6)
+    assert constants_from_dict(slow.as_dict()).host_score == 0.5
+    assert unknown.as_dict()["host_score"] is None and np.isnan(constants_from_dict(unknown.as_dict()).host_score)
+
+
 def test_autocast_item_sizes_ignore_integer_indices_and_one_element_scales() -> None:
     """Fixture: Gemm -> Gather(int64 indices) -> Mul(one-element fp32 scale). Under bf16 the Gemm writes 16 bits,
     and neither the int64 index nor the scale widens what Gather and Mul write (torch's type promotion): each moves

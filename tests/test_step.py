@@ -168,6 +168,28 @@ def test_a_source_without_training_rows_gets_physics_alone_under_per_source() ->
     assert not np.allclose(corr.loc[~unseen, "pred"], phys[corr.index[~unseen]])
 
 
+def test_fits_record_their_hosts_speed_and_another_protocols_rows_borrow_at_their_own() -> None:
+    """FIXTURE rows of two protocols, the trained one's hosts at single-core scores 0.25 and 1.0 (geometric mean 0.5),
+    the other's rows at 2.0: the fit records 0.5, and the other protocol's rows run on its launch cost moved from
+    0.5 to 2.0 (a quarter), not the one fitted."""
+    from gpupred.step.physics.fit import predict_rows
+
+    df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), n_batch_sizes=2,
+                         sources={"NVIDIA GeForce RTX 3090": "FIXTURE-other"})
+    own = (df["source"] == "gpupred").to_numpy()
+    df.loc[~own, "sampler"] = "FIXTURE-other-sampler"
+    df["host_score"] = np.where(own, np.where(np.arange(len(df)) % 2 == 0, 0.25, 1.0), 2.0)
+    pdata = _physics_data(df)
+    table, util, step = fitted_physics(pdata, np.flatnonzero(own))
+    (key, fit), = table.fitted.items()
+    assert fit.host_score == pytest.approx(0.5)
+    other = np.flatnonzero(~own)
+    borrowed = table.get(*pdata.keys[other[0]], host_score=2.0)
+    assert borrowed.launch_s == pytest.approx(fit.launch_s / 4)
+    expected_util, expected_step = predict_rows(pdata.rows, borrowed, other)
+    assert np.allclose(util[other], expected_util) and np.allclose(step[other], expected_step)
+
+
 def _three_gpu_rows():
     """FIXTURE rows of three GPU kinds (one FIXTURE protocol), with FIXTURE kernels."""
     df = fixture_dataset(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090", "NVIDIA A100-SXM4-80GB"),

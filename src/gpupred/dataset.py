@@ -76,7 +76,10 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "iter_time_mean_s",
     "samples_per_s",
 )
-META_COLUMNS: tuple[str, ...] = ("memory_source", "gpu_memory_total_mib", "n_samples", "cuda_context_mib")
+META_COLUMNS: tuple[str, ...] = (
+    "memory_source", "gpu_memory_total_mib", "n_samples", "cuda_context_mib",
+    "host_score",  # the run's host single-core score (gpupred.loader.speed; 1.0 = the reference host; NaN: unknown)
+)
 ENCODED_COLUMNS: tuple[str, ...] = (
     "is_bf16", "is_fp16", "is_adam",
     "host_batches",  # batches copied from host memory every step (a DataLoader) rather than resident on the GPU
@@ -208,6 +211,7 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
         keep = keep[keep["status"] == "ok"]
     if excluded and any(e["reason"].startswith("simulated") for e in excluded):
         warnings.warn(f"{raw_root}: simulated (dry-run) runs found and refused; they belong in data/dryrun", stacklevel=3)
+    scores = own_host_scores(keep, config.CALIBRATIONS if raw_root.resolve() == config.RAW.resolve() else None)
     rows = []
     for sweep_dir, group in keep.groupby("sweep_dir", sort=True):
         samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
@@ -223,6 +227,7 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
                 "sampler": f"{OWN_SAMPLER}-{int(interval)}ms" if pd.notna(interval) else OWN_SAMPLER,
                 "sync": run["sync"], "host_batches": int(bool(run.get("host_batches", False))),
                 "pipeline": _own_pipeline(run, Path(sweep_dir)),
+                "host_score": scores.get(gpu_spec(str(run["gpu_name"])).name, np.nan),
             }
             row.update(labels)
             for col in ("torch_peak_reserved_mib", "torch_peak_allocated_mib", "iter_time_mean_s", "samples_per_s",
@@ -230,6 +235,27 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
                 row[col] = float(run[col]) if col in run and pd.notna(run[col]) else np.nan
             rows.append(row)
     return pd.DataFrame(rows), pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
+
+
+def own_host_scores(runs: pd.DataFrame, calibrations: Path | None = None) -> dict[str, float]:
+    """Per GPU kind (``gpu_spec(...).name``) of ``runs``, the geometric mean of every single-core score recorded of its
+    hosts: the host profiles beside its sweeps' runs (``host-profile-*.json``) and the calibrations of that kind in
+    ``calibrations`` (None: none). A GPU kind's runs all get it, those of sweeps that recorded no host too: the lent
+    machines of a kind report one CPU model and core count, and the step model's fit is one per (GPU kind, protocol)."""
+    from gpupred.calibration.file import read_calibration
+    from gpupred.loader.hostprofile import read_host_profile
+
+    found: dict[str, list[float]] = {}
+    for sweep_dir, group in runs.groupby("sweep_dir", sort=True):
+        kinds = {gpu_spec(str(g)).name for g in group["gpu_name"]}
+        for path in sorted(Path(sweep_dir).glob("host-profile-*.json")):
+            for kind in kinds:
+                found.setdefault(kind, []).append(read_host_profile(path).single_core_score)
+    for path in sorted(calibrations.glob("*.json")) if calibrations is not None and calibrations.is_dir() else []:
+        cal = read_calibration(path)
+        if cal.single_core_score is not None:
+            found.setdefault(gpu_spec(cal.gpu_name).name, []).append(cal.single_core_score)
+    return {kind: float(np.exp(np.mean(np.log(v)))) for kind, v in found.items() if v}
 
 
 def _own_pipeline(run: pd.Series, sweep_dir: Path) -> str:

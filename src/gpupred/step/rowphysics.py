@@ -81,8 +81,9 @@ def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> Phys
     labels = {t: df[t].to_numpy(float) if t in df.columns else np.full(len(df), np.nan)
               for t in ("gpu_util", "iter_time_mean_s")}
     host = df["host_batches"].astype(bool).tolist() if "host_batches" in df.columns else [False] * len(df)
+    scores = df["host_score"].to_numpy(float) if "host_score" in df.columns else None
     rows = FitRows(list(kernels), [gpu_spec(g) for g in df["gpu"]], df["precision"].tolist(), df["sync"].tolist(),
-                   host, labels["gpu_util"], labels["iter_time_mean_s"], loaders_of(df))
+                   host, labels["gpu_util"], labels["iter_time_mean_s"], loaders_of(df), scores)
     ids = df["run_id"].astype(str).to_numpy(dtype=object) if "run_id" in df.columns else np.empty(0, dtype=object)
     return PhysicsData(rows, [(str(g), protocol_of(s)) for g, s in zip(df["gpu"], df["sampler"])], ids)
 
@@ -114,7 +115,7 @@ def row_physics(pdata: PhysicsData, table: ConstantsTable) -> tuple[np.ndarray, 
     keys = np.array([f"{g}\x00{p}" for g, p in pdata.keys], dtype=object)
     for k in sorted(set(keys)):
         idx = np.flatnonzero(keys == k)
-        util[idx], step[idx] = predict_rows(pdata.rows, table.get(*k.split("\x00")), idx)
+        util[idx], step[idx] = predict_rows(pdata.rows, table.get(*k.split("\x00"), pdata.rows.host_score(idx)), idx)
     return util, step
 
 
@@ -237,7 +238,9 @@ def heldout_physics(pdata: PhysicsData, table: ConstantsTable, idx: np.ndarray, 
     if cache_key not in pdata.cache:
         drop = (lambda k: k[1] == key[1]) if level == "protocol" else (lambda k: k == key)
         others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
-        constants = others.borrowed(*key, kin=False) if level == "architecture" else others.get(*key)
+        score = pdata.rows.host_score(idx)
+        constants = (others.borrowed(*key, kin=False, host_score=score) if level == "architecture"
+                     else others.get(*key, host_score=score))
         pdata.cache[cache_key] = predict_rows(pdata.rows, constants, idx)
     return pdata.cache[cache_key]
 

@@ -16,6 +16,11 @@ Defaults (any GPU of :mod:`gpupred.hardware` gets an answer with them):
   little reuse, their weight gradient a reduction over batch and space (published MobileNet profiles: a few % of peak);
 - ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip; ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy.
 
+The host constants are the host CPU's as much as the software's: fitted constants record the single-core score of
+the hosts they were fitted on (``host_score``, :mod:`gpupred.loader.speed`: 1.0 = the reference host, this project's
+development machine), and a launch cost borrowed onto another lab's host moves by the speed ratio
+(:meth:`ConstantsTable.get`).
+
 :func:`gpupred.step.physics.fit.fit_constants` fits the seven of ``FITTED`` to training rows of one (GPU kind, protocol).
 """
 
@@ -29,7 +34,6 @@ import numpy as np
 from gpupred.errors import GpupredError
 
 HOST_CONSTANTS: tuple[str, ...] = ("launch_s", "step_overhead_s")  # the host's and harness's, not the GPU's
-SOFTWARE_CONSTANTS: tuple[str, ...] = ("launch_s",)  # eager PyTorch's and the host CPU's alone: no harness in it
 DEVICE_CONSTANTS: tuple[str, ...] = (  # the GPU's
     "compute_eff", "tensor_eff", "memory_eff", "min_kernel_s", "depthwise_eff")
 FITTED: tuple[str, ...] = (*DEVICE_CONSTANTS[:3], *HOST_CONSTANTS, *DEVICE_CONSTANTS[3:])
@@ -56,6 +60,7 @@ class StepConstants:
     param_host_s: float = 0.2e-6
     sync_s: float = 15e-6
     host_copy_gbs: float = 12.0
+    host_score: float = float("nan")  # single-core score of the hosts fitted on (gpupred.loader.speed); NaN: unknown
     source: str = "default"  # "default" or what they were fitted on
 
     def with_fitted(self, values: dict[str, float], source: str) -> "StepConstants":
@@ -63,8 +68,15 @@ class StepConstants:
         return replace(self, **{k: float(v) for k, v in values.items() if k in FITTED}, source=source)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain values, for cards and JSON."""
-        return asdict(self)
+        """Plain values, for cards and JSON (an unknown ``host_score`` as None)."""
+        out = asdict(self)
+        out["host_score"] = None if np.isnan(self.host_score) else float(self.host_score)
+        return out
+
+    def reference_launch_s(self) -> float:
+        """``launch_s`` moved to the reference host (single-core score 1.0) by the speed ratio; as fitted where the
+        fit's host is unknown."""
+        return self.launch_s * (self.host_score if np.isfinite(self.host_score) else 1.0)
 
 
 DEFAULT = StepConstants()
@@ -73,7 +85,10 @@ DEFAULT = StepConstants()
 def constants_from_dict(data: dict[str, Any]) -> StepConstants:
     """Rebuild constants from :meth:`StepConstants.as_dict` output (unknown keys ignored)."""
     names = {f.name for f in fields(StepConstants)}
-    return StepConstants(**{k: v for k, v in data.items() if k in names})
+    values = {k: v for k, v in data.items() if k in names}
+    if values.get("host_score", 0.0) is None:
+        values["host_score"] = float("nan")
+    return StepConstants(**values)
 
 
 def same_architecture(a: str, b: str) -> bool:
@@ -103,31 +118,38 @@ class ConstantsTable:
 
     fitted: dict[tuple[str, str], StepConstants]
 
-    def get(self, gpu: str, protocol: str = "nvml-poll") -> StepConstants:
-        """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol.
+    def get(self, gpu: str, protocol: str = "nvml-poll", host_score: float = float("nan")) -> StepConstants:
+        """The constants for a GPU kind (``gpu_spec(...).name``) and measurement protocol, on a host of single-core
+        score ``host_score`` (:mod:`gpupred.loader.speed`; NaN: not known).
 
         A pair without a fit borrows from the fits of the same protocol on other GPU kinds, when there are any:
         the host constants (``HOST_CONSTANTS``: launch cost and per-step overhead, set by the host, the software and
         the harness, not the GPU) from all of them, the device constants (efficiencies, minimum kernel time) from
         those of the same architecture (:data:`gpupred.hardware.ARCHITECTURES`: the same kernels and libraries reach
         similar fractions of the peaks), each a geometric mean; what there is nothing to borrow from stays the
-        published default. A protocol without any fit borrows only the launch cost (``SOFTWARE_CONSTANTS``), from
+        published default. A protocol without any fit borrows only the launch cost, from
         every fitted pair: the host time of one eager-PyTorch launch (Python, dispatcher, ``cudaLaunchKernel``) is the
         software's and the host CPU's, whatever samples the GPU, while the per-step overhead is the harness's (its
         loop, data loading: 0.6 ms on this project's H200 harness against 3.3-3.6 ms fitted on Lucid's and
-        GPUMemNet's) and the efficiencies absorb how a protocol samples utilization.
+        GPUMemNet's) and the efficiencies absorb how a protocol samples utilization. Another protocol is another
+        lab's machine, so that launch cost moves between hosts by the speed ratio: each fit's at its hosts' score
+        (``host_score``; an unknown one counts as the reference host's, 1.0) to ``host_score`` (unknown: the
+        reference host, as a pipeline's costs are moved, :attr:`gpupred.setups.InputPipeline.host_speed`). This
+        project's GPU hosts score 0.40-0.62 of the reference, so their fitted 37-45 us a launch is about half that on
+        the reference host.
         """
         if (gpu, protocol) in self.fitted:
             return self.fitted[(gpu, protocol)]
-        return self.borrowed(gpu, protocol)
+        return self.borrowed(gpu, protocol, host_score=host_score)
 
-    def borrowed(self, gpu: str, protocol: str = "nvml-poll", kin: bool = True) -> StepConstants:
+    def borrowed(self, gpu: str, protocol: str = "nvml-poll", kin: bool = True,
+                 host_score: float = float("nan")) -> StepConstants:
         """What a pair without a fit borrows (:meth:`get`); ``kin=False``: as if no fit of its protocol shared its
         architecture (the device constants the published defaults), how a GPU of an unfitted architecture is
         predicted."""
         same = sorted((g, c) for (g, p), c in self.fitted.items() if p == protocol)
         if not same:
-            return self._other_protocols(protocol)
+            return self._other_protocols(protocol, host_score)
         kin_fits = [(g, c) for g, c in same if kin and same_architecture(g, gpu)]
         values = {**geometric_means([c for _, c in kin_fits], DEVICE_CONSTANTS),
                   **geometric_means([c for _, c in same], HOST_CONSTANTS)}
@@ -139,15 +161,18 @@ class ConstantsTable:
         """No fit of ``protocol`` is on a GPU of ``gpu``'s architecture (its device constants are the defaults)."""
         return not any(p == protocol and same_architecture(g, gpu) for g, p in self.fitted)
 
-    def _other_protocols(self, protocol: str) -> StepConstants:
-        """A protocol without fits: the launch cost (``SOFTWARE_CONSTANTS``) of every fitted pair, the rest default."""
+    def _other_protocols(self, protocol: str, host_score: float = float("nan")) -> StepConstants:
+        """A protocol without fits: the launch cost of every fitted pair, each moved from its
+        hosts to a host of ``host_score`` (:meth:`get`), the rest default."""
         every = sorted(self.fitted.items())
         if not every:
             return DEFAULT
-        values = geometric_means([c for _, c in every], SOFTWARE_CONSTANTS)
+        target = float(host_score) if np.isfinite(host_score) else 1.0
+        launch = float(np.exp(np.mean([np.log(c.reference_launch_s()) for _, c in every]))) / target
         pairs = ", ".join(f"{g} ({p})" for (g, p), _ in every)
-        return replace(DEFAULT, **values, source=f"launch cost of {pairs}; no fit of {protocol}: other constants "
-                                                 "published defaults")
+        where = f"a host of single-core score {target:.2f}" if np.isfinite(host_score) else "the reference host"
+        return replace(DEFAULT, launch_s=launch, source=f"launch cost of {pairs}, moved to {where}; no fit of "
+                                                        f"{protocol}: other constants published defaults")
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""

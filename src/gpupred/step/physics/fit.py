@@ -9,7 +9,7 @@ recorded it, plus a weak pull of each constant's logarithm towards its published
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,6 +36,7 @@ class FitRows:
     util: np.ndarray  # measured utilization, percent (NaN: not recorded)
     step_s: np.ndarray  # measured step time, s (NaN: not recorded)
     loaders: Sequence[LoaderTimes | None] | None = None  # each run's host input pipeline (None: resident batches)
+    host_scores: np.ndarray | None = None  # each run's host single-core score (gpupred.loader.speed; NaN: unknown)
     batches: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # laid-out kernels per row set
 
     def __len__(self) -> int:
@@ -46,7 +47,16 @@ class FitRows:
         pick = (lambda seq: [seq[i] for i in idx])
         return FitRows(pick(self.kernels), pick(self.gpus), pick(self.precisions), pick(self.syncs),
                        pick(self.host_batches), self.util[list(idx)], self.step_s[list(idx)],
-                       None if self.loaders is None else pick(self.loaders))
+                       None if self.loaders is None else pick(self.loaders),
+                       None if self.host_scores is None else self.host_scores[list(idx)])
+
+    def host_score(self, idx: Sequence[int] | None = None) -> float:
+        """The geometric mean of the known host scores of the runs ``idx`` (default all); NaN when none is known."""
+        if self.host_scores is None:
+            return float("nan")
+        scores = self.host_scores if idx is None else self.host_scores[np.asarray(idx, dtype=int)]
+        known = scores[np.isfinite(scores) & (scores > 0)]
+        return float(np.exp(np.mean(np.log(known)))) if len(known) else float("nan")
 
 
 MAX_BATCHES = 64  # row sets a FitRows keeps laid out (each the size of its rows' kernels)
@@ -107,5 +117,5 @@ def fit_table(rows: FitRows, keys: Sequence[tuple[str, str]], seed: int = 0) -> 
         gpu, protocol = key.split("\x00")
         c = fit_constants(sub, source=f"fitted on {len(idx)} runs ({gpu}, {protocol})", seed=seed)
         if c is not DEFAULT:
-            fitted[(gpu, protocol)] = c
+            fitted[(gpu, protocol)] = replace(c, host_score=sub.host_score())
     return ConstantsTable(fitted)
