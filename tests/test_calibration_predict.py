@@ -98,7 +98,8 @@ def test_only_the_measured_constants_change(artifact: Path, cals: dict) -> None:
         if name in STEP_MEASURED:  # re-derived from timings: equal to the fit's tolerance
             assert getattr(calibrated, name) == pytest.approx(getattr(borrowed, name), rel=1e-3), name
         else:
-            assert getattr(calibrated, name) == getattr(borrowed, name), name
+            assert getattr(calibrated, name) == getattr(borrowed, name) or (
+                np.isnan(getattr(calibrated, name)) and np.isnan(getattr(borrowed, name))), name
     assert calibrated.launch_s == pytest.approx(3 * borrowed.launch_s)
     assert "calibrated by" in calibrated.source and borrowed.source in calibrated.source
 

@@ -211,7 +211,7 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
         keep = keep[keep["status"] == "ok"]
     if excluded and any(e["reason"].startswith("simulated") for e in excluded):
         warnings.warn(f"{raw_root}: simulated (dry-run) runs found and refused; they belong in data/dryrun", stacklevel=3)
-    scores = own_host_scores(keep, config.CALIBRATIONS if raw_root.resolve() == config.RAW.resolve() else None)
+    scores = own_host_scores(keep)
     rows = []
     for sweep_dir, group in keep.groupby("sweep_dir", sort=True):
         samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
@@ -237,12 +237,11 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
     return pd.DataFrame(rows), pd.DataFrame(excluded, columns=["run_id", "workload_id", "reason"])
 
 
-def own_host_scores(runs: pd.DataFrame, calibrations: Path | None = None) -> dict[str, float]:
-    """Per GPU kind (``gpu_spec(...).name``) of ``runs``, the geometric mean of every single-core score recorded of its
-    hosts: the host profiles beside its sweeps' runs (``host-profile-*.json``) and the calibrations of that kind in
-    ``calibrations`` (None: none). A GPU kind's runs all get it, those of sweeps that recorded no host too: the lent
-    machines of a kind report one CPU model and core count, and the step model's fit is one per (GPU kind, protocol)."""
-    from gpupred.calibration.file import read_calibration
+def own_host_scores(runs: pd.DataFrame) -> dict[str, float]:
+    """Per GPU kind (``gpu_spec(...).name``) of ``runs``, the geometric mean of the single-core scores of the host
+    profiles beside its sweeps' runs (``host-profile-*.json``, :mod:`gpupred.loader.speed`). A GPU kind's runs all get
+    it, those of sweeps that recorded no host too: the lent machines of a kind report one CPU model and core count,
+    and the step model's fit is one per (GPU kind, protocol)."""
     from gpupred.loader.hostprofile import read_host_profile
 
     found: dict[str, list[float]] = {}
@@ -251,10 +250,6 @@ def own_host_scores(runs: pd.DataFrame, calibrations: Path | None = None) -> dic
         for path in sorted(Path(sweep_dir).glob("host-profile-*.json")):
             for kind in kinds:
                 found.setdefault(kind, []).append(read_host_profile(path).single_core_score)
-    for path in sorted(calibrations.glob("*.json")) if calibrations is not None and calibrations.is_dir() else []:
-        cal = read_calibration(path)
-        if cal.single_core_score is not None:
-            found.setdefault(gpu_spec(cal.gpu_name).name, []).append(cal.single_core_score)
     return {kind: float(np.exp(np.mean(np.log(v)))) for kind, v in found.items() if v}
 
 
