@@ -68,6 +68,23 @@ def test_graph_terms_by_hand() -> None:
     assert fused["saved_elems"] == t["saved_elems"]
 
 
+def test_products_by_constants_and_silu_keep_what_torch_keeps() -> None:
+    """FIXTURE graph, a rotary-like product and a SiLU: x[2,4,8] -> MatMul(wq) -> q -> Mul(q, cos: a Constant, as the
+    positions' cos and sin fold) -> qc -> MatMul(wk) -> h -> h * Sigmoid(h) -> y. Torch keeps qc (the second MatMul's
+    input), h (SiLU's input: the two ops are one Swish) and y (the graph output), 64 elements each; not q (a product by
+    a tensor needing no gradient saves only that tensor) and not the sigmoid (torch's SiLU saves no output)."""
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor(n, f, [8, 8], [0.1] * 64) for n in ("wq", "wk")]
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]),
+             helper.make_node("Constant", [], ["cos"], value=helper.make_tensor("v", f, [4, 8], [0.5] * 32)),
+             helper.make_node("Mul", ["q", "cos"], ["qc"]), helper.make_node("MatMul", ["qc", "wk"], ["h"]),
+             helper.make_node("Sigmoid", ["h"], ["s"]), helper.make_node("Mul", ["h", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "fixture-rotary-silu", [helper.make_tensor_value_info("x", f, [2, 4, 8])],
+                              [helper.make_tensor_value_info("y", f, [2, 4, 8])], initializer=inits)
+    t = graph_terms(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=2)
+    assert t["saved_elems"] == 3 * 64 and t["output_elems"] == 64
+
+
 def _row(**kw: object) -> pd.DataFrame:
     base = {"param_bytes": 4 * MIB, "activation_bytes": 10 * MIB, "input_bytes": 1 * MIB, "precision": "fp32",
             "optimizer": "adam", "gpu": "NVIDIA H200", "source": "gpupred"}

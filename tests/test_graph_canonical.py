@@ -159,6 +159,23 @@ def test_gelu_decompositions_are_one_gelu() -> None:
         assert row["n_act"] == 1 and row["n_elementwise"] == 0 and row["depth"] == 1
 
 
+def test_silu_decomposition_is_one_swish_and_a_sigmoid_gate_stays_two_ops() -> None:
+    """x * sigmoid(x) (torch's SiLU as exporters write it, either operand order) is ONNX's Swish; a sigmoid gating
+    another tensor (a squeeze-and-excitation block) stays a Sigmoid and a Mul."""
+    inputs = {"x": ["batch", 32]}
+    op = graph([helper.make_node("Swish", ["x"], ["y"])], inputs, {}, "y", opset=24)
+    for order in (["x", "s"], ["s", "x"]):
+        decomposed = graph([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", order, ["y"])],
+                           inputs, {}, "y")
+        differs_as_exported(decomposed, op)
+        row = same(decomposed, op)
+        assert row["n_act"] == 1 and row["n_elementwise"] == 0 and row["depth"] == 1
+    gate = graph([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["z", "s"], ["y"])],
+                 {**inputs, "z": ["batch", 32]}, {}, "y")
+    row = featurize(gate, batch_size=4)
+    assert row["n_act"] == 1 and row["n_elementwise"] == 1
+
+
 def test_layernorm_decomposition_is_one_layernorm() -> None:
     inputs = {"x": ["batch", 5, 16]}
     decomposed = graph([

@@ -42,7 +42,8 @@ The rules, in order (each keeps the graph's cost-bearing work and its shapes):
    training-mode cost (statistics, normalize, affine: 7 FLOPs per element), whatever mode it was
    exported in: the predictor is about training jobs.
 5. **Decompositions are recomposed.** GELU written with Erf (x * 0.5 * (1 + erf(x / sqrt 2))) becomes
-   one Gelu; LayerNorm written as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (and the affine Mul/Add)
+   one Gelu; SiLU written as x * sigmoid(x) becomes one Swish (a sigmoid gating another tensor stays two ops);
+   LayerNorm written as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (and the affine Mul/Add)
    becomes one LayerNormalization; ReduceMean over every spatial axis of a feature map is
    GlobalAveragePool. Reshape and Flatten are both views (free, not counted as nodes).
 
@@ -396,7 +397,8 @@ class _Reducer:
 
     # ------------------------------------------------------------ rule 5
     def recompose(self) -> None:
-        """GELU and LayerNorm decompositions become one op; ReduceMean over all spatial axes is GlobalAveragePool."""
+        """GELU, SiLU and LayerNorm decompositions become one op; ReduceMean over all spatial axes is
+        GlobalAveragePool."""
         self._index()
         for i, node in enumerate(self.nodes):
             if node is None:
@@ -405,6 +407,8 @@ class _Reducer:
                 self._gelu(i)
             elif node[0] == "Sub":
                 self._layernorm(i)
+            elif node[0] == "Sigmoid":
+                self._swish(i)
         for i, node in enumerate(self.nodes):
             if node is not None and node[0] == "ReduceMean" and self._is_global_pool(node):
                 node[0], node[2], node[6] = "GlobalAveragePool", node[2][:1], COST_TABLE["GlobalAveragePool"]
@@ -447,6 +451,19 @@ class _Reducer:
             cluster.append(h)
             out = self.nodes[m1][3][0]
         self._replace(cluster, "Gelu", (x,), out, erf[4])
+
+    def _swish(self, s: int) -> None:
+        """x * sigmoid(x), as exporters write torch's SiLU: one Swish (ONNX's, alpha 1), as torch runs it (one kernel
+        each way, its input saved for backward); a product of a sigmoid and anything else (a squeeze-and-excitation
+        gate) stays two ops."""
+        sig = self.nodes[s]
+        x = sig[2][0] if sig[2] else ""
+        if x not in self.data:
+            return
+        m = self._sole_op(sig[3][0], ("Mul",))
+        if m is None or self._other(self.nodes[m], sig[3][0]) != x:
+            return
+        self._replace([s, m], "Swish", (x,), self.nodes[m][3][0], sig[4])
 
     def _layernorm(self, s: int) -> None:
         """ReduceMean, Sub, Pow (or Mul), ReduceMean, Add, Sqrt, Div, then an optional Mul and Add: LayerNormalization."""

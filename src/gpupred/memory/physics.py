@@ -46,8 +46,10 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
   (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing; and the
   operand of a product or quotient by a one-element tensor (a scale: autograd saves one operand only for the other's
   gradient; measured against torch's MemTracker in tests/test_memory_terms.py);
-- loss buffers = the graph outputs (logits) in fp32: log_softmax's saved output and its gradient, plus the
-  fp32 upcast of 16-bit logits (the catalog's ``F.cross_entropy(out.float(), ...)``);
+- loss buffers = ``LOSS_BUFFERS`` fp32 tensors the size of the graph outputs (logits), live together as the cross
+  entropy's backward runs log_softmax's: its saved output, the gradient of that output and the gradient of the
+  logits it writes (an fp32 upcast of 16-bit logits, the catalog's ``F.cross_entropy(out.float(), ...)``, is freed
+  after the forward: log_softmax saves its output, not its input); the logits themselves are an activation;
 - input batch = ``input_bytes`` (the measured loops keep their batches resident on the GPU);
 - workspace = :func:`workspace_mib`: torch's cuBLAS workspace, one per handle and stream, allocated through the
   caching allocator: 32 MiB on Hopper, 8 MiB + 128 KiB elsewhere (``CUBLAS_WORKSPACE_CONFIG``'s default in
@@ -143,6 +145,7 @@ OUTPUT_SAVE: frozenset[str] = frozenset({  # ops that save their output for back
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
+LOSS_BUFFERS = 3.0  # fp32 logits-sized tensors at the cross entropy's backward (torch's MemTracker, tests/test_memory_terms.py)
 SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
 
@@ -337,7 +340,7 @@ def _saved_forms(cg: Any, producer: dict[str, Any], fp32: set[str]) -> tuple[set
             whole |= set(outs[:1])
         if op in NO_INPUT_SAVE:
             continue
-        for t in {_base(i, producer) for i in _saved_inputs(cg, op, ins) if i in producer}:
+        for t in {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}:
             if op in LOWER_PRECISION_OPS and t in fp32:
                 half[t] = half.get(t, 0) + 1
             elif op in FP32_OPS and t not in fp32:
@@ -365,7 +368,7 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
         if op in VIEW_OPS or op in ALIAS_OPS:
             continue
         if op not in NO_INPUT_SAVE:
-            kept |= {_base(i, producer) for i in _saved_inputs(cg, op, ins) if i in producer}
+            kept |= {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}
         if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             kept |= set(outs[:1])
     consumed = {i for node in cg.nodes for i in node[2]}
@@ -373,14 +376,19 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
     return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
 
 
-def _saved_inputs(cg: Any, op: str, ins: list[str]) -> list[str]:
+def _saved_inputs(cg: Any, op: str, ins: list[str], producer: dict[str, Any]) -> list[str]:
     """The inputs an op saving its inputs keeps: a product or quotient by a one-element tensor (a scale: torch's
-    ``mul``/``div`` by a scalar, or by a tensor that needs no gradient) keeps nothing of its other operand, since
-    autograd saves one operand only for the other's gradient."""
+    ``mul``/``div`` by a scalar) or by a constant (a tensor no node of the step computes and no parameter: a rotary
+    embedding's cos and sin, folded from the positions; a product with one, or a quotient by one) keeps nothing of its
+    other operand, since autograd saves one operand only for the other's gradient and a constant needs none."""
     from gpupred.graph.canonical import shape_elements
 
-    if op in SCALAR_SAVE_OPS and len(ins) == 2 and any(shape_elements(cg.shapes.get(i)) == 1 for i in ins):
-        return []
+    if op in SCALAR_SAVE_OPS and len(ins) == 2:
+        if any(shape_elements(cg.shapes.get(i)) == 1 for i in ins):
+            return []
+        constant = [i not in producer and i not in cg.params and i not in cg.graph_inputs for i in ins]
+        if constant[1] or (op == "Mul" and constant[0]):
+            return []
     return list(ins)
 
 
@@ -457,7 +465,7 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
         "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
         "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa),
-        "loss": _col(df, "output_elems") * 4.0 * (2.0 + (autocast | pure)),
+        "loss": _col(df, "output_elems") * 4.0 * LOSS_BUFFERS,
         "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (_col(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
