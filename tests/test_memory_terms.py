@@ -16,7 +16,9 @@ Tolerances, each the one the term meets (measured on torch 2.14 CPU, transformer
   GPT-2 -13% and -10%, its over-counted activations hiding the missing loss buffer;
 - eager's extra over SDPA (the probabilities it keeps, the log-sum-exp SDPA keeps instead): within 15% (measured +13%
   for LLaMA, +0.4% for GPT-2);
-- Dropout's masks (GPT-2 with hidden dropout against the same without): torch's extra is the masks, within 2%.
+- Dropout's masks (GPT-2 with hidden dropout against the same without): torch's extra is the masks, within 2%;
+- eager attention's dropout (GPT-2): what autograd saves beyond the same without it (``saved_tensors_hooks``) is the
+  dropped-out probabilities' copy and the mask, within 1%.
 No dropout in the attention: on the CPU, SDPA with dropout falls back to the math kernel, which keeps the probabilities
 as eager does; CUDA's fused kernels do not.
 """
@@ -38,6 +40,7 @@ TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "voc
              "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "architectures": ["GPT2LMHeadModel"]}
 DROPOUT_GPT2 = {**TINY_GPT2, "n_layer": 4, "vocab_size": 128, "activation_function": "gelu", "resid_pdrop": 0.1,
                 "embd_pdrop": 0.1}  # hidden dropout on, attention dropout off (the CPU's SDPA would keep the scores)
+ATTN_DROPOUT_GPT2 = {**DROPOUT_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.1}  # eager attention only
 WIDE_VOCAB_LLAMA = {**TINY_LLAMA, "vocab_size": 32000}  # 4.1M embedding and head parameters: the state dominates
 BATCH, SEQ = 4, 256
 
@@ -53,7 +56,7 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths = {}
     for name, values in (("llama", TINY_LLAMA), ("gpt2", TINY_GPT2), ("autocast_llama", AUTOCAST_LLAMA),
                          ("autocast_gpt2", AUTOCAST_GPT2), ("wide_vocab", WIDE_VOCAB_LLAMA),
-                         ("dropout_gpt2", DROPOUT_GPT2)):
+                         ("dropout_gpt2", DROPOUT_GPT2), ("attn_dropout_gpt2", ATTN_DROPOUT_GPT2)):
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(values))
         paths[name] = root / name / "config.json"
@@ -159,6 +162,57 @@ def test_dropout_masks_against_memtracker(configs: dict[str, Path]) -> None:
     on, off = (_torch_peak(configs[name], "sdpa") for name in ("dropout_gpt2", "autocast_gpt2"))
     extra = (on["ACT"] + on["TEMP"]) - (off["ACT"] + off["TEMP"])
     assert extra == pytest.approx(4 * masks / 2**20, rel=0.02), (extra, masks)
+
+
+def _saved_mib(config_path: Path, attention: str) -> float:
+    """MiB of the distinct non-parameter storages autograd saves in one CPU forward (torch's
+    ``saved_tensors_hooks``): what backward keeps, counted as torch counts it."""
+    import torch
+    import transformers
+
+    values = json.loads(config_path.read_text())
+    values.pop("architectures")
+    cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
+    cfg.use_cache = False
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).train()
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen: dict[int, int] = {}
+
+        def pack(t: Any) -> Any:
+            key = t.untyped_storage().data_ptr()
+            if key not in params:
+                seen[key] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(input_ids=torch.randint(0, cfg.vocab_size, (BATCH, SEQ)))
+    return sum(seen.values()) / 2**20
+
+
+def test_eager_attention_dropout_keeps_the_probabilities_and_their_masked_copy(configs: dict[str, Path]) -> None:
+    """GPT-2 with attention dropout, eager (4 layers), against the same without dropout: torch keeps the softmax's
+    output (its backward's), the dropped-out copy the product with V saves, and the mask. The footprint counts the copy
+    (4 bytes an element) and the mask (one byte, CUDA's bool; the CPU's dropout saves a 4-byte fp32 noise tensor),
+    one each per layer of B x H x S x S; what autograd saves beyond the run without dropout is 4 x the copy + 4 x the
+    mask (measured: equal, 32 MiB). An SDPA export has its dropout inside the fused core: no mask, no copy."""
+    from gpupred.graph.named import named_graph
+    from gpupred.memory.physics import graph_terms
+    from gpupred.setups import setup_of
+    from gpupred.workloads.hubmodels import hf_model
+
+    def terms(name: str, attention: str | None) -> dict[str, float]:
+        return graph_terms(named_graph(hf_model(str(configs[name]), seq_len=SEQ, attention=attention)), BATCH,
+                           setup_of("fp32", "adamw"))
+
+    on, off = terms("attn_dropout_gpt2", "eager"), terms("autocast_gpt2", "eager")
+    probabilities = BATCH * TINY_GPT2["n_head"] * SEQ * SEQ * ATTN_DROPOUT_GPT2["n_layer"]
+    assert on["dropout_copy_elems"] == on["dropout_mask_elems"] == probabilities and off["dropout_copy_elems"] == 0
+    fused = terms("attn_dropout_gpt2", None)
+    assert fused["dropout_copy_elems"] == fused["dropout_mask_elems"] == 0
+    extra = _saved_mib(configs["attn_dropout_gpt2"], "eager") - _saved_mib(configs["autocast_gpt2"], "eager")
+    assert extra == pytest.approx(4 * (on["dropout_copy_elems"] + on["dropout_mask_elems"]) / 2**20, rel=0.01), extra
 
 
 @pytest.mark.parametrize("workload,masks", [

@@ -34,8 +34,9 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
   subset of the same size or less;
 - activations saved for backward = each tensor autograd keeps, once, at the dtype torch saves it in (``graph_terms``;
-  Dropout's bool masks, one byte per element of its input, but none for dropout inside a fused attention kernel,
-  :func:`dropout_masks`;
+  Dropout's bool masks, one byte per element of its input, and the masked copy of an input its writer keeps (eager
+  attention's dropped-out probabilities), but neither for dropout inside a fused attention kernel,
+  :func:`dropout_masks`, :func:`dropout_copies`;
   without graph terms, the feature row's ``activation_bytes``); under autocast by torch's CUDA op lists
   (:mod:`gpupred.graph.canonical`): an fp32 tensor that only 16-bit ops (matmuls, convolutions) save is kept as
   their 16-bit copies alone, one per op, a 16-bit tensor an fp32 op (normalizations, softmax, pow) saves as its fp32
@@ -129,7 +130,7 @@ STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace") 
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
     "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
     "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "dropout_mask_elems",
-    "fused_mask_elems")
+    "fused_mask_elems", "dropout_copy_elems", "fused_copy_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
@@ -165,7 +166,9 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
     ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits);
     ``dropout_mask_elems``: Dropout's masks (:func:`dropout_masks`), ``fused_mask_elems`` those of them inside the
-    attention cores the setup fuses (dropout on the probabilities, which a fused kernel draws and keeps no mask of).
+    attention cores the setup fuses (dropout on the probabilities, which a fused kernel draws and keeps no mask of);
+    ``dropout_copy_elems``: Dropout's outputs kept beside their inputs (:func:`dropout_copies`), ``fused_copy_elems``
+    those of them inside the attention cores the setup fuses.
     Under checkpointing the kept tensors are those of :func:`checkpointed`.
     """
     from gpupred.graph.canonical import shape_elements
@@ -189,6 +192,9 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     masks = dropout_masks(cg, numel, None if blocks is None else blocks[1])  # a fused attention kernel keeps no mask
     counts.update(dropout_mask_elems=float(sum(masks.values())),
                   fused_mask_elems=float(sum(n for t, n in masks.items() if t in attention | softmax)))
+    copies = dropout_copies(cg, producer, numel, kept)
+    counts.update(dropout_copy_elems=float(sum(copies.values())),
+                  fused_copy_elems=float(sum(n for t, n in copies.items() if t in attention | softmax)))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(cg, producer, numel, kept, (1.0, 2.0))
     return counts
 
@@ -277,6 +283,23 @@ def dropout_masks(cg: Any, numel: dict[str, int], block_of: dict[str, int] | Non
             inner.setdefault(block_of[t], {})[t] = n
     largest = max(inner.values(), key=lambda masks: sum(masks.values()), default={})
     return {**{t: n for t, n in sizes.items() if t not in block_of}, **largest}
+
+
+def dropout_copies(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str]) -> dict[str, int]:
+    """Dropout's outputs autograd keeps beside its inputs, by the tensor each masked (elements): where a Dropout's
+    input is kept by the op that wrote it (an ``OUTPUT_SAVE`` op: eager attention's Softmax) and its output is read
+    by an op that saves it (the probabilities x V product), torch keeps both, the probabilities and their masked copy.
+    The canonical form drops Dropout (its readers read its input), so the copy is counted here; a Dropout whose output
+    only an op saving nothing reads (a residual Add) keeps no copy."""
+    out: dict[str, int] = {}
+    for t in getattr(cg, "dropout_inputs", ()):
+        node = producer.get(t)
+        if t not in kept or t in out or node is None or node[0] not in OUTPUT_SAVE:
+            continue
+        if any(t in _saved_inputs(cg, op, ins, producer) for op, _d, ins, *_ in cg.nodes
+               if op not in NO_INPUT_SAVE and op not in VIEW_OPS and op not in ALIAS_OPS and t in ins):
+            out[t] = numel.get(t, 0)
+    return out
 
 
 def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
@@ -464,7 +487,8 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
         "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
-        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa),
+        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
+        + dropout_copy_bytes(df, sdpa, autocast, pure),
         "loss": _col(df, "output_elems") * 4.0 * LOSS_BUFFERS,
         "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (_col(df, "accumulation") <= 1),
@@ -541,6 +565,14 @@ def dropout_mask_bytes(df: pd.DataFrame, sdpa: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's masks (one an element): all of them, less those inside fused attention cores where the
     source's torch fuses attention (as :func:`activation_bytes` takes their scores out)."""
     return _col(df, "dropout_mask_elems") - np.where(sdpa, _col(df, "fused_mask_elems"), 0.0)
+
+
+def dropout_copy_bytes(df: pd.DataFrame, sdpa: np.ndarray, autocast: np.ndarray, pure: np.ndarray) -> np.ndarray:
+    """Bytes of Dropout's kept outputs (:func:`dropout_copies`), less those inside fused attention cores where the
+    source's torch fuses attention: 4 an element, 2 in pure bf16, none under autocast (whose product casts the masked
+    fp32 probabilities to the 16-bit copy it saves, which the activations count already)."""
+    elems = _col(df, "dropout_copy_elems") - np.where(sdpa, _col(df, "fused_copy_elems"), 0.0)
+    return elems * np.where(autocast, 0.0, np.where(pure, 2.0, 4.0))
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
