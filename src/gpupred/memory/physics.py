@@ -146,6 +146,7 @@ OUTPUT_SAVE: frozenset[str] = frozenset({  # ops that save their output for back
 FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
+RESULT_SAVE_IN_PLACE: frozenset[str] = frozenset({"LeakyRelu"})  # in place, its backward reads its output
 LOSS_BUFFERS = 3.0  # fp32 logits-sized tensors at the cross entropy's backward (torch's MemTracker, tests/test_memory_terms.py)
 SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
@@ -343,8 +344,34 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
 
     f32, f16 = autocast_elems(kept)
     g32, g16 = autocast_elems(kept & gone)
-    return {"saved_elems": float(sum(numel.get(t, 0) for t in kept)), "index_elems": float(pooled),
+    doubled = batchnorm_outputs(cg, producer, kept)  # a second tensor each, at the convolution output's dtype
+    f32 += sum(numel.get(t, 0) for t in doubled if t in fp32)
+    f16 += sum(numel.get(t, 0) for t in doubled if t not in fp32)
+    return {"saved_elems": float(sum(numel.get(t, 0) for t in kept) + sum(numel.get(t, 0) for t in doubled)),
+            "index_elems": float(pooled),
             "fp32_elems": f32, "half_elems": f16, "fused_fp32_elems": g32, "fused_half_elems": g16}
+
+
+def batchnorm_outputs(cg: Any, producer: dict[str, Any], kept: set[str]) -> set[str]:
+    """The kept convolution outputs whose folded BatchNorm's output torch keeps as a tensor of its own: the canonical
+    form folds BatchNorm into the convolution, so one name stands for both, and the convolution's output (what
+    training-mode BatchNorm saves) is kept already; where an op that saves its input reads it (SiLU and Hardswish,
+    whose in-place forms save a copy of what they overwrite; a convolution right after, as in a depthwise separable
+    pair), torch keeps the BatchNorm's output too. ReLU (which saves its output), LeakyReLU (in place after a
+    BatchNorm by convention, as in DCGAN, where it saves its output too: ``RESULT_SAVE_IN_PLACE``) and Add (nothing)
+    add none. Every
+    convolution of a graph that folded any BatchNorm counts as followed by one (a squeeze-and-excitation block's
+    convolutions, which are not, are 1x1 in space)."""
+    if cg.dropped.get("batchnorm folded", 0) == 0:
+        return set()
+    out: set[str] = set()
+    for op, _d, ins, *_ in cg.nodes:
+        if op in NO_INPUT_SAVE or op in VIEW_OPS or op in ALIAS_OPS or op in RESULT_SAVE_IN_PLACE:
+            continue
+        for t in {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}:
+            if t in kept and producer[t][0] in ("Conv", "ConvTranspose"):
+                out.add(t)
+    return out
 
 
 def _saved_forms(cg: Any, producer: dict[str, Any], fp32: set[str]) -> tuple[set[str], dict[str, int], dict[str, int]]:
