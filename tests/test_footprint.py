@@ -45,17 +45,16 @@ def test_graph_terms_by_hand() -> None:
     t = graph_terms(_attention_graph(), batch_size=2)
     # q, k: 2*4*8 = 64 each; scores sc, scaled ss, softmax p: 2*4*4 = 32 each; o, y: 64 each; zn, zr: 2*3*5*5 = 150
     # kept for backward: q and k (read by the QK^T MatMul; kt is a view of k), p (the Softmax saves its output; the
-    # second MatMul reads it), o (LayerNorm's input), y and zr (graph outputs; the Relu saves its output). Not kept:
-    # sc (the Mul by a one-element scale saves nothing of it, as torch's mul by a scalar), ss (Softmax saves no
-    # input), zn (the Relu saves no input), kt (a view).
-    assert t["saved_elems"] == 64 + 64 + 32 + 64 + 64 + 150
+    # second MatMul reads it), o (LayerNorm's input), zr (the Relu saves its output). Not kept: sc (the Mul by a
+    # one-element scale saves nothing of it, as torch's mul by a scalar), ss (Softmax saves no input), zn (the Relu
+    # saves no input), kt (a view), y (a graph output no op saves: the loss's own buffers are the loss term).
+    assert t["saved_elems"] == 64 + 64 + 32 + 64 + 150
     # under autocast (torch's CUDA lists), each saved tensor once at the dtype torch saves it in: q and k in 16 bits
     # (MatMul outputs the QK^T MatMul saves); p in fp32 (the Softmax saves it) and its 16-bit copy (the p x V MatMul
     # saves that); o's fp32 copy, which the LayerNormalization casts it to and saves (the 16-bit o is saved by
-    # nobody); y in fp32 (LayerNormalization's output, a graph output); zr in fp32 (the BatchNormalization of the fp32
-    # graph input z runs in fp32; the Relu saves its output)
+    # nobody); zr in fp32 (the BatchNormalization of the fp32 graph input z runs in fp32; the Relu saves its output)
     assert t["half_elems"] == 64 + 64 + 32
-    assert t["fp32_elems"] == 32 + 64 + 64 + 150
+    assert t["fp32_elems"] == 32 + 64 + 150
     assert t["index_elems"] == 0 and t["output_elems"] == 64 + 150
     # hand-written attention (the scores scaled, not Q and K: no scaled_dot_product_attention export) runs as its
     # ops under the default attention='auto': no score a fused kernel would skip
@@ -71,8 +70,8 @@ def test_graph_terms_by_hand() -> None:
 def test_products_by_constants_and_silu_keep_what_torch_keeps() -> None:
     """FIXTURE graph, a rotary-like product and a SiLU: x[2,4,8] -> MatMul(wq) -> q -> Mul(q, cos: a Constant, as the
     positions' cos and sin fold) -> qc -> MatMul(wk) -> h -> h * Sigmoid(h) -> y. Torch keeps qc (the second MatMul's
-    input), h (SiLU's input: the two ops are one Swish) and y (the graph output), 64 elements each; not q (a product by
-    a tensor needing no gradient saves only that tensor) and not the sigmoid (torch's SiLU saves no output)."""
+    input) and h (SiLU's input: the two ops are one Swish), 64 elements each; not q (a product by a tensor needing no
+    gradient saves only that tensor), not the sigmoid (torch's SiLU saves no output) and not y (a graph output)."""
     f = TensorProto.FLOAT
     inits = [helper.make_tensor(n, f, [8, 8], [0.1] * 64) for n in ("wq", "wk")]
     nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]),
@@ -82,7 +81,7 @@ def test_products_by_constants_and_silu_keep_what_torch_keeps() -> None:
     graph = helper.make_graph(nodes, "fixture-rotary-silu", [helper.make_tensor_value_info("x", f, [2, 4, 8])],
                               [helper.make_tensor_value_info("y", f, [2, 4, 8])], initializer=inits)
     t = graph_terms(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=2)
-    assert t["saved_elems"] == 3 * 64 and t["output_elems"] == 64
+    assert t["saved_elems"] == 2 * 64 and t["output_elems"] == 64
 
 
 def _row(**kw: object) -> pd.DataFrame:
@@ -129,14 +128,14 @@ def _mlp_graph() -> object:
 
 
 def test_gradients_live_at_the_backward_peak() -> None:
-    # kept: r (the Relu's output, 2x4 = 8) and out (the graph output, 2x16 = 32); w1 (16) is read first, w2 (64) last.
-    # Backward, node by node (gradients of the parameters read there or later + kept tensors first read there or
-    # before): MatMul w2: 64 + 8; Relu: 64 + 8; MatMul w1: 80 + 0; before backward: 0 + 40. The peak, 80, is 40
-    # elements of gradients beyond the 40 activations kept; with a gradient worth 2 activation elements (autocast):
-    # 2 x 80 = 160 at MatMul w1, 120 activation elements beyond 40, i.e. 60 gradient elements
+    # kept: r (the Relu's output, 2x4 = 8); not out (the graph output, 2x16 = 32: no op saves it); w1 (16) is read
+    # first, w2 (64) last. Backward, node by node (gradients of the parameters read there or later + kept tensors
+    # first read there or before): MatMul w2: 64 + 8; Relu: 64 + 8; MatMul w1: 80 + 0; before backward: 0 + 8. The
+    # peak, 80, is 72 elements of gradients beyond the 8 activations kept; with a gradient worth 2 activation elements
+    # (autocast): 2 x 80 = 160 at MatMul w1, 152 activation elements beyond 8, i.e. 76 gradient elements
     t = graph_terms(_mlp_graph(), batch_size=2)
-    assert t["saved_elems"] == 8 + 32
-    assert t["peak_grad_elems"] == 40 and t["peak_grad_elems_half"] == 60
+    assert t["saved_elems"] == 8
+    assert t["peak_grad_elems"] == 72 and t["peak_grad_elems_half"] == 76
 
 
 def test_peak_is_the_backward_or_the_optimizer_step() -> None:
@@ -254,10 +253,11 @@ def test_conv_batchnorm_relu_maxpool_by_hand() -> None:
                               [helper.make_tensor_value_info("y", f, [1, 1, 2, 2])], initializer=inits)
     t = graph_terms(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=1)
     # BatchNorm folds into the Conv, whose 16-element output training-mode BatchNorm keeps; the Relu keeps its
-    # 16-element output (MaxPool reads it); the 4-element graph output; MaxPool's argmax indices: 4
-    assert t["saved_elems"] == 16 + 16 + 4 and t["index_elems"] == 4 and t["fp32_elems"] == 0
+    # 16-element output (MaxPool reads it); not the 4-element graph output (no op saves it); MaxPool's argmax
+    # indices: 4
+    assert t["saved_elems"] == 16 + 16 and t["index_elems"] == 4 and t["fp32_elems"] == 0
     row = _row(saved_elems=t["saved_elems"], index_elems=t["index_elems"])
-    assert term_sizes(row).iloc[0]["activations"] == pytest.approx((4 * 36 + 8 * 4) / MIB)
+    assert term_sizes(row).iloc[0]["activations"] == pytest.approx((4 * 32 + 8 * 4) / MIB)
 
 
 def test_a_new_gpu_takes_its_sources_constants() -> None:

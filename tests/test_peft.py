@@ -86,7 +86,7 @@ def test_lora_on_an_fp32_input_under_autocast() -> None:
                               [helper.make_tensor_value_info("out", f, ["batch", 64])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     full = graph_terms(model, B, setup_of("bf16", "adamw"))
-    assert full["half_elems"] == 2 * B * 64 + 2 * B * 64 + B * 64  # n's two copies; q and v (the Mul saves both); out
+    assert full["half_elems"] == 2 * B * 64 + 2 * B * 64  # n's two copies; q and v (the Mul saves both); not out
     assert full["fp32_elems"] == 0  # n itself: only the projections read it, each its own 16-bit copy
     lora = parameter_terms(cached_graph(model, B)[0].form(True),
                            setup_of("bf16", "adamw", lora_rank=2, lora_targets=("q",)), "qv")

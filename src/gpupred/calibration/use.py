@@ -1,7 +1,7 @@
 """What a prediction takes from a calibration: scaled constants in place of borrowed ones, and where files are found.
 
 The constants the predictor fits to training runs are not the readings of micro-benchmarks: a fitted launch cost
-(37-45 us per forward kernel on this project's H100 and H200 runs) holds everything a training step spends per
+(38-46 us per forward kernel on this project's H100 and H200 runs) holds everything a training step spends per
 kernel on the host (modules, hooks, autocast), where PyTorch's profiler puts a bare eager launch at 5-10 us; fitted
 efficiencies hold what training-sized layers reach, not a benchmark grid's. So a calibration does not paste its
 readings in. Each measured constant of a GPU without fits becomes

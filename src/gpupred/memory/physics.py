@@ -50,7 +50,9 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
 - loss buffers = ``LOSS_BUFFERS`` fp32 tensors the size of the graph outputs (logits), live together as the cross
   entropy's backward runs log_softmax's: its saved output, the gradient of that output and the gradient of the
   logits it writes (an fp32 upcast of 16-bit logits, the catalog's ``F.cross_entropy(out.float(), ...)``, is freed
-  after the forward: log_softmax saves its output, not its input); the logits themselves are an activation;
+  after the forward: log_softmax saves its output, not its input); the logits themselves are not kept (no op saves
+  them, and a loop that computes the loss from the model's output without holding it, the catalog's and
+  transformers' Trainer, frees them after the forward);
 - input batch = ``input_bytes`` (the measured loops keep their batches resident on the GPU);
 - workspace = :func:`workspace_mib`: torch's cuBLAS workspace, one per handle and stream, allocated through the
   caching allocator: 32 MiB on Hopper, 8 MiB + 128 KiB elsewhere (``CUBLAS_WORKSPACE_CONFIG``'s default in
@@ -409,9 +411,12 @@ def _base(t: str, producer: dict[str, Any]) -> str:
 
 
 def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
-    """The op outputs autograd keeps for backward: read by an op that saves its inputs, written by one that saves
-    its output, or a graph output; views resolve to the tensor they alias. With BatchNorm folded into
-    convolutions, each convolution's output is kept too (training-mode BatchNorm saves its input)."""
+    """The op outputs autograd keeps for backward: read by an op that saves its inputs or written by one that saves
+    its output; views resolve to the tensor they alias. With BatchNorm folded into convolutions, each convolution's
+    output is kept too (training-mode BatchNorm saves its input). A graph output (the logits) is not: the cross
+    entropy's log_softmax saves its output, not its input, and a training loop that computes the loss from the model's
+    output without holding it (the catalog's, transformers' Trainer) frees the logits after the forward; the loss's
+    own buffers are the ``loss`` term."""
     folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
     kept: set[str] = set()
     for op, _d, ins, outs, *_ in cg.nodes:
@@ -421,8 +426,6 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
             kept |= {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}
         if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             kept |= set(outs[:1])
-    consumed = {i for node in cg.nodes for i in node[2]}
-    kept |= {_base(o, producer) for node in cg.nodes for o in node[3] if o not in consumed and node[0] not in ALIAS_OPS}
     return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
 
 

@@ -135,7 +135,7 @@ class ConstantsTable:
         lab's machine, so that launch cost moves between hosts by the speed ratio: each fit's at its hosts' score
         (``host_score``; an unknown one counts as the reference host's, 1.0) to ``host_score`` (unknown: the
         reference host, as a pipeline's costs are moved, :attr:`gpupred.setups.InputPipeline.host_speed`). This
-        project's GPU hosts score 0.40-0.55 of the reference (their host profiles), so their fitted 37-45 us a launch
+        project's GPU hosts score 0.40-0.55 of the reference (their host profiles), so their fitted 38-46 us a launch
         is about half that on the reference host.
         """
         if (gpu, protocol) in self.fitted:
