@@ -79,20 +79,27 @@ def _footprint(config_path: Path, attention: str | None, batch: int = BATCH, seq
     return {**term_sizes(row).iloc[0].to_dict(), "peak": float(peak.sum() - peak["workspace"])}
 
 
-def _torch_peak(config_path: Path, attention: str, batch: int = BATCH, seq: int = SEQ) -> dict[str, float]:
-    """MemTracker's peak snapshot (MiB per category) of two CPU training steps (fp32, foreach AdamW, cross-entropy
-    on fp32 logits, zero_grad(set_to_none=True)): the second step's peak holds the optimizer state."""
+def _tiny_model(config_path: Path, attention: str) -> tuple[Any, Any]:
+    """(config, model in training mode) of a FIXTURE config file, seeded (call it under ``torch.random.fork_rng``)."""
     import torch
     import transformers
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     values = json.loads(config_path.read_text())
     values.pop("architectures")
     cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
     cfg.use_cache = False
+    torch.manual_seed(0)
+    return cfg, transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).train()
+
+
+def _torch_peak(config_path: Path, attention: str, batch: int = BATCH, seq: int = SEQ) -> dict[str, float]:
+    """MemTracker's peak snapshot (MiB per category) of two CPU training steps (fp32, foreach AdamW, cross-entropy
+    on fp32 logits, zero_grad(set_to_none=True)): the second step's peak holds the optimizer state."""
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).train()
+        cfg, model = _tiny_model(config_path, attention)
         opt = torch.optim.AdamW(model.parameters(), foreach=True)
         ids = torch.randint(0, cfg.vocab_size, (batch, seq))
         tracker = MemTracker()
@@ -168,30 +175,12 @@ def test_dropout_masks_against_memtracker(configs: dict[str, Path]) -> None:
 
 
 def _saved_mib(config_path: Path, attention: str) -> float:
-    """MiB of the distinct non-parameter storages autograd saves in one CPU forward (torch's
-    ``saved_tensors_hooks``): what backward keeps, counted as torch counts it."""
+    """MiB of what autograd saves in one CPU forward of a FIXTURE config's model (:func:`_saved_module_mib`)."""
     import torch
-    import transformers
 
-    values = json.loads(config_path.read_text())
-    values.pop("architectures")
-    cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
-    cfg.use_cache = False
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).train()
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        seen: dict[int, int] = {}
-
-        def pack(t: Any) -> Any:
-            key = t.untyped_storage().data_ptr()
-            if key not in params:
-                seen[key] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model(input_ids=torch.randint(0, cfg.vocab_size, (BATCH, SEQ)))
-    return sum(seen.values()) / 2**20
+        cfg, model = _tiny_model(config_path, attention)
+        return _saved_module_mib(model, torch.randint(0, cfg.vocab_size, (BATCH, SEQ)))
 
 
 def test_eager_attention_dropout_keeps_the_probabilities_and_their_masked_copy(configs: dict[str, Path]) -> None:
