@@ -149,7 +149,7 @@ FLOAT_ELEM_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLO
 SCORE_OPS: frozenset[str] = frozenset({"MatMul", "Einsum", "Add", "Mul", "Div", "Sub", "Where"})
 SCALE_OPS: frozenset[str] = frozenset({"Mul", "Div", "Transpose"})
 RESULT_SAVE_IN_PLACE: frozenset[str] = frozenset({"LeakyRelu"})  # in place, its backward reads its output
-LOSS_BUFFERS = 3.0  # fp32 logits-sized tensors at the cross entropy's backward (torch's MemTracker, tests/test_memory_terms.py)
+LOSS_BUFFERS = 3.0  # fp32 logits-sized tensors at the cross entropy's backward (tests/test_memory_terms.py)
 SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
 
@@ -327,8 +327,9 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
 
 def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
                        gone: set[str]) -> dict[str, float]:
-    """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph, and fused_fp32_elems and
-    fused_half_elems of the ``gone`` tensors a fused attention kernel never writes (see ``graph_terms``)."""
+    """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph (each kept tensor once, a folded
+    BatchNorm's own output a second time: :func:`batchnorm_outputs`), and fused_fp32_elems and fused_half_elems of
+    the ``gone`` tensors a fused attention kernel never writes (see ``graph_terms``)."""
     fp32 = autocast_fp32(cg, producer)
     whole, half, full = _saved_forms(cg, producer, fp32)
     pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
@@ -361,9 +362,8 @@ def batchnorm_outputs(cg: Any, producer: dict[str, Any], kept: set[str]) -> set[
     whose in-place forms save a copy of what they overwrite; a convolution right after, as in a depthwise separable
     pair), torch keeps the BatchNorm's output too. ReLU (which saves its output), LeakyReLU (in place after a
     BatchNorm by convention, as in DCGAN, where it saves its output too: ``RESULT_SAVE_IN_PLACE``) and Add (nothing)
-    add none. Every
-    convolution of a graph that folded any BatchNorm counts as followed by one (a squeeze-and-excitation block's
-    convolutions, which are not, are 1x1 in space)."""
+    add none. Every convolution of a graph that folded any BatchNorm counts as followed by one (a
+    squeeze-and-excitation block's convolutions, which are not, are 1x1 in space)."""
     if cg.dropped.get("batchnorm folded", 0) == 0:
         return set()
     out: set[str] = set()
