@@ -243,6 +243,7 @@ def own_host_scores(runs: pd.DataFrame) -> dict[str, float]:
     it, those of sweeps that recorded no host too: the lent machines of a kind report one CPU model and core count,
     and the step model's fit is one per (GPU kind, protocol)."""
     from gpupred.loader.hostprofile import read_host_profile
+    from gpupred.step.physics.constants import geometric_mean
 
     found: dict[str, list[float]] = {}
     for sweep_dir, group in runs.groupby("sweep_dir", sort=True):
@@ -250,7 +251,7 @@ def own_host_scores(runs: pd.DataFrame) -> dict[str, float]:
         for path in sorted(Path(sweep_dir).glob("host-profile-*.json")):
             for kind in kinds:
                 found.setdefault(kind, []).append(read_host_profile(path).single_core_score)
-    return {kind: float(np.exp(np.mean(np.log(v)))) for kind, v in found.items() if v}
+    return {kind: geometric_mean(v) for kind, v in found.items() if v}
 
 
 def _own_pipeline(run: pd.Series, sweep_dir: Path) -> str:

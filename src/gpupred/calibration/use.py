@@ -35,7 +35,7 @@ from gpupred.calibration.derive import STEP_MEASURED, Derived
 from gpupred.calibration.file import Calibration, read_calibration
 from gpupred.errors import GpupredError
 from gpupred.hardware import GpuSpec
-from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants
+from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants, geometric_mean
 
 STANDIN = "published defaults (no calibration of a measured GPU committed yet)"
 
@@ -73,8 +73,8 @@ def reference_of(calibrations: list[Calibration], measured: set[str]) -> Referen
     base = standin_reference()
 
     def geo(values: list[float], fallback: float | None) -> float | None:
-        vals = [v for v in values if v > 0 and math.isfinite(v)]
-        return float(np.exp(np.mean(np.log(vals)))) if vals else fallback
+        mean = geometric_mean(values)
+        return fallback if math.isnan(mean) else mean
 
     step = {k: geo([d.step[k] for _, d in refs if k in d.step], base.step[k]) or base.step[k] for k in STEP_MEASURED}
     fixed = [d.memory["fixed_mib"] for _, d in refs if "fixed_mib" in d.memory]

@@ -295,12 +295,14 @@ def dropout_copies(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
     The canonical form drops Dropout (its readers read its input), so the copy is counted here; a Dropout whose output
     only an op saving nothing reads (a residual Add) keeps no copy."""
     out: dict[str, int] = {}
+    saved: set[str] | None = None
     for t in getattr(cg, "dropout_inputs", ()):
         node = producer.get(t)
         if t not in kept or t in out or node is None or node[0] not in OUTPUT_SAVE:
             continue
-        if any(t in _saved_inputs(cg, op, ins, producer) for op, _d, ins, *_ in cg.nodes
-               if op not in NO_INPUT_SAVE and op not in VIEW_OPS and op not in ALIAS_OPS and t in ins):
+        if saved is None:
+            saved = _inputs_saved(cg, producer)  # once, and only for a graph with a Dropout worth a look
+        if t in saved:
             out[t] = numel.get(t, 0)
     return out
 
@@ -366,14 +368,8 @@ def batchnorm_outputs(cg: Any, producer: dict[str, Any], kept: set[str]) -> set[
     squeeze-and-excitation block's convolutions, which are not, are 1x1 in space)."""
     if cg.dropped.get("batchnorm folded", 0) == 0:
         return set()
-    out: set[str] = set()
-    for op, _d, ins, *_ in cg.nodes:
-        if op in NO_INPUT_SAVE or op in VIEW_OPS or op in ALIAS_OPS or op in RESULT_SAVE_IN_PLACE:
-            continue
-        for t in {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}:
-            if t in kept and producer[t][0] in ("Conv", "ConvTranspose"):
-                out.add(t)
-    return out
+    read = {_base(i, producer) for i in _inputs_saved(cg, producer, RESULT_SAVE_IN_PLACE) if i in producer}
+    return {t for t in read if t in kept and producer[t][0] in ("Conv", "ConvTranspose")}
 
 
 def _saved_forms(cg: Any, producer: dict[str, Any], fp32: set[str]) -> tuple[set[str], dict[str, int], dict[str, int]]:
@@ -418,15 +414,22 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
     output without holding it (the catalog's, transformers' Trainer) frees the logits after the forward; the loss's
     own buffers are the ``loss`` term."""
     folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
-    kept: set[str] = set()
-    for op, _d, ins, outs, *_ in cg.nodes:
-        if op in VIEW_OPS or op in ALIAS_OPS:
-            continue
-        if op not in NO_INPUT_SAVE:
-            kept |= {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}
-        if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
+    kept = {_base(i, producer) for i in _inputs_saved(cg, producer) if i in producer}
+    for op, _d, _ins, outs, *_ in cg.nodes:
+        if op not in VIEW_OPS and op not in ALIAS_OPS and (
+                op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose"))):
             kept |= set(outs[:1])
     return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
+
+
+def _inputs_saved(cg: Any, producer: dict[str, Any], skip: frozenset[str] = frozenset()) -> set[str]:
+    """Every input (as named, views unresolved) that some op saving its inputs keeps (:func:`_saved_inputs`), the ops
+    of ``skip`` aside."""
+    out: set[str] = set()
+    for op, _d, ins, *_ in cg.nodes:
+        if op not in NO_INPUT_SAVE and op not in VIEW_OPS and op not in ALIAS_OPS and op not in skip:
+            out.update(_saved_inputs(cg, op, ins, producer))
+    return out
 
 
 def _saved_inputs(cg: Any, op: str, ins: list[str], producer: dict[str, Any]) -> list[str]:

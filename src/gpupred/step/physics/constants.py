@@ -102,6 +102,13 @@ def same_architecture(a: str, b: str) -> bool:
         return a == b
 
 
+def geometric_mean(values: Any) -> float:
+    """The geometric mean of the positive finite ``values``; NaN when there are none."""
+    arr = np.asarray(list(values), dtype=float)
+    known = arr[np.isfinite(arr) & (arr > 0)]
+    return float(np.exp(np.mean(np.log(known)))) if len(known) else float("nan")
+
+
 def geometric_means(constants: list[StepConstants], names: tuple[str, ...]) -> dict[str, float]:
     """Per name, the geometric mean over ``constants`` ({} when there are none)."""
     if not constants:
@@ -168,7 +175,7 @@ class ConstantsTable:
         if not every:
             return DEFAULT
         target = float(host_score) if np.isfinite(host_score) else 1.0
-        launch = float(np.exp(np.mean([np.log(c.reference_launch_s()) for _, c in every]))) / target
+        launch = geometric_mean(c.reference_launch_s() for _, c in every) / target
         pairs = ", ".join(f"{g} ({p})" for (g, p), _ in every)
         where = f"a host of single-core score {target:.2f}" if np.isfinite(host_score) else "the reference host"
         return replace(DEFAULT, launch_s=launch, source=f"launch cost of {pairs}, moved to {where}; no fit of "

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpupred.hardware import GpuSpec
-from gpupred.step.physics.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants
+from gpupred.step.physics.constants import BOUNDS, DEFAULT, FITTED, ConstantsTable, StepConstants, geometric_mean
 from gpupred.step.physics.kernels import KernelList
 from gpupred.step.physics.timeline import LoaderTimes
 
@@ -54,9 +54,7 @@ class FitRows:
         """The geometric mean of the known host scores of the runs ``idx`` (default all); NaN when none is known."""
         if self.host_scores is None:
             return float("nan")
-        scores = self.host_scores if idx is None else self.host_scores[np.asarray(idx, dtype=int)]
-        known = scores[np.isfinite(scores) & (scores > 0)]
-        return float(np.exp(np.mean(np.log(known)))) if len(known) else float("nan")
+        return geometric_mean(self.host_scores if idx is None else self.host_scores[np.asarray(idx, dtype=int)])
 
 
 MAX_BATCHES = 64  # row sets a FitRows keeps laid out (each the size of its rows' kernels)
