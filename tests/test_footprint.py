@@ -84,6 +84,23 @@ def test_products_by_constants_and_silu_keep_what_torch_keeps() -> None:
     assert t["saved_elems"] == 2 * 64 and t["output_elems"] == 64
 
 
+def test_checkpointed_keeps_the_earliest_of_equal_blocks_in_every_process() -> None:
+    """FIXTURE: three equal blocks of kept tensors; the recomputed block is the earliest, whatever order the set of
+    kept tensors iterates in (it follows the string hash, which changes from one process to the next)."""
+    import subprocess
+    import sys
+
+    code = ("from types import SimpleNamespace as N\n"
+            "from gpupred.memory.physics import checkpointed\n"
+            "names = [f'b{k}t{i}' for k in range(3) for i in range(4)]\n"
+            "cg = N(nodes=[['Relu', '', [t], []] for t in names], graph_inputs=[])\n"  # each read inside its block
+            "blocks = ([N(inputs=[], nodes=range(4 * k, 4 * k + 4)) for k in range(3)], {t: int(t[1]) for t in names})\n"
+            "print(sorted(checkpointed(cg, set(names), {t: 8 for t in names}, blocks)))\n")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(4)}
+    assert seen == {str([f"b0t{i}" for i in range(4)]) + "\n"}
+
+
 def _row(**kw: object) -> pd.DataFrame:
     base = {"param_bytes": 4 * MIB, "activation_bytes": 10 * MIB, "input_bytes": 1 * MIB, "precision": "fp32",
             "optimizer": "adam", "gpu": "NVIDIA H200", "source": "gpupred"}

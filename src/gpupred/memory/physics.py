@@ -311,7 +311,8 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
                  blocks: tuple[list[Any], dict[str, int]] | None = None) -> set[str]:
     """What autograd keeps under activation checkpointing: the kept tensors made outside every checkpointed block
     (:func:`gpupred.step.physics.blocks.checkpoint_blocks`), each block's inputs and outputs read after it, and the kept
-    tensors of the largest block, which its backward recomputes (the peak: one block at a time); graph outputs stay.
+    tensors of the largest block (the earliest of equal ones), which its backward recomputes (the peak: one block at a
+    time); graph outputs stay.
     ``blocks``: :func:`checkpoint_blocks_of` of ``cg``, where the caller has it."""
     blocks, block_of = checkpoint_blocks_of(cg) if blocks is None else blocks
     node_block = {i: k for k, b in enumerate(blocks) for i in b.nodes}
@@ -323,7 +324,10 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
     inner: dict[int, set[str]] = {}
     for t in kept - out:
         inner.setdefault(block_of[t], set()).add(t)
-    largest = max(inner.values(), key=lambda ts: sum(numel.get(t, 0) for t in ts), default=set())
+    # of equal blocks (a decoder's identical layers) the earliest, whose recompute comes last, beside every later
+    # block's gradients; blocks in index order, since the set above iterates in the string hash's order, which
+    # changes from one process to the next
+    _, largest = max(sorted(inner.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]), default=(0, set()))
     return out | largest
 
 
