@@ -105,18 +105,25 @@ def test_shipped_estimator_gives_its_heldout_interval(shipped, fixture_choice) -
 
 def test_rows_of_predict_many_answer_as_the_jobs_do(predictor) -> None:
     calls = []
-    original = predictor.predict
+    original = predictor.predict_records
 
     def counted(*args, **kwargs):
-        calls.append(args[0])
+        calls.append([job[0] for job in args[0]])
         return original(*args, **kwargs)
 
-    predictor.predict = counted
+    predictor.predict_records = counted
     try:
         rows = predictor.predict_many([A, B, A, "mlp.mlp-w512-d2-bs256-in784-fp32-adam"], gpu="H100")
     finally:
-        del predictor.predict
-    assert len(calls) == 2 and list(rows["job"]) == [A, B, f"{A}#2", f"{B}#2"]
+        del predictor.predict_records
+    assert calls == [[A, B]] and list(rows["job"]) == [A, B, f"{A}#2", f"{B}#2"]  # each distinct job once, together
+    for job, row in ((A, rows.iloc[0]), (B, rows.iloc[1]), (A, rows.iloc[2])):  # as each job alone answers
+        alone = predictor.predict(job, gpu="H100").iloc[0]
+        for column, value in alone.items():
+            if isinstance(value, (float, np.floating)):
+                assert row[column] == pytest.approx(value, rel=1e-9, nan_ok=True), column
+            else:
+                assert row[column] == value, column
     by_rows = predictor.slowdown(rows.iloc[0], rows.iloc[1]).to_dict()
     by_jobs = predictor.slowdown(A, B, gpu="H100").to_dict()
     assert by_rows["members"][0]["slowdown"] == pytest.approx(by_jobs["members"][0]["slowdown"])
@@ -128,6 +135,30 @@ def test_rows_of_predict_many_answer_as_the_jobs_do(predictor) -> None:
         predictor.slowdown(A, B)
     with pytest.raises(GpupredError, match="asked about"):
         predictor.slowdown(rows.iloc[0], rows.iloc[1], gpu="A100")
+
+
+def test_a_queue_answers_each_setup_and_pipeline_as_the_job_alone_and_names_a_bad_job(predictor, tmp_path) -> None:
+    """predict_many runs the core's estimators once over the queue (Predictor.predict_records): each row is the job's
+    own answer, whatever its setup and input pipeline, and an error names the job it belongs to."""
+    from gpupred.predictor.pairing import Job
+    from gpupred.setups import pipeline_of, setup_of
+
+    jobs = [Job(A, setup=setup_of("bf16", "sgd", checkpointing=True)), Job(A, batch_size=32, name="fed",
+                                                                            pipeline=pipeline_of("image-files", num_workers=2)),
+            Job(B, setup=setup_of("fp32", "adam", optimizer_impl="fused")), Job(B, batch_size=8)]
+    rows = predictor.predict_many(jobs, gpu="H100")
+    assert rows["iter_time_mean_s"].nunique() == 4  # four different answers
+    for job, (_, row) in zip(jobs, rows.iterrows()):
+        alone = predictor.predict(job.model, batch_size=job.batch_size, setup=job.setup, pipeline=job.pipeline,
+                                  gpu="H100").iloc[0]
+        for column, value in alone.items():
+            assert row[column] == (pytest.approx(value, rel=1e-9, nan_ok=True)
+                                   if isinstance(value, (float, np.floating)) else value), (job.label, column)
+    with pytest.raises(GpupredError, match=r"^job no\.such-id: 'no\.such-id' is neither"):
+        predictor.predict_many([A, "no.such-id"], gpu="H100")
+    missing = pipeline_of("image-files", num_workers=2, profile=str(tmp_path / "none.json"))
+    with pytest.raises(GpupredError, match=r"^job lost: .*none\.json"):  # raised where the queue runs together
+        predictor.predict_many([A, Job(B, name="lost", pipeline=missing)], gpu="H100")
 
 
 def test_cli_json_and_text_agree_with_the_api(predictor) -> None:

@@ -50,3 +50,40 @@ def test_a_changed_file_is_a_new_job(onnx_file: Path) -> None:
 def test_a_job_from_parts_answers_without_its_graph() -> None:
     job = JobGraph.of_parts({"batch_size": 2.0}, kernels="K", terms={"t": 1.0}, setup=setup_of("bf16", "adam"))
     assert (job.kernels, job.terms, job.batch_size, job.precision, job.optimizer) == ("K", {"t": 1.0}, 2, "bf16", "adam")
+
+
+def test_what_a_graph_keeps_is_what_a_fresh_graph_computes() -> None:
+    """A canonical graph keeps its analyses (CanonicalGraph.memo): costs, attention cores, checkpoint blocks, the
+    footprint's terms and a step's kernels up to the optimizer, which a setup's optimizer options share. Every
+    setup's kernels, feature row and terms on a graph that kept them equal those of a freshly loaded graph."""
+    from gpupred import config
+    from gpupred.graph.features import featurize
+    from gpupred.graph.loader import cached_graph, clear_graph_cache, load_graph
+    from gpupred.memory.physics import graph_terms
+    from gpupred.step.physics.kernels import step_kernels
+
+    path = config.GRAPHS / "gpt.gpt-v8192-m1024-h16-l2-seq64.onnx.gz"  # the store's graph: attention and blocks
+    base = setup_of("fp32", "sgd")
+    setups = [base, base.with_options(optimizer="adam", optimizer_impl="fused"),  # the optimizer alone: one pass
+              *(base.with_options(**{k: v}) for k, v in (("checkpointing", True), ("attention", "eager"),
+                                                         ("precision", "bf16"), ("accumulation", 2)))]
+    setups.append(setup_of("bf16", "adamw8bit"))  # a parameter placement: its kernels are not kept
+    clear_graph_cache()
+    kept = load_graph(path, 3)[0].form(True)
+    for setup in setups + setups:  # the second pass reads what the first kept
+        fresh = load_graph(path, 3)[0].form(True)
+        a, b = step_kernels(kept, setup=setup), step_kernels(fresh, setup=setup)
+        for name in ("flops", "bytes", "tensor_core", "phase", "sync_after"):
+            assert (getattr(a, name) == getattr(b, name)).all(), (setup, name)
+        assert (len(a), a.traits, a.param_tensors, a.input_bytes) == (len(b), b.traits, b.param_tensors, b.input_bytes)
+    assert {k[0] if isinstance(k, tuple) else k for k in kept.derived} >= {
+        "attention_cores", "checkpoint_blocks", "step_forward"}
+    assert len([k for k in kept.derived if isinstance(k, tuple) and k[0] == "step_forward"]) == 5  # 6 setups, 5 passes
+    rows = [featurize(path, 3, s.job_precision, s.job_optimizer, warn=False) for s in setups]  # one cached graph
+    assert {"structure", ("costs", False), ("costs", True)} <= set(cached_graph(path, 3)[0].form(True).derived)
+    for setup, row in zip(setups, rows):
+        clear_graph_cache()
+        assert featurize(path, 3, setup.job_precision, setup.job_optimizer, warn=False) == row
+    again = graph_terms(path, 3, setups[2])  # checkpointed
+    again["saved_elems"] = -1.0  # a caller's copy: what the graph keeps is unchanged
+    assert graph_terms(path, 3, setups[2])["saved_elems"] >= 0

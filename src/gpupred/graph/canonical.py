@@ -68,7 +68,7 @@ import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from gpupred.graph.costs import COST_TABLE, NON_TRAINABLE_INPUTS
 
@@ -102,6 +102,8 @@ _DEFAULT_DOMAINS: frozenset[str] = frozenset({"", "ai.onnx"})
 
 FOLDED_BATCHNORM = "gpupred_folded_batchnorm"  # attribute of a contraction a BatchNorm was folded into
 
+T = TypeVar("T")
+
 
 @dataclass
 class CanonicalGraph:
@@ -115,6 +117,16 @@ class CanonicalGraph:
     dropped: Counter[str] = field(default_factory=Counter)  # what the reduction removed, by rule
     static_params: set[str] = field(default_factory=set)  # parameter keys read only by dropped static nodes
     dropout_inputs: list[str] = field(default_factory=list)  # what each dropped Dropout of ratio > 0 masked (its input)
+    derived: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # what memo keeps
+
+    def memo(self, key: Any, make: Callable[[], T]) -> T:
+        """What ``make()`` derives from this graph, computed once per ``key`` and kept with the graph: a graph is
+        read-only once built (:func:`gpupred.graph.loader.cached_graph` shares it), so its analyses (costs, attention
+        cores, checkpoint blocks, a training step's forward kernels) hold while it lives. Callers treat what they get
+        as read-only too."""
+        if key not in self.derived:
+            self.derived[key] = make()
+        return self.derived[key]
 
 
 def raw_graph(

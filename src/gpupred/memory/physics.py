@@ -174,12 +174,19 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     those of them inside the attention cores the setup fuses.
     Under checkpointing the kept tensors are those of :func:`checkpointed`.
     """
-    from gpupred.graph.canonical import shape_elements
     from gpupred.graph.loader import cached_graph
 
     job = setup or DEFAULT_SETUP
     graph, _ = cached_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
+    return dict(cg.memo(("graph_terms", job.attention, job.checkpointing),  # the setup options they read
+                        lambda: _graph_terms(graph, cg, job)))
+
+
+def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
+    """:func:`graph_terms` of a loaded graph and its canonical form."""
+    from gpupred.graph.canonical import shape_elements
+
     producer = {o: node for node in cg.nodes for o in node[3]}
     numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
     attention, softmax = _attention_tensors(cg, producer, job.attention)

@@ -105,21 +105,30 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
     """One row per job (see the module doc); each distinct job (model and options) predicted once."""
     from gpupred.hardware import gpu_spec
 
+    from gpupred.predictor.jobs import JobOptions
+
     js = [as_job(j) for j in jobs]
-    answers: dict[str, pd.Series] = {}
+    names = _names(js)
+    first: dict[str, int] = {}
+    for i, job in enumerate(js):
+        first.setdefault(job.key, i)
+    distinct = list(first.values())
+    asked = []
+    for i in distinct:
+        try:
+            asked.append((js[i].model, JobOptions(js[i].batch_size, js[i].precision, js[i].optimizer, gpu, js[i].setup),
+                          js[i].pipeline))
+        except GpupredError as err:
+            raise GpupredError(f"job {names[i]}: {err}") from None
+    records = predictor.predict_records(asked, [names[i] for i in distinct])
+    answers = {js[i].key: record for i, record in zip(distinct, records)}
+    shown = gpu_spec(gpu).name if gpu else ""
     rows = []
-    for job, name in zip(js, _names(js)):
-        if job.key not in answers:
-            try:
-                answers[job.key] = predictor.predict(job.model, batch_size=job.batch_size, precision=job.precision,
-                                                     optimizer=job.optimizer, gpu=gpu, setup=job.setup,
-                                                     pipeline=job.pipeline).iloc[0]
-            except GpupredError as err:
-                raise GpupredError(f"job {name}: {err}") from None
+    for job, name in zip(js, names):
         batch, precision, optimizer = job.resolved()
         rows.append({"job": name, "job_key": job.key, "model": str(getattr(job.model, "name", job.model)),
-                     "batch_size": batch, "precision": precision, "optimizer": optimizer,
-                     "gpu": gpu_spec(gpu).name if gpu else "", **answers[job.key].to_dict()})
+                     "batch_size": batch, "precision": precision, "optimizer": optimizer, "gpu": shown,
+                     **answers[job.key]})
     return pd.DataFrame(rows)
 
 

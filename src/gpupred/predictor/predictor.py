@@ -256,13 +256,78 @@ class Predictor:
                        pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray]:
         """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
+        row = self._physics_rows([graph], gpu_name, cal, [pipeline or RESIDENT])[0]
+        frame = pd.DataFrame([row])  # one frame: inserting columns costs ~0.3 ms each
+        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))
+
+    def _physics_rows(self, graphs: list["JobGraph"], gpu_name: str, cal: Any,
+                      pipelines: list[InputPipeline]) -> list[dict[str, Any]]:
+        """The physics-first core's row (its answer, the fit on the GPU, ``core``, ``extrapolated``) for each job
+        given as a graph, on one GPU kind, the estimators run once over them all."""
         from gpupred.predictor.fits import fit_columns
 
-        out = self.core.predict(graph, gpu_name, cal, pipeline or RESIDENT)
-        out.update(fit_columns(out["memory_mib"], out["memory_mib_low"], out["memory_mib_high"], gpu_name, self.alpha))
-        row = {k: v for k, v in out.items() if k != "extrapolated"}
-        frame = pd.DataFrame([{**row, "core": "physics", "extrapolated": bool(out["extrapolated"])}])  # one frame:
-        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))  # inserting columns costs ~0.3 ms each
+        rows = []
+        for out in self.core.predict_many(graphs, gpu_name, cal, pipelines):
+            out.update(fit_columns(out["memory_mib"], out["memory_mib_low"], out["memory_mib_high"], gpu_name,
+                                   self.alpha))
+            extrapolated = bool(out.pop("extrapolated"))
+            rows.append({**out, "core": "physics", "extrapolated": extrapolated})
+        return rows
+
+    def predict_records(self, jobs: list[tuple[Any, JobOptions, InputPipeline | None]],
+                        labels: list[str]) -> list[dict[str, Any]]:
+        """:meth:`predict`'s row for each job (its input, options and pipeline) as a record: what
+        :meth:`predict_many` lists. Jobs given as graphs (ONNX files, workload ids) to a predictor with a physics core
+        are answered together, the core's estimators run once per GPU kind and calibration over all of them; the
+        rest one by one. A job's error names it by its label."""
+        from contextlib import nullcontext
+
+        from gpupred.calibration.use import resolve_calibration
+
+        records: list[dict[str, Any] | None] = [None] * len(jobs)
+        groups: dict[tuple[str, int], tuple[Any, list[int], list[Any], list[InputPipeline]]] = {}
+        calibrations: dict[Any, Any] = {}
+        for i, ((x, job, pipeline), label) in enumerate(zip(jobs, labels)):
+            try:
+                if self.core is None or not isinstance(x, (str, Path)):
+                    records[i] = self._predict_job(x, job, None, pipeline).frame.iloc[0].to_dict()
+                    continue
+                if job.gpu not in calibrations:
+                    calibrations[job.gpu] = resolve_calibration(None, job.gpu)
+                cal = calibrations[job.gpu]
+                if job.gpu is None and cal is not None:
+                    job = JobOptions(job.batch_size, job.precision, job.optimizer, cal.calibration.gpu_name, job.setup)
+                with cal.hardware() if cal is not None else nullcontext():
+                    graph = resolve_graph(x, job)
+                    self._check_setup(job, graph)
+                    gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])
+                    _ = (graph.kernels, graph.terms)  # computed here, where an error names the job
+            except GpupredError as err:
+                raise GpupredError(f"job {label}: {err}") from None
+            piped = pipeline if pipeline is not None and not pipeline.resident else RESIDENT
+            group = groups.setdefault((gpu_name, id(cal)), (cal, [], [], []))
+            group[1].append(i), group[2].append(graph), group[3].append(piped)
+        for (gpu_name, _), (cal, idx, graphs, pipelines) in groups.items():
+            with cal.hardware() if cal is not None else nullcontext():
+                try:
+                    rows = self._physics_rows(graphs, gpu_name, cal, pipelines)
+                except GpupredError:  # one by one, to name the job
+                    rows = [self._named_row(graph, gpu_name, cal, pipeline, labels[i])
+                            for i, graph, pipeline in zip(idx, graphs, pipelines)]
+                if cal is not None:
+                    kinds = gpu_kinds(np.full(len(rows), gpu_name, dtype=object))
+                    rows = self._mark_calibration(pd.DataFrame(rows), cal, kinds).to_dict("records")
+            for i, record in zip(idx, rows):
+                records[i] = record
+        return [r for r in records if r is not None]
+
+    def _named_row(self, graph: "JobGraph", gpu_name: str, cal: Any, pipeline: InputPipeline,
+                   label: str) -> dict[str, Any]:
+        """One job's :meth:`_physics_rows` row, its error naming it by ``label``."""
+        try:
+            return self._physics_rows([graph], gpu_name, cal, [pipeline])[0]
+        except GpupredError as err:
+            raise GpupredError(f"job {label}: {err}") from None
 
     def _predict_rows(self, x: Any, job: JobOptions) -> tuple[pd.DataFrame, np.ndarray]:
         """The baseline regressors' answer for feature rows (a dict is one row), and each row's GPU kind."""

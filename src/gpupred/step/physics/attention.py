@@ -153,7 +153,12 @@ class _Links:
 
 
 def attention_cores(graph: CanonicalGraph) -> list[AttentionCore]:
-    """Every attention core of ``graph`` (see the module notes), in graph order."""
+    """Every attention core of ``graph`` (see the module notes), in graph order (found once per graph)."""
+    return list(graph.memo("attention_cores", lambda: _find_cores(graph)))
+
+
+def _find_cores(graph: CanonicalGraph) -> tuple[AttentionCore, ...]:
+    """:func:`attention_cores`' search."""
     links = _Links(graph)
     cores = []
     taken: set[int] = set()
@@ -177,7 +182,7 @@ def attention_cores(graph: CanonicalGraph) -> list[AttentionCore]:
         masks = [n for n in side if _numel(graph, n) > 1]
         cores.append(AttentionCore(first, last, nodes, q, k, v, graph.nodes[last][3][0],
                                    masks[0] if masks else None, sdpa))
-    return cores
+    return tuple(cores)
 
 
 def fused_cores(graph: CanonicalGraph, attention: str = "auto") -> list[AttentionCore]:

@@ -110,7 +110,12 @@ def _sequential_blocks(graph: CanonicalGraph) -> dict[str, list[int]]:
 
 
 def checkpoint_blocks(graph: CanonicalGraph) -> list[Block]:
-    """The blocks activation checkpointing would wrap, in graph order (see the module notes)."""
+    """The blocks activation checkpointing would wrap, in graph order (see the module notes; found once per graph)."""
+    return list(graph.memo("checkpoint_blocks", lambda: _find_blocks(graph)))
+
+
+def _find_blocks(graph: CanonicalGraph) -> tuple[Block, ...]:
+    """:func:`checkpoint_blocks`' search."""
     named = _named_blocks(graph) or _sequential_blocks(graph)
     producer = {o: i for i, node in enumerate(graph.nodes) for o in node[3]}
     inputs = set(graph.graph_inputs)
@@ -124,4 +129,4 @@ def checkpoint_blocks(graph: CanonicalGraph) -> list[Block]:
                         (t in producer and producer[t] not in mine) or t in inputs):
                     reads.append(t)
         blocks.append(Block(name, tuple(nodes), tuple(reads)))
-    return sorted(blocks, key=lambda b: b.nodes[0])
+    return tuple(sorted(blocks, key=lambda b: b.nodes[0]))

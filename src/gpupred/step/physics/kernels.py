@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -683,6 +683,36 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
 
 
 RECIPES: tuple[str, ...] = ("standard", "gan")  # how a training step runs over its graph
+OPTIMIZER_FIELDS: frozenset[str] = frozenset({  # the TrainingSetup fields only the optimizer's kernels read
+    "optimizer", "optimizer_impl", "sgd_momentum", "weight_decay"})
+
+
+def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
+    """A standard step's kernels up to its optimizer (forward, loss, Dropout, backward, gradient sums) into ``b``;
+    returns the trainable tensors. Without a parameter placement (LoRA, QLoRA, shape-counted optimizers) they are kept
+    with the graph per setup, less its optimizer fields: a queue's optimizers and their implementations share them."""
+    if b.place is not None:
+        return _record_forward_and_backward(b, graph)
+    key = ("step_forward", tuple((f.name, getattr(b.setup, f.name)) for f in fields(b.setup)
+                                 if f.name not in OPTIMIZER_FIELDS))
+
+    def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int]]:
+        own = _Builder(b.setup)
+        trainable = _record_forward_and_backward(own, graph)
+        return tuple(own.fwd), tuple(own.bwd), trainable
+
+    fwd, bwd, trainable = graph.memo(key, record)
+    b.fwd.extend(fwd)
+    b.bwd.extend(bwd)
+    return dict(trainable)
+
+
+def _record_forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
+    """:func:`_forward_and_backward`'s kernels, recorded."""
+    trainable, out_bytes = _forward_pass(b, graph)
+    _accumulations(b, graph)
+    _loss_and_dropout(b, graph, out_bytes)
+    return trainable
 
 
 def _placement(graph: CanonicalGraph, setup: TrainingSetup) -> Any:
@@ -708,9 +738,7 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
         trainable = _gan_step(b, graph)
         cycles = 2
     else:
-        trainable, out_bytes = _forward_pass(b, graph)
-        _accumulations(b, graph)
-        _loss_and_dropout(b, graph, out_bytes)
+        trainable = _forward_and_backward(b, graph)
         _optimizer(b, trainable)
         cycles = 1
     trainable = _trained(b, trainable)
