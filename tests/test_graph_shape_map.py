@@ -63,3 +63,31 @@ def test_map_survives_moving_weights_to_external_data(tmp_path: Path, monkeypatc
     F.clear_cache()
     monkeypatch.setattr(loader, "infer", lambda *a, **k: pytest.fail("shape inference ran despite a stored map"))
     assert featurize(external, batch_size=7) == want
+
+
+def test_a_file_with_a_map_is_parsed_once_for_every_batch_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_graph keeps a file's parse and checked map (loader.StoredParse) per file identity: another batch size
+    only evaluates the map, each batch's graph is what a fresh load gives, and a rewritten file is parsed again."""
+    import os
+
+    path = tmp_path / "stored.onnx"
+    onnx.save(store_batch_shapes(conv_graph()), path)
+    F.clear_cache()
+    fresh = {}
+    for bs in (1, 7, 32):
+        F.clear_cache()
+        fresh[bs] = loader.load_graph(path, bs)[0]
+    parses = []
+    real = loader._load_unchecked
+    monkeypatch.setattr(loader, "_load_unchecked", lambda *a: parses.append(1) or real(*a))
+    F.clear_cache()
+    for bs in (1, 7, 32, 7):
+        graph, got = loader.load_graph(path, bs)
+        assert got == bs and graph.shapes == fresh[bs].shapes and graph.nodes == fresh[bs].nodes
+    assert len(parses) == 1
+    m = conv_graph()
+    m.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.ones((64, 12), np.float32), "fc"))  # 12 classes now
+    onnx.save(store_batch_shapes(m), path)  # (which parses it at several batch sizes itself)
+    os.utime(path, ns=(1, 1))
+    parses.clear()
+    assert loader.load_graph(path, 7)[0].shapes["y"][0] == (7, 12) and len(parses) == 1

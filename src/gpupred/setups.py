@@ -208,7 +208,8 @@ class TrainingSetup:
 
     def changes(self) -> dict[str, Any]:
         """The options that differ from the defaults (this project's sweeps)."""
-        return {k: v for k, v in asdict(self).items() if v != getattr(DEFAULT_SETUP, k)}
+        values = ((f.name, getattr(self, f.name)) for f in fields(self))  # plain values: asdict's copies cost 60 us
+        return {k: v for k, v in values if v != getattr(DEFAULT_SETUP, k)}
 
     def with_options(self, **options: Any) -> "TrainingSetup":
         """A copy with ``options`` replaced (None values are left as they are)."""

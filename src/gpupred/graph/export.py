@@ -17,6 +17,7 @@ their values so shape inference still works. This module imports torch inside it
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import io
 import json
@@ -256,15 +257,25 @@ def _index_path(store: Path | None = None) -> Path:
     return Path(store or config.GRAPHS) / INDEX_NAME
 
 
+_INDEX: dict[tuple[str, int, int], dict[str, Any]] = {}  # (absolute path, mtime ns, size) -> the index read from it
+
+
 def read_index(store: Path | None = None) -> dict[str, Any]:
-    """The graph store's index: export recipe version, the torch that exported it, each graph's sha256."""
+    """The graph store's index: export recipe version, the torch that exported it, each graph's sha256. An index read
+    before and unchanged since (same path, modification time and size) is not read again: every job given as a
+    workload id asks for it. Callers that change what they get change a copy."""
     path = _index_path(store)
-    if not path.is_file():
-        return {"export_version": EXPORT_VERSION, "graphs": {}}
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`") from None
+        stat = os.stat(path)
+    except OSError:
+        return {"export_version": EXPORT_VERSION, "graphs": {}}
+    key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _INDEX:
+        try:
+            _INDEX[key] = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`") from None
+    return _INDEX[key]
 
 
 def stored_graph(spec: "WorkloadSpec", store: Path | None = None) -> Path | None:
@@ -317,7 +328,7 @@ def build_store(specs: Sequence["WorkloadSpec"], store: Path | None = None, forc
     from gpupred.reports import progress_bar
 
     store = Path(store or config.GRAPHS)
-    index = read_index(store)
+    index = copy.deepcopy(read_index(store))  # changed below: not the copy read_index keeps
     if index.get("export_version") != EXPORT_VERSION:
         index = {"export_version": EXPORT_VERSION, "graphs": {}}
     first: dict[str, "WorkloadSpec"] = {}

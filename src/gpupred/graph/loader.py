@@ -12,6 +12,7 @@ import json
 import os
 import zlib
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +286,7 @@ class PlainGraph:
         self.nodes = nodes
         self.folded = folded
         self.forms: dict[bool, CanonicalGraph] = {}  # canonical (True) and as-exported (False) views, made on demand
-        if model is None:  # filled in by _stored_graph
+        if model is None:  # filled in by _graph_at
             return
         g = model.graph
         shapes: dict[str, Shape] = {}
@@ -345,9 +346,27 @@ _CACHE_SIZE = 64
 _CACHE: "OrderedDict[tuple[Any, ...], tuple[PlainGraph, int]]" = OrderedDict()
 
 
+_PARSED_FILES = 16
+_PARSED: "OrderedDict[tuple[Any, ...], StoredParse]" = OrderedDict()
+
+
+@dataclass(frozen=True)
+class StoredParse:
+    """What a file with a valid stored shape map gives at every batch size: its parsed structure and the map, kept per
+    file identity (:func:`file_identity`) so that another batch size only evaluates the map."""
+
+    model: ModelProto
+    label: str
+    inits: dict[str, Init]
+    nodes: list[Node]
+    folded: set[str]
+    shape_map: dict[str, Any]
+
+
 def clear_graph_cache() -> None:
-    """Forget every graph :func:`cached_graph` keeps in this process."""
+    """Forget every graph :func:`cached_graph` keeps in this process, and every parse :func:`load_graph` keeps."""
     _CACHE.clear()
+    _PARSED.clear()
 
 
 def file_identity(path_or_proto: Any) -> tuple[Any, ...] | None:
@@ -391,6 +410,14 @@ def load_graph(
     With ``stored`` and a shape map from :func:`gpupred.graph.shapemap.batch_shape_map` in the file's metadata
     (written at export, checked against the file's nodes), shapes come from that map instead of inference.
     """
+    identity = file_identity(path_or_proto) if stored else None
+    parse = _PARSED.get(identity) if identity is not None else None
+    if parse is not None:  # this file at another batch size: only its shape map is evaluated
+        _PARSED.move_to_end(identity)
+        bs, _ = resolve_batch(parse.model, parse.label, batch_size)
+        graph = _graph_at(parse.shape_map, bs, parse.model, parse.nodes, parse.folded, parse.inits)
+        if graph is not None:
+            return graph, bs
     model, label = _load_unchecked(path_or_proto)
     inits = _read_inits(model)  # the batch-affine values below keep each initializer's dims and type
     nodes = read_nodes(model, label, inits)
@@ -398,10 +425,14 @@ def load_graph(
     meta = {p.key: p.value for p in model.metadata_props}
     folded = set(filter(None, meta.get(FOLDED_KEY, "").split(",")))
     folded |= set(filter(None, meta.get(BUFFERS_KEY, "").split(",")))  # state, not parameters: never counted
-    if stored and meta.get(SHAPES_KEY):
-        graph = _stored_graph(meta[SHAPES_KEY], bs, model, nodes, folded, inits)
-        if graph is not None:
-            return graph, bs
+    shape_map = _shape_map(meta[SHAPES_KEY], model, inits) if stored and meta.get(SHAPES_KEY) else None
+    graph = None if shape_map is None else _graph_at(shape_map, bs, model, nodes, folded, inits)
+    if graph is not None:
+        if identity is not None:  # read-only from here on: the graphs of every batch size share it
+            _PARSED[identity] = StoredParse(model, label, inits, nodes, folded, shape_map)
+            if len(_PARSED) > _PARSED_FILES:
+                _PARSED.popitem(last=False)
+        return graph, bs
     fixed = fixed_batch(model) if batch_name is None else None
     if fixed is not None and fixed != bs:
         folded |= rebatch(model, label, fixed, bs, lambda m: infer(m, label))  # its shape arithmetic folded
@@ -435,14 +466,23 @@ def graph_fingerprint(model: ModelProto, inits: dict[str, Init] | None = None) -
     return zlib.crc32(b"".join(parts))
 
 
-def _stored_graph(
-    text: str, bs: int, model: ModelProto, nodes: list[Node], folded: set[str], inits: dict[str, Init]
-) -> PlainGraph | None:
-    """The graph's shapes at batch ``bs`` from a stored shape map; None if the map does not fit this graph."""
+def _shape_map(text: str, model: ModelProto, inits: dict[str, Init]) -> dict[str, Any] | None:
+    """A stored shape map (JSON) when it fits this graph's structure, else None."""
     try:
         data = json.loads(text)
-        if data.get("version") != 1 or data.get("graph_crc32") != graph_fingerprint(model, inits):
-            return None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("version") != 1 or data.get("graph_crc32") != graph_fingerprint(model, inits):
+        return None
+    return data
+
+
+def _graph_at(
+    data: dict[str, Any], bs: int, model: ModelProto, nodes: list[Node], folded: set[str], inits: dict[str, Init]
+) -> PlainGraph | None:
+    """The graph's shapes at batch ``bs`` from a stored shape map (:func:`_shape_map`); None if the map does not
+    fit this graph."""
+    try:
         sizes = _ITEMSIZE
         types: list[Shape] = []  # the distinct (elem_type, dims) of the map, evaluated at this batch size
         for et, dims in data["types"]:

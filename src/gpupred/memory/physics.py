@@ -187,10 +187,8 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
     """:func:`graph_terms` of a loaded graph and its canonical form."""
     from gpupred.graph.canonical import shape_elements
 
-    producer = {o: node for node in cg.nodes for o in node[3]}
-    numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
+    producer, numel, kept = cg.memo("kept_tensors", lambda: _tensors_kept(cg))  # every setup's start
     attention, softmax = _attention_tensors(cg, producer, job.attention)
-    kept = _kept_tensors(cg, producer)
     blocks = checkpoint_blocks_of(cg) if job.checkpointing else None
     if blocks is not None:
         kept = checkpointed(cg, kept, numel, blocks)
@@ -207,6 +205,15 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
                   fused_copy_elems=float(sum(n for t, n in copies.items() if t in attention | softmax)))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(cg, producer, numel, kept, (1.0, 2.0))
     return counts
+
+
+def _tensors_kept(cg: Any) -> tuple[dict[str, Any], dict[str, int], set[str]]:
+    """(each tensor's producing node, each float tensor's elements, the tensors autograd keeps) of a canonical graph."""
+    from gpupred.graph.canonical import shape_elements
+
+    producer = {o: node for node in cg.nodes for o in node[3]}
+    numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
+    return producer, numel, _kept_tensors(cg, producer)
 
 
 def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],

@@ -151,7 +151,8 @@ class PhysicsCore:
         measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
         step = self.step_.predict(frame, physics, constants=constants, widths=measured or None)
         mem = memory.predict(frame)
-        outs = step.to_dict("records")
+        columns = {c: step[c].tolist() for c in step.columns}  # plain values; to_dict("records") costs 1 ms a call
+        outs = [{c: v[i] for c, v in columns.items()} for i in range(len(step))]
         figures = {k: mem[k].to_numpy(float) for k in ("footprint*correction", "low", "high", "reserved", "allocated")}
         for i, (job, out) in enumerate(zip(jobs, outs)):
             caveats = self.caveats(job, name)

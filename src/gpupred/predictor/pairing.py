@@ -109,9 +109,10 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
 
     js = [as_job(j) for j in jobs]
     names = _names(js)
+    keys = [job.key for job in js]
     first: dict[str, int] = {}
-    for i, job in enumerate(js):
-        first.setdefault(job.key, i)
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
     distinct = list(first.values())
     asked = []
     for i in distinct:
@@ -121,14 +122,14 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
         except GpupredError as err:
             raise GpupredError(f"job {names[i]}: {err}") from None
     records = predictor.predict_records(asked, [names[i] for i in distinct])
-    answers = {js[i].key: record for i, record in zip(distinct, records)}
+    answers = {keys[i]: record for i, record in zip(distinct, records)}
     shown = gpu_spec(gpu).name if gpu else ""
     rows = []
-    for job, name in zip(js, names):
+    for job, name, key in zip(js, names, keys):
         batch, precision, optimizer = job.resolved()
-        rows.append({"job": name, "job_key": job.key, "model": str(getattr(job.model, "name", job.model)),
+        rows.append({"job": name, "job_key": key, "model": str(getattr(job.model, "name", job.model)),
                      "batch_size": batch, "precision": precision, "optimizer": optimizer, "gpu": shown,
-                     **answers[job.key]})
+                     **answers[key]})
     return pd.DataFrame(rows)
 
 

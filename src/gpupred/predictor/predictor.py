@@ -301,7 +301,7 @@ class Predictor:
                     graph = resolve_graph(x, job)
                     self._check_setup(job, graph)
                     gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])
-                    _ = (graph.kernels, graph.terms)  # computed here, where an error names the job
+                    _ = (graph.kernels, graph.terms, graph.row)  # computed while its graph is loaded; an error names it
             except GpupredError as err:
                 raise GpupredError(f"job {label}: {err}") from None
             piped = pipeline if pipeline is not None and not pipeline.resident else RESIDENT

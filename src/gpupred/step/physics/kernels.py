@@ -130,6 +130,16 @@ class KernelList:
         return int(self.flops.shape[0])
 
 
+def kernel_columns(seq: list[tuple[tuple[Any, ...], int]]) -> tuple[np.ndarray, ...]:
+    """(FLOPs, bytes, unit, launched by a library, phase) arrays of kernels, each with its list's phase (which a
+    kernel's own, its fifth field, overrides)."""
+    n = len(seq)
+    return (np.fromiter((k[0] for k, _ in seq), float, n), np.fromiter((k[1] for k, _ in seq), float, n),
+            np.fromiter((int(k[2]) for k, _ in seq), np.int8, n),
+            np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n),
+            np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n))
+
+
 class _Builder:
     """Accumulates kernels phase by phase (backward collected in forward order, then reversed).
 
@@ -146,23 +156,25 @@ class _Builder:
         self.other: list[tuple[Any, ...]] = []
         self.accumulate: list[tuple[Any, ...]] = []  # what each micro-batch after the first adds (gradient adds)
         self.sync_after_opt_prefix = -1  # index into opt after which the host syncs (-1: none)
+        self.kept_pass: tuple[tuple[np.ndarray, ...], int, int] | None = None  # a pass's columns, fwd and bwd lengths
 
-    def _sequence(self) -> list[tuple[tuple[Any, ...], int]]:
-        one = [(k, FWD) for k in self.fwd] + [(k, BWD) for k in reversed(self.bwd)]
-        seq = list(one)
-        for _ in range(1, self.setup.accumulation):
-            seq += one + [(k, BWD) for k in self.accumulate]
-        return seq + [(k, OPT) for k in self.opt] + [(k, OTHER) for k in self.other]
+    def pass_columns(self) -> tuple[np.ndarray, ...]:
+        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse): those the graph
+        kept (``kept_pass``) while ``fwd`` and ``bwd`` are still what it kept."""
+        if self.kept_pass is not None and self.kept_pass[1:] == (len(self.fwd), len(self.bwd)):
+            return self.kept_pass[0]
+        return kernel_columns([(k, FWD) for k in self.fwd] + [(k, BWD) for k in reversed(self.bwd)])
 
     def arrays(self) -> KernelList:
-        """The kernels in launch order."""
-        seq = self._sequence()
-        n = len(seq)
-        flops = np.fromiter((k[0] for k, _ in seq), float, n)
-        nbytes = np.fromiter((k[1] for k, _ in seq), float, n)
-        tc = np.fromiter((int(k[2]) for k, _ in seq), np.int8, n)
-        library = np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n)
-        phase = np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n)
+        """The kernels in launch order: a pass, then per further micro-batch a pass and its gradient sums, then the
+        optimizer's and the rest."""
+        one = self.pass_columns()
+        parts = [one]
+        if self.setup.accumulation > 1:
+            parts += [one, kernel_columns([(k, BWD) for k in self.accumulate])] * (self.setup.accumulation - 1)
+        parts.append(kernel_columns([(k, OPT) for k in self.opt] + [(k, OTHER) for k in self.other]))
+        flops, nbytes, tc, library, phase = (np.concatenate([p[j] for p in parts]) for j in range(5))
+        n = len(flops)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
             sync[n - len(self.other) - len(self.opt) + self.sync_after_opt_prefix] = True
@@ -696,12 +708,14 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     key = ("step_forward", tuple((f.name, getattr(b.setup, f.name)) for f in fields(b.setup)
                                  if f.name not in OPTIMIZER_FIELDS))
 
-    def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int]]:
+    def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
         own = _Builder(b.setup)
         trainable = _record_forward_and_backward(own, graph)
-        return tuple(own.fwd), tuple(own.bwd), trainable
+        return tuple(own.fwd), tuple(own.bwd), trainable, own.pass_columns()
 
-    fwd, bwd, trainable = graph.memo(key, record)
+    fwd, bwd, trainable, columns = graph.memo(key, record)
+    if not b.fwd and not b.bwd:
+        b.kept_pass = (columns, len(fwd), len(bwd))
     b.fwd.extend(fwd)
     b.bwd.extend(bwd)
     return dict(trainable)
