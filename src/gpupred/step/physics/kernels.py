@@ -534,7 +534,7 @@ def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
     for op, _d, ins, _o, _n, _a, entry in graph.nodes:
         if entry is not None and entry.rule is view_rule:
             continue
-        readers.update(n for n in set(ins) if n and n not in graph.params and n not in inputs)
+        readers.update(n for n in dict.fromkeys(ins) if n and n not in graph.params and n not in inputs)  # in input order
     item = 2 if b.setup.precision == "bf16-pure" else None
     for name, k in readers.items():
         t = _tensor(graph, name, item)
