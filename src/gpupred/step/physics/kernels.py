@@ -64,8 +64,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -444,8 +444,7 @@ def copied_transposes(graph: CanonicalGraph, fused: set[int]) -> set[int]:
 
 
 class _Pass:
-    """The state of one forward pass over the graph: autocast sizes, cast weights, fused attention cores, the
-    checkpointed block of each node and the forward kernels of the block being recorded."""
+    """The state of one forward pass over the graph: autocast sizes, cast weights, fused attention cores."""
 
     def __init__(self, b: _Builder, graph: CanonicalGraph) -> None:
         self.size_of: dict[str, int] = {}
@@ -454,24 +453,33 @@ class _Pass:
         self.out_bytes: list[float] = []
         self.fused = {i: core for core in fused_cores(graph, b.setup.attention) for i in core.nodes}
         self.core_flops: dict[int, float] = {}
-        self.block_of: dict[int, int] = {}
-        self.block_end: set[int] = set()
-        if b.setup.checkpointing:
-            for k, block in enumerate(checkpoint_blocks(graph)):
-                self.block_of.update((i, k) for i in block.nodes)
-                self.block_end.add(max(block.nodes))
-        self.recorded: list[tuple[Any, ...]] = []
         self.copies = copied_transposes(graph, set(self.fused))
 
-    def recompute(self, b: _Builder, i: int, start: int) -> None:
-        """Record node ``i``'s forward kernels (from ``b.fwd[start:]``) when it is checkpointed; at its block's end,
-        queue the block's forward to run again before the block's backward."""
-        if i not in self.block_of:
-            return
-        self.recorded += [(*k, *(() if len(k) > 3 else (False,)), FWD)[:5] for k in b.fwd[start:]]
-        if i in self.block_end:
-            b.bwd.extend(reversed(self.recorded))  # launched in reverse: the block's forward, then its backward
-            self.recorded = []
+
+Span = tuple[int, int, int, int]  # a node of a pass: (node, its first forward kernel, past its last, past its backward's)
+
+
+def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], at: int, spans: Sequence[Span],
+               blocks: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """A pass's backward (``bwd`` from ``at``) under activation checkpointing: after the backward kernels of a
+    block's last node, the forward kernels of the block's nodes run again (the list is launched in reverse: the
+    block's forward, then its backward). ``spans`` are the pass's nodes in order (:func:`_forward_pass`)."""
+    inside = {i for block in blocks for i in block.nodes}
+    ends = {max(block.nodes) for block in blocks}
+    out: list[tuple[Any, ...]] = []
+    recorded: list[tuple[Any, ...]] = []
+    done = at
+    for i, first, past, bwd_past in spans:
+        out.extend(bwd[done:bwd_past])
+        done = bwd_past
+        if i not in inside:
+            continue
+        recorded += [(*k, *(() if len(k) > 3 else (False,)), FWD)[:5] for k in fwd[first:past]]
+        if i in ends:
+            out.extend(reversed(recorded))
+            recorded = []
+    out.extend(bwd[done:])
+    return out
 
 
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
@@ -499,11 +507,14 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
 
 
 def _forward_pass(b: _Builder, graph: CanonicalGraph,
-                  only: set[int] | None = None) -> tuple[dict[str, int], list[float]]:
-    """Forward and backward kernels of every node (of the nodes ``only``, when given); returns the trainable
-    tensors and each op's output bytes."""
+                  only: set[int] | None = None) -> tuple[dict[str, int], list[float], list[Span]]:
+    """Forward and backward kernels of every node (of the nodes ``only``, when given), the backward as
+    checkpointing runs it (:func:`recomputed`); returns the trainable tensors, each op's output bytes and the nodes'
+    spans."""
     st = _Pass(b, graph)
     autocast = b.setup.autocast
+    at = len(b.bwd)
+    spans: list[Span] = []
     for i, (op, _domain, ins, outs, _name, _attrs, entry) in enumerate(graph.nodes):
         if entry is not None and entry.rule is view_rule:
             if ins and ins[0] in st.size_of:
@@ -523,8 +534,10 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph,
         if autocast:
             autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, st.size_of)
         _node_kernels(b, graph, st, i, mac, category)
-        st.recompute(b, i, start)
-    return st.trainable, st.out_bytes
+        spans.append((i, start, len(b.fwd), len(b.bwd)))
+    if b.setup.checkpointing:
+        b.bwd[at:] = recomputed(b.fwd, b.bwd, at, spans, checkpoint_blocks(graph))
+    return st.trainable, st.out_bytes, spans
 
 
 def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
@@ -683,9 +696,9 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     and the detached fake batch, two losses, its optimizer), then the generator step (D on the fake batch again,
     one loss, backward through D and G, the generator's optimizer). The second pass over shared weights
     (:func:`reread_nodes`) runs once more each way; each optimizer steps its own parameters."""
-    trainable, _ = _forward_pass(b, graph)
+    trainable, _, _ = _forward_pass(b, graph)
     second = reread_nodes(graph)
-    disc, _ = _forward_pass(b, graph, only=second)  # the generator step's pass through D
+    disc, _, _ = _forward_pass(b, graph, only=second)  # the generator step's pass through D
     _accumulations(b, graph)
     _bce_losses(b, graph, 3)
     b.fwd.append((1.0, 12.0, False))  # loss_d = real + fake
@@ -704,16 +717,23 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     returns the trainable tensors. Without a parameter placement (LoRA, QLoRA, shape-counted optimizers) they are kept
     with the graph per setup, less its optimizer fields: a queue's optimizers and their implementations share them."""
     if b.place is not None:
-        return _record_forward_and_backward(b, graph)
-    key = ("step_forward", tuple((f.name, getattr(b.setup, f.name)) for f in fields(b.setup)
-                                 if f.name not in OPTIMIZER_FIELDS))
+        return _record_forward_and_backward(b, graph)[0]
+    plain = replace(b.setup, checkpointing=False)  # checkpointing only reorders the backward: one pass for both
+    key = tuple((f.name, getattr(b.setup, f.name)) for f in fields(b.setup) if f.name not in OPTIMIZER_FIELDS)
+    plain_key = tuple((f.name, getattr(plain, f.name)) for f in fields(plain) if f.name not in OPTIMIZER_FIELDS)
+
+    def record_plain() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[int, int, list[Span]]]:
+        own = _Builder(plain)
+        trainable, layout = _record_forward_and_backward(own, graph)
+        return tuple(own.fwd), tuple(own.bwd), trainable, layout
 
     def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
-        own = _Builder(b.setup)
-        trainable = _record_forward_and_backward(own, graph)
-        return tuple(own.fwd), tuple(own.bwd), trainable, own.pass_columns()
+        fwd, bwd, trainable, (at, end, spans) = graph.memo(("step_pass", plain_key), record_plain)
+        if b.setup.checkpointing:
+            bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
+        return fwd, bwd, trainable, kernel_columns([(k, FWD) for k in fwd] + [(k, BWD) for k in reversed(bwd)])
 
-    fwd, bwd, trainable, columns = graph.memo(key, record)
+    fwd, bwd, trainable, columns = graph.memo(("step_forward", key), record)
     if not b.fwd and not b.bwd:
         b.kept_pass = (columns, len(fwd), len(bwd))
     b.fwd.extend(fwd)
@@ -721,12 +741,15 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     return dict(trainable)
 
 
-def _record_forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
-    """:func:`_forward_and_backward`'s kernels, recorded."""
-    trainable, out_bytes = _forward_pass(b, graph)
+def _record_forward_and_backward(b: _Builder, graph: CanonicalGraph) -> tuple[dict[str, int], tuple[int, int, list[Span]]]:
+    """:func:`_forward_and_backward`'s kernels, recorded; returns the trainable tensors and where the pass's backward
+    starts and ends in ``b.bwd`` with its nodes' spans."""
+    at = len(b.bwd)
+    trainable, out_bytes, spans = _forward_pass(b, graph)
+    end = len(b.bwd)
     _accumulations(b, graph)
     _loss_and_dropout(b, graph, out_bytes)
-    return trainable
+    return trainable, (at, end, spans)
 
 
 def _placement(graph: CanonicalGraph, setup: TrainingSetup) -> Any:
