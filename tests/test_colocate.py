@@ -143,8 +143,8 @@ def test_a_queue_answers_each_setup_and_pipeline_as_the_job_alone_and_names_a_ba
     from gpupred.predictor.pairing import Job
     from gpupred.setups import pipeline_of, setup_of
 
-    jobs = [Job(A, setup=setup_of("bf16", "sgd", checkpointing=True)), Job(A, batch_size=32, name="fed",
-                                                                            pipeline=pipeline_of("image-files", num_workers=2)),
+    fed = pipeline_of("image-files", num_workers=2)
+    jobs = [Job(A, setup=setup_of("bf16", "sgd", checkpointing=True)), Job(A, batch_size=32, name="fed", pipeline=fed),
             Job(B, setup=setup_of("fp32", "adam", optimizer_impl="fused")), Job(B, batch_size=8)]
     rows = predictor.predict_many(jobs, gpu="H100")
     assert rows["iter_time_mean_s"].nunique() == 4  # four different answers

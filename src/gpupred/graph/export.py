@@ -274,7 +274,8 @@ def read_index(store: Path | None = None) -> dict[str, Any]:
         try:
             _INDEX[key] = json.loads(path.read_text())
         except json.JSONDecodeError as err:
-            raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`") from None
+            raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`"
+                               ) from None
     return _INDEX[key]
 
 

@@ -472,7 +472,9 @@ def _shape_map(text: str, model: ModelProto, inits: dict[str, Init]) -> dict[str
         data = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(data, dict) or data.get("version") != 1 or data.get("graph_crc32") != graph_fingerprint(model, inits):
+    if not isinstance(data, dict) or data.get("version") != 1:
+        return None
+    if data.get("graph_crc32") != graph_fingerprint(model, inits):
         return None
     return data
 

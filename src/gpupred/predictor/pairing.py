@@ -104,7 +104,6 @@ def _names(jobs: list[Job]) -> list[str]:
 def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.DataFrame:
     """One row per job (see the module doc); each distinct job (model and options) predicted once."""
     from gpupred.hardware import gpu_spec
-
     from gpupred.predictor.jobs import JobOptions
 
     js = [as_job(j) for j in jobs]

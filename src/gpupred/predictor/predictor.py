@@ -284,7 +284,7 @@ class Predictor:
 
         from gpupred.calibration.use import resolve_calibration
 
-        records: list[dict[str, Any] | None] = [None] * len(jobs)
+        records: dict[int, dict[str, Any]] = {}
         groups: dict[tuple[str, int], tuple[Any, list[int], list[Any], list[InputPipeline]]] = {}
         calibrations: dict[Any, Any] = {}
         for i, ((x, job, pipeline), label) in enumerate(zip(jobs, labels)):
@@ -305,8 +305,10 @@ class Predictor:
             except GpupredError as err:
                 raise GpupredError(f"job {label}: {err}") from None
             piped = pipeline if pipeline is not None and not pipeline.resident else RESIDENT
-            group = groups.setdefault((gpu_name, id(cal)), (cal, [], [], []))
-            group[1].append(i), group[2].append(graph), group[3].append(piped)
+            _, idx, graphs, pipelines = groups.setdefault((gpu_name, id(cal)), (cal, [], [], []))
+            idx.append(i)
+            graphs.append(graph)
+            pipelines.append(piped)
         for (gpu_name, _), (cal, idx, graphs, pipelines) in groups.items():
             with cal.hardware() if cal is not None else nullcontext():
                 try:
@@ -317,9 +319,8 @@ class Predictor:
                 if cal is not None:
                     kinds = gpu_kinds(np.full(len(rows), gpu_name, dtype=object))
                     rows = self._mark_calibration(pd.DataFrame(rows), cal, kinds).to_dict("records")
-            for i, record in zip(idx, rows):
-                records[i] = record
-        return [r for r in records if r is not None]
+            records.update(zip(idx, rows))
+        return [records[i] for i in range(len(jobs))]
 
     def _named_row(self, graph: "JobGraph", gpu_name: str, cal: Any, pipeline: InputPipeline,
                    label: str) -> dict[str, Any]:

@@ -456,7 +456,7 @@ class _Pass:
         self.copies = copied_transposes(graph, set(self.fused))
 
 
-Span = tuple[int, int, int, int]  # a node of a pass: (node, its first forward kernel, past its last, past its backward's)
+Span = tuple[int, int, int, int]  # a node of a pass: (node, first forward kernel, past its last, past its backward's)
 
 
 def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], at: int, spans: Sequence[Span],
@@ -547,7 +547,8 @@ def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
     for op, _d, ins, _o, _n, _a, entry in graph.nodes:
         if entry is not None and entry.rule is view_rule:
             continue
-        readers.update(n for n in dict.fromkeys(ins) if n and n not in graph.params and n not in inputs)  # in input order
+        readers.update(n for n in dict.fromkeys(ins)  # in input order: a set's follows the process's string hash
+                       if n and n not in graph.params and n not in inputs)
     item = 2 if b.setup.precision == "bf16-pure" else None
     for name, k in readers.items():
         t = _tensor(graph, name, item)
@@ -715,7 +716,8 @@ OPTIMIZER_FIELDS: frozenset[str] = frozenset({  # the TrainingSetup fields only 
 def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     """A standard step's kernels up to its optimizer (forward, loss, Dropout, backward, gradient sums) into ``b``;
     returns the trainable tensors. Without a parameter placement (LoRA, QLoRA, shape-counted optimizers) they are kept
-    with the graph per setup, less its optimizer fields: a queue's optimizers and their implementations share them."""
+    with the graph per setup, less its optimizer fields (a queue's optimizers and their implementations share them),
+    and a checkpointed setup's come from the plain pass it shares with the setup without checkpointing."""
     if b.place is not None:
         return _record_forward_and_backward(b, graph)[0]
     plain = replace(b.setup, checkpointing=False)  # checkpointing only reorders the backward: one pass for both
@@ -741,7 +743,8 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     return dict(trainable)
 
 
-def _record_forward_and_backward(b: _Builder, graph: CanonicalGraph) -> tuple[dict[str, int], tuple[int, int, list[Span]]]:
+def _record_forward_and_backward(b: _Builder,
+                                 graph: CanonicalGraph) -> tuple[dict[str, int], tuple[int, int, list[Span]]]:
     """:func:`_forward_and_backward`'s kernels, recorded; returns the trainable tensors and where the pass's backward
     starts and ends in ``b.bwd`` with its nodes' spans."""
     at = len(b.bwd)
