@@ -87,3 +87,15 @@ def test_what_a_graph_keeps_is_what_a_fresh_graph_computes() -> None:
     again = graph_terms(path, 3, setups[2])  # checkpointed
     again["saved_elems"] = -1.0  # a caller's copy: what the graph keeps is unchanged
     assert graph_terms(path, 3, setups[2])["saved_elems"] >= 0
+
+
+def test_a_graph_keeps_a_bounded_number_of_analyses() -> None:
+    """CanonicalGraph.memo keeps at most MEMO_ENTRIES, the oldest going first; a kept one is not made again."""
+    from gpupred.graph.canonical import MEMO_ENTRIES, CanonicalGraph
+
+    graph = CanonicalGraph([], {}, {}, {}, [])  # a FIXTURE: an empty graph
+    made = []
+    for k in range(MEMO_ENTRIES + 5):
+        assert graph.memo(k, lambda k=k: made.append(k) or k) == k
+    assert len(graph.derived) == MEMO_ENTRIES and 0 not in graph.derived and MEMO_ENTRIES + 4 in graph.derived
+    assert graph.memo(MEMO_ENTRIES + 4, lambda: made.append("again")) == MEMO_ENTRIES + 4 and "again" not in made

@@ -103,6 +103,7 @@ _DEFAULT_DOMAINS: frozenset[str] = frozenset({"", "ai.onnx"})
 FOLDED_BATCHNORM = "gpupred_folded_batchnorm"  # attribute of a contraction a BatchNorm was folded into
 
 T = TypeVar("T")
+MEMO_ENTRIES = 48  # analyses a canonical graph keeps (CanonicalGraph.memo): a step's kernels take up to ~1 MB each
 
 
 @dataclass
@@ -123,10 +124,15 @@ class CanonicalGraph:
         """What ``make()`` derives from this graph, computed once per ``key`` and kept with the graph: a graph is
         read-only once built (:func:`gpupred.graph.loader.cached_graph` shares it), so its analyses (costs, attention
         cores, checkpoint blocks, a training step's forward kernels) hold while it lives. Callers treat what they get
-        as read-only too."""
-        if key not in self.derived:
-            self.derived[key] = make()
-        return self.derived[key]
+        as read-only too. At most ``MEMO_ENTRIES`` are kept, the oldest going first (a long-lived scheduler asking
+        about many setups of one graph)."""
+        if key in self.derived:
+            return self.derived[key]
+        value = make()
+        while len(self.derived) >= MEMO_ENTRIES:
+            self.derived.pop(next(iter(self.derived)))
+        self.derived[key] = value
+        return value
 
 
 def raw_graph(
