@@ -79,6 +79,13 @@ def test_what_a_graph_keeps_is_what_a_fresh_graph_computes() -> None:
     assert {k[0] if isinstance(k, tuple) else k for k in kept.derived} >= {
         "attention_cores", "checkpoint_blocks", "step_forward"}
     assert len([k for k in kept.derived if isinstance(k, tuple) and k[0] == "step_forward"]) == 5  # 6 setups, 5 passes
+    gan = config.GRAPHS / "dcgan.dcgan-z100-g32-k32-img32.onnx.gz"  # the GAN recipe keeps its passes too
+    kept_gan = load_graph(gan, 3)[0].form(True)
+    for setup in (base, setups[1], setups[2], setups[4], base):  # plain, another optimizer, checkpointed, bf16
+        a = step_kernels(kept_gan, recipe="gan", setup=setup)
+        b = step_kernels(load_graph(gan, 3)[0].form(True), recipe="gan", setup=setup)
+        assert all((getattr(a, n) == getattr(b, n)).all() for n in ("flops", "bytes", "tensor_core", "phase")), setup
+    assert len([k for k in kept_gan.derived if isinstance(k, tuple) and k[0] == "gan_passes"]) == 3
     rows = [featurize(path, 3, s.job_precision, s.job_optimizer, warn=False) for s in setups]  # one cached graph
     assert {"structure", ("costs", False), ("costs", True)} <= set(cached_graph(path, 3)[0].form(True).derived)
     for setup, row in zip(setups, rows):

@@ -696,21 +696,43 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     """A GAN iteration over a graph that exports G(z), D(real), D(G(z)): the discriminator step (D on the real
     and the detached fake batch, two losses, its optimizer), then the generator step (D on the fake batch again,
     one loss, backward through D and G, the generator's optimizer). The second pass over shared weights
-    (:func:`reread_nodes`) runs once more each way; each optimizer steps its own parameters."""
+    (:func:`reread_nodes`) runs once more each way; each optimizer steps its own parameters. Without a parameter
+    placement, the kernels before the optimizers are kept with the graph per setup less its optimizer fields."""
+    if b.place is not None:
+        trainable, disc = _gan_passes(b, graph)
+    else:
+        def record() -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[dict[str, int], dict[str, int]]]:
+            own = _Builder(b.setup)
+            passes = _gan_passes(own, graph)
+            return tuple(own.fwd), tuple(own.bwd), passes
+
+        fwd, bwd, (trainable, disc) = graph.memo(("gan_passes", forward_key(b.setup)), record)
+        b.fwd.extend(fwd)
+        b.bwd.extend(bwd)
+    _optimizer(b, {k: v for k, v in trainable.items() if k in disc})
+    _optimizer(b, {k: v for k, v in trainable.items() if k not in disc})
+    return trainable
+
+
+def _gan_passes(b: _Builder, graph: CanonicalGraph) -> tuple[dict[str, int], dict[str, int]]:
+    """:func:`_gan_step`'s kernels before its optimizers; returns the trainable tensors and the discriminator's."""
     trainable, _, _ = _forward_pass(b, graph)
     second = reread_nodes(graph)
     disc, _, _ = _forward_pass(b, graph, only=second)  # the generator step's pass through D
     _accumulations(b, graph)
     _bce_losses(b, graph, 3)
     b.fwd.append((1.0, 12.0, False))  # loss_d = real + fake
-    _optimizer(b, {k: v for k, v in trainable.items() if k in disc})
-    _optimizer(b, {k: v for k, v in trainable.items() if k not in disc})
-    return trainable
+    return trainable, disc
 
 
 RECIPES: tuple[str, ...] = ("standard", "gan")  # how a training step runs over its graph
 OPTIMIZER_FIELDS: frozenset[str] = frozenset({  # the TrainingSetup fields only the optimizer's kernels read
     "optimizer", "optimizer_impl", "sgd_momentum", "weight_decay"})
+
+
+def forward_key(setup: TrainingSetup) -> tuple[tuple[str, Any], ...]:
+    """A setup's fields less ``OPTIMIZER_FIELDS``: what a step's kernels before its optimizer depend on."""
+    return tuple((f.name, getattr(setup, f.name)) for f in fields(setup) if f.name not in OPTIMIZER_FIELDS)
 
 
 def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
@@ -721,8 +743,7 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     if b.place is not None:
         return _record_forward_and_backward(b, graph)[0]
     plain = replace(b.setup, checkpointing=False)  # checkpointing only reorders the backward: one pass for both
-    key = tuple((f.name, getattr(b.setup, f.name)) for f in fields(b.setup) if f.name not in OPTIMIZER_FIELDS)
-    plain_key = tuple((f.name, getattr(plain, f.name)) for f in fields(plain) if f.name not in OPTIMIZER_FIELDS)
+    key, plain_key = forward_key(b.setup), forward_key(plain)
 
     def record_plain() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[int, int, list[Span]]]:
         own = _Builder(plain)
@@ -789,6 +810,7 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
     cores = len(attention_cores(graph))
     eager = cores - len(fused_cores(graph, b.setup.attention))
-    kl.traits = {"multi_branch_sums": float(multi_branch_sums(graph)), "eager_attention_cores": float(eager),
+    kl.traits = {"multi_branch_sums": float(graph.memo("multi_branch_sums", lambda: multi_branch_sums(graph))),
+                 "eager_attention_cores": float(eager),
                  "attention_cores": float(cores)}
     return kl
