@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -701,12 +701,7 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     if b.place is not None:
         trainable, disc = _gan_passes(b, graph)
     else:
-        def record() -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[dict[str, int], dict[str, int]]]:
-            own = _Builder(b.setup)
-            passes = _gan_passes(own, graph)
-            return tuple(own.fwd), tuple(own.bwd), passes
-
-        fwd, bwd, (trainable, disc) = graph.memo(("gan_passes", forward_key(b.setup)), record)
+        fwd, bwd, (trainable, disc) = _kept(graph, ("gan_passes", forward_key(b.setup)), b.setup, _gan_passes)
         b.fwd.extend(fwd)
         b.bwd.extend(bwd)
     _optimizer(b, {k: v for k, v in trainable.items() if k in disc})
@@ -726,6 +721,7 @@ def _gan_passes(b: _Builder, graph: CanonicalGraph) -> tuple[dict[str, int], dic
 
 
 RECIPES: tuple[str, ...] = ("standard", "gan")  # how a training step runs over its graph
+T = TypeVar("T")
 OPTIMIZER_FIELDS: frozenset[str] = frozenset({  # the TrainingSetup fields only the optimizer's kernels read
     "optimizer", "optimizer_impl", "sgd_momentum", "weight_decay"})
 
@@ -733,6 +729,18 @@ OPTIMIZER_FIELDS: frozenset[str] = frozenset({  # the TrainingSetup fields only 
 def forward_key(setup: TrainingSetup) -> tuple[tuple[str, Any], ...]:
     """A setup's fields less ``OPTIMIZER_FIELDS``: what a step's kernels before its optimizer depend on."""
     return tuple((f.name, getattr(setup, f.name)) for f in fields(setup) if f.name not in OPTIMIZER_FIELDS)
+
+
+def _kept(graph: CanonicalGraph, key: Any, setup: TrainingSetup,
+          record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
+    """(forward kernels, backward kernels, what ``record`` returned) of ``record`` run into a new builder of ``setup``
+    (no parameter placement), kept with the graph under ``key``."""
+    def make() -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
+        own = _Builder(setup)
+        returned = record(own, graph)
+        return tuple(own.fwd), tuple(own.bwd), returned
+
+    return graph.memo(key, make)
 
 
 def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
@@ -745,13 +753,9 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     plain = replace(b.setup, checkpointing=False)  # checkpointing only reorders the backward: one pass for both
     key, plain_key = forward_key(b.setup), forward_key(plain)
 
-    def record_plain() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[int, int, list[Span]]]:
-        own = _Builder(plain)
-        trainable, layout = _record_forward_and_backward(own, graph)
-        return tuple(own.fwd), tuple(own.bwd), trainable, layout
-
     def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
-        fwd, bwd, trainable, (at, end, spans) = graph.memo(("step_pass", plain_key), record_plain)
+        fwd, bwd, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
+                                                        _record_forward_and_backward)
         if b.setup.checkpointing:
             bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
         return fwd, bwd, trainable, kernel_columns([(k, FWD) for k in fwd] + [(k, BWD) for k in reversed(bwd)])
