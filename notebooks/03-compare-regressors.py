@@ -75,7 +75,7 @@ from gpupred import dataset, reports
 from gpupred.learn.choice import write_model_choice
 from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ratios
 from gpupred.learn.folds import sibling_group
-from gpupred.learn.splits import splits_for
+from gpupred.learn.evaluation import splits_for
 from gpupred.learn.nested import CVSettings, choose_for_export, nested_cv, oof_frame, plot_comparison, plot_outer
 from gpupred.learn.oof import write_oof_predictions
 from gpupred.learn.summary import learning_metrics
@@ -264,8 +264,9 @@ pd.concat(ratios, names=["kinds"]).round(3) if ratios else "no workload measured
 # %%
 from gpupred import physicstables
 from gpupred.memory.evaluate import compare_memory
+from gpupred.contracts import LEARNING_METRICS
 from gpupred.learn.summary import (
-    LEARNING_METRICS, comparison_metrics, comparison_table, gpu_key, headline_metrics, plot_methods, tested_on,
+    comparison_metrics, comparison_table, gpu_key, headline_metrics, plot_methods, tested_on,
 )
 from gpupred.step.physics.constants import FITTED
 from gpupred.step import evaluate as step_evaluate

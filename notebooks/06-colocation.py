@@ -67,7 +67,7 @@ from gpupred.colocation.memfit import group_memory_fit
 from gpupred.colocation.pairtable import SOLO_COLUMNS, TABLE_COLUMNS, load_pair_sources
 from gpupred.colocation import closing, study
 from gpupred.errors import MissingInput
-from gpupred.colocation.study import COLOCATION_METRICS
+from gpupred.contracts import COLOCATION_METRICS
 from gpupred.reports import progress_bar, save_figure, write_metrics
 
 notes: list[str] = []

@@ -294,7 +294,7 @@ def test_the_public_name_is_lazy_and_nothing_here_imports_torch_until_it_measure
     import gpupred
 
     assert gpupred.calibrate is calibrate
-    code = ("import sys, gpupred, gpupred.calibration.use, gpupred.calibration.evaluation, gpupred.cli.calibrate, "
+    code = ("import sys, gpupred, gpupred.calibration.use, gpupred.calibration.assessment, gpupred.cli.calibrate, "
             "gpupred.traces.tracetable, gpupred.traces.compare, gpupred.traces.runner, gpupred.cli.trace; "
             "gpupred.calibrate; assert not {'torch', 'pynvml'} & set(sys.modules), sorted(sys.modules)")
     env_path = str(Path(__file__).resolve().parent.parent / "src")

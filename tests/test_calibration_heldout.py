@@ -16,7 +16,7 @@ import pytest
 from fixtures_calibration import write_fixture_calibration
 from fixtures_learning import fixture_dataset
 from gpupred.calibration.file import read_calibration
-from gpupred.calibration.evaluation import (METHODS, CalibratedCore, calibrated_core, committed_calibrations,
+from gpupred.calibration.assessment import (METHODS, CalibratedCore, calibrated_core, committed_calibrations,
                                          equal_weight_quantile, heldout_errors)
 from gpupred.calibration.use import STANDIN
 from gpupred.learn.conformal import conformal_quantile
@@ -126,7 +126,7 @@ def _steps(workload_id: str, gpu: str) -> dict[str, float]:
 def test_a_width_is_taken_only_from_errors_scored_against_the_reference_predictions_use() -> None:
     """One measured GPU calibrated: held out, it is compared with the published defaults, while predictions compare
     with its readings. Those errors measure another rule, so no width is taken from them (fixture errors)."""
-    from gpupred.calibration.evaluation import calibrated_widths
+    from gpupred.calibration.assessment import calibrated_widths
     from gpupred.calibration.use import Reference, standin_reference
 
     errors = [{"gpu": "H200", "target": "gpu_util", "method": m, "errors": np.array([0.1, -0.5, 0.9]),

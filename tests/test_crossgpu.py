@@ -81,7 +81,7 @@ def test_evaluation_table_on_fixture(two_kinds: pd.DataFrame) -> None:
     assert table["rmsle"].between(0, 5).all() and table["coverage"].between(0, 1).all()
     within = table[table["train"] == "within"].set_index("test_gpu")
     p = res.predictions[res.predictions["fold_label"].str.startswith(f"within {S_H100} ")]
-    from gpupred.learn.splits import rmsle
+    from gpupred.learn.evaluation import rmsle
 
     assert within.loc[S_H100, "rmsle"] == pytest.approx(rmsle(p["y"], p["pred"]))
 

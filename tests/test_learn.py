@@ -10,9 +10,9 @@ from gpupred.errors import GpupredError
 from gpupred.dataset import feature_columns
 from gpupred.learn.regressors import REGRESSORS, make_regressor
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.splits import rmsle
+from gpupred.learn.evaluation import rmsle
 from gpupred.learn.folds import sibling_group
-from gpupred.learn.splits import check_grouped, cross_gpu_splits, lofo_splits, splits_for
+from gpupred.learn.evaluation import check_grouped, cross_gpu_splits, lofo_splits, splits_for
 from gpupred.learn.importance import impurity_importance, permutation
 
 

@@ -18,7 +18,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.regressors import EXPORTABLE, REGRESSORS
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.nested import nested_cv
-from gpupred.learn.splits import splits_for
+from gpupred.learn.evaluation import splits_for
 from gpupred.learn.nested import CVSettings, choose_for_export, oof_frame
 from gpupred.learn.oof import read_oof_predictions, write_oof_predictions
 

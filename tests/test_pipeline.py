@@ -80,6 +80,39 @@ def test_metrics_keys_are_a_contract(tmp_path: Path) -> None:
         write_metrics(schema, {"other": 1.0}, tmp_path)
 
 
+def test_metrics_files_keep_figures_at_the_precision_they_mean(tmp_path: Path) -> None:
+    """Floats are written at METRIC_DIGITS significant digits, nested ones too: last-bit noise never reaches a file."""
+    from gpupred.reports import METRIC_DIGITS, MetricsSchema, read_metrics, write_metrics
+
+    schema = MetricsSchema("03-fixture", ((r"fig_\w+", "FIXTURE"),))
+    noisy = 0.18284999999999996
+    write_metrics(schema, {"fig_a": noisy, "fig_b": {"x": [noisy * 1e-5, 3]}, "fig_c": 24}, tmp_path)
+    assert METRIC_DIGITS == 6
+    assert read_metrics("03-fixture", tmp_path) == {"fig_a": 0.18285, "fig_b": {"x": [1.8285e-06, 3]}, "fig_c": 24}
+    before = (tmp_path / "03-fixture.json").read_bytes()
+    write_metrics(schema, {"fig_a": noisy * (1 + 1e-15)}, tmp_path)  # the same figure with other last bits
+    assert (tmp_path / "03-fixture.json").read_bytes() == before
+
+
+@pytest.mark.skipif(__import__("platform").machine().lower() not in ("x86_64", "amd64"), reason="x86-64 pins only")
+def test_notebook_kernels_run_the_same_numeric_code_on_every_x86_machine() -> None:
+    """Under KERNEL_ENV a kernel's numpy runs its AVX2 kernels and OpenBLAS its Haswell ones, whether or not the CPU
+    has AVX-512 (whose np.log and dot products differ in the last bit, and which the constants fit amplified into
+    0.6% moves of headline figures between machines)."""
+    import os
+    import subprocess
+    import sys
+
+    from gpupred.pipeline import KERNEL_ENV
+
+    probe = ("import threadpoolctl, numpy, scipy.linalg; from numpy._core import _multiarray_umath as m; "
+             "f = m.__cpu_features__; print(f['X86_V4'], f['AVX512_ICL'], f['AVX2'], sorted({i.get('architecture') "
+             "for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas'}))")
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_ENV} | KERNEL_ENV
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "True", "['Haswell']"], out
+
+
 def test_every_notebook_declares_what_it_reads_and_writes() -> None:
     """Every numbered notebook has a stage; each input is a raw input or written by an earlier notebook."""
     from gpupred import config
@@ -131,7 +164,7 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
     """At most 30 figures named <target>_<metric>_<split>, each from its notebook's file (None where not written)."""
     import re
 
-    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.contracts import LEARNING_METRICS
     from gpupred.digest import HEADLINES
     from gpupred.pipeline import write_summary
     from gpupred.reports import write_metrics
@@ -150,7 +183,7 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
 
 def test_the_summary_rounds_for_people(tmp_path: Path) -> None:
     """summary.json keeps four significant digits (the metrics files keep every digit)."""
-    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.contracts import LEARNING_METRICS
     from gpupred.pipeline import write_summary
     from gpupred.reports import write_metrics
 
@@ -162,7 +195,7 @@ def test_every_notebook_opens_with_its_results_and_its_title(tmp_path: Path) -> 
     """The Results block follows the first heading, renders the run's figures rounded, and the HTML is titled by it."""
     import nbformat
 
-    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.contracts import LEARNING_METRICS
     from gpupred.pipeline import to_html, add_results, notebook_title
     from gpupred.reports import write_metrics
 
@@ -202,8 +235,8 @@ def test_every_headline_names_a_figure_its_notebook_declares() -> None:
     """Each headline reads a key its notebook's metrics schema declares (a renamed metric fails here, not silently)."""
     import re
 
-    from gpupred.colocation.study import COLOCATION_METRICS
-    from gpupred.learn.summary import LEARNING_METRICS
+    from gpupred.contracts import COLOCATION_METRICS
+    from gpupred.contracts import LEARNING_METRICS
     from gpupred.digest import HEADLINES
     from gpupred.sim.metrics import SIM_METRICS
 
@@ -235,3 +268,39 @@ def test_the_report_figures_draw_one_plot_each_with_units(tmp_path: Path) -> Non
     fig = plot_policies({"fixture": summary})
     bars = [p.get_height() for p in fig.axes[0].patches]
     assert bars == [2.0, 1.0] and "(h)" in fig.axes[0].get_ylabel()
+
+
+def test_a_contract_refuses_a_key_two_modules_declare() -> None:
+    """Assembling a notebook's contract from its owners' key groups refuses a pattern two groups declare."""
+    from gpupred.reports import MetricsSchema
+
+    a, b = ((r"fig_\w+", "FIXTURE: one owner"),), ((r"fig_\w+", "FIXTURE: another"),)
+    assert MetricsSchema.assemble("03-fixture", a).keys == a
+    with pytest.raises(GpupredError, match="more than one key group"):
+        MetricsSchema.assemble("03-fixture", a, b)
+
+
+@pytest.mark.parametrize("notebook", ["03-compare-regressors", "06-colocation"])
+def test_every_committed_figure_has_exactly_one_owner(notebook: str) -> None:
+    """Each key of the committed metrics of notebooks 03 and 06 is declared by exactly one module's key group: a
+    reader asking where a figure is computed (and where to add one) gets one answer."""
+    from gpupred import contracts
+    from gpupred.colocation.memfit import MEMFIT_METRIC_KEYS
+    from gpupred.learn.summary import REGRESSOR_METRIC_KEYS
+    from gpupred.memory.evaluate import MEMORY_METRIC_KEYS
+    from gpupred.predictor.realworld_report import REALWORLD_METRIC_KEYS
+    from gpupred.reports import read_metrics
+    from gpupred.slowdown.evaluate import SLOWDOWN_METRIC_KEYS
+    from gpupred.step.evaluate import STEP_METRIC_KEYS
+    import re
+
+    owners = {"03-compare-regressors": {"step.evaluate": STEP_METRIC_KEYS, "memory.evaluate": MEMORY_METRIC_KEYS,
+                                        "learn.summary": REGRESSOR_METRIC_KEYS, "realworld": REALWORLD_METRIC_KEYS},
+              "06-colocation": {"slowdown.evaluate": SLOWDOWN_METRIC_KEYS, "colocation.memfit": MEMFIT_METRIC_KEYS}}
+    schema = {s.notebook: s for s in (contracts.LEARNING_METRICS, contracts.COLOCATION_METRICS)}[notebook]
+    assert [k for group in owners[notebook].values() for k in group] == list(schema.keys)
+    written = read_metrics(notebook)
+    assert len(written) > 20
+    claims = {key: [o for o, group in owners[notebook].items() if any(re.fullmatch(p, key) for p, _ in group)]
+              for key in written}
+    assert {k: v for k, v in claims.items() if len(v) != 1} == {}

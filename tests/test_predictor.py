@@ -133,6 +133,30 @@ def test_refuses_version_mismatch(fixture_artifact: Path, tmp_path: Path) -> Non
         load_predictor(path)
 
 
+def test_refuses_an_artifact_whose_classes_this_gpupred_lacks(fixture_artifact: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An artifact exported by a gpupred whose classes have since moved (FIXTURE: a class in a module that is gone)
+    gets one line naming the module and the remedy, not an unpickling traceback."""
+    import sys
+    import types
+
+    import joblib
+
+    from gpupred.files import sha256
+
+    gone = types.ModuleType("gpupred_fixture_gone")
+    gone.Thing = type("Thing", (), {"__module__": "gpupred_fixture_gone"})
+    monkeypatch.setitem(sys.modules, "gpupred_fixture_gone", gone)
+    path = _copy(fixture_artifact, tmp_path)
+    joblib.dump(gone.Thing(), path)
+    monkeypatch.delitem(sys.modules, "gpupred_fixture_gone")
+    card = json.loads(path.with_suffix(".json").read_text())
+    card["sha256"] = sha256(path)
+    path.with_suffix(".json").write_text(json.dumps(card))
+    with pytest.raises(GpupredError, match=r"another gpupred \(it refers to gpupred_fixture_gone,.*re-export"):
+        load_predictor(path)
+
+
 def test_refusals_are_one_line(fixture_artifact: Path, tmp_path: Path) -> None:
     path = _copy(fixture_artifact, tmp_path)
     path.write_bytes(b"tampered")

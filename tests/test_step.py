@@ -8,7 +8,7 @@ import pytest
 from fixtures_learning import fixture_dataset, fixture_kernels, fixture_mlp
 
 from gpupred.hardware import gpu_spec
-from gpupred.learn.splits import splits_for
+from gpupred.learn.evaluation import splits_for
 from gpupred.learn.nested import CVSettings
 from gpupred.learn.summary import METHODS
 from gpupred.step.physics.model import canonical_graph

@@ -28,10 +28,10 @@ from gpupred.reports import MetricsSchema, read_metrics, round_figures
 SCHEMAS: dict[str, str] = {
     "01-collect-profiles": "gpupred.profile.datacard:PROFILES_METRICS",
     "02-build-features": "gpupred.graph.table:FEATURES_METRICS",
-    "03-compare-regressors": "gpupred.learn.summary:LEARNING_METRICS",
+    "03-compare-regressors": "gpupred.contracts:LEARNING_METRICS",
     "04-explain": "gpupred.learn.importance:EXPLAIN_METRICS",
     "05-memory": "gpupred.memory.evaluate:MEMORY_METRICS",
-    "06-colocation": "gpupred.colocation.study:COLOCATION_METRICS",
+    "06-colocation": "gpupred.contracts:COLOCATION_METRICS",
     "07-scheduling-sim": "gpupred.sim.metrics:SIM_METRICS",
     "08-export-predictor": "gpupred.predictor.training:EXPORT_METRICS",
     "09-fusion-advisor": "gpupred.fusion.advisor:FUSION_METRICS",

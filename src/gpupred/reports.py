@@ -68,6 +68,19 @@ class MetricsSchema:
         """Pattern -> meaning, for a reader of the metrics file."""
         return dict(self.keys)
 
+    @classmethod
+    def assemble(cls, notebook: str, *groups: tuple[tuple[str, str], ...]) -> "MetricsSchema":
+        """One notebook's schema from the key groups of the modules whose figures it writes (each estimator's
+        ``evaluate`` module declares its own); a pattern declared by two groups is refused."""
+        from gpupred.errors import GpupredError
+
+        keys = tuple(k for group in groups for k in group)
+        patterns = [p for p, _ in keys]
+        twice = sorted({p for p in patterns if patterns.count(p) > 1})
+        if twice:
+            raise GpupredError(f"{notebook} metrics: patterns {twice} are declared by more than one key group")
+        return cls(notebook, keys)
+
 
 def metrics_path(notebook: str, folder: Path | None = None) -> Path:
     """Where a notebook's figures of merit live: ``reports/metrics/<notebook>.json``."""
@@ -80,12 +93,16 @@ def read_metrics(notebook: str, folder: Path | None = None) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+METRIC_DIGITS = 6  # significant digits a metrics file keeps: a figure's real moves (1e-4 of an RMSLE), not float noise
+
+
 def write_metrics(schema: MetricsSchema, values: dict[str, Any], folder: Path | None = None) -> dict[str, Any]:
-    """Merge ``values`` (checked against ``schema``) into the notebook's metrics file; return the whole file."""
+    """Merge ``values`` (checked against ``schema``, every float at ``METRIC_DIGITS`` significant digits) into the
+    notebook's metrics file; return the whole file."""
     path = metrics_path(schema.notebook, folder)
     old = path.read_text() if path.exists() else ""
     current = json.loads(old) if old else {}
-    current.update(schema.check(values))
+    current.update(round_figures(schema.check(values), METRIC_DIGITS))
     text = json.dumps(current, indent=2, sort_keys=True) + "\n"
     if text != old:
         atomic_write_bytes(path, text.encode())

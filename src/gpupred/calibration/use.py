@@ -12,7 +12,7 @@ where ``borrowed`` is what :meth:`gpupred.step.physics.constants.ConstantsTable.
 reading is the same micro-benchmark's on the predictor's measured GPUs (the geometric mean over those with a committed
 calibration, ``data/calibrations/``; until one is committed, the published defaults of
 :mod:`gpupred.step.physics.constants` stand in: they describe eager PyTorch on a datacenter GPU at micro-benchmark
-scale, which is an assumption the held-out evaluation of :mod:`gpupred.calibration.evaluation` measures). The
+scale, which is an assumption the held-out evaluation of :mod:`gpupred.calibration.assessment` measures). The
 footprint's fixed memory moves by the difference of readings (``fixed_mib``: context, libraries, workspaces; the
 stand-in reference is the footprint's own ``DEFAULT_CONTEXT_MIB + WORKSPACE_MIB``), its allocator ratio by the ratio of
 readings where a reference was measured. Constants no micro-benchmark measures (the per-step overhead, library launches)

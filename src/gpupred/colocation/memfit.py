@@ -103,3 +103,9 @@ def group_memory_fit(table: pd.DataFrame, member: pd.DataFrame, capacity_mib: fl
     out["measured_mib"] = first["measured_mib"].to_numpy()
     out["failed"] = first["oom"].to_numpy() | second["oom"].to_numpy()
     return out.dropna(subset=["point_sum_mib"]).reset_index()
+
+
+# What notebook 06 writes of the pair memory fit (gpupred.contracts assembles its contract).
+MEMFIT_METRIC_KEYS: tuple[tuple[str, str], ...] = (
+    (r"memfit_\w+", "the pair memory fit: coverage of the predicted quantile and the OOM pairs it would place"),
+)

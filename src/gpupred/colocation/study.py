@@ -42,7 +42,6 @@ from gpupred.slowdown.estimator import (
 )
 from gpupred.colocation.members import align, usable_groups, with_busy
 from gpupred.errors import GpupredError
-from gpupred.reports import MetricsSchema
 
 LABELS: dict[str, str] = {
     "sum_util_pred": "Σ predicted util / 100", "timeshare_phys": "time-sharing, step model",
@@ -269,10 +268,3 @@ def slice_metrics(result: SliceResult) -> dict[str, float]:
     out[f"slowdown_rows_{result.name}"] = int(result.scores.loc[result.scores["rows_kept"] == "all", "rows"].max())
     out[f"slowdown_flagged_jobs_{result.name}"] = int(result.flags["flagged"].sum())
     return out
-
-
-COLOCATION_METRICS = MetricsSchema("06-colocation", (
-    (r"slowdown_\w+", "per slice and slowdown predictor, held out by model group: pooled, per-cell and within-job "
-                      "Spearman, MAE (slice_metrics); ceilings, noise floors and the goals (gpupred.colocation.closing)"),
-    (r"memfit_\w+", "the pair memory fit: coverage of the predicted quantile and the OOM pairs it would place"),
-))

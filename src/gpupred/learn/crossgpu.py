@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from gpupred.learn.splits import Split, grouped_random_splits
+from gpupred.learn.evaluation import Split, grouped_random_splits
 from gpupred.learn.nested import CVSettings, NestedResult, nested_cv
 
 WITHIN, REST = "within", "rest"

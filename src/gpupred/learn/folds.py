@@ -1,7 +1,7 @@
 """How rows are grouped when folds are drawn inside a fit: families that share their building blocks, workloads.
 
 Runtime code (an estimator's inner selection and its conformal calibration) and evaluation code (the outer splits
-of :mod:`gpupred.learn.splits`) draw on the same rules, so they live here, below both.
+of :mod:`gpupred.learn.evaluation`) draw on the same rules, so they live here, below both.
 """
 
 from __future__ import annotations

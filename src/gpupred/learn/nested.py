@@ -1,6 +1,6 @@
 """Nested cross-validation: the model is chosen inside each outer fold's training rows, scored on its test rows.
 
-For each outer fold (grouped random or leave-one-family-out, :func:`gpupred.learn.splits.splits_for`):
+For each outer fold (grouped random or leave-one-family-out, :func:`gpupred.learn.evaluation.splits_for`):
 
 1. **select** — every candidate regressor is scored by grouped K-fold CV on the outer *training* rows only
    (groups: workloads, or sibling families under ``lofo``); the lowest inner RMSLE wins;
@@ -24,7 +24,7 @@ import pandas as pd
 from sklearn.base import clone
 
 from gpupred.errors import GpupredError
-from gpupred.learn.splits import Split, fold_groups, rmsle, splits_for
+from gpupred.learn.evaluation import Split, fold_groups, rmsle, splits_for
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
 from gpupred.learn.regressors import make_regressor

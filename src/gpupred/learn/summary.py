@@ -1,5 +1,8 @@
-"""The figures of merit notebook 03 writes to ``reports/metrics/03-compare-regressors.json``, named once here
-(:data:`LEARNING_METRICS` is the file's schema).
+"""The figures of merit notebook 03 writes to ``reports/metrics/03-compare-regressors.json``, computed here from the
+estimators' and baselines' outer-fold results. The file's schema, :data:`gpupred.contracts.LEARNING_METRICS`, is
+assembled from the key groups of the modules that own each figure (the nested regressors' and the dataset's:
+:data:`REGRESSOR_METRIC_KEYS` here; the step and memory estimators': ``STEP_METRIC_KEYS`` in
+:mod:`gpupred.step.evaluate` and ``MEMORY_METRIC_KEYS`` in :mod:`gpupred.memory.evaluate`).
 
 - headline figures (:func:`headline_metrics`), ``<target>_<metric>_<split>``: the shipped estimators on this project's
   own runs (the default predictor), ``<target>`` one of ``gpu_util``, ``sm_active``, ``iter_time``, ``memory``,
@@ -24,9 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.learn.splits import rmsle
+from gpupred.learn import evaluation
 from gpupred.learn.nested import NestedResult
-from gpupred.reports import MetricsSchema
 
 METHODS: tuple[str, ...] = ("constant", "regressor", "physics", "physics+correction")  # the comparison's, in order
 SCHEME_LABELS: dict[str, str] = {"within": "within GPU (grouped)", "lofo": "leave one family out",
@@ -95,7 +97,7 @@ def median_rel_error(res: NestedResult, rows: pd.Series | None = None) -> float:
     mask = p["y"].notna() & p["pred"].notna()
     if rows is not None:
         mask &= rows.to_numpy()
-    return float(np.median(np.abs(p.loc[mask, "pred"] / p.loc[mask, "y"] - 1))) if mask.any() else float("nan")
+    return evaluation.median_rel_error(p.loc[mask, "y"], p.loc[mask, "pred"]) if mask.any() else float("nan")
 
 
 def score(res: NestedResult, gpu: str | None = None, source: str | None = None) -> dict[str, float]:
@@ -110,9 +112,10 @@ def score(res: NestedResult, gpu: str | None = None, source: str | None = None) 
     if q.empty:
         return {"rmsle": np.nan, "median_rel_err": np.nan, "coverage": np.nan, "n": 0}
     covered = q["low"].notna()
-    inside = (q["y"] >= q["low"]) & (q["y"] <= q["high"])
-    return {"rmsle": rmsle(q["y"], q["pred"]), "median_rel_err": float(np.median(np.abs(q["pred"] / q["y"] - 1))),
-            "coverage": float(inside[covered].mean()) if covered.any() else np.nan, "n": int(len(q))}
+    coverage = evaluation.interval_coverage(q["y"][covered], q["low"][covered], q["high"][covered])
+    return {"rmsle": evaluation.rmsle(q["y"], q["pred"]),
+            "median_rel_err": evaluation.median_rel_error(q["y"], q["pred"]),
+            "coverage": coverage if covered.any() else np.nan, "n": int(len(q))}
 
 
 def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> pd.DataFrame:
@@ -245,33 +248,15 @@ def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], met
     return out
 
 
-LEARNING_METRICS = MetricsSchema("03-compare-regressors", (
-    (r"pipeline_own_(runs|gpu_util_(rmsle|rmsle_physics|spearman|mae_points|coverage)|iter_time_mre)",
-     "this project's own pipeline-fed runs (real DataLoaders on a lent GPU) predicted by the step estimator fitted on "
-     "every other own run (no pipeline-fed run among them): utilization RMSLE (corrected; _physics: the timeline "
-     "alone), Spearman, median absolute error in points, 90 % interval coverage, median relative step-time error "
-     "(gpupred.step.evaluate.own_pipeline_metrics)"),
-    (r"pipeline_\w+_(gpu_util_rmsle|iter_time_mre)_(before|after)",
-     "a held-out source (never trained on) predicted by the step estimator fitted on this project's runs, without "
-     "(before) and with (after) its jobs' input pipelines: utilization RMSLE and median relative step-time error, "
-     "over all its runs and per family (gpupred.step.evaluate.pipeline_metrics)"),
-    (r"(gpu_util|sm_active|iter_time|memory)_(rmsle|mre)_(within|lofo|crossgpu)(_baseline)?",
-     "the shipped estimators' held-out error on this project's runs (with _baseline: the regressor baseline's)"),
-    (r"(gpu_util|sm_active|iter_time|memory)_coverage_lofo", "their 90 % intervals' coverage, leave one family out"),
-    (r"(gpu_util|sm_active|iter_time|memory)_width_lofo",
-     "their 90 % intervals' median width relative to the prediction, (high - low) / prediction, leave one family out"),
+# What notebook 03 writes of the nested regressors (the HotCloud/Horus baselines) and of the dataset; its whole
+# contract is assembled in gpupred.contracts.
+REGRESSOR_METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (r"regressors_\w+_(rmsle|coverage)_(grouped_random|lofo)", "the nested regressors' outer-fold figures"),
     (r"regressors_\w+_model", "the baseline regressor chosen for bare feature rows"),
     (r"regressors_gpu_util_(rmsle|coverage)_by_source", "{source: {scheme: figure}}"),
     (r"regressors_\w+_rmsle_(within|cross)_gpu", "the nested regressors within and across GPU kinds"),
-    (r"comparison_\w+", "every method on the comparison's splits (see gpupred.learn.summary)"),
-    (r"step_constants|step_weighting", "the step model's constants fitted on every row; the correction's weighting"),
-    (r"twin_ratio_median", "per GPU pair, per family: the measured ratio of twin runs"),
     (r"dataset_(runs|workloads)_all|dataset_(sources|gpus|families)", "the dataset's counts"),
-    (r"realworld_(gpu|models|params_exact_share|flops_within_2pct_share|llm)",
-     "the real-world section (gpupred.predictor.realworld_report): corpus graphs against torch's counts, the decoders' "
-     "predictions"),
-))
+)
 
 
 def cross_gpu_prose(table: pd.DataFrame, gpus: list[str], method: str = "physics+correction") -> str:

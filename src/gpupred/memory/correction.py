@@ -96,7 +96,7 @@ def inner_lofo_residuals(data: pd.DataFrame, grid: tuple[CorrectionSetting, ...]
     One footprint fit per held-out group serves every setting, and one tree fit per leaf size serves every clip
     and tree count (the clip bounds the output; fewer trees are the first iterations)."""
     from gpupred.memory.physics import Footprint, source_keys
-    from gpupred.learn.splits import lofo_splits
+    from gpupred.learn.evaluation import lofo_splits
 
     y = np.log(data[target].to_numpy(float))
     keys = source_keys(data)

@@ -33,7 +33,7 @@ def evaluate_memory(df: pd.DataFrame, schemes: tuple[str, ...] = ("grouped_rando
     ``df`` needs the footprint's graph terms (:func:`gpupred.memory.physics.footprint_columns`) for the footprint
     methods to count activations from the graph; without them the footprint falls back to ``activation_bytes``.
     """
-    from gpupred.learn.splits import splits_for
+    from gpupred.learn.evaluation import splits_for
 
     data = df[df[target].notna()].reset_index(drop=True)
     out = []
@@ -161,7 +161,7 @@ def regressor_columns(df: pd.DataFrame) -> list[str]:
 def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, groups: np.ndarray, cv: Any,
                   target: str = "memory_mib") -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
-    from gpupred.learn.splits import constant_baseline
+    from gpupred.learn.evaluation import constant_baseline
     from gpupred.learn.intervals import ConformalRegressor
     from gpupred.learn.regressors import correction_model
 
@@ -251,6 +251,16 @@ def memory_metrics(errors: pd.DataFrame, model: MemoryEstimator | None = None,
         out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
         out["memory_correction_setting"] = model.setting_.describe()
     return out
+
+# What notebook 03 writes of the memory estimator beside the step estimator's (gpupred.contracts assembles its
+# contract); notebook 05's own contract is MEMORY_METRICS below.
+MEMORY_METRIC_KEYS: tuple[tuple[str, str], ...] = (
+    (r"memory_(rmsle|mre)_(within|lofo|crossgpu)(_baseline)?",
+     "the shipped estimators' held-out error on this project's runs (with _baseline: the regressor baseline's)"),
+    (r"memory_coverage_lofo", "their 90 % intervals' coverage, leave one family out"),
+    (r"memory_width_lofo",
+     "their 90 % intervals' median width relative to the prediction, (high - low) / prediction, leave one family out"),
+)
 
 
 MEMORY_METRICS = MetricsSchema("05-memory", (

@@ -15,7 +15,7 @@ fitted keys can lend (:meth:`gpupred.step.physics.constants.ConstantsTable.get`)
 and its step-model intervals reach at least the extrapolation width the step estimator measured on its training rows;
 the footprint's intervals widen by its own rule. On such a GPU with a calibration (``gpupred calibrate``), the measured
 constants replace the borrowed ones as :mod:`gpupred.calibration.use` scales them, the prediction is not marked
-extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.evaluation` measured (the
+extrapolated, and its intervals take the calibrated width :mod:`gpupred.calibration.assessment` measured (the
 extrapolated width until a GPU-recorded calibration of a measured GPU is committed).
 """
 
@@ -34,7 +34,7 @@ from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
 from gpupred.step.estimator import STEP_TARGETS, StepEstimator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpupred.calibration.evaluation import CalibratedCore
+    from gpupred.calibration.assessment import CalibratedCore
     from gpupred.memory.estimator import MemoryEstimator
     from gpupred.predictor.jobgraph import JobGraph
 
@@ -100,14 +100,14 @@ class PhysicsCore:
         self.alpha = alpha
         self.seed = seed
         self.step = step  # an unfitted StepEstimator (notebook 03's choice), default its defaults
-        self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.evaluation); None: data/calibrations/
+        self.calibrations = calibrations  # of measured GPUs (gpupred.calibration.assessment); None: data/calibrations/
 
     def fit(self, df: pd.DataFrame) -> "PhysicsCore":
         """Fit the step estimator and the memory footprint model on every labelled row; measure what calibrations of
-        the measured GPUs would have changed (:func:`gpupred.calibration.evaluation.calibrated_core`)."""
+        the measured GPUs would have changed (:func:`gpupred.calibration.assessment.calibrated_core`)."""
         from sklearn.base import clone
 
-        from gpupred.calibration.evaluation import calibrated_core
+        from gpupred.calibration.assessment import calibrated_core
         from gpupred.physicstables import with_terms
         from gpupred.memory.estimator import MemoryEstimator
         from gpupred.step.rowphysics import physics_data

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from gpupred.learn.splits import Split
+from gpupred.learn.evaluation import Split
 
 SHIPPED_METHOD = "physics+correction"  # the comparison's name for the shipped estimators (step and memory)
 MEMORY_TARGET = "memory_mib"

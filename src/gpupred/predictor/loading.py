@@ -88,7 +88,12 @@ def load_predictor(path: str | Path | None = None) -> Predictor:
         if built is None or not _versions_match(lib, built, installed[lib]):
             raise GpupredError(f"{shown}: built with {lib} {built}, installed {installed[lib]}; "
                                "install the versions in its card or re-export with notebook 08")
-    predictor = joblib.load(path)
+    try:
+        predictor = joblib.load(path)
+    except (ModuleNotFoundError, AttributeError) as exc:  # a class moved or renamed since it was exported
+        where = getattr(exc, "name", None) or str(exc)
+        raise GpupredError(f"{shown}: exported by another gpupred (it refers to {where}, which this one does not "
+                           "have); re-export with notebook 08 or install the gpupred that exported it") from None
     if not isinstance(predictor, Predictor):
         raise GpupredError(f"{shown}: not a gpupred Predictor")
     predictor.card = card

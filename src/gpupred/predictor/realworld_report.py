@@ -272,3 +272,10 @@ def finetune_measured_metrics(table: pd.DataFrame) -> dict[str, float]:
         out[f"memory_finetune_measured_{figure}_median_error"] = float(np.median(err)) if len(err) else float("nan")
         out[f"memory_finetune_measured_{figure}_p90_error"] = float(np.quantile(err, 0.9)) if len(err) else float("nan")
     return out
+
+# What notebook 03 writes of the real-world section (gpupred.contracts assembles its contract).
+REALWORLD_METRIC_KEYS: tuple[tuple[str, str], ...] = (
+    (r"realworld_(gpu|models|params_exact_share|flops_within_2pct_share|llm)",
+     "the real-world section (gpupred.predictor.realworld_report): corpus graphs against torch's counts, the decoders' "
+     "predictions"),
+)

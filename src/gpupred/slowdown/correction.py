@@ -1,6 +1,7 @@
 """The slowdown estimators' learned correction: inputs from the members' features and the log prior, a boosted or
-ridge model of the log residual, the grouped folds its inner cross-validation runs on, and the Spearman it is judged
-by (:class:`gpupred.slowdown.estimator.CorrectedSlowdown` keeps it only where it ranks better than its prior)."""
+ridge model of the log residual and the grouped folds its inner cross-validation runs on (it is judged by Spearman,
+:func:`gpupred.learn.evaluation.spearman`: :class:`gpupred.slowdown.estimator.CorrectedSlowdown` keeps it only where it
+ranks better than its prior)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman of finite pairs (Pearson of average ranks); NaN with fewer than 3 or a constant side."""
-    from scipy.stats import rankdata
-
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
-        return float("nan")
-    return float(np.corrcoef(rankdata(a[ok]), rankdata(b[ok]))[0, 1])
 
 
 def group_folds(X: pd.DataFrame, n_folds: int, shuffle: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:

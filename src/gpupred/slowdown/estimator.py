@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.learn.evaluation import spearman
 from gpupred.learn.params import Estimator
 from gpupred.slowdown.correction import (
-    CANDIDATES, apply_correction, correction_design, fit_correction_model, group_folds, spearman,
+    CANDIDATES, apply_correction, correction_design, fit_correction_model, group_folds,
 )
 from gpupred.slowdown.physics import timeshare_slowdown
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpupred.slowdown.correction import spearman
+from gpupred.learn.evaluation import spearman
 from gpupred.slowdown.estimator import SlowdownEstimator, SlowdownModel
 from gpupred.errors import GpupredError
 
@@ -241,3 +241,10 @@ def corun_coverage(X: pd.DataFrame) -> pd.Series:
     jobs = sorted(set(X["job_key"]))
     partners = X.groupby("job_key")["partner_key"].agg(lambda s: len(set(s)))
     return (partners.reindex(jobs).fillna(0) / max(len(jobs), 1)).rename("coverage")
+
+
+# What notebook 06 writes of the slowdown estimators (gpupred.contracts assembles its contract).
+SLOWDOWN_METRIC_KEYS: tuple[tuple[str, str], ...] = (
+    (r"slowdown_\w+", "per slice and slowdown predictor, held out by model group: pooled, per-cell and within-job "
+     "Spearman, MAE (slice_metrics); ceilings, noise floors and the goals (gpupred.colocation.closing)"),
+)

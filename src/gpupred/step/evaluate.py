@@ -20,7 +20,7 @@ from sklearn.base import clone
 from gpupred.dataset import SOURCE_OWN
 from gpupred.errors import GpupredError
 from gpupred.learn.baselines import ConstantBaseline, RegressorBaseline
-from gpupred.learn.splits import Split
+from gpupred.learn.evaluation import Split
 from gpupred.learn.nested import CVSettings, NestedResult, prediction_frame, result_from_frames
 from gpupred.learn.summary import METHODS, comparison_table
 from gpupred.learn.regressors import correction_model
@@ -48,7 +48,7 @@ def candidates(targets: tuple[str, ...], cv: CVSettings, weighting: str = "per_s
 def comparison_splits(df: pd.DataFrame, n_within: int = 5, seed: int = 0) -> dict[str, list[Split]]:
     """The splits of the comparison over ``df``'s rows, by scheme (see the module docstring)."""
     from gpupred.learn.crossgpu import REST, WITHIN, transfer_splits
-    from gpupred.learn.splits import splits_for
+    from gpupred.learn.evaluation import splits_for
 
     transfer = transfer_splits(df, n_within, seed)
     within = [s.as_split() for s in transfer if s.train_gpus == WITHIN]
@@ -251,28 +251,25 @@ def heldout_rows(train: pd.DataFrame, test: pd.DataFrame, alpha: float = 0.1, se
 def own_pipeline_metrics(rows: pd.DataFrame) -> dict[str, float]:
     """Notebook 03's figures of :func:`own_pipeline_heldout`: utilization RMSLE (corrected and physics alone), its
     Spearman rank correlation, median absolute error in points, interval coverage, and the step time's median
-    relative error (``LEARNING_METRICS``' ``pipeline_own_*`` keys; empty without rows)."""
-    from scipy.stats import spearmanr
-
-    from gpupred.learn.splits import rmsle
+    relative error (``STEP_METRIC_KEYS``' ``pipeline_own_*`` keys; empty without rows)."""
+    from gpupred.learn.evaluation import interval_coverage, median_abs_error, median_rel_error, rmsle, spearman
 
     if rows.empty:
         return {}
     util, pred = rows["gpu_util"].to_numpy(float), rows["pred_gpu_util"].to_numpy(float)
-    inside = (util >= rows["pred_gpu_util_low"].to_numpy(float)) & (util <= rows["pred_gpu_util_high"].to_numpy(float))
-    rel = rows["pred_iter_time_mean_s"].to_numpy(float) / rows["iter_time_mean_s"].to_numpy(float) - 1.0
     return {"pipeline_own_runs": float(len(rows)), "pipeline_own_gpu_util_rmsle": rmsle(util, pred),
             "pipeline_own_gpu_util_rmsle_physics": rmsle(util, rows["physics_gpu_util"].to_numpy(float)),
-            "pipeline_own_gpu_util_spearman": float(spearmanr(util, pred).statistic),
-            "pipeline_own_gpu_util_mae_points": float(np.median(np.abs(util - pred))),
-            "pipeline_own_gpu_util_coverage": float(inside.mean()),
-            "pipeline_own_iter_time_mre": float(np.nanmedian(np.abs(rel)))}
+            "pipeline_own_gpu_util_spearman": spearman(util, pred),
+            "pipeline_own_gpu_util_mae_points": median_abs_error(util, pred),
+            "pipeline_own_gpu_util_coverage": interval_coverage(util, rows["pred_gpu_util_low"],
+                                                                rows["pred_gpu_util_high"]),
+            "pipeline_own_iter_time_mre": median_rel_error(rows["iter_time_mean_s"], rows["pred_iter_time_mean_s"])}
 
 
 def source_figures(rows: pd.DataFrame) -> dict[str, Any]:
     """Utilization RMSLE (all rows and per family), step-time median relative error, and per-row hits of a held-out
     source's predictions (:func:`source_heldout`)."""
-    from gpupred.learn.splits import rmsle
+    from gpupred.learn.evaluation import median_rel_error, rmsle
 
     util, pred = rows["gpu_util"].to_numpy(float), rows["pred_gpu_util"].to_numpy(float)
     out: dict[str, Any] = {"runs": int(len(rows)), "gpu_util_rmsle": rmsle(util, pred),
@@ -280,7 +277,7 @@ def source_figures(rows: pd.DataFrame) -> dict[str, Any]:
                                                         for f, g in rows.groupby("family", sort=True)}}
     if "pred_iter_time_mean_s" in rows.columns:
         rel = rows["pred_iter_time_mean_s"] / rows["iter_time_mean_s"] - 1.0
-        out["iter_time_mre"] = float(np.nanmedian(np.abs(rel)))
+        out["iter_time_mre"] = median_rel_error(rows["iter_time_mean_s"], rows["pred_iter_time_mean_s"])
         out["iter_time_rel_error_by_family"] = {f: float(np.nanmedian(g)) for f, g in rel.groupby(rows["family"])}
     return out
 
@@ -288,21 +285,20 @@ def source_figures(rows: pd.DataFrame) -> dict[str, Any]:
 def pipeline_table(fed: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per family of a held-out source, utilization RMSLE and median step-time error of the step estimator without
     (``before``) and with (``after``) the jobs' input pipelines (:func:`source_heldout` of each)."""
-    from gpupred.learn.splits import rmsle
+    from gpupred.learn.evaluation import median_rel_error, rmsle
 
     parts = []
     for when, rows in fed.items():
-        rel = (rows["pred_iter_time_mean_s"] / rows["iter_time_mean_s"] - 1.0).abs()
         for family, g in rows.groupby("family", sort=True):
             parts.append({"family": family, "when": when, "runs": len(g),
                           "gpu_util_rmsle": rmsle(g["gpu_util"], g["pred_gpu_util"]),
-                          "iter_time_mre": float(np.nanmedian(rel[g.index]))})
+                          "iter_time_mre": median_rel_error(g["iter_time_mean_s"], g["pred_iter_time_mean_s"])})
     return pd.DataFrame(parts).pivot_table(index="family", columns="when", values=["gpu_util_rmsle", "iter_time_mre"])
 
 
 def pipeline_metrics(fed: dict[str, pd.DataFrame], source: str) -> dict[str, float]:
     """Notebook 03's pipeline figures of a held-out source: utilization RMSLE and median step-time error over all its
-    runs and per family, without and with the input pipelines (``LEARNING_METRICS``' ``pipeline_*`` keys)."""
+    runs and per family, without and with the input pipelines (``STEP_METRIC_KEYS``' ``pipeline_*`` keys)."""
     out: dict[str, float] = {}
     for when, rows in fed.items():
         fig = source_figures(rows)
@@ -327,3 +323,26 @@ def plot_pipelines(fed: dict[str, pd.DataFrame], source: str) -> Any:
     np.atleast_1d(axes)[-1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
+
+# What notebook 03 writes of the step estimator (its contract is assembled in gpupred.contracts): its held-out
+# figures on this project's runs, on pipeline-fed runs and on a held-out source, and the comparison it leads.
+STEP_METRIC_KEYS: tuple[tuple[str, str], ...] = (
+    (r"pipeline_own_(runs|gpu_util_(rmsle|rmsle_physics|spearman|mae_points|coverage)|iter_time_mre)",
+     "this project's own pipeline-fed runs (real DataLoaders on a lent GPU) predicted by the step estimator fitted on "
+     "every other own run (no pipeline-fed run among them): utilization RMSLE (corrected; _physics: the timeline "
+     "alone), Spearman, median absolute error in points, 90 % interval coverage, median relative step-time error "
+     "(gpupred.step.evaluate.own_pipeline_metrics)"),
+    (r"pipeline_\w+_(gpu_util_rmsle|iter_time_mre)_(before|after)",
+     "a held-out source (never trained on) predicted by the step estimator fitted on this project's runs, without "
+     "(before) and with (after) its jobs' input pipelines: utilization RMSLE and median relative step-time error, "
+     "over all its runs and per family (gpupred.step.evaluate.pipeline_metrics)"),
+    (r"(gpu_util|sm_active|iter_time)_(rmsle|mre)_(within|lofo|crossgpu)(_baseline)?",
+     "the shipped estimators' held-out error on this project's runs (with _baseline: the regressor baseline's)"),
+    (r"(gpu_util|sm_active|iter_time)_coverage_lofo", "their 90 % intervals' coverage, leave one family out"),
+    (r"(gpu_util|sm_active|iter_time)_width_lofo",
+     "their 90 % intervals' median width relative to the prediction, (high - low) / prediction, leave one family out"),
+    (r"comparison_\w+",
+     "every method on the comparison's splits (comparison_splits; gpupred.learn.summary.comparison_metrics)"),
+    (r"step_constants|step_weighting", "the step model's constants fitted on every row; the correction's weighting"),
+    (r"twin_ratio_median", "per GPU pair, per family: the measured ratio of twin runs"),
+)

@@ -1,4 +1,8 @@
-"""The splits regressors are scored under (grouped random, leave-one-family-out, cross-GPU) and their metric, RMSLE.
+"""What every evaluation shares: the splits estimators and regressors are scored under (grouped random,
+leave-one-family-out, cross-GPU) and the metric functions their figures are computed with (RMSLE, median relative
+and absolute error, interval coverage, Spearman). Each estimator's ``evaluate`` module computes its figures with
+these and declares their keys (``*_METRIC_KEYS``); the notebooks' metrics contracts are assembled from those keys
+(:mod:`gpupred.contracts`).
 
 Every split keeps a workload's runs together (on any GPU, from any source): ``grouped_random`` deals whole
 workloads to folds, ``lofo`` holds out whole sibling groups of families (:data:`~gpupred.learn.folds.SIBLINGS`:
@@ -25,6 +29,34 @@ def rmsle(y_true: Any, y_pred: Any) -> float:
     t = np.log1p(np.clip(np.asarray(y_true, dtype=float), 0, None))
     p = np.log1p(np.clip(np.asarray(y_pred, dtype=float), 0, None))
     return float(np.sqrt(np.mean((p - t) ** 2)))
+
+
+def median_rel_error(y_true: Any, y_pred: Any) -> float:
+    """Median of |pred / true - 1| over the pairs where it is defined (NaN when none is)."""
+    rel = np.abs(np.asarray(y_pred, dtype=float) / np.asarray(y_true, dtype=float) - 1.0)
+    return float(np.nanmedian(rel)) if np.isfinite(rel).any() else float("nan")
+
+
+def median_abs_error(y_true: Any, y_pred: Any) -> float:
+    """Median of |pred - true| (in the target's units: utilization points, say)."""
+    return float(np.median(np.abs(np.asarray(y_pred, dtype=float) - np.asarray(y_true, dtype=float))))
+
+
+def interval_coverage(y_true: Any, low: Any, high: Any) -> float:
+    """The share of ``y_true`` inside [low, high]."""
+    y = np.asarray(y_true, dtype=float)
+    return float(((y >= np.asarray(low, dtype=float)) & (y <= np.asarray(high, dtype=float))).mean())
+
+
+def spearman(a: Any, b: Any) -> float:
+    """Spearman of finite pairs (Pearson of average ranks); NaN with fewer than 3 or a constant side."""
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return float("nan")
+    return float(np.corrcoef(rankdata(a[ok]), rankdata(b[ok]))[0, 1])
 
 
 SCHEMES: tuple[str, ...] = ("grouped_random", "lofo", "cross_gpu")
