@@ -12,13 +12,15 @@ identically), :func:`gpupred.reports.save_figure` leaves a figure file alone whe
 change, and ``reports/pipeline.json`` holds statuses and reasons with paths relative to the project
 root (no timings: they differ on every run; the console line shows them). Kernels run with
 :data:`KERNEL_ENV`: progress bars off (``GPUPRED_PROGRESS=0``, so saved outputs hold no bar debris), one
-BLAS/OpenMP thread and a fixed hash seed (figures independent of the machine's core count).
+BLAS/OpenMP thread, a fixed hash seed and, on x86-64, numpy's and OpenBLAS's AVX2 code paths (figures independent
+of the machine's core count and of its vector instructions: see :data:`PINNED_KERNELS`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import time
 from contextlib import contextmanager
@@ -137,10 +139,22 @@ def kernel_manager() -> type:
     return EncryptedKernelManager
 
 
+# The same numeric code paths on every x86-64 machine with AVX2 (nearly every one in use). numpy picks its SIMD
+# kernels at run time by the CPU's features, and OpenBLAS its core type: with AVX-512, np.log, exp, log1p and power
+# differ from their AVX2 results in the last bit, and dot products with OpenBLAS's SkylakeX kernels from its Haswell
+# ones. The step model's constants fit stops where its trust region's steps stall on a flat, kinked objective, so
+# last-bit noise in its residuals moved fitted constants by up to 3% (A100 40GB: launch_s 25.9 -> 26.6 us under
+# 1e-15 relative noise) and a fresh clone's `make all` on another machine moved headline figures by up to 0.6%.
+# Elsewhere (ARM, say) these names mean nothing and are not set: that machine's figures are its own.
+PINNED_KERNELS: dict[str, str] = {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+                                  "OPENBLAS_CORETYPE": "Haswell"}
+
 # What every notebook kernel inherits: no progress-bar debris in saved outputs; one BLAS/OpenMP thread and a fixed
-# hash seed, so that no figure depends on the machine's core count or on the iteration order of a set of strings.
+# hash seed, so that no figure depends on the machine's core count or on the iteration order of a set of strings;
+# on x86-64, PINNED_KERNELS, so that none depends on the machine's vector instructions either.
 KERNEL_ENV: dict[str, str] = {"GPUPRED_PROGRESS": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                              "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+                              "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+                              **(PINNED_KERNELS if platform.machine().lower() in ("x86_64", "amd64") else {})}
 
 
 @contextmanager
