@@ -439,3 +439,23 @@ def test_unknown_attention_is_one_line() -> None:
 
     with pytest.raises(GpupredError, match="unknown attention implementation 'fast'"):
         hf_model("llama", attention="fast")
+
+
+def test_column_readers_answer_as_pandas_does_on_every_dtype() -> None:
+    """numeric_column and text_column (the footprint's fast readers of a job's one-row frame) give what
+    ``to_numpy(float, na_value=0.0)`` and ``astype(str)`` give, whatever the column's dtype (FIXTURE frame)."""
+    import numpy as np
+    import pandas as pd
+
+    from gpupred.memory.physics import numeric_column, text_column
+
+    frame = pd.DataFrame({"f": [1.5, np.nan], "i": [3, 4], "b": [True, False], "o": [None, 2.0],
+                          "n": pd.array([pd.NA, 7.0], dtype="Float64"), "s": ["adam", "sgd"], "m": ["adam", None],
+                          "x": [1, "sgd"]})
+    for name in ("f", "i", "b", "o", "n"):
+        assert np.array_equal(numeric_column(frame, name), frame[name].to_numpy(float, na_value=0.0)), name
+    assert np.array_equal(numeric_column(frame, "absent"), np.zeros(2))
+    for name in ("s", "m", "x", "i"):
+        expected = frame[name].astype(str).to_numpy()
+        got = text_column(frame, name)
+        assert got.dtype == expected.dtype and list(map(str, got)) == list(map(str, expected)), name

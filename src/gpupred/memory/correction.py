@@ -21,12 +21,11 @@ CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplie
 def correction_features(df: pd.DataFrame, terms: pd.DataFrame | None = None) -> np.ndarray:
     """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total
     (``terms``: :func:`gpupred.memory.physics.footprint_terms` of ``df`` where the caller has them already)."""
-    from gpupred.memory.physics import footprint_terms, sources
+    from gpupred.memory.physics import footprint_terms, numeric_column, sources
 
     terms = footprint_terms(df, sources(df)) if terms is None else terms
     shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
-    flags = np.column_stack([df[c].fillna(0.0).to_numpy(float) if c in df.columns else np.zeros(len(df))
-                             for c in CORRECTION_FEATURES])
+    flags = np.column_stack([numeric_column(df, c) for c in CORRECTION_FEATURES])
     return np.column_stack([flags, shares])
 
 

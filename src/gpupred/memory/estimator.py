@@ -90,7 +90,7 @@ class MemoryEstimator(Estimator):
         place of the steady + ratio x the varying: ``torch.cuda.max_memory_allocated()``), in MiB, one row per input
         row."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying
+        from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying, text_column
 
         src_series = sources(df)
         terms, keys = footprint_terms(df, src_series), source_keys(df)
@@ -109,7 +109,7 @@ class MemoryEstimator(Estimator):
         steady, varying = steady_varying(terms)
         held = steady + ratio * varying
         scale = np.divide(device_held, held, out=np.ones_like(held), where=held > 0)
-        paged = terms["optimizer"].to_numpy(float) * np.isin(df["optimizer"].astype(str).to_numpy(), list(PAGED))
+        paged = terms["optimizer"].to_numpy(float) * np.isin(text_column(df, "optimizer"), list(PAGED))
         reserved = device_held - paged * scale  # paged optimizer states: CUDA unified memory, outside torch's allocator
         allocated = (steady + varying - paged) * scale
         return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),

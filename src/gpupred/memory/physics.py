@@ -500,7 +500,7 @@ def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[p
     # under checkpointing autocast's copies die with the forward's autocast region (none is saved for backward): the
     # forward's end (copies, no gradient) or the backward's peak (gradients, no copy); otherwise the saved copies
     # are freed through the backward beside the gradients
-    ckpt = _col(df, "checkpointing") > 0
+    ckpt = numeric_column(df, "checkpointing") > 0
     copies_at_end = ckpt & (t["autocast_copies"] >= peak)
     t["autocast_copies"] = np.where(~ckpt | copies_at_end, t["autocast_copies"], 0.0)
     peak = np.where(copies_at_end, 0.0, peak)
@@ -523,7 +523,7 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
     """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
-    precision = df["precision"].astype(str).to_numpy()
+    precision = text_column(df, "precision")
     autocast = np.isin(precision, list(HALF_PRECISIONS))
     pure = precision == "bf16-pure"
     p = df["param_bytes"].to_numpy(float) * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
@@ -533,16 +533,16 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     grads = _or(counted, df, "grad_bytes", p)
-    peak = np.where(autocast, _col(df, "peak_grad_elems_half"), _col(df, "peak_grad_elems")) * np.where(pure, 2.0, 4.0)
+    peak = np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems")) * np.where(pure, 2.0, 4.0)
     sizes = {
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
         "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
-        "activations": np.maximum(act + _col(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
+        "activations": np.maximum(act + numeric_column(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
         + dropout_copy_bytes(df, sdpa, autocast, pure),
-        "loss": _col(df, "output_elems") * 4.0 * LOSS_BUFFERS,
-        "inputs": _col(df, "input_bytes"), "workspace": _workspaces(df) * MIB + _col(df, "transient_bytes"),
-        "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (_col(df, "accumulation") <= 1),
+        "loss": numeric_column(df, "output_elems") * 4.0 * LOSS_BUFFERS,
+        "inputs": numeric_column(df, "input_bytes"), "workspace": _workspaces(df) * MIB + numeric_column(df, "transient_bytes"),
+        "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric_column(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
     }
     return {k: np.asarray(v, float) / MIB for k, v in sizes.items()}
@@ -554,9 +554,8 @@ def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
     for-loop): Adam's and AdamW's ``_foreach_sqrt`` of the second moment, RMSprop's and Adagrad's square root, and
     the weight decay of SGD, Adam, RMSprop and Adagrad added to a copy of the gradients; fused and for-loop steps
     and bitsandbytes' kernels none."""
-    impl = (df["optimizer_impl"].astype(str).to_numpy() if "optimizer_impl" in df.columns
-            else np.full(len(df), "foreach"))
-    decay = (_col(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam", "rmsprop",
+    impl = text_column(df, "optimizer_impl") if "optimizer_impl" in df.columns else np.full(len(df), "foreach")
+    decay = (numeric_column(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam", "rmsprop",
                                                             "adagrad"])
     root = np.isin(opt, ["adam", "adamw", "rmsprop", "adagrad"])
     return np.where(impl == "foreach", root + decay, 0.0).astype(float)
@@ -570,12 +569,12 @@ def _counted(df: pd.DataFrame, name: str) -> np.ndarray:
 
 def _or(counted: np.ndarray, df: pd.DataFrame, name: str, rule: np.ndarray) -> np.ndarray:
     """A counted parameter term where the row has it, else the parameter-sized rule's."""
-    return np.where(counted, _col(df, name), rule) if counted.any() else rule
+    return np.where(counted, numeric_column(df, name), rule) if counted.any() else rule
 
 
 def _optimizers(df: pd.DataFrame) -> np.ndarray:
     """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
-    opt = np.array([o.lower() for o in df["optimizer"].astype(str)], dtype=object)
+    opt = np.array([o.lower() for o in text_column(df, "optimizer")], dtype=object)
     if "sgd_momentum" in df.columns:
         plain = (opt == "sgd") & (df["sgd_momentum"] == False).to_numpy()  # noqa: E712
         opt = np.where(plain, "sgd_nomomentum", opt)
@@ -589,7 +588,7 @@ def _workspaces(df: pd.DataFrame) -> np.ndarray:
     """The cuBLAS workspaces of each row's GPU kind, in MiB (Hopper's where the frame names no GPU)."""
     if "gpu" not in df.columns:
         return np.full(len(df), WORKSPACE_MIB)
-    gpu = df["gpu"].astype(str).to_numpy()
+    gpu = text_column(df, "gpu")
     per = {g: workspace_mib(g) for g in set(gpu)}
     return np.array([per[g] for g in gpu], dtype=float)
 
@@ -603,32 +602,47 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
     if "saved_elems" not in df.columns:
         return fallback
     pure = np.zeros(len(df), bool) if pure is None else pure
-    saved = _col(df, "saved_elems")
-    act = np.where(half, 2.0 * _col(df, "half_elems") + 4.0 * _col(df, "fp32_elems"), 4.0 * saved)
+    saved = numeric_column(df, "saved_elems")
+    act = np.where(half, 2.0 * numeric_column(df, "half_elems") + 4.0 * numeric_column(df, "fp32_elems"), 4.0 * saved)
     act = np.where(pure, 2.0 * saved, act)
-    scores = (_col(df, "softmax_elems") + _col(df, "attention_elems")) * np.where(pure, 2.0, 4.0)
-    scores = np.where(half, 2.0 * _col(df, "fused_half_elems") + 4.0 * _col(df, "fused_fp32_elems"), scores)
-    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * _col(df, "index_elems")  # MaxPool's int64 argmax
+    scores = (numeric_column(df, "softmax_elems") + numeric_column(df, "attention_elems")) * np.where(pure, 2.0, 4.0)
+    scores = np.where(half, 2.0 * numeric_column(df, "fused_half_elems") + 4.0 * numeric_column(df, "fused_fp32_elems"), scores)
+    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * numeric_column(df, "index_elems")  # MaxPool's int64 argmax
     return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
 
 
 def dropout_mask_bytes(df: pd.DataFrame, sdpa: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's masks (one an element): all of them, less those inside fused attention cores where the
     source's torch fuses attention (as :func:`activation_bytes` takes their scores out)."""
-    return _col(df, "dropout_mask_elems") - np.where(sdpa, _col(df, "fused_mask_elems"), 0.0)
+    return numeric_column(df, "dropout_mask_elems") - np.where(sdpa, numeric_column(df, "fused_mask_elems"), 0.0)
 
 
 def dropout_copy_bytes(df: pd.DataFrame, sdpa: np.ndarray, autocast: np.ndarray, pure: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's kept outputs (:func:`dropout_copies`), less those inside fused attention cores where the
     source's torch fuses attention: 4 an element, 2 in pure bf16, none under autocast (whose product casts the masked
     fp32 probabilities to the 16-bit copy it saves, which the activations count already)."""
-    elems = _col(df, "dropout_copy_elems") - np.where(sdpa, _col(df, "fused_copy_elems"), 0.0)
+    elems = numeric_column(df, "dropout_copy_elems") - np.where(sdpa, numeric_column(df, "fused_copy_elems"), 0.0)
     return elems * np.where(autocast, 0.0, np.where(pure, 2.0, 4.0))
 
 
-def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+def text_column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A column as an object array of str, as ``Series.astype(str)`` gives it (without its cost where every value is
+    a str already: a job's one row)."""
+    values = df[name].to_numpy()
+    if values.dtype == object and all(type(v) is str for v in values):
+        return values
+    return df[name].astype(str).to_numpy()
+
+
+def numeric_column(df: pd.DataFrame, name: str) -> np.ndarray:
     """A numeric column, zeros where it is absent or missing."""
-    return df[name].to_numpy(float, na_value=0.0) if name in df.columns else np.zeros(len(df))
+    if name not in df.columns:
+        return np.zeros(len(df))
+    values = df[name].to_numpy()
+    if values.dtype.kind in "fiub":  # a numpy column (pandas' na_value path costs 3x as much on a job's one row)
+        values = values.astype(float)
+        return np.where(np.isnan(values), 0.0, values)
+    return df[name].to_numpy(float, na_value=0.0)
 
 
 def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.ndarray:
@@ -785,7 +799,7 @@ def source_keys(df: pd.DataFrame) -> np.ndarray:
     """'gpu|source' per row (the key of the fitted constants)."""
     from gpupred.hardware import gpu_spec
 
-    gpu = df["gpu"].astype(str).to_numpy() if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
+    gpu = text_column(df, "gpu") if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
     names = {g: gpu_spec(g).name for g in set(gpu)}
     return np.array([f"{names[g]}|{s}" for g, s in zip(gpu, sources(df).to_numpy())], dtype=object)
 
