@@ -31,3 +31,35 @@ def test_read_json_object_names_the_file_the_problem_and_the_remedy(tmp_path: Pa
     path.write_text('{"a": 1}')
     assert read_json_object(path, "run the exporter") == {"a": 1}
 
+
+
+def test_a_file_cache_reads_a_file_once_while_it_is_unchanged_and_keeps_few_versions(tmp_path: Path) -> None:
+    """FileCache: one parse per version of a file (same path, mtime, size), a rewritten file parsed again, a parse
+    that raises keeps nothing, and at most ``entries`` versions are kept (FIXTURE files)."""
+    from gpupred.files import FileCache
+
+    calls: list[str] = []
+
+    def parse(path: Path) -> str:
+        calls.append(path.name)
+        text = path.read_text()
+        if text == "bad":
+            raise ValueError("FIXTURE: unreadable")
+        return text
+
+    cache: FileCache[str] = FileCache(entries=2)
+    a = tmp_path / "a.json"
+    a.write_text("one")
+    assert cache.read(a, parse) == cache.read(a, parse) == "one" and calls == ["a.json"]
+    a.write_text("two!")
+    os.utime(a, ns=(1, 1))  # a new version even where the clock did not move
+    assert cache.read(a, parse) == "two!" and calls == ["a.json"] * 2
+    b, c = tmp_path / "b.json", tmp_path / "c.json"
+    b.write_text("bad")
+    with pytest.raises(ValueError):
+        cache.read(b, parse)
+    assert len(cache.kept) == 2  # both versions of a; nothing of b
+    c.write_text("three")
+    assert cache.read(c, parse) == "three" and len(cache.kept) == 2  # the oldest version went
+    with pytest.raises(OSError):
+        cache.read(tmp_path / "missing.json", parse)

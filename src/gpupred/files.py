@@ -1,5 +1,6 @@
 """Writing a file whole or not at all: a temporary file in the same folder, flushed and fsync'd, renamed over
-the target, then the folder fsync'd. A crash at any instant leaves the old file or the new one, never half."""
+the target, then the folder fsync'd. A crash at any instant leaves the old file or the new one, never half. Reading a
+small file many times: :class:`FileCache` keeps what was read while the file is unchanged."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 TMP_PREFIX = ".tmp-"  # temporary files start with this; a reader may remove strays left by a crash
 
@@ -134,3 +135,28 @@ def read_sealed(path: str | Path, schema: dict[str, Any], kind: str, remedy: str
     data = read_json_object(path, remedy)
     check_sealed(data, str(path), schema, kind, remedy)
     return data
+
+
+T = TypeVar("T")
+
+
+class FileCache(Generic[T]):
+    """What was read from files, kept while each is unchanged (same resolved path, modification time and size), at
+    most ``entries`` file versions, the oldest going first: for small files every job asks for (the graph store's
+    index, a host profile), which a long-lived scheduler should neither reread nor keep every version of."""
+
+    def __init__(self, entries: int = 16) -> None:
+        self.entries = entries
+        self.kept: dict[tuple[str, int, int], T] = {}
+
+    def read(self, path: Path, parse: Callable[[Path], T]) -> T:
+        """``parse(path)``, or what it gave for this version of the file (an OSError where the file cannot be
+        stat'ed)."""
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self.kept:
+            value = parse(path)  # a parse that raises keeps nothing
+            if len(self.kept) >= self.entries:
+                self.kept.pop(next(iter(self.kept)))
+            self.kept[key] = value
+        return self.kept[key]

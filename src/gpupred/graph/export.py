@@ -32,7 +32,7 @@ from onnx import ModelProto, TensorProto
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import atomic_write_bytes, sha256
+from gpupred.files import FileCache, atomic_write_bytes, sha256
 from gpupred.graph.protoscan import GZIP_MAGIC
 from gpupred.graph.stripped import fold_batch_shapes, mark_buffers, strip_weights
 
@@ -257,26 +257,25 @@ def _index_path(store: Path | None = None) -> Path:
     return Path(store or config.GRAPHS) / INDEX_NAME
 
 
-_INDEX: dict[tuple[str, int, int], dict[str, Any]] = {}  # (absolute path, mtime ns, size) -> the index read from it
+_INDEX: FileCache[dict[str, Any]] = FileCache()  # the index as read, per unchanged version of its file
 
 
 def read_index(store: Path | None = None) -> dict[str, Any]:
     """The graph store's index: export recipe version, the torch that exported it, each graph's sha256. An index read
     before and unchanged since (same path, modification time and size) is not read again: every job given as a
     workload id asks for it. Callers that change what they get change a copy."""
-    path = _index_path(store)
     try:
-        stat = os.stat(path)
-    except OSError:
+        return _INDEX.read(_index_path(store), parse_index)
+    except FileNotFoundError:
         return {"export_version": EXPORT_VERSION, "graphs": {}}
-    key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _INDEX:
-        try:
-            _INDEX[key] = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`"
-                               ) from None
-    return _INDEX[key]
+
+
+def parse_index(path: Path) -> dict[str, Any]:
+    """The graph store's index file as JSON; a one-line GpupredError naming it where it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise GpupredError(f"{path}: not valid JSON ({err}); rebuild the store with `gpupred export --store`") from None
 
 
 def stored_graph(spec: "WorkloadSpec", store: Path | None = None) -> Path | None:

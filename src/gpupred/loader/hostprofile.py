@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupred.errors import GpupredError
-from gpupred.files import canonical_sha256, check_sealed, read_sealed
+from gpupred.files import FileCache, canonical_sha256, check_sealed, read_sealed
 
 SCHEMA_NAME = "gpupred-host-profile"
 SCHEMA_VERSION = 1
@@ -225,7 +225,7 @@ class HostProfile:
         return seconds
 
 
-_READ: dict[tuple[str, int, int], HostProfile] = {}  # (resolved path, mtime ns, size) -> the profile read from it
+_READ: FileCache[HostProfile] = FileCache()  # the profiles as read and checked, per unchanged version of a file
 
 
 def read_host_profile(path: str | Path) -> HostProfile:
@@ -233,15 +233,12 @@ def read_host_profile(path: str | Path) -> HostProfile:
     before and unchanged since (same path, modification time and size) is not read and checked again: every job fed by
     a pipeline asks for its profile."""
     path = Path(path)
-    stat = path.stat() if path.is_file() else None
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size) if stat is not None else None
-    if key is not None and key in _READ:
-        return _READ[key]
     missing = f"no host profile there; `gpupred loader bench --out {path}` writes one"
-    profile = HostProfile(read_sealed(path, SCHEMA, "host profile", REMEDY, missing), path)
-    if key is not None:
-        _READ[key] = profile
-    return profile
+
+    def parse(file: Path) -> HostProfile:
+        return HostProfile(read_sealed(file, SCHEMA, "host profile", REMEDY, missing), path)
+
+    return _READ.read(path, parse) if path.is_file() else parse(path)  # no file: read_sealed's one-line refusal
 
 
 def default_host_profile() -> HostProfile:
