@@ -140,20 +140,26 @@ def read_sealed(path: str | Path, schema: dict[str, Any], kind: str, remedy: str
 T = TypeVar("T")
 
 
+def file_version(path: str | os.PathLike[str]) -> tuple[str, int, int, int]:
+    """A file's version in this process: (absolute path, modification time in ns, size, inode); a rewritten file
+    gets a new one. An OSError where it cannot be stat'ed."""
+    st = os.stat(path)
+    return (os.path.abspath(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 class FileCache(Generic[T]):
-    """What was read from files, kept while each is unchanged (same resolved path, modification time and size), at
+    """What was read from files, kept while each is unchanged (the same :func:`file_version`), at
     most ``entries`` file versions, the oldest going first: for small files every job asks for (the graph store's
     index, a host profile), which a long-lived scheduler should neither reread nor keep every version of."""
 
     def __init__(self, entries: int = 16) -> None:
         self.entries = entries
-        self.kept: dict[tuple[str, int, int], T] = {}
+        self.kept: dict[tuple[str, int, int, int], T] = {}
 
     def read(self, path: Path, parse: Callable[[Path], T]) -> T:
         """``parse(path)``, or what it gave for this version of the file (an OSError where the file cannot be
         stat'ed)."""
-        stat = os.stat(path)
-        key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+        key = file_version(path)
         if key not in self.kept:
             value = parse(path)  # a parse that raises keeps nothing
             if len(self.kept) >= self.entries:

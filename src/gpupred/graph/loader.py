@@ -21,6 +21,7 @@ import onnx
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from gpupred.errors import GpupredError
+from gpupred.files import file_version
 from gpupred.graph.canonical import SLICE_INPUTS, CanonicalGraph, Node, Shape, canonicalize, raw_graph
 from gpupred.graph.costs import COST_TABLE
 from gpupred.graph.fold import AFFINE_KEY, BUFFERS_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
@@ -370,15 +371,14 @@ def clear_graph_cache() -> None:
 
 
 def file_identity(path_or_proto: Any) -> tuple[Any, ...] | None:
-    """A file's identity in this process: (absolute path, modification time, size, inode); None for a proto or a path
-    that is not there. A changed file gets a new identity."""
+    """A file's identity in this process (:func:`gpupred.files.file_version`: absolute path, modification time, size,
+    inode); None for a proto or a path that is not there. A changed file gets a new identity."""
     if isinstance(path_or_proto, ModelProto):
         return None
     try:
-        st = os.stat(path_or_proto)
+        return file_version(path_or_proto)
     except (OSError, TypeError):
         return None
-    return (os.path.abspath(path_or_proto), st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _cache_key(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None) -> tuple[Any, ...] | None:
