@@ -97,7 +97,7 @@ def median_rel_error(res: NestedResult, rows: pd.Series | None = None) -> float:
     mask = p["y"].notna() & p["pred"].notna()
     if rows is not None:
         mask &= rows.to_numpy()
-    return evaluation.median_rel_error(p.loc[mask, "y"], p.loc[mask, "pred"]) if mask.any() else float("nan")
+    return evaluation.median_rel_error(p.loc[mask, "y"], p.loc[mask, "pred"])  # NaN without rows
 
 
 def score(res: NestedResult, gpu: str | None = None, source: str | None = None) -> dict[str, float]:
@@ -111,11 +111,11 @@ def score(res: NestedResult, gpu: str | None = None, source: str | None = None) 
     q = p[mask]
     if q.empty:
         return {"rmsle": np.nan, "median_rel_err": np.nan, "coverage": np.nan, "n": 0}
-    covered = q["low"].notna()
-    coverage = evaluation.interval_coverage(q["y"][covered], q["low"][covered], q["high"][covered])
+    c = q[q["low"].notna()]
     return {"rmsle": evaluation.rmsle(q["y"], q["pred"]),
             "median_rel_err": evaluation.median_rel_error(q["y"], q["pred"]),
-            "coverage": coverage if covered.any() else np.nan, "n": int(len(q))}
+            "coverage": evaluation.interval_coverage(c["y"], c["low"], c["high"]) if len(c) else np.nan,
+            "n": int(len(q))}
 
 
 def comparison_table(results: dict[str, dict[str, dict[str, NestedResult]]]) -> pd.DataFrame:
