@@ -49,6 +49,7 @@ bench: $(FULL)
 	$(BIN)/python benchmarks/bench_predict.py --queue 10000
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_profile_overhead.py
+	$(BIN)/python benchmarks/bench_host_parallel.py
 
 clean:
 	find data/processed -mindepth 1 ! -name README.md -exec rm -rf {} + 2>/dev/null || true
