@@ -34,7 +34,7 @@ from gpupred.step.physics.timeline import LoaderTimes, loader_arrays, with_loade
 # The loops fork DataLoader workers in this process, which carries every earlier test's threads: a fork that hangs in
 # C is out of a signal's reach, so pytest-timeout's thread method ends the run with every thread's stack in 5 minutes
 # (a case takes seconds), where the signal method would wait for the CI's own limit.
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [pytest.mark.timeout(300, method="thread"), pytest.mark.timing]  # timing: alone, after the parallel run
 
 SAMPLES = 512  # more than (WARMUP + MEASURED) batches: one epoch, no restart of the workers
 SHAPE = (3, 64, 64)
