@@ -252,6 +252,7 @@ def memory_metrics(errors: pd.DataFrame, model: MemoryEstimator | None = None,
         out["memory_correction_setting"] = model.setting_.describe()
     return out
 
+
 # What notebook 03 writes of the memory estimator beside the step estimator's (gpupred.contracts assembles its
 # contract); notebook 05's own contract is MEMORY_METRICS below.
 MEMORY_METRIC_KEYS: tuple[tuple[str, str], ...] = (

@@ -533,7 +533,8 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     grads = _or(counted, df, "grad_bytes", p)
-    peak = np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems")) * np.where(pure, 2.0, 4.0)
+    peak = (np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems"))
+            * np.where(pure, 2.0, 4.0))
     sizes = {
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
@@ -541,7 +542,8 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         "activations": np.maximum(act + numeric_column(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
         + dropout_copy_bytes(df, sdpa, autocast, pure),
         "loss": numeric_column(df, "output_elems") * 4.0 * LOSS_BUFFERS,
-        "inputs": numeric_column(df, "input_bytes"), "workspace": _workspaces(df) * MIB + numeric_column(df, "transient_bytes"),
+        "inputs": numeric_column(df, "input_bytes"),
+        "workspace": _workspaces(df) * MIB + numeric_column(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric_column(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
     }
@@ -555,8 +557,8 @@ def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
     the weight decay of SGD, Adam, RMSprop and Adagrad added to a copy of the gradients; fused and for-loop steps
     and bitsandbytes' kernels none."""
     impl = text_column(df, "optimizer_impl") if "optimizer_impl" in df.columns else np.full(len(df), "foreach")
-    decay = (numeric_column(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam", "rmsprop",
-                                                            "adagrad"])
+    decay = (numeric_column(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam",
+                                                                      "rmsprop", "adagrad"])
     root = np.isin(opt, ["adam", "adamw", "rmsprop", "adagrad"])
     return np.where(impl == "foreach", root + decay, 0.0).astype(float)
 
@@ -606,8 +608,10 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
     act = np.where(half, 2.0 * numeric_column(df, "half_elems") + 4.0 * numeric_column(df, "fp32_elems"), 4.0 * saved)
     act = np.where(pure, 2.0 * saved, act)
     scores = (numeric_column(df, "softmax_elems") + numeric_column(df, "attention_elems")) * np.where(pure, 2.0, 4.0)
-    scores = np.where(half, 2.0 * numeric_column(df, "fused_half_elems") + 4.0 * numeric_column(df, "fused_fp32_elems"), scores)
-    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * numeric_column(df, "index_elems")  # MaxPool's int64 argmax
+    scores = np.where(half, 2.0 * numeric_column(df, "fused_half_elems") + 4.0 * numeric_column(df, "fused_fp32_elems"),
+                      scores)
+    # plus the indices MaxPool saves for backward: int64, 8 bytes each
+    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * numeric_column(df, "index_elems")
     return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
 
 

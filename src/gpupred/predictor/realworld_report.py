@@ -273,6 +273,7 @@ def finetune_measured_metrics(table: pd.DataFrame) -> dict[str, float]:
         out[f"memory_finetune_measured_{figure}_p90_error"] = float(np.quantile(err, 0.9)) if len(err) else float("nan")
     return out
 
+
 # What notebook 03 writes of the real-world section (gpupred.contracts assembles its contract).
 REALWORLD_METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (r"realworld_(gpu|models|params_exact_share|flops_within_2pct_share|llm)",

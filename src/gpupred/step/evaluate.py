@@ -324,6 +324,7 @@ def plot_pipelines(fed: dict[str, pd.DataFrame], source: str) -> Any:
     fig.tight_layout()
     return fig
 
+
 # What notebook 03 writes of the step estimator (its contract is assembled in gpupred.contracts): its held-out
 # figures on this project's runs, on pipeline-fed runs and on a held-out source, and the comparison it leads.
 STEP_METRIC_KEYS: tuple[tuple[str, str], ...] = (
