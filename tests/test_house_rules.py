@@ -221,3 +221,22 @@ def test_what_ships_imports_no_evaluation_code() -> None:
                "gpupred.predictor.training", "gpupred.predictor.loading", "gpupred.predictor.core",
                "gpupred.step.estimator", "gpupred.memory.estimator", "gpupred.slowdown.estimator", "gpupred.cli.predict")
     assert {m: sorted(reached(m) & evaluation) for m in shipped} == {m: [] for m in shipped}
+
+
+def test_every_correction_speaks_the_same_words() -> None:
+    """Each estimator's correction module names its setting ``CorrectionSetting`` (a frozen dataclass with
+    ``describe()``) and its inputs ``correction_features``, and fits with ``fit_correction`` or the step's
+    ``Correction`` class (docs/DESIGN.md, under the module map); no other name for a setting survives."""
+    import dataclasses
+    import importlib
+
+    for package in ("step", "memory", "slowdown"):
+        module = importlib.import_module(f"gpupred.{package}.correction")
+        setting = module.CorrectionSetting
+        assert dataclasses.is_dataclass(setting) and setting.__dataclass_params__.frozen, package
+        assert callable(setting.describe) and callable(module.correction_features), package
+        assert callable(getattr(module, "fit_correction", None)) or hasattr(module, "Correction"), package
+        assert not [n for n in vars(module) if n in ("CorrectionSettings", "CANDIDATES", "correction_matrix",
+                                                    "correction_design", "fit_correction_model")], package
+    grid = importlib.import_module("gpupred.slowdown.correction").CORRECTION_GRID
+    assert [s.describe() for s in grid.values()] == ["boosted x 1", "boosted x 0.5", "linear x 1"]

@@ -5,6 +5,7 @@ ranks better than its prior)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ def group_folds(X: pd.DataFrame, n_folds: int, shuffle: int | None = None) -> li
     return [(np.flatnonzero((own != k) & (partner != k)), np.flatnonzero(own == k)) for k in range(n_folds)]
 
 
-def correction_design(X: pd.DataFrame, features: list[str], log_prior: np.ndarray) -> np.ndarray:
+def correction_features(X: pd.DataFrame, features: list[str], log_prior: np.ndarray) -> np.ndarray:
     """The correction's inputs: log prior, own and partner features (log1p of non-negative ones)."""
     cols = [log_prior]
     for f in features:
@@ -34,8 +35,21 @@ def correction_design(X: pd.DataFrame, features: list[str], log_prior: np.ndarra
     return np.column_stack(cols)
 
 
-CANDIDATES: dict[str, tuple[str, float]] = {  # correction tried against the prior: (model, weight of its log correction)
-    "boosted": ("boosted", 1.0), "boosted_half": ("boosted", 0.5), "linear": ("linear", 1.0),
+@dataclass(frozen=True)
+class CorrectionSetting:
+    """One setting of the correction: its model of the log residual and the weight of the log correction it adds."""
+
+    model: str  # "boosted" (gradient boosting) or "linear" (ridge)
+    weight: float  # the prior's log is moved by weight x the model's log correction
+
+    def describe(self) -> str:
+        """A short label, e.g. 'boosted x 0.5'."""
+        return f"{self.model} x {self.weight:g}"
+
+
+CORRECTION_GRID: dict[str, CorrectionSetting] = {  # the settings tried against the prior, by the name a choice keeps
+    "boosted": CorrectionSetting("boosted", 1.0), "boosted_half": CorrectionSetting("boosted", 0.5),
+    "linear": CorrectionSetting("linear", 1.0),
 }
 
 
@@ -46,7 +60,7 @@ def single_thread() -> Any:
     return threadpool_limits(limits=1, user_api="openmp")
 
 
-def fit_correction_model(model: str, x: np.ndarray, resid: np.ndarray, seed: int) -> Any:
+def fit_correction(model: str, x: np.ndarray, resid: np.ndarray, seed: int) -> Any:
     """A ``"boosted"`` (gradient boosting) or ``"linear"`` (ridge) model of the log residual on inputs ``x``; the
     boosted one sees only the columns with at least two distinct values (returned with it)."""
     if model == "boosted":

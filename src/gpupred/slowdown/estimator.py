@@ -34,7 +34,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.evaluation import spearman
 from gpupred.learn.params import Estimator
 from gpupred.slowdown.correction import (
-    CANDIDATES, apply_correction, correction_design, fit_correction_model, group_folds,
+    CORRECTION_GRID, apply_correction, correction_features, fit_correction, group_folds,
 )
 from gpupred.slowdown.physics import timeshare_slowdown
 
@@ -165,7 +165,7 @@ class CorrectedSlowdown(SlowdownEstimator):
                       x: np.ndarray) -> dict[str, list[float]]:
         """Spearman per inner fold (whole model groups) of the prior and of each candidate, over ``repeats`` splits
         (the first deals groups in sorted order, the others in orders shuffled from ``seed``)."""
-        scores: dict[str, list[float]] = {"prior": [], **{c: [] for c in CANDIDATES}}
+        scores: dict[str, list[float]] = {"prior": [], **{c: [] for c in CORRECTION_GRID}}
         resid = np.log(y) - log_prior
         splits = [fold for r in range(max(1, self.repeats))
                   for fold in group_folds(X, self.n_inner, None if r == 0 else self.seed + r)]
@@ -173,10 +173,10 @@ class CorrectedSlowdown(SlowdownEstimator):
             if len(tr) < 20 or len(te) < 4:
                 continue
             scores["prior"].append(spearman(log_prior[te], y[te]))
-            models = {m for m, _ in CANDIDATES.values()}
-            fitted = {m: apply_correction(m, fit_correction_model(m, x[tr], resid[tr], self.seed), x[te]) for m in models}
-            for name, (model, weight) in CANDIDATES.items():
-                scores[name].append(spearman(log_prior[te] + weight * fitted[model], y[te]))
+            models = {s.model for s in CORRECTION_GRID.values()}
+            fitted = {m: apply_correction(m, fit_correction(m, x[tr], resid[tr], self.seed), x[te]) for m in models}
+            for name, s in CORRECTION_GRID.items():
+                scores[name].append(spearman(log_prior[te] + s.weight * fitted[s.model], y[te]))
         return scores
 
     def _beats(self, scores: dict[str, list[float]], name: str) -> bool:
@@ -193,13 +193,13 @@ class CorrectedSlowdown(SlowdownEstimator):
         ok = np.isfinite(y) & (y > 0)
         X, y = X[ok].reset_index(drop=True), y[ok]
         log_prior = self.prior.fit(X, y).log_predict(X)
-        x = correction_design(X, list(self.features), log_prior)
+        x = correction_features(X, list(self.features), log_prior)
         scores = self._inner_scores(X, y, log_prior, x) if self.features else {"prior": []}
         self.inner_ = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in scores.items()}
-        best = max(CANDIDATES, key=lambda c: np.nan_to_num(self.inner_.get(c, np.nan), nan=-2.0))
+        best = max(CORRECTION_GRID, key=lambda c: np.nan_to_num(self.inner_.get(c, np.nan), nan=-2.0))
         beats = best in scores and self._beats(scores, best)
         self.chosen_ = best if beats else "prior"
-        self.model_ = fit_correction_model(CANDIDATES[best][0], x, np.log(y) - log_prior, self.seed) if beats else None
+        self.model_ = fit_correction(CORRECTION_GRID[best].model, x, np.log(y) - log_prior, self.seed) if beats else None
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
@@ -207,8 +207,9 @@ class CorrectedSlowdown(SlowdownEstimator):
         log_prior = self.prior.log_predict(X)
         if self.model_ is None:
             return self.prior.predict(X)
-        model, weight = CANDIDATES[self.chosen_]
-        return np.exp(log_prior + weight * apply_correction(model, self.model_, correction_design(X, list(self.features), log_prior)))
+        s = CORRECTION_GRID[self.chosen_]
+        x = correction_features(X, list(self.features), log_prior)
+        return np.exp(log_prior + s.weight * apply_correction(s.model, self.model_, x))
 
 
 class SlowdownModel(SlowdownEstimator):

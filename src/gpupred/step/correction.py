@@ -70,7 +70,7 @@ class ShrunkCorrection(Estimator):
         return self.center_ + self.weight * (np.asarray(self.model_.predict(X), dtype=float) - self.center_)
 
 
-def correction_matrix(df: pd.DataFrame, names: list[str], util: np.ndarray, step: np.ndarray) -> np.ndarray:
+def correction_features(df: pd.DataFrame, names: list[str], util: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The correction's inputs: the columns ``names`` of ``df`` (0 where absent) and the log of the fitted physics."""
     cols = df.reindex(columns=names, fill_value=0.0).to_numpy(float)  # one conversion, not one per column
     return np.column_stack([cols, np.log(np.maximum(util, 1e-3)), np.log(np.maximum(step, 1e-9))])
@@ -124,7 +124,7 @@ def balanced_rows(sources: np.ndarray, workloads: np.ndarray, seed: int) -> np.n
 
 
 @dataclass(frozen=True)
-class CorrectionSettings:
+class CorrectionSetting:
     """How a correction is fitted: which rows it learns from, its interval level and folds, and its seed."""
 
     weighting: str = "per_source"
@@ -133,19 +133,24 @@ class CorrectionSettings:
     n_inner: int = 3
     seed: int = 0
 
+    def describe(self) -> str:
+        """A short label, e.g. 'per_source rows, 90% CV+ intervals on 5 folds, shrink chosen on 3'."""
+        return (f"{self.weighting} rows, {1 - self.alpha:.0%} CV+ intervals on {self.n_cal} folds, shrink chosen on "
+                f"{self.n_inner}")
+
 
 class Correction:
     """One target's correction (see the module docstring), fitted on training rows: ``X`` its inputs, ``ratio``
     ``100 x measured / physics``, ``groups`` the calibration groups, ``strata`` each row's source."""
 
-    def __init__(self, settings: CorrectionSettings) -> None:
-        self.settings = settings
+    def __init__(self, setting: CorrectionSetting) -> None:
+        self.setting = setting
 
     def _conformal(self, X: np.ndarray, ratio: np.ndarray, groups: np.ndarray, strata: np.ndarray,
                    rows: np.ndarray) -> ConformalRegressor:
         from gpupred.learn.regressors import correction_model
 
-        s = self.settings
+        s = self.setting
         shrunk = choose_shrink(correction_model(s.seed), X[rows], ratio[rows], groups[rows], s.n_inner, s.seed)
         return ConformalRegressor(shrunk, s.alpha, s.n_cal, s.seed).fit(X[rows], ratio[rows], groups=groups[rows],
                                                                         strata=strata[rows])
@@ -161,13 +166,13 @@ class Correction:
         self.sources_ = sorted(set(strata))
         counts = {s: int((strata == s).sum()) for s in self.sources_}
         asked_set = None if asked is None else {str(a) for a in asked}
-        per_source = self.settings.weighting == "per_source"
+        per_source = self.setting.weighting == "per_source"
         own = {s for s in self.sources_ if per_source and counts[s] >= MIN_SOURCE_ROWS
                and (asked_set is None or s in asked_set)}
         needs_pooled = asked_set is None or any(counts.get(a, 0) < MIN_SOURCE_ROWS or not per_source for a in asked_set)
         self.pooled_ = None
         if needs_pooled or any(counts[s] == len(every) for s in own):
-            rows = balanced_rows(strata, workloads, self.settings.seed) if self.settings.weighting == "balanced" else every
+            rows = balanced_rows(strata, workloads, self.setting.seed) if self.setting.weighting == "balanced" else every
             self.pooled_ = self._conformal(X, ratio, groups, strata, rows)
         self.by_source_: dict[str, ConformalRegressor] = {}
         for s in sorted(own):
@@ -203,7 +208,7 @@ class Correction:
             lo_b, hi_b = self._bounds(s)
             pt = np.clip(pt, lo_b, hi_b)
             lo, hi = np.minimum(lo, pt), np.maximum(hi, pt)
-            if self.settings.weighting == "per_source" and s not in self.sources_:
+            if self.setting.weighting == "per_source" and s not in self.sources_:
                 lo, hi, pt = 100.0 * lo / pt, 100.0 * hi / pt, np.full(len(pt), 100.0)
             for arr, vals in zip(out, (pt, lo, hi)):
                 arr[mask] = vals

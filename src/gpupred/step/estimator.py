@@ -35,7 +35,7 @@ from gpupred.learn.conformal import widen
 from gpupred.learn.folds import INTERVAL_GROUPINGS, interval_groups
 from gpupred.learn.params import Estimator
 from gpupred.step.correction import (
-    CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSettings, correction_matrix,
+    CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSetting, correction_features,
 )
 from gpupred.step.rowphysics import (
     MIN_LOADER_ROWS, PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
@@ -89,7 +89,7 @@ class StepEstimator(Estimator):
         kept = np.flatnonzero(~bound)  # a loader-bound row is scored, never fitted on
         self.constants_, util, step = fitted_physics(pdata, kept, self.seed)
         self.features_ = [c for c in CORRECTION_FEATURES if c in X.columns]
-        settings = CorrectionSettings(self.weighting, self.alpha, self.n_cal, self.n_inner, self.seed)
+        setting = CorrectionSetting(self.weighting, self.alpha, self.n_cal, self.n_inner, self.seed)
         self.corrections_: dict[str, Correction] = {}
         self.widths_: dict[str, ExtrapolationWidths] = {}
         self.loader_widths_: dict[str, tuple[float, int]] = {}
@@ -104,19 +104,19 @@ class StepEstimator(Estimator):
             self.widths_[target] = extrapolation_widths(pdata, self.constants_, rows, y, is_step, self.alpha,
                                                         default_log_error(X, target))
             if self.correct:
-                self.corrections_[target] = self._fit_correction(X, y, rows, step if is_step else util, settings,
+                self.corrections_[target] = self._fit_correction(X, y, rows, step if is_step else util, setting,
                                                                  (util, step), asked)
         self.fitted_targets_ = list(self.widths_)
         return self
 
     def _fit_correction(self, X: pd.DataFrame, y: np.ndarray, rows: np.ndarray, base: np.ndarray,
-                        settings: CorrectionSettings, phys: tuple[np.ndarray, np.ndarray],
+                        setting: CorrectionSetting, phys: tuple[np.ndarray, np.ndarray],
                         asked: list[str] | None = None) -> Correction:
         sub = X.iloc[rows]
-        matrix = correction_matrix(sub, self.features_, phys[0][rows], phys[1][rows])
+        matrix = correction_features(sub, self.features_, phys[0][rows], phys[1][rows])
         ratio = 100.0 * y[rows] / np.maximum(base[rows], 1e-12)
-        return Correction(settings).fit(matrix, ratio, interval_groups(sub, self.interval_groups),
-                                        _sources(sub), sub["workload_id"].astype(str).to_numpy(), asked)
+        return Correction(setting).fit(matrix, ratio, interval_groups(sub, self.interval_groups),
+                                       _sources(sub), sub["workload_id"].astype(str).to_numpy(), asked)
 
     def physics(self, X: pd.DataFrame, physics: PhysicsData | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(utilization %, step s) of the step model under the fitted constants, per row of ``X``."""
@@ -137,7 +137,7 @@ class StepEstimator(Estimator):
         unfitted, new_arch, new_protocol = rows_unfitted(pdata.keys, self.constants_)
         bound = loader_bound(pdata)
         out: dict[str, np.ndarray] = {}  # columns gathered first: inserting them one by one costs ~0.3 ms each
-        matrix, strata = correction_matrix(X, self.features_, util, step), _sources(X)  # every target's inputs
+        matrix, strata = correction_features(X, self.features_, util, step), _sources(X)  # every target's inputs
         for target in self.fitted_targets_:
             is_step = PHYSICS_TARGETS[target] == "step"
             base = step if is_step else util
@@ -161,7 +161,7 @@ class StepEstimator(Estimator):
     def _corrected(self, matrix: np.ndarray, strata: np.ndarray, target: str,
                    base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Physics x the correction's point and bounds (physics alone, no bounds, without a correction); ``matrix``
-        the corrections' inputs (:func:`correction_matrix`), ``strata`` each row's source."""
+        the corrections' inputs (:func:`correction_features`), ``strata`` each row's source."""
         if target not in self.corrections_:
             nan = np.full(len(base), np.nan)
             return base.copy(), nan, nan.copy()
