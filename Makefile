@@ -55,6 +55,7 @@ bench: $(FULL)
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_profile_overhead.py
 	$(BIN)/python benchmarks/bench_host_parallel.py
+	$(BIN)/python benchmarks/walk_predict.py
 
 clean:
 	find data/processed -mindepth 1 ! -name README.md -exec rm -rf {} + 2>/dev/null || true

@@ -228,3 +228,21 @@ def test_memory_as_users_read_it_allocated_reserved_device(answers: dict[str, di
     gap = paged["as_reported"]["device"] - paged["as_reported"]["torch_reserved_peak"]
     assert gap > plain["as_reported"]["device"] - plain["as_reported"]["torch_reserved_peak"]
     assert gap > paged["parts"]["cuda_context"] + 0.5 * paged["parts"]["optimizer_state"]
+
+
+def test_the_memory_breakdown_is_the_predictions_own_and_equals_a_fresh_estimate() -> None:
+    """The answer reads the memory estimator's parts kept from its own prediction (one pass, issue 74 item 5); they
+    are what estimating the job afresh gives, to the bit, and they never reach the prediction's columns."""
+    from gpupred.hardware import gpu_spec
+    from gpupred.predictor.answer import memory_parts
+    from gpupred.predictor.core import EXPLAINED_MEMORY
+    from gpupred.predictor.loading import load_predictor
+    from gpupred.predictor.jobs import JobOptions, resolve_graph
+
+    predictor = load_predictor(REPO / "models" / "predictor.joblib")
+    answer = predictor.answer(WORKLOAD, gpu=GPU, calibration=False)
+    graph = resolve_graph(WORKLOAD, JobOptions(gpu=GPU))
+    fresh = memory_parts(predictor.core.models_for(GPU)[1], graph, gpu_spec(GPU).name)
+    assert answer["memory_breakdown"] == fresh
+    frame = predictor.predict(WORKLOAD, gpu=GPU, calibration=False)
+    assert EXPLAINED_MEMORY not in frame.columns and answer["figures"]["memory"]["point"] == frame["memory_mib"][0]

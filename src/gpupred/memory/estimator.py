@@ -4,6 +4,7 @@ rows: what the predictor ships for ``memory_mib``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,28 @@ from gpupred.memory.correction import (
 )
 
 BEST = "footprint*correction"  # the estimate's column (the evaluation's method name)
+
+
+@dataclass(frozen=True)
+class MemoryParts:
+    """What :meth:`MemoryEstimator.explain` finds for each row: the estimate (:meth:`MemoryEstimator.predict`'s frame),
+    the footprint's terms live at the peak (:func:`gpupred.memory.physics.footprint_terms`, MiB), whether the peak
+    is the backward's (else the optimizer step's), the CUDA context (MiB), the allocator's ratio, and the steady and
+    varying MiB of the terms (:func:`gpupred.memory.physics.steady_varying`)."""
+
+    estimate: pd.DataFrame
+    terms: pd.DataFrame
+    at_backward: np.ndarray
+    context: np.ndarray
+    ratio: np.ndarray
+    steady: np.ndarray
+    varying: np.ndarray
+
+    def row(self, i: int) -> "MemoryParts":
+        """The parts of row ``i`` alone (what one job's answer reads)."""
+        pick = slice(i, i + 1)
+        return MemoryParts(self.estimate.iloc[pick], self.terms.iloc[pick], self.at_backward[pick], self.context[pick],
+                           self.ratio[pick], self.steady[pick], self.varying[pick])
 
 
 class MemoryEstimator(Estimator):
@@ -89,11 +112,16 @@ class MemoryEstimator(Estimator):
         in CUDA unified memory outside torch's allocator) and allocated peak (the steady terms + the varying ones in
         place of the steady + ratio x the varying: ``torch.cuda.max_memory_allocated()``), in MiB, one row per input
         row."""
+        return self.explain(df).estimate
+
+    def explain(self, df: pd.DataFrame) -> MemoryParts:
+        """:meth:`predict`'s frame and the parts it was made of (:class:`MemoryParts`), in one pass: what an answer's
+        memory breakdown reads (:mod:`gpupred.predictor.answer`)."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import footprint_terms, source_keys, sources, steady_varying, text_column
+        from gpupred.memory.physics import peak_terms, source_keys, sources, steady_varying, text_column
 
         src_series = sources(df)
-        terms, keys = footprint_terms(df, src_series), source_keys(df)
+        (terms, at_backward), keys = peak_terms(df, src_series), source_keys(df)
         base = self.footprint_.predict(df, terms, keys)
         best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
         src = src_series.to_numpy()
@@ -112,5 +140,7 @@ class MemoryEstimator(Estimator):
         paged = terms["optimizer"].to_numpy(float) * np.isin(text_column(df, "optimizer"), list(PAGED))
         reserved = device_held - paged * scale  # paged optimizer states: CUDA unified memory, outside torch's allocator
         allocated = (steady + varying - paged) * scale
-        return pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
-                             "reserved": reserved, "allocated": allocated}, index=df.index)
+        estimate = pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
+                                 "reserved": reserved, "allocated": allocated}, index=df.index)
+        return MemoryParts(estimate, terms, at_backward.to_numpy(bool), np.asarray(ctx, float), np.asarray(ratio, float),
+                           steady, varying)

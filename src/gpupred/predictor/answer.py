@@ -170,7 +170,7 @@ def build_answer(predictor: Any, done: Any) -> dict[str, Any]:
         "inputs": resolved_inputs(predictor, done, row, kind),
         "figures": figures,
         "fit": fit_section(predictor, row, kind),
-        "memory_breakdown": memory_breakdown(predictor.core, done.graph, kind, done.calibration) if physics else None,
+        "memory_breakdown": memory_breakdown(done.memory) if physics else None,
         "time_breakdown": (time_breakdown(predictor.core, done, kind, float(row["iter_time_mean_s"]))
                            if physics and _number(row, "iter_time_mean_s") is not None else None),
         "caveats": [c for c in str(row.get("caveats", "") or "").split(",") if c and c != "nan"],
@@ -317,29 +317,27 @@ def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
     return seq, image
 
 
-def memory_breakdown(core: Any, graph: "JobGraph", kind: str, calibration: Any) -> dict[str, Any]:
-    """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
-    x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point."""
-    return memory_parts(core.models_for(kind, calibration)[1], graph, kind)
-
-
 def memory_parts(memory: Any, graph: "JobGraph", kind: str) -> dict[str, Any]:
-    """:func:`memory_breakdown` of a fitted memory estimator (:class:`gpupred.memory.estimator.MemoryEstimator`)."""
-    from gpupred.memory.physics import peak_terms, source_keys, sources, steady_varying
+    """:func:`memory_breakdown` of one job on one GPU kind by a fitted memory estimator
+    (:class:`gpupred.memory.estimator.MemoryEstimator`), estimated here (an answer reads the prediction's own)."""
     from gpupred.predictor.core import memory_row
 
-    frame = pd.DataFrame([memory_row(graph, kind)])
-    estimate = memory.predict(frame).iloc[0]
-    all_terms, at_backward = peak_terms(frame, sources(frame))
-    terms = all_terms.iloc[0]
-    context, ratio = (float(a[0]) for a in memory.footprint_.row_constants(source_keys(frame)))
+    return memory_breakdown(memory.explain(pd.DataFrame([memory_row(graph, kind)])))
+
+
+def memory_breakdown(explained: Any) -> dict[str, Any]:
+    """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
+    x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point. ``explained``:
+    the first row of a :class:`gpupred.memory.estimator.MemoryParts` (the prediction's, kept by the core)."""
+    estimate, terms = explained.estimate.iloc[0], explained.terms.iloc[0]
+    context, ratio = float(explained.context[0]), float(explained.ratio[0])
     analytic, total = float(estimate["footprint"]), float(estimate["footprint*correction"])
     factor = total / analytic if analytic > 0 else 1.0
-    varying = float(steady_varying(terms.to_frame().T)[1][0])
+    varying = float(explained.varying[0])
     parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
     parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
     return {"unit": "MiB", "total": total, "parts": parts, "as_reported": as_reported(estimate),
-            "analytic_mib": analytic, "allocator_ratio": ratio, "peak": PEAKS[0] if at_backward.iloc[0] else PEAKS[1],
+            "analytic_mib": analytic, "allocator_ratio": ratio, "peak": PEAKS[0] if explained.at_backward[0] else PEAKS[1],
             "correction_factor": factor, "spread": MEMORY_SPREAD}
 
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
 PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
 BATCH_JOBS = 256  # jobs whose estimators run at once (PhysicsCore.predict_many): bounds the memory of laid-out kernels
+EXPLAINED_MEMORY = "memory_explained"  # an explained answer's key: its gpupred.memory.estimator.MemoryParts (not a column)
 
 
 def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tuple[pd.DataFrame, Any]:
@@ -131,18 +132,20 @@ class PhysicsCore:
         return self.predict_many([job], gpu, calibration, [pipeline])[0]
 
     def predict_many(self, jobs: list[JobGraph], gpu: str, calibration: Any = None,
-                     pipelines: list[InputPipeline] | None = None) -> list[dict[str, Any]]:
+                     pipelines: list[InputPipeline] | None = None, explain: bool = False) -> list[dict[str, Any]]:
         """:meth:`predict` of each job on one GPU, the estimators run once per ``BATCH_JOBS`` of them (a scheduler's
         queue). The step model's timeline of a batch sums its kernels in one pass, so an answer agrees with
-        :meth:`predict`'s of the job alone to about 1e-11 (relative), not to the last bit."""
+        :meth:`predict`'s of the job alone to about 1e-11 (relative), not to the last bit. ``explain``: each answer
+        also holds ``EXPLAINED_MEMORY``, its row of the memory estimate's parts (what an answer's breakdown reads)."""
         pipelines = pipelines if pipelines is not None else [RESIDENT] * len(jobs)
         out: list[dict[str, Any]] = []
         for at in range(0, len(jobs), BATCH_JOBS):
-            out += self._predict_batch(jobs[at:at + BATCH_JOBS], gpu, calibration, pipelines[at:at + BATCH_JOBS])
+            out += self._predict_batch(jobs[at:at + BATCH_JOBS], gpu, calibration, pipelines[at:at + BATCH_JOBS],
+                                       explain)
         return out
 
-    def _predict_batch(self, jobs: list[JobGraph], gpu: str, calibration: Any,
-                       pipelines: list[InputPipeline]) -> list[dict[str, Any]]:
+    def _predict_batch(self, jobs: list[JobGraph], gpu: str, calibration: Any, pipelines: list[InputPipeline],
+                       explain: bool = False) -> list[dict[str, Any]]:
         """:meth:`predict_many` of at most ``BATCH_JOBS`` jobs."""
         frame, physics = jobs_frame(jobs, gpu, pipelines)
         name = gpu_spec(gpu).name
@@ -150,7 +153,8 @@ class PhysicsCore:
         constants, memory = self._calibrated(name, use)
         measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
         step = self.step_.predict(frame, physics, constants=constants, widths=measured or None)
-        mem = memory.predict(frame)
+        explained = memory.explain(frame)
+        mem = explained.estimate
         columns = {c: step[c].tolist() for c in step.columns}  # plain values; to_dict("records") costs 1 ms a call
         outs = [{c: v[i] for c, v in columns.items()} for i in range(len(step))]
         figures = {k: mem[k].to_numpy(float) for k in ("footprint*correction", "low", "high", "reserved", "allocated")}
@@ -170,6 +174,8 @@ class PhysicsCore:
                     out["memory_mib"] * float(np.exp(s * measured["memory_mib"])) for s in (-1, 1))
             out["extrapolated"] = bool(out.get("extrapolated", False))
             out["caveats"] = ",".join(caveats)
+            if explain:
+                out[EXPLAINED_MEMORY] = explained.row(i)
         return outs
 
     def calibration_used(self, gpu: str, calibration: Any) -> Any:

@@ -79,6 +79,7 @@ class PredictedJob:
     calibration: Any  # gpupred.calibration.use.AppliedCalibration, or None
     pipeline: InputPipeline
     kinds: np.ndarray  # each row's GPU kind ('' where the rows name none)
+    memory: Any = None  # a job answered by the physics core: its memory estimate's parts (gpupred.memory.estimator)
     own: tuple[int | None, TrainingSetup] | None = None  # the job's own batch size and setup (a workload id's)
 
 

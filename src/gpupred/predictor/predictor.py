@@ -243,31 +243,37 @@ class Predictor:
             if piped and (graph is None or self.core is None):
                 raise GpupredError(f"input pipeline {pipeline.kind!r}: only the physics core models it; give an ONNX "
                                    "file, a workload id or a model by name to a predictor with its physics core")
+            memory = None
             if graph is not None and self.core is not None:
-                out, kinds = self._predict_graph(graph, job, cal, pipeline if piped else None)
+                out, kinds, memory = self._predict_graph(graph, job, cal, pipeline if piped else None)
             elif graph is not None:  # its feature row already says the batch, precision and optimizer
                 out, kinds = self._predict_rows(graph.features, JobOptions(gpu=job.gpu))
             else:
                 out, kinds = self._predict_rows(x, job)
             frame = self._mark_calibration(out, cal, kinds)
-        return PredictedJob(frame, x, job, graph, cal, pipeline if piped else RESIDENT, kinds)
+        return PredictedJob(frame, x, job, graph, cal, pipeline if piped else RESIDENT, kinds, memory)
 
     def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None,
-                       pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray]:
-        """The physics-first core's answer for one job given as a graph (the regressors are not run), and its GPU kind."""
-        gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
-        row = self._physics_rows([graph], gpu_name, cal, [pipeline or RESIDENT])[0]
-        frame = pd.DataFrame([row])  # one frame: inserting columns costs ~0.3 ms each
-        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object))
+                       pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray, Any]:
+        """The physics-first core's answer for one job given as a graph (the regressors are not run), its GPU kind,
+        and its memory estimate's parts (:class:`gpupred.memory.estimator.MemoryParts`)."""
+        from gpupred.predictor.core import EXPLAINED_MEMORY
 
-    def _physics_rows(self, graphs: list["JobGraph"], gpu_name: str, cal: Any,
-                      pipelines: list[InputPipeline]) -> list[dict[str, Any]]:
+        gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
+        row = self._physics_rows([graph], gpu_name, cal, [pipeline or RESIDENT], explain=True)[0]
+        memory = row.pop(EXPLAINED_MEMORY)
+        frame = pd.DataFrame([row])  # one frame: inserting columns costs ~0.3 ms each
+        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object)), memory
+
+    def _physics_rows(self, graphs: list["JobGraph"], gpu_name: str, cal: Any, pipelines: list[InputPipeline],
+                      explain: bool = False) -> list[dict[str, Any]]:
         """The physics-first core's row (its answer, the fit on the GPU, ``core``, ``extrapolated``) for each job
-        given as a graph, on one GPU kind, the estimators run once over them all."""
+        given as a graph, on one GPU kind, the estimators run once over them all (``explain``: with its memory
+        estimate's parts, :meth:`gpupred.predictor.core.PhysicsCore.predict_many`)."""
         from gpupred.predictor.fits import fit_columns
 
         rows = []
-        for out in self.core.predict_many(graphs, gpu_name, cal, pipelines):
+        for out in self.core.predict_many(graphs, gpu_name, cal, pipelines, explain):
             out.update(fit_columns(out["memory_mib"], out["memory_mib_low"], out["memory_mib_high"], gpu_name,
                                    self.alpha))
             extrapolated = bool(out.pop("extrapolated"))
