@@ -214,8 +214,7 @@ def _code_claims() -> list[str]:
     host = json.loads(Path(config.HOST_PROFILE).read_text())
     timeline = (REPO / "tests" / "test_pipeline_timeline.py").read_text()
     workers = re.search(r'parametrize\("workers", \[(\d+), (\d+), (\d+)\]\)', timeline).groups()
-    tolerance, knee = (float(re.search(rf"^{name} = ([\d.]+)", timeline, re.M).group(1))
-                       for name in ("TOLERANCE", "KNEE_TOLERANCE"))
+    tolerance = float(re.search(r"^TOLERANCE = ([\d.]+)", timeline, re.M).group(1))
     invariance = float(re.search(r"_close\(row\[k\], want\[k\], ([\d.]+)\)",
                                  (REPO / "tests" / "test_export_invariance.py").read_text()).group(1))
     k = {m.group(1) for key, notebook, _ in HEADLINES
@@ -224,7 +223,6 @@ def _code_claims() -> list[str]:
     return [f"agree within {invariance:.0%} however it was exported", f"past {MAX_INCOMPLETE:.0%} missing",
             f"this project's {host['host']['physical_cores']}-core development machine",
             f"within {tolerance:.0%} for {workers[0]}, {workers[1]} and {workers[2]} workers",
-            f"within {knee:.0%} at the knee",
             f"notebook 06's `k` = {k.pop()} adaptation",
             f"micro-benchmarks in a {DEFAULT_SECONDS:g} s budget (--seconds)",
             "of every standard kind (under a minute)"]

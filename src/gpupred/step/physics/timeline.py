@@ -88,8 +88,11 @@ def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.n
     only its receiving time, and the steady period is the longest of that step, one batch's making over the workers
     (each worker makes whole batches, ``prefetch_factor`` deep, so a worker never waits on the step in a steady
     state), the pin-memory thread's time per batch, and the CPU time of everything the job's processes do per step
-    over the cores they share. Where the workers and the main process outnumber the cores, the main thread's CPU
-    work (launches, receiving) waits its turn whenever every core is taken (:func:`main_thread_stretch`).
+    over the cores they share. The main thread's CPU time per step is the whole step: it waits for the device by
+    spinning on a core (``cudaDeviceScheduleAuto``, CUDA's default, spins while the process's CUDA contexts are
+    fewer than the host's logical CPUs), so the workers share what the cores give beyond it. Where the workers and the
+    main process outnumber the cores, the main thread's CPU work (launches, receiving) also waits its turn whenever
+    every core is taken (:func:`main_thread_stretch`).
     """
     produce, main, workers, cores, pin = (loaders[:, j] for j in range(5))
     piped = ~np.isnan(produce)
@@ -101,7 +104,7 @@ def with_loader(step: np.ndarray, busy: np.ndarray, host: np.ndarray, sync: np.n
     step2 = np.where(window, np.maximum(step, host2), step + np.where(piped, inline, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         made = np.where(workers > 0, np.maximum(produce / np.maximum(workers, 1), pin), 0.0)
-        cpu = np.where(workers > 0, (produce + host2 + pin) / cores, 0.0)
+        cpu = np.where(workers > 0, (produce + step2 + pin) / cores, 0.0)  # the main thread spins through its step
     period = np.maximum(step2, np.maximum(np.nan_to_num(made), np.nan_to_num(cpu)))
     for i in np.flatnonzero(piped & (workers + 1 > cores)):  # more processes than cores: the main thread queues
         stretch = main_thread_stretch(int(workers[i]), float(cores[i]), produce[i] / (workers[i] * period[i]))
