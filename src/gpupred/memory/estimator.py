@@ -142,5 +142,5 @@ class MemoryEstimator(Estimator):
         allocated = (steady + varying - paged) * scale
         estimate = pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
                                  "reserved": reserved, "allocated": allocated}, index=df.index)
-        return MemoryParts(estimate, terms, at_backward.to_numpy(bool), np.asarray(ctx, float), np.asarray(ratio, float),
-                           steady, varying)
+        return MemoryParts(estimate, terms, at_backward.to_numpy(bool), np.asarray(ctx, float),
+                           np.asarray(ratio, float), steady, varying)

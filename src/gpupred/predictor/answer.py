@@ -337,8 +337,9 @@ def memory_breakdown(explained: Any) -> dict[str, Any]:
     parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
     parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
     return {"unit": "MiB", "total": total, "parts": parts, "as_reported": as_reported(estimate),
-            "analytic_mib": analytic, "allocator_ratio": ratio, "peak": PEAKS[0] if explained.at_backward[0] else PEAKS[1],
-            "correction_factor": factor, "spread": MEMORY_SPREAD}
+            "analytic_mib": analytic, "allocator_ratio": ratio,
+            "peak": PEAKS[0] if explained.at_backward[0] else PEAKS[1], "correction_factor": factor,
+            "spread": MEMORY_SPREAD}
 
 
 def as_reported(estimate: pd.Series) -> dict[str, float]:

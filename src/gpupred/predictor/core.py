@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CORE_TARGETS: tuple[str, ...] = (*STEP_TARGETS, "samples_per_s", "memory_mib")
 PROTOCOL = "nvml-poll"  # how this project's sweeps measure: what a new job is predicted as
 BATCH_JOBS = 256  # jobs whose estimators run at once (PhysicsCore.predict_many): bounds the memory of laid-out kernels
-EXPLAINED_MEMORY = "memory_explained"  # an explained answer's key: its gpupred.memory.estimator.MemoryParts (not a column)
+EXPLAINED_MEMORY = "memory_explained"  # an explained answer's key: its memory estimate's parts (not a column)
 
 
 def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tuple[pd.DataFrame, Any]:

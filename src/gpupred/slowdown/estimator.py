@@ -199,7 +199,8 @@ class CorrectedSlowdown(SlowdownEstimator):
         best = max(CORRECTION_GRID, key=lambda c: np.nan_to_num(self.inner_.get(c, np.nan), nan=-2.0))
         beats = best in scores and self._beats(scores, best)
         self.chosen_ = best if beats else "prior"
-        self.model_ = fit_correction(CORRECTION_GRID[best].model, x, np.log(y) - log_prior, self.seed) if beats else None
+        resid = np.log(y) - log_prior
+        self.model_ = fit_correction(CORRECTION_GRID[best].model, x, resid, self.seed) if beats else None
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:

@@ -172,7 +172,8 @@ class Correction:
         needs_pooled = asked_set is None or any(counts.get(a, 0) < MIN_SOURCE_ROWS or not per_source for a in asked_set)
         self.pooled_ = None
         if needs_pooled or any(counts[s] == len(every) for s in own):
-            rows = balanced_rows(strata, workloads, self.setting.seed) if self.setting.weighting == "balanced" else every
+            balanced = self.setting.weighting == "balanced"
+            rows = balanced_rows(strata, workloads, self.setting.seed) if balanced else every
             self.pooled_ = self._conformal(X, ratio, groups, strata, rows)
         self.by_source_: dict[str, ConformalRegressor] = {}
         for s in sorted(own):
