@@ -147,3 +147,18 @@ def test_the_hardware_tables_rates_are_complete() -> None:
     modern = table[table["architecture"].isin(["ampere", "ada", "hopper"])]
     assert (modern["tflops_fp16"] == modern["tflops_bf16"]).all() and len(modern) == 12
     assert (table["tflops_fp16"] >= table["tflops_fp32"]).all() and (table["tflops_tf32"] >= table["tflops_fp32"]).all()
+
+
+def test_a_gpu_found_once_is_found_again_and_extra_gpus_stay_scoped() -> None:
+    """gpu_spec keeps what it found per name and extra GPUs: a calibration's extra GPU is known inside its block
+    only, before and after a lookup kept from inside it (FIXTURE spec: made-up peaks)."""
+    from gpupred.errors import GpupredError
+    from gpupred.hardware import GpuSpec, extra_gpus, gpu_spec
+
+    fixture = GpuSpec("Fixture GPU 7", 10, 16.0, 500.0, 10.0, 20.0, 40.0)
+    assert gpu_spec("NVIDIA H100 80GB HBM3") is gpu_spec("h100 sxm")
+    for _ in range(2):
+        with pytest.raises(GpupredError, match="unknown GPU"):
+            gpu_spec("Fixture GPU 7")
+        with extra_gpus([(fixture, "ampere")]):
+            assert gpu_spec("Fixture GPU 7") == fixture and gpu_spec("fixture gpu 7") == fixture

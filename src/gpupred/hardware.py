@@ -15,6 +15,7 @@ import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Iterable, Iterator
 
 import pandas as pd
@@ -115,10 +116,17 @@ def gpu_spec(name: str) -> GpuSpec:
     """The vendor specifications of the GPU called ``name`` (an NVML name or a short one like 'h100').
 
     A name matches a table entry only when what is left beside the model is memory size, memory kind or form
-    factor: "NVIDIA H100 80GB HBM3" is the H100 SXM, but "RTX 3090 Ti" or "A1000" are not guessed at.
+    factor: "NVIDIA H100 80GB HBM3" is the H100 SXM, but "RTX 3090 Ti" or "A1000" are not guessed at. A name found
+    once is not looked up again under the same extra GPUs (:func:`extra_gpus`): a queue asks for a few kinds often.
     """
+    return _lookup(name, _EXTRA.get())
+
+
+@lru_cache(maxsize=256)
+def _lookup(name: str, extras: tuple[tuple[GpuSpec, str], ...]) -> GpuSpec:
+    """:func:`gpu_spec` under the extra GPUs ``extras`` (an unknown name raises, and is not kept)."""
     norm = _normalize(name)
-    for extra, _arch in _EXTRA.get():
+    for extra, _arch in extras:
         if _normalize(extra.name) == norm:
             return extra
     for pattern, spec in _TABLE:
