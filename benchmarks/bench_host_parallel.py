@@ -1,4 +1,4 @@
-"""Benchmark: how many cores' worth of work this host gives processes that run at once (issue 77's open knee).
+"""Benchmark: how many cores' worth of work this host gives processes that run at once (issue 77).
 
 The input-pipeline timeline (:func:`gpupred.step.physics.timeline.with_loader`) shares a job's CPU work over its
 cores as if each core ran as fast with every other core busy as alone. This prints what the host really gives: the
