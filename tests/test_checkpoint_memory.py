@@ -170,24 +170,29 @@ def test_checkpointed_activations_against_torch(llama: Any) -> None:
     assert full - ckpt == pytest.approx(torch_full - torch_ckpt, rel=0.20), (full, ckpt, torch_full, torch_ckpt)
 
 
-def test_autocast_copies_under_checkpointing(llama: Any) -> None:
-    """CPU autocast (bf16) caches the 16-bit copy of every fp32 leaf weight a linear reads, as CUDA's does: under
-    checkpointing all of them are live at the end of the forward (the footprint's ``autocast_copies`` counts them:
-    every parameter but the embedding and the RMSNorm weights, which no cast reads), and exiting autocast frees all but
-    the head's, which autograd saved outside the checkpointed layers."""
-    import torch
+def _checkpointed_model(config_path: Path, lora_rank: int = 0) -> Any:
+    """The FIXTURE config's model in training mode with ``gradient_checkpointing_enable()`` (and peft's default LoRA
+    of rank ``lora_rank`` when given: its adapters train, every base weight is frozen)."""
     import transformers
 
-    from gpupred.memory.physics import graph_row, term_sizes
-    from gpupred.setups import setup_of
-
-    config_path, graph = llama
     values = json.loads(config_path.read_text())
     values.pop("architectures")
     cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
     cfg.use_cache = False
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").train()
     model.gradient_checkpointing_enable()
+    if lora_rank:
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(r=lora_rank, task_type="CAUSAL_LM"))
+    return model
+
+
+def _live_weight_copies(model: Any) -> tuple[int, int]:
+    """Bytes of the 16-bit copies of ``model``'s parameters that CPU autocast (bf16) made in one forward and that are
+    still live at its end, inside the autocast region and after it exits (the logits still held)."""
+    import torch
+
     params = {p.untyped_storage()._cdata for p in model.parameters()}
     copies: list[Any] = []
 
@@ -198,17 +203,60 @@ def test_autocast_copies_under_checkpointing(llama: Any) -> None:
                 copies.append(weakref.ref(out))
             return out
 
-    ids = torch.randint(0, cfg.vocab_size, (BATCH, SEQ))
+    ids = torch.randint(0, TINY_LLAMA["vocab_size"], (BATCH, SEQ))
     with Casts():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(input_ids=ids).logits
             live_in = sum(c().nbytes for c in copies if c() is not None)
         live_out = sum(c().nbytes for c in copies if c() is not None)
+    del logits
+    return live_in, live_out
+
+
+def test_autocast_copies_under_checkpointing(llama: Any) -> None:
+    """CPU autocast (bf16) caches the 16-bit copy of every fp32 leaf weight a linear reads, as CUDA's does: under
+    checkpointing all of them are live at the end of the forward (the footprint's ``autocast_copies`` counts them:
+    every parameter but the embedding and the RMSNorm weights, which no cast reads), and exiting autocast frees all but
+    the head's, which autograd saved outside the checkpointed layers."""
+    import torch
+
+    from gpupred.memory.physics import graph_row, term_sizes
+    from gpupred.setups import setup_of
+
+    config_path, graph = llama
+    model = _checkpointed_model(config_path)
+    live_in, live_out = _live_weight_copies(model)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert live_in == 2 * linear
     assert live_out == 2 * model.lm_head.weight.numel()
-    del logits
     job = dataclasses.replace(setup_of("bf16", "adamw"), checkpointing=True)
     ours = term_sizes(graph_row(graph, BATCH, job)).iloc[0]["autocast_copies"] * 2**20
     assert ours == pytest.approx(2 * sum(p.numel() for p in model.parameters()))
     assert ours >= live_in  # the rule's bound: param_bytes / 2 counts the never-cast embedding and norms too
+
+
+def test_frozen_weight_copies_under_lora_checkpointing(llama: Any) -> None:
+    """Under LoRA the base weights are frozen, and autocast caches no copy of a leaf that does not require grad: with
+    checkpointing, the copies live at the end of the forward are the adapters' (cached) and the frozen head's (saved
+    by its product, outside every checkpointed layer), and the footprint's ``autocast_copies`` counts those to the
+    byte; a layer's frozen q_proj, v_proj and MLP weights keep none (the footprint counted every frozen copy before:
+    LLaMA-7B's 12.3 GiB, see gpupred.finetune). Without checkpointing every frozen Linear's copy is counted, as the
+    products save them for the backward."""
+    import torch
+
+    from gpupred.predictor.jobgraph import JobGraph
+    from gpupred.setups import setup_of
+
+    config_path, graph = llama
+    model = _checkpointed_model(config_path, lora_rank=4)
+    live_in, _ = _live_weight_copies(model)
+    adapters = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    head = model.get_output_embeddings().weight.numel()
+    assert live_in == 2 * (adapters + head)
+    lora = setup_of("bf16", "adamw", lora_rank=4)
+    terms = {ckpt: JobGraph(graph, "tiny", BATCH, dataclasses.replace(lora, checkpointing=ckpt)).parameter_terms()
+             for ckpt in (True, False)}
+    assert terms[True]["copy_bytes"] == live_in
+    frozen = sum(m.weight.numel() for n, m in model.named_modules()  # every decoder Linear (q, k, v, o, MLP)
+                 if isinstance(m, torch.nn.Linear) and "lora_" not in n and "lm_head" not in n)
+    assert terms[False]["copy_bytes"] == 2 * (adapters + head + frozen)

@@ -37,6 +37,16 @@ Linears (:func:`activation_delta`):
 - under checkpointing only the recomputed block holds them: the delta is divided by the number of checkpointed
   blocks.
 
+**Autocast's weight copies.** Autocast caches the 16-bit copy of an fp32 leaf that requires grad (``cached_cast``,
+``aten/src/ATen/autocast_mode.cpp``) until the forward's autocast region exits, so a trainable weight's copy is live at
+the forward's end whatever saves it, also under checkpointing (the footprint then counts the copies at the forward's
+end, :func:`gpupred.memory.physics.peak_terms`). A frozen weight's copy is not cached: it lives only as long as the
+backward node that saved it. Under checkpointing a Linear inside a checkpointed block saves nothing in the forward,
+so only the frozen Linears outside every block (the head) keep theirs. LLaMA-7B with peft's default LoRA (r 16), bf16
+autocast, sequence 2048, checkpointing: torch's own count of the allocated peak (MemTracker under FakeTensorMode,
+``benchmarks/bench_memory_oracle.py``) 27,927 MiB; the footprint 28,194 MiB (+1.0%), and 40,546 MiB (+45%) when it
+held every frozen copy.
+
 **QLoRA** (bitsandbytes ``Params4bit`` with ``quant_type="nf4"``, ``compress_statistics=True``; ``quantize_4bit`` in
 ``bitsandbytes/functional.py``): every Linear weight but the output head (transformers keeps the output embedding
 unquantized: ``get_keys_to_not_convert``) and weights also read by another op (tied embeddings) is stored as
@@ -73,7 +83,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from gpupred.errors import GpupredError
 from gpupred.setups import TrainingSetup
@@ -367,11 +377,12 @@ def _numel(cg: Any, t: str) -> int:
 
 
 def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_type: str | None = None,
-                    blocks: int = 1) -> dict[str, float]:
+                    blocks: Sequence[Sequence[int]] = ()) -> dict[str, float]:
     """The footprint's parameter-side bytes of a canonical graph under a setup (``PARAM_COLUMNS``): weights as
-    stored, gradients, optimizer state, autocast's 16-bit weight copies held to the backward, LoRA's activation delta
-    (divided over ``blocks`` checkpointed blocks under checkpointing), and transients (QLoRA's dequantized weight,
-    Adafactor's temporaries); empty for the setups the parameter-sized rule counts (see the module notes)."""
+    stored, gradients, optimizer state, autocast's 16-bit weight copies (held to the backward; under checkpointing,
+    live at the forward's end), LoRA's activation delta (divided over the checkpointed blocks under checkpointing),
+    and transients (QLoRA's dequantized weight, Adafactor's temporaries); empty for the setups the parameter-sized
+    rule counts (see the module notes). ``blocks``: the nodes of each checkpointed block, under checkpointing."""
     if not setup.counted_parameters:
         return {}
     place = placement(cg, setup, label, model_type)
@@ -384,16 +395,29 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
     grads = sum(alloc(sizes[k] * widths[k]) for k in place.trainable)
     states = sum(optimizer_state_bytes(setup.optimizer, s, widths[k], setup.sgd_momentum)
                  for k, s in place.trainable.items())
-    copies = 0.0
-    if setup.autocast:
-        held = [k for k in linear_weights(cg) if k not in place.quantized] if setup.lora else list(numel)
-        copies = 2.0 * (sum(numel[k] for k in held) + sum(sizes[k] for k in place.trainable if "::lora_" in k))
+    copies = 2.0 * autocast_copy_elems(cg, setup, place, blocks) if setup.autocast else 0.0
     transient = 2.0 * max((numel[k] for k in place.quantized), default=0)
     if setup.optimizer == "adafactor":
         transient += 2 * 4.0 * max(sizes.values(), default=0)
-    act = activation_delta(cg, setup, place) / (max(blocks, 1) if setup.checkpointing else 1)
+    act = activation_delta(cg, setup, place) / (max(len(blocks), 1) if setup.checkpointing else 1)
     return {"weight_bytes": float(weights + extra), "grad_bytes": float(grads), "state_bytes": float(states),
             "copy_bytes": copies, "act_delta_bytes": float(act), "transient_bytes": transient}
+
+
+def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = ()
+                        ) -> int:
+    """Elements of autocast's 16-bit weight copies the footprint counts (see the module notes): every weight's in a
+    full fine-tune (cached), the adapters' (cached) and the frozen, unquantized Linear weights' under LoRA, less,
+    under checkpointing, the frozen ones read only inside checkpointed ``blocks`` (not cached, saved by no forward
+    there)."""
+    numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
+    if not setup.lora:
+        return sum(numel.values())
+    inside = {n for b in blocks for n in b} if setup.checkpointing else set()
+    adapters = sum(math.prod(s) for k, s in place.trainable.items() if "::lora_" in k)
+    held = [k for k, w in linear_weights(cg).items()
+            if k not in place.quantized and (k in place.trainable or not inside.issuperset(w.nodes))]
+    return adapters + sum(numel[k] for k in held)
 
 
 LORA_CONFIG_FIELDS: dict[str, str] = {  # adapter_config.json field -> TrainingSetup option

@@ -90,7 +90,7 @@ class JobGraph:
         from gpupred.step.physics.blocks import checkpoint_blocks
 
         cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
-        blocks = len(checkpoint_blocks(cg)) if self.setup.checkpointing else 1
+        blocks = [b.nodes for b in checkpoint_blocks(cg)] if self.setup.checkpointing else []
         return parameter_terms(cg, self.setup, self.label, model_type_of(self.graph), blocks)
 
     @classmethod
