@@ -267,8 +267,9 @@ def test_the_repositorys_own_plans_load_into_the_queue() -> None:
     assert len(lines) == 10 and all(f"stage {i} " in lines[i] for i in range(1, 9))
     assert "skipped: H100 only" in lines[7] and "its plan does not load" not in "\n".join(lines)
     # the calibration first unless data/calibrations has one, then the first stage with units left, in stage order
+    # (stage 2: its launch-blocking units, where the pipeline-fed ones are measured)
     stages_planned = [w.stage for w in planned]
-    assert stages_planned and stages_planned[0] in (1, 3, 4) and stages_planned == sorted(stages_planned)
+    assert stages_planned and stages_planned[0] in (1, 2, 3, 4) and stages_planned == sorted(stages_planned)
 
 
 def test_cli_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
@@ -304,6 +305,15 @@ def test_stage_2_plans_the_repositorys_input_pipeline_units_in_a_dry_run(tmp_pat
     assert image == [0, 2, 4, 8, 8, 16] and all("~pipe-" in g for g in runs["group_id"])
     again = run_next(executor, "h100", layout, 60.0, tmp_path / "out2", est=EST)
     assert again.lines[2] == "stage 2 pipelines: done (13/13)"
+    # the launch-blocking plan, where it exists, is stage 2's last part, run into the catalog sweep's folder
+    repo_plan = repo_plan.parent / "launch-blocking.txt"
+    (layout.plans / "launch-blocking.txt").write_text(repo_plan.read_text())
+    third = run_next(executor, "h100", layout, 60.0, tmp_path / "out3", est=EST)
+    assert "stage 2 pipelines: ran 32 units (ok 32)" in third.lines[2]
+    catalog = read_runs(layout.raw / "h100" / "2026-11-catalog")
+    kernel = catalog[catalog["sync"] == "kernel"]
+    assert len(kernel) == 16 and all(kernel["group_id"].str.endswith("~sync-kernel"))
+    assert set(kernel["workload_id"]) <= set(catalog.loc[catalog["sync"] == "step", "workload_id"])
 
 
 def test_stage_2_fits_one_8_minute_call_once_the_gpu_kind_is_calibrated(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ class _FakeTorch:
 JOB = {"min_iters": 5, "window_s": 0.0, "max_window_s": 10.0}
 
 
-@pytest.mark.parametrize("sync,syncs,times", [("step", 6, None), ("window", 2, [0.25] * 5)])
+@pytest.mark.parametrize("sync,syncs,times", [("step", 6, None), ("window", 2, [0.25] * 5), ("kernel", 6, None)])
 def test_loop_synchronizes_per_step_or_once_per_window(sync: str, syncs: int, times: list[float] | None) -> None:
     torch = _FakeTorch()
     loop = TrainLoop(torch, torch.step, cuda=True, sync=sync, rx=None)  # type: ignore[arg-type]
@@ -102,9 +102,10 @@ def test_loop_synchronizes_per_step_or_once_per_window(sync: str, syncs: int, ti
 
 
 def test_plan_lines_carry_sync_and_window_units_get_their_own_group(tmp_path: Path) -> None:
-    units = parse_plan_text(f"{TINY}\n{TINY} sync=step\n{TINY} sync=window\n")
-    assert [u.sync for u in units] == ["step", "step", "window"]
+    units = parse_plan_text(f"{TINY}\n{TINY} sync=step\n{TINY} sync=window\n{TINY} sync=kernel\n")
+    assert [u.sync for u in units] == ["step", "step", "window", "kernel"]
     assert units[2].group_id != units[1].group_id and units[2].group_id.endswith("window")
+    assert units[3].group_id == f"{TINY}~sync-kernel"
     with pytest.raises(GpupredError, match="sync"):
         parse_plan_text(f"{TINY} sync=sometimes\n")
     plan = tmp_path / "plan.txt"
@@ -120,6 +121,53 @@ def test_committed_sync_plan_covers_families_in_both_settings() -> None:
     assert len({WorkloadSpec.from_id(s).family for s in specs}) >= 8
 
 
+def test_committed_launch_blocking_plan_pairs_lucids_families_with_and_without_it() -> None:
+    """plans/launch-blocking.txt: the families of Lucid's runs, each spec with sync=step and sync=kernel, as
+    ``gpupred plan launch-blocking`` writes them."""
+    from gpupred.profile.plans import LAUNCH_BLOCKING_FAMILIES, launch_blocking_plan
+
+    text = (Path(__file__).resolve().parent.parent / "plans" / "launch-blocking.txt").read_text()
+    units = parse_plan_text(text)
+    assert [line for line in text.splitlines() if line and not line.startswith("#")] == launch_blocking_plan()
+    specs = {u.workload_ids[0] for u in units}
+    assert len(units) == 2 * len(specs) and {u.sync for u in units} == {"step", "kernel"}
+    assert {WorkloadSpec.from_id(s).family for s in specs} == set(LAUNCH_BLOCKING_FAMILIES)
+
+
+class _SleepTorch:
+    """Just enough of ``torch.cuda`` for :func:`check_launch_blocking`: ``_sleep`` spins 1 ms per million cycles on
+    a FIXTURE device, and its launch waits for it (``blocking``) or returns at once."""
+
+    def __init__(self, blocking: bool) -> None:
+        import time
+
+        owner, self.done_at = self, 0.0
+
+        class cuda:  # noqa: N801 - mirrors torch.cuda
+            @staticmethod
+            def _sleep(cycles: int) -> None:
+                owner.done_at = time.perf_counter() + cycles / 1e9
+                if blocking:
+                    cuda.synchronize()
+
+            @staticmethod
+            def synchronize() -> None:
+                time.sleep(max(0.0, owner.done_at - time.perf_counter()))
+
+        self.cuda = cuda
+
+
+def test_launch_blocking_is_checked_before_a_kernel_sync_unit_builds() -> None:
+    """A launch that waits for its kernel passes; one that returns at once is a one-line error naming the setting."""
+    from gpupred.profile.harness import check_launch_blocking
+
+    times = check_launch_blocking(_SleepTorch(blocking=True), cycles=20_000_000)  # type: ignore[arg-type]
+    assert times["launch_s"] >= 0.5 * times["kernel_s"] and times["kernel_s"] >= 0.02
+    with pytest.raises(GpupredError, match="CUDA_LAUNCH_BLOCKING=1 did not take effect") as err:
+        check_launch_blocking(_SleepTorch(blocking=False), cycles=20_000_000)  # type: ignore[arg-type]
+    assert "\n" not in str(err.value)
+
+
 def test_dry_run_records_sync_baseline_and_context() -> None:
     backend = FakeBackend()
     r = run_unit([WorkloadSpec.from_id(TINY)], backend, tiny_config(), sync="window", context_mib=480.0)
@@ -128,6 +176,8 @@ def test_dry_run_records_sync_baseline_and_context() -> None:
     assert row["sync"] == "window" and row["cuda_context_mib"] == 480.0
     assert row["mem_baseline_mib"] == backend.idle_mib  # read before the child existed, not in its window
     assert row["memory_reserved_mib"] == 400.0
+    kernel = run_unit([WorkloadSpec.from_id(TINY)], backend, tiny_config(), sync="kernel").runs.to_pylist()[0]
+    assert kernel["status"] == "ok" and kernel["sync"] == "kernel"  # the CPU child has no launches to block
 
 
 def test_unattributed_solo_memory_comes_from_the_pre_launch_baseline() -> None:

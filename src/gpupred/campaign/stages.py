@@ -25,6 +25,7 @@ SWEEP_IDS: dict[str, str] = {"pipelines": "2026-12-pipelines", "finetune": "2026
                              "pairs": "2026-12-pairs-matrix", "realworld": "2026-12-realworld",
                              "catalog": "2026-11-catalog", "fusion": "2026-12-fusion"}
 PIPELINES_PLAN = "input-pipelines.txt"  # catalog workloads fed by real DataLoaders (`pipeline=KIND` plan lines)
+LAUNCH_BLOCKING_PLAN = "launch-blocking.txt"  # Lucid's families with sync=step and sync=kernel (stage 2's last part)
 FINETUNE_PLAN = "finetune.txt"  # full, LoRA and QLoRA fine-tunes (plan-line setup options, gpupred.profile.units)
 MARGIN_MINUTES = 1.0  # kept free at the end of a call: the tarball, and a unit that overran its estimate
 SMOKE_IDS = ("mlp.mlp-w64-d2-bs8-in32-fp32-sgd", "mlp.mlp-w32-d1-bs4-in16-fp32-sgd")  # the smoke test's two units
@@ -156,8 +157,11 @@ def calibration_parts(gpu: str, layout: Layout) -> list[Part]:
 
 def input_pipeline_parts(gpu: str, layout: Layout) -> list[Part]:
     """Stage 2: this machine's host profile (``gpupred loader bench``, once per machine, beside the runs), then catalog
-    families fed by real DataLoaders (plans/input-pipelines.txt: ``pipeline=KIND`` lines); skipped (StageSkipped)
-    until gpupred.loader and the plan exist."""
+    families fed by real DataLoaders (plans/input-pipelines.txt: ``pipeline=KIND`` lines), then Lucid's families with
+    and without ``CUDA_LAUNCH_BLOCKING=1`` (plans/launch-blocking.txt, where it exists) into the catalog sweep's folder,
+    where most of their ``sync=step`` units are measured already: what the step model's ``kernel`` protocol is fitted
+    on before it predicts Lucid's runs, the same issue's goals; skipped (StageSkipped) until gpupred.loader and the
+    pipeline plan exist."""
     import platform
 
     from gpupred.profile.store import host_profile_path
@@ -167,7 +171,10 @@ def input_pipeline_parts(gpu: str, layout: Layout) -> list[Part]:
         raise StageSkipped(why)
     plan = _plan_file(layout, PIPELINES_PLAN, "the input-pipeline issue writes it with its harness option")
     folder = layout.raw / gpu / SWEEP_IDS["pipelines"]
-    return [Part("loader-bench", "", host_profile_path(folder, platform.node())), Part("sweep", plan, folder)]
+    parts = [Part("loader-bench", "", host_profile_path(folder, platform.node())), Part("sweep", plan, folder)]
+    if (layout.plans / LAUNCH_BLOCKING_PLAN).is_file():
+        parts.append(Part("sweep", str(layout.plans / LAUNCH_BLOCKING_PLAN), layout.raw / gpu / SWEEP_IDS["catalog"]))
+    return parts
 
 
 def finetune_parts(gpu: str, layout: Layout) -> list[Part]:

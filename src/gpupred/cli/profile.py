@@ -292,7 +292,7 @@ def _plan_realworld(plan_app: Any, plans_dir: Path) -> None:
 
 
 def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
-    """Add ``plan sync``."""
+    """Add ``plan sync`` and ``plan launch-blocking``."""
     import typer
 
     @plan_app.command("sync")
@@ -310,6 +310,24 @@ def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
             "reads its loss every step) and sync=window (CUDA-event timing, one synchronize per window).",
             "Run it into the solo sweep's folder: its sync=step units are the solo sweep's own and are skipped there.",
             f"`gpupred plan sync --n {n}`",
+        ])
+        print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
+
+    @plan_app.command("launch-blocking")
+    def launch_blocking_cmd(
+        n: int = typer.Option(180, "--n", help="The solo plan's size (specs are chosen from the first N)."),
+        out: Path = typer.Option(plans_dir / "launch-blocking.txt", "--out", help="Plan file to write."),
+    ) -> None:
+        """Small and large specs of Lucid's families, each with sync=step and sync=kernel (CUDA_LAUNCH_BLOCKING=1)."""
+        from gpupred.profile.plans import launch_blocking_plan, write_plan
+
+        _check_count(n, "--n")
+        lines = launch_blocking_plan(n)
+        write_plan(out, lines, [
+            "Launch blocking (the input-pipeline issue's Lucid goals): the families of Lucid's published runs, each",
+            "spec with sync=step and sync=kernel (CUDA_LAUNCH_BLOCKING=1, Lucid's protocol), so that the step model's",
+            "kernel protocol is fitted on this project's own runs. Run it into the solo sweep's folder: its sync=step",
+            f"units are the solo sweep's own and are skipped there. `gpupred plan launch-blocking --n {n}`",
         ])
         print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
 

@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from gpupred.errors import GpupredError
+from gpupred.profile.schema import SYNC_MODES
 
 if TYPE_CHECKING:  # the child process imports this module: keep its top level to the standard library
     import pyarrow as pa
@@ -483,8 +484,8 @@ def run_unit(
     k = len(specs)
     if not 1 <= k <= 4:
         raise GpupredError(f"a run unit holds 1 to 4 workloads, got {k}")
-    if sync not in ("step", "window"):
-        raise GpupredError(f"unknown sync mode {sync!r}; use step or window")
+    if sync not in SYNC_MODES:
+        raise GpupredError(f"unknown sync mode {sync!r}; use one of {', '.join(SYNC_MODES)}")
     group_id = group_id or (specs[0].id if k == 1 else "+".join(s.id for s in specs))
     own_launcher = launcher is None
     launcher = launcher or Launcher()
@@ -701,11 +702,12 @@ class _Stop(Exception):
 
 
 class TrainLoop:
-    """A child's training loop: one step function, synchronized every step or once per window (``sync``)."""
+    """A child's training loop: one step function, synchronized every step (``sync`` step or kernel) or once per
+    window (window)."""
 
     def __init__(self, torch: Any, step: Any, cuda: bool, sync: str, rx: Connection) -> None:
         self.torch, self.step, self.cuda, self.rx = torch, step, cuda, rx
-        self.per_step = sync == "step" or not cuda  # the CPU has nothing to synchronize
+        self.per_step = sync != "window" or not cuda  # the CPU has nothing to synchronize
 
     def command(self, block: bool = False) -> str | None:
         """The next command from the parent, if any (EOF means the parent is gone)."""
@@ -780,8 +782,12 @@ def _init_device(torch: Any, job: dict[str, Any], result: dict[str, Any]) -> boo
     t = time.monotonic()
     cuda = job["device"].startswith("cuda")
     if cuda:
+        if job.get("sync") == "kernel":
+            os.environ["CUDA_LAUNCH_BLOCKING"] = "1"  # read when the CUDA context is created, just below
         torch.cuda.init()
         torch.cuda.set_device(0)
+        if job.get("sync") == "kernel":
+            check_launch_blocking(torch)
         props = torch.cuda.get_device_properties(0)
         result["device_props"] = {
             "name": props.name, "sm_count": int(props.multi_processor_count),
@@ -795,6 +801,27 @@ def _init_device(torch: Any, job: dict[str, Any], result: dict[str, Any]) -> boo
     result["torch_version"] = torch.__version__
     result["cuda_version"] = torch.version.cuda or ""
     return cuda
+
+
+PROBE_CYCLES = 50_000_000  # the probe kernel's spin: 20-50 ms at 1-2.5 GHz, far above any launch cost
+
+
+def check_launch_blocking(torch: Any, cycles: int = PROBE_CYCLES) -> dict[str, float]:
+    """Check that every kernel launch waits for its kernel (``CUDA_LAUNCH_BLOCKING=1`` took effect): launch one
+    kernel that spins ``cycles`` clock cycles on the device and time the launch alone and then the launch and a
+    synchronize. A blocking launch returns after the kernel, so the first is most of the second; raise a one-line
+    GpupredError if it is under half. Returns both times (seconds)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    launch, total = t1 - t0, t2 - t0
+    if launch < 0.5 * total:
+        raise GpupredError(f"CUDA_LAUNCH_BLOCKING=1 did not take effect: a {1e3 * total:.1f} ms kernel's launch "
+                           f"returned after {1e3 * launch:.2f} ms (sync=kernel needs it set before CUDA starts)")
+    return {"launch_s": launch, "kernel_s": total}
 
 
 def _build_step(job: dict[str, Any], result: dict[str, Any]) -> Any:

@@ -394,9 +394,14 @@ def solo_plan(n: int = 180) -> list[str]:
 SYNC_FAMILIES: tuple[str, ...] = ("resnet", "mobilenet", "vgg", "vit", "mlp", "lstm", "bert", "gpt", "dcgan", "neumf")
 
 
-def sync_plan(n_solo: int = 180, families: tuple[str, ...] = SYNC_FAMILIES) -> list[str]:
+# the families of Lucid's published runs (gpupred.importers.lucid), whose protocol was CUDA_LAUNCH_BLOCKING=1
+LAUNCH_BLOCKING_FAMILIES: tuple[str, ...] = ("efficientnet", "mobilenet", "resnet", "vgg", "lstm", "dcgan", "bert",
+                                             "neumf")
+
+
+def sync_plan(n_solo: int = 180, families: tuple[str, ...] = SYNC_FAMILIES, mode: str = "window") -> list[str]:
     """Plan lines: per family (CNNs, ViT, MLP, RNN, transformers, GAN, recommender) the smallest and the
-    largest batch of the solo plan's specs, each as ``sync=step`` and ``sync=window`` (interleaved)."""
+    largest batch of the solo plan's specs, each as ``sync=step`` and ``sync=<mode>`` (interleaved)."""
     from gpupred.workloads.catalog import catalog
 
     specs = catalog()[:n_solo]  # the solo sweep's specs: their sync=step units are already in that sweep
@@ -408,8 +413,15 @@ def sync_plan(n_solo: int = 180, families: tuple[str, ...] = SYNC_FAMILIES) -> l
         small = min(mine, key=lambda s: (s.batch_size, s.id))
         large = max(mine, key=lambda s: (s.batch_size, s.id))
         for spec in dict.fromkeys([small, large]):
-            lines += [f"{spec.id} sync=step", f"{spec.id} sync=window"]
+            lines += [f"{spec.id} sync=step", f"{spec.id} sync={mode}"]
     return lines
+
+
+def launch_blocking_plan(n_solo: int = 180) -> list[str]:
+    """Plan lines: :func:`sync_plan` over Lucid's families (``LAUNCH_BLOCKING_FAMILIES``) with ``sync=kernel``: the
+    same specs measured with and without ``CUDA_LAUNCH_BLOCKING=1``, what the step model's ``kernel`` protocol is
+    fitted on before it predicts Lucid's runs."""
+    return sync_plan(n_solo, LAUNCH_BLOCKING_FAMILIES, "kernel")
 
 
 def realworld_plan() -> list[str]:

@@ -30,7 +30,7 @@ SCHEMA_VERSION = 5
 # a co-located member's own failure is oom/error/timeout; the members it took down are partner_failed
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "partner_failed")
 FAILED_STATUSES: tuple[str, ...] = ("oom", "error", "timeout")
-SYNC_MODES: tuple[str, ...] = ("step", "window")  # see RUN_SCHEMA's ``sync``
+SYNC_MODES: tuple[str, ...] = ("step", "window", "kernel")  # see RUN_SCHEMA's ``sync``
 
 RUN_SCHEMA = pa.schema(
     [
@@ -49,7 +49,8 @@ RUN_SCHEMA = pa.schema(
         ("host_batches", pa.bool_()),  # batches copied from host every step instead of resident
         # "step": synchronize after every step (like a script reading the loss each step), iteration times
         # from host timestamps; "window": no per-step sync, iteration times from CUDA events, one
-        # synchronize at the end of the window
+        # synchronize at the end of the window; "kernel": as "step", under CUDA_LAUNCH_BLOCKING=1 (every launch
+        # waits for its kernel: the protocol of Lucid's published runs), checked in the child before it builds
         ("sync", pa.string()),
         # how the batches reached the GPU: '' for a resident batch (and every file before schema 4), else the JSON
         # of gpupred.setups.InputPipeline's options that differ from resident (gpupred.setups.pipeline_from_json

@@ -5,8 +5,8 @@ PLAN is ``catalog`` (every spec), ``catalog:N`` (the first N), ``catalog:family=
 group ``id1 + id2 [+ id3 [+ id4]]`` per line for a co-located unit; ``#`` starts a comment. A line may
 end with options, in any order:
 
-- ``sync=step`` or ``sync=window``: how the training loop synchronizes (RUN_SCHEMA's ``sync``); without it the
-  unit takes the sweep's ``--sync`` (default ``step``);
+- ``sync=step``, ``sync=window`` or ``sync=kernel`` (``CUDA_LAUNCH_BLOCKING=1``): how the training loop
+  synchronizes (RUN_SCHEMA's ``sync``); without it the unit takes the sweep's ``--sync`` (default ``step``);
 - ``repeat=K`` (K >= 2): the K-th measurement of the same unit, its own unit with its own id (``~rep-K`` at the end
   of the group id), so a sweep runs it instead of skipping it as already done. ``repeat=1`` is the plain unit;
 - ``pipeline=KIND`` and its options: every member is fed by a real torch DataLoader of that standard kind
@@ -79,8 +79,9 @@ class Unit:
     def group_id(self) -> str:
         """Deterministic id: the workload id for a solo run, ``co<k>-<hash>`` for a group (file-name safe).
 
-        A unit run with ``sync=window`` ends in ``~sync-window`` so both settings of one spec live in one sweep; the
-        K-th repeat (K >= 2) then ends in ``~rep-K``. A unit fed by a host pipeline has ``~pipe-...`` before both.
+        A unit run with ``sync=window`` ends in ``~sync-window`` (``sync=kernel`` in ``~sync-kernel``) so every
+        setting of one spec lives in one sweep; the K-th repeat (K >= 2) then ends in ``~rep-K``. A unit fed by a host
+        pipeline has ``~pipe-...`` before both.
         """
         if len(self.workload_ids) == 1:
             base = self.workload_ids[0]
