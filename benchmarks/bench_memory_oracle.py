@@ -1,33 +1,25 @@
 """Transformer memory at full size against torch's own count, on the CPU (issue 78 item 1).
 
-For real-size decoders (GPT-2 large and LLaMA-7B, their published shapes from transformers' own config classes;
-no weights, nothing downloaded) under the recipes people run, it prints two figures of one training step's peak:
+For real-size decoders (GPT-2 large, OPT-1.3B, LLaMA-7B and Llama 3 8B: their published shapes from transformers'
+own config classes; no weights, nothing downloaded) under the recipes people run, it prints two figures of one
+training step's peak:
 
-- **torch**: torch's own count, ``torch.distributed._tools.mem_tracker.MemTracker`` over two training steps run
-  under ``FakeTensorMode`` (tensors with shapes and dtypes but no storage, so a 7B model needs no memory): the peak
-  of parameters, gradients, optimizer state and every live tensor, per category;
+- **torch**: torch's own count (:func:`gpupred.memory.oracle.torch_peak`): ``MemTracker`` over two training steps
+  run under ``FakeTensorMode``, with the attention kernel and the autocast lists CUDA uses (see that module for what
+  a fake CPU step cannot show and how it stays CUDA's); the GPT-2 and OPT configs have their dropout off (the CPU's
+  masks are 4 bytes, CUDA's 1);
 - **ours**: the shipped predictor's torch-allocated peak (``memory_allocated_mib``, what
   ``torch.cuda.max_memory_allocated()`` reports) for the same job on an H100, less cuBLAS's two 32 MiB workspaces,
   which the CPU has not.
 
-What the CPU run cannot show, and how the comparison stays like with like:
-
-- torch on a fake CPU device: CPU autocast (its op lists differ from CUDA's in ops these decoders do not run under
-  autocast: LLaMA's RMSNorm upcasts by hand), and CPU dropout, which saves a 4-byte mask where CUDA's saves a bool:
-  the GPT-2 configs here have their dropout off (tests/test_memory_terms.py checks the masks);
-- SDPA: on a fake CPU tensor ``scaled_dot_product_attention`` picks its math fallback, which keeps the attention
-  probabilities. The run calls the memory-efficient kernel CUDA picks (``_scaled_dot_product_efficient_attention``,
-  which saves the output and its log-sum-exp) in its place;
-- the allocator's rounding and the CUDA context are not counted by either figure.
-
-Usage: ``python benchmarks/bench_memory_oracle.py [--only NAME ...]`` (about 6 minutes on the 2-core machine,
-most of it torch's fake steps; each model is exported once for the predictor, then cached).
+Neither figure counts the allocator's rounding or the CUDA context. Usage: ``python
+benchmarks/bench_memory_oracle.py [--only NAME ...]`` (about 12 minutes on the 2-core machine, most of it torch's
+fake steps; each model is exported once for the predictor, then cached).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import tempfile
 import time
@@ -41,7 +33,7 @@ GPU = "H100 SXM"
 
 @dataclass(frozen=True)
 class Recipe:
-    """One training job: a model config, its shape and its setup."""
+    """One training job: a model config, its shape and its setup (gpupred.memory.oracle.FakeStep's)."""
 
     name: str
     model: str  # a key of configs()
@@ -51,6 +43,12 @@ class Recipe:
     checkpointing: bool = False
     lora: int = 0  # peft LoRA rank (peft's default targets), 0: a full fine-tune
     attention: str = "sdpa"
+
+    def step(self, config: dict[str, Any]) -> Any:
+        """The :class:`gpupred.memory.oracle.FakeStep` of this recipe on ``config``."""
+        from gpupred.memory.oracle import FakeStep
+
+        return FakeStep(config, self.seq, self.batch, self.precision, self.checkpointing, self.lora, self.attention)
 
 
 RECIPES: tuple[Recipe, ...] = (
@@ -62,6 +60,10 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("llama-7b bf16 adamw s2048 b1", "llama-7b", 2048, 1, "bf16"),
     Recipe("gpt2-large fp32 lora16 s512 b8", "gpt2-large", 512, 8, "fp32", lora=16),
     Recipe("llama3-8b bf16 lora16 s2048 b1 ckpt", "llama3-8b", 2048, 1, "bf16", checkpointing=True, lora=16),
+    Recipe("gpt2-large bf16 adamw s1024 b4", "gpt2-large", 1024, 4, "bf16"),
+    Recipe("gpt2-large bf16 adamw s1024 b4 eager", "gpt2-large", 1024, 4, "bf16", attention="eager"),
+    Recipe("llama-7b bf16 lora16 s2048 b4", "llama-7b", 2048, 4, "bf16", lora=16),
+    Recipe("opt-1.3b bf16 adamw s2048 b4", "opt-1.3b", 2048, 4, "bf16"),
 )
 
 
@@ -75,95 +77,16 @@ def configs() -> dict[str, dict[str, Any]]:
     llama3 = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                                       max_position_embeddings=8192, rope_theta=500000.0)  # Llama 3 8B
+    opt = transformers.OPTConfig(hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
+                                 word_embed_proj_dim=2048, dropout=0.0, attention_dropout=0.0)  # OPT-1.3B
     out = {}
-    for name, cfg, arch in (("gpt2-large", gpt2, "GPT2LMHeadModel"),
+    for name, cfg, arch in (("gpt2-large", gpt2, "GPT2LMHeadModel"), ("opt-1.3b", opt, "OPTForCausalLM"),
                             ("llama-7b", transformers.LlamaConfig(), "LlamaForCausalLM"),
                             ("llama3-8b", llama3, "LlamaForCausalLM")):
         values = cfg.to_diff_dict()
         values.update(model_type=cfg.model_type, architectures=[arch])
         out[name] = values
     return out
-
-
-def efficient_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
-                   scale: float | None = None, enable_gqa: bool = False) -> Any:
-    """``F.scaled_dot_product_attention`` as CUDA runs it: the memory-efficient kernel, or flash for grouped-query
-    attention (each keeps the output and its log-sum-exp, no probabilities)."""
-    import torch
-
-    if enable_gqa and k.shape[1] != q.shape[1]:  # grouped K and V: the flash kernel reads them as they are
-        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
-    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, True, dropout_p, is_causal,
-                                                                   scale=scale)[0]
-
-
-def _fake_model(values: dict[str, Any], recipe: Recipe) -> Any:
-    """The recipe's model, built on fake tensors (call under FakeTensorMode): training mode, checkpointing, LoRA."""
-    import torch
-    import transformers
-
-    values = dict(values)
-    values.pop("architectures")
-    cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
-    cfg.use_cache = False
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=recipe.attention).train()
-    if recipe.checkpointing:
-        model.gradient_checkpointing_enable()
-    if recipe.lora:
-        import peft
-
-        to = torch.nn.Module.to  # peft moves each adapter to its base layer's device: a fake tensor cannot be swapped,
-        torch.nn.Module.to = lambda self, *a, **k: self  # and every tensor already sits on the one fake CPU device
-        try:
-            model = peft.get_peft_model(model, peft.LoraConfig(r=recipe.lora, task_type="CAUSAL_LM"))
-        finally:
-            torch.nn.Module.to = to
-    return model
-
-
-class _NoHandle:
-    def remove(self) -> None:
-        pass
-
-
-def torch_peak(values: dict[str, Any], recipe: Recipe) -> dict[str, float]:
-    """MemTracker's peak snapshot (MiB per category, and ``Total``) of two fake training steps of the recipe: foreach
-    AdamW on the trainable parameters, cross-entropy on fp32 logits that the loop does not hold (as transformers'
-    Trainer), ``zero_grad(set_to_none=True)``."""
-    import torch
-    import torch.nn.functional as F
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    sdpa = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = efficient_sdpa
-    try:
-        with FakeTensorMode(), torch.device("cpu"):
-            model = _fake_model(values, recipe)
-            opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], foreach=True)
-            ids = torch.randint(0, values["vocab_size"], (recipe.batch, recipe.seq))
-            tracker = MemTracker()
-            tracker.track_external(model, opt)
-            for p in model.parameters():  # MemTracker hooks every parameter's gradient; a frozen one cannot be hooked
-                if not p.requires_grad:
-                    tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
-            autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if recipe.precision == "bf16"
-                        else contextlib.nullcontext())
-            with tracker:
-                for step in range(2):  # the second step's peak holds the optimizer state
-                    with autocast:
-                        logits = model(input_ids=ids).logits
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), ids.view(-1))
-                    del logits
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    if step == 0:
-                        tracker.reset_mod_stats()
-            (peak,) = tracker.get_tracker_snapshot("peak").values()
-    finally:
-        F.scaled_dot_product_attention = sdpa
-    return {getattr(k, "name", str(k)): v / 2**20 for k, v in peak.items()}
 
 
 def ours(predictor: Any, config_path: Path, recipe: Recipe) -> float:
@@ -185,6 +108,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="recipe names (default: all)")
     args = parser.parse_args()
     import gpupred
+    from gpupred.memory.oracle import torch_peak
 
     predictor = gpupred.load_predictor()
     recipes = [r for r in RECIPES if not args.only or r.name in args.only]
@@ -198,7 +122,7 @@ def main() -> None:
         print(f"{'recipe':38s} {'torch MiB':>10s} {'ours MiB':>10s} {'ours/torch':>10s}  torch's peak by category, s")
         for r in recipes:
             t0 = time.perf_counter()
-            peak = torch_peak(json.loads(paths[r.model].read_text()), r)
+            peak = torch_peak(r.step(json.loads(paths[r.model].read_text())))
             t1 = time.perf_counter()
             mine = ours(predictor, paths[r.model], r)
             parts = ", ".join(f"{k} {v:,.0f}" for k, v in peak.items() if k != "Total" and v)
