@@ -1,13 +1,13 @@
 """Transformer memory at full size against torch's own count, on the CPU (issue 78 item 1).
 
-For real-size decoders (GPT-2 large, OPT-1.3B, LLaMA-7B and Llama 3 8B: their published shapes from transformers'
-own config classes; no weights, nothing downloaded) under the recipes people run, it prints two figures of one
-training step's peak:
+For real-size language models (GPT-2 large, OPT-1.3B, LLaMA-7B and Llama 3 8B, BERT base and large as masked LMs:
+their published shapes from transformers' own config classes; no weights, nothing downloaded) under the recipes
+people run, it prints two figures of one training step's peak:
 
 - **torch**: torch's own count (:func:`gpupred.memory.oracle.torch_peak`): ``MemTracker`` over two training steps
   run under ``FakeTensorMode``, with the attention kernel and the autocast lists CUDA uses (see that module for what
-  a fake CPU step cannot show and how it stays CUDA's); the GPT-2 and OPT configs have their dropout off (the CPU's
-  masks are 4 bytes, CUDA's 1);
+  a fake CPU step cannot show and how it stays CUDA's); the GPT-2, OPT and BERT configs have their dropout off (the
+  CPU's masks are 4 bytes, CUDA's 1);
 - **ours**: the shipped predictor's torch-allocated peak (``memory_allocated_mib``, what
   ``torch.cuda.max_memory_allocated()`` reports) for the same job on an H100, less cuBLAS's two 32 MiB workspaces,
   which the CPU has not.
@@ -43,12 +43,14 @@ class Recipe:
     checkpointing: bool = False
     lora: int = 0  # peft LoRA rank (peft's default targets), 0: a full fine-tune
     attention: str = "sdpa"
+    head: str = "causal-lm"  # or masked-lm (an encoder's)
 
     def step(self, config: dict[str, Any]) -> Any:
         """The :class:`gpupred.memory.oracle.FakeStep` of this recipe on ``config``."""
         from gpupred.memory.oracle import FakeStep
 
-        return FakeStep(config, self.seq, self.batch, self.precision, self.checkpointing, self.lora, self.attention)
+        return FakeStep(config, self.seq, self.batch, self.precision, self.checkpointing, self.lora, self.attention,
+                        self.head)
 
 
 RECIPES: tuple[Recipe, ...] = (
@@ -64,6 +66,8 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("gpt2-large bf16 adamw s1024 b4 eager", "gpt2-large", 1024, 4, "bf16", attention="eager"),
     Recipe("llama-7b bf16 lora16 s2048 b4", "llama-7b", 2048, 4, "bf16", lora=16),
     Recipe("opt-1.3b bf16 adamw s2048 b4", "opt-1.3b", 2048, 4, "bf16"),
+    Recipe("bert-base masked-lm fp32 s384 b32", "bert-base", 384, 32, "fp32", head="masked-lm"),
+    Recipe("bert-large masked-lm bf16 s512 b16", "bert-large", 512, 16, "bf16", head="masked-lm"),
 )
 
 
@@ -79,8 +83,13 @@ def configs() -> dict[str, dict[str, Any]]:
                                       max_position_embeddings=8192, rope_theta=500000.0)  # Llama 3 8B
     opt = transformers.OPTConfig(hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
                                  word_embed_proj_dim=2048, dropout=0.0, attention_dropout=0.0)  # OPT-1.3B
+    bert = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    bert_large = transformers.BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                         intermediate_size=4096, **bert)
     out = {}
     for name, cfg, arch in (("gpt2-large", gpt2, "GPT2LMHeadModel"), ("opt-1.3b", opt, "OPTForCausalLM"),
+                            ("bert-base", transformers.BertConfig(**bert), "BertForMaskedLM"),
+                            ("bert-large", bert_large, "BertForMaskedLM"),
                             ("llama-7b", transformers.LlamaConfig(), "LlamaForCausalLM"),
                             ("llama3-8b", llama3, "LlamaForCausalLM")):
         values = cfg.to_diff_dict()
@@ -97,7 +106,7 @@ def ours(predictor: Any, config_path: Path, recipe: Recipe) -> float:
     options: dict[str, Any] = {"checkpointing": recipe.checkpointing, "attention": recipe.attention}
     if recipe.lora:
         options["lora_rank"] = recipe.lora
-    model = gpupred.hf_model(str(config_path), seq_len=recipe.seq, attention=recipe.attention)
+    model = gpupred.hf_model(str(config_path), seq_len=recipe.seq, attention=recipe.attention, head=recipe.head)
     frame = predictor.predict(model, batch_size=recipe.batch, gpu=GPU,
                               setup=setup_of(recipe.precision, "adamw", **options))
     return float(frame["memory_allocated_mib"].iloc[0]) - WORKSPACE_MIB

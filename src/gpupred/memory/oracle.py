@@ -1,6 +1,6 @@
 """torch's own count of a transformer's training step, on the CPU at any size: the memory evaluation's oracle.
 
-:func:`torch_peak` builds a Hugging Face decoder from its config under ``FakeTensorMode`` (tensors with shapes and
+:func:`torch_peak` builds a Hugging Face language model (a decoder, or an encoder's masked LM) from its config under ``FakeTensorMode`` (tensors with shapes and
 dtypes but no storage, so a 7B model needs no memory), runs two training steps and returns the peak that torch's
 ``torch.distributed._tools.mem_tracker.MemTracker`` counts, per category (parameters, gradients, optimizer state,
 activations, temporaries). That is the figure the footprint's torch-allocated peak
@@ -51,6 +51,7 @@ class FakeStep:
     checkpointing: bool = False  # transformers' gradient_checkpointing_enable()
     lora: int = 0  # peft LoRA rank on peft's default targets for the model type; 0: a full fine-tune
     attention: str = "sdpa"  # transformers' attn_implementation: sdpa or eager
+    head: str = "causal-lm"  # causal-lm or masked-lm (an encoder's): the loss is over the vocabulary either way
 
 
 def efficient_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -94,7 +95,8 @@ def fake_model(step: FakeStep) -> Any:
     values = {k: v for k, v in step.config.items() if k != "architectures"}
     cfg = transformers.AutoConfig.for_model(values.pop("model_type"), **values)
     cfg.use_cache = False
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=step.attention).train()
+    auto = {"causal-lm": transformers.AutoModelForCausalLM, "masked-lm": transformers.AutoModelForMaskedLM}[step.head]
+    model = auto.from_config(cfg, attn_implementation=step.attention).train()
     if step.checkpointing:
         model.gradient_checkpointing_enable()
     if step.lora:
