@@ -165,10 +165,11 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     once at the dtype torch saves it in (:func:`autocast_fp32` its dtype, :func:`_saved_forms` its copies): an fp32
     tensor that only ``LOWER_PRECISION_OPS`` save is kept as their 16-bit copies alone, one per op;
     ``fused_fp32_elems`` and ``fused_half_elems``: the same of the tensors a fused attention kernel never writes
-    (``softmax_elems`` and ``attention_elems``); ``softmax_elems``: Softmax outputs of the attention cores
+    (``softmax_elems`` and ``attention_elems``), less the operands it keeps that no written-out op kept
+    (:func:`fused_operands`); ``softmax_elems``: Softmax outputs of the attention cores
     the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
-    scale/mask ops, the scaled Q and K), and for exported scaled_dot_product_attention cores the setup runs as their
-    ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits);
+    scale/mask ops, the scaled Q and K), less those operands, and for exported scaled_dot_product_attention cores the
+    setup runs as their ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits);
     ``dropout_mask_elems``: Dropout's masks (:func:`dropout_masks`), ``fused_mask_elems`` those of them inside the
     attention cores the setup fuses (dropout on the probabilities, which a fused kernel draws and keeps no mask of);
     ``dropout_copy_elems``: Dropout's outputs kept beside their inputs (:func:`dropout_copies`), ``fused_copy_elems``
@@ -190,14 +191,15 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
 
     producer, numel, kept = cg.memo("kept_tensors", lambda: _tensors_kept(cg))  # every setup's start
     attention, softmax = _attention_tensors(cg, producer, job.attention)
-    kept = kept | fused_operands(cg, job.attention, numel)
+    operands = fused_operands(cg, job.attention, numel) - kept
     blocks = checkpoint_blocks_of(cg) if job.checkpointing else None
     if blocks is not None:
-        kept = checkpointed(cg, kept, numel, blocks)
-    counts = _activation_counts(cg, producer, numel, kept, attention | softmax)
+        kept, operands = checkpointed(cg, kept, numel, blocks), checkpointed(cg, kept | operands, numel, blocks)
+        operands -= kept
+    counts = _activation_counts(cg, producer, numel, kept, attention | softmax, operands)
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
-        attention_elems=float(sum(numel.get(t, 0) for t in attention & kept)),
+        attention_elems=float(sum(numel.get(t, 0) for t in attention & kept) - sum(numel.get(t, 0) for t in operands)),
         output_elems=float(sum(shape_elements(graph.shapes.get(o)) for o in graph.graph_outputs)))
     masks = dropout_masks(cg, numel, None if blocks is None else blocks[1])  # a fused attention kernel keeps no mask
     counts.update(dropout_mask_elems=float(sum(masks.values())),
@@ -206,7 +208,7 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
     counts.update(dropout_copy_elems=float(sum(copies.values())),
                   fused_copy_elems=float(sum(n for t, n in copies.items() if t in attention | softmax)))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(
-        cg, producer, numel, kept, (1.0, 2.0), counts["output_elems"], graph.graph_outputs)
+        cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs)
     return counts
 
 
@@ -275,10 +277,12 @@ def logits_writer(cg: Any, outputs: Sequence[str]) -> int:
 
 def fused_operands(cg: Any, attention: str, numel: dict[str, int]) -> set[str]:
     """What a fused attention kernel saves for its backward beyond its output: Q, K and V as it reads them (each core's
-    operands before the exporter's views and scales, :class:`gpupred.step.physics.attention.AttentionCore`), which no
-    op of the written-out core keeps once the kernel replaces it (its Q K^T saved the exporter's scaled copies);
-    their log-sum-exp (batch x heads x sequence) is left out. LLaMA keeps its rotary embedding's outputs so: BERT-base's
-    masked LM, fp32, sequence 384, batch 8, against torch's MemTracker count, -5.3% without them, -0.0% with them
+    operands before the exporter's views and scales, :class:`gpupred.step.physics.attention.AttentionCore`). The
+    written-out core keeps the exporter's scaled Q and K instead (its Q K^T saves them), so where no other op keeps
+    them (a rotary embedding's outputs, a BERT layer's query and key projections) the fused kernel's savings are the
+    scores less these (``graph_terms``' ``fused_*_elems`` and ``attention_elems``, taken out only for sources whose
+    torch fuses attention); their log-sum-exp (batch x heads x sequence) is left out. BERT-base's masked LM (12 layers,
+    fp32, sequence 384, batch 8) against torch's MemTracker count: -5.3% without them, -0.1% with them
     (tests/test_memory_oracle.py)."""
     from gpupred.step.physics.attention import fused_cores
 
@@ -383,10 +387,11 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
 
 
 def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
-                       gone: set[str]) -> dict[str, float]:
+                       gone: set[str], operands: set[str] = frozenset()) -> dict[str, float]:
     """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph (each kept tensor once, a folded
-    BatchNorm's own output a second time: :func:`batchnorm_outputs`), and fused_fp32_elems and fused_half_elems of
-    the ``gone`` tensors a fused attention kernel never writes (see ``graph_terms``)."""
+    BatchNorm's own output a second time: :func:`batchnorm_outputs`), and fused_fp32_elems and fused_half_elems: what
+    fused attention kernels save, net: the ``gone`` tensors they never write less the ``operands`` they keep that no
+    written-out op kept (see ``graph_terms``)."""
     fp32 = autocast_fp32(cg, producer)
     whole, half, full = _saved_forms(cg, producer, fp32)
     pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
@@ -404,6 +409,8 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
 
     f32, f16 = autocast_elems(kept)
     g32, g16 = autocast_elems(kept & gone)
+    o32, o16 = autocast_elems(operands)
+    g32, g16 = g32 - o32, g16 - o16
     doubled = batchnorm_outputs(cg, producer, kept)  # a second tensor each, at the convolution output's dtype
     f32 += sum(numel.get(t, 0) for t in doubled if t in fp32)
     f16 += sum(numel.get(t, 0) for t in doubled if t not in fp32)
