@@ -191,7 +191,7 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
 
     producer, numel, kept = cg.memo("kept_tensors", lambda: _tensors_kept(cg))  # every setup's start
     attention, softmax = _attention_tensors(cg, producer, job.attention)
-    operands = fused_operands(cg, job.attention, numel) - kept
+    operands = fused_operands(cg, job.attention, numel, producer) - kept
     blocks = checkpoint_blocks_of(cg) if job.checkpointing else None
     if blocks is not None:
         kept, operands = checkpointed(cg, kept, numel, blocks), checkpointed(cg, kept | operands, numel, blocks)
@@ -275,9 +275,10 @@ def logits_writer(cg: Any, outputs: Sequence[str]) -> int:
     return min(found, default=len(cg.nodes) - 1)
 
 
-def fused_operands(cg: Any, attention: str, numel: dict[str, int]) -> set[str]:
+def fused_operands(cg: Any, attention: str, numel: dict[str, int], producer: dict[str, Any]) -> set[str]:
     """What a fused attention kernel saves for its backward beyond its output: Q, K and V as it reads them (each core's
-    operands before the exporter's views and scales, :class:`gpupred.step.physics.attention.AttentionCore`). The
+    operands before the exporter's views and scales, :class:`gpupred.step.physics.attention.AttentionCore`, resolved
+    to the tensor they are views of: a packed projection's Q, K and V are one tensor, which V's product keeps). The
     written-out core keeps the exporter's scaled Q and K instead (its Q K^T saves them), so where no other op keeps
     them (a rotary embedding's outputs, a BERT layer's query and key projections) the fused kernel's savings are the
     scores less these (``graph_terms``' ``fused_*_elems`` and ``attention_elems``, taken out only for sources whose
@@ -286,7 +287,7 @@ def fused_operands(cg: Any, attention: str, numel: dict[str, int]) -> set[str]:
     (tests/test_memory_oracle.py)."""
     from gpupred.step.physics.attention import fused_cores
 
-    return {t for c in fused_cores(cg, attention) for t in (c.q, c.k, c.v) if t in numel}
+    return {_base(t, producer) for c in fused_cores(cg, attention) for t in (c.q, c.k, c.v)} & numel.keys()
 
 
 def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tuple[set[str], set[str]]:
