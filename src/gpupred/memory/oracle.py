@@ -56,10 +56,14 @@ class FakeStep:
 
 def efficient_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
                    scale: float | None = None, enable_gqa: bool = False) -> Any:
-    """``F.scaled_dot_product_attention`` as CUDA runs it: the memory-efficient kernel, or flash for grouped-query
-    attention (each keeps the output and its log-sum-exp, no probabilities)."""
+    """``F.scaled_dot_product_attention`` as CUDA runs it: under autocast on 16-bit copies of its operands, in the
+    memory-efficient kernel, or flash for grouped-query attention (each keeps its operands, the output and its
+    log-sum-exp, no probabilities)."""
     import torch
 
+    if torch.is_autocast_enabled("cpu"):  # CUDA autocast runs scaled_dot_product_attention in 16 bits: it casts first
+        half = torch.get_autocast_dtype("cpu")
+        q, k, v = (t.to(half) if t.is_floating_point() else t for t in (q, k, v))
     if enable_gqa and k.shape[1] != q.shape[1]:  # grouped K and V: the flash kernel reads them as they are
         return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
     return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, True, dropout_p, is_causal,
