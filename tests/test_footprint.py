@@ -133,26 +133,35 @@ def test_footprint_terms_by_hand() -> None:
         footprint_terms(_row().drop(columns=["param_bytes"]))
 
 
-def _mlp_graph() -> object:
-    """FIXTURE graph: x[B,4] -> MatMul w1[4,4] -> Relu -> MatMul w2[4,16] -> out."""
+def _mlp_graph(hidden: int = 4, out: int = 16) -> object:
+    """FIXTURE graph: x[B,4] -> MatMul w1[4,hidden] -> Relu -> MatMul w2[hidden,out] -> out."""
     f = TensorProto.FLOAT
-    inits = [helper.make_tensor("w1", f, [4, 4], [0.1] * 16), helper.make_tensor("w2", f, [4, 16], [0.1] * 64)]
+    inits = [helper.make_tensor("w1", f, [4, hidden], [0.1] * 4 * hidden),
+             helper.make_tensor("w2", f, [hidden, out], [0.1] * hidden * out)]
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("MatMul", ["r", "w2"], ["out"])]
     graph = helper.make_graph(nodes, "fixture-mlp", [helper.make_tensor_value_info("x", f, ["batch", 4])],
-                              [helper.make_tensor_value_info("out", f, ["batch", 16])], initializer=inits)
+                              [helper.make_tensor_value_info("out", f, ["batch", out])], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_gradients_live_at_the_backward_peak() -> None:
     # kept: r (the Relu's output, 2x4 = 8); not out (the graph output, 2x16 = 32: no op saves it); w1 (16) is read
-    # first, w2 (64) last. Backward, node by node (gradients of the parameters read there or later + kept tensors
-    # first read there or before): MatMul w2: 64 + 8; Relu: 64 + 8; MatMul w1: 80 + 0; before backward: 0 + 8. The
-    # peak, 80, is 72 elements of gradients beyond the 8 activations kept; with a gradient worth 2 activation elements
-    # (autocast): 2 x 80 = 160 at MatMul w1, 152 activation elements beyond 8, i.e. 76 gradient elements
+    # first, w2 (64) last. Backward: first the loss's 3 fp32 buffers of out's size (96) beside r, no gradient: 104;
+    # then node by node (gradients of the parameters read there or later + kept tensors first read there or before,
+    # + the logits' gradient while the node that wrote out runs): MatMul w2: 64 + 8 + 32; Relu: 64 + 8; MatMul w1:
+    # 80 + 0. The peak, 104, is the loss's: no gradient beyond the activations and the loss buffers (it was 72 while
+    # the buffers were added to every node's); with a gradient and a loss element worth 2 activation elements
+    # (autocast): 8 + 192 at the loss, 160 at MatMul w1: none either
     t = graph_terms(_mlp_graph(), batch_size=2)
-    assert t["saved_elems"] == 8
-    assert t["peak_grad_elems"] == 72 and t["peak_grad_elems_half"] == 76
+    assert t["saved_elems"] == 8 and t["output_elems"] == 32
+    assert t["peak_grad_elems"] == 0 and t["peak_grad_elems_half"] == 0
+    # wide and few logits: r is 2x32 = 64, w1 128 (read first), w2 64, out 2x2 = 4. The loss: 64 + 12 = 76; MatMul
+    # w2: 64 + 64 + 4; Relu: 64 + 64; MatMul w1: 192 + 0, the peak: 116 gradient elements beyond 64 + 12; autocast:
+    # 88 at the loss, 2 x 192 = 384 at MatMul w1, (384 - 88) / 2 = 148
+    wide = graph_terms(_mlp_graph(hidden=32, out=2), batch_size=2)
+    assert wide["saved_elems"] == 64 and wide["output_elems"] == 4
+    assert wide["peak_grad_elems"] == 116 and wide["peak_grad_elems_half"] == 148
 
 
 def test_peak_is_the_backward_or_the_optimizer_step() -> None:

@@ -276,7 +276,9 @@ def logits_writer(cg: Any, outputs: Sequence[str]) -> int:
 
 
 def fused_operands(cg: Any, attention: str, numel: dict[str, int], producer: dict[str, Any]) -> set[str]:
-    """What a fused attention kernel saves for its backward beyond its output: Q, K and V as it reads them (each core's
+    """What a fused attention kernel saves for its backward beyond its output, and what an exported
+    scaled_dot_product_attention core run as its ops saves in place of the exporter's scaled copies (written-out
+    attention scales the scores or Q alone): Q, K and V as it reads them (each core's
     operands before the exporter's views and scales, :class:`gpupred.step.physics.attention.AttentionCore`, resolved
     to the tensor they are views of: a packed projection's Q, K and V are one tensor, which V's product keeps). The
     written-out core keeps the exporter's scaled Q and K instead (its Q K^T saves them), so where no other op keeps
@@ -286,9 +288,12 @@ def fused_operands(cg: Any, attention: str, numel: dict[str, int], producer: dic
     fp32: its cos and sin are); their log-sum-exp (batch x heads x sequence) is left out. BERT-base's masked LM (12 layers,
     fp32, sequence 384, batch 8) against torch's MemTracker count: -5.3% without them, -0.1% with them
     (tests/test_memory_oracle.py)."""
-    from gpupred.step.physics.attention import fused_cores
+    from gpupred.step.physics.attention import attention_cores, fused_cores
 
-    return {_base(t, producer) for c in fused_cores(cg, attention) for t in (c.q, c.k, c.v)} & numel.keys()
+    cores = {c.first: c for c in fused_cores(cg, attention)}
+    cores.update({c.first: c for c in attention_cores(cg) if c.sdpa})  # run as ops: its scaled copies are gone too
+    found = {_base(t, producer) for c in cores.values() for t in (c.q, c.k, c.v)}
+    return (found & numel.keys()) - set(cg.graph_inputs)  # a graph input is the batch: the inputs term counts it
 
 
 def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tuple[set[str], set[str]]:
