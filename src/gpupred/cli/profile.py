@@ -301,17 +301,15 @@ def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "sync.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Small and large specs of every kind of family, each with sync=step and sync=window."""
-        from gpupred.profile.plans import sync_plan, write_plan
+        from gpupred.profile.plans import sync_plan
 
         _check_count(n, "--n")
-        lines = sync_plan(n)
-        write_plan(out, lines, [
+        _write_paired(out, sync_plan(n), [
             "Synchronization comparison (profiler correctness issue, item 2): each spec with sync=step (a loop that",
             "reads its loss every step) and sync=window (CUDA-event timing, one synchronize per window).",
             "Run it into the solo sweep's folder: its sync=step units are the solo sweep's own and are skipped there.",
             f"`gpupred plan sync --n {n}`",
         ])
-        print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
 
     @plan_app.command("launch-blocking")
     def launch_blocking_cmd(
@@ -319,17 +317,23 @@ def _plan_sync(plan_app: Any, plans_dir: Path) -> None:
         out: Path = typer.Option(plans_dir / "launch-blocking.txt", "--out", help="Plan file to write."),
     ) -> None:
         """Small and large specs of Lucid's families, each with sync=step and sync=kernel (CUDA_LAUNCH_BLOCKING=1)."""
-        from gpupred.profile.plans import launch_blocking_plan, write_plan
+        from gpupred.profile.plans import launch_blocking_plan
 
         _check_count(n, "--n")
-        lines = launch_blocking_plan(n)
-        write_plan(out, lines, [
+        _write_paired(out, launch_blocking_plan(n), [
             "Launch blocking (the input-pipeline issue's Lucid goals): the families of Lucid's published runs, each",
             "spec with sync=step and sync=kernel (CUDA_LAUNCH_BLOCKING=1, Lucid's protocol), so that the step model's",
             "kernel protocol is fitted on this project's own runs. Run it into the solo sweep's folder: its sync=step",
             f"units are the solo sweep's own and are skipped there. `gpupred plan launch-blocking --n {n}`",
         ])
-        print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
+
+
+def _write_paired(out: Path, lines: list[str], header: list[str]) -> None:
+    """Write a plan of specs each in two sync modes, and say how many units it holds."""
+    from gpupred.profile.plans import write_plan
+
+    write_plan(out, lines, header)
+    print(f"{out}: {len(lines)} units ({len(lines) // 2} specs x 2 sync modes)")
 
 
 def _plan_fused(plan_app: Any, plans_dir: Path) -> None:
