@@ -9,14 +9,14 @@ and TEMP. The peak of a step that zeroes gradients with ``set_to_none`` falls at
 
 Tolerances, each the one the term meets (measured on torch 2.14 CPU, transformers 5.23):
 - weights = PARAM and optimizer = OPT (AdamW's two moments; its step counters are 4 bytes per tensor): within 0.5%;
-- activations + loss + inputs = ACT + TEMP at the peak: within 3% for LLaMA (measured -1.2% SDPA, -0.8% eager; SDPA
-  was -5.5% before the fused kernel's saved Q and K were counted: the rotary embedding's outputs, which no written-out
-  op keeps) and for the slow GPT-2 (dropout off: the CPU's dropout keeps a 4-byte mask where CUDA's keeps a bool;
-  measured -0.2% SDPA, -0.1% eager). The loop computes the loss from the model's output without holding the logits, as the catalog's loop
-  and transformers' Trainer do, so they are freed after the forward. Before SiLU was one op, a product by a constant
-  (the rotary embedding's cos and sin) kept nothing of its other operand, the loss counted three fp32 buffers
-  (log_softmax's output, its gradient, the logits' gradient) and the logits stopped counting as an activation, with
-  the loop holding the logits: LLaMA -6.7% and -2.2%, GPT-2 -13% and -10%;
+- activations + loss + inputs = ACT + TEMP at the peak: within 3% for LLaMA (measured -1.2% SDPA, -0.8% eager; SDPA was
+  -5.5% before the fused kernel's saved Q and K were counted: the rotary embedding's outputs, which no written-out op
+  keeps) and for the slow GPT-2 (dropout off: the CPU's dropout keeps a 4-byte mask where CUDA's keeps a bool; measured
+  -0.2% SDPA, -0.1% eager). The loop computes the loss from the model's output without holding the logits, as the
+  catalog's loop and transformers' Trainer do, so they are freed after the forward. Before SiLU was one op, a product by
+  a constant (the rotary embedding's cos and sin) kept nothing of its other operand, the loss counted three fp32 buffers
+  (log_softmax's output, its gradient, the logits' gradient) and the logits stopped counting as an activation, with the
+  loop holding the logits: LLaMA -6.7% and -2.2%, GPT-2 -13% and -10%;
 - eager's extra over SDPA (the probabilities it keeps, the log-sum-exp SDPA keeps instead): within 3% (measured +0.4%
   for LLaMA, +13% before SDPA's saved Q and K were counted, and +0.4% for GPT-2);
 - Dropout's masks (GPT-2 with hidden dropout against the same without): torch's extra is the masks, within 2%;

@@ -1,12 +1,11 @@
 """torch's own count of a transformer's training step, on the CPU at any size: the memory evaluation's oracle.
 
-:func:`torch_peak` builds a Hugging Face language model (a decoder, or an encoder's masked LM) from its config under ``FakeTensorMode`` (tensors with shapes and
-dtypes but no storage, so a 7B model needs no memory), runs two training steps and returns the peak that torch's
-``torch.distributed._tools.mem_tracker.MemTracker`` counts, per category (parameters, gradients, optimizer state,
-activations, temporaries). That is the figure the footprint's torch-allocated peak
-(:mod:`gpupred.memory.physics`) predicts, less cuBLAS's workspaces, which the CPU has not;
-``benchmarks/bench_memory_oracle.py`` compares the two at full size and ``tests/test_memory_oracle.py`` at full
-width.
+:func:`torch_peak` builds a Hugging Face language model (a decoder, or an encoder's masked LM) from its config under
+``FakeTensorMode`` (tensors with shapes and dtypes but no storage, so a 7B model needs no memory), runs two training
+steps and returns the peak that torch's ``torch.distributed._tools.mem_tracker.MemTracker`` counts, per category
+(parameters, gradients, optimizer state, activations, temporaries). That is the figure the footprint's torch-allocated
+peak (:mod:`gpupred.memory.physics`) predicts, less cuBLAS's workspaces, which the CPU has not;
+``benchmarks/bench_memory_oracle.py`` compares the two at full size and ``tests/test_memory_oracle.py`` at full width.
 
 What a fake CPU step cannot show by itself, and how the count stays CUDA's:
 

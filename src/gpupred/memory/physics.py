@@ -169,7 +169,8 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     (:func:`fused_operands`); ``softmax_elems``: Softmax outputs of the attention cores
     the setup fuses; ``attention_elems``: their other kept tensors a fused kernel never writes (QK^T, its
     scale/mask ops, the scaled Q and K), less those operands, and for exported scaled_dot_product_attention cores the
-    setup runs as their ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph outputs (logits);
+    setup runs as their ops, the exporter's scaled Q and K (:func:`_attention_tensors`); ``output_elems``: the graph
+    outputs (logits);
     ``dropout_mask_elems``: Dropout's masks (:func:`dropout_masks`), ``fused_mask_elems`` those of them inside the
     attention cores the setup fuses (dropout on the probabilities, which a fused kernel draws and keeps no mask of);
     ``dropout_copy_elems``: Dropout's outputs kept beside their inputs (:func:`dropout_copies`), ``fused_copy_elems``
@@ -285,8 +286,8 @@ def fused_operands(cg: Any, attention: str, numel: dict[str, int], producer: dic
     them (a rotary embedding's outputs, a BERT layer's query and key projections) the fused kernel's savings are the
     scores less these (``graph_terms``' ``fused_*_elems`` and ``attention_elems``, taken out only for sources whose
     torch fuses attention); under autocast the kernel, a 16-bit op, keeps 16-bit copies (LLaMA's rotary outputs are
-    fp32: its cos and sin are); their log-sum-exp (batch x heads x sequence) is left out. BERT-base's masked LM (12 layers,
-    fp32, sequence 384, batch 8) against torch's MemTracker count: -5.3% without them, -0.1% with them
+    fp32: its cos and sin are); their log-sum-exp (batch x heads x sequence) is left out. BERT-base's masked LM
+    (12 layers, fp32, sequence 384, batch 8) against torch's MemTracker count: -5.3% without them, -0.1% with them
     (tests/test_memory_oracle.py)."""
     from gpupred.step.physics.attention import attention_cores, fused_cores
 
