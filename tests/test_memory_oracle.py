@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
+from fixtures_hf import config_files
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -46,20 +47,9 @@ def _configs() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def configs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """The FIXTURE config files, and a private graph cache for the module."""
-    from gpupred import config
-
-    root = tmp_path_factory.mktemp("oracle")
-    saved = config.ONNX_CACHE
-    config.ONNX_CACHE = root / "cache"
-    paths = {}
-    for name, values in _configs().items():
-        (root / name).mkdir()
-        paths[name] = root / name / "config.json"
-        paths[name].write_text(json.dumps(values))
-    yield paths
-    config.ONNX_CACHE = saved
+    yield from config_files(tmp_path_factory.mktemp("oracle"), _configs())
 
 
 def _ours(config_path: Path, seq: int, batch: int, setup: Any, head: str) -> float:

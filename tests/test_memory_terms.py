@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
+from fixtures_hf import config_files
 
 pytest.importorskip("transformers")
 
@@ -49,22 +50,11 @@ BATCH, SEQ = 4, 256
 
 
 @pytest.fixture(scope="module")
-def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def configs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """The FIXTURE configs, and a private graph cache for the module."""
-    from gpupred import config
-
-    root = tmp_path_factory.mktemp("memterms")
-    saved = config.ONNX_CACHE
-    config.ONNX_CACHE = root / "cache"
-    paths = {}
-    for name, values in (("llama", TINY_LLAMA), ("gpt2", TINY_GPT2), ("autocast_llama", AUTOCAST_LLAMA),
-                         ("autocast_gpt2", AUTOCAST_GPT2), ("wide_vocab", WIDE_VOCAB_LLAMA),
-                         ("dropout_gpt2", DROPOUT_GPT2), ("attn_dropout_gpt2", ATTN_DROPOUT_GPT2)):
-        (root / name).mkdir()
-        (root / name / "config.json").write_text(json.dumps(values))
-        paths[name] = root / name / "config.json"
-    yield paths
-    config.ONNX_CACHE = saved
+    yield from config_files(tmp_path_factory.mktemp("memterms"), {
+        "llama": TINY_LLAMA, "gpt2": TINY_GPT2, "autocast_llama": AUTOCAST_LLAMA, "autocast_gpt2": AUTOCAST_GPT2,
+        "wide_vocab": WIDE_VOCAB_LLAMA, "dropout_gpt2": DROPOUT_GPT2, "attn_dropout_gpt2": ATTN_DROPOUT_GPT2})
 
 
 def _footprint(config_path: Path, attention: str | None, batch: int = BATCH, seq: int = SEQ) -> dict[str, float]:
