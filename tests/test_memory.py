@@ -68,6 +68,24 @@ def test_memory_metrics_keys() -> None:
     assert errors.loc[errors["method"] != "footprint*correction", "covered"].isna().all()
 
 
+def test_torch_figures_are_scored_on_own_runs_with_a_torch_peak() -> None:
+    """A FIXTURE errors frame (hand-made rows, not an evaluation): only the best method's own rows with a measured
+    peak are scored, and the 16-bit figures keep the 16-bit runs alone."""
+    from gpupred.memory.evaluate import BEST, torch_figure_metrics
+
+    rows = pd.DataFrame({
+        "scheme": "lofo", "method": [BEST] * 5 + ["footprint"], "source": ["gpupred"] * 4 + ["lucid", "gpupred"],
+        "precision": ["bf16", "bf16", "fp32", "fp32", "bf16", "bf16"],
+        "allocated_mib": [110.0, 95.0, 50.0, 100.0, 1.0, 1.0],
+        "allocated_measured_mib": [100.0, 100.0, 100.0, np.nan, 100.0, 100.0],
+        "reserved_mib": 100.0, "reserved_measured_mib": 100.0})
+    m = torch_figure_metrics(rows)
+    assert m["memory_torch_allocated_lofo_own_rows"] == 3 and m["memory_torch_allocated_lofo_16bit_own_rows"] == 2
+    assert m["memory_torch_allocated_lofo_own_median_rel_err"] == pytest.approx(0.1)
+    assert m["memory_torch_allocated_lofo_16bit_own_median_rel_err"] == pytest.approx(0.075)
+    assert m["memory_torch_reserved_lofo_own_p90_rel_err"] == 0.0
+
+
 TWO_GPUS = {"gpus": ("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"), "n_batch_sizes": 2,
             "sources": {"NVIDIA GeForce RTX 3090": "lucid"}}
 

@@ -273,7 +273,7 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
                 loader_profile: LoaderProfile = None) -> None:
     """Predict GPU utilization, SM activity, step time and memory of a training job from its ONNX graph (or a model by
     name), whether it fits on the GPU, and their breakdowns; with --data, fed by a host input pipeline. Prints the
-    versioned answer (schema gpupred.prediction/3; --json: as JSON)."""
+    versioned answer (schema gpupred.prediction/4; --json: as JSON)."""
     from gpupred.errors import GpupredError
 
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)

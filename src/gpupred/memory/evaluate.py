@@ -62,8 +62,38 @@ def _error_rows(test: pd.DataFrame, est: pd.DataFrame, target: str, scheme: str,
         rows.append(pd.DataFrame({
             "scheme": scheme, "split": label, "method": method, "run_id": test["run_id"].to_numpy(),
             "estimate_mib": e, "measured_mib": measured, "rel_err": np.abs(e - measured) / measured,
-            "covered": inside if method == BEST else np.nan, "source": source, "family": test["family"].to_numpy()}))
+            "covered": inside if method == BEST else np.nan, "source": source, "family": test["family"].to_numpy(),
+            "precision": test["precision"].to_numpy() if "precision" in test.columns else "",
+            **{f"{figure}_{kind}": (est[figure].to_numpy(float) if kind == "mib" else
+                                    test.get(column, pd.Series(np.nan, index=test.index)).to_numpy(float))
+               if method == BEST else np.nan
+               for figure, column in TORCH_FIGURES.items() for kind in ("mib", "measured_mib")}}))
     return pd.concat(rows, ignore_index=True)
+
+
+TORCH_FIGURES: dict[str, str] = {"allocated": "torch_peak_allocated_mib", "reserved": "torch_peak_reserved_mib"}
+
+
+def torch_figure_metrics(errors: pd.DataFrame) -> dict[str, float]:
+    """The estimator's torch figures (allocated and reserved peaks, :meth:`MemoryEstimator.predict`) against the
+    peaks this project's profiler read from torch, on its own runs, per scheme: median and 90th-percentile relative
+    error over every run and over the 16-bit ones. The profiler's peaks span the job's life, cuDNN's autotuning
+    included (``cudnn.benchmark``: its trial workspaces), which the fp32 convolution nets' peaks show and no count of
+    the step's tensors holds; the 16-bit runs' peaks are the step's."""
+    rows = own_rows(errors)
+    rows = rows[rows["method"] == BEST]
+    out: dict[str, float] = {}
+    for figure in TORCH_FIGURES:
+        for scheme, g in rows.groupby("scheme"):
+            for label, part in (("", g), ("_16bit", g[g["precision"].isin(["bf16", "fp16", "bf16-pure"])])):
+                measured = part[f"{figure}_measured_mib"].to_numpy(float)
+                ok = np.isfinite(measured) & (measured > 0)
+                err = np.abs(part[f"{figure}_mib"].to_numpy(float)[ok] / measured[ok] - 1)
+                key = f"memory_torch_{figure}_{scheme}{label}_own"
+                out[f"{key}_median_rel_err"] = float(np.median(err)) if len(err) else float("nan")
+                out[f"{key}_p90_rel_err"] = float(np.quantile(err, 0.9)) if len(err) else float("nan")
+                out[f"{key}_rows"] = float(len(err))
+    return out
 
 
 def summarize_memory(errors: pd.DataFrame, by_source: bool = False) -> pd.DataFrame:
@@ -246,6 +276,7 @@ def memory_metrics(errors: pd.DataFrame, model: MemoryEstimator | None = None,
         src: {scheme: {method_key(m): float(by.loc[(m, src), ("median", scheme)])
                        for m in METHODS if (m, src) in by.index}
               for scheme in by.columns.get_level_values(1).unique()} for src in sorted(errors["source"].unique())}
+    out.update(torch_figure_metrics(errors))
     if model is not None:
         out["memory_footprint_constants"] = model.footprint_.constants()
         out["memory_interval_log_halfwidth"] = {k: round(v, 4) for k, v in model.halfwidth_.items()}
@@ -272,5 +303,9 @@ MEMORY_METRICS = MetricsSchema("05-memory", (
     (r"memory_finetune_measured_\w+", "this project's measured fine-tunes (the campaign's stage 3) against the memory "
      "estimator: runs compared, and the median and 90th-percentile |predicted / measured - 1| of torch's allocated "
      "peak, its reserved peak and NVML's device memory (gpupred.predictor.realworld_report.finetune_measured)"),
+    (r"memory_torch_(allocated|reserved)_\w+", "the memory estimator's torch figures (allocated and reserved peaks, "
+     "the physics' own) against the peaks the profiler read from torch on this project's runs, per scheme, over every "
+     "run and the 16-bit ones (whose peaks hold no cuDNN autotuning): median and p90 relative error, rows scored "
+     "(torch_figure_metrics)"),
     (r"memory_\w+", "memory estimates' errors per method and scheme, pooled, own runs and per source (memory_metrics)"),
 ))

@@ -1,7 +1,7 @@
 """The answer contract, versioned: what ``gpupred predict`` prints (as JSON with ``--json``, rendered as text without)
 and :meth:`gpupred.predictor.predictor.Predictor.answer` returns, for every kind of input alike.
 
-One object (``"schema": "gpupred.prediction/3"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
+One object (``"schema": "gpupred.prediction/4"``, :data:`ANSWER_SCHEMA`), whose keys never come and go; a figure that
 does not apply is null (a feature row, answered by the baseline regressors, has no step time and no breakdowns):
 
 - ``inputs``: the job as resolved: the model (a file, a workload id, a model by name and the class and head it built,
@@ -12,9 +12,10 @@ does not apply is null (a feature row, answered by the baseline regressors, has 
 - ``fit``: the GPU's capacity, the headroom at the point, whether the job fits and the probability that it does, from
   the memory interval (:mod:`gpupred.predictor.fits`);
 - ``memory_breakdown``: the footprint's terms (:func:`gpupred.memory.physics.footprint_terms`), the CUDA context and the
-  caching allocator's share; the learned correction multiplies the whole footprint, so it is spread over every part
-  in proportion (each part x the correction factor), and the parts add up to the memory point; ``as_reported``: the
-  point as torch's allocated peak, torch's reserved peak and NVML's device memory (:func:`as_reported`: the memory
+  caching allocator's share, each the physics' own figure, and the learned correction as a part of its own (the
+  device figure less the analytic footprint: it may be negative); the parts add up to the memory point;
+  ``as_reported``: the point as torch's allocated peak and torch's reserved peak (the physics' own: the correction is
+  learned on NVML's figure and applies to it alone) and NVML's device memory (:func:`as_reported`: the memory
   estimator's own figures, as a predict frame carries them);
 - ``time_breakdown``: the step model's timeline (:mod:`gpupred.step.physics.timeline`) of one optimizer step: the device's
   busy time, the host's launches and synchronization the device waits on, the input pipeline's stall; the device time
@@ -37,7 +38,7 @@ from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 if TYPE_CHECKING:  # pragma: no cover
     from gpupred.predictor.jobgraph import JobGraph
 
-SCHEMA_ID = "gpupred.prediction/3"
+SCHEMA_ID = "gpupred.prediction/4"
 # figure -> (the prediction frame's column, unit, scale from the column's unit)
 FIGURES: dict[str, tuple[str, str, float]] = {
     "gpu_util": ("gpu_util", "%", 1.0), "sm_active": ("sm_active", "%", 1.0),
@@ -49,7 +50,7 @@ TERM_PARTS: dict[str, str] = {"weights": "weights", "gradients": "gradients", "o
                               "optimizer_step": "optimizer_step",
                               "autocast_copies": "autocast_copies", "activations": "activations",
                               "loss": "loss_logits", "inputs": "inputs", "workspace": "workspace"}
-MEMORY_PARTS: tuple[str, ...] = (*TERM_PARTS.values(), "cuda_context", "allocator")
+MEMORY_PARTS: tuple[str, ...] = (*TERM_PARTS.values(), "cuda_context", "allocator", "learned_correction")
 REPORTED: tuple[str, ...] = ("torch_allocated_peak", "torch_reserved_peak", "device")  # memory_breakdown's as_reported
 TIME_PARTS: tuple[str, ...] = ("device_busy", "host_and_sync", "input_stall")
 OP_CLASSES: dict[int, str] = {1: "matmul", 2: "convolution", 3: "depthwise_convolution", 0: "cuda_core_ops"}
@@ -58,12 +59,12 @@ OP_LABELS: dict[str, str] = {"matmul": "matmuls", "convolution": "convolutions",
                              "cuda_core_ops": "CUDA-core ops (elementwise, norms, pooling, casts, optimizer)"}
 PEAKS: tuple[str, ...] = ("backward", "optimizer step")  # where the memory peak falls
 PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")  # gpupred.step.physics.kernels.PHASES
-MEMORY_SPREAD = ("the tensors live at the step's peak (peak: the backward's, or the optimizer step's, when the "
-                 "activations are freed and the gradients and the step's temporaries are live); the memory estimator's "
-                 "learned correction multiplies the whole analytic footprint (context + the steady terms + allocator "
-                 "ratio x the varying ones), so every part is its analytic figure x correction_factor; allocator: the "
-                 "caching allocator's reserve beyond the allocated terms ((ratio - 1) x the varying terms: gradients, "
-                 "the step's temporaries, autocast copies, activations, loss)")
+MEMORY_NOTE = ("the tensors live at the step's peak (peak: the backward's, or the optimizer step's, when the "
+               "activations are freed and the gradients and the step's temporaries are live), each the physics' own "
+               "figure; allocator: the caching allocator's reserve beyond the allocated terms ((ratio - 1) x the "
+               "varying terms: gradients, the step's temporaries, autocast copies, activations, loss); "
+               "learned_correction: the memory estimator's learned correction of NVML's figure (analytic footprint x "
+               "(correction_factor - 1)), which torch's allocated and reserved peaks do not carry")
 TIME_SPREAD = ("the step model's timeline of one optimizer step, every part x correction_factor (the step time's "
                "point over the timeline's step time), so the parts keep the timeline's shares and add up to the "
                "point; utilization has its own correction")
@@ -130,7 +131,7 @@ def answer_schema() -> dict[str, Any]:
     memory = _object({"unit": {"const": "MiB"}, "total": {"type": "number"}, "parts": _parts(MEMORY_PARTS),
                       "as_reported": _parts(REPORTED), "analytic_mib": {"type": "number"}, "allocator_ratio": {"type": "number"},
                       "peak": {"enum": list(PEAKS)},
-                      "correction_factor": {"type": "number"}, "spread": {"type": "string"}}, nullable=True)
+                      "correction_factor": {"type": "number"}, "note": {"type": "string"}}, nullable=True)
     fit = _object({"gpu": _nullable("string"), "capacity_mib": _nullable("number"), "capacity_gib": _nullable("number"),
                    "headroom_mib": _nullable("number"), "headroom_gib": _nullable("number"),
                    "fits": _nullable("boolean"), "probability": _nullable("number")})
@@ -326,20 +327,22 @@ def memory_parts(memory: Any, graph: "JobGraph", kind: str) -> dict[str, Any]:
 
 
 def memory_breakdown(explained: Any) -> dict[str, Any]:
-    """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve, every one
-    x the learned correction (which multiplies the whole footprint), in MiB; they add up to the point. ``explained``:
-    the first row of a :class:`gpupred.memory.estimator.MemoryParts` (the prediction's, kept by the core)."""
+    """The memory point as its parts: each footprint term, the CUDA context and the allocator's reserve (the physics'
+    own figures) and the learned correction (the point less the analytic footprint), in MiB; they add up to the
+    point. ``explained``: the first row of a :class:`gpupred.memory.estimator.MemoryParts` (the prediction's, kept by
+    the core)."""
     estimate, terms = explained.estimate.iloc[0], explained.terms.iloc[0]
     context, ratio = float(explained.context[0]), float(explained.ratio[0])
     analytic, total = float(estimate["footprint"]), float(estimate["footprint*correction"])
     factor = total / analytic if analytic > 0 else 1.0
     varying = float(explained.varying[0])
-    parts = {TERM_PARTS[t]: float(terms[t]) * factor for t in TERM_PARTS}
-    parts.update(cuda_context=context * factor, allocator=(ratio - 1.0) * varying * factor)
+    parts = {TERM_PARTS[t]: float(terms[t]) for t in TERM_PARTS}
+    parts.update(cuda_context=context, allocator=(ratio - 1.0) * varying)
+    parts["learned_correction"] = total - sum(parts.values())
     return {"unit": "MiB", "total": total, "parts": parts, "as_reported": as_reported(estimate),
             "analytic_mib": analytic, "allocator_ratio": ratio,
             "peak": PEAKS[0] if explained.at_backward[0] else PEAKS[1], "correction_factor": factor,
-            "spread": MEMORY_SPREAD}
+            "note": MEMORY_NOTE}
 
 
 def as_reported(estimate: pd.Series) -> dict[str, float]:
@@ -497,7 +500,8 @@ def _text_memory(answer: dict[str, Any]) -> list[str]:
             f"{'as reported':16s} torch allocated {seen['torch_allocated_peak']:,.0f} MiB, torch reserved "
             f"{seen['torch_reserved_peak']:,.0f} MiB, device (NVML) {seen['device']:,.0f} MiB",
             f"{'total':16s} {mem['total']:12,.1f} MiB  (analytic {mem['analytic_mib']:,.1f} MiB x correction "
-            f"{mem['correction_factor']:.3f}, spread over every part; allocator ratio {mem['allocator_ratio']:.3f})"]
+            f"{mem['correction_factor']:.3f}, the learned_correction part; allocator ratio "
+            f"{mem['allocator_ratio']:.3f})"]
 
 
 def _text_time(answer: dict[str, Any]) -> list[str]:
