@@ -301,3 +301,20 @@ def test_a_new_gpu_takes_its_sources_constants() -> None:
     assert fitted.predict(row.assign(source="gpumemnet"))[0] == pytest.approx(share + a100 + allocated)
     # no fit at all: the sweeps' software share (619 MiB measured on the H200, less its local memory)
     assert Footprint().predict(row)[0] == pytest.approx(619 - h200 + a100 + allocated)
+
+
+def test_the_recomputed_block_and_the_loss_buffers_are_two_phases() -> None:
+    """FIXTURE terms (MiB, hand-made): under checkpointing the larger of the loss's phase (activations less the
+    recomputed block's, the head's copies, the loss buffers) and the block's (every activation, its copies) stays."""
+    from gpupred.memory.physics import recompute_phase
+
+    def phase(block: float, copies: float) -> dict[str, float]:
+        t = {"activations": np.array([100.0]), "autocast_copies": np.array([50.0]), "loss": np.array([60.0]),
+             "recompute": np.array([block]), "recompute_copies": np.array([copies])}
+        recompute_phase(t)
+        assert set(t) == {"activations", "autocast_copies", "loss"}
+        return {k: float(v[0]) for k, v in t.items()}
+
+    assert phase(80.0, 20.0) == {"activations": 20.0, "autocast_copies": 50.0, "loss": 60.0}  # 130 against 120
+    assert phase(80.0, 40.0) == {"activations": 100.0, "autocast_copies": 40.0, "loss": 0.0}  # 140 against 130
+    assert phase(0.0, 0.0) == {"activations": 100.0, "autocast_copies": 50.0, "loss": 60.0}  # no checkpointing

@@ -71,9 +71,9 @@ def _ours(config_path: Path, seq: int, batch: int, setup: Any, head: str) -> flo
 CASES = {  # name: (config, seq, batch, precision, setup options, tolerance)
     "gpt2 fp32 sdpa": ("gpt2", 512, 4, "fp32", {}, TOLERANCE),
     "gpt2 bf16 eager": ("gpt2", 512, 4, "bf16", {"attention": "eager"}, TOLERANCE),
-    # the footprint counts the recompute of one checkpointed layer beside the loss buffers, which torch's peak holds
-    # apart: one layer's activations too many, 4% of this 2-layer model
-    "llama bf16 lora ckpt": ("llama", 1024, 1, "bf16", {"lora_rank": 16, "checkpointing": True}, 0.06),
+    # the recomputed layer's activations and weight copies and the loss buffers are two phases
+    # (gpupred.memory.physics.recompute_phase): -0.3%, +4.3% while they were counted at once
+    "llama bf16 lora ckpt": ("llama", 1024, 1, "bf16", {"lora_rank": 16, "checkpointing": True}, 0.03),
     "llama3 bf16 lora": ("llama3", 1024, 1, "bf16", {"lora_rank": 16}, TOLERANCE),
     "bert masked-lm fp32 sdpa": ("bert", 384, 8, "fp32", {}, TOLERANCE),
 }
@@ -82,9 +82,9 @@ CASES = {  # name: (config, seq, batch, precision, setup options, tolerance)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_full_width_decoders_against_torch(configs: dict[str, Path], case: str) -> None:
     """Measured, ours / torch - 1: gpt2 fp32 sdpa -0.0%, gpt2 bf16 eager +0.1% (+6% while the head's gradient was
-    added to the loss buffers), llama bf16 lora ckpt +4.3% (+28% with every frozen weight's copy held), llama3 bf16
-    lora +0.9% (grouped-query attention, a 128k vocabulary), bert masked-lm fp32 sdpa -0.0% (-5.3% before the fused
-    kernel's saved Q and K were counted)."""
+    added to the loss buffers), llama bf16 lora ckpt -0.3% (+4.3% with the recomputed layer beside the loss buffers,
+    +28% with every frozen weight's copy held), llama3 bf16 lora +0.9% (grouped-query attention, a 128k vocabulary),
+    bert masked-lm fp32 sdpa -0.0% (-5.3% before the fused kernel's saved Q and K were counted)."""
     from gpupred.memory.oracle import FakeStep, torch_peak
     from gpupred.setups import setup_of
 

@@ -404,6 +404,17 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
             "copy_bytes": copies, "act_delta_bytes": float(act), "transient_bytes": transient}
 
 
+def gradient_elements(place: Placement) -> dict[str, int]:
+    """The gradient elements each parameter key gets under a placement: a trainable parameter's own, an adapted
+    Linear weight's adapters' (``A`` and ``B``, allocated as the weight's node runs its backward), none for a frozen
+    one (what the backward's walk, :func:`gpupred.memory.physics.peak_gradients`, allocates)."""
+    out: dict[str, int] = {}
+    for key, shape in place.trainable.items():
+        base = key.split("::lora_")[0]
+        out[base] = out.get(base, 0) + math.prod(shape)
+    return out
+
+
 def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = ()
                         ) -> int:
     """Elements of autocast's 16-bit weight copies the footprint counts (see the module notes): every weight's in a

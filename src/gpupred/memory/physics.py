@@ -79,7 +79,9 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
 The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
 and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
 checkpointed block's inputs, plus the recomputed activations of the largest block during its backward
-(:mod:`gpupred.step.physics.blocks`), and autocast's copies of activations only where their source is kept; the attention option decides which cores' scores a fused kernel never writes
+(:mod:`gpupred.step.physics.blocks`), with autocast's copies of the weights it reads cast again: a phase of its own,
+after the loss's backward, so the peak is the larger of the two (:func:`recompute_phase`; LLaMA at full width, two
+layers, LoRA r16, bf16, sequence 1024, against torch's MemTracker count: -0.3%, +4.3% with both counted at once), and autocast's copies of activations only where their source is kept; the attention option decides which cores' scores a fused kernel never writes
 (:func:`gpupred.step.physics.attention.fused_cores`); gradient accumulation keeps the gradients through the forward;
 the optimizer's implementation decides the step's temporaries (fused and for-loop steps have none).
 """
@@ -132,8 +134,8 @@ TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "optimizer_step",
 STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace")  # allocated once: no allocator reserve
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
     "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
-    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "dropout_mask_elems",
-    "fused_mask_elems", "dropout_copy_elems", "fused_copy_elems")
+    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "outside_elems",
+    "outside_fp32_elems", "outside_half_elems", "recompute_copy_elems", "dropout_mask_elems", "fused_mask_elems", "dropout_copy_elems", "fused_copy_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
@@ -154,7 +156,8 @@ LOSS_BUFFERS = 3.0  # fp32 logits-sized tensors at the cross entropy's backward 
 SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element tensor: nothing of the other kept
 
 
-def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None) -> dict[str, float]:
+def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None,
+                gradients: dict[str, int] | None = None) -> dict[str, float]:
     """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``), under a
     training setup's attention and checkpointing options (default: the sweeps').
 
@@ -175,18 +178,22 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     attention cores the setup fuses (dropout on the probabilities, which a fused kernel draws and keeps no mask of);
     ``dropout_copy_elems``: Dropout's outputs kept beside their inputs (:func:`dropout_copies`), ``fused_copy_elems``
     those of them inside the attention cores the setup fuses.
-    Under checkpointing the kept tensors are those of :func:`checkpointed`.
+    Under checkpointing the kept tensors are those of :func:`checkpointed`. ``gradients``: the gradient elements
+    of each parameter key where not every parameter trains (LoRA: :func:`gpupred.finetune.gradient_elements`), which
+    the backward's walk (:func:`peak_gradients`) allocates; None: every parameter's.
     """
     from gpupred.graph.loader import cached_graph
 
     job = setup or DEFAULT_SETUP
     graph, _ = cached_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
-    return dict(cg.memo(("graph_terms", job.attention, job.checkpointing),  # the setup options they read
-                        lambda: _graph_terms(graph, cg, job)))
+    grads_key = None if gradients is None else tuple(sorted(gradients.items()))
+    return dict(cg.memo(("graph_terms", job.attention, job.checkpointing, grads_key),  # what they read
+                        lambda: _graph_terms(graph, cg, job, gradients)))
 
 
-def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
+def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, int] | None = None
+                 ) -> dict[str, float]:
     """:func:`graph_terms` of a loaded graph and its canonical form."""
     from gpupred.graph.canonical import shape_elements
 
@@ -194,9 +201,11 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
     attention, softmax = _attention_tensors(cg, producer, job.attention)
     operands = fused_operands(cg, job.attention, numel, producer) - kept
     blocks = checkpoint_blocks_of(cg) if job.checkpointing else None
+    recompute: Recompute = Recompute()
     if blocks is not None:
         kept, operands = checkpointed(cg, kept, numel, blocks), checkpointed(cg, kept | operands, numel, blocks)
         operands -= kept
+        recompute = recomputed_block(cg, kept | operands, numel, blocks, job, gradients)
     counts = _activation_counts(cg, producer, numel, kept, attention | softmax, operands)
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
@@ -209,7 +218,14 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup) -> dict[str, float]:
     counts.update(dropout_copy_elems=float(sum(copies.values())),
                   fused_copy_elems=float(sum(n for t, n in copies.items() if t in attention | softmax)))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(
-        cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs)
+        cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients)
+    # under checkpointing, what is kept outside the recomputed block (its inputs from earlier blocks, the head's), as
+    # saved, fp32 and 16-bit elements; the block's own activations are the rest (recompute_phase)
+    outside = (_activation_counts(cg, producer, numel, (kept | operands) - recompute.tensors, set())
+               if recompute.tensors else {})
+    counts.update(outside_elems=outside.get("saved_elems", 0.0), outside_fp32_elems=outside.get("fp32_elems", 0.0),
+                  outside_half_elems=outside.get("half_elems", 0.0),
+                  recompute_copy_elems=float(sum(recompute.copies.values())))
     return counts
 
 
@@ -223,8 +239,8 @@ def _tensors_kept(cg: Any) -> tuple[dict[str, Any], dict[str, int], set[str]]:
 
 
 def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
-                   ratios: tuple[float, ...], output_elems: float = 0.0, outputs: Sequence[str] = ()
-                   ) -> tuple[float, ...]:
+                   ratios: tuple[float, ...], output_elems: float = 0.0, outputs: Sequence[str] = (),
+                   gradients: dict[str, int] | None = None) -> tuple[float, ...]:
     """Parameter elements whose gradients are live at the backward's peak (see the module notes).
 
     Backward runs the nodes in reverse: a parameter's gradient is allocated at the backward of the last node that
@@ -234,11 +250,12 @@ def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
     activation elements (2: fp32 gradients beside 16-bit activations under autocast). Before any node, the cross
     entropy's backward holds its ``LOSS_BUFFERS`` fp32 buffers the size of the logits (``output_elems``, each element
     weighing ``ratio`` too) and no gradient; of them only the logits' gradient is left while the node that wrote the
-    logits (through views) runs its backward, and none after. Returned, for each of ``ratios``: the gradient elements
-    live at that peak beyond the activations and the loss buffers all kept at once (0 when the peak is the loss's).
-    A decoder's head gradient is therefore not added on top of the loss buffers: GPT-2 large's width at 4 layers,
-    fp32, against torch's MemTracker count, 4,540 MiB with it and 4,290 without, torch 4,290
-    (tests/test_memory_oracle.py)."""
+    logits (through views) runs its backward, and none after. ``gradients``: each parameter key's gradient elements
+    where not every parameter trains (a frozen one has none; a LoRA-adapted weight's are its adapters'). Returned,
+    for each of ``ratios``: the gradient elements live at that peak beyond the activations and the loss buffers all
+    kept at once (0 when the peak is the loss's). A decoder's head gradient is therefore not added on top of the loss
+    buffers: GPT-2 large's width at 4 layers, fp32, against torch's MemTracker count, 4,540 MiB with it and 4,290
+    without, torch 4,290 (tests/test_memory_oracle.py)."""
     n = len(cg.nodes)
     grads, acts = np.zeros(n + 1), np.zeros(n + 1)
     last: dict[str, int] = {}
@@ -253,7 +270,7 @@ def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
         if op in OUTPUT_SAVE and outs and outs[0] in kept:
             first.setdefault(outs[0], i)
     for key, i in last.items():
-        grads[i] += cg.param_sizes[key][0]
+        grads[i] += cg.param_sizes[key][0] if gradients is None else gradients.get(key, 0)
     for t in kept:
         acts[first.get(t, n)] += numel.get(t, 0)  # never read (a graph output): live until backward starts
     later, kept_by = np.cumsum(grads[::-1])[::-1], np.cumsum(acts)  # node k: gradients read at >= k, kept <= k
@@ -392,6 +409,48 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
     # changes from one process to the next
     _, largest = max(sorted(inner.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]), default=(0, set()))
     return out | largest
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """What the recomputed checkpointed block holds during its backward (:func:`recomputed_block`): its kept tensors
+    and autocast's 16-bit weight copies by the node that saves each (elements)."""
+
+    tensors: frozenset[str] = frozenset()
+    copies: dict[int, int] = field(default_factory=dict)
+
+
+def recomputed_block(cg: Any, kept: set[str], numel: dict[str, int], blocks: tuple[list[Any], dict[str, int]],
+                     job: TrainingSetup = DEFAULT_SETUP, gradients: dict[str, int] | None = None) -> Recompute:
+    """Of ``kept`` (:func:`checkpointed`'s tensors), those the recomputed block holds during its backward (made inside
+    the largest block and read only there, :func:`checkpointed`'s choice), and under autocast the
+    16-bit copies of the fp32 weights its contractions read, which the recomputed forward casts again and each
+    node's backward holds: a trainable weight's once (autocast caches it), a frozen one's per reader (``gradients``
+    given: LoRA's base weights; not cached), none of QLoRA's 4-bit weights (dequantized inside each op)."""
+    blocks_, block_of = blocks
+    node_block = {i: k for k, b in enumerate(blocks_) for i in b.nodes}
+    read_outside = {t for i, node in enumerate(cg.nodes) for t in node[2]
+                    if t in block_of and node_block.get(i) != block_of[t]}
+    read = {t for node in cg.nodes for t in node[2]}
+    by_block: dict[int, set[str]] = {}
+    for t in kept:
+        if t in block_of and t in read and t not in read_outside:
+            by_block.setdefault(block_of[t], set()).add(t)
+    if not by_block:
+        return Recompute()
+    # one block as a rule (checkpointed() keeps one block's); else the largest, the earliest of equal ones
+    k, inner = max(sorted(by_block.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]))
+    copies: dict[int, int] = {}
+    if job.autocast and not job.qlora:
+        cast: set[str] = set()
+        for i in sorted(blocks_[k].nodes):
+            op, _d, ins, *_ = cg.nodes[i]
+            for t in ins if op in LOWER_PRECISION_OPS else ():
+                shape = cg.shapes.get(t)
+                if t in cg.params and shape and shape[1] == 1 and (gradients is not None or t not in cast):
+                    cast.add(t)
+                    copies[i] = copies.get(i, 0) + numel.get(t, 0)
+    return Recompute(frozenset(inner), copies)
 
 
 def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
@@ -548,6 +607,7 @@ def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[p
     """(:func:`footprint_terms`, whether each row's peak is the backward's: False where it is the optimizer step's)."""
     t = term_arrays(df, source)
     peak = t.pop("peak_gradients")
+    recompute_phase(t)
     # under checkpointing autocast's copies die with the forward's autocast region (none is saved for backward): the
     # forward's end (copies, no gradient) or the backward's peak (gradients, no copy); otherwise the saved copies
     # are freed through the backward beside the gradients
@@ -563,15 +623,33 @@ def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[p
     return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
 
 
+def recompute_phase(t: dict[str, np.ndarray]) -> None:
+    """Under checkpointing, the recomputed block (``recompute``: its activations; ``recompute_copies``: autocast's
+    16-bit copies of the weights it reads, cast again as it reruns and held to each node's backward) is live only
+    once the loss's backward and the later blocks' are done: not beside the loss buffers and the head's copies.
+    Of the two phases, the larger stays (in place, MiB): the loss's (activations less the block's, the copies, the
+    loss buffers) or the block's (the activations with it, its copies, no loss buffer). Without checkpointing both
+    are zero and nothing changes."""
+    block, copies = t.pop("recompute"), t.pop("recompute_copies")
+    loss_phase = t["activations"] - block + t["autocast_copies"] + t["loss"]
+    block_phase = t["activations"] + copies
+    at_block = (block > 0) & (block_phase > loss_phase)
+    t["activations"] = np.where(at_block | (block <= 0), t["activations"], t["activations"] - block)
+    t["autocast_copies"] = np.where(at_block, copies, t["autocast_copies"])
+    t["loss"] = np.where(at_block, 0.0, t["loss"])
+
+
 def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:
-    """Every term's size in MiB (``TERMS``) as if all were live at once, and ``peak_gradients``: the gradients live
+    """Every term's size in MiB (``TERMS``) as if all were live at once, ``peak_gradients``: the gradients live
     at the backward's peak (the graph terms' ``peak_grad_elems``; all of them under gradient accumulation, which
-    keeps them through the forward, or where the frame has no graph terms)."""
+    keeps them through the forward, or where the frame has no graph terms), and under checkpointing ``recompute`` and
+    ``recompute_copies``: the recomputed block's activations and autocast's weight copies (:func:`recompute_phase`)."""
     return pd.DataFrame(term_arrays(df, source), index=df.index)
 
 
 def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[str, np.ndarray]:
-    """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``."""
+    """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``, ``recompute`` and
+    ``recompute_copies``."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
     precision = text_column(df, "precision")
@@ -584,8 +662,12 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     grads = _or(counted, df, "grad_bytes", p)
-    peak = (np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems"))
-            * np.where(pure, 2.0, 4.0))
+    grad_width = np.where(pure, 2.0, 4.0)
+    peak = np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems")) * grad_width
+    # what is kept outside the recomputed block (checkpointing), in bytes as activation_bytes counts them
+    outside_saved = numeric_column(df, "outside_elems")
+    outside = np.where(autocast, 2.0 * numeric_column(df, "outside_half_elems")
+                       + 4.0 * numeric_column(df, "outside_fp32_elems"), np.where(pure, 2.0, 4.0) * outside_saved)
     sizes = {
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
@@ -593,12 +675,16 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         "activations": np.maximum(act + numeric_column(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
         + dropout_copy_bytes(df, sdpa, autocast, pure),
         "loss": numeric_column(df, "output_elems") * 4.0 * LOSS_BUFFERS,
+        "recompute_copies": numeric_column(df, "recompute_copy_elems") * 2.0,
         "inputs": numeric_column(df, "input_bytes"),
         "workspace": _workspaces(df) * MIB + numeric_column(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric_column(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
     }
-    return {k: np.asarray(v, float) / MIB for k, v in sizes.items()}
+    out = {k: np.asarray(v, float) / MIB for k, v in sizes.items()}
+    # the recomputed block's activations: every one kept less those outside it (none without checkpointing)
+    out["recompute"] = np.where(outside_saved > 0, np.maximum(out["activations"] - outside / MIB, 0.0), 0.0)
+    return out
 
 
 def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:

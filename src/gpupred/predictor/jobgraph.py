@@ -79,7 +79,19 @@ class JobGraph:
         whose state is not parameter-sized, its parameter terms (:func:`gpupred.finetune.parameter_terms`)."""
         from gpupred.memory.physics import graph_terms
 
-        return {**graph_terms(self.graph, self.batch_size, self.setup), **self.parameter_terms()}
+        return {**graph_terms(self.graph, self.batch_size, self.setup, self.gradient_elements()),
+                **self.parameter_terms()}
+
+    def gradient_elements(self) -> dict[str, int] | None:
+        """Each parameter key's gradient elements under LoRA (:func:`gpupred.finetune.gradient_elements`: frozen
+        weights have none); None where every parameter trains."""
+        if not self.setup.lora:
+            return None
+        from gpupred.finetune import gradient_elements, model_type_of, placement
+        from gpupred.graph.loader import cached_graph
+
+        cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
+        return gradient_elements(placement(cg, self.setup, self.label, model_type_of(self.graph)))
 
     def parameter_terms(self) -> dict[str, float]:
         """:func:`gpupred.finetune.parameter_terms` of the graph at the batch size (empty for the sweeps' setups)."""
