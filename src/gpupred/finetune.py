@@ -44,8 +44,8 @@ end, :func:`gpupred.memory.physics.peak_terms`). A frozen weight's copy is not c
 backward node that saved it. Under checkpointing a Linear inside a checkpointed block saves nothing in the forward,
 so only the frozen Linears outside every block (the head) keep theirs. LLaMA-7B with peft's default LoRA (r 16), bf16
 autocast, sequence 2048, checkpointing: torch's own count of the allocated peak (MemTracker under FakeTensorMode,
-``benchmarks/bench_memory_oracle.py``) 27,927 MiB; the footprint 28,226 MiB (+1.1%), and 40,546 MiB (+45%) when it
-held every frozen copy.
+``benchmarks/bench_memory_oracle.py``) 27,927 MiB; the footprint 27,921 MiB (-0.0%; +1.1% before the recomputed
+layer and the loss buffers were two phases), and 40,546 MiB (+45%) when it held every frozen copy.
 
 **QLoRA** (bitsandbytes ``Params4bit`` with ``quant_type="nf4"``, ``compress_statistics=True``; ``quantize_4bit`` in
 ``bitsandbytes/functional.py``): every Linear weight but the output head (transformers keeps the output embedding
