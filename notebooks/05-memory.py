@@ -61,6 +61,19 @@ table.round(3)
 own = summarize_memory(dataset.own_rows(errors))
 own.round(3)
 
+# %% [markdown]
+# torch's own figures on this project's runs, held out the same ways: the estimator's allocated and reserved peaks
+# (the physics' own; the learned correction is fitted on NVML's figure and applies to it alone) against the peaks
+# the profiler read from torch (`torch.cuda.max_memory_allocated()` and `max_memory_reserved()`). Those peaks span a
+# job's life, cuDNN's autotuning included (`cudnn.benchmark`: its trial workspaces), which only the fp32
+# convolution nets show; the 16-bit runs' peaks are the step's own.
+
+# %%
+from gpupred.memory.evaluate import torch_figure_metrics
+
+torch_figures = torch_figure_metrics(errors)
+reports.metrics_table({k: v for k, v in torch_figures.items() if not k.endswith("_rows")}, MEMORY_METRICS)
+
 # %%
 by_source = summarize_memory(errors, by_source=True)
 by_source.round(3)
