@@ -64,6 +64,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("llama3-8b bf16 lora16 s2048 b1 ckpt", "llama3-8b", 2048, 1, "bf16", checkpointing=True, lora=16),
     Recipe("gpt2-large bf16 adamw s1024 b4", "gpt2-large", 1024, 4, "bf16"),
     Recipe("gpt2-large bf16 adamw s1024 b4 eager", "gpt2-large", 1024, 4, "bf16", attention="eager"),
+    Recipe("gpt2-large bf16 adamw s1024 b4 ckpt", "gpt2-large", 1024, 4, "bf16", checkpointing=True),
     Recipe("llama-7b bf16 lora16 s2048 b4", "llama-7b", 2048, 4, "bf16", lora=16),
     Recipe("opt-1.3b bf16 adamw s2048 b4", "opt-1.3b", 2048, 4, "bf16"),
     Recipe("bert-base masked-lm fp32 s384 b32", "bert-base", 384, 32, "fp32", head="masked-lm"),

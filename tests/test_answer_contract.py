@@ -219,7 +219,8 @@ def test_memory_as_users_read_it_allocated_reserved_device(answers: dict[str, di
     seen, parts = mem["as_reported"], mem["parts"]
     assert seen["device"] == pytest.approx(mem["total"])
     assert 0 < seen["torch_allocated_peak"] < seen["torch_reserved_peak"] < seen["device"]
-    # torch's figures are the physics' own; the learned correction (not 1 for this job) is NVML's alone, a part of its own
+    # torch's figures are the physics' own; the learned correction (not 1 for this job) is NVML's alone, a part of
+    # its own
     tensors = sum(parts[p] for p in TERM_PARTS.values())
     assert abs(mem["correction_factor"] - 1.0) > 1e-3
     assert seen["torch_allocated_peak"] == pytest.approx(tensors, rel=1e-9)

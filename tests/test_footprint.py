@@ -303,18 +303,28 @@ def test_a_new_gpu_takes_its_sources_constants() -> None:
     assert Footprint().predict(row)[0] == pytest.approx(619 - h200 + a100 + allocated)
 
 
-def test_the_recomputed_block_and_the_loss_buffers_are_two_phases() -> None:
-    """FIXTURE terms (MiB, hand-made): under checkpointing the larger of the loss's phase (activations less the
-    recomputed block's, the head's copies, the loss buffers) and the block's (every activation, its copies) stays."""
-    from gpupred.memory.physics import recompute_phase
+def test_checkpointing_keeps_the_largest_of_three_phases() -> None:
+    """FIXTURE terms (MiB, hand-made): under checkpointing the forward's end (activations outside the recomputed
+    block, every weight copy, one logits buffer), the loss's backward (the same activations, the frozen weights'
+    copies, the loss buffers) or the recomputed block's backward (every activation, its copies, the gradients then),
+    whichever is largest; a row without checkpointing is left as it was."""
+    from gpupred.memory.physics import checkpoint_phases
 
-    def phase(block: float, copies: float) -> dict[str, float]:
-        t = {"activations": np.array([100.0]), "autocast_copies": np.array([50.0]), "loss": np.array([60.0]),
-             "recompute": np.array([block]), "recompute_copies": np.array([copies])}
-        recompute_phase(t)
+    def phase(block: float, copies: float, cast: float, held: float, ckpt: bool = True) -> dict[str, float]:
+        t = {"activations": np.array([100.0]), "autocast_copies": np.array([cast]), "loss": np.array([60.0]),
+             "recompute": np.array([block]), "recompute_copies": np.array([copies]), "held_copies": np.array([held])}
+        grads = checkpoint_phases(t, np.array([5.0]), np.array([ckpt]))
         assert set(t) == {"activations", "autocast_copies", "loss"}
-        return {k: float(v[0]) for k, v in t.items()}
+        return {**{k: float(v[0]) for k, v in t.items()}, "gradients": float(grads[0])}
 
-    assert phase(80.0, 20.0) == {"activations": 20.0, "autocast_copies": 50.0, "loss": 60.0}  # 130 against 120
-    assert phase(80.0, 40.0) == {"activations": 100.0, "autocast_copies": 40.0, "loss": 0.0}  # 140 against 130
-    assert phase(0.0, 0.0) == {"activations": 100.0, "autocast_copies": 50.0, "loss": 60.0}  # no checkpointing
+    # forward's end 20 + 90 + 20 = 130 against the loss's 20 + 10 + 60 = 90 and the block's 100 + 10 + 5 = 115
+    assert phase(80.0, 10.0, 90.0, 10.0) == {"activations": 20.0, "autocast_copies": 90.0, "loss": 20.0,
+                                             "gradients": 0.0}
+    # the loss's 20 + 50 + 60 = 130 against 20 + 50 + 20 = 90 and 100 + 10 + 5 = 115
+    assert phase(80.0, 10.0, 50.0, 50.0) == {"activations": 20.0, "autocast_copies": 50.0, "loss": 60.0,
+                                             "gradients": 0.0}
+    # the block's 100 + 40 + 5 = 145 against 20 + 10 + 20 = 50 and 20 + 0 + 60 = 80
+    assert phase(80.0, 40.0, 10.0, 0.0) == {"activations": 100.0, "autocast_copies": 40.0, "loss": 0.0,
+                                            "gradients": 5.0}
+    assert phase(80.0, 40.0, 10.0, 0.0, ckpt=False) == {"activations": 100.0, "autocast_copies": 10.0, "loss": 60.0,
+                                                        "gradients": 5.0}

@@ -44,8 +44,8 @@ end, :func:`gpupred.memory.physics.peak_terms`). A frozen weight's copy is not c
 backward node that saved it. Under checkpointing a Linear inside a checkpointed block saves nothing in the forward,
 so only the frozen Linears outside every block (the head) keep theirs. LLaMA-7B with peft's default LoRA (r 16), bf16
 autocast, sequence 2048, checkpointing: torch's own count of the allocated peak (MemTracker under FakeTensorMode,
-``benchmarks/bench_memory_oracle.py``) 27,927 MiB; the footprint 27,921 MiB (-0.0%; +1.1% before the recomputed
-layer and the loss buffers were two phases), and 40,546 MiB (+45%) when it held every frozen copy.
+``benchmarks/bench_memory_oracle.py``) 27,927 MiB; the footprint 27,905 MiB (-0.1%; +1.1% before the recomputed
+layer, the loss buffers and the weight copies were three phases), and 40,546 MiB (+45%) when it held every frozen copy.
 
 **QLoRA** (bitsandbytes ``Params4bit`` with ``quant_type="nf4"``, ``compress_statistics=True``; ``quantize_4bit`` in
 ``bitsandbytes/functional.py``): every Linear weight but the output head (transformers keeps the output embedding
@@ -120,7 +120,7 @@ PASS_OPS: frozenset[str] = frozenset({  # views and aliases: a reader of their o
     "Dropout"})
 LINEAR_OPS: frozenset[str] = frozenset({"MatMul", "Gemm"})
 PARAM_COLUMNS: tuple[str, ...] = (  # bytes the footprint reads in place of its parameter-sized rule
-    "weight_bytes", "grad_bytes", "state_bytes", "copy_bytes", "act_delta_bytes", "transient_bytes")
+    "weight_bytes", "grad_bytes", "state_bytes", "copy_bytes", "held_copy_bytes", "act_delta_bytes", "transient_bytes")
 
 
 @dataclass(frozen=True)
@@ -396,12 +396,13 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
     states = sum(optimizer_state_bytes(setup.optimizer, s, widths[k], setup.sgd_momentum)
                  for k, s in place.trainable.items())
     copies = 2.0 * autocast_copy_elems(cg, setup, place, blocks) if setup.autocast else 0.0
+    held = 2.0 * autocast_copy_elems(cg, setup, place, blocks, frozen_only=True) if setup.autocast else 0.0
     transient = 2.0 * max((numel[k] for k in place.quantized), default=0)
     if setup.optimizer == "adafactor":
         transient += 2 * 4.0 * max(sizes.values(), default=0)
     act = activation_delta(cg, setup, place) / (max(len(blocks), 1) if setup.checkpointing else 1)
     return {"weight_bytes": float(weights + extra), "grad_bytes": float(grads), "state_bytes": float(states),
-            "copy_bytes": copies, "act_delta_bytes": float(act), "transient_bytes": transient}
+            "copy_bytes": copies, "held_copy_bytes": held, "act_delta_bytes": float(act), "transient_bytes": transient}
 
 
 def gradient_elements(place: Placement) -> dict[str, int]:
@@ -415,19 +416,22 @@ def gradient_elements(place: Placement) -> dict[str, int]:
     return out
 
 
-def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = ()
-                        ) -> int:
+def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = (),
+                        frozen_only: bool = False) -> int:
     """Elements of autocast's 16-bit weight copies the footprint counts (see the module notes): every weight's in a
     full fine-tune (cached), the adapters' (cached) and the frozen, unquantized Linear weights' under LoRA, less,
     under checkpointing, the frozen ones read only inside checkpointed ``blocks`` (not cached, saved by no forward
-    there)."""
+    there). ``frozen_only``: the frozen weights' alone (not cached: held until their node's backward, past the
+    forward's autocast region)."""
     numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
     if not setup.lora:
-        return sum(numel.values())
+        return 0 if frozen_only else sum(numel.values())
     inside = {n for b in blocks for n in b} if setup.checkpointing else set()
     adapters = sum(math.prod(s) for k, s in place.trainable.items() if "::lora_" in k)
     held = [k for k, w in linear_weights(cg).items()
             if k not in place.quantized and (k in place.trainable or not inside.issuperset(w.nodes))]
+    if frozen_only:
+        return sum(numel[k] for k in held if k not in place.trainable)
     return adapters + sum(numel[k] for k in held)
 
 

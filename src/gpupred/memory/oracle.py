@@ -100,8 +100,11 @@ def fake_model(step: FakeStep) -> Any:
     cfg.use_cache = False
     auto = {"causal-lm": transformers.AutoModelForCausalLM, "masked-lm": transformers.AutoModelForMaskedLM}[step.head]
     model = auto.from_config(cfg, attn_implementation=step.attention).train()
-    if step.checkpointing:
-        model.gradient_checkpointing_enable()
+    if step.checkpointing:  # transformers' default (non-reentrant); a recompute under autocast runs CUDA's fp32
+        # list too: torch's checkpoint reruns the forward inside the backward, outside the caller's torch-function mode
+        kwargs = ({"use_reentrant": False, "context_fn": lambda: (contextlib.nullcontext(), cuda_autocast_lists())}
+                  if step.precision == "bf16" else None)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if step.lora:
         import peft
 

@@ -79,9 +79,11 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
 The training setup (:class:`gpupred.setups.TrainingSetup`) changes the terms: pure bf16 halves weights, gradients
 and state and stores every activation in 2 bytes with no autocast copies; activation checkpointing keeps only each
 checkpointed block's inputs, plus the recomputed activations of the largest block during its backward
-(:mod:`gpupred.step.physics.blocks`), with autocast's copies of the weights it reads cast again: a phase of its own,
-after the loss's backward, so the peak is the larger of the two (:func:`recompute_phase`; LLaMA at full width, two
-layers, LoRA r16, bf16, sequence 1024, against torch's MemTracker count: -0.3%, +4.3% with both counted at once), and autocast's copies of activations only where their source is kept; the attention option decides which cores' scores a fused kernel never writes
+(:mod:`gpupred.step.physics.blocks`), and autocast's copies of activations only where their source is kept; its
+step has three candidate peaks, the forward's end, the loss's backward and the recomputed block's, whose weight
+copies autocast casts again (:func:`checkpoint_phases`; against torch's MemTracker count, LLaMA-7B LoRA r16 bf16
+sequence 2048 -0.1%, +1.1% with the recomputed block, the loss buffers and the weight copies counted at once); the
+attention option decides which cores' scores a fused kernel never writes
 (:func:`gpupred.step.physics.attention.fused_cores`); gradient accumulation keeps the gradients through the forward;
 the optimizer's implementation decides the step's temporaries (fused and for-loop steps have none).
 """
@@ -135,7 +137,8 @@ STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace") 
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
     "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
     "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "outside_elems",
-    "outside_fp32_elems", "outside_half_elems", "recompute_copy_elems", "dropout_mask_elems", "fused_mask_elems", "dropout_copy_elems", "fused_copy_elems")
+    "outside_fp32_elems", "outside_half_elems", "recompute_copy_elems", "dropout_mask_elems", "fused_mask_elems",
+    "dropout_copy_elems", "fused_copy_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
 ALIAS_OPS: frozenset[str] = frozenset({  # no new memory (metadata, views of the same storage)
     "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant", "Dropout"})
@@ -220,7 +223,7 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(
         cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients)
     # under checkpointing, what is kept outside the recomputed block (its inputs from earlier blocks, the head's), as
-    # saved, fp32 and 16-bit elements; the block's own activations are the rest (recompute_phase)
+    # saved, fp32 and 16-bit elements; the block's own activations are the rest (checkpoint_phases)
     outside = (_activation_counts(cg, producer, numel, (kept | operands) - recompute.tensors, set())
                if recompute.tensors else {})
     counts.update(outside_elems=outside.get("saved_elems", 0.0), outside_fp32_elems=outside.get("fp32_elems", 0.0),
@@ -606,15 +609,9 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
 def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[pd.DataFrame, pd.Series]:
     """(:func:`footprint_terms`, whether each row's peak is the backward's: False where it is the optimizer step's)."""
     t = term_arrays(df, source)
-    peak = t.pop("peak_gradients")
-    recompute_phase(t)
-    # under checkpointing autocast's copies die with the forward's autocast region (none is saved for backward): the
-    # forward's end (copies, no gradient) or the backward's peak (gradients, no copy); otherwise the saved copies
-    # are freed through the backward beside the gradients
-    ckpt = numeric_column(df, "checkpointing") > 0
-    copies_at_end = ckpt & (t["autocast_copies"] >= peak)
-    t["autocast_copies"] = np.where(~ckpt | copies_at_end, t["autocast_copies"], 0.0)
-    peak = np.where(copies_at_end, 0.0, peak)
+    # under checkpointing three phases (checkpoint_phases); otherwise autocast's copies and the activations saved are
+    # freed through the backward beside the gradients
+    peak = checkpoint_phases(t, t.pop("peak_gradients"), numeric_column(df, "checkpointing") > 0)
     backward = t["autocast_copies"] + t["activations"] + t["loss"] + peak >= t["gradients"] + t["optimizer_step"]
     for name in ("autocast_copies", "activations", "loss"):
         t[name] = np.where(backward, t[name], 0.0)
@@ -623,33 +620,40 @@ def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[p
     return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
 
 
-def recompute_phase(t: dict[str, np.ndarray]) -> None:
-    """Under checkpointing, the recomputed block (``recompute``: its activations; ``recompute_copies``: autocast's
-    16-bit copies of the weights it reads, cast again as it reruns and held to each node's backward) is live only
-    once the loss's backward and the later blocks' are done: not beside the loss buffers and the head's copies.
-    Of the two phases, the larger stays (in place, MiB): the loss's (activations less the block's, the copies, the
-    loss buffers) or the block's (the activations with it, its copies, no loss buffer). Without checkpointing both
-    are zero and nothing changes."""
-    block, copies = t.pop("recompute"), t.pop("recompute_copies")
-    loss_phase = t["activations"] - block + t["autocast_copies"] + t["loss"]
-    block_phase = t["activations"] + copies
-    at_block = (block > 0) & (block_phase > loss_phase)
-    t["activations"] = np.where(at_block | (block <= 0), t["activations"], t["activations"] - block)
-    t["autocast_copies"] = np.where(at_block, copies, t["autocast_copies"])
-    t["loss"] = np.where(at_block, 0.0, t["loss"])
+def checkpoint_phases(t: dict[str, np.ndarray], peak: np.ndarray, ckpt: np.ndarray) -> np.ndarray:
+    """Under checkpointing (``ckpt`` rows), the step's three candidate peaks, of which the largest stays (in place,
+    MiB; returns the gradients live there, ``peak`` elsewhere):
+
+    - the forward's end: the activations kept outside the recomputed block, autocast's weight copies (cached ones
+      die as the autocast region exits, frozen ones are held on), the logits (one buffer);
+    - the loss's backward: the same activations, the frozen weights' copies alone, the loss buffers;
+    - the recomputed block's backward (``recompute``: its activations; ``recompute_copies``: the copies of the
+      weights it reads, cast again as it reruns), after the loss's and the later blocks' backward: every activation,
+      those copies and the gradients live then.
+
+    Outside ``ckpt`` rows nothing changes."""
+    block, copies, held = t.pop("recompute"), t.pop("recompute_copies"), t.pop("held_copies")
+    acts, loss, cast = t["activations"], t["loss"], t["autocast_copies"]
+    phases = np.stack([acts - block + cast + loss / LOSS_BUFFERS, acts - block + held + loss, acts + copies + peak])
+    which = np.argmax(phases, axis=0)  # the earliest of equal ones
+    t["activations"] = np.where(ckpt & (which < 2), acts - block, acts)
+    t["autocast_copies"] = np.where(ckpt, np.choose(which, [cast, held, copies]), cast)
+    t["loss"] = np.where(ckpt, np.choose(which, [loss / LOSS_BUFFERS, loss, 0.0 * loss]), loss)
+    return np.where(ckpt & (which < 2), 0.0, peak)
 
 
 def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.DataFrame:
     """Every term's size in MiB (``TERMS``) as if all were live at once, ``peak_gradients``: the gradients live
     at the backward's peak (the graph terms' ``peak_grad_elems``; all of them under gradient accumulation, which
-    keeps them through the forward, or where the frame has no graph terms), and under checkpointing ``recompute`` and
-    ``recompute_copies``: the recomputed block's activations and autocast's weight copies (:func:`recompute_phase`)."""
+    keeps them through the forward, or where the frame has no graph terms), and under checkpointing ``recompute``,
+    ``recompute_copies`` and ``held_copies``: the recomputed block's activations and autocast's weight copies, and
+    the frozen weights' copies held past the forward (:func:`checkpoint_phases`)."""
     return pd.DataFrame(term_arrays(df, source), index=df.index)
 
 
 def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[str, np.ndarray]:
-    """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``, ``recompute`` and
-    ``recompute_copies``."""
+    """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``, ``recompute_copies``,
+    ``held_copies`` and ``recompute``."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
     precision = text_column(df, "precision")
@@ -662,8 +666,8 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     grads = _or(counted, df, "grad_bytes", p)
-    grad_width = np.where(pure, 2.0, 4.0)
-    peak = np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems")) * grad_width
+    peak = (np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems"))
+            * np.where(pure, 2.0, 4.0))
     # what is kept outside the recomputed block (checkpointing), in bytes as activation_bytes counts them
     outside_saved = numeric_column(df, "outside_elems")
     outside = np.where(autocast, 2.0 * numeric_column(df, "outside_half_elems")
@@ -676,6 +680,7 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
         + dropout_copy_bytes(df, sdpa, autocast, pure),
         "loss": numeric_column(df, "output_elems") * 4.0 * LOSS_BUFFERS,
         "recompute_copies": numeric_column(df, "recompute_copy_elems") * 2.0,
+        "held_copies": numeric_column(df, "held_copy_bytes"),
         "inputs": numeric_column(df, "input_bytes"),
         "workspace": _workspaces(df) * MIB + numeric_column(df, "transient_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric_column(df, "accumulation") <= 1),
