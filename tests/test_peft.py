@@ -93,6 +93,29 @@ def test_lora_on_an_fp32_input_under_autocast() -> None:
     assert lora["act_delta_bytes"] == -2 * (2 * B * 64) + 2 * B * 64 + 2 * B * 2  # both copies gone; A's; A n
 
 
+def test_a_product_by_a_frozen_weight_saves_nothing_of_its_operand() -> None:
+    """FIXTURE graphs: an RMSNorm-like scale ``n = g * r`` before a LoRA-adapted Linear. In a full fine-tune the product
+    saves r (for g's gradient); under LoRA g is frozen, so the product keeps g alone and r goes, unless the op that
+    wrote it keeps it (a Relu saves its output)."""
+    from gpupred.graph.loader import cached_graph
+
+    f = TensorProto.FLOAT
+    inits = [helper.make_tensor("q.weight", f, (64, 64), np.zeros(64 * 64, np.float32)),
+             helper.make_tensor("norm.weight", f, (64,), np.ones(64, np.float32))]
+
+    def delta(first: str) -> float:
+        nodes = [helper.make_node(first, ["x"], ["r"]), helper.make_node("Mul", ["norm.weight", "r"], ["n"]),
+                 helper.make_node("MatMul", ["n", "q.weight"], ["out"])]
+        graph = helper.make_graph(nodes, first, [helper.make_tensor_value_info("x", f, ["batch", 64])],
+                                  [helper.make_tensor_value_info("out", f, ["batch", 64])], inits)
+        cg_ = cached_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), B)[0].form(True)
+        terms = parameter_terms(cg_, setup_of("fp32", "adamw", lora_rank=2, lora_targets=("q",)), first)
+        return terms["act_delta_bytes"]
+
+    assert delta("Relu") == B * 2 * 4  # B keeps A n (fp32); r stays, kept by the Relu
+    assert delta("Neg") == B * 2 * 4 - B * 64 * 4  # and r, kept by the product alone, is no longer saved
+
+
 def test_dropout_and_pure_bf16_adapter_inputs(cg: object) -> None:
     drop = parameter_terms(cg, setup_of("fp32", "adamw", lora_rank=4, lora_targets=("l2",), lora_dropout=0.1), "s")
     # with dropout A saves its own dropped-out copy of h1 (4 bytes) and the mask (1 byte); h1 is then kept by nobody

@@ -34,6 +34,8 @@ Linears (:func:`activation_delta`):
   adapter's fp32); with ``lora_dropout`` > 0, the dropped-out copy of ``x`` and its mask (1 byte per element)
   instead;
 - ``B`` saves ``A x``: ``rows x r`` elements, 2 bytes under autocast, 4 otherwise (fp32 adapters);
+- a product by a frozen parameter (a normalization's weight: RMSNorm's ``weight * x``) saves the weight alone, so
+  its other operand is no longer saved, unless another op keeps it (:func:`frozen_scales`);
 - under checkpointing only the recomputed block holds them: the delta is divided by the number of checkpointed
   blocks.
 
@@ -311,8 +313,9 @@ def _base(t: str, producer: dict[str, Any]) -> str:
 
 
 def _kept_by_others(cg: Any, t: str, producer: dict[str, Any], readers: dict[str, list[tuple[int, int]]],
-                    frozen_nodes: set[int]) -> bool:
-    """Whether an op other than a frozen Linear keeps tensor ``t`` (read through views) for backward."""
+                    frozen_nodes: set[int], unsaved: frozenset[tuple[int, int]] = frozenset()) -> bool:
+    """Whether an op other than a frozen Linear keeps tensor ``t`` (read through views) for backward; ``unsaved``:
+    further (node, input position) reads that keep nothing (a product by a frozen weight, :func:`frozen_scales`)."""
     if producer.get(t) is not None and producer[t][0] in OUTPUT_SAVE:
         return True
     frontier, seen = [t], set()
@@ -327,9 +330,24 @@ def _kept_by_others(cg: Any, t: str, producer: dict[str, Any], readers: dict[str
             op = cg.nodes[i][0]
             if op in PASS_OPS and pos == 0:
                 frontier += list(cg.nodes[i][3])
-            elif not (i in frozen_nodes and pos == 0) and op not in NO_INPUT_SAVE:
+            elif not (i in frozen_nodes and pos == 0) and (i, pos) not in unsaved and op not in NO_INPUT_SAVE:
                 return True
     return False
+
+
+def frozen_scales(cg: Any, place: Placement, producer: dict[str, Any]) -> dict[str, list[tuple[int, int]]]:
+    """Products by a frozen parameter (a normalization's weight under LoRA): by the operand they multiply (resolved
+    through views), the (node, position) reads of it. autograd saves the weight for that operand's gradient and
+    nothing of the operand, as the weight needs no gradient."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for i, (op, _d, ins, *_) in enumerate(cg.nodes):
+        if op != "Mul" or len(ins) != 2:
+            continue
+        for pos, (w, x) in enumerate(((ins[1], ins[0]), (ins[0], ins[1]))):
+            key = cg.params.get(w)
+            if key is not None and key not in place.trainable and x in producer and x not in cg.params:
+                out.setdefault(_base(x, producer), []).append((i, pos))
+    return out
 
 
 def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
@@ -367,6 +385,12 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
                 delta += numel * (a_width + 1)  # the dropped-out copy A reads (cast) and its mask
             elif cast:
                 delta += numel * a_width
+    scales = frozen_scales(cg, place, producer)
+    unsaved = frozenset(r for reads in scales.values() for r in reads)
+    for x in scales.keys() - by_input.keys():  # an operand no longer saved by its product with a frozen weight
+        if not _kept_by_others(cg, x, producer, readers, frozen_nodes, unsaved):
+            wide = setup.precision == "fp32" or (setup.autocast and x in fp32)
+            delta -= _numel(cg, x) * (4 if wide else 2)
     rank_rows = sum(w.rows for w in place.adapted.values()) * (setup.lora_rank or 0)
     return delta + rank_rows * a_width
 
