@@ -87,7 +87,7 @@ def test_full_width_decoders_against_torch(configs: dict[str, Path], case: str) 
     """Measured, ours / torch - 1: gpt2 fp32 sdpa -0.0%, gpt2 bf16 eager +0.1% (+6% while the head's gradient was
     added to the loss buffers), llama bf16 lora ckpt -0.3% (+4.3% with the recomputed layer beside the loss buffers,
     +28% with every frozen weight's copy held), gpt2 bf16 ckpt -2.1% and gpt2 bf16 lora ckpt +1.8% (+11.7% and +7.4%
-    before the three phases), llama3 bf16 lora +0.1% (grouped-query attention, a 128k vocabulary; +0.9% while a
+    before the three phases), llama3 bf16 lora +0.2% (grouped-query attention, a 128k vocabulary; +0.9% while a
     product by a frozen norm weight kept its operand), bert masked-lm fp32 sdpa -0.0% (-5.3% before the fused kernel's saved Q and K were counted)."""
     from gpupred.memory.oracle import FakeStep, torch_peak
     from gpupred.setups import setup_of

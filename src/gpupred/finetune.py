@@ -36,6 +36,8 @@ Linears (:func:`activation_delta`):
 - ``B`` saves ``A x``: ``rows x r`` elements, 2 bytes under autocast, 4 otherwise (fp32 adapters);
 - a product by a frozen parameter (a normalization's weight: RMSNorm's ``weight * x``) saves the weight alone, so
   its other operand is no longer saved, unless another op keeps it (:func:`frozen_scales`);
+- a fused attention kernel keeps its output (:func:`fused_outputs`), so a frozen output projection reading it frees
+  nothing;
 - under checkpointing only the recomputed block holds them: the delta is divided by the number of checkpointed
   blocks.
 
@@ -350,6 +352,14 @@ def frozen_scales(cg: Any, place: Placement, producer: dict[str, Any]) -> dict[s
     return out
 
 
+def fused_outputs(cg: Any, setup: TrainingSetup, producer: dict[str, Any]) -> set[str]:
+    """The outputs of the attention cores the setup runs as one fused kernel (resolved through views): the kernel
+    saves its output for its backward (with Q, K, V and the log-sum-exp), whatever reads it."""
+    from gpupred.step.physics.attention import fused_cores
+
+    return {_base(c.out, producer) for c in fused_cores(cg, setup.attention)}
+
+
 def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
     """Bytes that LoRA's frozen base and adapters add to the activations the graph's kept-tensor rule counts (negative:
     fewer): see the module notes."""
@@ -363,6 +373,7 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
     frozen = {k: w for k, w in linears.items() if k not in place.trainable}
     frozen_nodes = {n for w in frozen.values() for n in w.nodes}
     fp32 = autocast_fp32(cg, producer) if setup.autocast else set()
+    kernel_outputs = fused_outputs(cg, setup, producer)
     width = 4 if setup.precision == "fp32" else 2
     a_width = 2 if setup.autocast else 4  # what A saves of its input, and A x
     by_input: dict[str, list[LinearWeight]] = {}
@@ -378,7 +389,7 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
         shares_x = bool(adapters) and not cast and setup.lora_dropout == 0
         if x in fp32:  # the footprint counts one 16-bit copy per Linear reading it: a frozen Linear keeps none
             delta -= 2.0 * numel * len(users)
-        elif not shares_x and not _kept_by_others(cg, x, producer, readers, frozen_nodes):
+        elif not shares_x and x not in kernel_outputs and not _kept_by_others(cg, x, producer, readers, frozen_nodes):
             delta -= numel * width
         for _w in adapters:
             if setup.lora_dropout > 0:
@@ -388,7 +399,7 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
     scales = frozen_scales(cg, place, producer)
     unsaved = frozenset(r for reads in scales.values() for r in reads)
     for x in scales.keys() - by_input.keys():  # an operand no longer saved by its product with a frozen weight
-        if not _kept_by_others(cg, x, producer, readers, frozen_nodes, unsaved):
+        if x not in kernel_outputs and not _kept_by_others(cg, x, producer, readers, frozen_nodes, unsaved):
             wide = setup.precision == "fp32" or (setup.autocast and x in fp32)
             delta -= _numel(cg, x) * (4 if wide else 2)
     rank_rows = sum(w.rows for w in place.adapted.values()) * (setup.lora_rank or 0)
