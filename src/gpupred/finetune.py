@@ -36,8 +36,8 @@ Linears (:func:`activation_delta`):
 - ``B`` saves ``A x``: ``rows x r`` elements, 2 bytes under autocast, 4 otherwise (fp32 adapters);
 - a product by a frozen parameter (a normalization's weight: RMSNorm's ``weight * x``) saves the weight alone, so
   its other operand is no longer saved, unless another op keeps it (:func:`frozen_scales`);
-- a fused attention kernel keeps its output (:func:`fused_outputs`), so a frozen output projection reading it frees
-  nothing;
+- a fused attention kernel keeps its output (``kernel_outputs`` of :func:`parameter_terms`: the caller's
+  :func:`gpupred.step.physics.attention.fused_cores`), so a frozen output projection reading it frees nothing;
 - under checkpointing only the recomputed block holds them: the delta is divided by the number of checkpointed
   blocks.
 
@@ -87,7 +87,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from gpupred.errors import GpupredError
 from gpupred.setups import TrainingSetup
@@ -352,17 +352,10 @@ def frozen_scales(cg: Any, place: Placement, producer: dict[str, Any]) -> dict[s
     return out
 
 
-def fused_outputs(cg: Any, setup: TrainingSetup, producer: dict[str, Any]) -> set[str]:
-    """The outputs of the attention cores the setup runs as one fused kernel (resolved through views): the kernel
-    saves its output for its backward (with Q, K, V and the log-sum-exp), whatever reads it."""
-    from gpupred.step.physics.attention import fused_cores
-
-    return {_base(c.out, producer) for c in fused_cores(cg, setup.attention)}
-
-
-def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
+def activation_delta(cg: Any, setup: TrainingSetup, place: Placement, kernel_outputs: Collection[str] = ()) -> float:
     """Bytes that LoRA's frozen base and adapters add to the activations the graph's kept-tensor rule counts (negative:
-    fewer): see the module notes."""
+    fewer): see the module notes. ``kernel_outputs``: the outputs of the attention cores the setup fuses, which the
+    kernel saves for its backward (with Q, K, V and the log-sum-exp) whatever reads them."""
     from gpupred.graph.canonical import autocast_fp32
 
     if not setup.lora:
@@ -373,7 +366,7 @@ def activation_delta(cg: Any, setup: TrainingSetup, place: Placement) -> float:
     frozen = {k: w for k, w in linears.items() if k not in place.trainable}
     frozen_nodes = {n for w in frozen.values() for n in w.nodes}
     fp32 = autocast_fp32(cg, producer) if setup.autocast else set()
-    kernel_outputs = fused_outputs(cg, setup, producer)
+    kernel_outputs = {_base(t, producer) for t in kernel_outputs}
     width = 4 if setup.precision == "fp32" else 2
     a_width = 2 if setup.autocast else 4  # what A saves of its input, and A x
     by_input: dict[str, list[LinearWeight]] = {}
@@ -412,12 +405,13 @@ def _numel(cg: Any, t: str) -> int:
 
 
 def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_type: str | None = None,
-                    blocks: Sequence[Sequence[int]] = ()) -> dict[str, float]:
+                    blocks: Sequence[Sequence[int]] = (), kernel_outputs: Collection[str] = ()) -> dict[str, float]:
     """The footprint's parameter-side bytes of a canonical graph under a setup (``PARAM_COLUMNS``): weights as
     stored, gradients, optimizer state, autocast's 16-bit weight copies (held to the backward; under checkpointing,
     live at the forward's end), LoRA's activation delta (divided over the checkpointed blocks under checkpointing),
     and transients (QLoRA's dequantized weight, Adafactor's temporaries); empty for the setups the parameter-sized
-    rule counts (see the module notes). ``blocks``: the nodes of each checkpointed block, under checkpointing."""
+    rule counts (see the module notes). ``blocks``: the nodes of each checkpointed block, under checkpointing;
+    ``kernel_outputs``: the outputs of the attention cores the setup fuses (:func:`activation_delta`)."""
     if not setup.counted_parameters:
         return {}
     place = placement(cg, setup, label, model_type)
@@ -435,7 +429,7 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
     transient = 2.0 * max((numel[k] for k in place.quantized), default=0)
     if setup.optimizer == "adafactor":
         transient += 2 * 4.0 * max(sizes.values(), default=0)
-    act = activation_delta(cg, setup, place) / (max(len(blocks), 1) if setup.checkpointing else 1)
+    act = activation_delta(cg, setup, place, kernel_outputs) / (max(len(blocks), 1) if setup.checkpointing else 1)
     return {"weight_bytes": float(weights + extra), "grad_bytes": float(grads), "state_bytes": float(states),
             "copy_bytes": copies, "held_copy_bytes": held, "act_delta_bytes": float(act), "transient_bytes": transient}
 

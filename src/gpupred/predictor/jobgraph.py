@@ -99,11 +99,13 @@ class JobGraph:
             return {}
         from gpupred.finetune import model_type_of, parameter_terms
         from gpupred.graph.loader import cached_graph
+        from gpupred.step.physics.attention import fused_cores
         from gpupred.step.physics.blocks import checkpoint_blocks
 
         cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
         blocks = [b.nodes for b in checkpoint_blocks(cg)] if self.setup.checkpointing else []
-        return parameter_terms(cg, self.setup, self.label, model_type_of(self.graph), blocks)
+        outputs = [c.out for c in fused_cores(cg, self.setup.attention)]  # a fused kernel keeps its output
+        return parameter_terms(cg, self.setup, self.label, model_type_of(self.graph), blocks, outputs)
 
     @classmethod
     def of_parts(cls, row: dict[str, Any], kernels: Any, terms: dict[str, float], setup: TrainingSetup,
