@@ -397,7 +397,15 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
     tensors of the largest block (the earliest of equal ones), which its backward recomputes (the peak: one block at a
     time); graph outputs stay.
     ``blocks``: :func:`checkpoint_blocks_of` of ``cg``, where the caller has it."""
-    blocks, block_of = checkpoint_blocks_of(cg) if blocks is None else blocks
+    out, _, largest = checkpoint_split(cg, kept, numel, checkpoint_blocks_of(cg) if blocks is None else blocks)
+    return out | largest
+
+
+def checkpoint_split(cg: Any, kept: set[str], numel: dict[str, int], blocks: tuple[list[Any], dict[str, int]]
+                     ) -> tuple[set[str], int, set[str]]:
+    """:func:`checkpointed`'s parts: (what stays kept outside every block's insides, with the blocks' inputs; the
+    recomputed block's index; its own kept tensors)."""
+    blocks, block_of = blocks
     node_block = {i: k for k, b in enumerate(blocks) for i in b.nodes}
     read = {t for node in cg.nodes for t in node[2]}
     outside = {t for i, node in enumerate(cg.nodes) for t in node[2] if t in block_of and node_block.get(i) != block_of[t]}
@@ -410,8 +418,8 @@ def checkpointed(cg: Any, kept: set[str], numel: dict[str, int],
     # of equal blocks (a decoder's identical layers) the earliest, whose recompute comes last, beside every later
     # block's gradients; blocks in index order, since the set above iterates in the string hash's order, which
     # changes from one process to the next
-    _, largest = max(sorted(inner.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]), default=(0, set()))
-    return out | largest
+    k, largest = max(sorted(inner.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]), default=(0, set()))
+    return out, k, largest
 
 
 @dataclass(frozen=True)
@@ -426,27 +434,17 @@ class Recompute:
 def recomputed_block(cg: Any, kept: set[str], numel: dict[str, int], blocks: tuple[list[Any], dict[str, int]],
                      job: TrainingSetup = DEFAULT_SETUP, gradients: dict[str, int] | None = None) -> Recompute:
     """Of ``kept`` (:func:`checkpointed`'s tensors), those the recomputed block holds during its backward (made inside
-    the largest block and read only there, :func:`checkpointed`'s choice), and under autocast the
+    the largest block and read only there: :func:`checkpoint_split`'s choice), and under autocast the
     16-bit copies of the fp32 weights its contractions read, which the recomputed forward casts again and each
     node's backward holds: a trainable weight's once (autocast caches it), a frozen one's per reader (``gradients``
     given: LoRA's base weights; not cached), none of QLoRA's 4-bit weights (dequantized inside each op)."""
-    blocks_, block_of = blocks
-    node_block = {i: k for k, b in enumerate(blocks_) for i in b.nodes}
-    read_outside = {t for i, node in enumerate(cg.nodes) for t in node[2]
-                    if t in block_of and node_block.get(i) != block_of[t]}
-    read = {t for node in cg.nodes for t in node[2]}
-    by_block: dict[int, set[str]] = {}
-    for t in kept:
-        if t in block_of and t in read and t not in read_outside:
-            by_block.setdefault(block_of[t], set()).add(t)
-    if not by_block:
+    _, k, inner = checkpoint_split(cg, kept, numel, blocks)
+    if not inner:
         return Recompute()
-    # one block as a rule (checkpointed() keeps one block's); else the largest, the earliest of equal ones
-    k, inner = max(sorted(by_block.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]))
     copies: dict[int, int] = {}
     if job.autocast and not job.qlora:
         cast: set[str] = set()
-        for i in sorted(blocks_[k].nodes):
+        for i in sorted(blocks[0][k].nodes):
             op, _d, ins, *_ = cg.nodes[i]
             for t in ins if op in LOWER_PRECISION_OPS else ():
                 shape = cg.shapes.get(t)
@@ -638,7 +636,7 @@ def checkpoint_phases(t: dict[str, np.ndarray], peak: np.ndarray, ckpt: np.ndarr
     which = np.argmax(phases, axis=0)  # the earliest of equal ones
     t["activations"] = np.where(ckpt & (which < 2), acts - block, acts)
     t["autocast_copies"] = np.where(ckpt, np.choose(which, [cast, held, copies]), cast)
-    t["loss"] = np.where(ckpt, np.choose(which, [loss / LOSS_BUFFERS, loss, 0.0 * loss]), loss)
+    t["loss"] = np.where(ckpt, np.choose(which, [loss / LOSS_BUFFERS, loss, np.zeros_like(loss)]), loss)
     return np.where(ckpt & (which < 2), 0.0, peak)
 
 
