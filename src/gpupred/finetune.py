@@ -405,16 +405,18 @@ def _numel(cg: Any, t: str) -> int:
 
 
 def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_type: str | None = None,
-                    blocks: Sequence[Sequence[int]] = (), kernel_outputs: Collection[str] = ()) -> dict[str, float]:
+                    blocks: Sequence[Sequence[int]] = (), kernel_outputs: Collection[str] = (),
+                    place: Placement | None = None) -> dict[str, float]:
     """The footprint's parameter-side bytes of a canonical graph under a setup (``PARAM_COLUMNS``): weights as
     stored, gradients, optimizer state, autocast's 16-bit weight copies (held to the backward; under checkpointing,
     live at the forward's end), LoRA's activation delta (divided over the checkpointed blocks under checkpointing),
     and transients (QLoRA's dequantized weight, Adafactor's temporaries); empty for the setups the parameter-sized
     rule counts (see the module notes). ``blocks``: the nodes of each checkpointed block, under checkpointing;
-    ``kernel_outputs``: the outputs of the attention cores the setup fuses (:func:`activation_delta`)."""
+    ``kernel_outputs``: the outputs of the attention cores the setup fuses (:func:`activation_delta`); ``place``:
+    :func:`placement`'s answer where the caller has it (``label`` and ``model_type`` are then not read)."""
     if not setup.counted_parameters:
         return {}
-    place = placement(cg, setup, label, model_type)
+    place = placement(cg, setup, label, model_type) if place is None else place
     item = setup.state_bytes
     numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
     weights = sum(nf4_bytes(n) if k in place.quantized else alloc(n * item) for k, n in numel.items())

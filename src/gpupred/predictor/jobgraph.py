@@ -82,22 +82,30 @@ class JobGraph:
         return {**graph_terms(self.graph, self.batch_size, self.setup, self.gradient_elements()),
                 **self.parameter_terms()}
 
+    @cached_property
+    def placement(self) -> Any:
+        """Which parameters train, are frozen or 4-bit (:func:`gpupred.finetune.placement`), found once for the
+        parameter terms and the gradient walk."""
+        from gpupred.finetune import model_type_of, placement
+        from gpupred.graph.loader import cached_graph
+
+        cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
+        return placement(cg, self.setup, self.label, model_type_of(self.graph))
+
     def gradient_elements(self) -> dict[str, int] | None:
         """Each parameter key's gradient elements under LoRA (:func:`gpupred.finetune.gradient_elements`: frozen
         weights have none); None where every parameter trains."""
         if not self.setup.lora:
             return None
-        from gpupred.finetune import gradient_elements, model_type_of, placement
-        from gpupred.graph.loader import cached_graph
+        from gpupred.finetune import gradient_elements
 
-        cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
-        return gradient_elements(placement(cg, self.setup, self.label, model_type_of(self.graph)))
+        return gradient_elements(self.placement)
 
     def parameter_terms(self) -> dict[str, float]:
         """:func:`gpupred.finetune.parameter_terms` of the graph at the batch size (empty for the sweeps' setups)."""
         if not self.setup.counted_parameters:
             return {}
-        from gpupred.finetune import model_type_of, parameter_terms
+        from gpupred.finetune import parameter_terms
         from gpupred.graph.loader import cached_graph
         from gpupred.step.physics.attention import fused_cores
         from gpupred.step.physics.blocks import checkpoint_blocks
@@ -105,7 +113,7 @@ class JobGraph:
         cg = cached_graph(self.graph, int(self.batch_size))[0].form(True)
         blocks = [b.nodes for b in checkpoint_blocks(cg)] if self.setup.checkpointing else []
         outputs = [c.out for c in fused_cores(cg, self.setup.attention)]  # a fused kernel keeps its output
-        return parameter_terms(cg, self.setup, self.label, model_type_of(self.graph), blocks, outputs)
+        return parameter_terms(cg, self.setup, blocks=blocks, kernel_outputs=outputs, place=self.placement)
 
     @classmethod
     def of_parts(cls, row: dict[str, Any], kernels: Any, terms: dict[str, float], setup: TrainingSetup,
