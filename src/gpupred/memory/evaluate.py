@@ -51,11 +51,20 @@ def _estimates(train: pd.DataFrame, test: pd.DataFrame, target: str, seed: int, 
     return pd.concat([old, new], axis=1)
 
 
+TORCH_FIGURES: dict[str, str] = {"allocated": "torch_peak_allocated_mib", "reserved": "torch_peak_reserved_mib"}
+
+
 def _error_rows(test: pd.DataFrame, est: pd.DataFrame, target: str, scheme: str, label: str) -> pd.DataFrame:
-    """Long table of one split: estimate, relative error and interval coverage per run and method."""
+    """Long table of one split: estimate, relative error and interval coverage per run and method, and on the best
+    method's rows its torch figures beside the measured ones (``TORCH_FIGURES``)."""
     measured = test[target].to_numpy(float)
     source = test["source"].to_numpy() if "source" in test.columns else np.full(len(test), "")
     inside = ((est["low"] <= measured) & (measured <= est["high"])).to_numpy(float)
+    torch_figures: dict[str, Any] = {}
+    for figure, column in TORCH_FIGURES.items():
+        torch_figures[f"{figure}_mib"] = est[figure].to_numpy(float)
+        torch_figures[f"{figure}_measured_mib"] = (test[column].to_numpy(float) if column in test.columns
+                                                   else np.full(len(test), np.nan))
     rows = []
     for method in METHODS:
         e = est[method].to_numpy(float)
@@ -64,14 +73,8 @@ def _error_rows(test: pd.DataFrame, est: pd.DataFrame, target: str, scheme: str,
             "estimate_mib": e, "measured_mib": measured, "rel_err": np.abs(e - measured) / measured,
             "covered": inside if method == BEST else np.nan, "source": source, "family": test["family"].to_numpy(),
             "precision": test["precision"].to_numpy() if "precision" in test.columns else "",
-            **{f"{figure}_{kind}": (est[figure].to_numpy(float) if kind == "mib" else
-                                    test.get(column, pd.Series(np.nan, index=test.index)).to_numpy(float))
-               if method == BEST else np.nan
-               for figure, column in TORCH_FIGURES.items() for kind in ("mib", "measured_mib")}}))
+            **(torch_figures if method == BEST else dict.fromkeys(torch_figures, np.nan))}))
     return pd.concat(rows, ignore_index=True)
-
-
-TORCH_FIGURES: dict[str, str] = {"allocated": "torch_peak_allocated_mib", "reserved": "torch_peak_reserved_mib"}
 
 
 def torch_figure_metrics(errors: pd.DataFrame) -> dict[str, float]:
