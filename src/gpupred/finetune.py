@@ -426,8 +426,8 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
     grads = sum(alloc(sizes[k] * widths[k]) for k in place.trainable)
     states = sum(optimizer_state_bytes(setup.optimizer, s, widths[k], setup.sgd_momentum)
                  for k, s in place.trainable.items())
-    copies = 2.0 * autocast_copy_elems(cg, setup, place, blocks) if setup.autocast else 0.0
-    held = 2.0 * autocast_copy_elems(cg, setup, place, blocks, frozen_only=True) if setup.autocast else 0.0
+    copied, frozen = autocast_copy_elems(cg, setup, place, blocks) if setup.autocast else (0, 0)
+    copies, held = 2.0 * copied, 2.0 * frozen
     transient = 2.0 * max((numel[k] for k in place.quantized), default=0)
     if setup.optimizer == "adafactor":
         transient += 2 * 4.0 * max(sizes.values(), default=0)
@@ -447,23 +447,21 @@ def gradient_elements(place: Placement) -> dict[str, int]:
     return out
 
 
-def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = (),
-                        frozen_only: bool = False) -> int:
+def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = ()
+                        ) -> tuple[int, int]:
     """Elements of autocast's 16-bit weight copies the footprint counts (see the module notes): every weight's in a
     full fine-tune (cached), the adapters' (cached) and the frozen, unquantized Linear weights' under LoRA, less,
     under checkpointing, the frozen ones read only inside checkpointed ``blocks`` (not cached, saved by no forward
-    there). ``frozen_only``: the frozen weights' alone (not cached: held until their node's backward, past the
-    forward's autocast region)."""
+    there); and of them the frozen weights' alone (not cached: held until their node's backward, past the forward's
+    autocast region)."""
     numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
     if not setup.lora:
-        return 0 if frozen_only else sum(numel.values())
+        return sum(numel.values()), 0
     inside = {n for b in blocks for n in b} if setup.checkpointing else set()
     adapters = sum(math.prod(s) for k, s in place.trainable.items() if "::lora_" in k)
     held = [k for k, w in linear_weights(cg).items()
             if k not in place.quantized and (k in place.trainable or not inside.issuperset(w.nodes))]
-    if frozen_only:
-        return sum(numel[k] for k in held if k not in place.trainable)
-    return adapters + sum(numel[k] for k in held)
+    return adapters + sum(numel[k] for k in held), sum(numel[k] for k in held if k not in place.trainable)
 
 
 LORA_CONFIG_FIELDS: dict[str, str] = {  # adapter_config.json field -> TrainingSetup option
