@@ -63,3 +63,13 @@ def test_a_file_cache_reads_a_file_once_while_it_is_unchanged_and_keeps_few_vers
     assert cache.read(c, parse) == "three" and len(cache.kept) == 2  # the oldest version went
     with pytest.raises(OSError):
         cache.read(tmp_path / "missing.json", parse)
+
+
+def test_a_recorded_path_is_shown_from_the_project(tmp_path: Path) -> None:
+    """Inside the root: relative; another checkout's (a device machine's): from its plans/data folder; else as is."""
+    from gpupred.files import project_path
+
+    assert project_path(tmp_path / "plans" / "x.txt", tmp_path) == "plans/x.txt"
+    assert project_path("/elsewhere/main/plans/input-pipelines.txt", tmp_path) == "plans/input-pipelines.txt"
+    assert project_path("plans/h100-solo.txt", tmp_path) == "plans/h100-solo.txt"
+    assert project_path("/tmp/my-plan.txt", tmp_path) == "/tmp/my-plan.txt"

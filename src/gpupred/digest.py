@@ -279,6 +279,7 @@ def _size(n: float) -> str:
 def sweep_line(sweep: Path, runs: Any, families: int) -> str:
     """One bullet of the README's data status: a sweep folder's GPU, runs, families, and how far each plan it ran got
     (its newest manifest), linked to its data card in force."""
+    from gpupred.files import project_path
     from gpupred.hardware import gpu_spec
     from gpupred.profile.datacard import card_path, revisions
     from gpupred.profile.store import finished_units, read_manifest
@@ -293,7 +294,8 @@ def sweep_line(sweep: Path, runs: Any, families: int) -> str:
     if counts.get("finished", 0) < counts.get("planned", 0):
         link += ", **unfinished** (a later session resumes it)"
     done = finished_units(sweep)
-    plans = [(p, load_plan(str(config.ROOT / p))) for p in manifest.get("plans", [])]
+    shown = [project_path(p, config.ROOT) for p in manifest.get("plans", [])]  # a device checkout's: this one's
+    plans = [(p, load_plan(str(config.ROOT / p))) for p in shown]
     plan_text = ", ".join(f"`{p}` {sum(u.group_id in done for u in units)} of its {len(units)} units"
                           for p, units in plans)
     gpu = str(runs["gpu_name"].iloc[0])

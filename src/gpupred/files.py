@@ -166,3 +166,22 @@ class FileCache(Generic[T]):
                 self.kept.pop(next(iter(self.kept)))
             self.kept[key] = value
         return self.kept[key]
+
+
+def project_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
+    """``path`` as a record or a page shows it: relative to the project ``root`` when it lies inside; an absolute
+    path recorded in another checkout of the project (a device machine's) from its ``plans``, ``data`` or
+    ``notebooks`` folder on; else as given."""
+    p = Path(path)
+    if not p.is_absolute():
+        return str(path)
+    try:
+        return p.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        pass
+    parts = p.parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] in ("plans", "data", "notebooks"):
+            return Path(*parts[i:]).as_posix()
+    return str(path)
+

@@ -18,7 +18,8 @@ from typing import Any
 import pandas as pd
 
 from gpupred.errors import GpupredError
-from gpupred.files import atomic_write_bytes
+from gpupred import config
+from gpupred.files import atomic_write_bytes, project_path
 from gpupred.profile.coloc_card import coloc_checks, coloc_lines, pipeline_of
 from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
 from gpupred.profile.schema import read_runs, read_samples, run_setups
@@ -195,7 +196,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
     settings = manifest.get("settings", {})
     software = manifest.get("software", {})
     dates = sorted(runs["started_at"].astype(str))
-    plans = ", ".join(f"`{p}`" for p in manifest.get("plans") or [manifest.get("plan", "?")])
+    plans = ", ".join(f"`{project_path(p, config.ROOT)}`" for p in manifest.get("plans") or [manifest.get("plan", "?")])
     title = f"# Sweep `{sweep_dir.name}`" + (" — SIMULATED (dry run), never data" if checks["simulated"] else "")
     lines = [
         title, "",

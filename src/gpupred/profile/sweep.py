@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from gpupred import config
 from gpupred.errors import GpupredError
+from gpupred.files import project_path
 from gpupred.profile import store
 from gpupred.profile.harness import (
     ContextMeasurement,
@@ -166,7 +167,7 @@ def run_sweep(plan: str, out: Path | None = None, options: SweepOptions | None =
     deadline = start + max_minutes * 60 if max_minutes else None
     out.mkdir(parents=True, exist_ok=True)
     store.clean_temporaries(out)
-    manifest = _prepare_manifest(out, plan, units, cfg, dry_run, executor)
+    manifest = _prepare_manifest(out, project_path(plan, config.ROOT), units, cfg, dry_run, executor)
     done = store.finished_units(out)
     todo = [u for u in units if u.group_id not in done]
     summary = SweepSummary(out, len(units), len(units) - len(todo))
