@@ -124,8 +124,9 @@ def test_every_notebook_declares_what_it_reads_and_writes() -> None:
     for name, stage in STAGES.items():
         for key in (*stage.inputs, *stage.outputs):
             assert isinstance(getattr(config, key), Path), key
-        for key in stage.inputs:
+        for key in (*stage.inputs, *stage.optional):
             assert key not in made_by or made_by[key] < name, (name, key)
+        assert isinstance(getattr(config, key), Path) and stage.seconds > 0, key
 
 
 def _fixture_stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: bool = True) -> Path:
@@ -304,3 +305,68 @@ def test_every_committed_figure_has_exactly_one_owner(notebook: str) -> None:
     claims = {key: [o for o, group in owners[notebook].items() if any(re.fullmatch(p, key) for p, _ in group)]
               for key in written}
     assert {k: v for k, v in claims.items() if len(v) != 1} == {}
+
+
+def test_each_notebook_waits_for_what_writes_its_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIXTURE stages: required and optional inputs order the run; a notebook without a stage is a barrier; the
+    longest chain ranks first."""
+    from gpupred import pipeline
+
+    monkeypatch.setattr(pipeline, "STAGES", {
+        "01-a": pipeline.Stage((), ("X",), seconds=5), "02-b": pipeline.Stage(("X",), seconds=10),
+        "03-c": pipeline.Stage(("X",), ("Y",), seconds=20), "04-d": pipeline.Stage((), optional=("Y",), seconds=1)})
+    after = pipeline.waits_for(["01-a", "02-b", "03-c", "04-d"])
+    assert after == {"01-a": set(), "02-b": {"01-a"}, "03-c": {"01-a"}, "04-d": {"03-c"}}
+    assert pipeline.critical_seconds(["01-a", "02-b", "03-c", "04-d"], after) == {"01-a": 26, "02-b": 10, "03-c": 21,
+                                                                                   "04-d": 1}
+    assert pipeline.waits_for(["02-b", "04-d"]) == {"02-b": set(), "04-d": set()}  # their writers not chosen
+    assert pipeline.waits_for(["01-a", "02-x", "03-c"]) == {"01-a": set(), "02-x": {"01-a"}, "03-c": {"01-a", "02-x"}}
+
+
+def _waiting_notebook(path: Path, mine: Path, other: Path) -> None:
+    """A FIXTURE notebook that writes ``mine``, then waits up to 60 s for ``other``: two of them finish only if
+    they run at the same time."""
+    _notebook(path, f"import time\nfrom pathlib import Path\nPath({str(mine)!r}).write_text('x')\n"
+                    f"for _ in range(600):\n    if Path({str(other)!r}).exists(): break\n    time.sleep(0.1)\n"
+                    f"else:\n    raise TimeoutError('the other notebook never ran beside this one')")
+
+
+@pytest.mark.notebook
+def test_independent_notebooks_run_at_once_and_a_reader_after_both(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupred import config, pipeline
+
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    monkeypatch.setattr(config, "FIXTURE_A", a, raising=False)
+    monkeypatch.setattr(config, "FIXTURE_B", b, raising=False)
+    monkeypatch.setattr(pipeline, "STAGES", {"01-a": pipeline.Stage((), ("FIXTURE_A",)),
+                                             "02-b": pipeline.Stage((), ("FIXTURE_B",)),
+                                             "03-read": pipeline.Stage(("FIXTURE_A", "FIXTURE_B"))})
+    _waiting_notebook(folder / "01-a.ipynb", a, b)
+    _waiting_notebook(folder / "02-b.ipynb", b, a)
+    _notebook(folder / "03-read.ipynb", f"assert open({str(a)!r}).read() + open({str(b)!r}).read() == 'xx'")
+    results = run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
+    assert [(r.notebook, r.status) for r in results] == [("01-a.ipynb", "ok"), ("02-b.ipynb", "ok"),
+                                                         ("03-read.ipynb", "ok")]
+
+
+@pytest.mark.notebook
+def test_a_failure_lets_the_running_notebook_finish_and_starts_nothing_after_it(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupred import config, pipeline
+
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    slow, late = tmp_path / "slow.txt", tmp_path / "late.txt"
+    monkeypatch.setattr(config, "FIXTURE_SLOW", slow, raising=False)
+    monkeypatch.setattr(pipeline, "STAGES", {"01-broken": pipeline.Stage(()),
+                                             "02-slow": pipeline.Stage((), ("FIXTURE_SLOW",)),
+                                             "03-late": pipeline.Stage(("FIXTURE_SLOW",))})
+    _notebook(folder / "01-broken.ipynb", "raise ValueError('bad column')")
+    _notebook(folder / "02-slow.ipynb", f"import time\ntime.sleep(3)\nopen({str(slow)!r}, 'w').write('x')")
+    _notebook(folder / "03-late.ipynb", f"open({str(late)!r}, 'w').write('x')")
+    with pytest.raises(GpupredError, match=r"01-broken.ipynb failed: ValueError: bad column"):
+        run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
+    assert slow.exists() and not late.exists()

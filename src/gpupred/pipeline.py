@@ -1,4 +1,5 @@
-"""The notebook pipeline: run every numbered notebook in order through papermill into reports/.
+"""The notebook pipeline: run every numbered notebook through papermill into reports/, each after the notebooks that
+write its inputs (:data:`STAGES`), two at once on a machine with two cores or more.
 
 A notebook whose input does not exist yet (no real measurements in data/raw, say) raises
 :class:`gpupred.errors.MissingInput` in its first cells; the pipeline records it as skipped, with the reason, and
@@ -205,25 +206,30 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
 
 @dataclass(frozen=True)
 class Stage:
-    """What one notebook reads and writes between stages: names of :mod:`gpupred.config` paths."""
+    """What one notebook reads and writes between stages: names of :mod:`gpupred.config` paths. ``optional``: inputs
+    it reads when they are there and does without otherwise (it runs after their writer, which need not succeed);
+    ``seconds``: about how long it runs on the 2-core reference machine, only to start long chains first."""
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    seconds: float = 60.0
 
 
 # Each numbered notebook's inputs and outputs (tests/test_pipeline.py checks every notebook has one). A notebook's
 # figures of merit (reports/metrics/<notebook>.json) and figures are reports, never another stage's input.
 STAGES: dict[str, Stage] = {
-    "01-collect-profiles": Stage(("RAW",)),
-    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS")),
-    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("OOF_PREDICTIONS", "MODEL_CHOICE")),
-    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS")),
-    "05-memory": Stage(("DATASET", "JOB_TERMS")),
-    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",)),
-    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS")),
+    "01-collect-profiles": Stage(("RAW",), seconds=9),
+    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=42),
+    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("OOF_PREDICTIONS", "MODEL_CHOICE"),
+                                   seconds=450),
+    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=97),
+    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=30),
+    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=47),
+    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=99),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
-                                 ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL")),
-    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW")),
+                                 ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL"), ("SLOWDOWN_CHOICE",), seconds=33),
+    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=20),
 }
 
 
@@ -306,16 +312,88 @@ def add_results(executed: Path, metrics_folder: Path, skipped: str | None = None
     nbformat.write(nb, executed)
 
 
+def waits_for(chosen: list[str]) -> dict[str, set[str]]:
+    """Per notebook of ``chosen`` (stems, in numbered order), the chosen notebooks it must run after: those writing
+    one of its inputs, required or optional. A notebook without a declared stage runs after every earlier one, and
+    every later one after it."""
+    made_by = producers()
+    out: dict[str, set[str]] = {}
+    for i, name in enumerate(chosen):
+        stage = STAGES.get(name)
+        if stage is None:
+            out[name] = set(chosen[:i])
+            continue
+        keys = (*stage.inputs, *stage.optional)
+        out[name] = {made_by[k] for k in keys if made_by.get(k) in chosen[:i]}
+        out[name] |= {n for n in chosen[:i] if n not in STAGES}
+    return out
+
+
+def critical_seconds(chosen: list[str], after: dict[str, set[str]]) -> dict[str, float]:
+    """Per notebook, its ``Stage.seconds`` plus the longest chain of chosen notebooks that wait on it."""
+    longest: dict[str, float] = {}
+    for name in reversed(chosen):
+        below = [longest[n] for n in chosen if name in after[n]]
+        longest[name] = STAGES.get(name, Stage(())).seconds + max(below, default=0.0)
+    return longest
+
+
+def _run_one(nb: Path, out_dir: Path, check: bool) -> NotebookResult:
+    """One notebook, its metrics file rebuilt from nothing (``check``: refuse it first if an input is missing)."""
+    if check and nb.stem in STAGES:
+        check_inputs(nb.stem)
+    with fresh_metrics(nb.stem, out_dir / "metrics"):
+        result = run_notebook(nb, out_dir=out_dir)
+    print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
+    return result
+
+
+def run_stages(chosen: list[Path], out_dir: Path, jobs: int = 1, check: bool = False) -> list[NotebookResult]:
+    """Run ``chosen`` (numbered order) on ``jobs`` notebooks at once, each as soon as what it waits for
+    (:func:`waits_for`) has run, the longest remaining chain first; results in numbered order. The first failure
+    starts nothing more, lets the running notebooks finish, and is raised."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    names = [nb.stem for nb in chosen]
+    by_name = dict(zip(names, chosen))
+    after = waits_for(names)
+    rank = critical_seconds(names, after)
+    done: dict[str, NotebookResult] = {}
+    running: dict[Future[NotebookResult], str] = {}
+    failure: BaseException | None = None
+    with kernel_environment(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        while True:
+            started = set(done) | set(running.values())
+            ready = sorted((n for n in names if n not in started and after[n] <= set(done)),
+                           key=lambda n: (-rank[n], names.index(n)))
+            while failure is None and ready and len(running) < max(1, jobs):
+                name = ready.pop(0)
+                running[pool.submit(_run_one, by_name[name], out_dir, check)] = name
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                try:
+                    done[name] = future.result()
+                except BaseException as err:  # noqa: BLE001 - raised below, once the running notebooks are done
+                    failure = failure or err
+    if failure is not None:
+        raise failure
+    return [done[n] for n in names]
+
+
 def run_pipeline(
-    only: list[str] | None = None, out_dir: Path | None = None, folder: Path | None = None
+    only: list[str] | None = None, out_dir: Path | None = None, folder: Path | None = None, jobs: int = 1
 ) -> list[NotebookResult]:
-    """Run the numbered notebooks in order; with ``only`` (name prefixes), those and what they need first
-    (:func:`needed`: the notebooks writing an input of theirs that is not on disk), refusing in one line one whose
-    input is still missing.
+    """Run the numbered notebooks (:func:`run_stages`: ``jobs`` at once, each after what writes its inputs); with
+    ``only`` (name prefixes), those and what they need first (:func:`needed`: the notebooks writing an input of theirs
+    that is not on disk), refusing in one line one whose input is still missing.
 
     ``reports/pipeline.json`` gets one entry per notebook run; with ``only``, the other notebooks' entries from the
     last run are kept. Each notebook's metrics file is rebuilt from nothing by its run (kept as it was if the run
-    fails); ``reports/summary.json`` is rewritten after a whole run.
+    fails); ``reports/summary.json`` is rewritten after a whole run. The figures do not depend on ``jobs``: every
+    notebook reads only what the notebooks it waits for wrote, with one BLAS thread (:data:`KERNEL_ENV`).
     """
     out_dir = out_dir or config.REPORTS
     found = notebooks(folder)
@@ -324,14 +402,7 @@ def run_pipeline(
     if only:
         wanted = set(needed([nb.stem for nb in chosen]))
         chosen = [nb for nb in found if nb.stem in wanted]
-    results = []
-    for nb in chosen:
-        if only and nb.stem in STAGES:
-            check_inputs(nb.stem)
-        with fresh_metrics(nb.stem, out_dir / "metrics"):
-            result = run_notebook(nb, out_dir=out_dir)
-        print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
-        results.append(result)
+    results = run_stages(chosen, out_dir, jobs, check=bool(only))
     summary = out_dir / "pipeline.json"
     entries = {r.notebook: r.summary() for r in results}
     if only and summary.exists():
@@ -343,6 +414,11 @@ def run_pipeline(
     return results
 
 
+def default_jobs() -> int:
+    """Notebooks at once by default: one per core, at most two (the heavy ones run two processes of their own)."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
 def register(app: Any) -> None:
     """Add ``gpupred pipeline`` to the CLI."""
     import typer
@@ -350,8 +426,11 @@ def register(app: Any) -> None:
     @app.command("pipeline")
     def pipeline_cmd(
         only: list[str] = typer.Option(None, "--only", help="Run only notebooks whose names start with this (repeatable)."),
+        jobs: int = typer.Option(0, "--jobs", "-j", min=0,
+                                 help="Notebooks at once, each after what writes its inputs (0: one per core, at most 2)."),
     ) -> None:
-        """Run every numbered notebook in order through papermill into reports/ (executed .ipynb and HTML)."""
-        results = run_pipeline(only=only)
+        """Run every numbered notebook through papermill into reports/ (executed .ipynb and HTML), each after the
+        notebooks that write its inputs."""
+        results = run_pipeline(only=only, jobs=jobs or default_jobs())
         skipped = [r for r in results if r.status == "skipped"]
         print(f"{len(results) - len(skipped)} notebooks ran, {len(skipped)} skipped (missing input); summary in reports/pipeline.json")
