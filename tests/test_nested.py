@@ -82,6 +82,17 @@ def test_nested_result_figures_and_choice(df) -> None:
     assert choose_for_export(df, "gpu_util", ["ridge", "knn"], CVSettings(n_jobs=1)) in {"ridge", "knn"}
 
 
+def test_outer_folds_in_worker_processes_give_the_same_figures(df) -> None:
+    """Outer folds side by side (each fit inside one after another) give the same predictions, choices and
+    comparison, to the bit, as one process."""
+    import pandas as pd
+
+    results = [nested_cv(df, "gpu_util", ["ridge", "knn"], "grouped_random", CVSettings(n_outer=3, n_cal=3, n_jobs=n))
+               for n in (1, 2)]
+    for part in ("predictions", "folds", "comparison"):
+        pd.testing.assert_frame_equal(getattr(results[0], part), getattr(results[1], part), check_exact=True)
+
+
 def test_compared_regressors_are_scored_but_never_chosen(df) -> None:
     """A regressor in the comparison table only (e.g. a forest too large to export) is never the procedure's choice."""
     res = nested_cv(df, "gpu_util", ["ridge"], "grouped_random", CVSettings(n_outer=3, n_cal=3, n_jobs=1),

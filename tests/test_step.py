@@ -4,6 +4,7 @@ outer test row, the correction is bounded and shrinkable, what is scored is what
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from fixtures_learning import fixture_dataset, fixture_kernels, fixture_mlp
 
@@ -69,6 +70,24 @@ def test_every_method_predicts_every_outer_row(rows) -> None:
     steps = evaluate_step(df, "iter_time_mean_s", "grouped_random", splits, pdata, cv, "per_source",
                           methods=("physics+correction",))
     assert steps["physics+correction"].predictions["pred"].gt(0).all()
+
+
+def test_splits_run_in_worker_processes_as_in_one(rows) -> None:
+    """Two worker processes give every method's predictions to the bit, fit a training set asked twice once, and
+    hand their constants fits back to the caller's cache."""
+    from gpupred.step.rowphysics import rows_key
+
+    df, _ = rows
+    splits = splits_for(df, "grouped_random", 3)
+    splits = [*splits, splits[0]]  # one training set twice
+    alone, apart = _physics_data(df), _physics_data(df)
+    serial = evaluate_step(df, "gpu_util", "grouped_random", splits, alone, CVSettings(n_inner=2, n_cal=3, n_jobs=1))
+    parallel = evaluate_step(df, "gpu_util", "grouped_random", splits, apart, CVSettings(n_inner=2, n_cal=3, n_jobs=2))
+    for method in METHODS:
+        pd.testing.assert_frame_equal(serial[method].predictions, parallel[method].predictions, check_exact=True)
+    fits = {k for k in apart.cache if k[0] == "constants"}
+    assert fits == {k for k in alone.cache if k[0] == "constants"}
+    assert fits == {("constants", 0, rows_key(apart.ids[train])) for train, _, _ in splits} and len(fits) == 3
 
 
 def test_correction_is_bounded_and_shrinkable() -> None:

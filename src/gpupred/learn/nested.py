@@ -16,7 +16,7 @@ table of how each regressor does on unseen workloads, which is information, not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import numpy as np
@@ -122,9 +122,19 @@ class FoldData:
     percent: bool = False  # the label is a percentage: predictions and intervals are clipped to [0, 100]
 
 
+def outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compare: dict[str, Any],
+               cv: CVSettings) -> dict[str, Any]:
+    """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows (one
+    BLAS/OpenMP thread per fit: parallel fits oversubscribe the cores otherwise)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return _outer_fold(data, split, candidates, compare, cv)
+
+
 def _outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compare: dict[str, Any],
                 cv: CVSettings) -> dict[str, Any]:
-    """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows."""
+    """:func:`outer_fold`'s work."""
     X, y, labelled, groups, strata = data.X, data.y, data.labelled, data.groups, data.strata
     train, test, label = split
     train = train[labelled[train]]
@@ -164,10 +174,10 @@ def nested_cv(
     ``compare``: score each candidate (True), these regressors (a list: may hold more than the candidates), or
     none on the outer folds, for a comparison table that selects nothing.
     """
-    from threadpoolctl import threadpool_limits
-    from gpupred.reports import progress_bar
+    from joblib import Parallel, delayed
 
     from gpupred.dataset import PERCENT_LABELS, feature_columns
+    from gpupred.reports import progress_bar
 
     cv = cv or CVSettings()
     cols = features or feature_columns(df)
@@ -180,11 +190,14 @@ def nested_cv(
     splits = splits if splits is not None else splits_for(df, scheme, cv.n_outer, cv.seed)
     candidates = make_candidates(models, cv.tune, cv.seed)
     compared = candidates if compare is True else make_candidates(compare, cv.tune, cv.seed) if compare else {}
-    outs = []
-    with threadpool_limits(limits=1):  # one BLAS/OpenMP thread per fit: parallel fits oversubscribe 2 cores otherwise
-        for split in progress_bar(iterable=splits, desc=f"nested CV {target} ({scheme})", leave=False):
-            if labelled[split[0]].any():
-                outs.append(_outer_fold(data, split, candidates, compared, cv))
+    used = [split for split in splits if labelled[split[0]].any()]
+    if cv.n_jobs > 1 and len(used) > 1:  # the outer folds side by side, each fit in them one after another
+        tasks = Parallel(n_jobs=min(cv.n_jobs, len(used)), return_as="generator")(
+            delayed(outer_fold)(data, split, candidates, compared, replace(cv, n_jobs=1)) for split in used)
+        outs = list(progress_bar(iterable=tasks, total=len(used), desc=f"nested CV {target} ({scheme})", leave=False))
+    else:
+        outs = [outer_fold(data, split, candidates, compared, cv)
+                for split in progress_bar(iterable=used, desc=f"nested CV {target} ({scheme})", leave=False)]
     return _collect(df, target, scheme, y, outs)
 
 

@@ -154,7 +154,8 @@ class StepEstimator(Estimator):
             batch = X["batch_size"].to_numpy(float)
             out["samples_per_s"] = batch / out["iter_time_mean_s"]
             out["samples_per_s_low"] = batch / out["iter_time_mean_s_high"]
-            out["samples_per_s_high"] = batch / out["iter_time_mean_s_low"]
+            with np.errstate(divide="ignore"):  # a step-time bound of 0 (a wide held-out interval): no upper bound
+                out["samples_per_s_high"] = batch / out["iter_time_mean_s_low"]
         out["extrapolated"] = unfitted
         return pd.DataFrame(out, index=X.index)
 

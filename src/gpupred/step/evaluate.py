@@ -26,7 +26,8 @@ from gpupred.learn.summary import METHODS, comparison_table
 from gpupred.learn.regressors import correction_model
 from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS
 from gpupred.step.estimator import MIN_LABELLED, StepEstimator
-from gpupred.step.rowphysics import PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data
+from gpupred.step.rowphysics import (PHYSICS_TARGETS, PhysicsData, fitted_constants, fitted_physics, physics_data,
+                                     rows_key)
 
 
 
@@ -89,15 +90,37 @@ def _split_predictions(df: pd.DataFrame, targets: tuple[str, ...], split: Split,
     return out
 
 
+def split_task(df: pd.DataFrame, targets: tuple[str, ...], splits: list[Split], pdata: PhysicsData,
+               models: dict[str, dict[str, Any]]) -> tuple[list[dict[str, dict[str, tuple[np.ndarray, ...]]]], dict[Any, Any]]:
+    """:func:`_split_predictions` of each of ``splits`` (one training set: one constants fit) on one BLAS thread, and
+    the fits it added to ``pdata``'s cache (a worker process's cache is its own: the caller keeps them)."""
+    from threadpoolctl import threadpool_limits
+
+    before = set(pdata.cache)
+    with threadpool_limits(limits=1):
+        predictions = [_split_predictions(df, targets, split, pdata, models) for split in splits]
+    return predictions, {k: v for k, v in pdata.cache.items() if k not in before}
+
+
+def same_training(splits: list[Split], pdata: PhysicsData) -> list[list[int]]:
+    """The positions of ``splits`` grouped by training rows (several cross-GPU splits train on one GPU kind's), the
+    largest training set first."""
+    groups: dict[str, list[int]] = {}
+    for k, (train, _, _) in enumerate(splits):
+        groups.setdefault(rows_key(pdata.ids[train]), []).append(k)
+    return sorted(groups.values(), key=lambda g: -len(splits[g[0]][0]))
+
+
 def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str, splits: list[Split],
                   pdata: PhysicsData | None = None, cv: CVSettings | None = None, weighting: str = "per_source",
                   interval_groups: str = "family", methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, NestedResult]]:
     """Each method's outer-fold predictions of each target on ``splits`` (rows of ``df``), as NestedResults:
     ``{target: {method: result}}`` (a single target name gives ``{method: result}``).
 
-    ``pdata`` (default: built from ``df``) describes the rows of ``df`` in order.
+    ``pdata`` (default: built from ``df``) describes the rows of ``df`` in order. The splits run on ``cv.n_jobs``
+    processes, each fit on one BLAS thread: the results do not depend on how many.
     """
-    from threadpoolctl import threadpool_limits
+    from joblib import Parallel, delayed
 
     from gpupred.reports import progress_bar
 
@@ -111,12 +134,21 @@ def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str,
     pdata = pdata.align(df) if pdata is not None else physics_data(df)
     models = candidates(names, cv, weighting, interval_groups, methods)
     parts: dict[str, dict[str, list[pd.DataFrame]]] = {t: {m: [] for m in methods} for t in names}
-    with threadpool_limits(limits=1):
-        for k, split in enumerate(progress_bar(iterable=splits, desc=f"step ({scheme})", leave=False)):
-            for method, per_target in _split_predictions(df, names, split, pdata, models).items():
-                for t, bounds in per_target.items():
-                    parts[t][method].append(prediction_frame(df, split[1], k, split[2], df[t].to_numpy(float)[split[1]],
-                                                             bounds, method))
+    groups = same_training(splits, pdata)
+    tasks = Parallel(n_jobs=min(cv.n_jobs, len(groups)) or 1, return_as="generator")(
+        delayed(split_task)(df, names, [splits[k] for k in g], pdata, models) for g in groups)
+    kept: dict[Any, Any] = {}
+    by_split: dict[int, dict[str, dict[str, tuple[np.ndarray, ...]]]] = {}
+    for group, (predictions, fitted) in progress_bar(iterable=zip(groups, tasks), total=len(groups),
+                                                     desc=f"step ({scheme})", leave=False):
+        kept.update(fitted)
+        by_split.update(zip(group, predictions))
+    for k, split in enumerate(splits):
+        for method, per_target in by_split[k].items():
+            for t, bounds in per_target.items():
+                parts[t][method].append(prediction_frame(df, split[1], k, split[2], df[t].to_numpy(float)[split[1]],
+                                                         bounds, method))
+    pdata.cache.update(kept)  # the workers' constants fits, kept as in-process splits keep theirs (not while pickling)
     out = {t: {m: result_from_frames(t, scheme, p) for m, p in per.items()} for t, per in parts.items()}
     return out[names[0]] if isinstance(targets, str) else out
 

@@ -10,6 +10,7 @@ fitted on the same rows (physics alone, physics x correction, another weighting)
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -100,9 +101,16 @@ def loaders_of(df: pd.DataFrame) -> list[LoaderTimes | None] | None:
             for v in values]
 
 
+def rows_key(ids: np.ndarray | Sequence[Any], ordered: bool = False) -> str:
+    """A cache key for a set of row ids (``ordered``: a sequence of them): a 128-bit digest, not the ids themselves,
+    so that a cache stays small to pickle into worker processes and quick to look up."""
+    names = [str(i) for i in ids]
+    return hashlib.blake2b("\x00".join(names if ordered else sorted(names)).encode(), digest_size=16).hexdigest()
+
+
 def fitted_constants(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> ConstantsTable:
     """The constants fitted per (GPU kind, protocol) on the rows ``train`` of ``pdata`` (kept in its cache)."""
-    key = ("constants", seed, tuple(sorted(pdata.ids[train].astype(str))))
+    key = ("constants", seed, rows_key(pdata.ids[train]))
     if key not in pdata.cache:
         sub = pdata.subset(train)
         pdata.cache[key] = fit_table(sub.rows, sub.keys, seed)
@@ -122,7 +130,7 @@ def row_physics(pdata: PhysicsData, table: ConstantsTable) -> tuple[np.ndarray, 
 def fitted_physics(pdata: PhysicsData, train: np.ndarray, seed: int = 0) -> tuple[ConstantsTable, np.ndarray, np.ndarray]:
     """(constants fitted on the rows ``train``, utilization % and step s of every row under them)."""
     table = fitted_constants(pdata, train, seed)
-    key = ("physics", seed, tuple(sorted(pdata.ids[train].astype(str))), tuple(pdata.ids.astype(str)))
+    key = ("physics", seed, rows_key(pdata.ids[train]), rows_key(pdata.ids, ordered=True))
     if key not in pdata.cache:
         pdata.cache[key] = row_physics(pdata, table)
     util, step = pdata.cache[key]
@@ -234,7 +242,7 @@ def heldout_physics(pdata: PhysicsData, table: ConstantsTable, idx: np.ndarray, 
     """(utilization %, step s) of the rows ``idx`` of ``key`` under ``table`` without that key's fit (``key``,
     ``architecture``: nothing borrowed from its kin either) or its protocol's fits (``protocol``), the rest borrowed;
     kept in ``pdata``'s cache (every target of a fit reads it)."""
-    cache_key = ("heldout", level, key, tuple(sorted(table.fitted.items())), tuple(pdata.ids[idx].astype(str)))
+    cache_key = ("heldout", level, key, tuple(sorted(table.fitted.items())), rows_key(pdata.ids[idx], ordered=True))
     if cache_key not in pdata.cache:
         drop = (lambda k: k[1] == key[1]) if level == "protocol" else (lambda k: k == key)
         others = ConstantsTable({k: c for k, c in table.fitted.items() if not drop(k)})
