@@ -365,7 +365,7 @@ own_runs = dataset.own_rows(df)
 rw_gpu = realworld_gpu or (own_runs if len(own_runs) else df)["gpu"].value_counts().index[0]
 fdf = physicstables.with_terms(df)  # each run's footprint terms (notebook 02's table)
 fitted_fp = footprint.Footprint().fit(fdf[fdf["memory_mib"].notna()])
-rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names) if names
+rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names, n_jobs=n_jobs) if names
       else pd.DataFrame())
 print(f"{len(rw)} corpus models on {rw_gpu} ({config.CORPUS}); {rw['seconds'].sum() if len(rw) else 0:.0f} s")
 (rw.groupby("kind")[["params_ratio", "flops_ratio"]].agg(["median", "min", "max"]).round(4) if len(rw)
@@ -514,7 +514,7 @@ reports.show_table(pd.DataFrame([{"variant": v, "target": t, "scheme": s, "teste
 
 # %%
 oof = oof_frame(dict(results["grouped_random"]), df)  # the nested baselines, every target (the same folds)
-oof = with_shipped(oof, oof_predictions(df, folds, shipped_step if step_targets else None, pdata, seed))
+oof = with_shipped(oof, oof_predictions(df, folds, shipped_step if step_targets else None, pdata, seed, n_jobs))
 path = write_oof_predictions(oof, df)
 print(f"{len(oof)} rows -> {path}; made by {({c[:-6]: oof[c].iloc[0] for c in oof.columns if c.endswith('_model')})}")
 oof.head()

@@ -12,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from gpupred import config
@@ -54,3 +55,5 @@ def test_corpus_graphs_through_the_physics(corpus: Path) -> None:
     assert rw[["korthikanti_gib"]].notna().sum().item() == 1  # only the entry with recorded dimensions
     metrics = realworld_metrics(rw, "H100 SXM")
     assert metrics["realworld_params_exact_share"] == 1.0 and set(metrics["realworld_llm"]) == {"llm-fixture"}
+    apart = realworld_table("H100 SXM", ConstantsTable({}), Footprint(), folder=corpus, progress=False, n_jobs=2)
+    pd.testing.assert_frame_equal(apart.drop(columns="seconds"), rw.drop(columns="seconds"), check_exact=True)

@@ -90,6 +90,17 @@ def test_splits_run_in_worker_processes_as_in_one(rows) -> None:
     assert fits == {("constants", 0, rows_key(apart.ids[train])) for train, _, _ in splits} and len(fits) == 3
 
 
+def test_out_of_fold_step_predictions_in_worker_processes_as_in_one(rows) -> None:
+    from gpupred.predictor.heldout import step_oof
+
+    df, pdata = rows
+    folds = splits_for(df, "grouped_random", 3)
+    step = StepEstimator(("gpu_util", "iter_time_mean_s"), "pooled", n_cal=3, n_inner=2)
+    alone, apart = (step_oof(df, folds, step, _physics_data(df), n) for n in (1, 2))
+    pd.testing.assert_frame_equal(alone, apart, check_exact=True)
+    assert list(alone.index) == list(df.index) and alone["gpu_util"].notna().all()
+
+
 def test_correction_is_bounded_and_shrinkable() -> None:
     """Bounds are the source's 2-98 % training range (all rows for a thin source); weight 0 predicts the median."""
     ratio = np.r_[np.linspace(50, 150, 50), np.linspace(5, 10, 5)]

@@ -37,11 +37,23 @@ def heldout_figures(table: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _step_oof(df: pd.DataFrame, folds: list[Split], step: Any, pdata: Any) -> pd.DataFrame:
-    parts = []
-    for train, test, _ in folds:
+def step_fold(df: pd.DataFrame, train: np.ndarray, test: np.ndarray, step: Any, pdata: Any) -> pd.DataFrame:
+    """The unfitted ``step`` estimator fitted on the rows ``train`` and asked about the rows ``test`` (one BLAS
+    thread), without its derived throughput and extrapolation columns."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
         pred = clone(step).fit(df.iloc[train], pdata.subset(train)).predict(df.iloc[test], pdata.subset(test))
-        parts.append(pred.drop(columns=[c for c in pred.columns if c.startswith("samples_per_s") or c == "extrapolated"]))
+    return pred.drop(columns=[c for c in pred.columns if c.startswith("samples_per_s") or c == "extrapolated"])
+
+
+def step_oof(df: pd.DataFrame, folds: list[Split], step: Any, pdata: Any, n_jobs: int = 1) -> pd.DataFrame:
+    """Each row of ``df`` predicted by the unfitted ``step`` estimator fitted on the other ``folds`` (:func:`step_fold`
+    each, on ``n_jobs`` processes), in ``df``'s order."""
+    from joblib import Parallel, delayed
+
+    parts = Parallel(n_jobs=max(1, min(n_jobs, len(folds))))(
+        delayed(step_fold)(df, train, test, step, pdata) for train, test, _ in folds)
     return pd.concat(parts).loc[df.index]
 
 
@@ -59,10 +71,11 @@ def _memory_oof(df: pd.DataFrame, folds: list[Split], seed: int) -> pd.DataFrame
 
 
 def oof_predictions(df: pd.DataFrame, folds: list[Split], step: Any = None, pdata: Any = None,
-                    seed: int = 0) -> pd.DataFrame:
+                    seed: int = 0, n_jobs: int = 1) -> pd.DataFrame:
     """Every row of ``df`` predicted by the shipped estimators, each fitted on the other ``folds`` (which must test
-    every row once): the unfitted ``step`` estimator's targets (none without one: rows without graphs) and the memory
-    footprint model's, with ``<target>_model`` naming the estimator; keys of the out-of-fold contract."""
+    every row once): the unfitted ``step`` estimator's targets (none without one: rows without graphs; its folds on
+    ``n_jobs`` processes, to the bit as in one) and the memory footprint model's, with ``<target>_model`` naming the
+    estimator; keys of the out-of-fold contract."""
     from gpupred.errors import GpupredError
     from gpupred.learn.oof import KEY_COLUMNS
     from gpupred.step.rowphysics import physics_data
@@ -77,7 +90,7 @@ def oof_predictions(df: pd.DataFrame, folds: list[Split], step: Any = None, pdat
         out.loc[test, "fold"] = k
     if step is not None:
         pdata = pdata.align(df) if pdata is not None else physics_data(df)
-        part = _step_oof(df, folds, step, pdata)
+        part = step_oof(df, folds, step, pdata, n_jobs)
         for target in [t for t in step.targets if t in part.columns]:
             out[[target, f"{target}_low", f"{target}_high"]] = part[[target, f"{target}_low", f"{target}_high"]]
             out[f"{target}_model"] = "StepEstimator"

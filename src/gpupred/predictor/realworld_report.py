@@ -84,16 +84,22 @@ def realworld_row(name: str, entry: dict[str, Any], gpu: str, table: Any, footpr
 
 
 def realworld_table(gpu: str, table: Any, footprint: Any, precision: str = "bf16", optimizer: str = "adam",
-                    folder: Path | None = None, names: list[str] | None = None, progress: bool = True) -> pd.DataFrame:
-    """:func:`realworld_row` for every model of the corpus (``data/corpus/``; only ``names`` if given), one row each."""
+                    folder: Path | None = None, names: list[str] | None = None, progress: bool = True,
+                    n_jobs: int = 1) -> pd.DataFrame:
+    """:func:`realworld_row` for every model of the corpus (``data/corpus/``; only ``names`` if given), one row each,
+    on ``n_jobs`` processes (the figures do not depend on how many; ``seconds`` is each model's own wall time)."""
+    from joblib import Parallel, delayed
+
     from gpupred.graph.corpus import read_corpus_index
     from gpupred.reports import progress_bar
 
     models = {n: e for n, e in read_corpus_index(folder)["models"].items()
               if "error" not in e and (names is None or n in names)}
-    rows = [realworld_row(name, entry, gpu, table, footprint, precision, optimizer, folder)
-            for name, entry in progress_bar(iterable=list(models.items()), desc="real-world graphs", unit="model",
-                                            disable=not progress)]
+    rows = Parallel(n_jobs=max(1, min(n_jobs, len(models))), return_as="generator")(
+        delayed(realworld_row)(name, entry, gpu, table, footprint, precision, optimizer, folder)
+        for name, entry in models.items())
+    rows = list(progress_bar(iterable=rows, total=len(models), desc="real-world graphs", unit="model",
+                             disable=not progress))
     return pd.DataFrame(rows).set_index("model")
 
 
