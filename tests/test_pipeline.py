@@ -323,50 +323,56 @@ def test_each_notebook_waits_for_what_writes_its_inputs(monkeypatch: pytest.Monk
     assert pipeline.waits_for(["01-a", "02-x", "03-c"]) == {"01-a": set(), "02-x": {"01-a"}, "03-c": {"01-a", "02-x"}}
 
 
-def _waiting_notebook(path: Path, mine: Path, other: Path) -> None:
-    """A FIXTURE notebook that writes ``mine``, then waits up to 60 s for ``other``: two of them finish only if
+def _waiting(mine: Path, other: Path) -> str:
+    """A FIXTURE notebook's code that writes ``mine``, then waits up to 60 s for ``other``: two of them finish only if
     they run at the same time."""
-    _notebook(path, f"import time\nfrom pathlib import Path\nPath({str(mine)!r}).write_text('x')\n"
-                    f"for _ in range(600):\n    if Path({str(other)!r}).exists(): break\n    time.sleep(0.1)\n"
-                    f"else:\n    raise TimeoutError('the other notebook never ran beside this one')")
+    return (f"import time\nfrom pathlib import Path\nPath({str(mine)!r}).write_text('x')\n"
+            f"for _ in range(600):\n    if Path({str(other)!r}).exists(): break\n    time.sleep(0.1)\n"
+            f"else:\n    raise TimeoutError('the other notebook never ran beside this one')")
+
+
+def _fixture_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stages: dict[str, tuple[tuple[str, ...], ...]],
+                      sources: dict[str, str], paths: dict[str, Path]) -> Path:
+    """FIXTURE notebooks (stem -> code) under FIXTURE stages (stem -> (inputs, outputs)), ``paths`` set as config
+    names; the notebooks' folder."""
+    from gpupred import config, pipeline
+
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    for name, path in paths.items():
+        monkeypatch.setattr(config, name, path, raising=False)
+    monkeypatch.setattr(pipeline, "STAGES", {stem: pipeline.Stage(*io) for stem, io in stages.items()})
+    for stem, source in sources.items():
+        _notebook(folder / f"{stem}.ipynb", source)
+    return folder
 
 
 @pytest.mark.notebook
 def test_independent_notebooks_run_at_once_and_a_reader_after_both(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpupred import config, pipeline
-
-    folder = tmp_path / "nb"
-    folder.mkdir()
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
-    monkeypatch.setattr(config, "FIXTURE_A", a, raising=False)
-    monkeypatch.setattr(config, "FIXTURE_B", b, raising=False)
-    monkeypatch.setattr(pipeline, "STAGES", {"01-a": pipeline.Stage((), ("FIXTURE_A",)),
-                                             "02-b": pipeline.Stage((), ("FIXTURE_B",)),
-                                             "03-read": pipeline.Stage(("FIXTURE_A", "FIXTURE_B"))})
-    _waiting_notebook(folder / "01-a.ipynb", a, b)
-    _waiting_notebook(folder / "02-b.ipynb", b, a)
-    _notebook(folder / "03-read.ipynb", f"assert open({str(a)!r}).read() + open({str(b)!r}).read() == 'xx'")
+    folder = _fixture_pipeline(
+        tmp_path, monkeypatch, {"01-a": ((), ("FIXTURE_A",)), "02-b": ((), ("FIXTURE_B",)),
+                                "03-read": (("FIXTURE_A", "FIXTURE_B"),)},
+        {"01-a": _waiting(a, b), "02-b": _waiting(b, a),
+         "03-read": f"assert open({str(a)!r}).read() + open({str(b)!r}).read() == 'xx'"},
+        {"FIXTURE_A": a, "FIXTURE_B": b})
     results = run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
     assert [(r.notebook, r.status) for r in results] == [("01-a.ipynb", "ok"), ("02-b.ipynb", "ok"),
                                                          ("03-read.ipynb", "ok")]
 
 
 @pytest.mark.notebook
-def test_a_failure_lets_the_running_notebook_finish_and_starts_nothing_after_it(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpupred import config, pipeline
-
-    folder = tmp_path / "nb"
-    folder.mkdir()
+def test_a_failure_lets_the_running_notebook_finish_and_starts_nothing_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slow, late = tmp_path / "slow.txt", tmp_path / "late.txt"
-    monkeypatch.setattr(config, "FIXTURE_SLOW", slow, raising=False)
-    monkeypatch.setattr(pipeline, "STAGES", {"01-broken": pipeline.Stage(()),
-                                             "02-slow": pipeline.Stage((), ("FIXTURE_SLOW",)),
-                                             "03-late": pipeline.Stage(("FIXTURE_SLOW",))})
-    _notebook(folder / "01-broken.ipynb", "raise ValueError('bad column')")
-    _notebook(folder / "02-slow.ipynb", f"import time\ntime.sleep(3)\nopen({str(slow)!r}, 'w').write('x')")
-    _notebook(folder / "03-late.ipynb", f"open({str(late)!r}, 'w').write('x')")
+    folder = _fixture_pipeline(
+        tmp_path, monkeypatch,
+        {"01-broken": ((),), "02-slow": ((), ("FIXTURE_SLOW",)), "03-late": (("FIXTURE_SLOW",),)},
+        {"01-broken": "raise ValueError('bad column')",
+         "02-slow": f"import time\ntime.sleep(3)\nopen({str(slow)!r}, 'w').write('x')",
+         "03-late": f"open({str(late)!r}, 'w').write('x')"},
+        {"FIXTURE_SLOW": slow})
     with pytest.raises(GpupredError, match=r"01-broken.ipynb failed: ValueError: bad column"):
         run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
     assert slow.exists() and not late.exists()

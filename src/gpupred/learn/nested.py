@@ -27,6 +27,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.evaluation import Split, fold_groups, rmsle, splits_for
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
+from gpupred.learn.parallel import parallel_map
 from gpupred.learn.regressors import make_regressor
 
 
@@ -122,19 +123,9 @@ class FoldData:
     percent: bool = False  # the label is a percentage: predictions and intervals are clipped to [0, 100]
 
 
-def outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compare: dict[str, Any],
-               cv: CVSettings) -> dict[str, Any]:
-    """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows (one
-    BLAS/OpenMP thread per fit: parallel fits oversubscribe the cores otherwise)."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        return _outer_fold(data, split, candidates, compare, cv)
-
-
 def _outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compare: dict[str, Any],
                 cv: CVSettings) -> dict[str, Any]:
-    """:func:`outer_fold`'s work."""
+    """Select on the outer training rows, then fit CV+ with the winner and predict the outer test rows."""
     X, y, labelled, groups, strata = data.X, data.y, data.labelled, data.groups, data.strata
     train, test, label = split
     train = train[labelled[train]]
@@ -174,10 +165,7 @@ def nested_cv(
     ``compare``: score each candidate (True), these regressors (a list: may hold more than the candidates), or
     none on the outer folds, for a comparison table that selects nothing.
     """
-    from joblib import Parallel, delayed
-
     from gpupred.dataset import PERCENT_LABELS, feature_columns
-    from gpupred.reports import progress_bar
 
     cv = cv or CVSettings()
     cols = features or feature_columns(df)
@@ -191,13 +179,10 @@ def nested_cv(
     candidates = make_candidates(models, cv.tune, cv.seed)
     compared = candidates if compare is True else make_candidates(compare, cv.tune, cv.seed) if compare else {}
     used = [split for split in splits if labelled[split[0]].any()]
-    if cv.n_jobs > 1 and len(used) > 1:  # the outer folds side by side, each fit in them one after another
-        tasks = Parallel(n_jobs=min(cv.n_jobs, len(used)), return_as="generator")(
-            delayed(outer_fold)(data, split, candidates, compared, replace(cv, n_jobs=1)) for split in used)
-        outs = list(progress_bar(iterable=tasks, total=len(used), desc=f"nested CV {target} ({scheme})", leave=False))
-    else:
-        outs = [outer_fold(data, split, candidates, compared, cv)
-                for split in progress_bar(iterable=used, desc=f"nested CV {target} ({scheme})", leave=False)]
+    # the outer folds side by side, each fit inside them one after another; one fold alone selects on cv.n_jobs
+    inner = replace(cv, n_jobs=1) if min(cv.n_jobs, len(used)) > 1 else cv
+    outs = parallel_map(_outer_fold, [(data, split, candidates, compared, inner) for split in used], cv.n_jobs,
+                        f"nested CV {target} ({scheme})", leave=False)
     return _collect(df, target, scheme, y, outs)
 
 

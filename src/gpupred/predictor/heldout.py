@@ -38,22 +38,19 @@ def heldout_figures(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def step_fold(df: pd.DataFrame, train: np.ndarray, test: np.ndarray, step: Any, pdata: Any) -> pd.DataFrame:
-    """The unfitted ``step`` estimator fitted on the rows ``train`` and asked about the rows ``test`` (one BLAS
-    thread), without its derived throughput and extrapolation columns."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        pred = clone(step).fit(df.iloc[train], pdata.subset(train)).predict(df.iloc[test], pdata.subset(test))
+    """The unfitted ``step`` estimator fitted on the rows ``train`` and asked about the rows ``test``, without its
+    derived throughput and extrapolation columns."""
+    pred = clone(step).fit(df.iloc[train], pdata.subset(train)).predict(df.iloc[test], pdata.subset(test))
     return pred.drop(columns=[c for c in pred.columns if c.startswith("samples_per_s") or c == "extrapolated"])
 
 
 def step_oof(df: pd.DataFrame, folds: list[Split], step: Any, pdata: Any, n_jobs: int = 1) -> pd.DataFrame:
     """Each row of ``df`` predicted by the unfitted ``step`` estimator fitted on the other ``folds`` (:func:`step_fold`
     each, on ``n_jobs`` processes), in ``df``'s order."""
-    from joblib import Parallel, delayed
+    from gpupred.learn.parallel import parallel_map
 
-    parts = Parallel(n_jobs=max(1, min(n_jobs, len(folds))))(
-        delayed(step_fold)(df, train, test, step, pdata) for train, test, _ in folds)
+    tasks = [(df, train, test, step, pdata) for train, test, _ in folds]
+    parts = parallel_map(step_fold, tasks, n_jobs, progress=False)
     return pd.concat(parts).loc[df.index]
 
 

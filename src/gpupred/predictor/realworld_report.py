@@ -88,18 +88,14 @@ def realworld_table(gpu: str, table: Any, footprint: Any, precision: str = "bf16
                     n_jobs: int = 1) -> pd.DataFrame:
     """:func:`realworld_row` for every model of the corpus (``data/corpus/``; only ``names`` if given), one row each,
     on ``n_jobs`` processes (the figures do not depend on how many; ``seconds`` is each model's own wall time)."""
-    from joblib import Parallel, delayed
-
     from gpupred.graph.corpus import read_corpus_index
-    from gpupred.reports import progress_bar
+    from gpupred.learn.parallel import parallel_map
 
     models = {n: e for n, e in read_corpus_index(folder)["models"].items()
               if "error" not in e and (names is None or n in names)}
-    rows = Parallel(n_jobs=max(1, min(n_jobs, len(models))), return_as="generator")(
-        delayed(realworld_row)(name, entry, gpu, table, footprint, precision, optimizer, folder)
-        for name, entry in models.items())
-    rows = list(progress_bar(iterable=rows, total=len(models), desc="real-world graphs", unit="model",
-                             disable=not progress))
+    rows = parallel_map(realworld_row, [(name, entry, gpu, table, footprint, precision, optimizer, folder)
+                                        for name, entry in models.items()], n_jobs, "real-world graphs", progress,
+                        unit="model")
     return pd.DataFrame(rows).set_index("model")
 
 

@@ -22,6 +22,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.baselines import ConstantBaseline, RegressorBaseline
 from gpupred.learn.evaluation import Split
 from gpupred.learn.nested import CVSettings, NestedResult, prediction_frame, result_from_frames
+from gpupred.learn.parallel import parallel_map
 from gpupred.learn.summary import METHODS, comparison_table
 from gpupred.learn.regressors import correction_model
 from gpupred.step.correction import CORRECTION_FEATURES, WEIGHTINGS
@@ -90,15 +91,15 @@ def _split_predictions(df: pd.DataFrame, targets: tuple[str, ...], split: Split,
     return out
 
 
-def split_task(df: pd.DataFrame, targets: tuple[str, ...], splits: list[Split], pdata: PhysicsData,
-               models: dict[str, dict[str, Any]]) -> tuple[list[dict[str, dict[str, tuple[np.ndarray, ...]]]], dict[Any, Any]]:
-    """:func:`_split_predictions` of each of ``splits`` (one training set: one constants fit) on one BLAS thread, and
-    the fits it added to ``pdata``'s cache (a worker process's cache is its own: the caller keeps them)."""
-    from threadpoolctl import threadpool_limits
+SplitPredictions = dict[str, dict[str, tuple[np.ndarray, ...]]]  # method -> target -> (point, low, high)
 
+
+def split_task(df: pd.DataFrame, targets: tuple[str, ...], splits: list[Split], pdata: PhysicsData,
+               models: dict[str, dict[str, Any]]) -> tuple[list[SplitPredictions], dict[Any, Any]]:
+    """:func:`_split_predictions` of each of ``splits`` (one training set: one constants fit), and the fits it added
+    to ``pdata``'s cache (a worker process's cache is its own: the caller keeps them)."""
     before = set(pdata.cache)
-    with threadpool_limits(limits=1):
-        predictions = [_split_predictions(df, targets, split, pdata, models) for split in splits]
+    predictions = [_split_predictions(df, targets, split, pdata, models) for split in splits]
     return predictions, {k: v for k, v in pdata.cache.items() if k not in before}
 
 
@@ -120,10 +121,6 @@ def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str,
     ``pdata`` (default: built from ``df``) describes the rows of ``df`` in order. The splits run on ``cv.n_jobs``
     processes, each fit on one BLAS thread: the results do not depend on how many.
     """
-    from joblib import Parallel, delayed
-
-    from gpupred.reports import progress_bar
-
     names = (targets,) if isinstance(targets, str) else tuple(targets)
     unknown = [t for t in names if t not in PHYSICS_TARGETS]
     if unknown:
@@ -135,12 +132,11 @@ def evaluate_step(df: pd.DataFrame, targets: str | tuple[str, ...], scheme: str,
     models = candidates(names, cv, weighting, interval_groups, methods)
     parts: dict[str, dict[str, list[pd.DataFrame]]] = {t: {m: [] for m in methods} for t in names}
     groups = same_training(splits, pdata)
-    tasks = Parallel(n_jobs=min(cv.n_jobs, len(groups)) or 1, return_as="generator")(
-        delayed(split_task)(df, names, [splits[k] for k in g], pdata, models) for g in groups)
+    tasks = [(df, names, [splits[k] for k in g], pdata, models) for g in groups]
     kept: dict[Any, Any] = {}
-    by_split: dict[int, dict[str, dict[str, tuple[np.ndarray, ...]]]] = {}
-    for group, (predictions, fitted) in progress_bar(iterable=zip(groups, tasks), total=len(groups),
-                                                     desc=f"step ({scheme})", leave=False):
+    by_split: dict[int, SplitPredictions] = {}
+    for group, (predictions, fitted) in zip(groups, parallel_map(split_task, tasks, cv.n_jobs, f"step ({scheme})",
+                                                                 leave=False)):
         kept.update(fitted)
         by_split.update(zip(group, predictions))
     for k, split in enumerate(splits):

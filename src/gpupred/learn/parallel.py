@@ -1,0 +1,31 @@
+"""Evaluation work spread over worker processes: each task on one BLAS/OpenMP thread, results in the tasks' order.
+
+The figures do not depend on how many processes run them: a task computes the same thing in a worker as in the
+caller (single-threaded numerics, seeds in its arguments). What a task changes in its arguments stays in the worker;
+a task that fills a cache returns what it added (:func:`gpupred.step.evaluate.split_task`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+
+def single_threaded(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on one BLAS/OpenMP thread: parallel tasks oversubscribe the cores otherwise."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return fn(*args)
+
+
+def parallel_map(fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], n_jobs: int = 1, desc: str | None = None,
+                 progress: bool = True, **bar: Any) -> list[Any]:
+    """``fn(*task)`` for each of ``tasks``, single-threaded, on ``min(n_jobs, len(tasks))`` processes (in this one
+    when that is 1), in order, under a progress bar (``desc``; ``progress=False``: none)."""
+    from joblib import Parallel, delayed
+
+    from gpupred.reports import progress_bar
+
+    results = Parallel(n_jobs=max(1, min(n_jobs, len(tasks))), return_as="generator")(
+        delayed(single_threaded)(fn, *task) for task in tasks)
+    return list(progress_bar(iterable=results, total=len(tasks), desc=desc, disable=not progress, **bar))
