@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-LEAVES = ("gpupred.hardware", "gpupred.setups", "gpupred.errors", "gpupred.config", "gpupred.files")
+LEAVES = ("gpupred.hardware", "gpupred.setups", "gpupred.errors", "gpupred.config", "gpupred.files", "gpupred.columnar")
 
 
 def walk(argv: list[str]) -> list[str]:
@@ -47,14 +47,17 @@ def walk(argv: list[str]) -> list[str]:
 
 
 def summary(steps: list[str]) -> tuple[list[str], int]:
-    """(modules in first-visit order, returns to a module left before, leaves aside)."""
+    """(modules in first-visit order, returns to a module left before, leaves aside: a step into a leaf and back is
+    not a return to the module it left)."""
     seen: list[str] = []
     returns = 0
+    previous = None
     for name in (s for s in steps if s not in LEAVES):
-        if name in seen and seen[-1] != name:
+        if name in seen and seen[-1] != name and name != previous:
             returns += 1
         if name not in seen:
             seen.append(name)
+        previous = name
     return seen, returns
 
 

@@ -111,7 +111,7 @@ def test_the_calibrated_constants_are_the_ones_the_step_model_runs_with(artifact
     from gpupred.step.estimator import StepEstimator
 
     seen: list = []
-    real = StepEstimator.predict
+    real = StepEstimator.predict_columns  # what the core calls
 
     def spy(self, X, physics=None, constants=None, widths=None):
         from gpupred.step.physics.timeline import launch_costs, simulate
@@ -122,7 +122,7 @@ def test_the_calibrated_constants_are_the_ones_the_step_model_runs_with(artifact
                      launch_costs(r.kernels[0], c)))
         return real(self, X, physics, constants, widths)
 
-    monkeypatch.setattr(StepEstimator, "predict", spy)
+    monkeypatch.setattr(StepEstimator, "predict_columns", spy)
     p = load_predictor(artifact)
     p.predict(JOB, gpu="L4", calibration=False)
     p.predict(JOB, gpu="L4", calibration=cals["slow"])

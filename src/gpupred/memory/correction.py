@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.columnar import Rows, frame_values, row_sums
+
 CORRECTION_CLIP = 0.2  # the default bound of |log correction| (x0.82 .. x1.22), kept when nothing can be selected
 COVERAGE = 0.9  # nominal coverage of the intervals
 MAX_ROWS_PER_SOURCE = 600  # the model is fitted on at most this many rows per source (seeded sample; keeps it fast)
@@ -18,13 +20,18 @@ CORRECTION_FEATURES: tuple[str, ...] = (  # scale-free: the correction multiplie
     "frac_flops_act", "frac_flops_pool", "frac_flops_elementwise")
 
 
-def correction_features(df: pd.DataFrame, terms: pd.DataFrame | None = None) -> np.ndarray:
+def correction_features(df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total
-    (``terms``: :func:`gpupred.memory.physics.footprint_terms` of ``df`` where the caller has them already)."""
+    (``terms``: :func:`gpupred.memory.physics.footprint_terms` of ``df``, or its columns
+    (:func:`gpupred.memory.physics.peak_term_arrays`), where the caller has them already)."""
     from gpupred.memory.physics import footprint_terms, numeric_column, sources
 
     terms = footprint_terms(df, sources(df)) if terms is None else terms
-    shares = terms.to_numpy(float) / np.maximum(terms.sum(axis=1).to_numpy(float)[:, None], 1e-9)
+    if isinstance(terms, pd.DataFrame):
+        table, total = terms.to_numpy(float), terms.sum(axis=1).to_numpy(float)
+    else:  # the frame's numbers, added in the same order
+        table, total = frame_values(terms), row_sums(terms)
+    shares = table / np.maximum(total[:, None], 1e-9)
     flags = np.column_stack([numeric_column(df, c) for c in CORRECTION_FEATURES])
     return np.column_stack([flags, shares])
 

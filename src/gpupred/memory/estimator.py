@@ -5,11 +5,13 @@ rows: what the predictor ships for ``memory_mib``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpupred.columnar import Rows
 from gpupred.dataset import SOURCE_OWN
 from gpupred.learn.forest import FOREST_MAX_ROWS, Forest
 from gpupred.learn.params import Estimator
@@ -23,24 +25,39 @@ BEST = "footprint*correction"  # the estimate's column (the evaluation's method 
 
 @dataclass(frozen=True)
 class MemoryParts:
-    """What :meth:`MemoryEstimator.explain` finds for each row: the estimate (:meth:`MemoryEstimator.predict`'s frame),
-    the footprint's terms live at the peak (:func:`gpupred.memory.physics.footprint_terms`, MiB), whether the peak
-    is the backward's (else the optimizer step's), the CUDA context (MiB), the allocator's ratio, and the steady and
-    varying MiB of the terms (:func:`gpupred.memory.physics.steady_varying`)."""
+    """What :meth:`MemoryEstimator.explain` finds for each row: the estimate's columns (``figures``; ``estimate``:
+    :meth:`MemoryEstimator.predict`'s frame of them), the footprint's terms live at the peak (``term_values``;
+    ``terms``: :func:`gpupred.memory.physics.footprint_terms`' frame of them, MiB), whether the peak is the backward's
+    (else the optimizer step's), the CUDA context (MiB), the allocator's ratio, the steady and varying MiB of the
+    terms (:func:`gpupred.memory.physics.steady_varying`), and the rows' index. The frames are built when first
+    read: a prediction reads the arrays."""
 
-    estimate: pd.DataFrame
-    terms: pd.DataFrame
+    figures: dict[str, np.ndarray]
+    term_values: dict[str, np.ndarray]
     at_backward: np.ndarray
     context: np.ndarray
     ratio: np.ndarray
     steady: np.ndarray
     varying: np.ndarray
+    index: pd.Index
+
+    @cached_property
+    def estimate(self) -> pd.DataFrame:
+        """:meth:`MemoryEstimator.predict`'s frame."""
+        return pd.DataFrame(self.figures, index=self.index)
+
+    @cached_property
+    def terms(self) -> pd.DataFrame:
+        """The footprint's terms live at the peak, a frame (MiB)."""
+        return pd.DataFrame(self.term_values, index=self.index)
 
     def row(self, i: int) -> "MemoryParts":
         """The parts of row ``i`` alone (what one job's answer reads)."""
         pick = slice(i, i + 1)
-        return MemoryParts(self.estimate.iloc[pick], self.terms.iloc[pick], self.at_backward[pick], self.context[pick],
-                           self.ratio[pick], self.steady[pick], self.varying[pick])
+        return MemoryParts({k: v[pick] for k, v in self.figures.items()},
+                           {k: v[pick] for k, v in self.term_values.items()}, self.at_backward[pick],
+                           self.context[pick], self.ratio[pick], self.steady[pick], self.varying[pick],
+                           self.index[pick])
 
 
 class MemoryEstimator(Estimator):
@@ -100,7 +117,7 @@ class MemoryEstimator(Estimator):
                                          "default (fewer than two family groups to choose on)"),
                 "interval_halfwidth_log": {k: round(v, 4) for k, v in self.halfwidth_.items()}}
 
-    def correction(self, df: pd.DataFrame, terms: pd.DataFrame | None = None) -> np.ndarray:
+    def correction(self, df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | None = None) -> np.ndarray:
         """The learned log-factor, clipped to the chosen setting's bound (``terms``: the footprint terms of ``df``
         where the caller has them)."""
         clip = self.setting_.clip
@@ -120,17 +137,17 @@ class MemoryEstimator(Estimator):
         unified memory outside torch's allocator; in MiB, one row per input row."""
         return self.explain(df).estimate
 
-    def explain(self, df: pd.DataFrame) -> MemoryParts:
+    def explain(self, df: Rows) -> MemoryParts:
         """:meth:`predict`'s frame and the parts it was made of (:class:`MemoryParts`), in one pass: what an answer's
-        memory breakdown reads (:mod:`gpupred.predictor.answer`)."""
+        memory breakdown reads (:mod:`gpupred.predictor.answer`); ``df`` a DataFrame, or
+        :class:`gpupred.columnar.Columns` (what the predictor's core passes)."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import peak_terms, source_keys, sources, steady_varying, text_column
+        from gpupred.memory.physics import peak_term_arrays, source_array, source_keys, steady_varying, text_column
 
-        src_series = sources(df)
-        (terms, at_backward), keys = peak_terms(df, src_series), source_keys(df)
+        src = source_array(df)
+        (terms, at_backward), keys = peak_term_arrays(df, src), source_keys(df)
         base = self.footprint_.predict(df, terms, keys)
         best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
-        src = src_series.to_numpy()
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
         seen = np.isin(keys, list(self.fitted_keys_))
         known = np.isin(src, [k.split("|")[1] for k in self.fitted_keys_])
@@ -140,12 +157,12 @@ class MemoryEstimator(Estimator):
                       for s, ok, kn in zip(src, seen, known)])
         ctx, ratio = self.footprint_.row_constants(keys)
         steady, varying = steady_varying(terms)
-        paged = terms["optimizer"].to_numpy(float) * np.isin(text_column(df, "optimizer"), list(PAGED))
+        paged = terms["optimizer"] * np.isin(text_column(df, "optimizer"), list(PAGED))
         # torch's own figures are the physics' (see the class notes): paged optimizer states live in CUDA unified
         # memory, outside torch's allocator
         reserved = steady + ratio * varying - paged
         allocated = steady + varying - paged
-        estimate = pd.DataFrame({"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
-                                 "reserved": reserved, "allocated": allocated}, index=df.index)
-        return MemoryParts(estimate, terms, at_backward.to_numpy(bool), np.asarray(ctx, float),
-                           np.asarray(ratio, float), steady, varying)
+        estimate = {"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
+                    "reserved": reserved, "allocated": allocated}
+        return MemoryParts(estimate, terms, np.asarray(at_backward, bool), np.asarray(ctx, float),
+                           np.asarray(ratio, float), steady, varying, df.index)

@@ -96,6 +96,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from gpupred.columnar import Rows, floats, frame_values, notna, numeric, text, values
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
@@ -590,7 +591,7 @@ def _score_chain(tensor: str, producer: dict[str, Any]) -> set[str]:
     return chain
 
 
-def _need(df: pd.DataFrame, cols: tuple[str, ...]) -> None:
+def _need(df: Rows, cols: tuple[str, ...]) -> None:
     """Raise naming the first column the footprint needs and the frame lacks."""
     for col in cols:
         if col not in df.columns:
@@ -606,6 +607,14 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
 
 def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[pd.DataFrame, pd.Series]:
     """(:func:`footprint_terms`, whether each row's peak is the backward's: False where it is the optimizer step's)."""
+    t, backward = peak_term_arrays(df, source)
+    return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
+
+
+def peak_term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> tuple[dict[str, np.ndarray],
+                                                                                       np.ndarray]:
+    """:func:`peak_terms` as one array per term (MiB, in ``TERMS`` order) and one of whether each row's peak is the
+    backward's: the same numbers without a frame (rows as a DataFrame or :class:`gpupred.columnar.Columns`)."""
     t = term_arrays(df, source)
     # under checkpointing three phases (checkpoint_phases); otherwise autocast's copies and the activations saved are
     # freed through the backward beside the gradients
@@ -615,7 +624,7 @@ def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[p
         t[name] = np.where(backward, t[name], 0.0)
     t["gradients"] = np.where(backward, peak, t["gradients"])
     t["optimizer_step"] = np.where(backward, 0.0, t["optimizer_step"])
-    return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
+    return t, backward
 
 
 def checkpoint_phases(t: dict[str, np.ndarray], peak: np.ndarray, ckpt: np.ndarray) -> np.ndarray:
@@ -649,16 +658,18 @@ def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.Data
     return pd.DataFrame(term_arrays(df, source), index=df.index)
 
 
-def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[str, np.ndarray]:
+def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> dict[str, np.ndarray]:
     """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``, ``recompute_copies``,
-    ``held_copies`` and ``recompute``."""
+    ``held_copies`` and ``recompute``; ``source`` one for every row, or each row's (a Series on the frame's index, or an
+    array in row order)."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
     precision = text_column(df, "precision")
     autocast = np.isin(precision, list(HALF_PRECISIONS))
     pure = precision == "bf16-pure"
-    p = df["param_bytes"].to_numpy(float) * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
-    proto = np.full(len(df), source, dtype=object) if isinstance(source, str) else source.reindex(df.index).to_numpy()
+    p = floats(df, "param_bytes") * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
+    proto = (np.full(len(df), source, dtype=object) if isinstance(source, str) else source
+             if isinstance(source, np.ndarray) else source.reindex(df.index).to_numpy())
     sdpa = np.isin(proto, list(SDPA_SOURCES))
     act = activation_bytes(df, autocast, sdpa, pure)
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
@@ -690,7 +701,7 @@ def term_arrays(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> dict[s
     return out
 
 
-def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
+def step_temporaries(df: Rows, opt: np.ndarray) -> np.ndarray:
     """Gradient-sized temporaries of the optimizer step, per gradient byte: torch's foreach implementations allocate
     each intermediate as a list over every parameter (``torch.optim`` docs: foreach "uses more peak memory" than the
     for-loop): Adam's and AdamW's ``_foreach_sqrt`` of the second moment, RMSprop's and Adagrad's square root, and
@@ -703,22 +714,22 @@ def step_temporaries(df: pd.DataFrame, opt: np.ndarray) -> np.ndarray:
     return np.where(impl == "foreach", root + decay, 0.0).astype(float)
 
 
-def _counted(df: pd.DataFrame, name: str) -> np.ndarray:
+def _counted(df: Rows, name: str) -> np.ndarray:
     """Rows that have column ``name`` (the parameter terms counted tensor by tensor,
     :data:`gpupred.finetune.PARAM_COLUMNS`, or a graph term)."""
-    return df[name].notna().to_numpy() if name in df.columns else np.zeros(len(df), bool)
+    return notna(df, name)
 
 
-def _or(counted: np.ndarray, df: pd.DataFrame, name: str, rule: np.ndarray) -> np.ndarray:
+def _or(counted: np.ndarray, df: Rows, name: str, rule: np.ndarray) -> np.ndarray:
     """A counted parameter term where the row has it, else the parameter-sized rule's."""
     return np.where(counted, numeric_column(df, name), rule) if counted.any() else rule
 
 
-def _optimizers(df: pd.DataFrame) -> np.ndarray:
+def _optimizers(df: Rows) -> np.ndarray:
     """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
     opt = np.array([o.lower() for o in text_column(df, "optimizer")], dtype=object)
     if "sgd_momentum" in df.columns:
-        plain = (opt == "sgd") & (df["sgd_momentum"] == False).to_numpy()  # noqa: E712
+        plain = (opt == "sgd") & np.asarray(values(df, "sgd_momentum") == False, dtype=bool)  # noqa: E712
         opt = np.where(plain, "sgd_nomomentum", opt)
     unknown = sorted(set(opt) - set(OPTIMIZER_STATES))
     if unknown:
@@ -726,7 +737,7 @@ def _optimizers(df: pd.DataFrame) -> np.ndarray:
     return opt
 
 
-def _workspaces(df: pd.DataFrame) -> np.ndarray:
+def _workspaces(df: Rows) -> np.ndarray:
     """The cuBLAS workspaces of each row's GPU kind, in MiB (Hopper's where the frame names no GPU)."""
     if "gpu" not in df.columns:
         return np.full(len(df), WORKSPACE_MIB)
@@ -735,12 +746,12 @@ def _workspaces(df: pd.DataFrame) -> np.ndarray:
     return np.array([per[g] for g in gpu], dtype=float)
 
 
-def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
+def activation_bytes(df: Rows, half: np.ndarray, sdpa: np.ndarray, pure: np.ndarray | None = None) -> np.ndarray:
     """Bytes of the activations saved for backward: from the graph terms where the frame has them, else the
     feature row's ``activation_bytes``; less the scores of the fused attention cores where the source's torch
     fuses attention. ``half``: autocast rows (16-bit where autocast runs in 16 bits); ``pure``: pure bf16 rows
     (every activation in 2 bytes)."""
-    fallback = df["activation_bytes"].to_numpy(float)
+    fallback = floats(df, "activation_bytes")
     if "saved_elems" not in df.columns:
         return fallback
     pure = np.zeros(len(df), bool) if pure is None else pure
@@ -752,16 +763,16 @@ def activation_bytes(df: pd.DataFrame, half: np.ndarray, sdpa: np.ndarray, pure:
                       scores)
     # plus the indices MaxPool saves for backward: int64, 8 bytes each
     act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * numeric_column(df, "index_elems")
-    return np.where(df["saved_elems"].notna().to_numpy(), act, fallback)
+    return np.where(notna(df, "saved_elems"), act, fallback)
 
 
-def dropout_mask_bytes(df: pd.DataFrame, sdpa: np.ndarray) -> np.ndarray:
+def dropout_mask_bytes(df: Rows, sdpa: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's masks (one an element): all of them, less those inside fused attention cores where the
     source's torch fuses attention (as :func:`activation_bytes` takes their scores out)."""
     return numeric_column(df, "dropout_mask_elems") - np.where(sdpa, numeric_column(df, "fused_mask_elems"), 0.0)
 
 
-def dropout_copy_bytes(df: pd.DataFrame, sdpa: np.ndarray, autocast: np.ndarray, pure: np.ndarray) -> np.ndarray:
+def dropout_copy_bytes(df: Rows, sdpa: np.ndarray, autocast: np.ndarray, pure: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's kept outputs (:func:`dropout_copies`), less those inside fused attention cores where the
     source's torch fuses attention: 4 an element, 2 in pure bf16, none under autocast (whose product casts the masked
     fp32 probabilities to the 16-bit copy it saves, which the activations count already)."""
@@ -769,24 +780,14 @@ def dropout_copy_bytes(df: pd.DataFrame, sdpa: np.ndarray, autocast: np.ndarray,
     return elems * np.where(autocast, 0.0, np.where(pure, 2.0, 4.0))
 
 
-def text_column(df: pd.DataFrame, name: str) -> np.ndarray:
-    """A column as an object array of str, as ``Series.astype(str)`` gives it (without its cost where every value is
-    a str already: a job's one row)."""
-    values = df[name].to_numpy()
-    if values.dtype == object and all(type(v) is str for v in values):
-        return values
-    return df[name].astype(str).to_numpy()
+def text_column(df: Rows, name: str) -> np.ndarray:
+    """A column as an object array of str, as ``Series.astype(str)`` gives it (:func:`gpupred.columnar.text`)."""
+    return text(df, name)
 
 
-def numeric_column(df: pd.DataFrame, name: str) -> np.ndarray:
-    """A numeric column, zeros where it is absent or missing."""
-    if name not in df.columns:
-        return np.zeros(len(df))
-    values = df[name].to_numpy()
-    if values.dtype.kind in "fiub":  # a numpy column (pandas' na_value path costs 3x as much on a job's one row)
-        values = values.astype(float)
-        return np.where(np.isnan(values), 0.0, values)
-    return df[name].to_numpy(float, na_value=0.0)
+def numeric_column(df: Rows, name: str) -> np.ndarray:
+    """A numeric column, zeros where it is absent or missing (:func:`gpupred.columnar.numeric`)."""
+    return numeric(df, name)
 
 
 def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.ndarray:
@@ -794,14 +795,15 @@ def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.n
     return footprint_terms(df, source).sum(axis=1).to_numpy(float)
 
 
-def steady_varying(terms: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def steady_varying(terms: pd.DataFrame | dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(steady, varying) MiB of ``footprint_terms``: the tensors allocated once and kept (``STEADY_TERMS``: weights,
     optimizer state, the batch, cuBLAS's workspaces), which the caching allocator holds at their size, and those
     every step allocates and frees (gradients, the step's temporaries, autocast's copies, activations, the loss),
-    on which its reserve grows."""
-    values = terms.to_numpy(float)
-    steady = values[:, [terms.columns.get_loc(t) for t in STEADY_TERMS]].sum(axis=1)
-    return steady, values.sum(axis=1) - steady
+    on which its reserve grows. ``terms``: a frame, or its columns (:func:`peak_term_arrays`), summed alike."""
+    table = terms.to_numpy(float) if isinstance(terms, pd.DataFrame) else frame_values(terms)
+    names = list(terms.columns if isinstance(terms, pd.DataFrame) else terms)
+    steady = table[:, [names.index(t) for t in STEADY_TERMS]].sum(axis=1)
+    return steady, table.sum(axis=1) - steady
 
 
 def local_memory_mib(gpu: str) -> float:
@@ -874,7 +876,7 @@ class Footprint:
                 self.context_mib[key], self.allocator[key] = fit_context_allocator(varying[m], y[m], steady[m])
         return self
 
-    def predict(self, df: pd.DataFrame, terms: pd.DataFrame | None = None,
+    def predict(self, df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | None = None,
                 keys: np.ndarray | None = None) -> np.ndarray:
         """The analytic footprint in MiB, one per row: context + steady terms + allocator ratio x varying terms
         (:func:`steady_varying`); ``terms`` (:func:`footprint_terms`) and ``keys`` (:func:`source_keys`) of ``df``
@@ -939,13 +941,18 @@ def sources(df: pd.DataFrame) -> pd.Series:
     return df["source"].astype(str) if "source" in df.columns else pd.Series("gpupred", index=df.index)
 
 
-def source_keys(df: pd.DataFrame) -> np.ndarray:
+def source_array(df: Rows) -> np.ndarray:
+    """:func:`sources` as an object array of str, in row order."""
+    return text(df, "source") if "source" in df.columns else np.full(len(df), "gpupred", dtype=object)
+
+
+def source_keys(df: Rows) -> np.ndarray:
     """'gpu|source' per row (the key of the fitted constants)."""
     from gpupred.hardware import gpu_spec
 
     gpu = text_column(df, "gpu") if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
     names = {g: gpu_spec(g).name for g in set(gpu)}
-    return np.array([f"{names[g]}|{s}" for g, s in zip(gpu, sources(df).to_numpy())], dtype=object)
+    return np.array([f"{names[g]}|{s}" for g, s in zip(gpu, source_array(df))], dtype=object)
 
 
 def setup_columns(setup: TrainingSetup) -> dict[str, Any]:

@@ -27,7 +27,7 @@ does not apply is null (a feature row, answered by the baseline regressors, has 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -331,7 +331,8 @@ def memory_breakdown(explained: Any) -> dict[str, Any]:
     own figures) and the learned correction (the point less the analytic footprint), in MiB; they add up to the
     point. ``explained``: the first row of a :class:`gpupred.memory.estimator.MemoryParts` (the prediction's, kept by
     the core)."""
-    estimate, terms = explained.estimate.iloc[0], explained.terms.iloc[0]
+    estimate = {k: float(v[0]) for k, v in explained.figures.items()}
+    terms = {k: float(v[0]) for k, v in explained.term_values.items()}
     context, ratio = float(explained.context[0]), float(explained.ratio[0])
     analytic, total = float(estimate["footprint"]), float(estimate["footprint*correction"])
     factor = total / analytic if analytic > 0 else 1.0
@@ -345,7 +346,7 @@ def memory_breakdown(explained: Any) -> dict[str, Any]:
             "note": MEMORY_NOTE}
 
 
-def as_reported(estimate: pd.Series) -> dict[str, float]:
+def as_reported(estimate: Mapping[str, float]) -> dict[str, float]:
     """The memory point as the three figures users compare it with (MiB), from the memory estimator's row
     (:meth:`gpupred.memory.estimator.MemoryEstimator.predict`, the same figures a predict frame's
     ``memory_allocated_mib`` and ``memory_reserved_mib`` carry): torch's allocated peak

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from gpupred.columnar import Columns
 from gpupred.dataset import SOURCE_OWN
 from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import widen
@@ -44,15 +45,22 @@ BATCH_JOBS = 256  # jobs whose estimators run at once (PhysicsCore.predict_many)
 EXPLAINED_MEMORY = "memory_explained"  # an explained answer's key: its memory estimate's parts (not a column)
 
 
-def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tuple[pd.DataFrame, Any]:
-    """One job on one GPU as the estimators read it: a one-row frame under ``PROTOCOL`` and its step-model inputs;
-    a host ``pipeline`` feeds each batch from the host (its per-batch times from its host profile)."""
+def job_frame(job: JobGraph, gpu: str, pipeline: InputPipeline = RESIDENT) -> tuple[Columns, Any]:
+    """One job on one GPU as the estimators read it: its row under ``PROTOCOL`` (:class:`gpupred.columnar.Columns`,
+    what ``pd.DataFrame`` of the row would read) and its step-model inputs; a host ``pipeline`` feeds each batch from
+    the host (its per-batch times from its host profile)."""
     return jobs_frame([job], gpu, [pipeline])
 
 
-def jobs_frame(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) -> tuple[pd.DataFrame, Any]:
+def jobs_frame(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) -> tuple[Columns, Any]:
     """Jobs on one GPU as the estimators read them: one row each under ``PROTOCOL`` and their step-model inputs;
     ``pipelines`` (one per job) as :func:`job_frame` takes one."""
+    records, physics = job_records(jobs, gpu, pipelines)
+    return Columns.from_records(records), physics
+
+
+def job_records(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) -> tuple[list[dict[str, Any]], Any]:
+    """:func:`jobs_frame`'s rows as records (one dict a job), and their step-model inputs."""
     from gpupred.step.physics.fit import FitRows
     from gpupred.step.physics.inputfeed import loader_columns
     from gpupred.step.rowphysics import PhysicsData, default_row_columns
@@ -67,7 +75,7 @@ def jobs_frame(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) -
     records = [{**memory[i], **default_row_columns(rows, i),
                 **({} if loaders[i] is None else {**loader_columns(loaders[i]), "host_batches": 1.0})}
                for i in range(n)]
-    return pd.DataFrame(records), PhysicsData(rows, [(spec.name, PROTOCOL)] * n)
+    return records, PhysicsData(rows, [(spec.name, PROTOCOL)] * n)
 
 
 def job_loader(job: JobGraph, pipeline: InputPipeline = RESIDENT) -> Any:
@@ -152,12 +160,11 @@ class PhysicsCore:
         use = self.calibration_used(name, calibration)
         constants, memory = self._calibrated(name, use)
         measured = {} if use is None else self.calibration_.widths  # a calibrated GPU's widths, once measured
-        step = self.step_.predict(frame, physics, constants=constants, widths=measured or None)
+        step = self.step_.predict_columns(frame, physics, constants=constants, widths=measured or None)
         explained = memory.explain(frame)
-        mem = explained.estimate
-        columns = {c: step[c].tolist() for c in step.columns}  # plain values; to_dict("records") costs 1 ms a call
-        outs = [{c: v[i] for c, v in columns.items()} for i in range(len(step))]
-        figures = {k: mem[k].to_numpy(float) for k in ("footprint*correction", "low", "high", "reserved", "allocated")}
+        columns = {c: v.tolist() for c, v in step.items()}  # plain values, as a frame's to_dict("records") gives
+        outs = [{c: v[i] for c, v in columns.items()} for i in range(len(frame))]
+        figures = {k: explained.figures[k] for k in ("footprint*correction", "low", "high", "reserved", "allocated")}
         for i, (job, out) in enumerate(zip(jobs, outs)):
             caveats = self.caveats(job, name)
             self._widen(out, widest(caveats))

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
 
+from gpupred.columnar import Rows, matrix
 from gpupred.errors import GpupredError
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
@@ -70,9 +70,9 @@ class ShrunkCorrection(Estimator):
         return self.center_ + self.weight * (np.asarray(self.model_.predict(X), dtype=float) - self.center_)
 
 
-def correction_features(df: pd.DataFrame, names: list[str], util: np.ndarray, step: np.ndarray) -> np.ndarray:
+def correction_features(df: Rows, names: list[str], util: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The correction's inputs: the columns ``names`` of ``df`` (0 where absent) and the log of the fitted physics."""
-    cols = df.reindex(columns=names, fill_value=0.0).to_numpy(float)  # one conversion, not one per column
+    cols = matrix(df, names, fill=0.0)  # one conversion, not one per column
     return np.column_stack([cols, np.log(np.maximum(util, 1e-3)), np.log(np.maximum(step, 1e-9))])
 
 

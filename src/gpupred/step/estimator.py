@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupred.columnar import Rows, floats, text
 from gpupred.errors import GpupredError
 from gpupred.learn.conformal import widen
 from gpupred.learn.folds import INTERVAL_GROUPINGS, interval_groups
@@ -123,7 +124,7 @@ class StepEstimator(Estimator):
         pdata = physics.align(X) if physics is not None else physics_data(X)
         return row_physics(pdata, self.constants_)
 
-    def predict(self, X: pd.DataFrame, physics: PhysicsData | None = None, constants: StepConstants | None = None,
+    def predict(self, X: Rows, physics: PhysicsData | None = None, constants: StepConstants | None = None,
                 widths: dict[str, float] | None = None) -> pd.DataFrame:
         """Per row of ``X``: each fitted target, its ``_low``/``_high`` bounds, ``samples_per_s`` and ``extrapolated``.
 
@@ -131,6 +132,12 @@ class StepEstimator(Estimator):
         every row, and ``widths`` (per target, measured for calibrated GPUs) replace the extrapolation widths of rows
         whose (GPU kind, protocol) has no fit.
         """
+        return pd.DataFrame(self.predict_columns(X, physics, constants, widths), index=X.index)
+
+    def predict_columns(self, X: Rows, physics: PhysicsData | None = None, constants: StepConstants | None = None,
+                        widths: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+        """:meth:`predict`'s columns, as arrays in its order, without the frame (``X``: a DataFrame, or
+        :class:`gpupred.columnar.Columns`, what the predictor's core passes)."""
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
         util, step = row_physics(pdata, self.constants_) if constants is None else _physics_under(pdata, constants)
@@ -151,13 +158,13 @@ class StepEstimator(Estimator):
                 pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
             out[target], out[f"{target}_low"], out[f"{target}_high"] = pt, lo, hi
         if "iter_time_mean_s" in out and "batch_size" in X.columns:
-            batch = X["batch_size"].to_numpy(float)
+            batch = floats(X, "batch_size")
             out["samples_per_s"] = batch / out["iter_time_mean_s"]
             out["samples_per_s_low"] = batch / out["iter_time_mean_s_high"]
             with np.errstate(divide="ignore"):  # a step-time bound of 0 (a wide held-out interval): no upper bound
                 out["samples_per_s_high"] = batch / out["iter_time_mean_s_low"]
         out["extrapolated"] = unfitted
-        return pd.DataFrame(out, index=X.index)
+        return out
 
     def _corrected(self, matrix: np.ndarray, strata: np.ndarray, target: str,
                    base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -210,15 +217,15 @@ def _physics_under(pdata: PhysicsData, constants: StepConstants) -> tuple[np.nda
     return predict_rows(pdata.rows, constants)
 
 
-def with_default_physics(X: pd.DataFrame, pdata: PhysicsData) -> pd.DataFrame:
+def with_default_physics(X: Rows, pdata: PhysicsData) -> Rows:
     """``X`` with the default-constant step model's ``STEP_COLUMNS`` (computed from ``pdata`` where it lacks them)."""
     if all(c in X.columns for c in STEP_COLUMNS):
         return X
     return X.assign(**{c: v.to_numpy() for c, v in default_columns(pdata).items()})
 
 
-def _sources(df: pd.DataFrame) -> np.ndarray:
+def _sources(df: Rows) -> np.ndarray:
     """Each row's source (the correction's strata): a new job's is this project's protocol."""
     from gpupred.dataset import SOURCE_OWN
 
-    return df["source"].astype(str).to_numpy() if "source" in df.columns else np.full(len(df), SOURCE_OWN)
+    return text(df, "source") if "source" in df.columns else np.full(len(df), SOURCE_OWN)
