@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupred.columnar import Columns, floats, frame_values, matrix, notna, numeric, row_sums, text, values
+from gpupred.columnar import Columns, equal, floats, frame_values, matrix, notna, numeric, row_sums, text, values
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDS = [  # FIXTURE rows: every kind of value a job's row holds, gaps and a key one row lacks
@@ -30,6 +30,8 @@ def test_the_readers_give_on_columns_what_they_give_on_the_frame_of_the_same_rec
     for name in ("s", "i"):
         assert list(text(cols, name)) == list(text(frame, name)), name
     assert list(values(cols, "s")) == list(values(frame, "s"))
+    for name, value in (("b", False), ("o", True), ("s", "sgd"), ("i", 4)):
+        assert np.array_equal(equal(cols, name, value), equal(frame, name, value)), name
     names = ["f", "absent", "i", "b", "g"]
     assert np.array_equal(matrix(cols, names), matrix(frame, names), equal_nan=True)
     assert np.array_equal(numeric(cols, "absent"), np.zeros(3)) and not notna(cols, "absent").any()

@@ -105,6 +105,13 @@ def text(rows: Rows, name: str) -> np.ndarray:
     return pd.Series(raw).astype(str).to_numpy() if isinstance(rows, Columns) else rows[name].astype(str).to_numpy()
 
 
+def equal(rows: Rows, name: str, value: Any) -> np.ndarray:
+    """Per row, whether column ``name`` equals ``value`` (``rows[name] == value``)."""
+    if isinstance(rows, Columns):
+        return np.asarray(rows.data[name] == value, dtype=bool)
+    return (rows[name] == value).to_numpy()
+
+
 def notna(rows: Rows, name: str) -> np.ndarray:
     """Per row, whether column ``name`` has a value there (all False where the column is absent)."""
     if name not in rows.columns:

@@ -96,7 +96,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from gpupred.columnar import Rows, floats, frame_values, notna, numeric, text, values
+from gpupred.columnar import Rows, equal, floats, frame_values, notna, numeric, text
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
@@ -729,7 +729,7 @@ def _optimizers(df: Rows) -> np.ndarray:
     """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
     opt = np.array([o.lower() for o in text_column(df, "optimizer")], dtype=object)
     if "sgd_momentum" in df.columns:
-        plain = (opt == "sgd") & np.asarray(values(df, "sgd_momentum") == False, dtype=bool)  # noqa: E712
+        plain = (opt == "sgd") & equal(df, "sgd_momentum", False)
         opt = np.where(plain, "sgd_nomomentum", opt)
     unknown = sorted(set(opt) - set(OPTIMIZER_STATES))
     if unknown:
