@@ -1,4 +1,4 @@
-"""Notebooks 03, 04, 05, 08 on a FIXTURE dataset.parquet in a temporary GPUPRED_ROOT (never data)."""
+"""Notebooks 03 (both), 04, 05, 08 on a FIXTURE dataset.parquet in a temporary GPUPRED_ROOT (never data)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,18 @@ from gpupred.reports import read_metrics
 
 pytestmark = pytest.mark.notebook
 
-NOTEBOOKS = ["03-compare-regressors", "04-explain", "05-memory", "08-export-predictor"]
+NOTEBOOKS = ["03-compare-regressors", "03-physics-first", "04-explain", "05-memory", "08-export-predictor"]
 SMALL = {
     "03-compare-regressors": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
                               "n_jobs": 1, "cross_gpu_targets": ["gpu_util"], "n_within": 3,
                               "compared": ["ridge", "decision_tree"],
-                              # the step model needs real graphs (tests/test_step.py); the memory footprint falls
-                              # back to the feature row's activation_bytes without them
-                              "physics_targets": ["memory_mib"],
-                              "realworld": ["timm-resnet18", "hf-gpt2"]},  # two corpus graphs copied into the tree
+                              "physics_targets": ["memory_mib"]},  # no step target: the OOF file keeps the regressors'
+    "03-physics-first": {"targets": ["gpu_util", "memory_mib"], "models": ["ridge", "knn"], "n_outer": 3, "n_cal": 3,
+                         "n_jobs": 1, "n_within": 3,
+                         # the step model needs real graphs (tests/test_step.py); the memory footprint falls back to
+                         # the feature row's activation_bytes without them
+                         "physics_targets": ["memory_mib"],
+                         "realworld": ["timm-resnet18", "hf-gpt2"]},  # two corpus graphs copied into the tree
     "04-explain": {"tree_models": ["decision_tree", "xgboost"], "n_permutations": 2, "top": 1, "physics_explain": False},
     "05-memory": {"n_folds": 2, "residual_model": "ridge"},
     "08-export-predictor": {"model": "ridge", "n_folds": 3, "tune": False,
@@ -47,12 +50,13 @@ def test_missing_input_skips(name: str, run_notebook, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def after_03(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A temporary tree with a FIXTURE dataset that notebook 03 has run on (once for the module)."""
+    """A temporary tree with a FIXTURE dataset that both notebooks 03 have run on (once for the module)."""
     root = tmp_path_factory.mktemp("after-03")
     write_fixture_dataset(root, **TWO_SOURCES)
-    _copy_corpus(root, SMALL["03-compare-regressors"]["realworld"])
+    _copy_corpus(root, SMALL["03-physics-first"]["realworld"])
     with pytest.MonkeyPatch.context() as mp:
-        run_notebook_in(root, mp, "03-compare-regressors", SMALL["03-compare-regressors"])
+        for name in ("03-compare-regressors", "03-physics-first"):
+            run_notebook_in(root, mp, name, SMALL[name])
     return root
 
 
@@ -76,15 +80,17 @@ def _copy(tree: Path, to: Path) -> None:
 
 def test_03_on_fixture_dataset(after_03: Path) -> None:
     metrics = read_metrics("03-compare-regressors", after_03 / "reports" / "metrics")
+    shipped = read_metrics("03-physics-first", after_03 / "reports" / "metrics")
+    assert not set(metrics) & set(shipped)  # each figure in one notebook's file
     figures = {f.name for f in (after_03 / "reports" / "figures").glob("*.png")}
     assert ITEM_6_FROM_03 <= set(metrics) and metrics["dataset_sources"] == ["gpupred", "lucid"]
     assert set(metrics["regressors_gpu_util_rmsle_by_source"]) == {"gpupred", "lucid"}
     assert set(metrics["regressors_gpu_util_rmsle_by_source"]["lucid"]) == {"grouped_random", "lofo"}
     assert metrics["regressors_gpu_util_coverage_grouped_random"] >= 0.8
-    assert metrics["regressors_gpu_util_model"] in ("ridge", "knn")
+    assert shipped["regressors_gpu_util_model"] in ("ridge", "knn")
     assert {"03-rmsle-gpu_util.png", "03-oof-gpu_util.png", "03-cross-gpu-gpu_util.png",
             "03-realworld-step-time.png"} <= figures
-    assert metrics["realworld_models"] == 2 and metrics["realworld_params_exact_share"] == 1.0
+    assert shipped["realworld_models"] == 2 and shipped["realworld_params_exact_share"] == 1.0
     # every FIXTURE workload is on both GPUs: within-GPU references and twins splits, no unseen ones
     assert set(metrics["regressors_gpu_util_rmsle_within_gpu"]) == {"H100 SXM", "RTX 3090"}
     assert set(metrics["regressors_gpu_util_rmsle_cross_gpu"]) == {"H100 SXM->RTX 3090 (twins)",
@@ -92,8 +98,8 @@ def test_03_on_fixture_dataset(after_03: Path) -> None:
     assert metrics["twin_ratio_median"]["RTX 3090/H100 SXM"]["all"]["gpu_util_ratio_median"] > 0
     # memory in the comparison: its four methods on the within-GPU and leave-one-family-out splits, and the shipped
     # footprint model's headline figures on this project's own rows
-    assert {"comparison_memory_mib_coverage_within", "comparison_memory_mib_coverage_lofo"} <= set(metrics)
-    assert {"memory_mre_within", "memory_mre_lofo", "memory_coverage_lofo", "memory_mre_lofo_baseline"} <= set(metrics)
+    assert {"comparison_memory_mib_coverage_within", "comparison_memory_mib_coverage_lofo"} <= set(shipped)
+    assert {"memory_mre_within", "memory_mre_lofo", "memory_coverage_lofo", "memory_mre_lofo_baseline"} <= set(shipped)
     from gpupred.learn.choice import read_model_choice
     from gpupred.learn.oof import read_oof_predictions
 
@@ -101,7 +107,7 @@ def test_03_on_fixture_dataset(after_03: Path) -> None:
     oof = read_oof_predictions(dataset, after_03 / "data" / "processed" / "oof_predictions.parquet")
     assert len(oof) == len(dataset) and {"gpu_util_low", "memory_mib_high"} <= set(oof.columns)
     choice = read_model_choice(dataset, after_03 / "data" / "processed" / "model_choice.json")
-    assert choice == {"gpu_util": metrics["regressors_gpu_util_model"], "memory_mib": metrics["regressors_memory_mib_model"]}
+    assert choice == {"gpu_util": shipped["regressors_gpu_util_model"], "memory_mib": shipped["regressors_memory_mib_model"]}
 
 
 def test_04_explains_with_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
@@ -142,7 +148,7 @@ def test_05_run_twice_writes_the_same_bytes(run_notebook, tmp_path: Path) -> Non
 def test_08_exports_the_model_03_chose(after_03: Path, run_notebook, tmp_path: Path) -> None:
     """08 with no model named exports 03's choice and carries 03's outer-fold figures in the card (FIXTURE data)."""
     _copy(after_03, tmp_path)
-    metrics = read_metrics("03-compare-regressors", tmp_path / "reports" / "metrics")
+    metrics = read_metrics("03-physics-first", tmp_path / "reports" / "metrics")
     run_notebook("08-export-predictor", {**SMALL["08-export-predictor"], "model": ""})
     default = json.loads((tmp_path / "models" / "predictor.json").read_text())
     assert not default["usage_restriction"] and set(default["sources"]) == {"gpupred"}  # own measurements only

@@ -165,12 +165,12 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
     """At most 30 figures named <target>_<metric>_<split>, each from its notebook's file (None where not written)."""
     import re
 
-    from gpupred.contracts import LEARNING_METRICS
+    from gpupred.contracts import ESTIMATOR_METRICS
     from gpupred.digest import HEADLINES
     from gpupred.pipeline import write_summary
     from gpupred.reports import write_metrics
 
-    write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.2, "memory_mre_within": 0.05}, tmp_path)
+    write_metrics(ESTIMATOR_METRICS, {"gpu_util_rmsle_lofo": 0.2, "memory_mre_within": 0.05}, tmp_path)
     summary = write_summary(tmp_path, tmp_path / "summary.json")
     assert len(HEADLINES) <= 30 and summary["gpu_util_rmsle_lofo"]["value"] == 0.2
     assert summary["iter_time_mre_lofo"]["value"] is None
@@ -184,11 +184,11 @@ def test_the_summary_gathers_the_headline_figures(tmp_path: Path) -> None:
 
 def test_the_summary_rounds_for_people(tmp_path: Path) -> None:
     """summary.json keeps four significant digits (the metrics files keep every digit)."""
-    from gpupred.contracts import LEARNING_METRICS
+    from gpupred.contracts import ESTIMATOR_METRICS
     from gpupred.pipeline import write_summary
     from gpupred.reports import write_metrics
 
-    write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.1759133506447282}, tmp_path)
+    write_metrics(ESTIMATOR_METRICS, {"gpu_util_rmsle_lofo": 0.1759133506447282}, tmp_path)
     assert write_summary(tmp_path, tmp_path / "s.json")["gpu_util_rmsle_lofo"]["value"] == 0.1759
 
 
@@ -196,19 +196,20 @@ def test_every_notebook_opens_with_its_results_and_its_title(tmp_path: Path) -> 
     """The Results block follows the first heading, renders the run's figures rounded, and the HTML is titled by it."""
     import nbformat
 
-    from gpupred.contracts import LEARNING_METRICS
+    from gpupred.contracts import ESTIMATOR_METRICS
     from gpupred.pipeline import to_html, add_results, notebook_title
     from gpupred.reports import write_metrics
 
-    write_metrics(LEARNING_METRICS, {"gpu_util_rmsle_lofo": 0.1759133506447282, "dataset_runs_all": 12}, tmp_path)
+    write_metrics(ESTIMATOR_METRICS, {"gpu_util_rmsle_lofo": 0.1759133506447282, "memory_coverage_lofo": 0.875},
+                  tmp_path)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 03 · Which regressor\nprose"),
                                          nbformat.v4.new_code_cell("1")])
-    path = tmp_path / "03-compare-regressors.ipynb"
+    path = tmp_path / "03-physics-first.ipynb"
     nbformat.write(nb, path)
     add_results(path, tmp_path)
     cells = nbformat.read(path, as_version=4).cells
     assert cells[1].cell_type == "markdown" and "| `gpu_util_rmsle_lofo` | 0.176 |" in cells[1].source
-    assert "leave one family out" in cells[1].source and "dataset_runs_all` | 12 |" in cells[1].source
+    assert "leave one family out" in cells[1].source and "memory_coverage_lofo` | 0.875 |" in cells[1].source
     assert notebook_title(nbformat.read(path, as_version=4), "x") == "03 · Which regressor"
     to_html(path)
     assert "<title>03 · Which regressor</title>" in path.with_suffix(".html").read_text()
@@ -236,12 +237,11 @@ def test_every_headline_names_a_figure_its_notebook_declares() -> None:
     """Each headline reads a key its notebook's metrics schema declares (a renamed metric fails here, not silently)."""
     import re
 
-    from gpupred.contracts import COLOCATION_METRICS
-    from gpupred.contracts import LEARNING_METRICS
+    from gpupred.contracts import COLOCATION_METRICS, ESTIMATOR_METRICS, LEARNING_METRICS
     from gpupred.digest import HEADLINES
     from gpupred.sim.metrics import SIM_METRICS
 
-    schemas = {s.notebook: s for s in (LEARNING_METRICS, COLOCATION_METRICS, SIM_METRICS)}
+    schemas = {s.notebook: s for s in (LEARNING_METRICS, ESTIMATOR_METRICS, COLOCATION_METRICS, SIM_METRICS)}
     assert {notebook for _, notebook, _ in HEADLINES} <= set(schemas)
     for _, notebook, metric in HEADLINES:
         assert any(re.fullmatch(p, metric) for p, _ in schemas[notebook].keys), (notebook, metric)
@@ -281,13 +281,13 @@ def test_a_contract_refuses_a_key_two_modules_declare() -> None:
         MetricsSchema.assemble("03-fixture", a, b)
 
 
-@pytest.mark.parametrize("notebook", ["03-compare-regressors", "06-colocation"])
+@pytest.mark.parametrize("notebook", ["03-compare-regressors", "03-physics-first", "06-colocation"])
 def test_every_committed_figure_has_exactly_one_owner(notebook: str) -> None:
     """Each key of the committed metrics of notebooks 03 and 06 is declared by exactly one module's key group: a
     reader asking where a figure is computed (and where to add one) gets one answer."""
     from gpupred import contracts
     from gpupred.colocation.memfit import MEMFIT_METRIC_KEYS
-    from gpupred.learn.summary import REGRESSOR_METRIC_KEYS
+    from gpupred.learn.summary import CHOICE_METRIC_KEYS, REGRESSOR_METRIC_KEYS
     from gpupred.memory.evaluate import MEMORY_METRIC_KEYS
     from gpupred.predictor.realworld_report import REALWORLD_METRIC_KEYS
     from gpupred.reports import read_metrics
@@ -295,13 +295,15 @@ def test_every_committed_figure_has_exactly_one_owner(notebook: str) -> None:
     from gpupred.step.evaluate import STEP_METRIC_KEYS
     import re
 
-    owners = {"03-compare-regressors": {"step.evaluate": STEP_METRIC_KEYS, "memory.evaluate": MEMORY_METRIC_KEYS,
-                                        "learn.summary": REGRESSOR_METRIC_KEYS, "realworld": REALWORLD_METRIC_KEYS},
+    owners = {"03-compare-regressors": {"learn.summary": REGRESSOR_METRIC_KEYS},
+              "03-physics-first": {"step.evaluate": STEP_METRIC_KEYS, "memory.evaluate": MEMORY_METRIC_KEYS,
+                                   "realworld": REALWORLD_METRIC_KEYS, "learn.summary (choice)": CHOICE_METRIC_KEYS},
               "06-colocation": {"slowdown.evaluate": SLOWDOWN_METRIC_KEYS, "colocation.memfit": MEMFIT_METRIC_KEYS}}
-    schema = {s.notebook: s for s in (contracts.LEARNING_METRICS, contracts.COLOCATION_METRICS)}[notebook]
+    schema = {s.notebook: s for s in (contracts.LEARNING_METRICS, contracts.ESTIMATOR_METRICS,
+                                      contracts.COLOCATION_METRICS)}[notebook]
     assert [k for group in owners[notebook].values() for k in group] == list(schema.keys)
     written = read_metrics(notebook)
-    assert len(written) > 20
+    assert len(written) > 10
     claims = {key: [o for o, group in owners[notebook].items() if any(re.fullmatch(p, key) for p, _ in group)]
               for key in written}
     assert {k: v for k, v in claims.items() if len(v) != 1} == {}

@@ -29,6 +29,7 @@ SCHEMAS: dict[str, str] = {
     "01-collect-profiles": "gpupred.profile.datacard:PROFILES_METRICS",
     "02-build-features": "gpupred.graph.table:FEATURES_METRICS",
     "03-compare-regressors": "gpupred.contracts:LEARNING_METRICS",
+    "03-physics-first": "gpupred.contracts:ESTIMATOR_METRICS",
     "04-explain": "gpupred.learn.importance:EXPLAIN_METRICS",
     "05-memory": "gpupred.memory.evaluate:MEMORY_METRICS",
     "06-colocation": "gpupred.contracts:COLOCATION_METRICS",
@@ -40,14 +41,15 @@ SCHEMAS: dict[str, str] = {
 # The headline figures: (summary key, notebook, its metrics key). Keys read <target>_<metric>_<split>: the shipped
 # estimators' held-out figures on this project's own runs (default predictor), and each later stage's verdict.
 HEADLINES: tuple[tuple[str, str, str], ...] = tuple(
-    (key, "03-compare-regressors", key) for key in (
+    (key, "03-physics-first", key) for key in (
         "gpu_util_rmsle_within", "gpu_util_rmsle_lofo", "gpu_util_rmsle_crossgpu", "gpu_util_coverage_lofo",
         "gpu_util_width_lofo",
         "gpu_util_rmsle_lofo_baseline", "sm_active_rmsle_within", "sm_active_rmsle_lofo",
         "iter_time_mre_within", "iter_time_mre_lofo", "iter_time_mre_crossgpu", "iter_time_coverage_lofo",
         "iter_time_width_lofo",
-        "memory_mre_within", "memory_mre_lofo", "memory_mre_crossgpu", "memory_coverage_lofo", "memory_width_lofo",
-        "dataset_runs_all", "dataset_workloads_all")) + (
+        "memory_mre_within", "memory_mre_lofo", "memory_mre_crossgpu", "memory_coverage_lofo", "memory_width_lofo")) + (
+    ("dataset_runs_all", "03-compare-regressors", "dataset_runs_all"),
+    ("dataset_workloads_all", "03-compare-regressors", "dataset_workloads_all"),
     # co-location (06): held out by model group, pooled Spearman of the slowdown ranking, the prior beside adaptation
     # from k = 3 reference co-runs; scheduling (07): the goals' figures at load 1 (ours - Horus, Gavel's ratios)
     ("slowdown_spearman_lucid_nonrl_summed_util", "06-colocation", "slowdown_spearman_pooled_lucid_nonrl_sum_util_meas"),
@@ -154,10 +156,11 @@ def schema_of(notebook: str) -> MetricsSchema | None:
 RESULT_KEYS: dict[str, tuple[str, ...]] = {
     "01-collect-profiles": ("profiles_runs", "profiles_ok", "profiles_simulated"),
     "02-build-features": ("graph_features_rows", "graph_features_unknown_ops"),
-    "03-compare-regressors": ("gpu_util_rmsle_within", "gpu_util_rmsle_lofo", "gpu_util_rmsle_crossgpu",
-                              "gpu_util_coverage_lofo", "iter_time_mre_within", "iter_time_mre_lofo",
-                              "iter_time_coverage_lofo", "memory_mre_within", "memory_mre_lofo",
-                              "memory_coverage_lofo", "dataset_runs_all"),
+    "03-compare-regressors": ("regressors_gpu_util_rmsle_grouped_random", "regressors_gpu_util_rmsle_lofo",
+                              "dataset_runs_all"),
+    "03-physics-first": ("gpu_util_rmsle_within", "gpu_util_rmsle_lofo", "gpu_util_rmsle_crossgpu",
+                         "gpu_util_coverage_lofo", "iter_time_mre_within", "iter_time_mre_lofo",
+                         "iter_time_coverage_lofo", "memory_mre_within", "memory_mre_lofo", "memory_coverage_lofo"),
     "04-explain": ("gpu_util_top_features_permutation",),
     "05-memory": ("memory_footprint_times_correction_lofo_own_median_rel_err",
                   "memory_footprint_times_correction_lofo_own_p90_rel_err",
@@ -222,7 +225,7 @@ def readme_table(folder: Path | None = None, card: Path | None = None) -> str:
     """The README's held-out accuracy table: what ships per target, its error per held-out split, the coverage and
     width of its 90 % intervals, the regressor baseline beside, from notebook 03's metrics and the default
     predictor's card (the GPUs measured)."""
-    m = read_metrics("03-compare-regressors", folder)
+    m = read_metrics("03-physics-first", folder)
     gpus = ", ".join(f"{g} ({n} runs)" for g, n in measured_gpus(card).items()) or "—"
     rows = ["| target | what ships | error metric | within GPU | unseen family | other GPU kind | "
             "coverage of the 90 % interval (unseen family) | its median width (unseen family) | "

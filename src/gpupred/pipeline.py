@@ -221,8 +221,8 @@ class Stage:
 STAGES: dict[str, Stage] = {
     "01-collect-profiles": Stage(("RAW",), seconds=9),
     "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=42),
-    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("OOF_PREDICTIONS", "MODEL_CHOICE"),
-                                   seconds=450),
+    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=170),
+    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=200),
     "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=97),
     "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=30),
     "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=47),

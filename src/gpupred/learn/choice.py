@@ -1,4 +1,5 @@
-"""What notebook 03 chose, and how the chosen estimators scored: the file notebooks 04 and 08 (the predictor) read.
+"""What notebook 03-physics-first chose, and how the chosen estimators scored: the file notebooks 04 and 08 (the
+predictor) read.
 
 Contract of ``data/processed/model_choice.json`` (``config.MODEL_CHOICE``), a JSON object:
 
@@ -43,7 +44,8 @@ def check_choice(choice: dict[str, object], source: str = "model choice") -> dic
     if missing:
         raise GpupredError(f"{source}: missing keys {missing} of the model-choice contract (gpupred.learn.choice)")
     if choice["schema"] != SCHEMA_VERSION:
-        raise GpupredError(f"{source}: schema {choice['schema']!r}, expected {SCHEMA_VERSION}; re-run notebook 03")
+        raise GpupredError(f"{source}: schema {choice['schema']!r}, expected {SCHEMA_VERSION}; "
+                           "re-run notebook 03-physics-first")
     models = choice["models"]
     if not isinstance(models, dict) or not models:
         raise GpupredError(f"{source}: 'models' must map at least one target to a regressor")
@@ -76,12 +78,12 @@ def read_choice(dataset: pd.DataFrame, path: Path | None = None) -> dict[str, An
     """The whole choice notebook 03 made for ``dataset`` (checked); MissingInput if absent, GpupredError if stale."""
     path = Path(path) if path is not None else config.MODEL_CHOICE
     if not path.is_file():
-        raise MissingInput(f"no model choice at {path}: run notebook 03-compare-regressors first")
-    choice = read_json_object(path, "re-run notebook 03")
+        raise MissingInput(f"no model choice at {path}: run notebook 03-physics-first first")
+    choice = read_json_object(path, "re-run notebook 03-physics-first")
     check_choice(choice, str(path))
     if choice["dataset_fingerprint"] != dataset_fingerprint(dataset):
         raise GpupredError(f"{path}: chosen on another dataset than the current one (stale); "
-                           "re-run notebook 03-compare-regressors")
+                           "re-run notebook 03-physics-first")
     return choice
 
 

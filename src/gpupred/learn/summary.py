@@ -1,22 +1,29 @@
-"""The figures of merit notebook 03 writes to ``reports/metrics/03-compare-regressors.json``, computed here from the
-estimators' and baselines' outer-fold results. The file's schema, :data:`gpupred.contracts.LEARNING_METRICS`, is
-assembled from the key groups of the modules that own each figure (the nested regressors' and the dataset's:
-:data:`REGRESSOR_METRIC_KEYS` here; the step and memory estimators': ``STEP_METRIC_KEYS`` in
-:mod:`gpupred.step.evaluate` and ``MEMORY_METRIC_KEYS`` in :mod:`gpupred.memory.evaluate`).
+"""The figures of merit the two notebooks 03 write, computed here from the estimators' and baselines' outer-fold
+results. ``03-compare-regressors`` writes the nested regressors' and the dataset's (its schema
+:data:`gpupred.contracts.LEARNING_METRICS`: :data:`REGRESSOR_METRIC_KEYS` here); ``03-physics-first`` the shipped
+estimators' beside their baselines (:data:`gpupred.contracts.ESTIMATOR_METRICS`, assembled from ``STEP_METRIC_KEYS``
+in :mod:`gpupred.step.evaluate`, ``MEMORY_METRIC_KEYS`` in :mod:`gpupred.memory.evaluate`, the real-world section's
+and :data:`CHOICE_METRIC_KEYS` here).
+
+03-physics-first:
 
 - headline figures (:func:`headline_metrics`), ``<target>_<metric>_<split>``: the shipped estimators on this project's
   own runs (the default predictor), ``<target>`` one of ``gpu_util``, ``sm_active``, ``iter_time``, ``memory``,
   ``<metric>`` ``rmsle`` or ``mre`` (median relative error) or ``coverage``, ``<split>`` ``within``, ``lofo`` or
   ``crossgpu``; with ``_baseline``: the regressor baseline on the same splits;
-- the nested regressors (HotCloud/Horus, every source): ``regressors_<target>_rmsle_<scheme>``,
-  ``regressors_<target>_coverage_<scheme>``, ``regressors_<target>_model`` (the baseline shipped for feature rows),
-  ``regressors_gpu_util_rmsle_by_source`` and ``regressors_gpu_util_coverage_by_source`` (``{source: {scheme:
-  figure}}``), ``regressors_<target>_rmsle_within_gpu`` and ``regressors_<target>_rmsle_cross_gpu``;
 - the comparison of every method on the same splits (every source): ``comparison_<gpu>`` for each GPU kind this
   project measured (:func:`gpu_key`; ``{target: {scheme: {tested: {method: figure}}}}`` on that kind's runs: RMSLE,
   or the median relative error for ``RELATIVE_TARGETS``), ``comparison_<gpu>_coverage`` (90 % interval coverage),
   ``comparison_<target>_coverage_<scheme>`` (physics x correction, every row), ``step_constants`` and
   ``step_weighting``;
+- ``regressors_<target>_model``: the baseline exported for bare feature rows (:func:`choice_metrics`).
+
+03-compare-regressors:
+
+- the nested regressors (HotCloud/Horus, every source): ``regressors_<target>_rmsle_<scheme>``,
+  ``regressors_<target>_coverage_<scheme>``, ``regressors_gpu_util_rmsle_by_source`` and
+  ``regressors_gpu_util_coverage_by_source`` (``{source: {scheme: figure}}``), ``regressors_<target>_rmsle_within_gpu``
+  and ``regressors_<target>_rmsle_cross_gpu``;
 - ``twin_ratio_median`` per GPU pair, and the dataset's counts ``dataset_*`` (:func:`gpupred.dataset.summarize`).
 """
 
@@ -40,18 +47,15 @@ def metric_key(target: str) -> str:
     return f"regressors_{target}"
 
 
-def outer_metrics(results: dict[str, dict[str, NestedResult]], chosen: dict[str, str]) -> dict[str, Any]:
-    """Pooled outer-fold RMSLE and coverage per target and scheme, and the model chosen for export."""
+def outer_metrics(results: dict[str, dict[str, NestedResult]]) -> dict[str, Any]:
+    """Pooled outer-fold RMSLE and coverage per target and scheme."""
     out: dict[str, Any] = {}
-    targets = sorted({t for per_target in results.values() for t in per_target} | set(chosen))
-    for target in targets:
+    for target in sorted({t for per_target in results.values() for t in per_target}):
         key = metric_key(target)
         for scheme, per_target in results.items():
             if target in per_target:
                 out[f"{key}_rmsle_{scheme}"] = per_target[target].rmsle()
                 out[f"{key}_coverage_{scheme}"] = per_target[target].coverage()
-        if target in chosen:
-            out[f"{key}_model"] = chosen[target]
     return out
 
 
@@ -76,13 +80,13 @@ def transfer_metrics(transfer: dict[str, pd.DataFrame]) -> dict[str, Any]:
     return out
 
 
-def learning_metrics(info: dict[str, Any], results: dict[str, dict[str, NestedResult]], chosen: dict[str, str],
+def learning_metrics(info: dict[str, Any], results: dict[str, dict[str, NestedResult]],
                      transfer: dict[str, pd.DataFrame], ratios: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """The nested regressors' keys, the twins and the dataset's counts (``info`` from :func:`gpupred.dataset.summarize`)."""
     metrics: dict[str, Any] = {"dataset_runs_all": info["n_runs"], "dataset_workloads_all": info["n_workloads"],
                                "dataset_sources": info["sources"], "dataset_gpus": info["gpus"],
                                "dataset_families": info["n_families"]}
-    metrics.update(outer_metrics(results, chosen))
+    metrics.update(outer_metrics(results))
     if any("gpu_util" in r for r in results.values()):
         metrics.update(by_source(results, "gpu_util", list(info["sources"])))
     metrics.update(transfer_metrics(transfer))
@@ -252,11 +256,21 @@ def headline_metrics(results: dict[str, dict[str, dict[str, NestedResult]]], met
 # contract is assembled in gpupred.contracts.
 REGRESSOR_METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (r"regressors_\w+_(rmsle|coverage)_(grouped_random|lofo)", "the nested regressors' outer-fold figures"),
-    (r"regressors_\w+_model", "the baseline regressor chosen for bare feature rows"),
     (r"regressors_gpu_util_(rmsle|coverage)_by_source", "{source: {scheme: figure}}"),
     (r"regressors_\w+_rmsle_(within|cross)_gpu", "the nested regressors within and across GPU kinds"),
     (r"dataset_(runs|workloads)_all|dataset_(sources|gpus|families)", "the dataset's counts"),
+    (r"twin_ratio_median", "per GPU pair, per family: the measured ratio of twin runs"),
 )
+
+
+CHOICE_METRIC_KEYS: tuple[tuple[str, str], ...] = (
+    (r"regressors_\w+_model", "the baseline regressor chosen for bare feature rows"),
+)
+
+
+def choice_metrics(chosen: dict[str, str]) -> dict[str, str]:
+    """``regressors_<target>_model``: the baseline regressor exported per target for bare feature rows."""
+    return {f"{metric_key(target)}_model": model for target, model in sorted(chosen.items())}
 
 
 def cross_gpu_prose(table: pd.DataFrame, gpus: list[str], method: str = "physics+correction") -> str:

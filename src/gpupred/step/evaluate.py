@@ -373,5 +373,4 @@ STEP_METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (r"comparison_\w+",
      "every method on the comparison's splits (comparison_splits; gpupred.learn.summary.comparison_metrics)"),
     (r"step_constants|step_weighting", "the step model's constants fitted on every row; the correction's weighting"),
-    (r"twin_ratio_median", "per GPU pair, per family: the measured ratio of twin runs"),
 )
