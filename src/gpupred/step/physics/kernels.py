@@ -453,7 +453,8 @@ class _Pass:
         self.out_bytes: list[float] = []
         self.fused = {i: core for core in fused_cores(graph, b.setup.attention) for i in core.nodes}
         self.core_flops: dict[int, float] = {}
-        self.copies = copied_transposes(graph, set(self.fused))
+        fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
+        self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
 
 
 Span = tuple[int, int, int, int]  # a node of a pass: (node, first forward kernel, past its last, past its backward's)
@@ -814,7 +815,8 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
     cores = len(attention_cores(graph))
     eager = cores - len(fused_cores(graph, b.setup.attention))
-    kl.traits = {"multi_branch_sums": float(graph.memo("multi_branch_sums", lambda: multi_branch_sums(graph))),
+    branches = graph.memo_structure("multi_branch_sums", lambda: multi_branch_sums(graph))
+    kl.traits = {"multi_branch_sums": float(branches),
                  "eager_attention_cores": float(eager),
                  "attention_cores": float(cores)}
     return kl
