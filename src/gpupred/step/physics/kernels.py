@@ -808,7 +808,8 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
         _optimizer(b, trainable)
         cycles = 1
     trainable = _trained(b, trainable)
-    b.accumulate = [(float(v), 3.0 * b.setup.state_bytes * v, False) for _k, v in sorted(trainable.items())]
+    if b.setup.accumulation > 1:  # what each further micro-batch adds into .grad (read by arrays() only then)
+        b.accumulate = [(float(v), 3.0 * b.setup.state_bytes * v, False) for _k, v in sorted(trainable.items())]
     kl = b.arrays()
     kl.param_tensors = len(trainable)
     kl.cycles = cycles * b.setup.accumulation
