@@ -235,7 +235,11 @@ def global_pool(shapes: dict[str, Shape], x: str, y: str) -> bool:
 
 
 class _Reducer:
-    """Rules 1-5 over a node list, in topological order."""
+    """Rules 1-5 over a node list, in topological order.
+
+    Every read of a tensor's shape goes through :meth:`_decide` (a module-level rule of the shapes, logged): that log
+    is what lets :func:`reduce_like` reuse a reduction at another batch size. A rule that read ``self.shapes``
+    directly would be missed there: tests/test_canonical_batches.py compares replayed forms with fresh ones."""
 
     def __init__(self, nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
                  graph_inputs: list[str], graph_outputs: list[str], folded: set[str], float_types: frozenset[int]) -> None:
