@@ -56,3 +56,16 @@ def test_bad_ids_are_one_line_errors(bad: str) -> None:
         WorkloadSpec.from_id(bad)
     message = str(info.value)
     assert "\n" not in message and repr(bad) in message
+
+
+def test_parsed_ids_are_kept_per_id() -> None:
+    """from_id keeps the specs it parsed (frozen, shared): each id its own, equal to a fresh parse."""
+    from gpupred.workloads import spec as spec_module
+
+    ids = ["resnet.resnet50-bs64-img224-fp32-sgd", "resnet.resnet50-bs32-img224-fp32-sgd",
+           "resnet.resnet50-bs64-img224-bf16-sgd"]
+    specs = [WorkloadSpec.from_id(i) for i in ids]
+    assert [s.id for s in specs] == ids
+    assert all(WorkloadSpec.from_id(i) is s for i, s in zip(ids, specs))
+    assert all(WorkloadSpec._parse_id(i) == s for i, s in zip(ids, specs))
+    assert len(spec_module._PARSED) <= spec_module.PARSED_IDS

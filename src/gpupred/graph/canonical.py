@@ -119,6 +119,7 @@ class CanonicalGraph:
     static_params: set[str] = field(default_factory=set)  # parameter keys read only by dropped static nodes
     dropout_inputs: list[str] = field(default_factory=list)  # what each dropped Dropout of ratio > 0 masked (its input)
     derived: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # what memo keeps
+    shared: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # what memo_structure keeps
 
     def memo(self, key: Any, make: Callable[[], T]) -> T:
         """What ``make()`` derives from this graph, computed once per ``key`` and kept with the graph: a graph is
@@ -132,6 +133,18 @@ class CanonicalGraph:
         while len(self.derived) >= MEMO_ENTRIES:
             self.derived.pop(next(iter(self.derived)))
         self.derived[key] = value
+        return value
+
+    def memo_structure(self, key: Any, make: Callable[[], T]) -> T:
+        """:meth:`memo` for an analysis that reads only the graph's structure (its nodes, parameters, graph inputs and
+        which tensors have a shape entry), never a shape's value: kept with every canonical graph that shares this
+        one's reduction (:func:`reduce_like`: the same file at other batch sizes), at most ``MEMO_ENTRIES``."""
+        if key in self.shared:
+            return self.shared[key]
+        value = make()
+        while len(self.shared) >= MEMO_ENTRIES:
+            self.shared.pop(next(iter(self.shared)))
+        self.shared[key] = value
         return value
 
 
@@ -148,8 +161,85 @@ def raw_graph(
     return CanonicalGraph(list(nodes), shapes, params, sizes, list(graph_inputs))
 
 
+# ------------------------------------------------------------ the decisions a reduction reads from shapes
+# Each is a function of the shapes and arguments; _Reducer logs its calls (Decision), and reduce_like replays the log on
+# another batch size's shapes: the reduction is the same wherever every decision comes out the same.
+Decision = tuple[Callable[..., Any], tuple[Any, ...], Any, "str | None"]  # (rule, arguments, result, tensor written)
+
+
+def whole_slice(shapes: dict[str, Shape], ins: tuple[str, ...], outs: tuple[str, ...],
+                steps: tuple[int, ...] | None) -> bool:
+    """A Slice that keeps every element in order: its output's shape is its input's, and no step is negative
+    (a step of -1 over a whole axis, a flip, is the one other Slice that keeps the shape)."""
+    dims_in = shapes.get(ins[0], (None, 0, 0))[0]
+    if dims_in is None or dims_in != shapes.get(outs[0], (None, 0, 0))[0]:
+        return False
+    if len(ins) < 5 or not ins[4]:
+        return True
+    return steps is not None and all(v > 0 for v in steps)
+
+
+def same_type(shapes: dict[str, Shape], src: str, out: str) -> bool:
+    """Whether a Cast's output has its input's element type (a no-op cast)."""
+    return shapes.get(src, (None, -1, 0))[1] == shapes.get(out, (None, -2, 0))[1]
+
+
+def slice_cut(shapes: dict[str, Shape], ins: tuple[str, ...], a: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(axis, start, end) of a Slice along one axis with step 1 and constant bounds (clamped as ONNX does)."""
+    dims = shapes.get(ins[0], (None, 0, 0))[0]
+    if dims is None or any(a.get(k) is None for k in ("starts", "ends", "axes")) or len(a["axes"]) != 1:
+        return None
+    if a.get("steps") not in (None, (1,)) or (a.get("steps") is None and len(ins) > 4 and ins[4]):
+        return None
+    axis = a["axes"][0] % len(dims)
+    size = dims[axis]
+    start, end = (min(max(v + size if v < 0 else v, 0), size) for v in (a["starts"][0], a["ends"][0]))
+    return (axis, start, end) if start < end else None
+
+
+def axis_size(shapes: dict[str, Shape], x: str, axis: int) -> int:
+    """The size of a tensor's axis."""
+    return shapes[x][0][axis]  # type: ignore[index]
+
+
+def per_channel(shapes: dict[str, Shape], op: str, bias: str, y: str) -> bool:
+    """Whether ``bias`` is one value per output channel of a contraction's output ``y``."""
+    bdims, ydims = shapes.get(bias, (None, 0, 0))[0], shapes.get(y, (None, 0, 0))[0]
+    if bdims is None or ydims is None or not ydims:
+        return False
+    axis = 1 if op in ("Conv", "ConvTranspose") else len(ydims) - 1
+    if len(ydims) <= axis:
+        return False
+    channels = ydims[axis]
+    if math.prod(bdims or ()) != channels or len(bdims) > len(ydims):
+        return False
+    pad = (1,) * (len(ydims) - len(bdims)) + tuple(bdims)  # numpy broadcasting aligns from the right
+    return all(d == (channels if k == axis else 1) for k, d in enumerate(pad)) or channels == 1
+
+
+def bias_shape(shapes: dict[str, Shape], scale: str, channels: int, itemsize: int) -> Shape:
+    """The shape of the bias a folded BatchNorm gives its contraction: its scale's channels (``channels`` when the
+    scale is a weight, else the scale's elements)."""
+    if not channels:
+        channels = math.prod(shapes.get(scale, ((0,), 0, 4))[0] or ())
+    return ((channels,), 1, itemsize)
+
+
+def global_pool(shapes: dict[str, Shape], x: str, y: str) -> bool:
+    """Whether a ReduceMean from ``x`` to ``y`` averages every spatial axis of a feature map."""
+    xin = shapes.get(x, (None, 0, 0))[0]
+    yout = shapes.get(y, (None, 0, 0))[0]
+    if xin is None or yout is None or len(xin) < 3:
+        return False
+    return tuple(yout) in (tuple(xin[:2]) + (1,) * (len(xin) - 2), tuple(xin[:2])) and math.prod(xin[2:]) > 1
+
+
 class _Reducer:
-    """Rules 1-5 over a node list, in topological order."""
+    """Rules 1-5 over a node list, in topological order.
+
+    Every read of a tensor's shape goes through :meth:`_decide` (a module-level rule of the shapes, logged): that log
+    is what lets :func:`reduce_like` reuse a reduction at another batch size. A rule that read ``self.shapes``
+    directly would be missed there: tests/test_canonical_batches.py compares replayed forms with fresh ones."""
 
     def __init__(self, nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
                  graph_inputs: list[str], graph_outputs: list[str], folded: set[str], float_types: frozenset[int]) -> None:
@@ -164,7 +254,17 @@ class _Reducer:
         self.dropped: Counter[str] = Counter()
         self.static_params: set[str] = set()
         self.dropout_inputs: list[str] = []
+        self.decisions: list[Decision] = []  # every decision read from a shape, in order (reduce_like replays them)
         self.nodes = self._classify(nodes)
+
+    def _decide(self, rule: Callable[..., T], *args: Any, write: str | None = None) -> T:
+        """``rule(shapes, *args)``, logged with its arguments and result; ``write``: a tensor whose shape entry the
+        result is (written into the shapes)."""
+        result = rule(self.shapes, *args)
+        self.decisions.append((rule, args, result, write))
+        if write is not None:
+            self.shapes[write] = result
+        return result
 
     # ------------------------------------------------------------ rules 1 and 2
     def _classify(self, nodes: list[Node]) -> list[list[Any]]:
@@ -238,12 +338,11 @@ class _Reducer:
             reason = "identity"
         elif op == "Transpose" and list(attrs.get("perm") or ()) == list(range(len(attrs.get("perm") or (0, 0)))):
             reason = "identity"
-        elif op == "Slice" and data_ins == [ins[0]] and self._whole_slice(ins, outs, attrs):
+        elif op == "Slice" and data_ins == [ins[0]] and self._decide(whole_slice, ins, outs, attrs.get("steps")):
             reason = "identity"
         elif op in ("Mul", "Div", "Where") and len(data_ins) == 1 and any(n in self.noise for n in ins):
             reason = "stochastic depth"
-        elif op in ("Cast", "CastLike") and \
-                self.shapes.get(src, (None, -1, 0))[1] == self.shapes.get(outs[0], (None, -2, 0))[1]:
+        elif op in ("Cast", "CastLike") and self._decide(same_type, src, outs[0]):
             reason = "identity"
         else:
             return False
@@ -254,29 +353,17 @@ class _Reducer:
         self.dropped[reason] += 1
         return True
 
-    def _whole_slice(self, ins: tuple[str, ...], outs: tuple[str, ...], attrs: dict[str, Any]) -> bool:
-        """A Slice that keeps every element in order: its output's shape is its input's, and no step is negative
-        (a step of -1 over a whole axis, a flip, is the one other Slice that keeps the shape)."""
-        dims_in = self.shapes.get(ins[0], (None, 0, 0))[0]
-        if dims_in is None or dims_in != self.shapes.get(outs[0], (None, 0, 0))[0]:
-            return False
-        if len(ins) < 5 or not ins[4]:
-            return True
-        steps = attrs.get("steps")
-        return steps is not None and all(v > 0 for v in steps)
-
     def split_slices(self) -> None:
         """Rule 2: Slices that cut one tensor along one axis into pieces that tile it are one Split (``unbind`` and
         ``chunk`` as the dynamo exporter writes them, one Slice per piece)."""
         groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         for i, node in enumerate(self.nodes):
-            cut = self._cut(node) if node is not None and node[0] == "Slice" else None
+            cut = self._decide(slice_cut, node[2], node[5]) if node is not None and node[0] == "Slice" else None
             if cut is not None:
                 groups.setdefault((node[2][0], cut[0]), []).append((cut[1], cut[2], i))
         for (x, axis), pieces in groups.items():
             pieces.sort()
-            dims = self.shapes[x][0]
-            if len(pieces) < 2 or pieces[0][0] != 0 or pieces[-1][1] != dims[axis] or \
+            if len(pieces) < 2 or pieces[0][0] != 0 or pieces[-1][1] != self._decide(axis_size, x, axis) or \
                     any(a[1] != b[0] for a, b in zip(pieces, pieces[1:])):
                 continue
             first = min(i for _, _, i in pieces)
@@ -286,19 +373,6 @@ class _Reducer:
                 self.nodes[i] = None
             self.nodes[first] = ["Split", "", (x,), outs, name, {"axis": axis}, COST_TABLE["Split"]]
             self.dropped["slices as split"] += len(pieces) - 1
-
-    def _cut(self, node: list[Any]) -> tuple[int, int, int] | None:
-        """(axis, start, end) of a Slice along one axis with step 1 and constant bounds (clamped as ONNX does)."""
-        a = node[5]
-        dims = self.shapes.get(node[2][0], (None, 0, 0))[0]
-        if dims is None or any(a.get(k) is None for k in ("starts", "ends", "axes")) or len(a["axes"]) != 1:
-            return None
-        if a.get("steps") not in (None, (1,)) or (a.get("steps") is None and len(node[2]) > 4 and node[2][4]):
-            return None
-        axis = a["axes"][0] % len(dims)
-        size = dims[axis]
-        start, end = (min(max(v + size if v < 0 else v, 0), size) for v in (a["starts"][0], a["ends"][0]))
-        return (axis, start, end) if start < end else None
 
     # ------------------------------------------------------------ helpers for rules 3-5
     def _index(self) -> None:
@@ -356,26 +430,13 @@ class _Reducer:
                 if len(prod[2]) > slot and prod[2][slot]:
                     continue
                 bias = self._other(node, d)
-                if not self._is_const(bias) or not self._per_channel(prod[0], bias, d):
+                if not self._is_const(bias) or not self._decide(per_channel, prod[0], bias, d):
                     continue
                 prod[2] = tuple(prod[2][:slot]) + ("",) * (slot - len(prod[2])) + (bias,)
                 prod[3] = (node[3][0],)
                 self.producer[node[3][0]] = p
                 self._drop(i, reason="bias add")
                 break
-
-    def _per_channel(self, op: str, bias: str, y: str) -> bool:
-        bdims, ydims = self.shapes.get(bias, (None, 0, 0))[0], self.shapes.get(y, (None, 0, 0))[0]
-        if bdims is None or ydims is None or not ydims:
-            return False
-        axis = 1 if op in ("Conv", "ConvTranspose") else len(ydims) - 1
-        if len(ydims) <= axis:
-            return False
-        channels = ydims[axis]
-        if math.prod(bdims or ()) != channels or len(bdims) > len(ydims):
-            return False
-        pad = (1,) * (len(ydims) - len(bdims)) + tuple(bdims)  # numpy broadcasting aligns from the right
-        return all(d == (channels if k == axis else 1) for k, d in enumerate(pad)) or channels == 1
 
     # ------------------------------------------------------------ rule 4
     def fold_batchnorm(self) -> None:
@@ -406,9 +467,7 @@ class _Reducer:
             return beta
         bias = f"{prod[3][0]}::folded_batchnorm_bias"
         channels, itemsize = self.sizes.get(self.params.get(scale, ""), (0, 4))
-        if not channels:
-            channels = math.prod(self.shapes.get(scale, ((0,), 0, 4))[0] or ())
-        self.shapes[bias] = ((channels,), 1, itemsize)
+        channels = self._decide(bias_shape, scale, channels, itemsize, write=bias)[0][0]
         self.params[bias] = bias
         self.sizes[bias] = (channels, itemsize)
         return bias
@@ -428,7 +487,7 @@ class _Reducer:
             elif node[0] == "Sigmoid":
                 self._swish(i)
         for i, node in enumerate(self.nodes):
-            if node is not None and node[0] == "ReduceMean" and self._is_global_pool(node):
+            if node is not None and node[0] == "ReduceMean" and self._decide(global_pool, node[2][0], node[3][0]):
                 node[0], node[2], node[6] = "GlobalAveragePool", node[2][:1], COST_TABLE["GlobalAveragePool"]
                 self.dropped["reduce-mean as pooling"] += 1
 
@@ -529,13 +588,6 @@ class _Reducer:
         for n in set(ins) - before:
             bisect.insort(self.readers.setdefault(n, []), first)
 
-    def _is_global_pool(self, node: list[Any]) -> bool:
-        xin = self.shapes.get(node[2][0], (None, 0, 0))[0]
-        yout = self.shapes.get(node[3][0], (None, 0, 0))[0]
-        if xin is None or yout is None or len(xin) < 3:
-            return False
-        return tuple(yout) in (tuple(xin[:2]) + (1,) * (len(xin) - 2), tuple(xin[:2])) and math.prod(xin[2:]) > 1
-
     def result(self) -> CanonicalGraph:
         """The reduced graph, inputs renamed through every dropped identity."""
         rename = self.rename
@@ -555,20 +607,58 @@ class _Reducer:
                               self.static_params, [resolve(n) for n in self.dropout_inputs])
 
 
-def canonicalize(
+@dataclass(frozen=True)
+class Reduction:
+    """A graph's canonical form and the decisions its reduction read from shapes, in order: the same nodes at other
+    shapes (the same parsed file at another batch size) reduce to the same form wherever every decision comes out
+    the same (:func:`reduce_like`)."""
+
+    graph: CanonicalGraph
+    decisions: tuple[Decision, ...]
+
+
+def reduction(
     nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
     graph_inputs: list[str], graph_outputs: list[str], folded: set[str], float_types: frozenset[int],
-) -> CanonicalGraph:
-    """Reduce a graph to the canonical form (rules 1-5 of this module's docstring)."""
+) -> Reduction:
+    """Reduce a graph to the canonical form (rules 1-5 of this module's docstring), logging its shape decisions."""
     r = _Reducer(nodes, shapes, inits, graph_inputs, graph_outputs, folded, float_types)
     r.split_slices()
     r.fuse_bias()
     r.fold_batchnorm()
     r.recompose()
-    return r.result()
+    return Reduction(r.result(), tuple(r.decisions))
 
 
-__all__ = ["CanonicalGraph", "canonicalize", "raw_graph"]
+def canonicalize(
+    nodes: list[Node], shapes: dict[str, Shape], inits: dict[str, tuple[tuple[int, ...], int, int]],
+    graph_inputs: list[str], graph_outputs: list[str], folded: set[str], float_types: frozenset[int],
+) -> CanonicalGraph:
+    """Reduce a graph to the canonical form (rules 1-5 of this module's docstring)."""
+    return reduction(nodes, shapes, inits, graph_inputs, graph_outputs, folded, float_types).graph
+
+
+def reduce_like(template: Reduction, shapes: dict[str, Shape]) -> CanonicalGraph | None:
+    """The canonical form of the nodes ``template`` reduced (the same nodes, initializers, inputs, outputs and
+    folded tensors: the caller keeps that true) at other ``shapes``, without reducing them again: the template's
+    nodes and parameters with these shapes, when every logged decision comes out the same on them and they name
+    the same tensors; else None (reduce them afresh). It shares the template's structure memo
+    (:meth:`CanonicalGraph.memo_structure`), not its :meth:`CanonicalGraph.memo`."""
+    out = dict(shapes)
+    for rule, args, result, write in template.decisions:
+        value = rule(out, *args)
+        if value != result:
+            return None
+        if write is not None:
+            out[write] = value
+    g = template.graph
+    if out.keys() != g.shapes.keys():
+        return None
+    return CanonicalGraph(g.nodes, out, g.params, g.param_sizes, g.graph_inputs, g.dropped, g.static_params,
+                          g.dropout_inputs, shared=g.shared)
+
+
+__all__ = ["CanonicalGraph", "Reduction", "canonicalize", "raw_graph", "reduce_like", "reduction"]
 
 
 # torch's CUDA autocast lists (aten/src/ATen/autocast_mode.h, torch 2.14: AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32,

@@ -12,7 +12,7 @@ import json
 import os
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from onnx import ModelProto, TensorProto, numpy_helper
 
 from gpupred.errors import GpupredError
 from gpupred.files import file_version
-from gpupred.graph.canonical import SLICE_INPUTS, CanonicalGraph, Node, Shape, canonicalize, raw_graph
+from gpupred.graph.canonical import (SLICE_INPUTS, CanonicalGraph, Node, Reduction, Shape, canonicalize, raw_graph,
+                                     reduce_like, reduction)
 from gpupred.graph.costs import COST_TABLE
 from gpupred.graph.fold import AFFINE_KEY, BUFFERS_KEY, FOLDED_KEY, SHAPES_KEY, decode_affine, fold_shapes
 from gpupred.graph.protoscan import load_without_weights
@@ -279,7 +280,7 @@ def constant_ints(model: ModelProto, name: str, constants: dict[str, Any]) -> tu
 class PlainGraph:
     """An inferred graph as plain Python: nodes, tensor shapes, initializers, graph inputs, folded constants."""
 
-    __slots__ = ("nodes", "shapes", "known", "inits", "graph_inputs", "graph_outputs", "folded", "forms")
+    __slots__ = ("nodes", "shapes", "known", "inits", "graph_inputs", "graph_outputs", "folded", "forms", "reductions")
 
     def __init__(
         self, model: ModelProto | None, nodes: list[Node], folded: set[str], inits: dict[str, Init] | None = None
@@ -287,6 +288,7 @@ class PlainGraph:
         self.nodes = nodes
         self.folded = folded
         self.forms: dict[bool, CanonicalGraph] = {}  # canonical (True) and as-exported (False) views, made on demand
+        self.reductions: list[Reduction] | None = None  # the reductions of its file at other batch sizes (_graph_at)
         if model is None:  # filled in by _graph_at
             return
         g = model.graph
@@ -331,11 +333,30 @@ class PlainGraph:
         if cg is None:
             args = (self.nodes, self.shapes, self.inits, self.graph_inputs)
             if canonical:
-                cg = canonicalize(*args, self.graph_outputs, self.folded, FLOAT_TYPES)
+                cg = self._canonical()
             else:
                 cg = raw_graph(*args, self.folded, FLOAT_TYPES)
             self.forms[canonical] = cg
         return cg
+
+    def _canonical(self) -> CanonicalGraph:
+        """The canonical form: a kept reduction of its file at another batch size replayed on these shapes where its
+        decisions hold (:func:`gpupred.graph.canonical.reduce_like`), else reduced afresh (and kept, at most
+        ``REDUCTIONS_KEPT`` per file)."""
+        args = (self.nodes, self.shapes, self.inits, self.graph_inputs, self.graph_outputs, self.folded, FLOAT_TYPES)
+        kept = self.reductions
+        if kept is None:  # no parse shared with other batch sizes: nothing to replay
+            return canonicalize(*args)
+        for template in kept:
+            cg = reduce_like(template, self.shapes)
+            if cg is not None:
+                return cg
+        template = reduction(*args)
+        kept.append(template)
+        if len(kept) > REDUCTIONS_KEPT:
+            kept.pop(0)
+        cg = reduce_like(template, self.shapes)  # the template's own graph keeps no batch size's analyses
+        return template.graph if cg is None else cg
 
     def missing_shapes(self) -> bool:
         """Whether some node output has no static shape."""
@@ -348,6 +369,7 @@ _CACHE: "OrderedDict[tuple[Any, ...], tuple[PlainGraph, int]]" = OrderedDict()
 
 
 _PARSED_FILES = 16
+REDUCTIONS_KEPT = 4  # canonical reductions kept per parsed file (a batch size whose shapes decide otherwise adds one)
 _PARSED: "OrderedDict[tuple[Any, ...], StoredParse]" = OrderedDict()
 
 
@@ -362,6 +384,7 @@ class StoredParse:
     nodes: list[Node]
     folded: set[str]
     shape_map: dict[str, Any]
+    reductions: list[Reduction] = field(default_factory=list)  # its canonical reductions (PlainGraph._canonical)
 
 
 def clear_graph_cache() -> None:
@@ -417,6 +440,7 @@ def load_graph(
         bs, _ = resolve_batch(parse.model, parse.label, batch_size)
         graph = _graph_at(parse.shape_map, bs, parse.model, parse.nodes, parse.folded, parse.inits)
         if graph is not None:
+            graph.reductions = parse.reductions
             return graph, bs
     model, label = _load_unchecked(path_or_proto)
     inits = _read_inits(model)  # the batch-affine values below keep each initializer's dims and type
@@ -429,7 +453,8 @@ def load_graph(
     graph = None if shape_map is None else _graph_at(shape_map, bs, model, nodes, folded, inits)
     if graph is not None:
         if identity is not None:  # read-only from here on: the graphs of every batch size share it
-            _PARSED[identity] = StoredParse(model, label, inits, nodes, folded, shape_map)
+            _PARSED[identity] = parse = StoredParse(model, label, inits, nodes, folded, shape_map)
+            graph.reductions = parse.reductions
             if len(_PARSED) > _PARSED_FILES:
                 _PARSED.popitem(last=False)
         return graph, bs

@@ -208,7 +208,19 @@ class WorkloadSpec:
 
     @classmethod
     def from_id(cls, workload_id: str) -> "WorkloadSpec":
-        """Parse an id; raise :class:`GpupredError` naming the id if it is not one."""
+        """Parse an id; raise :class:`GpupredError` naming the id if it is not one. The last ``PARSED_IDS`` ids parsed
+        are kept (a spec is frozen: every caller may share it; a scheduler's queue parses each job's id a few times)."""
+        key = (cls, workload_id)
+        spec = _PARSED.get(key)
+        if spec is None:
+            spec = _PARSED[key] = cls._parse_id(workload_id)
+            if len(_PARSED) > PARSED_IDS:
+                _PARSED.pop(next(iter(_PARSED)))
+        return spec
+
+    @classmethod
+    def _parse_id(cls, workload_id: str) -> "WorkloadSpec":
+        """:meth:`from_id`'s parse."""
         try:
             head, *tokens = workload_id.strip().split("-")
             family, arch = head.split(".", 1)
@@ -240,6 +252,10 @@ class WorkloadSpec:
                 f"not a workload id: {workload_id!r} (expected <family>.<arch>[-knobs]-bs<N>[-img|seq|in|pts<N>]-<fp32|bf16|fp16>-<sgd|adam>; "
                 "`gpupred zoo list` shows the catalog)"
             ) from None
+
+
+PARSED_IDS = 4096  # workload ids whose specs from_id keeps
+_PARSED: dict[tuple[type, str], WorkloadSpec] = {}
 
 
 def spec_or_none(workload_id: str) -> WorkloadSpec | None:

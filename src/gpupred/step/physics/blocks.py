@@ -110,8 +110,9 @@ def _sequential_blocks(graph: CanonicalGraph) -> dict[str, list[int]]:
 
 
 def checkpoint_blocks(graph: CanonicalGraph) -> list[Block]:
-    """The blocks activation checkpointing would wrap, in graph order (see the module notes; found once per graph)."""
-    return list(graph.memo("checkpoint_blocks", lambda: _find_blocks(graph)))
+    """The blocks activation checkpointing would wrap, in graph order (see the module notes; found once per graph and
+    its other batch sizes: they read node names, parameters and which tensors have shapes, never a shape's value)."""
+    return list(graph.memo_structure("checkpoint_blocks", lambda: _find_blocks(graph)))
 
 
 def _find_blocks(graph: CanonicalGraph) -> tuple[Block, ...]:

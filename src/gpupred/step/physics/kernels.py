@@ -453,7 +453,8 @@ class _Pass:
         self.out_bytes: list[float] = []
         self.fused = {i: core for core in fused_cores(graph, b.setup.attention) for i in core.nodes}
         self.core_flops: dict[int, float] = {}
-        self.copies = copied_transposes(graph, set(self.fused))
+        fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
+        self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
 
 
 Span = tuple[int, int, int, int]  # a node of a pass: (node, first forward kernel, past its last, past its backward's)
@@ -807,14 +808,16 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
         _optimizer(b, trainable)
         cycles = 1
     trainable = _trained(b, trainable)
-    b.accumulate = [(float(v), 3.0 * b.setup.state_bytes * v, False) for _k, v in sorted(trainable.items())]
+    if b.setup.accumulation > 1:  # what each further micro-batch adds into .grad (read by arrays() only then)
+        b.accumulate = [(float(v), 3.0 * b.setup.state_bytes * v, False) for _k, v in sorted(trainable.items())]
     kl = b.arrays()
     kl.param_tensors = len(trainable)
     kl.cycles = cycles * b.setup.accumulation
     kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
     cores = len(attention_cores(graph))
     eager = cores - len(fused_cores(graph, b.setup.attention))
-    kl.traits = {"multi_branch_sums": float(graph.memo("multi_branch_sums", lambda: multi_branch_sums(graph))),
+    branches = graph.memo_structure("multi_branch_sums", lambda: multi_branch_sums(graph))
+    kl.traits = {"multi_branch_sums": float(branches),
                  "eager_attention_cores": float(eager),
                  "attention_cores": float(cores)}
     return kl
