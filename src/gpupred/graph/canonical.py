@@ -127,25 +127,24 @@ class CanonicalGraph:
         cores, checkpoint blocks, a training step's forward kernels) hold while it lives. Callers treat what they get
         as read-only too. At most ``MEMO_ENTRIES`` are kept, the oldest going first (a long-lived scheduler asking
         about many setups of one graph)."""
-        if key in self.derived:
-            return self.derived[key]
-        value = make()
-        while len(self.derived) >= MEMO_ENTRIES:
-            self.derived.pop(next(iter(self.derived)))
-        self.derived[key] = value
-        return value
+        return kept_in(self.derived, key, make)
 
     def memo_structure(self, key: Any, make: Callable[[], T]) -> T:
         """:meth:`memo` for an analysis that reads only the graph's structure (its nodes, parameters, graph inputs and
         which tensors have a shape entry), never a shape's value: kept with every canonical graph that shares this
         one's reduction (:func:`reduce_like`: the same file at other batch sizes), at most ``MEMO_ENTRIES``."""
-        if key in self.shared:
-            return self.shared[key]
-        value = make()
-        while len(self.shared) >= MEMO_ENTRIES:
-            self.shared.pop(next(iter(self.shared)))
-        self.shared[key] = value
-        return value
+        return kept_in(self.shared, key, make)
+
+
+def kept_in(store: dict[Any, Any], key: Any, make: Callable[[], T]) -> T:
+    """``store[key]``, made by ``make()`` the first time; at most ``MEMO_ENTRIES`` kept, the oldest going first."""
+    if key in store:
+        return store[key]
+    value = make()
+    while len(store) >= MEMO_ENTRIES:
+        store.pop(next(iter(store)))
+    store[key] = value
+    return value
 
 
 def raw_graph(
