@@ -237,7 +237,7 @@ shipped_step = StepEstimator(weighting=physics_weighting, interval_groups=physic
                              n_inner=n_inner, seed=seed)  # as notebook 08 ships it
 oof = oof_frame(dict(results["grouped_random"]), df)  # the nested baselines, every target (the same folds)
 oof = with_shipped(oof, oof_predictions(df, folds, shipped_step if step_targets else None, pdata, seed, n_jobs))
-path = write_oof_predictions(oof, df)
+path = write_oof_predictions(oof, df, step=shipped_step.get_params() if step_targets else None)
 print(f"{len(oof)} rows -> {path}; made by {({c[:-6]: oof[c].iloc[0] for c in oof.columns if c.endswith('_model')})}")
 oof.head()
 

@@ -42,6 +42,7 @@ import pandas as pd
 
 from gpupred import config, dataset, reports
 from gpupred.learn.choice import read_choice
+from gpupred.learn.oof import check_oof_step
 from gpupred.predictor.card import licence_clean
 from gpupred.predictor.loading import load_predictor
 from gpupred.predictor.training import EXPORT_METRICS, export_predictor, train_predictor
@@ -55,6 +56,7 @@ own = licence_clean(everything)
 choice = read_choice(everything)  # MissingInput until notebook 03 has run; refused if made from another dataset
 models = {t: model for t in ("gpu_util", "memory_mib", "sm_active")} if model else choice["models"]
 step = StepEstimator(**choice["step"])  # exactly the estimator notebook 03 scored
+check_oof_step(choice["step"])  # and the one whose out-of-fold predictions 06 and 07 simulate with
 try:  # what notebook 06 chose to serve, with its held-out figures; optional (06 skips without measured pairs)
     slowdown_choice = read_slowdown_choice(everything)
 except GpupredError as err:  # absent or stale: the prior ships without an interval, and the cards say so

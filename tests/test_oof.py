@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from gpupred.errors import GpupredError
-from gpupred.learn.oof import read_oof_predictions, write_oof_predictions
+from gpupred.learn.oof import check_oof_step, read_oof_predictions, write_oof_predictions
 from gpupred.errors import MissingInput
 
 from fixtures_learning import fixture_dataset
@@ -43,3 +43,22 @@ def test_missing_file_and_broken_contract(tmp_path: Path) -> None:
         write_oof_predictions(_fixture_predictions(df).drop(columns="fold"), df, tmp_path / "oof.parquet")
     with pytest.raises(GpupredError, match="not in the dataset"):
         write_oof_predictions(_fixture_predictions(df), df.iloc[1:], tmp_path / "oof.parquet")
+
+
+def test_a_model_choice_of_another_step_estimator_is_refused(tmp_path: Path) -> None:
+    """The file keeps the parameters of the step estimator that made it (FIXTURE predictions); the exporter's check
+    passes the same parameters (as the model choice's JSON gives them back) and refuses others, naming the file."""
+    import json
+
+    from gpupred.step.estimator import StepEstimator
+
+    df = fixture_dataset()
+    params = StepEstimator(weighting="per_source", alpha=0.1, seed=0).get_params()
+    path = write_oof_predictions(_fixture_predictions(df), df, tmp_path / "oof.parquet", step=params)
+    check_oof_step(json.loads(json.dumps(params)), path)
+    with pytest.raises(GpupredError, match="oof.parquet: made by the step estimator .*same physics_"):
+        check_oof_step({**params, "weighting": "pooled"}, path)
+    unstamped = write_oof_predictions(_fixture_predictions(df), df, tmp_path / "plain.parquet")
+    check_oof_step({**params, "weighting": "pooled"}, unstamped)  # no step estimator made it: nothing to compare
+    check_oof_step(params, tmp_path / "none.parquet")
+

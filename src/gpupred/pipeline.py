@@ -228,7 +228,8 @@ STAGES: dict[str, Stage] = {
     "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=47),
     "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=99),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
-                                 ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL"), ("SLOWDOWN_CHOICE",), seconds=33),
+                                 ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL"), ("SLOWDOWN_CHOICE", "OOF_PREDICTIONS"),
+                                 seconds=33),
     "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=20),
 }
 
