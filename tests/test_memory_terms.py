@@ -433,12 +433,12 @@ def test_unknown_attention_is_one_line() -> None:
 
 
 def test_column_readers_answer_as_pandas_does_on_every_dtype() -> None:
-    """numeric_column and text_column (the footprint's fast readers of a job's one-row frame) give what
+    """columnar.numeric and columnar.text (the footprint's fast readers of a job's one-row frame) give what
     ``to_numpy(float, na_value=0.0)`` and ``astype(str)`` give, whatever the column's dtype (FIXTURE frame)."""
     import numpy as np
     import pandas as pd
 
-    from gpupred.memory.physics import numeric_column, text_column
+    from gpupred.columnar import numeric as numeric_column, text as text_column
 
     frame = pd.DataFrame({"f": [1.5, np.nan], "i": [3, 4], "b": [True, False], "o": [None, 2.0],
                           "n": pd.array([pd.NA, 7.0], dtype="Float64"), "s": ["adam", "sgd"], "m": ["adam", None],

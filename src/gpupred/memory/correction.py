@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.columnar import Rows, frame_values, row_sums
+from gpupred.columnar import Rows, frame_values, numeric, row_sums
 
 CORRECTION_CLIP = 0.2  # the default bound of |log correction| (x0.82 .. x1.22), kept when nothing can be selected
 COVERAGE = 0.9  # nominal coverage of the intervals
@@ -24,7 +24,7 @@ def correction_features(df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | 
     """Scale-free inputs of the correction: flags, FLOP mix, and each footprint term's share of the total
     (``terms``: :func:`gpupred.memory.physics.footprint_terms` of ``df``, or its columns
     (:func:`gpupred.memory.physics.peak_term_arrays`), where the caller has them already)."""
-    from gpupred.memory.physics import footprint_terms, numeric_column, sources
+    from gpupred.memory.physics import footprint_terms, sources
 
     terms = footprint_terms(df, sources(df)) if terms is None else terms
     if isinstance(terms, pd.DataFrame):
@@ -32,7 +32,7 @@ def correction_features(df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | 
     else:  # the frame's numbers, added in the same order
         table, total = frame_values(terms), row_sums(terms)
     shares = table / np.maximum(total[:, None], 1e-9)
-    flags = np.column_stack([numeric_column(df, c) for c in CORRECTION_FEATURES])
+    flags = np.column_stack([numeric(df, c) for c in CORRECTION_FEATURES])
     return np.column_stack([flags, shares])
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpupred.columnar import Rows
+from gpupred.columnar import Rows, text
 from gpupred.dataset import SOURCE_OWN
 from gpupred.learn.forest import FOREST_MAX_ROWS, Forest
 from gpupred.learn.params import Estimator
@@ -142,7 +142,7 @@ class MemoryEstimator(Estimator):
         memory breakdown reads (:mod:`gpupred.predictor.answer`); ``df`` a DataFrame, or
         :class:`gpupred.columnar.Columns` (what the predictor's core passes)."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import peak_term_arrays, source_array, source_keys, steady_varying, text_column
+        from gpupred.memory.physics import peak_term_arrays, source_array, source_keys, steady_varying
 
         src = source_array(df)
         (terms, at_backward), keys = peak_term_arrays(df, src), source_keys(df)
@@ -157,7 +157,7 @@ class MemoryEstimator(Estimator):
                       for s, ok, kn in zip(src, seen, known)])
         ctx, ratio = self.footprint_.row_constants(keys)
         steady, varying = steady_varying(terms)
-        paged = terms["optimizer"] * np.isin(text_column(df, "optimizer"), list(PAGED))
+        paged = terms["optimizer"] * np.isin(text(df, "optimizer"), list(PAGED))
         # torch's own figures are the physics' (see the class notes): paged optimizer states live in CUDA unified
         # memory, outside torch's allocator
         reserved = steady + ratio * varying - paged

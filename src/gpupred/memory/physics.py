@@ -618,7 +618,7 @@ def peak_term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred")
     t = term_arrays(df, source)
     # under checkpointing three phases (checkpoint_phases); otherwise autocast's copies and the activations saved are
     # freed through the backward beside the gradients
-    peak = checkpoint_phases(t, t.pop("peak_gradients"), numeric_column(df, "checkpointing") > 0)
+    peak = checkpoint_phases(t, t.pop("peak_gradients"), numeric(df, "checkpointing") > 0)
     backward = t["autocast_copies"] + t["activations"] + t["loss"] + peak >= t["gradients"] + t["optimizer_step"]
     for name in ("autocast_copies", "activations", "loss"):
         t[name] = np.where(backward, t[name], 0.0)
@@ -664,7 +664,7 @@ def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> d
     array in row order)."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
-    precision = text_column(df, "precision")
+    precision = text(df, "precision")
     autocast = np.isin(precision, list(HALF_PRECISIONS))
     pure = precision == "bf16-pure"
     p = floats(df, "param_bytes") * np.where(pure, 0.5, 1.0)  # weights (and their kind of state) in bf16
@@ -675,24 +675,24 @@ def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> d
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     grads = _or(counted, df, "grad_bytes", p)
-    peak = (np.where(autocast, numeric_column(df, "peak_grad_elems_half"), numeric_column(df, "peak_grad_elems"))
+    peak = (np.where(autocast, numeric(df, "peak_grad_elems_half"), numeric(df, "peak_grad_elems"))
             * np.where(pure, 2.0, 4.0))
     # what is kept outside the recomputed block (checkpointing), in bytes as activation_bytes counts them
-    outside_saved = numeric_column(df, "outside_elems")
-    outside = np.where(autocast, 2.0 * numeric_column(df, "outside_half_elems")
-                       + 4.0 * numeric_column(df, "outside_fp32_elems"), np.where(pure, 2.0, 4.0) * outside_saved)
+    outside_saved = numeric(df, "outside_elems")
+    outside = np.where(autocast, 2.0 * numeric(df, "outside_half_elems")
+                       + 4.0 * numeric(df, "outside_fp32_elems"), np.where(pure, 2.0, 4.0) * outside_saved)
     sizes = {
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
         "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
         "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
-        "activations": np.maximum(act + numeric_column(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
+        "activations": np.maximum(act + numeric(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
         + dropout_copy_bytes(df, sdpa, autocast, pure),
-        "loss": numeric_column(df, "output_elems") * 4.0 * LOSS_BUFFERS,
-        "recompute_copies": numeric_column(df, "recompute_copy_elems") * 2.0,
-        "held_copies": numeric_column(df, "held_copy_bytes"),
-        "inputs": numeric_column(df, "input_bytes"),
-        "workspace": _workspaces(df) * MIB + numeric_column(df, "transient_bytes"),
-        "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric_column(df, "accumulation") <= 1),
+        "loss": numeric(df, "output_elems") * 4.0 * LOSS_BUFFERS,
+        "recompute_copies": numeric(df, "recompute_copy_elems") * 2.0,
+        "held_copies": numeric(df, "held_copy_bytes"),
+        "inputs": numeric(df, "input_bytes"),
+        "workspace": _workspaces(df) * MIB + numeric(df, "transient_bytes"),
+        "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
     }
     out = {k: np.asarray(v, float) / MIB for k, v in sizes.items()}
@@ -707,8 +707,8 @@ def step_temporaries(df: Rows, opt: np.ndarray) -> np.ndarray:
     for-loop): Adam's and AdamW's ``_foreach_sqrt`` of the second moment, RMSprop's and Adagrad's square root, and
     the weight decay of SGD, Adam, RMSprop and Adagrad added to a copy of the gradients; fused and for-loop steps
     and bitsandbytes' kernels none."""
-    impl = text_column(df, "optimizer_impl") if "optimizer_impl" in df.columns else np.full(len(df), "foreach")
-    decay = (numeric_column(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam",
+    impl = text(df, "optimizer_impl") if "optimizer_impl" in df.columns else np.full(len(df), "foreach")
+    decay = (numeric(df, "weight_decay") > 0) & np.isin(opt, ["sgd", "sgd_momentum", "sgd_nomomentum", "adam",
                                                                       "rmsprop", "adagrad"])
     root = np.isin(opt, ["adam", "adamw", "rmsprop", "adagrad"])
     return np.where(impl == "foreach", root + decay, 0.0).astype(float)
@@ -722,12 +722,12 @@ def _counted(df: Rows, name: str) -> np.ndarray:
 
 def _or(counted: np.ndarray, df: Rows, name: str, rule: np.ndarray) -> np.ndarray:
     """A counted parameter term where the row has it, else the parameter-sized rule's."""
-    return np.where(counted, numeric_column(df, name), rule) if counted.any() else rule
+    return np.where(counted, numeric(df, name), rule) if counted.any() else rule
 
 
 def _optimizers(df: Rows) -> np.ndarray:
     """The optimizer of each row as ``OPTIMIZER_STATES`` names it (plain SGD where ``sgd_momentum`` is False)."""
-    opt = np.array([o.lower() for o in text_column(df, "optimizer")], dtype=object)
+    opt = np.array([o.lower() for o in text(df, "optimizer")], dtype=object)
     if "sgd_momentum" in df.columns:
         plain = (opt == "sgd") & equal(df, "sgd_momentum", False)
         opt = np.where(plain, "sgd_nomomentum", opt)
@@ -741,7 +741,7 @@ def _workspaces(df: Rows) -> np.ndarray:
     """The cuBLAS workspaces of each row's GPU kind, in MiB (Hopper's where the frame names no GPU)."""
     if "gpu" not in df.columns:
         return np.full(len(df), WORKSPACE_MIB)
-    gpu = text_column(df, "gpu")
+    gpu = text(df, "gpu")
     per = {g: workspace_mib(g) for g in set(gpu)}
     return np.array([per[g] for g in gpu], dtype=float)
 
@@ -755,39 +755,29 @@ def activation_bytes(df: Rows, half: np.ndarray, sdpa: np.ndarray, pure: np.ndar
     if "saved_elems" not in df.columns:
         return fallback
     pure = np.zeros(len(df), bool) if pure is None else pure
-    saved = numeric_column(df, "saved_elems")
-    act = np.where(half, 2.0 * numeric_column(df, "half_elems") + 4.0 * numeric_column(df, "fp32_elems"), 4.0 * saved)
+    saved = numeric(df, "saved_elems")
+    act = np.where(half, 2.0 * numeric(df, "half_elems") + 4.0 * numeric(df, "fp32_elems"), 4.0 * saved)
     act = np.where(pure, 2.0 * saved, act)
-    scores = (numeric_column(df, "softmax_elems") + numeric_column(df, "attention_elems")) * np.where(pure, 2.0, 4.0)
-    scores = np.where(half, 2.0 * numeric_column(df, "fused_half_elems") + 4.0 * numeric_column(df, "fused_fp32_elems"),
+    scores = (numeric(df, "softmax_elems") + numeric(df, "attention_elems")) * np.where(pure, 2.0, 4.0)
+    scores = np.where(half, 2.0 * numeric(df, "fused_half_elems") + 4.0 * numeric(df, "fused_fp32_elems"),
                       scores)
     # plus the indices MaxPool saves for backward: int64, 8 bytes each
-    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * numeric_column(df, "index_elems")
+    act = np.maximum(act - np.where(sdpa, scores, 0.0), 0.0) + 8.0 * numeric(df, "index_elems")
     return np.where(notna(df, "saved_elems"), act, fallback)
 
 
 def dropout_mask_bytes(df: Rows, sdpa: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's masks (one an element): all of them, less those inside fused attention cores where the
     source's torch fuses attention (as :func:`activation_bytes` takes their scores out)."""
-    return numeric_column(df, "dropout_mask_elems") - np.where(sdpa, numeric_column(df, "fused_mask_elems"), 0.0)
+    return numeric(df, "dropout_mask_elems") - np.where(sdpa, numeric(df, "fused_mask_elems"), 0.0)
 
 
 def dropout_copy_bytes(df: Rows, sdpa: np.ndarray, autocast: np.ndarray, pure: np.ndarray) -> np.ndarray:
     """Bytes of Dropout's kept outputs (:func:`dropout_copies`), less those inside fused attention cores where the
     source's torch fuses attention: 4 an element, 2 in pure bf16, none under autocast (whose product casts the masked
     fp32 probabilities to the 16-bit copy it saves, which the activations count already)."""
-    elems = numeric_column(df, "dropout_copy_elems") - np.where(sdpa, numeric_column(df, "fused_copy_elems"), 0.0)
+    elems = numeric(df, "dropout_copy_elems") - np.where(sdpa, numeric(df, "fused_copy_elems"), 0.0)
     return elems * np.where(autocast, 0.0, np.where(pure, 2.0, 4.0))
-
-
-def text_column(df: Rows, name: str) -> np.ndarray:
-    """A column as an object array of str, as ``Series.astype(str)`` gives it (:func:`gpupred.columnar.text`)."""
-    return text(df, name)
-
-
-def numeric_column(df: Rows, name: str) -> np.ndarray:
-    """A numeric column, zeros where it is absent or missing (:func:`gpupred.columnar.numeric`)."""
-    return numeric(df, name)
 
 
 def allocated_mib(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> np.ndarray:
@@ -950,7 +940,7 @@ def source_keys(df: Rows) -> np.ndarray:
     """'gpu|source' per row (the key of the fitted constants)."""
     from gpupred.hardware import gpu_spec
 
-    gpu = text_column(df, "gpu") if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
+    gpu = text(df, "gpu") if "gpu" in df.columns else np.full(len(df), "H200", dtype=object)
     names = {g: gpu_spec(g).name for g in set(gpu)}
     return np.array([f"{names[g]}|{s}" for g, s in zip(gpu, source_array(df))], dtype=object)
 
