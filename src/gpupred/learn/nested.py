@@ -84,12 +84,10 @@ def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, te
 def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: dict[str, Any], n_inner: int = 3,
                  seed: int = 0, n_jobs: int = 1) -> tuple[str, dict[str, float]]:
     """(winner, mean inner-fold RMSLE per candidate) by grouped K-fold CV on the rows given (and only those)."""
-    from joblib import Parallel, delayed
-
     z = np.log1p(y)
     folds = inner_splits(groups, n_inner, seed)
     tasks = [(name, tr, te) for name in candidates for tr, te in folds]
-    preds = Parallel(n_jobs=n_jobs)(delayed(_fit_predict)(candidates[n], X, z, tr, te) for n, tr, te in tasks)
+    preds = parallel_map(_fit_predict, [(candidates[n], X, z, tr, te) for n, tr, te in tasks], n_jobs, progress=False)
     per_fold: dict[str, list[float]] = {n: [] for n in candidates}
     for (name, _, te), pred in zip(tasks, preds):
         per_fold[name].append(rmsle(y[te], pred))

@@ -221,10 +221,9 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
 
     ``df`` needs the footprint's graph terms (:func:`gpupred.memory.physics.footprint_columns`). Outer splits run in
     parallel (``cv.n_jobs``); each method is fitted on the split's training rows alone."""
-    from joblib import Parallel, delayed
-
     from gpupred.learn.folds import interval_groups
     from gpupred.learn.nested import CVSettings, prediction_frame, result_from_frames
+    from gpupred.learn.parallel import parallel_map
     from gpupred.step.evaluate import comparison_splits
 
     cv = cv or CVSettings()
@@ -237,8 +236,8 @@ def compare_memory(df: pd.DataFrame, cv: Any = None, n_within: int = 5, target: 
     for i, (_, grouping, _, split) in enumerate(todo):
         fits.setdefault((np.sort(split[0]).tobytes(), grouping), []).append(i)
     jobs = [(todo[m[0]][3][0], np.concatenate([todo[i][3][1] for i in m]), groups[g]) for (_, g), m in fits.items()]
-    outs = Parallel(n_jobs=cv.n_jobs)(delayed(split_methods)(data, train, test, grp, cv, target)
-                                      for train, test, grp in jobs)
+    outs = parallel_map(split_methods, [(data, train, test, grp, cv, target) for train, test, grp in jobs], cv.n_jobs,
+                        progress=False)
     parts: dict[str, dict[str, list[pd.DataFrame]]] = {}
     for members, out in zip(fits.values(), outs):
         start = 0
