@@ -122,10 +122,10 @@ def test_the_forest_is_built_where_it_answers_and_before_pickling() -> None:
     np.testing.assert_array_equal(few, many[:, :3])  # the same numbers either way
     fresh = ConformalRegressor(make_regressor("lightgbm", tune=False), n_folds=3).fit(X, np.expm1(y))
     state = fresh.__getstate__()
-    assert state["forest_"] is not None and "apart_pickle_" in state and "full_model_" not in state
+    assert state["forest_"] is not None and "apart_payload_" in state and "full_model_" not in state
     again = pickle.loads(pickle.dumps(fresh))
     np.testing.assert_array_equal(again.model_predictions(X[:3]), few)
-    assert "apart_pickle_" in vars(again)  # the forest answered: the library models are still unpickled
+    assert "apart_payload_" in vars(again)  # the forest answered: the library models are still packed
 
 
 def test_numpy_forest_mixes_libraries() -> None:

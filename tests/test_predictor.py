@@ -60,6 +60,32 @@ def test_round_trip_and_card(fixture_artifact: Path) -> None:
     assert not p.predict(graph_only, gpu="A100 80GB PCIe").equals(p.predict(graph_only, gpu="h100"))
 
 
+def test_the_regressors_stay_packed_until_feature_rows_ask(fixture_artifact: Path) -> None:
+    """A loaded artifact keeps its baseline regressors compressed; the first feature rows unpack them, and they
+    answer as the predictor that was exported does (FIXTURE artifact)."""
+    from gpupred.predictor.predictor import TARGETS_PAYLOAD
+
+    df = fixture_dataset(n_batch_sizes=2)
+    trained = train_predictor(df, models="ridge", tune=False, n_folds=3)
+    p = load_predictor(fixture_artifact)
+    assert TARGETS_PAYLOAD in vars(p) and "targets" not in vars(p)
+    rows = fixture_dataset(n_batch_sizes=1).head(7)
+    pd.testing.assert_frame_equal(p.predict(rows), trained.predict(rows), check_exact=True)
+    assert "targets" in vars(p) and TARGETS_PAYLOAD not in vars(p)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_'"):
+        p.nothing_  # noqa: B018 (only ``targets`` is unpacked on first use)
+
+
+def test_a_graph_job_never_unpacks_the_regressors() -> None:
+    """The committed predictor answers a job given as a graph from its core alone: loading and answering never
+    decompress the baseline regressors (0.12 s of a cold ``gpupred predict FILE``)."""
+    from gpupred.predictor.predictor import TARGETS_PAYLOAD
+
+    p = load_predictor(TESTS.parent / "models" / "predictor.joblib")
+    p.answer("resnet.resnet50-bs64-img224-bf16-sgd", gpu="H100 SXM")
+    assert TARGETS_PAYLOAD in vars(p) and "targets" not in vars(p)
+
+
 def test_reexport_of_the_same_predictor_keeps_its_card(tmp_path: Path) -> None:
     """make all on unchanged data leaves the committed card alone (same creation time); new data rewrites it."""
     df = fixture_dataset(n_batch_sizes=2)

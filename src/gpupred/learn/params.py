@@ -12,7 +12,23 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import zlib
 from typing import Any
+
+PAYLOAD_LEVEL = 3  # zlib level of a payload (as joblib's compress=3): 32 MB of models in 0.12 s out, 0.47 s in
+
+
+def pack_payload(obj: Any) -> bytes:
+    """``obj`` pickled and compressed on its own: a payload that an artifact carries without reading it.
+
+    The artifact's own compression then passes over bytes that are already compressed (a few ms), so loading it
+    costs little until the payload is unpacked (:func:`unpack_payload`), on first use."""
+    return zlib.compress(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), PAYLOAD_LEVEL)
+
+
+def unpack_payload(data: bytes) -> Any:
+    """The object :func:`pack_payload` packed."""
+    return pickle.loads(zlib.decompress(data))
 
 
 class Params:
@@ -59,8 +75,8 @@ class Params:
 class PickledApart:
     """Fitted library models pickled apart when a numpy forest stands in for them.
 
-    The attributes named in ``APART`` (scikit-learn, LightGBM or XGBoost objects) are pickled as one bytes string
-    when the attribute named ``FOREST`` holds a forest, and unpickled on first access: an object that answers a few
+    The attributes named in ``APART`` (scikit-learn, LightGBM or XGBoost objects) are packed as one payload
+    (:func:`pack_payload`) when the attribute named ``FOREST`` holds a forest, and unpacked on first access: an object that answers a few
     rows from its forest then unpickles without importing those libraries (about a second of a cold start).
 
     The forest is built on first use (:meth:`build_forest`, after ``fit`` calls :meth:`forest_pending`), or when the
@@ -81,19 +97,19 @@ class PickledApart:
         self.__dict__["forest_pending_"] = True
 
     def __getstate__(self) -> dict[str, Any]:
-        """The state, with the ``APART`` attributes as one pickled string where a forest stands in for them."""
+        """The state, with the ``APART`` attributes as one payload where a forest stands in for them."""
         if self.__dict__.get("forest_pending_"):
             getattr(self, self.FOREST)
         state = dict(self.__dict__)
         if state.get(self.FOREST) is not None and all(name in state for name in self.APART):
             apart = tuple(state.pop(name) for name in self.APART)
-            state["apart_pickle_"] = pickle.dumps(apart, protocol=pickle.HIGHEST_PROTOCOL)
+            state["apart_payload_"] = pack_payload(apart)
         return state
 
     def __getattr__(self, name: str) -> Any:
-        """An ``APART`` attribute, unpickled on first use; the forest, built on first use."""
-        if name in type(self).APART and "apart_pickle_" in self.__dict__:
-            self.__dict__.update(zip(type(self).APART, pickle.loads(self.__dict__.pop("apart_pickle_"))))
+        """An ``APART`` attribute, unpacked on first use; the forest, built on first use."""
+        if name in type(self).APART and "apart_payload_" in self.__dict__:
+            self.__dict__.update(zip(type(self).APART, unpack_payload(self.__dict__.pop("apart_payload_"))))
             return self.__dict__[name]
         if name == type(self).FOREST and self.__dict__.get("forest_pending_"):
             self.__dict__[name] = self.build_forest()

@@ -16,7 +16,8 @@ from gpupred.errors import GpupredError
 from gpupred.files import read_json_object, sha256
 from gpupred.predictor.predictor import Predictor
 
-SCHEMA_VERSION = 3  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline
+SCHEMA_VERSION = 4  # 3: the core (step and memory estimators) and its held-out figures first; the regressors a baseline.
+# 4: the baseline regressors and the models pickled apart are compressed payloads, unpacked on first use
 # libraries whose pickles must be read by the very version that wrote them
 CHECKED_LIBRARIES: tuple[str, ...] = ("scikit-learn", "xgboost", "lightgbm", "numpy")
 MISSING_DEFAULT = "no predictor at models/predictor.joblib: `make all` exports one (notebook 08) from the measurements it has"
