@@ -104,8 +104,9 @@ def test_numpy_forest_equals_the_library(model: str) -> None:
 
 
 def test_the_forest_is_built_where_it_answers_and_before_pickling() -> None:
-    """A fitted conformal regressor converts its trees only when a few rows ask it (or it is pickled): many rows
-    never build the forest; a few rows build it once; a pickle of a fresh fit carries it, its library models apart."""
+    """A fitted conformal regressor converts its trees only when a few rows ask it again (or it is pickled): many
+    rows never build the forest, nor does a fresh fit's first answer of a few rows (an evaluation's fit answers
+    once); the second builds it; a pickle of a fresh fit carries it, its library models apart."""
     import pickle
 
     from gpupred.learn.forest import FOREST_MAX_ROWS
@@ -117,9 +118,13 @@ def test_the_forest_is_built_where_it_answers_and_before_pickling() -> None:
     assert "forest_" not in vars(cr)
     many = cr.model_predictions(np.vstack([X] * (FOREST_MAX_ROWS // len(X) + 2)))
     assert "forest_" not in vars(cr)  # the libraries answered
+    first = cr.model_predictions(X[:3])
+    assert "forest_" not in vars(cr)  # the libraries answered a fresh fit's first few rows
     few = cr.model_predictions(X[:3])
     assert vars(cr)["forest_"] is not None and not vars(cr).get("forest_pending_")
+    assert "few_row_answers_" not in vars(cr)
     np.testing.assert_array_equal(few, many[:, :3])  # the same numbers either way
+    np.testing.assert_array_equal(first, few)
     fresh = ConformalRegressor(make_regressor("lightgbm", tune=False), n_folds=3).fit(X, np.expm1(y))
     state = fresh.__getstate__()
     assert state["forest_"] is not None and "apart_payload_" in state and "full_model_" not in state

@@ -77,10 +77,10 @@ class ConformalRegressor(Estimator):
     def model_predictions(self, X: np.ndarray) -> np.ndarray:
         """Predictions of the full model and each fold model, shape (1 + K, rows), on the log1p scale.
 
-        A few rows go through the numpy forest (the same numbers, without each library's per-call overhead);
-        more go to the libraries, several threads each.
+        A few rows go through the numpy forest where it is built or worth building (the same numbers, without each
+        library's per-call overhead: :meth:`few_rows_forest`); more go to the libraries, several threads each.
         """
-        forest = self.forest_ if len(X) <= FOREST_MAX_ROWS else None  # read (and built) only where it answers
+        forest = self.few_rows_forest() if len(X) <= FOREST_MAX_ROWS else None
         if forest is not None:
             return forest.predict(X)
         models = [self.full_model_, *self.fold_models_]

@@ -122,7 +122,7 @@ class MemoryEstimator(Estimator):
         where the caller has them)."""
         clip = self.setting_.clip
         X = correction_features(df, terms)
-        forest = self.correction_forest_ if len(X) <= FOREST_MAX_ROWS else None  # read (and built) where it answers
+        forest = self.few_rows_forest() if len(X) <= FOREST_MAX_ROWS else None
         if forest is not None:  # the same numbers, in numpy
             return np.clip(forest.predict(X)[0], -clip, clip)
         booster = getattr(self.correction_, "booster_", None)  # LightGBM's booster: its numbers, without the
