@@ -34,6 +34,37 @@ def rows():
     return df, _physics_data(df)
 
 
+def test_fit_rows_pickle_their_kernels_packed_and_unchanged(rows) -> None:
+    """An evaluation task ships its FitRows with the kernels as flat arrays: every list comes back with the same
+    arrays (dtype and values), attributes and sharing (one object for rows that shared one); lists whose dtypes
+    differ are pickled as they are."""
+    import pickle
+    from dataclasses import replace
+
+    from gpupred.step.physics.fit import pack_kernel_lists
+
+    _, pdata = rows
+    kernels = list(pdata.rows.kernels)
+    kernels[1] = kernels[0]  # two rows sharing one list
+    kernels[2] = replace(kernels[2], library=None, on_tc=kernels[2].flops > 0)  # optional arrays absent or present
+    fit = replace(pdata.rows, kernels=kernels)
+    fit.batches["laid out"] = "a cache"
+    back = pickle.loads(pickle.dumps(fit))
+    assert back.batches == {} and back.kernels[0] is back.kernels[1] and back.kernels[2] is not back.kernels[0]
+    for before, after in zip(kernels, back.kernels):
+        assert set(vars(before)) == set(vars(after))
+        for name, value in vars(before).items():
+            if isinstance(value, np.ndarray):
+                assert value.dtype == getattr(after, name).dtype
+                np.testing.assert_array_equal(value, getattr(after, name))
+            else:
+                assert value == getattr(after, name), name
+    mixed = [kernels[0], replace(kernels[3], tensor_core=kernels[3].tensor_core.astype(np.int64))]
+    assert kernels[0].tensor_core.dtype != np.int64 and pack_kernel_lists(mixed) is None
+    again = pickle.loads(pickle.dumps(replace(fit, kernels=mixed)))
+    assert again.kernels[1].tensor_core.dtype == np.int64
+
+
 def test_protocol_drops_the_interval() -> None:
     """The constants key is the sampler without its polling interval."""
     assert protocol_of("nvml-poll-50ms") == "nvml-poll" and protocol_of("nvidia-smi-0.2s") == "nvidia-smi"
