@@ -13,7 +13,7 @@ rounding (``tests/test_perf.py`` checks them, to a relative 1e-9, on graphs of s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -83,27 +83,65 @@ class BatchedRuns:
 
     def _timeline(self, c: StepConstants, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The batched runs' (GPU-busy s, step s, host s): kernel times, launches, and each run's queue."""
-        peak = np.where(self.tc_peak > 0, self.tc_peak * c.tensor_eff, self.fp32_peak * c.compute_eff)
-        peak = np.where(self.depthwise, self.fp32_peak * c.depthwise_eff, peak)
-        g = np.maximum(self.flops / peak, self.bytes / (self.bandwidth * c.memory_eff)) + c.min_kernel_s
-        scale = np.ones(len(g))
-        scale[self.phase == BWD] = c.backward_launch_ratio
-        scale[self.phase == OPT] = c.optimizer_launch_ratio
-        scale[self.library] = c.library_launch_ratio
-        launch = c.launch_s * scale
         starts, counts = self.starts[runs], self.counts[runs]
-        busy = np.add.reduceat(g, starts)
-        launched = np.add.reduceat(launch, starts)
+        g, busy, cum_g = self._kernel_times(c, starts)
+        launch, launched, cum_launch = self._launches(c, starts)
         pre = c.step_overhead_s * self.cycles[runs] + c.param_host_s * self.param_tensors[runs]
         pre = pre + self.copy_bytes[runs] / (c.host_copy_gbs * 1e9)
         host = pre + launched
-        lead = _segment_lead(g, launch, starts, self.run_of, pre)  # max over a run's kernels of (issue - GPU work before)
-        end = busy + np.maximum(0.0, lead)
+        lead = _segment_lead(g, cum_g, cum_launch, starts, self.run_of, pre)  # max over a run's kernels of (issue -
+        end = busy + np.maximum(0.0, lead)  # GPU work before)
         sync = self.sync[runs]
         step = np.where(sync == "step", np.maximum(host, end) + c.sync_s, np.maximum(host, busy))
         step = np.where(sync == "kernel", host + c.sync_s * counts + busy, step)
         step = np.maximum(step, busy)
         return busy, step, host
+
+    def _masks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Kernels on tensor cores, in the backward, in the optimizer (worked out once)."""
+        if "masks_" not in self.__dict__:
+            self.__dict__["masks_"] = (self.tc_peak > 0, self.phase == BWD, self.phase == OPT)
+        return self.__dict__["masks_"]
+
+    def _kernel_times(self, c: StepConstants, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Each kernel's GPU time, each run's sum of them, and their running sum. A fit's Jacobian moves one
+        constant at a time: the launch constants leave these as they were (kept for the last ``KEPT`` constants)."""
+        key = (c.tensor_eff, c.compute_eff, c.depthwise_eff, c.memory_eff, c.min_kernel_s)
+        return _kept(self.__dict__.setdefault("kernel_times_", {}), key, lambda: self._price(c, starts))
+
+    def _price(self, c: StepConstants, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+        tc, _, _ = self._masks()
+        peak = np.where(tc, self.tc_peak * c.tensor_eff, self.fp32_peak * c.compute_eff)
+        peak = np.where(self.depthwise, self.fp32_peak * c.depthwise_eff, peak)
+        g = np.maximum(self.flops / peak, self.bytes / (self.bandwidth * c.memory_eff)) + c.min_kernel_s
+        return g, np.add.reduceat(g, starts), np.cumsum(g)
+
+    def _launches(self, c: StepConstants, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Each kernel's launch time, each run's sum of them, and their running sum (kept as :meth:`_kernel_times`
+        keeps its own, for the device constants' moves)."""
+        key = (c.launch_s, c.backward_launch_ratio, c.optimizer_launch_ratio, c.library_launch_ratio)
+        return _kept(self.__dict__.setdefault("launches_", {}), key, lambda: self._launch(c, starts))
+
+    def _launch(self, c: StepConstants, starts: np.ndarray) -> tuple[np.ndarray, ...]:
+        _, bwd, opt = self._masks()
+        scale = np.ones(len(self.flops))
+        scale[bwd] = c.backward_launch_ratio
+        scale[opt] = c.optimizer_launch_ratio
+        scale[self.library] = c.library_launch_ratio
+        launch = c.launch_s * scale
+        return launch, np.add.reduceat(launch, starts), np.cumsum(launch)
+
+
+KEPT = 2  # constants' arrays a BatchedRuns keeps per half (the point a Jacobian moves from, and the last)
+
+
+def _kept(store: dict[Any, Any], key: tuple[float, ...], compute: Any) -> Any:
+    """``store[key]``, computed on a miss; the oldest of more than ``KEPT`` entries is dropped."""
+    if key not in store:
+        if len(store) >= KEPT:
+            store.pop(next(iter(store)))
+        store[key] = compute()
+    return store[key]
 
 
 def _run_arrays(kl: KernelList, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, ...]:
@@ -119,12 +157,11 @@ def _run_arrays(kl: KernelList, gpu: GpuSpec, precision: str) -> tuple[np.ndarra
             library.astype(float))
 
 
-def _segment_lead(g: np.ndarray, launch: np.ndarray, starts: np.ndarray, run_of: np.ndarray,
+def _segment_lead(g: np.ndarray, cum_g: np.ndarray, cum_launch: np.ndarray, starts: np.ndarray, run_of: np.ndarray,
                   pre: np.ndarray) -> np.ndarray:
     """Per run: max over its kernels i of (issue_i - GPU work of the kernels before i), issue_i = pre + its launches
-    up to i (the queue of :func:`gpupred.step.physics.timeline._queue` without a host wait: the GPU ends at busy + this)."""
-    cum_launch = np.cumsum(launch)
-    cum_g = np.cumsum(g)
+    up to i (the queue of :func:`gpupred.step.physics.timeline._queue` without a host wait: the GPU ends at busy + this);
+    ``cum_g`` and ``cum_launch``: the running sums of the kernels' GPU and launch times."""
     before_launch = np.where(starts > 0, cum_launch[np.maximum(starts - 1, 0)], 0.0)
     before_g = np.where(starts > 0, cum_g[np.maximum(starts - 1, 0)], 0.0)
     issue = pre[run_of] + cum_launch - before_launch[run_of]
