@@ -460,10 +460,9 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
     """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph (each kept tensor once, a folded
     BatchNorm's own output a second time: :func:`batchnorm_outputs`), and fused_fp32_elems and fused_half_elems: what
     fused attention kernels save, net: the ``gone`` tensors they never write less the ``operands`` they keep that no
-    written-out op kept (see ``graph_terms``)."""
-    fp32 = autocast_fp32(cg, producer)
-    whole, half, full = _saved_forms(cg, producer, fp32)
-    pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    written-out op kept (see ``graph_terms``). ``producer`` and ``numel`` are the graph's own (``_tensors_kept``):
+    what reads them alone is kept with the graph (:func:`_saved_dtypes`)."""
+    fp32, (whole, half, full), pooled, read = cg.memo("saved_forms", lambda: _saved_dtypes(cg, producer, numel))
 
     def autocast_elems(tensors: set[str]) -> tuple[float, float]:
         """(fp32, 16-bit) elements autocast saves of the tensors: each kept whole at its dtype where an op saves it
@@ -479,12 +478,25 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
     f32, f16 = autocast_elems(kept)
     g32, g16 = autocast_elems(kept & gone)
     g16 -= sum(numel.get(t, 0) for t in operands)  # the kernel, a 16-bit op under autocast, keeps 16-bit copies
-    doubled = batchnorm_outputs(cg, producer, kept)  # a second tensor each, at the convolution output's dtype
+    doubled = {t for t in read if t in kept}  # batchnorm_outputs: a second tensor each, at the convolution output's dtype
     f32 += sum(numel.get(t, 0) for t in doubled if t in fp32)
     f16 += sum(numel.get(t, 0) for t in doubled if t not in fp32)
     return {"saved_elems": float(sum(numel.get(t, 0) for t in kept) + sum(numel.get(t, 0) for t in doubled)),
             "index_elems": float(pooled),
             "fp32_elems": f32, "half_elems": f16, "fused_fp32_elems": g32, "fused_half_elems": g16}
+
+
+def _saved_dtypes(cg: Any, producer: dict[str, Any], numel: dict[str, int]
+                  ) -> tuple[set[str], tuple[set[str], dict[str, int], dict[str, int]], int, set[str]]:
+    """What :func:`_activation_counts` reads of a canonical graph whatever it keeps (its ``producer`` and ``numel`` are
+    the graph's own, from ``_tensors_kept``): the tensors autocast leaves in fp32, how each is saved
+    (:func:`_saved_forms`), MaxPool's index elements, and :func:`batchnorm_outputs` of every tensor (to be cut down
+    to the kept ones). Kept with the graph: a setup with and without checkpointing, and checkpointing's outside part,
+    read the same."""
+    fp32 = autocast_fp32(cg, producer)
+    pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    everything = set(producer)  # batchnorm_outputs keeps only produced tensors: of all, they are its whole answer
+    return fp32, _saved_forms(cg, producer, fp32), pooled, batchnorm_outputs(cg, producer, everything)
 
 
 def batchnorm_outputs(cg: Any, producer: dict[str, Any], kept: set[str]) -> set[str]:

@@ -65,6 +65,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
+from operator import itemgetter
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
@@ -130,14 +131,23 @@ class KernelList:
         return int(self.flops.shape[0])
 
 
-def kernel_columns(seq: list[tuple[tuple[Any, ...], int]]) -> tuple[np.ndarray, ...]:
-    """(FLOPs, bytes, unit, launched by a library, phase) arrays of kernels, each with its list's phase (which a
-    kernel's own, its fifth field, overrides)."""
-    n = len(seq)
-    return (np.fromiter((k[0] for k, _ in seq), float, n), np.fromiter((k[1] for k, _ in seq), float, n),
-            np.fromiter((int(k[2]) for k, _ in seq), np.int8, n),
-            np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n),
-            np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n))
+def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> tuple[np.ndarray, ...]:
+    """(FLOPs, bytes, unit, launched by a library, phase) arrays of lists of kernels, each list with its phase (which
+    a kernel's own, its fifth field, overrides), in order."""
+    kernels = [k for group, _ in groups for k in group]
+    n = len(kernels)
+    # a column at a time through C-level iterators: a pass holds thousands of kernels, most of them 3 fields long
+    lengths = np.fromiter(map(len, kernels), np.int8, n)
+    library = np.zeros(n, bool)
+    longer = np.flatnonzero(lengths > 3)
+    if longer.size:
+        library[longer] = [bool(kernels[i][3]) for i in longer]
+    phase = np.concatenate([np.full(len(group), p, np.int8) for group, p in groups]) if groups else np.zeros(0, np.int8)
+    own = np.flatnonzero(lengths > 4)
+    if own.size:
+        phase[own] = [kernels[i][4] for i in own]
+    return (np.fromiter(map(itemgetter(0), kernels), float, n), np.fromiter(map(itemgetter(1), kernels), float, n),
+            np.fromiter(map(int, map(itemgetter(2), kernels)), np.int8, n), library, phase)
 
 
 class _Builder:
@@ -163,7 +173,7 @@ class _Builder:
         kept (``kept_pass``) while ``fwd`` and ``bwd`` are still what it kept."""
         if self.kept_pass is not None and self.kept_pass[1:] == (len(self.fwd), len(self.bwd)):
             return self.kept_pass[0]
-        return kernel_columns([(k, FWD) for k in self.fwd] + [(k, BWD) for k in reversed(self.bwd)])
+        return kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
 
     def arrays(self) -> KernelList:
         """The kernels in launch order: a pass, then per further micro-batch a pass and its gradient sums, then the
@@ -171,14 +181,14 @@ class _Builder:
         one = self.pass_columns()
         parts = [one]
         if self.setup.accumulation > 1:
-            parts += [one, kernel_columns([(k, BWD) for k in self.accumulate])] * (self.setup.accumulation - 1)
-        parts.append(kernel_columns([(k, OPT) for k in self.opt] + [(k, OTHER) for k in self.other]))
+            parts += [one, kernel_columns([(self.accumulate, BWD)])] * (self.setup.accumulation - 1)
+        parts.append(kernel_columns([(self.opt, OPT), (self.other, OTHER)]))
         flops, nbytes, tc, library, phase = (np.concatenate([p[j] for p in parts]) for j in range(5))
         n = len(flops)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
             sync[n - len(self.other) - len(self.opt) + self.sync_after_opt_prefix] = True
-        counts = Counter({PHASES[p]: int((phase == p).sum()) for p in range(len(PHASES))})
+        counts = Counter({PHASES[p]: int(c) for p, c in enumerate(np.bincount(phase, minlength=len(PHASES)))})
         s = self.setup
         on_tc = ((tc == CONV) & (s.half or s.tf32_conv)) | ((tc == MATMUL) & (s.half or s.tf32_matmul))
         return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=on_tc, precision=s.precision,
@@ -759,7 +769,7 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
                                                         _record_forward_and_backward)
         if b.setup.checkpointing:
             bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
-        return fwd, bwd, trainable, kernel_columns([(k, FWD) for k in fwd] + [(k, BWD) for k in reversed(bwd)])
+        return fwd, bwd, trainable, kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
 
     fwd, bwd, trainable, columns = graph.memo(("step_forward", key), record)
     if not b.fwd and not b.bwd:
