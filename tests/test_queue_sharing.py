@@ -53,3 +53,37 @@ def test_terms_from_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: s
         for setup in order:
             assert graph_terms(path, 4, setup) == fresh[setup.checkpointing], (order, setup)
     assert fresh[True] != fresh[False]  # the two setups differ: the test can tell them apart
+
+
+def _queue_setups() -> list[Any]:
+    """The benchmark queue's setups (precision x optimizer x implementation x checkpointing), pure bf16 and fp16."""
+    from itertools import product
+
+    from gpupred.setups import TrainingSetup
+
+    setups = [TrainingSetup(precision=p, optimizer=o, optimizer_impl=i, checkpointing=c)
+              for p, o, i, c in product(("fp32", "bf16"), ("sgd", "adam"), ("foreach", "fused"), (False, True))]
+    return setups + [TrainingSetup(precision="bf16-pure", optimizer="adam"), TrainingSetup(precision="fp16")]
+
+
+@pytest.mark.parametrize("graph", ["resnet.resnet50-img224", "gpt.gpt-v8192-m1024-h16-l2-seq64"])
+def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str) -> None:
+    """A queue asks one loaded graph for every setup in turn (what a pass shares across setups is kept with the
+    graph: the pass per precision, its gradient sums and trainable tensors per node); each setup's kernels equal
+    those of a freshly loaded graph asked for that setup alone."""
+    from gpupred import config
+    from gpupred.graph.loader import clear_graph_cache, load_graph
+    from gpupred.step.physics.kernels import step_kernels
+
+    path = next(iter(sorted(config.GRAPHS.glob(f"{graph}*.onnx.gz"))))
+    clear_graph_cache()
+    kept = load_graph(path, 2)[0].form(True)
+    for setup in _queue_setups():
+        clear_graph_cache()
+        a, b = step_kernels(kept, setup=setup), step_kernels(load_graph(path, 2)[0].form(True), setup=setup)
+        for name in ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (setup, name)
+        assert (a.counts, a.traits, a.param_tensors, a.input_bytes, a.cycles) == (
+            b.counts, b.traits, b.param_tensors, b.input_bytes, b.cycles), setup
+    assert ("accumulations", 2) in kept.derived and ("accumulations", None) in kept.derived

@@ -65,6 +65,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -195,12 +196,16 @@ class _Builder:
                           micro_batches=s.accumulation)
 
 
+_new_tuple = tuple.__new__
+
+
 def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> TensorInfo | None:
     """A tensor's shape and item size (``size`` overrides the graph's, for autocast); None when unknown."""
     shp = graph.shapes.get(name) if name else None
     if shp is None or shp[0] is None:
         return None
-    return TensorInfo(shp[0], size or shp[2], name in graph.params)
+    return _new_tuple(TensorInfo, (shp[0], size or shp[2], name in graph.params))  # TensorInfo(...), without its
+    # Python-level __new__: built for every tensor of every node
 
 
 def _nbytes(t: TensorInfo | None) -> int:
@@ -212,6 +217,8 @@ def _node_info(graph: CanonicalGraph, op: str, attrs: dict, ins: tuple[str, ...]
     """What a cost rule of :mod:`gpupred.graph.costs` reads about a node, with the precision's item sizes (autocast:
     16 bits at contractions, as autocast decides elsewhere; pure bf16: every float tensor in 2 bytes)."""
     pure, autocast = setup.precision == "bf16-pure", setup.autocast
+    if not (pure or autocast):  # every tensor at the graph's own item size
+        return NodeInfo(op, attrs, [_tensor(graph, n) for n in ins], [_tensor(graph, n) for n in outs])
 
     def size(name: str, is_in: bool) -> int | None:
         shp = graph.shapes.get(name)
@@ -465,6 +472,17 @@ class _Pass:
         self.core_flops: dict[int, float] = {}
         fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
         self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
+        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))  # every precision's pass reads it
+
+
+def node_trainables(graph: CanonicalGraph) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Per node, the trainable parameter tensors it reads (key, elements), as :func:`_trainable` records them."""
+    out = []
+    for op, _d, ins, _o, _n, attrs, _e in graph.nodes:
+        read: dict[str, int] = {}
+        _trainable(graph, op, ins, read, bool(attrs.get(FOLDED_BATCHNORM)))
+        out.append(tuple(read.items()))
+    return tuple(out)
 
 
 Span = tuple[int, int, int, int]  # a node of a pass: (node, first forward kernel, past its last, past its backward's)
@@ -514,7 +532,7 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
         if i in st.copies:  # the permuted tensor made contiguous: a copy each way
             b.fwd.append((0.0, 2 * cost[3], False))
             b.bwd.append((0.0, 2 * cost[3], False))
-    _trainable(graph, op, ins, st.trainable, bool(attrs.get(FOLDED_BATCHNORM)))
+    st.trainable.update(st.trainables[i])
 
 
 def _forward_pass(b: _Builder, graph: CanonicalGraph,
@@ -552,7 +570,15 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph,
 
 
 def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
-    """Backward: a tensor read by k ops sums k gradients (k-1 add kernels); graph inputs need no gradient."""
+    """Backward: a tensor read by k ops sums k gradients (k-1 add kernels); graph inputs need no gradient. Kept with
+    the graph per item size (every precision but pure bf16 reads the graph's own)."""
+    item = 2 if b.setup.precision == "bf16-pure" else None
+    b.bwd.extend(graph.memo(("accumulations", item), lambda: gradient_sums(graph, item)))
+
+
+def gradient_sums(graph: CanonicalGraph, item: int | None) -> tuple[tuple[Any, ...], ...]:
+    """:func:`_accumulations`' kernels, each tensor's item size ``item`` (None: the graph's)."""
+    out: list[tuple[Any, ...]] = []
     readers: Counter[str] = Counter()
     inputs = set(graph.graph_inputs)
     for op, _d, ins, _o, _n, _a, entry in graph.nodes:
@@ -560,11 +586,11 @@ def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
             continue
         readers.update(n for n in dict.fromkeys(ins)  # in input order: a set's follows the process's string hash
                        if n and n not in graph.params and n not in inputs)
-    item = 2 if b.setup.precision == "bf16-pure" else None
     for name, k in readers.items():
         t = _tensor(graph, name, item)
         if k > 1 and t is not None:
-            b.bwd.extend([(float(t.numel), 3.0 * t.nbytes, False)] * (k - 1))
+            out.extend([(float(t.numel), 3.0 * t.nbytes, False)] * (k - 1))
+    return tuple(out)
 
 
 def _loss_and_dropout(b: _Builder, graph: CanonicalGraph, out_bytes: list[float]) -> None:
@@ -742,6 +768,15 @@ def forward_key(setup: TrainingSetup) -> tuple[tuple[str, Any], ...]:
     return tuple((f.name, getattr(setup, f.name)) for f in fields(setup) if f.name not in OPTIMIZER_FIELDS)
 
 
+@lru_cache(maxsize=256)
+def pass_keys(setup: TrainingSetup) -> tuple[tuple[tuple[str, Any], ...], TrainingSetup, tuple[tuple[str, Any], ...]]:
+    """(the setup's :func:`forward_key`, the setup without checkpointing, its forward key): checkpointing only
+    reorders the backward, so a checkpointed setup's pass comes from the plain one's. Kept per setup (a frozen,
+    hashable value): a queue asks the same few setups of every graph."""
+    plain = replace(setup, checkpointing=False)
+    return forward_key(setup), plain, forward_key(plain)
+
+
 def _kept(graph: CanonicalGraph, key: Any, setup: TrainingSetup,
           record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
     """(forward kernels, backward kernels, what ``record`` returned) of ``record`` run into a new builder of ``setup``
@@ -761,8 +796,7 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     and a checkpointed setup's come from the plain pass it shares with the setup without checkpointing."""
     if b.place is not None:
         return _record_forward_and_backward(b, graph)[0]
-    plain = replace(b.setup, checkpointing=False)  # checkpointing only reorders the backward: one pass for both
-    key, plain_key = forward_key(b.setup), forward_key(plain)
+    key, plain, plain_key = pass_keys(b.setup)
 
     def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
         fwd, bwd, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
