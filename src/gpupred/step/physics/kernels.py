@@ -138,7 +138,7 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
     kernels = [k for group, _ in groups for k in group]
     n = len(kernels)
     # a column at a time through C-level iterators: a pass holds thousands of kernels, most of them 3 fields long
-    lengths = np.fromiter(map(len, kernels), np.int8, n)
+    lengths = np.fromiter(map(len, kernels), np.intp, n)  # numpy's int8 conversion of each item is the slow one
     library = np.zeros(n, bool)
     longer = np.flatnonzero(lengths > 3)
     if longer.size:
@@ -148,7 +148,7 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
     if own.size:
         phase[own] = [kernels[i][4] for i in own]
     return (np.fromiter(map(itemgetter(0), kernels), float, n), np.fromiter(map(itemgetter(1), kernels), float, n),
-            np.fromiter(map(int, map(itemgetter(2), kernels)), np.int8, n), library, phase)
+            np.fromiter(map(itemgetter(2), kernels), np.intp, n).astype(np.int8), library, phase)
 
 
 class _Builder:
@@ -345,14 +345,14 @@ def _recurrent(b: _Builder, info: NodeInfo, cost: tuple[float, float, float, flo
     dirs = int(w.shape[0])
     per = max(1, steps * dirs)
     step_kernel = (flops / (2 * per), (read + written) / per)
+    # each time step: a recurrent GEMM and a gate kernel, launched by cuDNN, not the dispatcher
+    steps_each_way = [(step_kernel[0], step_kernel[1], CONV, True), (step_kernel[0] / 8, step_kernel[1], False, True)]
+    steps_each_way *= steps
     for _ in range(dirs):
         b.fwd.append((flops / 2 / dirs, (read + written) / dirs, CONV))  # input projection of every step (cuDNN)
         b.bwd.append((flops / dirs, (read + written) / dirs, CONV))  # weight gradients (input and recurrent)
-        for _ in range(steps):
-            b.fwd.append((step_kernel[0], step_kernel[1], CONV, True))  # launched by cuDNN, not the dispatcher
-            b.fwd.append((step_kernel[0] / 8, step_kernel[1], False, True))
-            b.bwd.append((step_kernel[0], step_kernel[1], CONV, True))
-            b.bwd.append((step_kernel[0] / 8, step_kernel[1], False, True))
+        b.fwd.extend(steps_each_way)
+        b.bwd.extend(steps_each_way)
 
 
 def _pointwise(b: _Builder, graph: CanonicalGraph, op: str, category: str, ins: tuple[str, ...],
