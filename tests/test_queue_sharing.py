@@ -87,3 +87,17 @@ def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_gr
         assert (a.counts, a.traits, a.param_tensors, a.input_bytes, a.cycles) == (
             b.counts, b.traits, b.param_tensors, b.input_bytes, b.cycles), setup
     assert ("accumulations", 2) in kept.derived and ("accumulations", None) in kept.derived
+
+
+def test_a_kept_feature_row_is_handed_out_as_a_copy() -> None:
+    """featurize keeps a row per (batch, precision, optimizer) with the graph; a caller changing its row changes
+    nobody else's."""
+    from gpupred import config
+    from gpupred.graph.features import featurize
+
+    path = config.GRAPHS / "resnet.resnet50-img224.onnx.gz"
+    first = featurize(path, 2, "bf16", "adam", warn=False)
+    first["params"] = -1
+    again = featurize(path, 2, "bf16", "adam", warn=False)
+    assert again["params"] > 0 and again is not first
+    assert featurize(path, 2, "fp32", "adam", warn=False)["activation_bytes"] > again["activation_bytes"]
