@@ -212,29 +212,47 @@ def _nbytes(t: TensorInfo | None) -> int:
     return t.nbytes if t is not None else 0
 
 
-def _node_info(graph: CanonicalGraph, op: str, attrs: dict, ins: tuple[str, ...], outs: tuple[str, ...], mac: bool,
+NodeTensors = tuple[tuple["TensorInfo | None", ...], tuple["TensorInfo | None", ...]]
+
+
+def node_tensors(graph: CanonicalGraph) -> tuple[NodeTensors, ...]:
+    """Per node, its inputs' and outputs' :func:`_tensor` at the graph's own item sizes: what every precision's pass
+    starts from (kept with the graph)."""
+    return tuple((tuple(_tensor(graph, n) for n in ins), tuple(_tensor(graph, n) for n in outs))
+                 for _op, _d, ins, outs, _n, _a, _e in graph.nodes)
+
+
+def _node_info(op: str, attrs: dict, names: tuple[tuple[str, ...], tuple[str, ...]], tensors: NodeTensors, mac: bool,
                setup: TrainingSetup, size_of: dict[str, int]) -> NodeInfo:
-    """What a cost rule of :mod:`gpupred.graph.costs` reads about a node, with the precision's item sizes (autocast:
-    16 bits at contractions, as autocast decides elsewhere; pure bf16: every float tensor in 2 bytes)."""
+    """What a cost rule of :mod:`gpupred.graph.costs` reads about a node (its input and output ``names`` and their
+    ``tensors`` at the graph's item sizes), with the precision's item sizes (autocast: 16 bits at contractions, as
+    autocast decides elsewhere; pure bf16: every float tensor in 2 bytes)."""
     pure, autocast = setup.precision == "bf16-pure", setup.autocast
     if not (pure or autocast):  # every tensor at the graph's own item size
-        return NodeInfo(op, attrs, [_tensor(graph, n) for n in ins], [_tensor(graph, n) for n in outs])
+        return NodeInfo(op, attrs, list(tensors[0]), list(tensors[1]))
 
-    def size(name: str, is_in: bool) -> int | None:
-        shp = graph.shapes.get(name)
-        if not (pure or autocast) or shp is None or shp[2] != 4:
-            return None
+    def sized(t: TensorInfo | None, name: str, is_in: bool) -> TensorInfo | None:
+        if t is None or t.itemsize != 4:  # unknown, or not a 4-byte tensor
+            return t
         if mac or pure:
-            return 2
-        return None if (is_in and name in graph.params) else size_of.get(name)
+            size = 2
+        elif is_in and t.is_param:
+            return t
+        else:
+            size = size_of.get(name)
+        return t if size is None else _new_tuple(TensorInfo, (t.shape, size, t.is_param))
 
-    return NodeInfo(op, attrs, [_tensor(graph, n, size(n, True)) for n in ins],
-                    [_tensor(graph, n, size(n, False)) for n in outs])
+    return NodeInfo(op, attrs, [sized(t, n, True) for t, n in zip(tensors[0], names[0])],
+                    [sized(t, n, False) for t, n in zip(tensors[1], names[1])])
 
 
 def _forward_cost(entry: object, info: NodeInfo) -> tuple[float, float, float, float]:
     """(FLOPs, bytes read, bytes written, output bytes) of a node's forward kernel; unknown ops move their outputs."""
-    out = float(sum(_nbytes(t) for t in info.outputs))
+    written = 0
+    for t in info.outputs:
+        if t is not None:
+            written += t.nbytes
+    out = float(written)
     if entry is None:
         return 0.0, out, out, out
     try:
@@ -472,7 +490,8 @@ class _Pass:
         self.core_flops: dict[int, float] = {}
         fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
         self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
-        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))  # every precision's pass reads it
+        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))  # every precision's pass reads
+        self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph))  # these two
 
 
 def node_trainables(graph: CanonicalGraph) -> tuple[tuple[tuple[str, int], ...], ...]:
@@ -514,7 +533,7 @@ def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], a
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
     """The forward and backward kernels of node ``i`` (its autocast sizes already recorded)."""
     op, _domain, ins, outs, _name, attrs, entry = graph.nodes[i]
-    info = _node_info(graph, op, attrs, ins, outs, mac, b.setup, st.size_of)
+    info = _node_info(op, attrs, (ins, outs), st.tensors[i], mac, b.setup, st.size_of)
     cost = _forward_cost(entry, info)
     st.out_bytes.append(cost[3])
     if i in st.fused:
