@@ -217,9 +217,10 @@ NodeTensors = tuple[tuple["TensorInfo | None", ...], tuple["TensorInfo | None", 
 
 def node_tensors(graph: CanonicalGraph) -> tuple[NodeTensors, ...]:
     """Per node, its inputs' and outputs' :func:`_tensor` at the graph's own item sizes: what every precision's pass
-    starts from (kept with the graph)."""
-    return tuple((tuple(_tensor(graph, n) for n in ins), tuple(_tensor(graph, n) for n in outs))
-                 for _op, _d, ins, outs, _n, _a, _e in graph.nodes)
+    starts from (kept with the graph). Views, which a pass skips, get none."""
+    return tuple(((), ()) if entry is not None and entry.rule is view_rule else
+                 (tuple(_tensor(graph, n) for n in ins), tuple(_tensor(graph, n) for n in outs))
+                 for _op, _d, ins, outs, _n, _a, entry in graph.nodes)
 
 
 def _node_info(op: str, attrs: dict, names: tuple[tuple[str, ...], tuple[str, ...]], tensors: NodeTensors, mac: bool,
