@@ -489,7 +489,7 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
     f32, f16 = autocast_elems(kept)
     g32, g16 = autocast_elems(kept & gone)
     g16 -= sum(numel.get(t, 0) for t in operands)  # the kernel, a 16-bit op under autocast, keeps 16-bit copies
-    doubled = {t for t in read if t in kept}  # batchnorm_outputs: a second tensor each, at the convolution output's dtype
+    doubled = {t for t in read if t in kept}  # batchnorm_outputs: a second tensor each, at the convolution's dtype
     f32 += sum(numel.get(t, 0) for t in doubled if t in fp32)
     f16 += sum(numel.get(t, 0) for t in doubled if t not in fp32)
     return {"saved_elems": float(sum(numel.get(t, 0) for t in kept) + sum(numel.get(t, 0) for t in doubled)),

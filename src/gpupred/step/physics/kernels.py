@@ -491,8 +491,9 @@ class _Pass:
         self.core_flops: dict[int, float] = {}
         fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
         self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
-        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))  # every precision's pass reads
-        self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph))  # these two
+        # per node, what every precision's pass reads the same: kept with the graph
+        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))
+        self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph))
 
 
 def node_trainables(graph: CanonicalGraph) -> tuple[tuple[tuple[str, int], ...], ...]:
@@ -877,7 +878,9 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     kl = b.arrays()
     kl.param_tensors = len(trainable)
     kl.cycles = cycles * b.setup.accumulation
-    kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
+    batch_bytes = graph.memo("input_bytes",  # a micro-batch's graph inputs, kept with the graph
+                             lambda: int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))))
+    kl.input_bytes = batch_bytes * b.setup.accumulation
     cores = len(attention_cores(graph))
     eager = cores - len(fused_cores(graph, b.setup.attention))
     branches = graph.memo_structure("multi_branch_sums", lambda: multi_branch_sums(graph))
