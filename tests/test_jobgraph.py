@@ -40,11 +40,13 @@ def test_the_same_file_is_one_job_and_each_part_is_computed_once(onnx_file: Path
 def test_a_changed_file_is_a_new_job(onnx_file: Path) -> None:
     setup = setup_of("fp32", "sgd")
     job = job_graph(str(onnx_file), "mlp.onnx", 4, setup)
-    before = job.row["params"]
+    before, flops, terms = job.row["params"], float(job.kernels.flops.sum()), job.terms
     onnx.save(mlp_graph(hidden=32), onnx_file)
     os.utime(onnx_file, ns=(1, 1))  # a new modification time, as any rewrite gives
     again = job_graph(str(onnx_file), "mlp.onnx", 4, setup)
     assert again is not job and again.row["params"] > before
+    # every part is read from the new file: the kernels too (the step model keeps kernels per file version)
+    assert float(again.kernels.flops.sum()) > flops and again.terms != terms
 
 
 def test_a_job_from_parts_answers_without_its_graph() -> None:

@@ -50,6 +50,7 @@ Options (torch's own default first):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
 from typing import Any
 
 from gpupred.errors import GpupredError
@@ -234,7 +235,15 @@ DEFAULT_SETUP = TrainingSetup()
 
 def setup_of(precision: str = "fp32", optimizer: str = "sgd", **options: Any) -> TrainingSetup:
     """The setup of a (precision, optimizer) pair as the catalog's ids name them, with any other options given."""
+    if not options and isinstance(precision, str) and isinstance(optimizer, str):
+        return _pair_setup(precision, optimizer)
     return DEFAULT_SETUP.with_options(precision=precision, optimizer=optimizer, **options)
+
+
+@lru_cache(maxsize=64)
+def _pair_setup(precision: str, optimizer: str) -> TrainingSetup:
+    """:func:`setup_of` a pair alone, kept: a setup is a frozen value, and a queue asks for one per job."""
+    return DEFAULT_SETUP.with_options(precision=precision, optimizer=optimizer)
 
 
 def as_setup(setup: TrainingSetup | None, precision: str = "fp32", optimizer: str = "sgd") -> TrainingSetup:

@@ -118,13 +118,15 @@ def _graph_features(
 ) -> dict[str, Any]:
     """The feature row of a canonical graph: its structure and per-op costs at a precision, summed up."""
     bf16 = precision in ("bf16", "fp16")  # autocast to a 16-bit float: the same ops run at 2 bytes
-    if per_op is None:  # kept with the graph: a job's precisions and optimizers share them
-        depth, n_residual = graph.memo("structure", lambda: _structure(graph))
-        totals = graph.memo(("costs", bf16), lambda: _costs(graph, bf16, None))
-    else:
+    if per_op is not None:
         depth, n_residual = _structure(graph)
-        totals = _costs(graph, bf16, per_op)
-    return _feature_row(graph, bs, precision, optimizer, totals, depth, n_residual)
+        return _feature_row(graph, bs, precision, optimizer, _costs(graph, bf16, per_op), depth, n_residual)
+    # kept with the graph: a job's precisions and optimizers share the structure and costs, and setups that differ
+    # in other options (a queue's) the row; each caller gets its own copy of the row (its values are scalars)
+    depth, n_residual = graph.memo("structure", lambda: _structure(graph))
+    totals = graph.memo(("costs", bf16), lambda: _costs(graph, bf16, None))
+    return dict(graph.memo(("feature_row", bs, precision, optimizer),
+                           lambda: _feature_row(graph, bs, precision, optimizer, totals, depth, n_residual)))
 
 
 def _structure(graph: CanonicalGraph) -> tuple[int, int]:

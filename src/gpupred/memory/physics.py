@@ -221,8 +221,10 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
     copies = dropout_copies(cg, producer, numel, kept)
     counts.update(dropout_copy_elems=float(sum(copies.values())),
                   fused_copy_elems=float(sum(n for t, n in copies.items() if t in attention | softmax)))
+    walk = cg.memo(("gradient_walk", tuple(graph.graph_outputs)),  # every setup's: its producer is the graph's
+                   lambda: gradient_walk(cg, producer, graph.graph_outputs))
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(
-        cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients)
+        cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients, walk)
     # under checkpointing, what is kept outside the recomputed block (its inputs from earlier blocks, the head's), as
     # saved, fp32 and 16-bit elements; the block's own activations are the rest (checkpoint_phases)
     outside = (_activation_counts(cg, producer, numel, (kept | operands) - recompute.tensors, set())
@@ -244,7 +246,8 @@ def _tensors_kept(cg: Any) -> tuple[dict[str, Any], dict[str, int], set[str]]:
 
 def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
                    ratios: tuple[float, ...], output_elems: float = 0.0, outputs: Sequence[str] = (),
-                   gradients: dict[str, int] | None = None) -> tuple[float, ...]:
+                   gradients: dict[str, int] | None = None,
+                   walk: tuple[dict[str, int], dict[str, int], int] | None = None) -> tuple[float, ...]:
     """Parameter elements whose gradients are live at the backward's peak (see the module notes).
 
     Backward runs the nodes in reverse: a parameter's gradient is allocated at the backward of the last node that
@@ -259,28 +262,36 @@ def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
     for each of ``ratios``: the gradient elements live at that peak beyond the activations and the loss buffers all
     kept at once (0 when the peak is the loss's). A decoder's head gradient is therefore not added on top of the loss
     buffers: GPT-2 large's width at 4 layers, fp32, against torch's MemTracker count, 4,540 MiB with it and 4,290
-    without, torch 4,290 (tests/test_memory_oracle.py)."""
+    without, torch 4,290 (tests/test_memory_oracle.py). ``walk``: :func:`gradient_walk` of the graph, ``producer``
+    and ``outputs`` when already known."""
     n = len(cg.nodes)
     grads, acts = np.zeros(n + 1), np.zeros(n + 1)
+    last, first, logits_at = walk if walk is not None else gradient_walk(cg, producer, outputs)
+    for key, i in last.items():
+        grads[i] += cg.param_sizes[key][0] if gradients is None else gradients.get(key, 0)
+    for t in kept:
+        acts[first.get(t, n)] += numel.get(t, 0)  # never read (a graph output): live until backward starts
+    later, kept_by = np.cumsum(grads[::-1])[::-1], np.cumsum(acts)  # node k: gradients read at >= k, kept <= k
+    logits_grad = np.arange(n + 1) >= logits_at  # the nodes whose backward runs beside it
+    return tuple(float(max((r * later + kept_by + r * output_elems * logits_grad).max()
+                           - acts.sum() - r * output_elems * LOSS_BUFFERS, 0.0) / r) for r in ratios)
+
+
+def gradient_walk(cg: Any, producer: dict[str, Any], outputs: Sequence[str] = ()
+                  ) -> tuple[dict[str, int], dict[str, int], int]:
+    """What :func:`peak_gradients` reads of the graph whatever it keeps: the last node that reads each parameter key,
+    the first node that reads each tensor (through views: ``producer``) or, for an op that saves its output, writes
+    it, and :func:`logits_writer` of ``outputs``."""
     last: dict[str, int] = {}
     first: dict[str, int] = {}
     for i, (op, _d, ins, outs, *_) in enumerate(cg.nodes):
         for t in ins:
             if t in cg.params:
                 last[cg.params[t]] = i
-            base = _base(t, producer)
-            if base in kept:
-                first.setdefault(base, i)
-        if op in OUTPUT_SAVE and outs and outs[0] in kept:
+            first.setdefault(_base(t, producer), i)
+        if op in OUTPUT_SAVE and outs:
             first.setdefault(outs[0], i)
-    for key, i in last.items():
-        grads[i] += cg.param_sizes[key][0] if gradients is None else gradients.get(key, 0)
-    for t in kept:
-        acts[first.get(t, n)] += numel.get(t, 0)  # never read (a graph output): live until backward starts
-    later, kept_by = np.cumsum(grads[::-1])[::-1], np.cumsum(acts)  # node k: gradients read at >= k, kept <= k
-    logits_grad = np.arange(n + 1) >= logits_writer(cg, outputs)  # the nodes whose backward runs beside it
-    return tuple(float(max((r * later + kept_by + r * output_elems * logits_grad).max()
-                           - acts.sum() - r * output_elems * LOSS_BUFFERS, 0.0) / r) for r in ratios)
+    return last, first, logits_writer(cg, outputs)
 
 
 def logits_writer(cg: Any, outputs: Sequence[str]) -> int:
@@ -460,10 +471,9 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
     """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph (each kept tensor once, a folded
     BatchNorm's own output a second time: :func:`batchnorm_outputs`), and fused_fp32_elems and fused_half_elems: what
     fused attention kernels save, net: the ``gone`` tensors they never write less the ``operands`` they keep that no
-    written-out op kept (see ``graph_terms``)."""
-    fp32 = autocast_fp32(cg, producer)
-    whole, half, full = _saved_forms(cg, producer, fp32)
-    pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    written-out op kept (see ``graph_terms``). ``producer`` and ``numel`` are the graph's own (``_tensors_kept``):
+    what reads them alone is kept with the graph (:func:`_saved_dtypes`)."""
+    fp32, (whole, half, full), pooled, read = cg.memo("saved_forms", lambda: _saved_dtypes(cg, producer, numel))
 
     def autocast_elems(tensors: set[str]) -> tuple[float, float]:
         """(fp32, 16-bit) elements autocast saves of the tensors: each kept whole at its dtype where an op saves it
@@ -479,12 +489,25 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
     f32, f16 = autocast_elems(kept)
     g32, g16 = autocast_elems(kept & gone)
     g16 -= sum(numel.get(t, 0) for t in operands)  # the kernel, a 16-bit op under autocast, keeps 16-bit copies
-    doubled = batchnorm_outputs(cg, producer, kept)  # a second tensor each, at the convolution output's dtype
+    doubled = {t for t in read if t in kept}  # batchnorm_outputs: a second tensor each, at the convolution's dtype
     f32 += sum(numel.get(t, 0) for t in doubled if t in fp32)
     f16 += sum(numel.get(t, 0) for t in doubled if t not in fp32)
     return {"saved_elems": float(sum(numel.get(t, 0) for t in kept) + sum(numel.get(t, 0) for t in doubled)),
             "index_elems": float(pooled),
             "fp32_elems": f32, "half_elems": f16, "fused_fp32_elems": g32, "fused_half_elems": g16}
+
+
+def _saved_dtypes(cg: Any, producer: dict[str, Any], numel: dict[str, int]
+                  ) -> tuple[set[str], tuple[set[str], dict[str, int], dict[str, int]], int, set[str]]:
+    """What :func:`_activation_counts` reads of a canonical graph whatever it keeps (its ``producer`` and ``numel`` are
+    the graph's own, from ``_tensors_kept``): the tensors autocast leaves in fp32, how each is saved
+    (:func:`_saved_forms`), MaxPool's index elements, and :func:`batchnorm_outputs` of every tensor (to be cut down
+    to the kept ones). Kept with the graph: a setup with and without checkpointing, and checkpointing's outside part,
+    read the same."""
+    fp32 = autocast_fp32(cg, producer)
+    pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
+    everything = set(producer)  # batchnorm_outputs keeps only produced tensors: of all, they are its whole answer
+    return fp32, _saved_forms(cg, producer, fp32), pooled, batchnorm_outputs(cg, producer, everything)
 
 
 def batchnorm_outputs(cg: Any, producer: dict[str, Any], kept: set[str]) -> set[str]:

@@ -60,10 +60,14 @@ class Job:
     @property
     def key(self) -> str:
         """The job's identity: its model (a file by absolute path) and every option."""
+        return self.key_at(self.resolved())
+
+    def key_at(self, resolved: tuple[int | None, str, str]) -> str:
+        """:attr:`key` with the job's :meth:`resolved` options already known (a queue's jobs resolve once each)."""
         m = self.model
         model = str(Path(m).resolve()) if isinstance(m, (str, Path)) and Path(m).is_file() else repr(m) if not isinstance(
             m, (str, Path)) else str(m)
-        batch, precision, optimizer = self.resolved()
+        batch, precision, optimizer = resolved
         extra = "" if self.setup is None else repr(sorted(self.setup.changes().items()))
         piped = "" if self.pipeline is None or self.pipeline.resident else repr(sorted(self.pipeline.changes().items()))
         return f"{model}|bs={batch}|{precision}|{optimizer}|{extra}|{piped}"
@@ -108,7 +112,8 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
 
     js = [as_job(j) for j in jobs]
     names = _names(js)
-    keys = [job.key for job in js]
+    resolved = [job.resolved() for job in js]
+    keys = [job.key_at(r) for job, r in zip(js, resolved)]
     first: dict[str, int] = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)
@@ -124,8 +129,7 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
     answers = {keys[i]: record for i, record in zip(distinct, records)}
     shown = gpu_spec(gpu).name if gpu else ""
     rows = []
-    for job, name, key in zip(js, names, keys):
-        batch, precision, optimizer = job.resolved()
+    for job, name, key, (batch, precision, optimizer) in zip(js, names, keys, resolved):
         rows.append({"job": name, "job_key": key, "model": str(getattr(job.model, "name", job.model)),
                      "batch_size": batch, "precision": precision, "optimizer": optimizer, "gpu": shown,
                      **answers[key]})

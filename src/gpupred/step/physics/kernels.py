@@ -65,6 +65,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
@@ -130,14 +132,23 @@ class KernelList:
         return int(self.flops.shape[0])
 
 
-def kernel_columns(seq: list[tuple[tuple[Any, ...], int]]) -> tuple[np.ndarray, ...]:
-    """(FLOPs, bytes, unit, launched by a library, phase) arrays of kernels, each with its list's phase (which a
-    kernel's own, its fifth field, overrides)."""
-    n = len(seq)
-    return (np.fromiter((k[0] for k, _ in seq), float, n), np.fromiter((k[1] for k, _ in seq), float, n),
-            np.fromiter((int(k[2]) for k, _ in seq), np.int8, n),
-            np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n),
-            np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n))
+def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> tuple[np.ndarray, ...]:
+    """(FLOPs, bytes, unit, launched by a library, phase) arrays of lists of kernels, each list with its phase (which
+    a kernel's own, its fifth field, overrides), in order."""
+    kernels = [k for group, _ in groups for k in group]
+    n = len(kernels)
+    # a column at a time through C-level iterators: a pass holds thousands of kernels, most of them 3 fields long
+    lengths = np.fromiter(map(len, kernels), np.intp, n)  # numpy's int8 conversion of each item is the slow one
+    library = np.zeros(n, bool)
+    longer = np.flatnonzero(lengths > 3)
+    if longer.size:
+        library[longer] = [bool(kernels[i][3]) for i in longer]
+    phase = np.concatenate([np.full(len(group), p, np.int8) for group, p in groups]) if groups else np.zeros(0, np.int8)
+    own = np.flatnonzero(lengths > 4)
+    if own.size:
+        phase[own] = [kernels[i][4] for i in own]
+    return (np.fromiter(map(itemgetter(0), kernels), float, n), np.fromiter(map(itemgetter(1), kernels), float, n),
+            np.fromiter(map(itemgetter(2), kernels), np.intp, n).astype(np.int8), library, phase)
 
 
 class _Builder:
@@ -163,7 +174,7 @@ class _Builder:
         kept (``kept_pass``) while ``fwd`` and ``bwd`` are still what it kept."""
         if self.kept_pass is not None and self.kept_pass[1:] == (len(self.fwd), len(self.bwd)):
             return self.kept_pass[0]
-        return kernel_columns([(k, FWD) for k in self.fwd] + [(k, BWD) for k in reversed(self.bwd)])
+        return kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
 
     def arrays(self) -> KernelList:
         """The kernels in launch order: a pass, then per further micro-batch a pass and its gradient sums, then the
@@ -171,18 +182,21 @@ class _Builder:
         one = self.pass_columns()
         parts = [one]
         if self.setup.accumulation > 1:
-            parts += [one, kernel_columns([(k, BWD) for k in self.accumulate])] * (self.setup.accumulation - 1)
-        parts.append(kernel_columns([(k, OPT) for k in self.opt] + [(k, OTHER) for k in self.other]))
+            parts += [one, kernel_columns([(self.accumulate, BWD)])] * (self.setup.accumulation - 1)
+        parts.append(kernel_columns([(self.opt, OPT), (self.other, OTHER)]))
         flops, nbytes, tc, library, phase = (np.concatenate([p[j] for p in parts]) for j in range(5))
         n = len(flops)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
             sync[n - len(self.other) - len(self.opt) + self.sync_after_opt_prefix] = True
-        counts = Counter({PHASES[p]: int((phase == p).sum()) for p in range(len(PHASES))})
+        counts = Counter({PHASES[p]: int(c) for p, c in enumerate(np.bincount(phase, minlength=len(PHASES)))})
         s = self.setup
         on_tc = ((tc == CONV) & (s.half or s.tf32_conv)) | ((tc == MATMUL) & (s.half or s.tf32_matmul))
         return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=on_tc, precision=s.precision,
                           micro_batches=s.accumulation)
+
+
+_new_tuple = tuple.__new__
 
 
 def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> TensorInfo | None:
@@ -190,34 +204,56 @@ def _tensor(graph: CanonicalGraph, name: str, size: int | None = None) -> Tensor
     shp = graph.shapes.get(name) if name else None
     if shp is None or shp[0] is None:
         return None
-    return TensorInfo(shp[0], size or shp[2], name in graph.params)
+    return _new_tuple(TensorInfo, (shp[0], size or shp[2], name in graph.params))  # TensorInfo(...), without its
+    # Python-level __new__: built for every tensor of every node
 
 
 def _nbytes(t: TensorInfo | None) -> int:
     return t.nbytes if t is not None else 0
 
 
-def _node_info(graph: CanonicalGraph, op: str, attrs: dict, ins: tuple[str, ...], outs: tuple[str, ...], mac: bool,
+NodeTensors = tuple[tuple["TensorInfo | None", ...], tuple["TensorInfo | None", ...]]
+
+
+def node_tensors(graph: CanonicalGraph) -> tuple[NodeTensors, ...]:
+    """Per node, its inputs' and outputs' :func:`_tensor` at the graph's own item sizes: what every precision's pass
+    starts from (kept with the graph). Views, which a pass skips, get none."""
+    return tuple(((), ()) if entry is not None and entry.rule is view_rule else
+                 (tuple(_tensor(graph, n) for n in ins), tuple(_tensor(graph, n) for n in outs))
+                 for _op, _d, ins, outs, _n, _a, entry in graph.nodes)
+
+
+def _node_info(op: str, attrs: dict, names: tuple[tuple[str, ...], tuple[str, ...]], tensors: NodeTensors, mac: bool,
                setup: TrainingSetup, size_of: dict[str, int]) -> NodeInfo:
-    """What a cost rule of :mod:`gpupred.graph.costs` reads about a node, with the precision's item sizes (autocast:
-    16 bits at contractions, as autocast decides elsewhere; pure bf16: every float tensor in 2 bytes)."""
+    """What a cost rule of :mod:`gpupred.graph.costs` reads about a node (its input and output ``names`` and their
+    ``tensors`` at the graph's item sizes), with the precision's item sizes (autocast: 16 bits at contractions, as
+    autocast decides elsewhere; pure bf16: every float tensor in 2 bytes)."""
     pure, autocast = setup.precision == "bf16-pure", setup.autocast
+    if not (pure or autocast):  # every tensor at the graph's own item size
+        return NodeInfo(op, attrs, list(tensors[0]), list(tensors[1]))
 
-    def size(name: str, is_in: bool) -> int | None:
-        shp = graph.shapes.get(name)
-        if not (pure or autocast) or shp is None or shp[2] != 4:
-            return None
+    def sized(t: TensorInfo | None, name: str, is_in: bool) -> TensorInfo | None:
+        if t is None or t.itemsize != 4:  # unknown, or not a 4-byte tensor
+            return t
         if mac or pure:
-            return 2
-        return None if (is_in and name in graph.params) else size_of.get(name)
+            size = 2
+        elif is_in and t.is_param:
+            return t
+        else:
+            size = size_of.get(name)
+        return t if size is None else _new_tuple(TensorInfo, (t.shape, size, t.is_param))
 
-    return NodeInfo(op, attrs, [_tensor(graph, n, size(n, True)) for n in ins],
-                    [_tensor(graph, n, size(n, False)) for n in outs])
+    return NodeInfo(op, attrs, [sized(t, n, True) for t, n in zip(tensors[0], names[0])],
+                    [sized(t, n, False) for t, n in zip(tensors[1], names[1])])
 
 
 def _forward_cost(entry: object, info: NodeInfo) -> tuple[float, float, float, float]:
     """(FLOPs, bytes read, bytes written, output bytes) of a node's forward kernel; unknown ops move their outputs."""
-    out = float(sum(_nbytes(t) for t in info.outputs))
+    written = 0
+    for t in info.outputs:
+        if t is not None:
+            written += t.nbytes
+    out = float(written)
     if entry is None:
         return 0.0, out, out, out
     try:
@@ -328,14 +364,14 @@ def _recurrent(b: _Builder, info: NodeInfo, cost: tuple[float, float, float, flo
     dirs = int(w.shape[0])
     per = max(1, steps * dirs)
     step_kernel = (flops / (2 * per), (read + written) / per)
+    # each time step: a recurrent GEMM and a gate kernel, launched by cuDNN, not the dispatcher
+    steps_each_way = [(step_kernel[0], step_kernel[1], CONV, True), (step_kernel[0] / 8, step_kernel[1], False, True)]
+    steps_each_way *= steps
     for _ in range(dirs):
         b.fwd.append((flops / 2 / dirs, (read + written) / dirs, CONV))  # input projection of every step (cuDNN)
         b.bwd.append((flops / dirs, (read + written) / dirs, CONV))  # weight gradients (input and recurrent)
-        for _ in range(steps):
-            b.fwd.append((step_kernel[0], step_kernel[1], CONV, True))  # launched by cuDNN, not the dispatcher
-            b.fwd.append((step_kernel[0] / 8, step_kernel[1], False, True))
-            b.bwd.append((step_kernel[0], step_kernel[1], CONV, True))
-            b.bwd.append((step_kernel[0] / 8, step_kernel[1], False, True))
+        b.fwd.extend(steps_each_way)
+        b.bwd.extend(steps_each_way)
 
 
 def _pointwise(b: _Builder, graph: CanonicalGraph, op: str, category: str, ins: tuple[str, ...],
@@ -455,6 +491,19 @@ class _Pass:
         self.core_flops: dict[int, float] = {}
         fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
         self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
+        # per node, what every precision's pass reads the same: kept with the graph
+        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))
+        self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph))
+
+
+def node_trainables(graph: CanonicalGraph) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Per node, the trainable parameter tensors it reads (key, elements), as :func:`_trainable` records them."""
+    out = []
+    for op, _d, ins, _o, _n, attrs, _e in graph.nodes:
+        read: dict[str, int] = {}
+        _trainable(graph, op, ins, read, bool(attrs.get(FOLDED_BATCHNORM)))
+        out.append(tuple(read.items()))
+    return tuple(out)
 
 
 Span = tuple[int, int, int, int]  # a node of a pass: (node, first forward kernel, past its last, past its backward's)
@@ -486,7 +535,7 @@ def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], a
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
     """The forward and backward kernels of node ``i`` (its autocast sizes already recorded)."""
     op, _domain, ins, outs, _name, attrs, entry = graph.nodes[i]
-    info = _node_info(graph, op, attrs, ins, outs, mac, b.setup, st.size_of)
+    info = _node_info(op, attrs, (ins, outs), st.tensors[i], mac, b.setup, st.size_of)
     cost = _forward_cost(entry, info)
     st.out_bytes.append(cost[3])
     if i in st.fused:
@@ -504,7 +553,7 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
         if i in st.copies:  # the permuted tensor made contiguous: a copy each way
             b.fwd.append((0.0, 2 * cost[3], False))
             b.bwd.append((0.0, 2 * cost[3], False))
-    _trainable(graph, op, ins, st.trainable, bool(attrs.get(FOLDED_BATCHNORM)))
+    st.trainable.update(st.trainables[i])
 
 
 def _forward_pass(b: _Builder, graph: CanonicalGraph,
@@ -542,7 +591,15 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph,
 
 
 def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
-    """Backward: a tensor read by k ops sums k gradients (k-1 add kernels); graph inputs need no gradient."""
+    """Backward: a tensor read by k ops sums k gradients (k-1 add kernels); graph inputs need no gradient. Kept with
+    the graph per item size (every precision but pure bf16 reads the graph's own)."""
+    item = 2 if b.setup.precision == "bf16-pure" else None
+    b.bwd.extend(graph.memo(("accumulations", item), lambda: gradient_sums(graph, item)))
+
+
+def gradient_sums(graph: CanonicalGraph, item: int | None) -> tuple[tuple[Any, ...], ...]:
+    """:func:`_accumulations`' kernels, each tensor's item size ``item`` (None: the graph's)."""
+    out: list[tuple[Any, ...]] = []
     readers: Counter[str] = Counter()
     inputs = set(graph.graph_inputs)
     for op, _d, ins, _o, _n, _a, entry in graph.nodes:
@@ -550,11 +607,11 @@ def _accumulations(b: _Builder, graph: CanonicalGraph) -> None:
             continue
         readers.update(n for n in dict.fromkeys(ins)  # in input order: a set's follows the process's string hash
                        if n and n not in graph.params and n not in inputs)
-    item = 2 if b.setup.precision == "bf16-pure" else None
     for name, k in readers.items():
         t = _tensor(graph, name, item)
         if k > 1 and t is not None:
-            b.bwd.extend([(float(t.numel), 3.0 * t.nbytes, False)] * (k - 1))
+            out.extend([(float(t.numel), 3.0 * t.nbytes, False)] * (k - 1))
+    return tuple(out)
 
 
 def _loss_and_dropout(b: _Builder, graph: CanonicalGraph, out_bytes: list[float]) -> None:
@@ -732,6 +789,15 @@ def forward_key(setup: TrainingSetup) -> tuple[tuple[str, Any], ...]:
     return tuple((f.name, getattr(setup, f.name)) for f in fields(setup) if f.name not in OPTIMIZER_FIELDS)
 
 
+@lru_cache(maxsize=256)
+def pass_keys(setup: TrainingSetup) -> tuple[tuple[tuple[str, Any], ...], TrainingSetup, tuple[tuple[str, Any], ...]]:
+    """(the setup's :func:`forward_key`, the setup without checkpointing, its forward key): checkpointing only
+    reorders the backward, so a checkpointed setup's pass comes from the plain one's. Kept per setup (a frozen,
+    hashable value): a queue asks the same few setups of every graph."""
+    plain = replace(setup, checkpointing=False)
+    return forward_key(setup), plain, forward_key(plain)
+
+
 def _kept(graph: CanonicalGraph, key: Any, setup: TrainingSetup,
           record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
     """(forward kernels, backward kernels, what ``record`` returned) of ``record`` run into a new builder of ``setup``
@@ -751,15 +817,14 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     and a checkpointed setup's come from the plain pass it shares with the setup without checkpointing."""
     if b.place is not None:
         return _record_forward_and_backward(b, graph)[0]
-    plain = replace(b.setup, checkpointing=False)  # checkpointing only reorders the backward: one pass for both
-    key, plain_key = forward_key(b.setup), forward_key(plain)
+    key, plain, plain_key = pass_keys(b.setup)
 
     def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
         fwd, bwd, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
                                                         _record_forward_and_backward)
         if b.setup.checkpointing:
             bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
-        return fwd, bwd, trainable, kernel_columns([(k, FWD) for k in fwd] + [(k, BWD) for k in reversed(bwd)])
+        return fwd, bwd, trainable, kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
 
     fwd, bwd, trainable, columns = graph.memo(("step_forward", key), record)
     if not b.fwd and not b.bwd:
@@ -813,7 +878,9 @@ def step_kernels(graph: CanonicalGraph, precision: str = "fp32", optimizer: str 
     kl = b.arrays()
     kl.param_tensors = len(trainable)
     kl.cycles = cycles * b.setup.accumulation
-    kl.input_bytes = int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))) * b.setup.accumulation
+    batch_bytes = graph.memo("input_bytes",  # a micro-batch's graph inputs, kept with the graph
+                             lambda: int(sum(_nbytes(_tensor(graph, n)) for n in set(graph.graph_inputs))))
+    kl.input_bytes = batch_bytes * b.setup.accumulation
     cores = len(attention_cores(graph))
     eager = cores - len(fused_cores(graph, b.setup.attention))
     branches = graph.memo_structure("multi_branch_sums", lambda: multi_branch_sums(graph))

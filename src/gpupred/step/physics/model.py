@@ -10,7 +10,7 @@ from onnx import ModelProto
 
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import CanonicalGraph
-from gpupred.graph.loader import cached_graph
+from gpupred.graph.loader import cached_graph, file_identity
 from gpupred.hardware import gpu_spec
 from gpupred.step.physics.constants import DEFAULT, StepConstants
 from gpupred.step.physics.kernels import RECIPES, KernelList, step_kernels
@@ -54,14 +54,15 @@ def canonical_graph(path_or_proto: str | os.PathLike[str] | ModelProto, batch_si
 def kernels_for(path_or_proto: str | os.PathLike[str] | ModelProto, batch_size: int | None, precision: str,
                 optimizer: str, key: Any = None, recipe: str = "standard",
                 setup: TrainingSetup | None = None) -> KernelList:
-    """The step's kernels for a graph at a batch size, kept in-process under ``key`` (default: the path);
-    ``recipe`` and ``setup`` as :func:`gpupred.step.physics.kernels.step_kernels` takes them."""
+    """The step's kernels for a graph at a batch size, kept in-process under ``key`` (default: the path) and the
+    file's version (a changed file is read again); ``recipe`` and ``setup`` as
+    :func:`gpupred.step.physics.kernels.step_kernels` takes them."""
     if recipe not in RECIPES:
         raise GpupredError(f"unknown step recipe {recipe!r}; known: {', '.join(RECIPES)}")
     job = as_setup(setup, precision, optimizer)
     if key is None and not isinstance(path_or_proto, ModelProto):
         key = os.path.abspath(path_or_proto)
-    full = None if key is None else (key, batch_size, recipe, job.key())
+    full = None if key is None else (key, file_identity(path_or_proto), batch_size, recipe, job.key())
     hit = _KERNELS.get(full) if full is not None else None
     if hit is not None:
         _KERNELS.move_to_end(full)

@@ -1,0 +1,103 @@
+"""What a scheduler's queue shares among its jobs gives each job exactly what it would get alone: kernel columns built
+a column at a time, the footprint's terms from analyses a graph keeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpupred.setups import setup_of
+from gpupred.step.physics.kernels import BWD, FWD, OPT, kernel_columns
+
+
+def _columns_one_by_one(groups: list[tuple[list[tuple[Any, ...]], int]]) -> tuple[np.ndarray, ...]:
+    """kernel_columns as it was written before (a kernel at a time): the reference."""
+    seq = [(k, p) for group, p in groups for k in group]
+    n = len(seq)
+    return (np.fromiter((k[0] for k, _ in seq), float, n), np.fromiter((k[1] for k, _ in seq), float, n),
+            np.fromiter((int(k[2]) for k, _ in seq), np.int8, n),
+            np.fromiter((len(k) > 3 and k[3] for k, _ in seq), bool, n),
+            np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n))
+
+
+@pytest.mark.parametrize("groups", [
+    [],
+    [([], FWD), ([], BWD)],
+    [([(1.0, 2.0, False), (3, 4.5, 2), (0.0, 6.0, False, True)], FWD),
+     ([(7.0, 8.0, 1, False, FWD), (9.0, 1e30, 3, True), (2 ** 60, 3.0, False)], BWD), ([(1.0, 8.0, False)], OPT)],
+])
+def test_kernel_columns_equal_the_kernel_at_a_time_reference(groups: list[Any]) -> None:
+    got, want = kernel_columns(groups), _columns_one_by_one(groups)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("graph", ["mobilenet.mobilenet_v2-img160", "gpt.gpt-v8192-m1024-h16-l2-seq64"])
+def test_terms_from_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str) -> None:
+    """The footprint's terms with and without checkpointing, in either order on one loaded graph (which keeps what
+    they share), equal each computed on a freshly loaded graph."""
+    from gpupred import config
+    from gpupred.graph.loader import clear_graph_cache
+    from gpupred.memory.physics import graph_terms
+
+    path = next(iter(sorted(config.GRAPHS.glob(f"{graph}*.onnx.gz"))))
+    plain, checkpointed = setup_of("bf16", "adam"), setup_of("bf16", "adam").with_options(checkpointing=True)
+    fresh = {}
+    for setup in (plain, checkpointed):
+        clear_graph_cache()
+        fresh[setup.checkpointing] = graph_terms(path, 4, setup)
+    for order in ((plain, checkpointed), (checkpointed, plain)):
+        clear_graph_cache()
+        for setup in order:
+            assert graph_terms(path, 4, setup) == fresh[setup.checkpointing], (order, setup)
+    assert fresh[True] != fresh[False]  # the two setups differ: the test can tell them apart
+
+
+def _queue_setups() -> list[Any]:
+    """The benchmark queue's setups (precision x optimizer x implementation x checkpointing), pure bf16 and fp16."""
+    from itertools import product
+
+    from gpupred.setups import TrainingSetup
+
+    setups = [TrainingSetup(precision=p, optimizer=o, optimizer_impl=i, checkpointing=c)
+              for p, o, i, c in product(("fp32", "bf16"), ("sgd", "adam"), ("foreach", "fused"), (False, True))]
+    return setups + [TrainingSetup(precision="bf16-pure", optimizer="adam"), TrainingSetup(precision="fp16")]
+
+
+@pytest.mark.parametrize("graph", ["resnet.resnet50-img224", "gpt.gpt-v8192-m1024-h16-l2-seq64"])
+def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str) -> None:
+    """A queue asks one loaded graph for every setup in turn (what a pass shares across setups is kept with the
+    graph: the pass per precision, its gradient sums and trainable tensors per node); each setup's kernels equal
+    those of a freshly loaded graph asked for that setup alone."""
+    from gpupred import config
+    from gpupred.graph.loader import clear_graph_cache, load_graph
+    from gpupred.step.physics.kernels import step_kernels
+
+    path = next(iter(sorted(config.GRAPHS.glob(f"{graph}*.onnx.gz"))))
+    clear_graph_cache()
+    kept = load_graph(path, 2)[0].form(True)
+    for setup in _queue_setups():
+        clear_graph_cache()
+        a, b = step_kernels(kept, setup=setup), step_kernels(load_graph(path, 2)[0].form(True), setup=setup)
+        for name in ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (setup, name)
+        assert (a.counts, a.traits, a.param_tensors, a.input_bytes, a.cycles) == (
+            b.counts, b.traits, b.param_tensors, b.input_bytes, b.cycles), setup
+    assert ("accumulations", 2) in kept.derived and ("accumulations", None) in kept.derived
+
+
+def test_a_kept_feature_row_is_handed_out_as_a_copy() -> None:
+    """featurize keeps a row per (batch, precision, optimizer) with the graph; a caller changing its row changes
+    nobody else's."""
+    from gpupred import config
+    from gpupred.graph.features import featurize
+
+    path = config.GRAPHS / "resnet.resnet50-img224.onnx.gz"
+    first = featurize(path, 2, "bf16", "adam", warn=False)
+    first["params"] = -1
+    again = featurize(path, 2, "bf16", "adam", warn=False)
+    assert again["params"] > 0 and again is not first
+    assert featurize(path, 2, "fp32", "adam", warn=False)["activation_bytes"] > again["activation_bytes"]
