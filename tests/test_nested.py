@@ -56,7 +56,9 @@ def test_outer_test_rows_never_reach_model_selection_or_fitting(df) -> None:
                     cv=CVSettings(n_inner=3, n_cal=3, n_jobs=1), splits=splits, features=cols, compare=True)
     trains = [set(train.tolist()) for train, _, _ in splits]
     tests = [set(test.tolist()) for _, test, _ in splits]
-    assert len(SpyRegressor.fits) == 4 * (2 * 3 + 3 + 1 + 2)  # per fold: 2 candidates x 3 inner, CV+ 3 + 1, compare 2
+    # per fold: 2 candidates x 3 inner, CV+ 3 + 1, and the comparison's other candidate (the winner's fit on these
+    # rows is the CV+ full model)
+    assert len(SpyRegressor.fits) == 4 * (2 * 3 + 3 + 1 + 1)
     for seen in SpyRegressor.fits:  # a selection over all rows would fit on rows of every fold's test side
         assert any(seen <= tr for tr in trains)
         assert all(not seen <= te for te in tests)
@@ -91,6 +93,22 @@ def test_outer_folds_in_worker_processes_give_the_same_figures(df) -> None:
                for n in (1, 2)]
     for part in ("predictions", "folds", "comparison"):
         pd.testing.assert_frame_equal(getattr(results[0], part), getattr(results[1], part), check_exact=True)
+
+
+def test_the_winners_comparison_figure_is_its_own_refit(df) -> None:
+    """The comparison scores the winner with the CV+ regressor's full model (the same fit on the same rows): its
+    figures equal, to the bit, those of comparing fresh estimators that are fitted again."""
+    import pandas as pd
+
+    from gpupred.learn.regressors import make_regressor
+
+    cv = CVSettings(n_outer=3, n_cal=3, n_jobs=1)
+    names = ["ridge", "decision_tree"]
+    reused = nested_cv(df, "gpu_util", names, "grouped_random", cv, compare=True)
+    refitted = nested_cv(df, "gpu_util", names, "grouped_random", cv,
+                         compare={name: make_regressor(name, tune=False, seed=cv.seed) for name in names})
+    pd.testing.assert_frame_equal(reused.comparison, refitted.comparison, check_exact=True)
+    pd.testing.assert_frame_equal(reused.folds, refitted.folds, check_exact=True)
 
 
 def test_compared_regressors_are_scored_but_never_chosen(df) -> None:

@@ -81,6 +81,15 @@ def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, te
         return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
 
 
+def _full_predict(cr: ConformalRegressor, X: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """:func:`_fit_predict` of the model ``cr`` was fitted with on the rows it was fitted on: its full model's
+    predictions (original scale) for ``test`` rows, on one BLAS/OpenMP thread."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return np.clip(np.expm1(np.asarray(cr.full_model_.predict(X[test]), dtype=float)), 0, None)
+
+
 def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: dict[str, Any], n_inner: int = 3,
                  seed: int = 0, n_jobs: int = 1) -> tuple[str, dict[str, float]]:
     """(winner, mean inner-fold RMSLE per candidate) by grouped K-fold CV on the rows given (and only those)."""
@@ -138,8 +147,9 @@ def _outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compar
         z = np.log1p(y)
         scored = test[labelled[test]]
         for name, model in compare.items():
-            if len(scored):
-                others[name] = rmsle(y[scored], _fit_predict(model, X, z, train, scored))
+            if len(scored):  # the winner's fit on these rows is the CV+ regressor's full model: not fitted again
+                others[name] = rmsle(y[scored], _full_predict(cr, X, scored) if model is candidates[chosen]
+                                     else _fit_predict(model, X, z, train, scored))
     return {"label": label, "train": train, "test": test, "chosen": chosen, "inner": inner, "point": point,
             "low": low, "high": high, "compare": others}
 
@@ -176,6 +186,10 @@ def nested_cv(
     splits = splits if splits is not None else splits_for(df, scheme, cv.n_outer, cv.seed)
     candidates = make_candidates(models, cv.tune, cv.seed)
     compared = candidates if compare is True else make_candidates(compare, cv.tune, cv.seed) if compare else {}
+    if compare is not True and not isinstance(models, dict) and not isinstance(compare, dict):
+        # both by name, one construction: a candidate compared is the candidate itself, so an outer fold knows
+        # its winner's fit (``_outer_fold``)
+        compared = {name: candidates.get(name, model) for name, model in compared.items()}
     used = [split for split in splits if labelled[split[0]].any()]
     # the outer folds side by side, each fit inside them one after another; one fold alone selects on cv.n_jobs
     inner = replace(cv, n_jobs=1) if min(cv.n_jobs, len(used)) > 1 else cv
