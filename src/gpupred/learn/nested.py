@@ -77,17 +77,16 @@ def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, te
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1):
-        fitted = clone(model).fit(X[train], z[train])
-        return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
+        return _predict_original(clone(model).fit(X[train], z[train]), X, test)
 
 
-def _full_predict(cr: ConformalRegressor, X: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """:func:`_fit_predict` of the model ``cr`` was fitted with on the rows it was fitted on: its full model's
-    predictions (original scale) for ``test`` rows, on one BLAS/OpenMP thread."""
+def _predict_original(fitted: Any, X: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """A model fitted on log1p targets: its predictions (original scale, at least 0) for ``test`` rows, on one
+    BLAS/OpenMP thread (as :func:`_fit_predict` fits)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1):
-        return np.clip(np.expm1(np.asarray(cr.full_model_.predict(X[test]), dtype=float)), 0, None)
+        return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
 
 
 def select_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, candidates: dict[str, Any], n_inner: int = 3,
@@ -148,8 +147,8 @@ def _outer_fold(data: FoldData, split: Split, candidates: dict[str, Any], compar
         scored = test[labelled[test]]
         for name, model in compare.items():
             if len(scored):  # the winner's fit on these rows is the CV+ regressor's full model: not fitted again
-                others[name] = rmsle(y[scored], _full_predict(cr, X, scored) if model is candidates[chosen]
-                                     else _fit_predict(model, X, z, train, scored))
+                others[name] = rmsle(y[scored], _predict_original(cr.full_model_, X, scored)
+                                     if model is candidates[chosen] else _fit_predict(model, X, z, train, scored))
     return {"label": label, "train": train, "test": test, "chosen": chosen, "inner": inner, "point": point,
             "low": low, "high": high, "compare": others}
 

@@ -132,7 +132,8 @@ class BatchedRuns:
         return launch, np.add.reduceat(launch, starts), np.cumsum(launch)
 
 
-KEPT = 2  # constants' arrays a BatchedRuns keeps per half (the point a Jacobian moves from, and the last)
+KEPT = 2  # constants' arrays a BatchedRuns keeps per half (the point a Jacobian moves from, and the last); keyed by
+# the constants alone: ``simulate`` always times the same runs (those off the per-run path)
 
 
 def _kept(store: dict[Any, Any], key: tuple[float, ...], compute: Any) -> Any:
