@@ -65,6 +65,35 @@ def test_a_file_cache_reads_a_file_once_while_it_is_unchanged_and_keeps_few_vers
         cache.read(tmp_path / "missing.json", parse)
 
 
+def test_one_look_stats_each_path_once_and_sees_what_this_process_writes(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside one_look, a file's version and whether it is a file are what the first stat saw (a file rewritten by
+    another writer meanwhile, or missing, stays as first seen), a file written with atomic_write is seen anew, nested
+    looks share one, and outside a look every call stats again (FIXTURE files)."""
+    from gpupred.files import atomic_write_bytes, file_version, is_file, one_look
+
+    stats: list[str] = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
+    a, gone, new = tmp_path / "a.onnx", tmp_path / "missing.onnx", tmp_path / "new.onnx"
+    a.write_bytes(b"one")
+    first = file_version(a)
+    with one_look():
+        assert file_version(a) == first and is_file(a) and is_file(str(a))
+        a.write_bytes(b"longer")  # another writer: not seen inside this look
+        with one_look():
+            assert file_version(a) == first
+        assert not is_file(gone) and not is_file(gone) and not is_file(tmp_path)
+        with pytest.raises(FileNotFoundError):
+            file_version(gone)
+        assert not is_file(new)
+        atomic_write_bytes(new, b"written here")
+        assert is_file(new) and file_version(new)[2] == len(b"written here")
+        assert stats.count(str(a)) == 2 and stats.count(str(gone)) == 1 and stats.count(str(new)) == 2  # a: once before
+    assert file_version(a) != first and file_version(a)[2] == len(b"longer")
+    assert stats.count(str(a)) == 4 and is_file(a) and stats.count(str(a)) == 5  # outside a look: a stat a call
+
+
 def test_a_recorded_path_is_shown_from_the_project(tmp_path: Path) -> None:
     """Inside the root: relative; another checkout's (a device machine's): from its plans/data folder; else as is."""
     from gpupred.files import project_path

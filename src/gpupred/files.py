@@ -1,15 +1,19 @@
 """Writing a file whole or not at all: a temporary file in the same folder, flushed and fsync'd, renamed over
 the target, then the folder fsync'd. A crash at any instant leaves the old file or the new one, never half. Reading a
-small file many times: :class:`FileCache` keeps what was read while the file is unchanged."""
+small file many times: :class:`FileCache` keeps what was read while the file is unchanged. Looking at many files many
+times: inside :func:`one_look`, each file is stat'ed once."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import tempfile
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 TMP_PREFIX = ".tmp-"  # temporary files start with this; a reader may remove strays left by a crash
 
@@ -40,6 +44,7 @@ def atomic_write(path: Path, write: Callable[[Any], object], mode: int = 0o644) 
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)  # mkstemp makes it private; the file is as readable as any other
         os.replace(tmp, path)
+        _forget(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -137,14 +142,74 @@ def read_sealed(path: str | Path, schema: dict[str, Any], kind: str, remedy: str
     return data
 
 
-T = TypeVar("T")
+Version = tuple[str, int, int, int]
+_LOOK: ContextVar["dict[str, tuple[Version, bool] | None] | None"] = ContextVar("gpupred_files_look", default=None)
 
 
-def file_version(path: str | os.PathLike[str]) -> tuple[str, int, int, int]:
+@contextmanager
+def one_look() -> Iterator[None]:
+    """Inside, :func:`file_version` and :func:`is_file` stat each path once and answer from what they saw (a missing
+    file stays missing): one call that reads the same files for each of many jobs (a scheduler's queue,
+    ``predict_many``) takes one look at the file system. A file this process writes meanwhile (:func:`atomic_write`,
+    as an export's cache is) is looked at again. Nested looks share the outermost one."""
+    if _LOOK.get() is not None:
+        yield
+        return
+    token = _LOOK.set({})
+    try:
+        yield
+    finally:
+        _LOOK.reset(token)
+
+
+def _looked(path: str | os.PathLike[str]) -> tuple[Version, bool]:
+    """(:func:`file_version`, whether a regular file) of a path, stat'ed once per look; an OSError where it cannot
+    be stat'ed."""
+    seen = _LOOK.get()
+    key = os.fspath(path)
+    if seen is None or key not in seen:
+        try:
+            st = os.stat(key)
+        except OSError:
+            if seen is not None:
+                seen[key] = None
+            raise
+        hit: tuple[Version, bool] | None = ((os.path.abspath(key), st.st_mtime_ns, st.st_size, st.st_ino),
+                                            stat.S_ISREG(st.st_mode))
+        if seen is not None:
+            seen[key] = hit
+    else:
+        hit = seen[key]
+        if hit is None:
+            raise FileNotFoundError(2, "No such file or directory (as first looked at)", key)
+    return hit
+
+
+def _forget(path: Path) -> None:
+    """Drop a path this process has just written from the open look (every spelling of it)."""
+    seen = _LOOK.get()
+    if seen:
+        target = os.path.abspath(path)
+        for key in [k for k in seen if os.path.abspath(k) == target]:
+            del seen[key]
+
+
+def file_version(path: str | os.PathLike[str]) -> Version:
     """A file's version in this process: (absolute path, modification time in ns, size, inode); a rewritten file
-    gets a new one. An OSError where it cannot be stat'ed."""
-    st = os.stat(path)
-    return (os.path.abspath(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    gets a new one (inside :func:`one_look`, the version it had when first asked). An OSError where it cannot be
+    stat'ed."""
+    return _looked(path)[0]
+
+
+def is_file(path: str | os.PathLike[str]) -> bool:
+    """``Path(path).is_file()``, answered from :func:`one_look`'s look where one is open."""
+    try:
+        return _looked(path)[1]
+    except (OSError, ValueError):
+        return False
+
+
+T = TypeVar("T")
 
 
 class FileCache(Generic[T]):

@@ -32,7 +32,7 @@ from onnx import ModelProto, TensorProto
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import FileCache, atomic_write_bytes, sha256
+from gpupred.files import FileCache, atomic_write_bytes, is_file, sha256
 from gpupred.graph.protoscan import GZIP_MAGIC
 from gpupred.graph.stripped import fold_batch_shapes, mark_buffers, strip_weights
 
@@ -281,7 +281,7 @@ def parse_index(path: Path) -> dict[str, Any]:
 def stored_graph(spec: "WorkloadSpec", store: Path | None = None) -> Path | None:
     """The store's graph of a spec's architecture when it holds one made by this export recipe, else None."""
     path = store_path(spec, store)
-    if not path.is_file():
+    if not is_file(path):
         return None
     index = read_index(store)
     if index.get("export_version") != EXPORT_VERSION or spec.arch_key not in index.get("graphs", {}):
@@ -295,7 +295,7 @@ def export_onnx(spec: "WorkloadSpec") -> Path:
     if stored is not None:
         return stored
     path = cache_path(spec)
-    if path.is_file():
+    if is_file(path):
         return path
     return _export_spec(spec, path)
 

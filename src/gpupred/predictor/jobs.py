@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.files import is_file
 from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -139,8 +140,8 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
     if not isinstance(x, (str, Path)):
         return None
     text = str(x)
-    if text.endswith(".onnx") or Path(text).is_file():
-        if not Path(text).is_file():
+    if text.endswith(".onnx") or is_file(text):
+        if not is_file(text):
             raise GpupredError(f"{text}: no such ONNX file")
         if job.batch_size is None:
             raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")

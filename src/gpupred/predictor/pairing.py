@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from gpupred.errors import GpupredError
+from gpupred.files import is_file, one_look
 from gpupred.setups import InputPipeline, TrainingSetup
 
 MAX_OOM_RISK = 0.05  # a pair "fits" when its predicted out-of-memory probability is at most this
@@ -65,7 +66,7 @@ class Job:
     def key_at(self, resolved: tuple[int | None, str, str]) -> str:
         """:attr:`key` with the job's :meth:`resolved` options already known (a queue's jobs resolve once each)."""
         m = self.model
-        model = str(Path(m).resolve()) if isinstance(m, (str, Path)) and Path(m).is_file() else repr(m) if not isinstance(
+        model = str(Path(m).resolve()) if isinstance(m, (str, Path)) and is_file(m) else repr(m) if not isinstance(
             m, (str, Path)) else str(m)
         batch, precision, optimizer = resolved
         extra = "" if self.setup is None else repr(sorted(self.setup.changes().items()))
@@ -76,7 +77,7 @@ class Job:
 def job_defaults(x: Any) -> tuple[int | None, str, str]:
     """The batch size, precision and optimizer a job is predicted at where the options do not say: a workload id's
     own, else (None, fp32, sgd) (an ONNX file, a model by name, feature rows)."""
-    if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not Path(x).is_file():
+    if isinstance(x, (str, Path)) and not str(x).endswith(".onnx") and not is_file(x):
         from gpupred.workloads.spec import spec_or_none
 
         spec = spec_or_none(str(x))
@@ -106,7 +107,14 @@ def _names(jobs: list[Job]) -> list[str]:
 
 
 def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.DataFrame:
-    """One row per job (see the module doc); each distinct job (model and options) predicted once."""
+    """One row per job (see the module doc); each distinct job (model and options) predicted once, from one look at
+    the files (:func:`gpupred.files.one_look`)."""
+    with one_look():
+        return _predict_many(predictor, jobs, gpu)
+
+
+def _predict_many(predictor: Any, jobs: list[Any], gpu: str | None) -> pd.DataFrame:
+    """:func:`predict_many` inside its look at the files."""
     from gpupred.hardware import gpu_spec
     from gpupred.predictor.jobs import JobOptions
 

@@ -301,7 +301,16 @@ class Predictor:
         """:meth:`predict`'s row for each job (its input, options and pipeline) as a record: what
         :meth:`predict_many` lists. Jobs given as graphs (ONNX files, workload ids) to a predictor with a physics core
         are answered together, the core's estimators run once per GPU kind and calibration over all of them; the
-        rest one by one. A job's error names it by its label."""
+        rest one by one. A job's error names it by its label. Each file is stat'ed once (:func:`gpupred.files.one_look`):
+        the jobs are answered from one look at the graphs and the store."""
+        from gpupred.files import one_look
+
+        with one_look():
+            return self._records(jobs, labels)
+
+    def _records(self, jobs: list[tuple[Any, JobOptions, InputPipeline | None]],
+                 labels: list[str]) -> list[dict[str, Any]]:
+        """:meth:`predict_records` inside its look at the files."""
         from contextlib import nullcontext
 
         from gpupred.calibration.use import resolve_calibration

@@ -63,19 +63,29 @@ def _is_view(graph: CanonicalGraph, i: int) -> bool:
     return entry is not None and entry.rule is view_rule
 
 
+def tensor_links(graph: CanonicalGraph) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """(producer, consumers) of every tensor: the node writing it, the nodes reading it in order. They read the nodes
+    alone, so they are kept for every batch size of a graph (:meth:`CanonicalGraph.memo_structure`); read-only."""
+    def links() -> tuple[dict[str, int], dict[str, list[int]]]:
+        producer: dict[str, int] = {}
+        consumers: dict[str, list[int]] = {}
+        for i, node in enumerate(graph.nodes):
+            for o in node[3]:
+                producer[o] = i
+            for n in set(node[2]):
+                if n:
+                    consumers.setdefault(n, []).append(i)
+        return producer, consumers
+
+    return graph.memo_structure("tensor_links", links)
+
+
 class _Links:
     """Producer and consumers of every tensor."""
 
     def __init__(self, graph: CanonicalGraph) -> None:
         self.graph = graph
-        self.producer: dict[str, int] = {}
-        self.consumers: dict[str, list[int]] = {}
-        for i, node in enumerate(graph.nodes):
-            for o in node[3]:
-                self.producer[o] = i
-            for n in set(node[2]):
-                if n:
-                    self.consumers.setdefault(n, []).append(i)
+        self.producer, self.consumers = tensor_links(graph)
 
     def activation(self, name: str) -> bool:
         """A tensor computed from the graph inputs (not a weight, not a constant)."""

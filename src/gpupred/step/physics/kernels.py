@@ -218,9 +218,13 @@ NodeTensors = tuple[tuple["TensorInfo | None", ...], tuple["TensorInfo | None", 
 def node_tensors(graph: CanonicalGraph) -> tuple[NodeTensors, ...]:
     """Per node, its inputs' and outputs' :func:`_tensor` at the graph's own item sizes: what every precision's pass
     starts from (kept with the graph). Views, which a pass skips, get none."""
-    return tuple(((), ()) if entry is not None and entry.rule is view_rule else
-                 (tuple(_tensor(graph, n) for n in ins), tuple(_tensor(graph, n) for n in outs))
-                 for _op, _d, ins, outs, _n, _a, entry in graph.nodes)
+    working = [(ins, outs) for _op, _d, ins, outs, _n, _a, entry in graph.nodes
+               if entry is None or entry.rule is not view_rule]
+    names = {n for ins, outs in working for n in (*ins, *outs)}
+    info = {n: _tensor(graph, n) for n in names}.__getitem__  # each tensor once, however many nodes read it
+    pairs = iter([(tuple(map(info, ins)), tuple(map(info, outs))) for ins, outs in working])
+    return tuple(((), ()) if entry is not None and entry.rule is view_rule else next(pairs)
+                 for _op, _d, _i, _o, _n, _a, entry in graph.nodes)
 
 
 def _node_info(op: str, attrs: dict, names: tuple[tuple[str, ...], tuple[str, ...]], tensors: NodeTensors, mac: bool,
