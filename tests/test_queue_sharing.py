@@ -101,3 +101,75 @@ def test_a_kept_feature_row_is_handed_out_as_a_copy() -> None:
     again = featurize(path, 2, "bf16", "adam", warn=False)
     assert again["params"] > 0 and again is not first
     assert featurize(path, 2, "fp32", "adam", warn=False)["activation_bytes"] > again["activation_bytes"]
+
+
+@pytest.mark.parametrize("graph", ["resnet.resnet50-img224", "gpt.gpt-v8192-m1024-h16-l2-seq64",
+                                   "dcgan.dcgan-z100-g32-k32-img32", "lstm.lstm", "llama.llama"])
+def test_kernels_from_the_featurizers_costs_equal_the_pass_sizing_its_own_tensors(
+        graph: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the step model reads the featurizer's per-node infos and costs (fp32, autocast), every setup's kernels
+    equal those of the pass that sizes and costs each node itself; pure bf16 always sizes its own."""
+    from gpupred import config
+    from gpupred.graph.loader import clear_graph_cache, load_graph
+    from gpupred.step.physics import kernels
+    from gpupred.step.physics.columns import recipe_of
+
+    path = next(iter(sorted(config.GRAPHS.glob(f"{graph}*.onnx.gz"))))
+    recipe = recipe_of(graph.split(".")[0])
+    clear_graph_cache()
+    shared = {s: kernels.step_kernels(load_graph(path, 3)[0].form(True), recipe=recipe, setup=s) for s in _queue_setups()}
+    used = [s for s in _queue_setups() if kernels.shared_costs(load_graph(path, 3)[0].form(True), s) is not None]
+    assert len(used) == len(_queue_setups()) - 1  # all but pure bf16
+    monkeypatch.setattr(kernels, "shared_costs", lambda graph, setup: None)
+    for setup, a in shared.items():
+        b = kernels.step_kernels(load_graph(path, 3)[0].form(True), recipe=recipe, setup=setup)
+        for name in ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), (setup, name)
+        assert (a.counts, a.param_tensors) == (b.counts, b.param_tensors), setup
+
+
+def test_a_graph_with_int32_at_a_contraction_sizes_its_own_tensors_under_autocast() -> None:
+    """The featurizer halves only fp32 tensors at a contraction, the step model every 4-byte one: a FIXTURE graph whose
+    MatMul reads an int32 tensor keeps the step model's own sizing under autocast, and shares the costs in fp32."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from gpupred.graph.loader import load_graph
+    from gpupred.step.physics.kernels import shared_costs, wide_ints_at_contractions
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT32, [8, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    nodes = [helper.make_node("Cast", ["ids"], ["w"], to=TensorProto.INT32),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "FIXTURE-int32-matmul", [x, ids], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_graph(onnx.ModelProto.FromString(model.SerializeToString()), 2)[0].form(True)
+    assert wide_ints_at_contractions(graph)
+    assert shared_costs(graph, setup_of("bf16", "sgd")) is None
+    assert shared_costs(graph, setup_of("fp32", "sgd")) is not None
+
+
+def test_the_collector_is_paused_inside_and_left_as_it_was() -> None:
+    """collector_paused: no automatic collection inside; enabled again after (also after an error); a caller's own
+    disabled collector stays disabled."""
+    import gc
+
+    from gpupred.gcpause import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with collector_paused():
+            assert not gc.isenabled()
+            with collector_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+            raise RuntimeError("FIXTURE")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

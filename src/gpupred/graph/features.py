@@ -50,7 +50,6 @@ from gpupred.graph.costs import (
     NON_TRAINABLE_INPUTS,
     MissingShape,
     NodeInfo,
-    OpCost,
     TensorInfo,
     view_rule,
 )
@@ -189,47 +188,110 @@ class _CostTotals:
     incomplete: list[Incomplete] = field(default_factory=list)  # nodes unshaped or without a cost
 
 
+NodeTensors = tuple[tuple["TensorInfo | None", ...], tuple["TensorInfo | None", ...]]
+Cost = tuple[int, int, int, int]  # an OpCost's (MACs, FLOPs, bytes read, bytes written)
+
+
+@dataclass(frozen=True)
+class NodeCosts:
+    """Each node of a canonical graph under a precision's item sizes, in graph order: the tensors a cost rule read of
+    it, what the rule answered, and the bytes its outputs take. The feature row sums them; the step model's kernels
+    are made of them (:mod:`gpupred.step.physics.kernels`). Plain tuples: a scheduler keeps thousands of these, which
+    the garbage collector need not walk."""
+
+    tensors: tuple[NodeTensors | None, ...]  # (inputs, outputs); None: a view or shape metadata (no cost)
+    costs: tuple[Cost | None, ...]  # None: a view, an op without a rule, or one its rule could not cost
+    failed: frozenset[int]  # the nodes whose rule raised (a shape it needed is unknown)
+    written: tuple[float, ...]  # bytes of each node's outputs of known shape (0 for a view)
+    sizes: dict[str, int]  # under 16-bit autocast, the item size of each float activation (empty otherwise)
+
+    def info(self, graph: CanonicalGraph, i: int) -> NodeInfo:
+        """Node ``i``'s :class:`NodeInfo` as its cost rule read it."""
+        op, _d, _ins, _outs, name, attrs, _entry = graph.nodes[i]
+        ins, outs = self.tensors[i] or ((), ())
+        return NodeInfo(op, attrs, list(ins), list(outs), name)
+
+
+def node_costs(graph: CanonicalGraph, half: bool) -> NodeCosts:
+    """:class:`NodeCosts` of ``graph`` in fp32 (``half`` False: every tensor at the graph's item size) or under 16-bit
+    autocast (:func:`autocast_sizes`), kept with the graph: a job's feature row and its step kernels read the same."""
+    return graph.memo(("node_costs", half), lambda: _node_costs(graph, half))
+
+
+def _node_costs(graph: CanonicalGraph, half: bool) -> NodeCosts:
+    """:func:`node_costs`' pass over the nodes."""
+    shapes, param_of, prod = graph.shapes, graph.params, math.prod
+    act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
+    tensors: list[NodeTensors | None] = []
+    costs: list[Cost | None] = []
+    written: list[float] = []
+    failed: set[int] = set()
+    for i, (op, _domain, ins, outs, node_name, attrs, entry) in enumerate(graph.nodes):
+        if entry is not None and entry.rule is view_rule:  # views and metadata: no cost
+            src_size = act_size.get(ins[0]) if ins else None
+            if src_size is not None:
+                for out in outs:
+                    act_size[out] = src_size
+            tensors.append(None)
+            costs.append(None)
+            written.append(0.0)
+            continue
+        in_params = [name in param_of for name in ins]
+        mac_op = (entry.category if entry else "other") in MAC_CATEGORIES
+        if half:
+            autocast_sizes(op, ins, outs, {n for n, p in zip(ins, in_params) if p}, mac_op, shapes, act_size)
+        info = _node_info(op, attrs, ins, outs, node_name, in_params, mac_op, shapes, act_size, half)
+        cost = None
+        if entry is not None:
+            try:
+                c = entry.rule(info)
+            except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
+                failed.add(i)
+            else:
+                cost = None if c is None else (c.macs, c.flops, c.bytes_read, c.bytes_written)
+        tensors.append((tuple(info.inputs), tuple(info.outputs)))
+        costs.append(cost)
+        out = 0
+        for t in info.outputs:
+            if t is not None:
+                out += prod(t.shape) * t.itemsize
+        written.append(float(out))
+    return NodeCosts(tuple(tensors), tuple(costs), frozenset(failed), tuple(written), act_size)
+
+
 def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] | None) -> _CostTotals:
-    """Every node's cost under the precision, op counts, unknown ops and trainable parameters, summed."""
+    """Every node's cost under the precision (:func:`node_costs`), op counts, unknown ops and trainable parameters,
+    summed."""
     shapes = graph.shapes
     param_of = graph.params
     graph_inputs = set(graph.graph_inputs)
     mac_categories = MAC_CATEGORIES
-    act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
+    nodes = node_costs(graph, bf16)
     t = _CostTotals()
     t.n_nodes = len(graph.nodes)
-    for op, domain, ins, outs, node_name, attrs, entry in graph.nodes:
+    for i, (op, domain, ins, outs, node_name, _attrs, entry) in enumerate(graph.nodes):
         category = entry.category if entry else "other"
         unshaped = _unshaped(outs, shapes)
         if entry is not None and entry.rule is view_rule:  # views and metadata: no cost
             if unshaped:
                 t.incomplete.append((node_name, op, "view", True, 0))
             t.cat_count[category] += 1
-            src_size = act_size.get(ins[0]) if ins else None
-            if src_size is not None:
-                for out in outs:
-                    act_size[out] = src_size
             continue
         t.n_work += 1
         in_params = [name in param_of for name in ins]
         mac_op = category in mac_categories
-        if bf16:
-            autocast_sizes(op, ins, outs, {n for n, p in zip(ins, in_params) if p}, mac_op, shapes, act_size)
         if entry is None:
             t.unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
             t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
+        elif i in nodes.failed:
+            t.unknown[f"{op}(no shape)"] += 1
+            t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
         else:
-            ninfo = _node_info(op, attrs, ins, outs, node_name, in_params, mac_op, shapes, act_size, bf16)
-            try:
-                cost = entry.rule(ninfo)
-            except (MissingShape, IndexError, ValueError, KeyError, ZeroDivisionError, TypeError):
-                t.unknown[f"{op}(no shape)"] += 1
-                t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
-            else:
-                if unshaped:
-                    t.incomplete.append((node_name, op, "view", True, 0))  # costed, but an output is unknown
-                if cost is not None:
-                    _add_cost(t, op, category, mac_op, bool(ins) and ins[0] in graph_inputs, cost, ninfo, per_op)
+            if unshaped:
+                t.incomplete.append((node_name, op, "view", True, 0))  # costed, but an output is unknown
+            cost = nodes.costs[i]
+            if cost is not None:
+                _add_cost(t, op, category, mac_op, bool(ins) and ins[0] in graph_inputs, cost, nodes.tensors[i], per_op)
         if True in in_params:
             has_weight = _add_params(op, ins, in_params, param_of, graph.param_sizes, t.trainable)
             if has_weight and (mac_op or category == "norm" or op == "Gather"):
@@ -302,26 +364,28 @@ def _node_info(op: str, attrs: dict[str, Any], ins: tuple[str, ...], outs: tuple
                     _tensor_infos(outs, repeat(False), mac_op, shapes, act_size, bf16), node_name)
 
 
-def _add_cost(t: _CostTotals, op: str, category: str, mac_op: bool, data_from_input: bool, cost: OpCost,
-              ninfo: NodeInfo, per_op: dict[str, dict[str, int]] | None) -> None:
-    """Add one node's cost to the totals (and to ``per_op``): backward is 2x a contraction's FLOPs, else 1x."""
+def _add_cost(t: _CostTotals, op: str, category: str, mac_op: bool, data_from_input: bool, cost: Cost,
+              tensors: NodeTensors | None, per_op: dict[str, dict[str, int]] | None) -> None:
+    """Add one node's cost (MACs, FLOPs, bytes read, bytes written) to the totals (and to ``per_op``, with the elements
+    of its first output of ``tensors``): backward is 2x a contraction's FLOPs, else 1x."""
+    macs, flops, read, written = cost
     if per_op is not None:
         slot = per_op.setdefault(op, {"count": 0, "macs": 0, "flops": 0, "elements": 0})
         slot["count"] += 1
-        slot["macs"] += cost.macs
-        slot["flops"] += cost.flops
-        out0 = ninfo.outputs[0] if ninfo.outputs else None
+        slot["macs"] += macs
+        slot["flops"] += flops
+        out0 = tensors[1][0] if tensors is not None and tensors[1] else None
         slot["elements"] += out0.numel if out0 is not None else 0
     t.cat_count[category] += 1
-    t.cat_flops[category] += cost.flops
-    t.macs += cost.macs
-    t.flops += cost.flops
-    t.bytes_moved += cost.bytes_read + cost.bytes_written
+    t.cat_flops[category] += flops
+    t.macs += macs
+    t.flops += flops
+    t.bytes_moved += read + written
     if mac_op:
-        t.flops_bwd += cost.flops * (1 if data_from_input else 2)  # no input gradient for a graph input
+        t.flops_bwd += flops * (1 if data_from_input else 2)  # no input gradient for a graph input
     else:
-        t.flops_bwd += cost.flops
-    t.activation_bytes += cost.bytes_written
+        t.flops_bwd += flops
+    t.activation_bytes += written
 
 
 def _add_params(op: str, ins: tuple[str, ...], in_params: list[bool], param_of: dict[str, str],

@@ -24,6 +24,7 @@ import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.files import is_file, one_look
+from gpupred.gcpause import collector_paused
 from gpupred.setups import InputPipeline, TrainingSetup
 
 MAX_OOM_RISK = 0.05  # a pair "fits" when its predicted out-of-memory probability is at most this
@@ -108,8 +109,8 @@ def _names(jobs: list[Job]) -> list[str]:
 
 def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.DataFrame:
     """One row per job (see the module doc); each distinct job (model and options) predicted once, from one look at
-    the files (:func:`gpupred.files.one_look`)."""
-    with one_look():
+    the files (:func:`gpupred.files.one_look`), the cyclic garbage collector paused (:mod:`gpupred.gcpause`)."""
+    with one_look(), collector_paused():
         return _predict_many(predictor, jobs, gpu)
 
 

@@ -73,7 +73,7 @@ import numpy as np
 
 from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
 from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
-from gpupred.graph.features import autocast_sizes
+from gpupred.graph.features import NodeCosts, autocast_sizes, node_costs
 from gpupred.step.physics.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores, fused_cores
 from gpupred.step.physics.blocks import checkpoint_blocks
 from gpupred.step.physics.caveats import multi_branch_sums
@@ -249,6 +249,32 @@ def _node_info(op: str, attrs: dict, names: tuple[tuple[str, ...], tuple[str, ..
 
     return NodeInfo(op, attrs, [sized(t, n, True) for t, n in zip(tensors[0], names[0])],
                     [sized(t, n, False) for t, n in zip(tensors[1], names[1])])
+
+
+def shared_costs(graph: CanonicalGraph, setup: TrainingSetup) -> NodeCosts | None:
+    """The featurizer's :func:`gpupred.graph.features.node_costs` where they are what this pass would compute: in fp32
+    (every tensor at the graph's item size), and under autocast on a graph whose contractions read and write no
+    4-byte tensor but fp32 ones (the featurizer halves only fp32 tensors at a contraction, this pass every 4-byte
+    one). None for pure bf16 and for such graphs: the pass sizes its tensors itself (:func:`_node_info`)."""
+    if setup.precision == "bf16-pure":
+        return None
+    if setup.autocast and graph.memo("wide_ints_at_contractions", lambda: wide_ints_at_contractions(graph)):
+        return None
+    return node_costs(graph, setup.autocast)
+
+
+def wide_ints_at_contractions(graph: CanonicalGraph) -> bool:
+    """Whether a contraction reads or writes a 4-byte tensor that is not fp32 (an int32 index, say)."""
+    from onnx import TensorProto
+
+    for _op, _d, ins, outs, _n, _a, entry in graph.nodes:
+        if entry is None or entry.category not in MAC_CATEGORIES:
+            continue
+        for name in (*ins, *outs):
+            shp = graph.shapes.get(name) if name else None
+            if shp is not None and shp[0] is not None and shp[2] == 4 and shp[1] != TensorProto.FLOAT:
+                return True
+    return False
 
 
 def _forward_cost(entry: object, info: NodeInfo) -> tuple[float, float, float, float]:
@@ -487,7 +513,8 @@ class _Pass:
     """The state of one forward pass over the graph: autocast sizes, cast weights, fused attention cores."""
 
     def __init__(self, b: _Builder, graph: CanonicalGraph) -> None:
-        self.size_of: dict[str, int] = {}
+        self.shared = shared_costs(graph, b.setup)  # the featurizer's infos and costs, where they are this pass's
+        self.size_of: dict[str, int] = {} if self.shared is None else self.shared.sizes  # read-only when shared
         self.cast_weights: set[str] = set()
         self.trainable: dict[str, int] = {}
         self.out_bytes: list[float] = []
@@ -497,7 +524,7 @@ class _Pass:
         self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
         # per node, what every precision's pass reads the same: kept with the graph
         self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))
-        self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph))
+        self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph)) if self.shared is None else ()
 
 
 def node_trainables(graph: CanonicalGraph) -> tuple[tuple[tuple[str, int], ...], ...]:
@@ -539,8 +566,11 @@ def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], a
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
     """The forward and backward kernels of node ``i`` (its autocast sizes already recorded)."""
     op, _domain, ins, outs, _name, attrs, entry = graph.nodes[i]
-    info = _node_info(op, attrs, (ins, outs), st.tensors[i], mac, b.setup, st.size_of)
-    cost = _forward_cost(entry, info)
+    if st.shared is None:
+        info = _node_info(op, attrs, (ins, outs), st.tensors[i], mac, b.setup, st.size_of)
+        cost = _forward_cost(entry, info)
+    else:
+        info, cost = _shared_cost(st.shared, graph, i)
     st.out_bytes.append(cost[3])
     if i in st.fused:
         core = st.fused[i]
@@ -560,6 +590,16 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
     st.trainable.update(st.trainables[i])
 
 
+def _shared_cost(shared: NodeCosts, graph: CanonicalGraph, i: int) -> tuple[NodeInfo, tuple[float, float, float, float]]:
+    """Node ``i``'s :class:`NodeInfo` and :func:`_forward_cost` from the featurizer's :class:`NodeCosts`."""
+    ins, outs = shared.tensors[i]  # type: ignore[misc]
+    op, _d, _i, _o, _n, attrs, _e = graph.nodes[i]
+    out = shared.written[i]
+    cost = shared.costs[i]
+    return (NodeInfo(op, attrs, list(ins), list(outs)),
+            (0.0, out, out, out) if cost is None else (float(cost[1]), float(cost[2]), float(cost[3]), out))
+
+
 def _forward_pass(b: _Builder, graph: CanonicalGraph,
                   only: set[int] | None = None) -> tuple[dict[str, int], list[float], list[Span]]:
     """Forward and backward kernels of every node (of the nodes ``only``, when given), the backward as
@@ -570,14 +610,15 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph,
     at = len(b.bwd)
     spans: list[Span] = []
     for i, (op, _domain, ins, outs, _name, _attrs, entry) in enumerate(graph.nodes):
+        sizing = autocast and st.shared is None  # the shared costs' sizes are already the whole graph's
         if entry is not None and entry.rule is view_rule:
-            if ins and ins[0] in st.size_of:
+            if sizing and ins and ins[0] in st.size_of:
                 st.size_of.update((o, st.size_of[ins[0]]) for o in outs)
             continue
         category = entry.category if entry is not None else "other"
         mac = category in MAC_CATEGORIES
         if only is not None and i not in only:
-            if autocast:
+            if sizing:
                 autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, st.size_of)
             continue
         start = len(b.fwd)
@@ -585,7 +626,7 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph,
             _casts(b, graph, ins, st.size_of, st.cast_weights)
         if autocast and op in FP32_CAST_OPS and i not in st.fused:
             _upcasts(b, graph, ins, st.size_of)
-        if autocast:
+        if sizing:
             autocast_sizes(op, ins, outs, graph.params, mac, graph.shapes, st.size_of)
         _node_kernels(b, graph, st, i, mac, category)
         spans.append((i, start, len(b.fwd), len(b.bwd)))
