@@ -17,6 +17,7 @@ from gpupred.graph.canonical import CanonicalGraph, canonicalize
 from gpupred.graph.features import featurize
 from gpupred.graph.loader import FLOAT_TYPES, PlainGraph, cached_graph, clear_graph_cache
 from gpupred.graph.shapemap import store_batch_shapes
+from gpupred.memory.physics import graph_terms
 from gpupred.step.physics.kernels import step_kernels
 from gpupred.setups import TrainingSetup
 
@@ -76,8 +77,9 @@ STORE_GRAPHS = ("resnet.resnet50-img224", "bert.bert-v30522-m256-h4-l2-seq256", 
 
 @pytest.mark.parametrize("prefix", STORE_GRAPHS)
 def test_replayed_forms_give_the_kernels_and_features_of_fresh_ones(prefix: str) -> None:
-    """A file's batch sizes in turn (the first reduces, the rest replay) against each batch size loaded alone: the
-    canonical form, the feature row and the step's kernels agree bit for bit."""
+    """A file's batch sizes in turn (the first reduces, the rest replay and share the analyses of structure) against
+    each batch size loaded alone: the canonical form, the feature row, the step's kernels and the footprint's terms
+    (with and without checkpointing) agree bit for bit."""
     path = next(iter(sorted(config.GRAPHS.glob(f"{prefix}*.onnx.gz"))), None)
     if path is None:
         pytest.skip(f"no {prefix} graph in the store")
@@ -86,7 +88,8 @@ def test_replayed_forms_give_the_kernels_and_features_of_fresh_ones(prefix: str)
     def analyses(bs: int) -> tuple[CanonicalGraph, dict, list]:
         cg = cached_graph(path, bs)[0].form(True)
         kls = [step_kernels(cg, setup=s, recipe="gan" if prefix.startswith("dcgan") else "standard") for s in setups]
-        return cg, featurize(path, batch_size=bs, precision="bf16"), kls
+        terms = [graph_terms(path, bs, s) for s in setups]
+        return cg, {**featurize(path, batch_size=bs, precision="bf16"), "terms": terms}, kls
 
     clear_graph_cache()
     together = {bs: analyses(bs) for bs in (64, 1, 3, 64)}

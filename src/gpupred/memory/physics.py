@@ -221,8 +221,8 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
     copies = dropout_copies(cg, producer, numel, kept)
     counts.update(dropout_copy_elems=float(sum(copies.values())),
                   fused_copy_elems=float(sum(n for t, n in copies.items() if t in attention | softmax)))
-    walk = cg.memo(("gradient_walk", tuple(graph.graph_outputs)),  # every setup's: its producer is the graph's
-                   lambda: gradient_walk(cg, producer, graph.graph_outputs))
+    walk = cg.memo_structure(("gradient_walk", tuple(graph.graph_outputs)),  # every setup's and batch size's: it
+                             lambda: gradient_walk(cg, producer, graph.graph_outputs))  # reads the nodes alone
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(
         cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients, walk)
     # under checkpointing, what is kept outside the recomputed block (its inputs from earlier blocks, the head's), as
@@ -357,11 +357,15 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
 
 def checkpoint_blocks_of(cg: Any) -> tuple[list[Any], dict[str, int]]:
     """The checkpointed blocks (:func:`gpupred.step.physics.blocks.checkpoint_blocks`) and, for each output of their
-    nodes, the block it belongs to."""
+    nodes, the block it belongs to: they read the nodes alone, so they are kept for every batch size of the graph
+    (read-only)."""
     from gpupred.step.physics.blocks import checkpoint_blocks
 
-    blocks = checkpoint_blocks(cg)
-    return blocks, {o: k for k, b in enumerate(blocks) for i in b.nodes for o in cg.nodes[i][3]}
+    def find() -> tuple[list[Any], dict[str, int]]:
+        blocks = checkpoint_blocks(cg)
+        return blocks, {o: k for k, b in enumerate(blocks) for i in b.nodes for o in cg.nodes[i][3]}
+
+    return cg.memo_structure("checkpoint_blocks_of", find)
 
 
 def dropout_masks(cg: Any, numel: dict[str, int], block_of: dict[str, int] | None) -> dict[str, int]:
@@ -417,11 +421,8 @@ def checkpoint_split(cg: Any, kept: set[str], numel: dict[str, int], blocks: tup
                      ) -> tuple[set[str], int, set[str]]:
     """:func:`checkpointed`'s parts: (what stays kept outside every block's insides, with the blocks' inputs; the
     recomputed block's index; its own kept tensors)."""
+    outside = read_outside_blocks(cg, blocks)
     blocks, block_of = blocks
-    node_block = {i: k for k, b in enumerate(blocks) for i in b.nodes}
-    read = {t for node in cg.nodes for t in node[2]}
-    outside = {t for i, node in enumerate(cg.nodes) for t in node[2] if t in block_of and node_block.get(i) != block_of[t]}
-    outside |= {t for t in block_of if t not in read}  # graph outputs
     inputs = {t for b in blocks for t in b.inputs if t in numel and t not in cg.graph_inputs}
     out = {t for t in kept if t not in block_of or t in outside} | inputs
     inner: dict[int, set[str]] = {}
@@ -432,6 +433,25 @@ def checkpoint_split(cg: Any, kept: set[str], numel: dict[str, int], blocks: tup
     # changes from one process to the next
     k, largest = max(sorted(inner.items()), key=lambda kv: sum(numel.get(t, 0) for t in kv[1]), default=(0, set()))
     return out, k, largest
+
+
+def read_outside_blocks(cg: Any, blocks: tuple[list[Any], dict[str, int]]) -> frozenset[str]:
+    """The outputs of checkpointed blocks' nodes read outside their own block, and those never read (graph outputs);
+    for a canonical graph's own blocks (:func:`checkpoint_blocks_of`), kept for every batch size of it."""
+    from gpupred.graph.canonical import CanonicalGraph
+
+    if isinstance(cg, CanonicalGraph) and blocks is checkpoint_blocks_of(cg):
+        return cg.memo_structure("read_outside_blocks", lambda: _read_outside(cg, blocks))
+    return _read_outside(cg, blocks)
+
+
+def _read_outside(cg: Any, blocks: tuple[list[Any], dict[str, int]]) -> frozenset[str]:
+    """:func:`read_outside_blocks`' search."""
+    blocks_, block_of = blocks
+    node_block = {i: k for k, b in enumerate(blocks_) for i in b.nodes}
+    read = {t for node in cg.nodes for t in node[2]}
+    outside = {t for i, node in enumerate(cg.nodes) for t in node[2] if t in block_of and node_block.get(i) != block_of[t]}
+    return frozenset(outside | {t for t in block_of if t not in read})
 
 
 @dataclass(frozen=True)
