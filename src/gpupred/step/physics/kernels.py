@@ -566,11 +566,12 @@ def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], a
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
     """The forward and backward kernels of node ``i`` (its autocast sizes already recorded)."""
     op, _domain, ins, outs, _name, attrs, entry = graph.nodes[i]
+    info: NodeInfo | None = None  # from the shared costs: made only for the ops that read it
     if st.shared is None:
         info = _node_info(op, attrs, (ins, outs), st.tensors[i], mac, b.setup, st.size_of)
         cost = _forward_cost(entry, info)
     else:
-        info, cost = _shared_cost(st.shared, graph, i)
+        cost = _shared_cost(st.shared, i)
     st.out_bytes.append(cost[3])
     if i in st.fused:
         core = st.fused[i]
@@ -579,9 +580,9 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
         if i == core.last:
             _fused_attention(b, graph, core, st.core_flops[i], b.setup.half)
     elif op in RECURRENT:
-        _recurrent(b, info, cost)
+        _recurrent(b, info or st.shared.info(graph, i), cost)  # type: ignore[union-attr]
     elif mac:
-        _contraction(b, graph, ins, info, cost)
+        _contraction(b, graph, ins, info or st.shared.info(graph, i), cost)  # type: ignore[union-attr]
     else:
         _pointwise(b, graph, op, category, ins, cost)
         if i in st.copies:  # the permuted tensor made contiguous: a copy each way
@@ -590,14 +591,11 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
     st.trainable.update(st.trainables[i])
 
 
-def _shared_cost(shared: NodeCosts, graph: CanonicalGraph, i: int) -> tuple[NodeInfo, tuple[float, float, float, float]]:
-    """Node ``i``'s :class:`NodeInfo` and :func:`_forward_cost` from the featurizer's :class:`NodeCosts`."""
-    ins, outs = shared.tensors[i]  # type: ignore[misc]
-    op, _d, _i, _o, _n, attrs, _e = graph.nodes[i]
+def _shared_cost(shared: NodeCosts, i: int) -> tuple[float, float, float, float]:
+    """Node ``i``'s :func:`_forward_cost` from the featurizer's :class:`NodeCosts`."""
     out = shared.written[i]
     cost = shared.costs[i]
-    return (NodeInfo(op, attrs, list(ins), list(outs)),
-            (0.0, out, out, out) if cost is None else (float(cost[1]), float(cost[2]), float(cost[3]), out))
+    return (0.0, out, out, out) if cost is None else (float(cost[1]), float(cost[2]), float(cost[3]), out)
 
 
 def _forward_pass(b: _Builder, graph: CanonicalGraph,
@@ -670,6 +668,8 @@ def _loss_and_dropout(b: _Builder, graph: CanonicalGraph, out_bytes: list[float]
         b.fwd.append((1.0, 8.0, False))
         b.bwd.append((1.0, 8.0, False))
     n_drop = int(graph.dropped.get("dropout", 0) + graph.dropped.get("stochastic depth", 0))
+    if not n_drop:
+        return
     typical = float(np.median(out_bytes)) if out_bytes else 4.0
     for _ in range(n_drop):
         b.fwd.append((typical / 4, 2.25 * typical, False))
