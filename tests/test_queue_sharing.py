@@ -63,14 +63,17 @@ def _queue_setups() -> list[Any]:
 
     setups = [TrainingSetup(precision=p, optimizer=o, optimizer_impl=i, checkpointing=c)
               for p, o, i, c in product(("fp32", "bf16"), ("sgd", "adam"), ("foreach", "fused"), (False, True))]
-    return setups + [TrainingSetup(precision="bf16-pure", optimizer="adam"), TrainingSetup(precision="fp16")]
+    return setups + [TrainingSetup(precision="bf16-pure", optimizer="adam"), TrainingSetup(precision="fp16"),
+                     TrainingSetup(precision="fp16", optimizer="adam", checkpointing=True, accumulation=2)]
 
 
-@pytest.mark.parametrize("graph", ["resnet.resnet50-img224", "gpt.gpt-v8192-m1024-h16-l2-seq64"])
-def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str) -> None:
+@pytest.mark.parametrize("graph, recipe", [("resnet.resnet50-img224", "standard"),
+                                           ("gpt.gpt-v8192-m1024-h16-l2-seq64", "standard"), ("dcgan", "gan")])
+def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str, recipe: str) -> None:
     """A queue asks one loaded graph for every setup in turn (what a pass shares across setups is kept with the
-    graph: the pass per precision, its gradient sums and trainable tensors per node); each setup's kernels equal
-    those of a freshly loaded graph asked for that setup alone."""
+    graph: the pass per precision and its kernel columns, its gradient sums and trainable tensors per node); each
+    setup's kernels equal those of a freshly loaded graph asked for that setup alone (a GradScaler's loss scaling
+    added after a kept pass's forward, gradient accumulation, a GAN's two optimizers)."""
     from gpupred import config
     from gpupred.graph.loader import clear_graph_cache, load_graph
     from gpupred.step.physics.kernels import step_kernels
@@ -80,13 +83,15 @@ def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_gr
     kept = load_graph(path, 2)[0].form(True)
     for setup in _queue_setups():
         clear_graph_cache()
-        a, b = step_kernels(kept, setup=setup), step_kernels(load_graph(path, 2)[0].form(True), setup=setup)
+        a = step_kernels(kept, recipe=recipe, setup=setup)
+        b = step_kernels(load_graph(path, 2)[0].form(True), recipe=recipe, setup=setup)
         for name in ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc"):
             x, y = getattr(a, name), getattr(b, name)
             assert x.dtype == y.dtype and np.array_equal(x, y), (setup, name)
         assert (a.counts, a.traits, a.param_tensors, a.input_bytes, a.cycles) == (
             b.counts, b.traits, b.param_tensors, b.input_bytes, b.cycles), setup
     assert ("accumulations", 2) in kept.derived and ("accumulations", None) in kept.derived
+    assert any(isinstance(k, tuple) and k[0] in ("step_forward", "gan_passes") for k in kept.derived)
 
 
 def test_a_kept_feature_row_is_handed_out_as_a_copy() -> None:
@@ -101,3 +106,23 @@ def test_a_kept_feature_row_is_handed_out_as_a_copy() -> None:
     again = featurize(path, 2, "bf16", "adam", warn=False)
     assert again["params"] > 0 and again is not first
     assert featurize(path, 2, "fp32", "adam", warn=False)["activation_bytes"] > again["activation_bytes"]
+
+
+def test_kernels_added_after_a_kept_pass_launch_where_a_copied_pass_puts_them() -> None:
+    """A step starts from the pass kept with its graph without copying its kernels; what it adds after (fp16's loss
+    scaling, a forward kernel) lands after the kept forward and before the kept backward, as if appended to copies."""
+    from gpupred import config
+    from gpupred.graph.loader import load_graph
+    from gpupred.setups import TrainingSetup
+    from gpupred.step.physics.kernels import PHASES, KeptPass, forward_key, step_kernels
+
+    graph = load_graph(next(iter(sorted(config.GRAPHS.glob("resnet.resnet18*.onnx.gz")))), 2)[0].form(True)
+    setup = TrainingSetup(precision="fp16")
+    kl = step_kernels(graph, setup=setup)
+    kept, _ = graph.derived[("step_forward", forward_key(setup))]
+    assert isinstance(kept, KeptPass)
+    copied = kernel_columns([((*kept.fwd, (1.0, 8.0, False)), FWD), (kept.bwd[::-1], BWD)])
+    n = len(copied[0])
+    for got, want in zip((kl.flops, kl.bytes, kl.tensor_core, kl.library, kl.phase), copied):
+        assert got.dtype == want.dtype and np.array_equal(got[:n], want)
+    assert kl.phase[n:].tolist() == [OPT] * (len(kl) - n) and kl.counts[PHASES[FWD]] == len(kept.fwd) + 1

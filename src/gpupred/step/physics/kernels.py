@@ -151,30 +151,59 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
             np.fromiter(map(itemgetter(2), kernels), np.intp, n).astype(np.int8), library, phase)
 
 
+@dataclass(frozen=True)
+class KeptPass:
+    """A step's kernels before its optimizer, kept with the graph: the forward, the backward (in forward order) and
+    their :func:`kernel_columns` (the backward launched in reverse), worked out once for every job that shares them."""
+
+    fwd: tuple[tuple[Any, ...], ...]
+    bwd: tuple[tuple[Any, ...], ...]
+    columns: tuple[np.ndarray, ...]
+
+
+def kept_pass(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]]) -> KeptPass:
+    """The :class:`KeptPass` of a forward and a backward (in forward order)."""
+    return KeptPass(tuple(fwd), tuple(bwd), kernel_columns([(fwd, FWD), (bwd[::-1], BWD)]))
+
+
 class _Builder:
     """Accumulates kernels phase by phase (backward collected in forward order, then reversed).
 
     A kernel is ``(FLOPs, bytes, unit[, launched by a library[, phase]])``: ``unit`` is 0 (CUDA cores) or a
     contraction kind; a phase given overrides the list's (a checkpointed block's forward, run again in backward).
+    A step may start with a pass kept with the graph (:meth:`start_with`): ``fwd`` and ``bwd`` then hold the kernels
+    that follow its own, which are never copied.
     """
 
     def __init__(self, setup: TrainingSetup, place: Any = None) -> None:
         self.setup = setup
         self.place = place  # gpupred.finetune.Placement under LoRA/QLoRA or a shape-counted optimizer, else None
+        self.kept: KeptPass | None = None  # launched first: its forward before ``fwd``, its backward after ``bwd``
         self.fwd: list[tuple[Any, ...]] = []
         self.bwd: list[tuple[Any, ...]] = []  # forward order; launched in reverse
         self.opt: list[tuple[Any, ...]] = []
         self.other: list[tuple[Any, ...]] = []
         self.accumulate: list[tuple[Any, ...]] = []  # what each micro-batch after the first adds (gradient adds)
         self.sync_after_opt_prefix = -1  # index into opt after which the host syncs (-1: none)
-        self.kept_pass: tuple[tuple[np.ndarray, ...], int, int] | None = None  # a pass's columns, fwd and bwd lengths
+
+    def start_with(self, kept: KeptPass) -> None:
+        """Add a kept pass's kernels: by reference into an empty builder, else copied after those it holds."""
+        if self.kept is None and not self.fwd and not self.bwd:
+            self.kept = kept
+        else:
+            self.fwd.extend(kept.fwd)
+            self.bwd.extend(kept.bwd)
 
     def pass_columns(self) -> tuple[np.ndarray, ...]:
-        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse): those the graph
-        kept (``kept_pass``) while ``fwd`` and ``bwd`` are still what it kept."""
-        if self.kept_pass is not None and self.kept_pass[1:] == (len(self.fwd), len(self.bwd)):
-            return self.kept_pass[0]
-        return kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
+        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse): the kept
+        pass's columns with those of the kernels added after it (after its forward, before its reversed backward)."""
+        if self.kept is not None and not self.fwd and not self.bwd:
+            return self.kept.columns
+        own = kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
+        if self.kept is None:
+            return own
+        n = len(self.kept.fwd)
+        return tuple(np.concatenate([k[:n], o, k[n:]]) for k, o in zip(self.kept.columns, own))
 
     def arrays(self) -> KernelList:
         """The kernels in launch order: a pass, then per further micro-batch a pass and its gradient sums, then the
@@ -763,9 +792,8 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     if b.place is not None:
         trainable, disc = _gan_passes(b, graph)
     else:
-        fwd, bwd, (trainable, disc) = _kept(graph, ("gan_passes", forward_key(b.setup)), b.setup, _gan_passes)
-        b.fwd.extend(fwd)
-        b.bwd.extend(bwd)
+        kept, (trainable, disc) = _kept(graph, ("gan_passes", forward_key(b.setup)), b.setup, _gan_passes)
+        b.start_with(kept)
     _optimizer(b, {k: v for k, v in trainable.items() if k in disc})
     _optimizer(b, {k: v for k, v in trainable.items() if k not in disc})
     return trainable
@@ -803,13 +831,13 @@ def pass_keys(setup: TrainingSetup) -> tuple[tuple[tuple[str, Any], ...], Traini
 
 
 def _kept(graph: CanonicalGraph, key: Any, setup: TrainingSetup,
-          record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
-    """(forward kernels, backward kernels, what ``record`` returned) of ``record`` run into a new builder of ``setup``
-    (no parameter placement), kept with the graph under ``key``."""
-    def make() -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
+          record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[KeptPass, T]:
+    """(the kernels, as a :class:`KeptPass`, and what ``record`` returned) of ``record`` run into a new builder of
+    ``setup`` (no parameter placement), kept with the graph under ``key``."""
+    def make() -> tuple[KeptPass, T]:
         own = _Builder(setup)
         returned = record(own, graph)
-        return tuple(own.fwd), tuple(own.bwd), returned
+        return kept_pass(own.fwd, own.bwd), returned
 
     return graph.memo(key, make)
 
@@ -823,18 +851,17 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
         return _record_forward_and_backward(b, graph)[0]
     key, plain, plain_key = pass_keys(b.setup)
 
-    def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
-        fwd, bwd, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
-                                                        _record_forward_and_backward)
-        if b.setup.checkpointing:
-            bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
-        return fwd, bwd, trainable, kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
+    def record() -> tuple[KeptPass, dict[str, int]]:
+        kept, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
+                                                    _record_forward_and_backward)
+        if not b.setup.checkpointing:
+            return kept, trainable
+        fwd, bwd = kept.fwd, kept.bwd
+        bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
+        return kept_pass(fwd, bwd), trainable
 
-    fwd, bwd, trainable, columns = graph.memo(("step_forward", key), record)
-    if not b.fwd and not b.bwd:
-        b.kept_pass = (columns, len(fwd), len(bwd))
-    b.fwd.extend(fwd)
-    b.bwd.extend(bwd)
+    kept, trainable = graph.memo(("step_forward", key), record)
+    b.start_with(kept)
     return dict(trainable)
 
 
