@@ -212,16 +212,19 @@ class PhysicsCore:
 
     def caveats(self, job: JobGraph, gpu: str) -> list[str]:
         """The failure classes the job shows on a GPU kind (:func:`gpupred.step.physics.caveats.job_caveats`), its kernels timed
-        with the constants its prediction uses."""
+        with the constants its prediction uses where the classes read their times (an architecture without fits)."""
         from gpupred.hardware import architecture
         from gpupred.step.physics.caveats import job_caveats, time_shares
         from gpupred.step.physics.kernels import DEPTHWISE, MATMUL
         from gpupred.step.physics.timeline import kernel_times, on_tensor_cores
 
         kl, table = job.kernels, self.step_.constants_
-        times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
-        shares = time_shares(times, kl.tensor_core == DEPTHWISE, (kl.tensor_core == MATMUL) & ~on_tensor_cores(kl, kl.precision))
         fitted = any(architecture(g) == architecture(gpu) for g, _ in table.fitted)
+        shares: dict[str, float] = {}  # a fitted architecture's classes read no time shares
+        if not fitted:
+            times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
+            shares = time_shares(times, kl.tensor_core == DEPTHWISE,
+                                 (kl.tensor_core == MATMUL) & ~on_tensor_cores(kl, kl.precision))
         return job_caveats(getattr(kl, "traits", {}), shares, fitted)
 
     def _calibrated(self, gpu: str, use: Any) -> tuple[Any, Any]:
