@@ -126,3 +126,24 @@ def test_kernels_added_after_a_kept_pass_launch_where_a_copied_pass_puts_them() 
     for got, want in zip((kl.flops, kl.bytes, kl.tensor_core, kl.library, kl.phase), copied):
         assert got.dtype == want.dtype and np.array_equal(got[:n], want)
     assert kl.phase[n:].tolist() == [OPT] * (len(kl) - n) and kl.counts[PHASES[FWD]] == len(kept.fwd) + 1
+
+
+def test_a_queues_job_keys_are_each_jobs_own(tmp_path: Any) -> None:
+    """job_keys works out what a queue's jobs share once (a model's defaults and text, a setup's and a pipeline's
+    changes, per object); each job's resolved options and key are the job's own, computed alone: equal setups built
+    apart (weight decay 0 and 0.0 name different keys), a file, a workload id, a pipeline (FIXTURE file)."""
+    from gpupred.files import one_look
+    from gpupred.predictor.pairing import Job, job_keys
+    from gpupred.setups import InputPipeline, TrainingSetup
+
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"FIXTURE")
+    wid = "resnet.resnet50-bs64-img224-fp32-sgd"
+    a, b = TrainingSetup(weight_decay=0), TrainingSetup(weight_decay=0.0)
+    assert a == b  # equal values, keyed apart by what each says
+    jobs = [Job(wid, setup=a), Job(wid, 8, setup=b), Job(wid, setup=a, pipeline=InputPipeline("image-files")),
+            Job(str(onnx), 4), Job(onnx, 4, "bf16"), Job(wid, precision="bf16"), Job(wid), Job(wid, setup=b)]
+    with one_look():
+        resolved, keys = job_keys(jobs)
+    assert resolved == [j.resolved() for j in jobs] and keys == [j.key for j in jobs]
+    assert keys[0] != keys[7] and len(set(keys)) == len(keys)
