@@ -22,11 +22,15 @@ def _columns_one_by_one(groups: list[tuple[list[tuple[Any, ...]], int]]) -> tupl
             np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n))
 
 
+MIXED = [([(1.0, 2.0, False), (3, 4.5, 2), (0.0, 6.0, False, True)], FWD),
+         ([(7.0, 8.0, 1, False, FWD), (9.0, 1e30, 3, True), (2 ** 60, 3.0, False)], BWD), ([(1.0, 8.0, False)], OPT)]
+
+
 @pytest.mark.parametrize("groups", [
     [],
     [([], FWD), ([], BWD)],
-    [([(1.0, 2.0, False), (3, 4.5, 2), (0.0, 6.0, False, True)], FWD),
-     ([(7.0, 8.0, 1, False, FWD), (9.0, 1e30, 3, True), (2 ** 60, 3.0, False)], BWD), ([(1.0, 8.0, False)], OPT)],
+    MIXED,  # a few kernels (an optimizer's): built from lists
+    [(kernels * 10, phase) for kernels, phase in MIXED],  # more than FEW_KERNELS: built through iterators
 ])
 def test_kernel_columns_equal_the_kernel_at_a_time_reference(groups: list[Any]) -> None:
     got, want = kernel_columns(groups), _columns_one_by_one(groups)
@@ -147,3 +151,16 @@ def test_a_queues_job_keys_are_each_jobs_own(tmp_path: Any) -> None:
         resolved, keys = job_keys(jobs)
     assert resolved == [j.resolved() for j in jobs] and keys == [j.key for j in jobs]
     assert keys[0] != keys[7] and len(set(keys)) == len(keys)
+
+
+def test_the_tensor_core_mask_is_each_units_rule() -> None:
+    """tensor_core_mask looks each kernel's unit up: convolutions and matmuls on tensor cores in 16 bits, in fp32 as
+    the TF32 options say; CUDA-core and depthwise kernels never."""
+    from gpupred.setups import TrainingSetup
+    from gpupred.step.physics.kernels import CONV, DEPTHWISE, MATMUL, tensor_core_mask
+
+    unit = np.array([0, MATMUL, CONV, DEPTHWISE, CONV, 0, MATMUL], np.int8)
+    for s in [*_queue_setups(), TrainingSetup(tf32_matmul=True), TrainingSetup(tf32_conv=False)]:
+        want = ((unit == CONV) & (s.half or s.tf32_conv)) | ((unit == MATMUL) & (s.half or s.tf32_matmul))
+        got = tensor_core_mask(unit, s)
+        assert got.dtype == bool and got.tolist() == want.tolist(), s

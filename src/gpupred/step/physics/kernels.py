@@ -137,6 +137,8 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
     a kernel's own, its fifth field, overrides), in order."""
     kernels = [k for group, _ in groups for k in group]
     n = len(kernels)
+    if n <= FEW_KERNELS:
+        return _few_columns([(k, p) for group, p in groups for k in group])
     # a column at a time through C-level iterators: a pass holds thousands of kernels, most of them 3 fields long
     lengths = np.fromiter(map(len, kernels), np.intp, n)  # numpy's int8 conversion of each item is the slow one
     library = np.zeros(n, bool)
@@ -151,6 +153,18 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
             np.fromiter(map(itemgetter(2), kernels), np.intp, n).astype(np.int8), library, phase)
 
 
+FEW_KERNELS = 32  # kernel_columns builds the columns of this many kernels or fewer (an optimizer's) from lists
+
+
+def _few_columns(kernels: Sequence[tuple[tuple[Any, ...], int]]) -> tuple[np.ndarray, ...]:
+    """:func:`kernel_columns` of a few kernels, each with its list's phase: a column a list, without the set-up of
+    the iterators that pay off over a pass's thousands."""
+    return (np.array([k[0] for k, _ in kernels], float), np.array([k[1] for k, _ in kernels], float),
+            np.array([k[2] for k, _ in kernels], np.intp).astype(np.int8),
+            np.array([len(k) > 3 and bool(k[3]) for k, _ in kernels], bool),
+            np.array([k[4] if len(k) > 4 else p for k, p in kernels], np.intp).astype(np.int8))
+
+
 @dataclass(frozen=True)
 class KeptPass:
     """A step's kernels before its optimizer, kept with the graph: the forward, the backward (in forward order) and
@@ -159,11 +173,26 @@ class KeptPass:
     fwd: tuple[tuple[Any, ...], ...]
     bwd: tuple[tuple[Any, ...], ...]
     columns: tuple[np.ndarray, ...]
+    per_phase: np.ndarray  # kernels per phase (:func:`phase_counts`)
 
 
 def kept_pass(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]]) -> KeptPass:
     """The :class:`KeptPass` of a forward and a backward (in forward order)."""
-    return KeptPass(tuple(fwd), tuple(bwd), kernel_columns([(fwd, FWD), (bwd[::-1], BWD)]))
+    columns = kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
+    return KeptPass(tuple(fwd), tuple(bwd), columns, phase_counts(columns))
+
+
+def phase_counts(columns: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Kernels per phase (``PHASES``' order) of :func:`kernel_columns`."""
+    return np.bincount(columns[4], minlength=len(PHASES))
+
+
+def tensor_core_mask(unit: np.ndarray, setup: TrainingSetup) -> np.ndarray:
+    """Which kernels of contraction kinds ``unit`` run on tensor cores under a setup: every cuDNN convolution and
+    matmul in 16 bits, in fp32 those its TF32 options allow; CUDA-core and depthwise kernels never."""
+    by_unit = np.zeros(DEPTHWISE + 1, bool)  # looked up per kernel
+    by_unit[CONV], by_unit[MATMUL] = setup.half or setup.tf32_conv, setup.half or setup.tf32_matmul
+    return by_unit[unit]
 
 
 class _Builder:
@@ -194,35 +223,39 @@ class _Builder:
             self.fwd.extend(kept.fwd)
             self.bwd.extend(kept.bwd)
 
-    def pass_columns(self) -> tuple[np.ndarray, ...]:
-        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse): the kept
-        pass's columns with those of the kernels added after it (after its forward, before its reversed backward)."""
+    def pass_columns(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse) and its kernels
+        per phase: the kept pass's, with the kernels added after it (after its forward, before its reversed
+        backward)."""
         if self.kept is not None and not self.fwd and not self.bwd:
-            return self.kept.columns
+            return self.kept.columns, self.kept.per_phase
         own = kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
-        if self.kept is None:
-            return own
-        n = len(self.kept.fwd)
-        return tuple(np.concatenate([k[:n], o, k[n:]]) for k, o in zip(self.kept.columns, own))
+        if self.kept is not None:
+            n = len(self.kept.fwd)
+            own = tuple(np.concatenate([k[:n], o, k[n:]]) for k, o in zip(self.kept.columns, own))
+        return own, phase_counts(own)
 
     def arrays(self) -> KernelList:
         """The kernels in launch order: a pass, then per further micro-batch a pass and its gradient sums, then the
         optimizer's and the rest."""
-        one = self.pass_columns()
+        one, per_phase = self.pass_columns()
         parts = [one]
-        if self.setup.accumulation > 1:
-            parts += [one, kernel_columns([(self.accumulate, BWD)])] * (self.setup.accumulation - 1)
+        k = self.setup.accumulation
+        if k > 1:
+            sums = kernel_columns([(self.accumulate, BWD)])
+            parts += [one, sums] * (k - 1)
+            per_phase = per_phase * k + phase_counts(sums) * (k - 1)
         parts.append(kernel_columns([(self.opt, OPT), (self.other, OTHER)]))
+        per_phase = per_phase + phase_counts(parts[-1])
         flops, nbytes, tc, library, phase = (np.concatenate([p[j] for p in parts]) for j in range(5))
         n = len(flops)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
             sync[n - len(self.other) - len(self.opt) + self.sync_after_opt_prefix] = True
-        counts = Counter({PHASES[p]: int(c) for p, c in enumerate(np.bincount(phase, minlength=len(PHASES)))})
+        counts = Counter({PHASES[p]: int(c) for p, c in enumerate(per_phase)})
         s = self.setup
-        on_tc = ((tc == CONV) & (s.half or s.tf32_conv)) | ((tc == MATMUL) & (s.half or s.tf32_matmul))
-        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=on_tc, precision=s.precision,
-                          micro_batches=s.accumulation)
+        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=tensor_core_mask(tc, s),
+                          precision=s.precision, micro_batches=s.accumulation)
 
 
 _new_tuple = tuple.__new__
