@@ -497,6 +497,33 @@ def test_batched_layout_is_each_runs_own_arrays() -> None:
             assert got.dtype == want.dtype and np.array_equal(got[at], want), i
 
 
+def test_simulate_many_is_each_runs_simulate_to_the_bit() -> None:
+    """simulate_many prices every run's kernels in one pass and gives each run simulate's answer exactly: every sync
+    mode, host batches, a host input pipeline, fp16 (a GradScaler's host wait), kernels without a tensor-core mask or
+    library flags, and a run without kernels; under the defaults and other constants."""
+    from dataclasses import replace
+
+    from gpupred.hardware import gpu_spec
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.step.physics.constants import DEFAULT
+    from gpupred.step.physics.timeline import LoaderTimes, simulate, simulate_many
+    from gpupred.workloads.spec import WorkloadSpec
+
+    ids = ["resnet.resnet18-bs32-img64-fp32-sgd", "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam",
+           "mobilenet.mobilenet_v2-bs16-img64-fp16-adam", "mlp.mlp-w1024-d2-bs64-in784-fp32-adam"]
+    lists = [spec_kernels(WorkloadSpec.from_id(wid)) for wid in ids]
+    lists += [replace(lists[0], on_tc=None, library=None), replace(lists[3], flops=lists[3].flops[:0],
+              bytes=lists[3].bytes[:0], tensor_core=lists[3].tensor_core[:0], phase=lists[3].phase[:0],
+              sync_after=lists[3].sync_after[:0], library=lists[3].library[:0], on_tc=lists[3].on_tc[:0])]
+    runs = [(kl, gpu_spec(("H200", "RTX 3090", "L4")[(k + j) % 3]), ("fp32", "bf16", "fp16", "fp32", "bf16", "fp32")[k],
+             sync, j == 1, LoaderTimes(2e-3, 1e-4, 2, 4.0) if j == 2 else None)
+            for k, kl in enumerate(lists) for j, sync in enumerate(("step", "window", "kernel"))]
+    for c in (DEFAULT, replace(DEFAULT, launch_s=40e-6, tensor_eff=0.3, min_kernel_s=7e-6, step_overhead_s=3e-4)):
+        many = simulate_many(*[[r[j] for r in runs] for j in range(3)], c, *[[r[j] for r in runs] for j in (3, 4, 5)])
+        assert many == [simulate(kl, gpu, prec, c, sync, host, loader) for kl, gpu, prec, sync, host, loader in runs]
+    assert simulate_many([], [], [], DEFAULT, [], []) == []
+
+
 def test_batched_timeline_is_the_per_run_timeline() -> None:
     """BatchedRuns (every run's kernels at once: what the constants fit evaluates) gives simulate's answers for store
     graphs of several kinds, every sync mode, host batches, 16-bit and fp16 (a GradScaler sync: the per-run path),

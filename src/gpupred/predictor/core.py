@@ -63,7 +63,7 @@ def job_records(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) 
     """:func:`jobs_frame`'s rows as records (one dict a job), and their step-model inputs."""
     from gpupred.step.physics.fit import FitRows
     from gpupred.step.physics.inputfeed import loader_columns
-    from gpupred.step.rowphysics import PhysicsData, default_row_columns
+    from gpupred.step.rowphysics import PhysicsData, default_rows_columns
 
     spec = gpu_spec(gpu)
     n = len(jobs)
@@ -72,9 +72,9 @@ def job_records(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) 
     rows = FitRows([job.kernels for job in jobs], [spec] * n, [job.setup.precision for job in jobs], ["step"] * n,
                    [loader is not None for loader in loaders], np.full(n, np.nan), np.full(n, np.nan),
                    None if all(loader is None for loader in loaders) else loaders)
-    records = [{**memory[i], **default_row_columns(rows, i),
+    records = [{**memory[i], **step,
                 **({} if loaders[i] is None else {**loader_columns(loaders[i]), "host_batches": 1.0})}
-               for i in range(n)]
+               for i, step in enumerate(default_rows_columns(rows))]
     return records, PhysicsData(rows, [(spec.name, PROTOCOL)] * n)
 
 
