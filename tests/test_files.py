@@ -94,6 +94,46 @@ def test_one_look_stats_each_path_once_and_sees_what_this_process_writes(tmp_pat
     assert stats.count(str(a)) == 4 and is_file(a) and stats.count(str(a)) == 5  # outside a look: a stat a call
 
 
+def test_a_value_derived_within_a_look_is_kept_until_this_process_writes(tmp_path: Path) -> None:
+    """within_look computes a value once per key in the open look (nested looks share it), again after a file this
+    process writes, and each time outside a look (FIXTURE files)."""
+    from gpupred.files import atomic_write_bytes, is_file, one_look, within_look
+
+    made: list[str] = []
+    path = tmp_path / "x.onnx"
+
+    def exists() -> bool:
+        made.append("x")
+        return is_file(path)
+
+    assert within_look("x", exists) is False and within_look("x", exists) is False and len(made) == 2
+    with one_look():
+        assert within_look("x", exists) is False
+        with one_look():
+            assert within_look("x", exists) is False
+        assert within_look(("other", 1), lambda: 7) == 7 and len(made) == 3
+        atomic_write_bytes(path, b"written here")
+        assert within_look("x", exists) is True and within_look("x", exists) is True and len(made) == 4
+    assert within_look("x", exists) is True and len(made) == 5
+
+
+def test_the_store_graph_found_within_a_look_is_a_fresh_lookups() -> None:
+    """stored_graph, kept per architecture within a look, answers what a lookup outside any look answers (the graph,
+    or None for an architecture the store lacks), and the key tells architectures apart."""
+    from dataclasses import replace
+
+    from gpupred.files import one_look
+    from gpupred.graph.export import stored_graph
+    from gpupred.workloads.spec import WorkloadSpec
+
+    specs = [WorkloadSpec.from_id(i) for i in ("resnet.resnet50-bs64-img224-fp32-sgd", "vit.vit_b_16-bs32-img160-bf16-sgd")]
+    specs.append(replace(specs[0], input_size=123))  # an image size the store holds no graph of
+    fresh = [stored_graph(s) for s in specs]
+    assert fresh[0] is not None and fresh[1] is not None and fresh[0] != fresh[1] and fresh[2] is None
+    with one_look():
+        assert [stored_graph(s) for s in specs] == fresh and [stored_graph(s) for s in reversed(specs)] == fresh[::-1]
+
+
 def test_a_recorded_path_is_shown_from_the_project(tmp_path: Path) -> None:
     """Inside the root: relative; another checkout's (a device machine's): from its plans/data folder; else as is."""
     from gpupred.files import project_path

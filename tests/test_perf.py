@@ -465,6 +465,65 @@ def test_a_masked_sdpa_export_with_its_nan_guard_is_one_core() -> None:
     assert {graph.nodes[i][0] for i in cores[0].nodes} >= {"IsNaN", "Where", "Softmax", "Add"}
 
 
+def test_batched_layout_is_each_runs_own_arrays() -> None:
+    """BatchedRuns lays every run's kernels end to end with its own GPU's peaks and bandwidth beside them: each run's
+    slice holds the run's own arrays to the bit (a run whose kernels carry no tensor-core mask at its precision's
+    rate); a run with a host wait inside its step is left out of the layout."""
+    from dataclasses import replace
+
+    from gpupred.hardware import gpu_spec
+    from gpupred.step.physics.batched import BatchedRuns
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.step.physics.kernels import DEPTHWISE
+    from gpupred.step.physics.timeline import on_tensor_cores, peaks
+    from gpupred.workloads.spec import WorkloadSpec
+
+    ids = ["resnet.resnet18-bs32-img64-bf16-sgd", "mobilenet.mobilenet_v2-bs16-img64-fp16-adam",
+           "mobilenet.mobilenet_v2-bs16-img64-fp32-adam", "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam"]
+    kernels = [spec_kernels(WorkloadSpec.from_id(wid)) for wid in ids]
+    kernels[2] = replace(kernels[2], on_tc=None, library=None)
+    gpus, precisions = [gpu_spec(g) for g in ("H200", "RTX 3090", "L4", "H200")], ["bf16", "fp16", "bf16", "bf16"]
+    batch = BatchedRuns.build(kernels, gpus, precisions, ["step"] * 4, [False] * 4)
+    assert batch.per_run.tolist() == [False, True, False, False]
+    for i in (0, 2, 3):
+        kl, at = kernels[i], slice(batch.starts[i], batch.starts[i] + len(kernels[i]))
+        rate = kl.precision if kl.on_tc is not None else precisions[i]
+        tc, fp32 = peaks(gpus[i], rate)
+        library = kl.library if kl.library is not None else np.zeros(len(kl), bool)
+        for got, want in ((batch.flops, kl.flops), (batch.bytes, kl.bytes), (batch.phase, kl.phase.astype(int)),
+                          (batch.tc_peak, np.where(on_tensor_cores(kl, rate), tc, 0.0)),
+                          (batch.fp32_peak, np.full(len(kl), fp32)), (batch.depthwise, kl.tensor_core == DEPTHWISE),
+                          (batch.bandwidth, np.full(len(kl), gpus[i].mem_bw_gbs * 1e9)), (batch.library, library)):
+            assert got.dtype == want.dtype and np.array_equal(got[at], want), i
+
+
+def test_simulate_many_is_each_runs_simulate_to_the_bit() -> None:
+    """simulate_many prices every run's kernels in one pass and gives each run simulate's answer exactly: every sync
+    mode, host batches, a host input pipeline, fp16 (a GradScaler's host wait), kernels without a tensor-core mask or
+    library flags, and a run without kernels; under the defaults and other constants."""
+    from dataclasses import replace
+
+    from gpupred.hardware import gpu_spec
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.step.physics.constants import DEFAULT
+    from gpupred.step.physics.timeline import LoaderTimes, simulate, simulate_many
+    from gpupred.workloads.spec import WorkloadSpec
+
+    ids = ["resnet.resnet18-bs32-img64-fp32-sgd", "lstm.lstm-v10000-e256-h512-l2-bs32-seq64-bf16-adam",
+           "mobilenet.mobilenet_v2-bs16-img64-fp16-adam", "mlp.mlp-w1024-d2-bs64-in784-fp32-adam"]
+    lists = [spec_kernels(WorkloadSpec.from_id(wid)) for wid in ids]
+    lists += [replace(lists[0], on_tc=None, library=None), replace(lists[3], flops=lists[3].flops[:0],
+              bytes=lists[3].bytes[:0], tensor_core=lists[3].tensor_core[:0], phase=lists[3].phase[:0],
+              sync_after=lists[3].sync_after[:0], library=lists[3].library[:0], on_tc=lists[3].on_tc[:0])]
+    runs = [(kl, gpu_spec(("H200", "RTX 3090", "L4")[(k + j) % 3]), ("fp32", "bf16", "fp16", "fp32", "bf16", "fp32")[k],
+             sync, j == 1, LoaderTimes(2e-3, 1e-4, 2, 4.0) if j == 2 else None)
+            for k, kl in enumerate(lists) for j, sync in enumerate(("step", "window", "kernel"))]
+    for c in (DEFAULT, replace(DEFAULT, launch_s=40e-6, tensor_eff=0.3, min_kernel_s=7e-6, step_overhead_s=3e-4)):
+        many = simulate_many(*[[r[j] for r in runs] for j in range(3)], c, *[[r[j] for r in runs] for j in (3, 4, 5)])
+        assert many == [simulate(kl, gpu, prec, c, sync, host, loader) for kl, gpu, prec, sync, host, loader in runs]
+    assert simulate_many([], [], [], DEFAULT, [], []) == []
+
+
 def test_batched_timeline_is_the_per_run_timeline() -> None:
     """BatchedRuns (every run's kernels at once: what the constants fit evaluates) gives simulate's answers for store
     graphs of several kinds, every sync mode, host batches, 16-bit and fp16 (a GradScaler sync: the per-run path),

@@ -22,11 +22,15 @@ def _columns_one_by_one(groups: list[tuple[list[tuple[Any, ...]], int]]) -> tupl
             np.fromiter((k[4] if len(k) > 4 else p for k, p in seq), np.int8, n))
 
 
+MIXED = [([(1.0, 2.0, False), (3, 4.5, 2), (0.0, 6.0, False, True)], FWD),
+         ([(7.0, 8.0, 1, False, FWD), (9.0, 1e30, 3, True), (2 ** 60, 3.0, False)], BWD), ([(1.0, 8.0, False)], OPT)]
+
+
 @pytest.mark.parametrize("groups", [
     [],
     [([], FWD), ([], BWD)],
-    [([(1.0, 2.0, False), (3, 4.5, 2), (0.0, 6.0, False, True)], FWD),
-     ([(7.0, 8.0, 1, False, FWD), (9.0, 1e30, 3, True), (2 ** 60, 3.0, False)], BWD), ([(1.0, 8.0, False)], OPT)],
+    MIXED,  # a few kernels (an optimizer's): built from lists
+    [(kernels * 10, phase) for kernels, phase in MIXED],  # more than FEW_KERNELS: built through iterators
 ])
 def test_kernel_columns_equal_the_kernel_at_a_time_reference(groups: list[Any]) -> None:
     got, want = kernel_columns(groups), _columns_one_by_one(groups)
@@ -63,14 +67,17 @@ def _queue_setups() -> list[Any]:
 
     setups = [TrainingSetup(precision=p, optimizer=o, optimizer_impl=i, checkpointing=c)
               for p, o, i, c in product(("fp32", "bf16"), ("sgd", "adam"), ("foreach", "fused"), (False, True))]
-    return setups + [TrainingSetup(precision="bf16-pure", optimizer="adam"), TrainingSetup(precision="fp16")]
+    return setups + [TrainingSetup(precision="bf16-pure", optimizer="adam"), TrainingSetup(precision="fp16"),
+                     TrainingSetup(precision="fp16", optimizer="adam", checkpointing=True, accumulation=2)]
 
 
-@pytest.mark.parametrize("graph", ["resnet.resnet50-img224", "gpt.gpt-v8192-m1024-h16-l2-seq64"])
-def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str) -> None:
+@pytest.mark.parametrize("graph, recipe", [("resnet.resnet50-img224", "standard"),
+                                           ("gpt.gpt-v8192-m1024-h16-l2-seq64", "standard"), ("dcgan", "gan")])
+def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_graphs(graph: str, recipe: str) -> None:
     """A queue asks one loaded graph for every setup in turn (what a pass shares across setups is kept with the
-    graph: the pass per precision, its gradient sums and trainable tensors per node); each setup's kernels equal
-    those of a freshly loaded graph asked for that setup alone."""
+    graph: the pass per precision and its kernel columns, its gradient sums and trainable tensors per node); each
+    setup's kernels equal those of a freshly loaded graph asked for that setup alone (a GradScaler's loss scaling
+    added after a kept pass's forward, gradient accumulation, a GAN's two optimizers)."""
     from gpupred import config
     from gpupred.graph.loader import clear_graph_cache, load_graph
     from gpupred.step.physics.kernels import step_kernels
@@ -80,13 +87,15 @@ def test_every_setups_kernels_on_a_graph_that_kept_its_analyses_equal_a_fresh_gr
     kept = load_graph(path, 2)[0].form(True)
     for setup in _queue_setups():
         clear_graph_cache()
-        a, b = step_kernels(kept, setup=setup), step_kernels(load_graph(path, 2)[0].form(True), setup=setup)
+        a = step_kernels(kept, recipe=recipe, setup=setup)
+        b = step_kernels(load_graph(path, 2)[0].form(True), recipe=recipe, setup=setup)
         for name in ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc"):
             x, y = getattr(a, name), getattr(b, name)
             assert x.dtype == y.dtype and np.array_equal(x, y), (setup, name)
         assert (a.counts, a.traits, a.param_tensors, a.input_bytes, a.cycles) == (
             b.counts, b.traits, b.param_tensors, b.input_bytes, b.cycles), setup
     assert ("accumulations", 2) in kept.derived and ("accumulations", None) in kept.derived
+    assert any(isinstance(k, tuple) and k[0] in ("step_forward", "gan_passes") for k in kept.derived)
 
 
 def test_a_kept_feature_row_is_handed_out_as_a_copy() -> None:
@@ -173,3 +182,57 @@ def test_the_collector_is_paused_inside_and_left_as_it_was() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_kernels_added_after_a_kept_pass_launch_where_a_copied_pass_puts_them() -> None:
+    """A step starts from the pass kept with its graph without copying its kernels; what it adds after (fp16's loss
+    scaling, a forward kernel) lands after the kept forward and before the kept backward, as if appended to copies."""
+    from gpupred import config
+    from gpupred.graph.loader import load_graph
+    from gpupred.setups import TrainingSetup
+    from gpupred.step.physics.kernels import PHASES, KeptPass, forward_key, step_kernels
+
+    graph = load_graph(next(iter(sorted(config.GRAPHS.glob("resnet.resnet18*.onnx.gz")))), 2)[0].form(True)
+    setup = TrainingSetup(precision="fp16")
+    kl = step_kernels(graph, setup=setup)
+    kept, _ = graph.derived[("step_forward", forward_key(setup))]
+    assert isinstance(kept, KeptPass)
+    copied = kernel_columns([((*kept.fwd, (1.0, 8.0, False)), FWD), (kept.bwd[::-1], BWD)])
+    n = len(copied[0])
+    for got, want in zip((kl.flops, kl.bytes, kl.tensor_core, kl.library, kl.phase), copied):
+        assert got.dtype == want.dtype and np.array_equal(got[:n], want)
+    assert kl.phase[n:].tolist() == [OPT] * (len(kl) - n) and kl.counts[PHASES[FWD]] == len(kept.fwd) + 1
+
+
+def test_a_queues_job_keys_are_each_jobs_own(tmp_path: Any) -> None:
+    """job_keys works out what a queue's jobs share once (a model's defaults and text, a setup's and a pipeline's
+    changes, per object); each job's resolved options and key are the job's own, computed alone: equal setups built
+    apart (weight decay 0 and 0.0 name different keys), a file, a workload id, a pipeline (FIXTURE file)."""
+    from gpupred.files import one_look
+    from gpupred.predictor.pairing import Job, job_keys
+    from gpupred.setups import InputPipeline, TrainingSetup
+
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"FIXTURE")
+    wid = "resnet.resnet50-bs64-img224-fp32-sgd"
+    a, b = TrainingSetup(weight_decay=0), TrainingSetup(weight_decay=0.0)
+    assert a == b  # equal values, keyed apart by what each says
+    jobs = [Job(wid, setup=a), Job(wid, 8, setup=b), Job(wid, setup=a, pipeline=InputPipeline("image-files")),
+            Job(str(onnx), 4), Job(onnx, 4, "bf16"), Job(wid, precision="bf16"), Job(wid), Job(wid, setup=b)]
+    with one_look():
+        resolved, keys = job_keys(jobs)
+    assert resolved == [j.resolved() for j in jobs] and keys == [j.key for j in jobs]
+    assert keys[0] != keys[7] and len(set(keys)) == len(keys)
+
+
+def test_the_tensor_core_mask_is_each_units_rule() -> None:
+    """tensor_core_mask looks each kernel's unit up: convolutions and matmuls on tensor cores in 16 bits, in fp32 as
+    the TF32 options say; CUDA-core and depthwise kernels never."""
+    from gpupred.setups import TrainingSetup
+    from gpupred.step.physics.kernels import CONV, DEPTHWISE, MATMUL, tensor_core_mask
+
+    unit = np.array([0, MATMUL, CONV, DEPTHWISE, CONV, 0, MATMUL], np.int8)
+    for s in [*_queue_setups(), TrainingSetup(tf32_matmul=True), TrainingSetup(tf32_conv=False)]:
+        want = ((unit == CONV) & (s.half or s.tf32_conv)) | ((unit == MATMUL) & (s.half or s.tf32_matmul))
+        got = tensor_core_mask(unit, s)
+        assert got.dtype == bool and got.tolist() == want.tolist(), s

@@ -385,3 +385,15 @@ def test_context_from_architecture_and_software() -> None:
     assert workspace_mib("H100 SXM") == 64.0 and workspace_mib("A100 40GB") == 16.25
     with pytest.raises(GpupredError, match="version"):
         lazy_loading("two", "12.1")
+
+
+def test_a_setups_key_and_changes_follow_its_fields() -> None:
+    """key() and changes() read the field names found once (SETUP_FIELDS): every field, in the dataclass's order."""
+    from dataclasses import fields
+
+    from gpupred.setups import SETUP_FIELDS, TrainingSetup
+
+    assert SETUP_FIELDS == tuple(f.name for f in fields(TrainingSetup))
+    s = TrainingSetup(precision="bf16", optimizer="adamw", checkpointing=True, accumulation=2)
+    assert s.key() == tuple(getattr(s, f.name) for f in fields(s))
+    assert s.changes() == {"precision": "bf16", "optimizer": "adamw", "checkpointing": True, "accumulation": 2}

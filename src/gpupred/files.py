@@ -1,7 +1,8 @@
 """Writing a file whole or not at all: a temporary file in the same folder, flushed and fsync'd, renamed over
 the target, then the folder fsync'd. A crash at any instant leaves the old file or the new one, never half. Reading a
 small file many times: :class:`FileCache` keeps what was read while the file is unchanged. Looking at many files many
-times: inside :func:`one_look`, each file is stat'ed once."""
+times: inside :func:`one_look`, each file is stat'ed once, and what is derived from the files alone is worked out once
+(:func:`within_look`)."""
 
 from __future__ import annotations
 
@@ -143,7 +144,9 @@ def read_sealed(path: str | Path, schema: dict[str, Any], kind: str, remedy: str
 
 
 Version = tuple[str, int, int, int]
+T = TypeVar("T")
 _LOOK: ContextVar["dict[str, tuple[Version, bool] | None] | None"] = ContextVar("gpupred_files_look", default=None)
+_DERIVED: ContextVar["dict[Any, Any] | None"] = ContextVar("gpupred_files_derived", default=None)  # within_look's
 
 
 @contextmanager
@@ -155,11 +158,25 @@ def one_look() -> Iterator[None]:
     if _LOOK.get() is not None:
         yield
         return
-    token = _LOOK.set({})
+    token, derived = _LOOK.set({}), _DERIVED.set({})
     try:
         yield
     finally:
+        _DERIVED.reset(derived)
         _LOOK.reset(token)
+
+
+def within_look(key: Any, make: Callable[[], T]) -> T:
+    """``make()``, kept under ``key`` for the rest of the open :func:`one_look` (computed each time outside one): for
+    what is derived from files alone as the look sees them (whether each exists, a cached reading of its version),
+    which every job of a queue would otherwise work out again. A file this process writes meanwhile drops every kept
+    value, as it is looked at again."""
+    kept = _DERIVED.get()
+    if kept is None:
+        return make()
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
 
 
 def _looked(path: str | os.PathLike[str]) -> tuple[Version, bool]:
@@ -186,7 +203,11 @@ def _looked(path: str | os.PathLike[str]) -> tuple[Version, bool]:
 
 
 def _forget(path: Path) -> None:
-    """Drop a path this process has just written from the open look (every spelling of it)."""
+    """Drop a path this process has just written from the open look (every spelling of it), and every value derived
+    within the look (:func:`within_look`)."""
+    derived = _DERIVED.get()
+    if derived:
+        derived.clear()
     seen = _LOOK.get()
     if seen:
         target = os.path.abspath(path)
@@ -208,8 +229,6 @@ def is_file(path: str | os.PathLike[str]) -> bool:
     except (OSError, ValueError):
         return False
 
-
-T = TypeVar("T")
 
 
 class FileCache(Generic[T]):

@@ -32,7 +32,7 @@ from onnx import ModelProto, TensorProto
 
 from gpupred import config
 from gpupred.errors import GpupredError
-from gpupred.files import FileCache, atomic_write_bytes, is_file, sha256
+from gpupred.files import FileCache, atomic_write_bytes, is_file, sha256, within_look
 from gpupred.graph.protoscan import GZIP_MAGIC
 from gpupred.graph.stripped import fold_batch_shapes, mark_buffers, strip_weights
 
@@ -279,7 +279,14 @@ def parse_index(path: Path) -> dict[str, Any]:
 
 
 def stored_graph(spec: "WorkloadSpec", store: Path | None = None) -> Path | None:
-    """The store's graph of a spec's architecture when it holds one made by this export recipe, else None."""
+    """The store's graph of a spec's architecture when it holds one made by this export recipe, else None; found
+    once per architecture within a look at the files (:func:`gpupred.files.within_look`: a queue's jobs)."""
+    where = store or config.GRAPHS
+    return within_look(("stored_graph", str(where), spec.arch_key), lambda: _stored_graph(spec, store))
+
+
+def _stored_graph(spec: "WorkloadSpec", store: Path | None) -> Path | None:
+    """:func:`stored_graph`, looked up."""
     path = store_path(spec, store)
     if not is_file(path):
         return None

@@ -63,7 +63,7 @@ def job_records(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) 
     """:func:`jobs_frame`'s rows as records (one dict a job), and their step-model inputs."""
     from gpupred.step.physics.fit import FitRows
     from gpupred.step.physics.inputfeed import loader_columns
-    from gpupred.step.rowphysics import PhysicsData, default_row_columns
+    from gpupred.step.rowphysics import PhysicsData, default_rows_columns
 
     spec = gpu_spec(gpu)
     n = len(jobs)
@@ -72,9 +72,9 @@ def job_records(jobs: list[JobGraph], gpu: str, pipelines: list[InputPipeline]) 
     rows = FitRows([job.kernels for job in jobs], [spec] * n, [job.setup.precision for job in jobs], ["step"] * n,
                    [loader is not None for loader in loaders], np.full(n, np.nan), np.full(n, np.nan),
                    None if all(loader is None for loader in loaders) else loaders)
-    records = [{**memory[i], **default_row_columns(rows, i),
+    records = [{**memory[i], **step,
                 **({} if loaders[i] is None else {**loader_columns(loaders[i]), "host_batches": 1.0})}
-               for i in range(n)]
+               for i, step in enumerate(default_rows_columns(rows))]
     return records, PhysicsData(rows, [(spec.name, PROTOCOL)] * n)
 
 
@@ -165,8 +165,9 @@ class PhysicsCore:
         columns = {c: v.tolist() for c, v in step.items()}  # plain values, as a frame's to_dict("records") gives
         outs = [{c: v[i] for c, v in columns.items()} for i in range(len(frame))]
         figures = {k: explained.figures[k] for k in ("footprint*correction", "low", "high", "reserved", "allocated")}
+        fitted = self.fitted_architecture(name)
         for i, (job, out) in enumerate(zip(jobs, outs)):
-            caveats = self.caveats(job, name)
+            caveats = self.caveats(job, name, fitted)
             self._widen(out, widest(caveats))
             samples = float(job.row.get("batch_size") or 0.0) * job.setup.accumulation
             if samples and "iter_time_mean_s" in out:
@@ -210,19 +211,28 @@ class PhysicsCore:
                                                  log1p=not step))
             out[f"{target}_low"], out[f"{target}_high"] = lo, hi if step else min(100.0, hi)
 
-    def caveats(self, job: JobGraph, gpu: str) -> list[str]:
+    def caveats(self, job: JobGraph, gpu: str, fitted: bool | None = None) -> list[str]:
         """The failure classes the job shows on a GPU kind (:func:`gpupred.step.physics.caveats.job_caveats`), its kernels timed
-        with the constants its prediction uses."""
-        from gpupred.hardware import architecture
+        with the constants its prediction uses where the classes read their times (an architecture without fits);
+        ``fitted``: :meth:`fitted_architecture` of the GPU, where known."""
         from gpupred.step.physics.caveats import job_caveats, time_shares
         from gpupred.step.physics.kernels import DEPTHWISE, MATMUL
         from gpupred.step.physics.timeline import kernel_times, on_tensor_cores
 
         kl, table = job.kernels, self.step_.constants_
-        times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
-        shares = time_shares(times, kl.tensor_core == DEPTHWISE, (kl.tensor_core == MATMUL) & ~on_tensor_cores(kl, kl.precision))
-        fitted = any(architecture(g) == architecture(gpu) for g, _ in table.fitted)
+        fitted = self.fitted_architecture(gpu) if fitted is None else fitted
+        shares: dict[str, float] = {}  # a fitted architecture's classes read no time shares
+        if not fitted:
+            times = kernel_times(kl, gpu_spec(gpu), kl.precision, table.get(gpu, PROTOCOL))
+            shares = time_shares(times, kl.tensor_core == DEPTHWISE,
+                                 (kl.tensor_core == MATMUL) & ~on_tensor_cores(kl, kl.precision))
         return job_caveats(getattr(kl, "traits", {}), shares, fitted)
+
+    def fitted_architecture(self, gpu: str) -> bool:
+        """Whether the step constants were fitted on a GPU of this GPU kind's architecture."""
+        from gpupred.hardware import architecture
+
+        return any(architecture(g) == architecture(gpu) for g, _ in self.step_.constants_.fitted)
 
     def _calibrated(self, gpu: str, use: Any) -> tuple[Any, Any]:
         """(step constants, memory model) for a GPU: (None, the fitted model) without a calibration to use."""

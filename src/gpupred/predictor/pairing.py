@@ -52,9 +52,10 @@ class Job:
             return self.name
         return str(getattr(self.model, "name", None) or self.model) if not isinstance(self.model, (str, Path)) else str(self.model)
 
-    def resolved(self) -> tuple[int | None, str, str]:
-        """The batch size, precision and optimizer it is predicted at (a workload id's own where not given)."""
-        batch, precision, optimizer = job_defaults(self.model)
+    def resolved(self, defaults: tuple[int | None, str, str] | None = None) -> tuple[int | None, str, str]:
+        """The batch size, precision and optimizer it is predicted at (a workload id's own where not given;
+        ``defaults``: :func:`job_defaults` of its model, where already known)."""
+        batch, precision, optimizer = job_defaults(self.model) if defaults is None else defaults
         if self.setup is not None:
             precision, optimizer = self.setup.precision, self.setup.optimizer
         return (self.batch_size or batch, self.precision or precision, self.optimizer or optimizer)
@@ -64,15 +65,50 @@ class Job:
         """The job's identity: its model (a file by absolute path) and every option."""
         return self.key_at(self.resolved())
 
-    def key_at(self, resolved: tuple[int | None, str, str]) -> str:
-        """:attr:`key` with the job's :meth:`resolved` options already known (a queue's jobs resolve once each)."""
-        m = self.model
-        model = str(Path(m).resolve()) if isinstance(m, (str, Path)) and is_file(m) else repr(m) if not isinstance(
-            m, (str, Path)) else str(m)
+    def key_at(self, resolved: tuple[int | None, str, str], model: str | None = None,
+               options: tuple[str, str] | None = None) -> str:
+        """:attr:`key` with the job's :meth:`resolved` options already known (and its :func:`model_text` and
+        :func:`options_text`, where known: a queue's jobs share them)."""
+        model = model_text(self.model) if model is None else model
+        extra, piped = options_text(self.setup, self.pipeline) if options is None else options
         batch, precision, optimizer = resolved
-        extra = "" if self.setup is None else repr(sorted(self.setup.changes().items()))
-        piped = "" if self.pipeline is None or self.pipeline.resident else repr(sorted(self.pipeline.changes().items()))
         return f"{model}|bs={batch}|{precision}|{optimizer}|{extra}|{piped}"
+
+
+def model_text(m: Any) -> str:
+    """A job's model as its key names it: a file by absolute path, a workload id as given, else its repr."""
+    if isinstance(m, (str, Path)):
+        return str(Path(m).resolve()) if is_file(m) else str(m)
+    return repr(m)
+
+
+def options_text(setup: TrainingSetup | None, pipeline: InputPipeline | None) -> tuple[str, str]:
+    """A job's setup and input pipeline as its key names them: their changes from the defaults ('' for none, and for
+    resident batches)."""
+    extra = "" if setup is None else repr(sorted(setup.changes().items()))
+    piped = "" if pipeline is None or pipeline.resident else repr(sorted(pipeline.changes().items()))
+    return extra, piped
+
+
+def job_keys(jobs: list[Job]) -> tuple[list[tuple[int | None, str, str]], list[str]]:
+    """Each job's :meth:`Job.resolved` options and :attr:`Job.key`, what jobs share worked out once: a model's
+    :func:`job_defaults` and :func:`model_text` per model, :func:`options_text` per setup and pipeline object (a
+    queue holds thousands of jobs of a few of each)."""
+    models: dict[Any, tuple[tuple[int | None, str, str], str]] = {}
+    options: dict[tuple[int, int], tuple[str, str]] = {}  # by identity: the jobs hold each object meanwhile
+    resolved, keys = [], []
+    for job in jobs:
+        m = job.model
+        shared = m if isinstance(m, (str, Path)) else id(m)
+        if shared not in models:
+            models[shared] = (job_defaults(m), model_text(m))
+        defaults, model = models[shared]
+        ids = (id(job.setup), id(job.pipeline))
+        if ids not in options:
+            options[ids] = options_text(job.setup, job.pipeline)
+        resolved.append(job.resolved(defaults))
+        keys.append(job.key_at(resolved[-1], model, options[ids]))
+    return resolved, keys
 
 
 def job_defaults(x: Any) -> tuple[int | None, str, str]:
@@ -121,8 +157,7 @@ def _predict_many(predictor: Any, jobs: list[Any], gpu: str | None) -> pd.DataFr
 
     js = [as_job(j) for j in jobs]
     names = _names(js)
-    resolved = [job.resolved() for job in js]
-    keys = [job.key_at(r) for job, r in zip(js, resolved)]
+    resolved, keys = job_keys(js)
     first: dict[str, int] = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)

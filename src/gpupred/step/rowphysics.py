@@ -180,17 +180,17 @@ def loader_width(rows: np.ndarray, y: np.ndarray, physics: np.ndarray, step: boo
 def default_columns(pdata: PhysicsData) -> pd.DataFrame:
     """The step model's ``STEP_COLUMNS`` of every row under the default constants (what the dataset's ``phys_*``
     columns hold, for rows that do not carry them: a new job)."""
-    return pd.DataFrame([default_row_columns(pdata.rows, i) for i in range(len(pdata.rows))])
+    return pd.DataFrame(default_rows_columns(pdata.rows))
 
 
-def default_row_columns(rows: FitRows, i: int) -> dict[str, float]:
-    """Row ``i``'s ``STEP_COLUMNS`` under the default constants (one row of :func:`default_columns`)."""
+def default_rows_columns(rows: FitRows) -> list[dict[str, float]]:
+    """Each row's ``STEP_COLUMNS`` under the default constants (the rows of :func:`default_columns`): each its own
+    :func:`gpupred.step.physics.timeline.simulate`'s, priced in one pass (:func:`~gpupred.step.physics.timeline.simulate_many`)."""
     from gpupred.step.physics.constants import DEFAULT
-    from gpupred.step.physics.timeline import simulate
+    from gpupred.step.physics.timeline import simulate_many
 
-    loader = None if rows.loaders is None else rows.loaders[i]
-    return simulate(rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i],
-                    loader).columns()
+    return [est.columns() for est in simulate_many(rows.kernels, rows.gpus, rows.precisions, DEFAULT, rows.syncs,
+                                                   rows.host_batches, rows.loaders)]
 
 
 def physics_log_error(y: np.ndarray, pred: np.ndarray, step: bool) -> np.ndarray:

@@ -50,13 +50,13 @@ class BatchedRuns:
         """Lay out ``kernels`` (one KernelList per run) with each run's GPU, precision, sync mode and input feeding."""
         per_run = np.array([len(k) == 0 or bool(np.any(k.sync_after)) for k in kernels], dtype=bool)
         batched = [i for i in range(len(kernels)) if not per_run[i]]
-        parts = [_run_arrays(kernels[i], gpus[i], precisions[i]) for i in batched]
         counts = np.array([len(k) for k in kernels], dtype=int)
         starts = np.zeros(len(kernels), dtype=int)
         starts[batched] = np.concatenate(([0], np.cumsum(counts[batched])[:-1])) if batched else []
-        cat = (lambda j: np.concatenate([p[j] for p in parts]) if parts else np.empty(0))
-        return cls(starts, cat(0), cat(1), cat(2), cat(3), cat(4).astype(bool), cat(5), cat(6).astype(int),
-                   cat(7).astype(bool), np.array([k.cycles for k in kernels], dtype=float),
+        flops, nbytes, tc_peak, fp32_peak, depthwise, bandwidth, phase, library = _laid_out(
+            [kernels[i] for i in batched], [gpus[i] for i in batched], [precisions[i] for i in batched])
+        return cls(starts, flops, nbytes, tc_peak, fp32_peak, depthwise, bandwidth, phase, library,
+                   np.array([k.cycles for k in kernels], dtype=float),
                    np.array([k.param_tensors for k in kernels], dtype=float),
                    np.array([float(k.input_bytes) if h else 0.0 for k, h in zip(kernels, host_batches)]),
                    counts, np.asarray(syncs, dtype=object), per_run,
@@ -145,17 +145,25 @@ def _kept(store: dict[Any, Any], key: tuple[float, ...], compute: Any) -> Any:
     return store[key]
 
 
-def _run_arrays(kl: KernelList, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, ...]:
-    """One run's per-kernel arrays: FLOPs, bytes, tensor-core peak (0 off tensor cores), CUDA-core peak, depthwise,
-    bandwidth, phase, library launch."""
-    rate = kl.precision if kl.on_tc is not None else precision  # as kernel_times decides the tensor-core rate
-    tc_peak, fp32_peak = peaks(gpu, rate)
-    n = len(kl)
-    on_tc = on_tensor_cores(kl, rate)
-    library = kl.library if kl.library is not None else np.zeros(n, dtype=bool)
-    return (kl.flops.astype(float), kl.bytes.astype(float), np.where(on_tc, tc_peak, 0.0), np.full(n, fp32_peak),
-            (kl.tensor_core == DEPTHWISE).astype(float), np.full(n, gpu.mem_bw_gbs * 1e9), kl.phase.astype(float),
-            library.astype(float))
+def _laid_out(kernels: Sequence[KernelList], gpus: Sequence[GpuSpec],
+              precisions: Sequence[str]) -> tuple[np.ndarray, ...]:
+    """Runs' kernels end to end: FLOPs, bytes, tensor-core peak (0 off tensor cores), CUDA-core peak, depthwise,
+    bandwidth, phase, library launch; each run's peaks and bandwidth repeated over its kernels (empty without runs)."""
+    if not kernels:
+        empty = np.empty(0)
+        return empty, empty, empty, empty, empty.astype(bool), empty, empty.astype(int), empty.astype(bool)
+    counts = [len(kl) for kl in kernels]
+    rates = [kl.precision if kl.on_tc is not None else p for kl, p in zip(kernels, precisions)]  # as kernel_times
+    run_peaks = np.array([peaks(gpu, rate) for gpu, rate in zip(gpus, rates)], dtype=float).reshape(-1, 2)
+    on_tc = np.concatenate([on_tensor_cores(kl, rate) for kl, rate in zip(kernels, rates)])
+    library = np.concatenate([kl.library if kl.library is not None else np.zeros(len(kl), dtype=bool)
+                              for kl in kernels])
+    unit = np.concatenate([kl.tensor_core for kl in kernels])
+    return (np.concatenate([kl.flops for kl in kernels], dtype=float),
+            np.concatenate([kl.bytes for kl in kernels], dtype=float),
+            np.where(on_tc, np.repeat(run_peaks[:, 0], counts), 0.0), np.repeat(run_peaks[:, 1], counts),
+            unit == DEPTHWISE, np.repeat([gpu.mem_bw_gbs * 1e9 for gpu in gpus], counts),
+            np.concatenate([kl.phase for kl in kernels]).astype(int), library.astype(bool))
 
 
 def _segment_lead(g: np.ndarray, cum_g: np.ndarray, cum_launch: np.ndarray, starts: np.ndarray, run_of: np.ndarray,

@@ -137,6 +137,8 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
     a kernel's own, its fifth field, overrides), in order."""
     kernels = [k for group, _ in groups for k in group]
     n = len(kernels)
+    if n <= FEW_KERNELS:
+        return _few_columns([(k, p) for group, p in groups for k in group])
     # a column at a time through C-level iterators: a pass holds thousands of kernels, most of them 3 fields long
     lengths = np.fromiter(map(len, kernels), np.intp, n)  # numpy's int8 conversion of each item is the slow one
     library = np.zeros(n, bool)
@@ -151,49 +153,109 @@ def kernel_columns(groups: Sequence[tuple[Sequence[tuple[Any, ...]], int]]) -> t
             np.fromiter(map(itemgetter(2), kernels), np.intp, n).astype(np.int8), library, phase)
 
 
+FEW_KERNELS = 32  # kernel_columns builds the columns of this many kernels or fewer (an optimizer's) from lists
+
+
+def _few_columns(kernels: Sequence[tuple[tuple[Any, ...], int]]) -> tuple[np.ndarray, ...]:
+    """:func:`kernel_columns` of a few kernels, each with its list's phase: a column a list, without the set-up of
+    the iterators that pay off over a pass's thousands."""
+    return (np.array([k[0] for k, _ in kernels], float), np.array([k[1] for k, _ in kernels], float),
+            np.array([k[2] for k, _ in kernels], np.intp).astype(np.int8),
+            np.array([len(k) > 3 and bool(k[3]) for k, _ in kernels], bool),
+            np.array([k[4] if len(k) > 4 else p for k, p in kernels], np.intp).astype(np.int8))
+
+
+@dataclass(frozen=True)
+class KeptPass:
+    """A step's kernels before its optimizer, kept with the graph: the forward, the backward (in forward order) and
+    their :func:`kernel_columns` (the backward launched in reverse), worked out once for every job that shares them."""
+
+    fwd: tuple[tuple[Any, ...], ...]
+    bwd: tuple[tuple[Any, ...], ...]
+    columns: tuple[np.ndarray, ...]
+    per_phase: np.ndarray  # kernels per phase (:func:`phase_counts`)
+
+
+def kept_pass(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]]) -> KeptPass:
+    """The :class:`KeptPass` of a forward and a backward (in forward order)."""
+    columns = kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
+    return KeptPass(tuple(fwd), tuple(bwd), columns, phase_counts(columns))
+
+
+def phase_counts(columns: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Kernels per phase (``PHASES``' order) of :func:`kernel_columns`."""
+    return np.bincount(columns[4], minlength=len(PHASES))
+
+
+def tensor_core_mask(unit: np.ndarray, setup: TrainingSetup) -> np.ndarray:
+    """Which kernels of contraction kinds ``unit`` run on tensor cores under a setup: every cuDNN convolution and
+    matmul in 16 bits, in fp32 those its TF32 options allow; CUDA-core and depthwise kernels never."""
+    by_unit = np.zeros(DEPTHWISE + 1, bool)  # looked up per kernel
+    by_unit[CONV], by_unit[MATMUL] = setup.half or setup.tf32_conv, setup.half or setup.tf32_matmul
+    return by_unit[unit]
+
+
 class _Builder:
     """Accumulates kernels phase by phase (backward collected in forward order, then reversed).
 
     A kernel is ``(FLOPs, bytes, unit[, launched by a library[, phase]])``: ``unit`` is 0 (CUDA cores) or a
     contraction kind; a phase given overrides the list's (a checkpointed block's forward, run again in backward).
+    A step may start with a pass kept with the graph (:meth:`start_with`): ``fwd`` and ``bwd`` then hold the kernels
+    that follow its own, which are never copied.
     """
 
     def __init__(self, setup: TrainingSetup, place: Any = None) -> None:
         self.setup = setup
         self.place = place  # gpupred.finetune.Placement under LoRA/QLoRA or a shape-counted optimizer, else None
+        self.kept: KeptPass | None = None  # launched first: its forward before ``fwd``, its backward after ``bwd``
         self.fwd: list[tuple[Any, ...]] = []
         self.bwd: list[tuple[Any, ...]] = []  # forward order; launched in reverse
         self.opt: list[tuple[Any, ...]] = []
         self.other: list[tuple[Any, ...]] = []
         self.accumulate: list[tuple[Any, ...]] = []  # what each micro-batch after the first adds (gradient adds)
         self.sync_after_opt_prefix = -1  # index into opt after which the host syncs (-1: none)
-        self.kept_pass: tuple[tuple[np.ndarray, ...], int, int] | None = None  # a pass's columns, fwd and bwd lengths
 
-    def pass_columns(self) -> tuple[np.ndarray, ...]:
-        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse): those the graph
-        kept (``kept_pass``) while ``fwd`` and ``bwd`` are still what it kept."""
-        if self.kept_pass is not None and self.kept_pass[1:] == (len(self.fwd), len(self.bwd)):
-            return self.kept_pass[0]
-        return kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
+    def start_with(self, kept: KeptPass) -> None:
+        """Add a kept pass's kernels: by reference into an empty builder, else copied after those it holds."""
+        if self.kept is None and not self.fwd and not self.bwd:
+            self.kept = kept
+        else:
+            self.fwd.extend(kept.fwd)
+            self.bwd.extend(kept.bwd)
+
+    def pass_columns(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """:func:`kernel_columns` of one forward and backward pass (the backward launched in reverse) and its kernels
+        per phase: the kept pass's, with the kernels added after it (after its forward, before its reversed
+        backward)."""
+        if self.kept is not None and not self.fwd and not self.bwd:
+            return self.kept.columns, self.kept.per_phase
+        own = kernel_columns([(self.fwd, FWD), (self.bwd[::-1], BWD)])
+        if self.kept is not None:
+            n = len(self.kept.fwd)
+            own = tuple(np.concatenate([k[:n], o, k[n:]]) for k, o in zip(self.kept.columns, own))
+        return own, phase_counts(own)
 
     def arrays(self) -> KernelList:
         """The kernels in launch order: a pass, then per further micro-batch a pass and its gradient sums, then the
         optimizer's and the rest."""
-        one = self.pass_columns()
+        one, per_phase = self.pass_columns()
         parts = [one]
-        if self.setup.accumulation > 1:
-            parts += [one, kernel_columns([(self.accumulate, BWD)])] * (self.setup.accumulation - 1)
+        k = self.setup.accumulation
+        if k > 1:
+            sums = kernel_columns([(self.accumulate, BWD)])
+            parts += [one, sums] * (k - 1)
+            per_phase = per_phase * k + phase_counts(sums) * (k - 1)
         parts.append(kernel_columns([(self.opt, OPT), (self.other, OTHER)]))
+        per_phase = per_phase + phase_counts(parts[-1])
         flops, nbytes, tc, library, phase = (np.concatenate([p[j] for p in parts]) for j in range(5))
         n = len(flops)
         sync = np.zeros(n, bool)
         if self.sync_after_opt_prefix >= 0:
             sync[n - len(self.other) - len(self.opt) + self.sync_after_opt_prefix] = True
-        counts = Counter({PHASES[p]: int(c) for p, c in enumerate(np.bincount(phase, minlength=len(PHASES)))})
+        counts = Counter({PHASES[p]: int(c) for p, c in enumerate(per_phase)})
         s = self.setup
-        on_tc = ((tc == CONV) & (s.half or s.tf32_conv)) | ((tc == MATMUL) & (s.half or s.tf32_matmul))
-        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=on_tc, precision=s.precision,
-                          micro_batches=s.accumulation)
+        return KernelList(flops, nbytes, tc, phase, sync, library, counts=counts, on_tc=tensor_core_mask(tc, s),
+                          precision=s.precision, micro_batches=s.accumulation)
 
 
 _new_tuple = tuple.__new__
@@ -804,9 +866,8 @@ def _gan_step(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
     if b.place is not None:
         trainable, disc = _gan_passes(b, graph)
     else:
-        fwd, bwd, (trainable, disc) = _kept(graph, ("gan_passes", forward_key(b.setup)), b.setup, _gan_passes)
-        b.fwd.extend(fwd)
-        b.bwd.extend(bwd)
+        kept, (trainable, disc) = _kept(graph, ("gan_passes", forward_key(b.setup)), b.setup, _gan_passes)
+        b.start_with(kept)
     _optimizer(b, {k: v for k, v in trainable.items() if k in disc})
     _optimizer(b, {k: v for k, v in trainable.items() if k not in disc})
     return trainable
@@ -844,13 +905,13 @@ def pass_keys(setup: TrainingSetup) -> tuple[tuple[tuple[str, Any], ...], Traini
 
 
 def _kept(graph: CanonicalGraph, key: Any, setup: TrainingSetup,
-          record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
-    """(forward kernels, backward kernels, what ``record`` returned) of ``record`` run into a new builder of ``setup``
-    (no parameter placement), kept with the graph under ``key``."""
-    def make() -> tuple[tuple[Any, ...], tuple[Any, ...], T]:
+          record: Callable[[_Builder, CanonicalGraph], T]) -> tuple[KeptPass, T]:
+    """(the kernels, as a :class:`KeptPass`, and what ``record`` returned) of ``record`` run into a new builder of
+    ``setup`` (no parameter placement), kept with the graph under ``key``."""
+    def make() -> tuple[KeptPass, T]:
         own = _Builder(setup)
         returned = record(own, graph)
-        return tuple(own.fwd), tuple(own.bwd), returned
+        return kept_pass(own.fwd, own.bwd), returned
 
     return graph.memo(key, make)
 
@@ -864,18 +925,17 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
         return _record_forward_and_backward(b, graph)[0]
     key, plain, plain_key = pass_keys(b.setup)
 
-    def record() -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, int], tuple[np.ndarray, ...]]:
-        fwd, bwd, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
-                                                        _record_forward_and_backward)
-        if b.setup.checkpointing:
-            bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
-        return fwd, bwd, trainable, kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
+    def record() -> tuple[KeptPass, dict[str, int]]:
+        kept, (trainable, (at, end, spans)) = _kept(graph, ("step_pass", plain_key), plain,
+                                                    _record_forward_and_backward)
+        if not b.setup.checkpointing:
+            return kept, trainable
+        fwd, bwd = kept.fwd, kept.bwd
+        bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
+        return kept_pass(fwd, bwd), trainable
 
-    fwd, bwd, trainable, columns = graph.memo(("step_forward", key), record)
-    if not b.fwd and not b.bwd:
-        b.kept_pass = (columns, len(fwd), len(bwd))
-    b.fwd.extend(fwd)
-    b.bwd.extend(bwd)
+    kept, trainable = graph.memo(("step_forward", key), record)
+    b.start_with(kept)
     return dict(trainable)
 
 

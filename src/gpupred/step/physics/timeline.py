@@ -167,8 +167,56 @@ def simulate(kl: KernelList, gpu: GpuSpec, precision: str, c: StepConstants, syn
              host_batches: bool = False, loader: LoaderTimes | None = None) -> StepEstimate:
     """One step's timeline under a measurement protocol (``SYNC_MODES``): step, busy and host time, utilization;
     ``loader``: the host input pipeline that feeds it (None: the batch is resident or only copied)."""
-    g = kernel_times(kl, gpu, precision, c)
-    launch = launch_costs(kl, c)
+    return _timeline(kl, kernel_times(kl, gpu, precision, c), launch_costs(kl, c), c, sync, host_batches, loader)
+
+
+def simulate_many(kernels: Sequence[KernelList], gpus: Sequence[GpuSpec], precisions: Sequence[str], c: StepConstants,
+                  syncs: Sequence[str], host_batches: Sequence[bool],
+                  loaders: Sequence[LoaderTimes | None] | None = None) -> list[StepEstimate]:
+    """:func:`simulate` of each run under one set of constants, each answer its own to the bit: every run's kernel
+    times and launch costs are priced in one pass over their kernels laid end to end (the same operations on each
+    kernel), then each run's timeline sums its own."""
+    if not kernels:
+        return []
+    counts = [len(kl) for kl in kernels]
+    ends = np.cumsum(counts).tolist()
+    g, launch = _kernel_times_many(kernels, gpus, precisions, c, counts), _launch_costs_many(kernels, c)
+    loaders = loaders if loaders is not None else [None] * len(kernels)
+    return [_timeline(kl, g[end - n:end], launch[end - n:end], c, sync, host, loader)
+            for kl, n, end, sync, host, loader in zip(kernels, counts, ends, syncs, host_batches, loaders)]
+
+
+def _kernel_times_many(kernels: Sequence[KernelList], gpus: Sequence[GpuSpec], precisions: Sequence[str],
+                       c: StepConstants, counts: list[int]) -> np.ndarray:
+    """:func:`kernel_times` of runs laid end to end: each run's peaks and bandwidth (as it works them out) repeated
+    over its kernels."""
+    rates = [kl.precision if kl.on_tc is not None else p for kl, p in zip(kernels, precisions)]
+    run_peaks = [peaks(gpu, rate) for gpu, rate in zip(gpus, rates)]
+    tensor = np.repeat([tc * c.tensor_eff for tc, _ in run_peaks], counts)
+    cuda = np.repeat([fp32 * c.compute_eff for _, fp32 in run_peaks], counts)
+    depthwise = np.repeat([fp32 * c.depthwise_eff for _, fp32 in run_peaks], counts)
+    bandwidth = np.repeat([gpu.mem_bw_gbs * 1e9 * c.memory_eff for gpu in gpus], counts)
+    on_tc = np.concatenate([on_tensor_cores(kl, rate) for kl, rate in zip(kernels, rates)])
+    peak = np.where(on_tc, tensor, cuda)
+    peak = np.where(np.concatenate([kl.tensor_core for kl in kernels]) == DEPTHWISE, depthwise, peak)
+    flops, nbytes = (np.concatenate([getattr(kl, name) for kl in kernels]) for name in ("flops", "bytes"))
+    return np.maximum(flops / peak, nbytes / bandwidth) + c.min_kernel_s
+
+
+def _launch_costs_many(kernels: Sequence[KernelList], c: StepConstants) -> np.ndarray:
+    """:func:`launch_costs` of runs laid end to end."""
+    phase = np.concatenate([kl.phase for kl in kernels])
+    library = np.concatenate([kl.library if kl.library is not None else np.zeros(len(kl), bool) for kl in kernels])
+    scale = np.ones(len(phase))
+    scale[phase == BWD] = c.backward_launch_ratio
+    scale[phase == OPT] = c.optimizer_launch_ratio
+    scale[library] = c.library_launch_ratio
+    return c.launch_s * scale
+
+
+def _timeline(kl: KernelList, g: np.ndarray, launch: np.ndarray, c: StepConstants, sync: str, host_batches: bool,
+              loader: LoaderTimes | None) -> StepEstimate:
+    """:func:`simulate`'s timeline of one step whose kernels take ``g`` on the GPU and ``launch`` on the host."""
     busy = float(g.sum())
     pre = c.step_overhead_s * kl.cycles + c.param_host_s * kl.param_tensors
     pre += kl.input_bytes / (c.host_copy_gbs * 1e9) if host_batches else 0.0
