@@ -236,3 +236,29 @@ def test_the_tensor_core_mask_is_each_units_rule() -> None:
         want = ((unit == CONV) & (s.half or s.tf32_conv)) | ((unit == MATMUL) & (s.half or s.tf32_matmul))
         got = tensor_core_mask(unit, s)
         assert got.dtype == bool and got.tolist() == want.tolist(), s
+
+
+@pytest.mark.parametrize("graph", ["resnet.resnet50-img224", "gpt.gpt-v8192-m1024-h16-l2-seq64", "llama.llama"])
+def test_a_checkpointed_pass_gathered_from_the_plain_one_equals_its_kernels_columns(graph: str) -> None:
+    """checkpointed_pass gathers its columns from the plain pass's: they equal kernel_columns of the recomputed
+    backward (checkpointing reorders kernels, each keeping its columns), kernels and counts included."""
+    from gpupred import config
+    from gpupred.graph.loader import load_graph
+    from gpupred.step.physics.blocks import checkpoint_blocks
+    from gpupred.step.physics.kernels import checkpointed_pass, forward_key, kept_pass, recomputed, step_kernels
+
+    path = next(iter(sorted(config.GRAPHS.glob(f"{graph}*.onnx.gz"))))
+    cg = load_graph(path, 2)[0].form(True)
+    for precision in ("fp32", "bf16"):
+        setup = setup_of(precision, "adam")
+        step_kernels(cg, setup=setup)  # keeps the plain pass with the graph: read it back
+        plain, (_trainable, (at, end, spans)) = cg.memo(("step_pass", forward_key(setup)), lambda: pytest.fail())
+        blocks = checkpoint_blocks(cg)
+        assert blocks, graph
+        gathered = checkpointed_pass(plain, at, end, spans, blocks)
+        bwd = (*plain.bwd[:at], *recomputed(plain.fwd, plain.bwd[:end], at, spans, blocks), *plain.bwd[end:])
+        built = kept_pass(plain.fwd, bwd)
+        assert gathered.bwd == built.bwd and len(bwd) > len(plain.bwd)
+        for x, y in zip(gathered.columns, built.columns):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+        assert np.array_equal(gathered.per_phase, built.per_phase)

@@ -607,22 +607,45 @@ def recomputed(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]], a
     """A pass's backward (``bwd`` from ``at``) under activation checkpointing: after the backward kernels of a
     block's last node, the forward kernels of the block's nodes run again (the list is launched in reverse: the
     block's forward, then its backward). ``spans`` are the pass's nodes in order (:func:`_forward_pass`)."""
+    return [bwd[p] if p >= 0 else as_forward(fwd[~p]) for p in recomputed_order(at, len(bwd), spans, blocks)]
+
+
+def as_forward(kernel: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A forward kernel run again in the backward: its phase stays the forward's (its own, where it names one)."""
+    return (*kernel, *(() if len(kernel) > 3 else (False,)), FWD)[:5]
+
+
+def recomputed_order(at: int, end: int, spans: Sequence[Span], blocks: Sequence[Any]) -> list[int]:
+    """:func:`recomputed`'s backward from ``at`` to ``end`` as positions: ``p >= 0`` the backward's kernel ``p``,
+    ``~j`` (negative) the forward's kernel ``j`` run again."""
     inside = {i for block in blocks for i in block.nodes}
     ends = {max(block.nodes) for block in blocks}
-    out: list[tuple[Any, ...]] = []
-    recorded: list[tuple[Any, ...]] = []
+    out: list[int] = []
+    recorded: list[int] = []
     done = at
     for i, first, past, bwd_past in spans:
-        out.extend(bwd[done:bwd_past])
+        out.extend(range(done, bwd_past))
         done = bwd_past
         if i not in inside:
             continue
-        recorded += [(*k, *(() if len(k) > 3 else (False,)), FWD)[:5] for k in fwd[first:past]]
+        recorded += [~j for j in range(first, past)]
         if i in ends:
             out.extend(reversed(recorded))
             recorded = []
-    out.extend(bwd[done:])
+    out.extend(range(done, end))
     return out
+
+
+def checkpointed_pass(kept: KeptPass, at: int, end: int, spans: Sequence[Span], blocks: Sequence[Any]) -> KeptPass:
+    """A kept pass under activation checkpointing (its backward from ``at`` to ``end`` as :func:`recomputed` runs
+    it), its columns gathered from the plain pass's (a kernel's columns are the same wherever it runs)."""
+    order = [*range(at), *recomputed_order(at, end, spans, blocks), *range(end, len(kept.bwd))]
+    bwd = tuple(kept.bwd[p] if p >= 0 else as_forward(kept.fwd[~p]) for p in order)
+    n_fwd, n_bwd = len(kept.fwd), len(kept.bwd)
+    launched = np.asarray(order[::-1], dtype=np.intp)  # the backward runs in reverse
+    at_column = np.concatenate([np.arange(n_fwd), np.where(launched >= 0, n_fwd + n_bwd - 1 - launched, ~launched)])
+    columns = tuple(c[at_column] for c in kept.columns)
+    return KeptPass(kept.fwd, bwd, columns, phase_counts(columns))
 
 
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
@@ -930,9 +953,7 @@ def _forward_and_backward(b: _Builder, graph: CanonicalGraph) -> dict[str, int]:
                                                     _record_forward_and_backward)
         if not b.setup.checkpointing:
             return kept, trainable
-        fwd, bwd = kept.fwd, kept.bwd
-        bwd = (*bwd[:at], *recomputed(fwd, bwd[:end], at, spans, checkpoint_blocks(graph)), *bwd[end:])
-        return kept_pass(fwd, bwd), trainable
+        return checkpointed_pass(kept, at, end, spans, checkpoint_blocks(graph)), trainable
 
     kept, trainable = graph.memo(("step_forward", key), record)
     b.start_with(kept)
