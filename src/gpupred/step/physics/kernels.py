@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from operator import itemgetter
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -171,15 +171,22 @@ class KeptPass:
     their :func:`kernel_columns` (the backward launched in reverse), worked out once for every job that shares them."""
 
     fwd: tuple[tuple[Any, ...], ...]
-    bwd: tuple[tuple[Any, ...], ...]
+    make_bwd: Callable[[], tuple[tuple[Any, ...], ...]]  # the backward, made when first read (:attr:`bwd`)
     columns: tuple[np.ndarray, ...]
     per_phase: np.ndarray  # kernels per phase (:func:`phase_counts`)
+
+    @cached_property
+    def bwd(self) -> tuple[tuple[Any, ...], ...]:
+        """The backward's kernels in forward order: read only where a step adds its own before the kept pass's, so a
+        checkpointed pass (:func:`checkpointed_pass`) makes them then."""
+        return self.make_bwd()
 
 
 def kept_pass(fwd: Sequence[tuple[Any, ...]], bwd: Sequence[tuple[Any, ...]]) -> KeptPass:
     """The :class:`KeptPass` of a forward and a backward (in forward order)."""
     columns = kernel_columns([(fwd, FWD), (bwd[::-1], BWD)])
-    return KeptPass(tuple(fwd), tuple(bwd), columns, phase_counts(columns))
+    backward = tuple(bwd)
+    return KeptPass(tuple(fwd), lambda: backward, columns, phase_counts(columns))
 
 
 def phase_counts(columns: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -584,8 +591,9 @@ class _Pass:
         self.core_flops: dict[int, float] = {}
         fused = frozenset(self.fused)  # which transposes are copies reads the nodes alone: kept for every batch size
         self.copies = graph.memo_structure(("copied_transposes", fused), lambda: copied_transposes(graph, set(fused)))
-        # per node, what every precision's pass reads the same: kept with the graph
-        self.trainables = graph.memo("node_trainables", lambda: node_trainables(graph))
+        # per node, what every precision's pass reads the same: its trainable tensors (kept for every batch size: they
+        # read the nodes and parameters alone) and, where it sizes its own, its tensors (per batch size)
+        self.trainables = graph.memo_structure("node_trainables", lambda: node_trainables(graph))
         self.tensors = graph.memo("node_tensors", lambda: node_tensors(graph)) if self.shared is None else ()
 
 
@@ -639,13 +647,14 @@ def recomputed_order(at: int, end: int, spans: Sequence[Span], blocks: Sequence[
 def checkpointed_pass(kept: KeptPass, at: int, end: int, spans: Sequence[Span], blocks: Sequence[Any]) -> KeptPass:
     """A kept pass under activation checkpointing (its backward from ``at`` to ``end`` as :func:`recomputed` runs
     it), its columns gathered from the plain pass's (a kernel's columns are the same wherever it runs)."""
-    order = [*range(at), *recomputed_order(at, end, spans, blocks), *range(end, len(kept.bwd))]
-    bwd = tuple(kept.bwd[p] if p >= 0 else as_forward(kept.fwd[~p]) for p in order)
-    n_fwd, n_bwd = len(kept.fwd), len(kept.bwd)
+    plain = kept.bwd
+    order = [*range(at), *recomputed_order(at, end, spans, blocks), *range(end, len(plain))]
+    n_fwd, n_bwd = len(kept.fwd), len(plain)
     launched = np.asarray(order[::-1], dtype=np.intp)  # the backward runs in reverse
     at_column = np.concatenate([np.arange(n_fwd), np.where(launched >= 0, n_fwd + n_bwd - 1 - launched, ~launched)])
     columns = tuple(c[at_column] for c in kept.columns)
-    return KeptPass(kept.fwd, bwd, columns, phase_counts(columns))
+    return KeptPass(kept.fwd, lambda: tuple(plain[p] if p >= 0 else as_forward(kept.fwd[~p]) for p in order), columns,
+                    phase_counts(columns))
 
 
 def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bool, category: str) -> None:
