@@ -230,7 +230,6 @@ def is_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-
 class FileCache(Generic[T]):
     """What was read from files, kept while each is unchanged (the same :func:`file_version`), at
     most ``entries`` file versions, the oldest going first: for small files every job asks for (the graph store's

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 CATEGORIES: tuple[str, ...] = (
     "conv", "matmul", "recurrent", "norm", "act", "pool", "elementwise", "reshape", "other",
@@ -111,6 +111,16 @@ def _out(n: NodeInfo, i: int = 0) -> TensorInfo:
 
 def _has(n: NodeInfo, i: int) -> bool:
     return i < len(n.inputs) and n.inputs[i] is not None
+
+
+def output_bytes(outputs: "Iterable[TensorInfo | None]") -> int:
+    """Bytes of the tensors of known shape among ``outputs`` (what a node writes)."""
+    prod = math.prod
+    written = 0
+    for t in outputs:
+        if t is not None:
+            written += prod(t.shape) * t.itemsize
+    return written
 
 
 def _io_bytes(n: NodeInfo) -> tuple[int, int]:

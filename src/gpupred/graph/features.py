@@ -51,6 +51,7 @@ from gpupred.graph.costs import (
     MissingShape,
     NodeInfo,
     TensorInfo,
+    output_bytes,
     view_rule,
 )
 
@@ -220,7 +221,7 @@ def node_costs(graph: CanonicalGraph, half: bool) -> NodeCosts:
 
 def _node_costs(graph: CanonicalGraph, half: bool) -> NodeCosts:
     """:func:`node_costs`' pass over the nodes."""
-    shapes, param_of, prod = graph.shapes, graph.params, math.prod
+    shapes, param_of = graph.shapes, graph.params
     act_size: dict[str, int] = {}  # effective itemsize of float activations under the precision
     tensors: list[NodeTensors | None] = []
     costs: list[Cost | None] = []
@@ -251,11 +252,7 @@ def _node_costs(graph: CanonicalGraph, half: bool) -> NodeCosts:
                 cost = None if c is None else (c.macs, c.flops, c.bytes_read, c.bytes_written)
         tensors.append((tuple(info.inputs), tuple(info.outputs)))
         costs.append(cost)
-        out = 0
-        for t in info.outputs:
-            if t is not None:
-                out += prod(t.shape) * t.itemsize
-        written.append(float(out))
+        written.append(float(output_bytes(info.outputs)))
     return NodeCosts(tuple(tensors), tuple(costs), frozenset(failed), tuple(written), act_size)
 
 
@@ -280,11 +277,9 @@ def _costs(graph: CanonicalGraph, bf16: bool, per_op: dict[str, dict[str, int]] 
         t.n_work += 1
         in_params = [name in param_of for name in ins]
         mac_op = category in mac_categories
-        if entry is None:
-            t.unknown[op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
-            t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
-        elif i in nodes.failed:
-            t.unknown[f"{op}(no shape)"] += 1
+        if entry is None or i in nodes.failed:  # no rule for the op, or it could not cost it
+            t.unknown[f"{op}(no shape)" if entry is not None else
+                      op if domain in ("", "ai.onnx") else f"{domain}.{op}"] += 1
             t.incomplete.append((node_name, op, category, unshaped, _weight_elements(ins, in_params, param_of, graph)))
         else:
             if unshaped:

@@ -301,18 +301,8 @@ class Predictor:
         """:meth:`predict`'s row for each job (its input, options and pipeline) as a record: what
         :meth:`predict_many` lists. Jobs given as graphs (ONNX files, workload ids) to a predictor with a physics core
         are answered together, the core's estimators run once per GPU kind and calibration over all of them; the
-        rest one by one. A job's error names it by its label. Each file is stat'ed once (:func:`gpupred.files.one_look`):
-        the jobs are answered from one look at the graphs and the store; the cyclic garbage collector waits until they
-        are (:func:`gpupred.gcpause.collector_paused`)."""
-        from gpupred.files import one_look
-        from gpupred.gcpause import collector_paused
-
-        with one_look(), collector_paused():
-            return self._records(jobs, labels)
-
-    def _records(self, jobs: list[tuple[Any, JobOptions, InputPipeline | None]],
-                 labels: list[str]) -> list[dict[str, Any]]:
-        """:meth:`predict_records` inside its look at the files."""
+        rest one by one. A job's error names it by its label. :func:`gpupred.predictor.pairing.predict_many`, its caller,
+        answers them from one look at the files with the garbage collector paused."""
         from contextlib import nullcontext
 
         from gpupred.calibration.use import resolve_calibration

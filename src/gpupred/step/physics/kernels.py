@@ -72,8 +72,9 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 
 from gpupred.graph.canonical import FOLDED_BATCHNORM, CanonicalGraph
-from gpupred.graph.costs import MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, view_rule
-from gpupred.graph.features import NodeCosts, autocast_sizes, node_costs
+from gpupred.graph.costs import (MAC_CATEGORIES, NON_TRAINABLE_INPUTS, MissingShape, NodeInfo, TensorInfo, output_bytes,
+                                 view_rule)
+from gpupred.graph.features import NodeCosts, NodeTensors, autocast_sizes, node_costs
 from gpupred.step.physics.attention import BACKWARD_FLOPS, TORCH_VIEWS, AttentionCore, attention_cores, fused_cores
 from gpupred.step.physics.blocks import checkpoint_blocks
 from gpupred.step.physics.caveats import multi_branch_sums
@@ -281,9 +282,6 @@ def _nbytes(t: TensorInfo | None) -> int:
     return t.nbytes if t is not None else 0
 
 
-NodeTensors = tuple[tuple["TensorInfo | None", ...], tuple["TensorInfo | None", ...]]
-
-
 def node_tensors(graph: CanonicalGraph) -> tuple[NodeTensors, ...]:
     """Per node, its inputs' and outputs' :func:`_tensor` at the graph's own item sizes: what every precision's pass
     starts from (kept with the graph). Views, which a pass skips, get none."""
@@ -348,11 +346,7 @@ def wide_ints_at_contractions(graph: CanonicalGraph) -> bool:
 
 def _forward_cost(entry: object, info: NodeInfo) -> tuple[float, float, float, float]:
     """(FLOPs, bytes read, bytes written, output bytes) of a node's forward kernel; unknown ops move their outputs."""
-    written = 0
-    for t in info.outputs:
-        if t is not None:
-            written += t.nbytes
-    out = float(written)
+    out = float(output_bytes(info.outputs))
     if entry is None:
         return 0.0, out, out, out
     try:
@@ -701,8 +695,8 @@ def _forward_pass(b: _Builder, graph: CanonicalGraph,
     autocast = b.setup.autocast
     at = len(b.bwd)
     spans: list[Span] = []
+    sizing = autocast and st.shared is None  # the shared costs' sizes are already the whole graph's
     for i, (op, _domain, ins, outs, _name, _attrs, entry) in enumerate(graph.nodes):
-        sizing = autocast and st.shared is None  # the shared costs' sizes are already the whole graph's
         if entry is not None and entry.rule is view_rule:
             if sizing and ins and ins[0] in st.size_of:
                 st.size_of.update((o, st.size_of[ins[0]]) for o in outs)
