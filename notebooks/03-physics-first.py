@@ -123,7 +123,8 @@ if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
 phys_table = comparison_table(phys_results)
 fitted_table = step_physics.fitted_constants(pdata, np.arange(len(df)), seed) if pdata is not None else None
 constants = (pd.DataFrame(fitted_table.as_records())
-             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *FITTED])).set_index(["gpu", "protocol"])
+             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *FITTED, "sync_s", "sync_runs"])
+             ).set_index(["gpu", "protocol"])
 own_gpus = sorted(dataset.own_rows(df)["gpu"].unique())  # the kinds this project measured
 own = phys_table[np.logical_or.reduce([tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
 (own.pivot_table(index=["target", "scheme", "tested"], columns="method", values=["rmsle", "median_rel_err", "coverage"])
@@ -131,10 +132,14 @@ own = phys_table[np.logical_or.reduce([tested_on(phys_table, g) for g in own_gpu
 
 # %% [markdown]
 # The step model's constants fitted on every row (what the predictor uses; the figures above refit them
-# on each split's training rows). Times in seconds.
+# on each split's training rows). Times in seconds. `sync_s`, the host's wait for each kernel under
+# `CUDA_LAUNCH_BLOCKING=1`, is fitted only where a GPU kind has launch-blocking runs beside runs of another protocol
+# (`sync_runs` of them: the catalog's launch-blocking twins), the seven then on the others alone; a kind without them
+# keeps the default, and Lucid's runs, all launch-blocking, borrow the measured wait moved to their host by the speed
+# ratio, as they borrow the launch cost (`gpupred.step.physics.fit`).
 
 # %%
-constants[list(FITTED)]
+constants[[*FITTED, "sync_s", "sync_runs"]]
 
 # %%
 for gpu in own_gpus if len(own) else []:

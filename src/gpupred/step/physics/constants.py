@@ -15,6 +15,9 @@ Defaults (any GPU of :mod:`gpupred.hardware` gets an answer with them):
 - ``depthwise_eff`` 0.05 of the FP32 peak: depthwise convolutions (one group per channel) run on CUDA cores with
   little reuse, their weight gradient a reduction over batch and space (published MobileNet profiles: a few % of peak);
 - ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip; ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy.
+  Under ``CUDA_LAUNCH_BLOCKING=1`` (the ``kernel`` protocol) every kernel pays it, so runs of that protocol beside
+  runs of another on the same GPU kind identify it: :func:`~gpupred.step.physics.fit.fit_constants` fits it there
+  (``sync_runs``: on how many), and a key without such runs borrows it as it borrows the launch cost.
 
 The host constants are the host CPU's as much as the software's: fitted constants record the single-core score of
 the hosts they were fitted on (``host_score``, :mod:`gpupred.loader.speed`: 1.0 = the reference host, this project's
@@ -61,6 +64,7 @@ class StepConstants:
     sync_s: float = 15e-6
     host_copy_gbs: float = 12.0
     host_score: float = float("nan")  # single-core score of the hosts fitted on (gpupred.loader.speed); NaN: unknown
+    sync_runs: int = 0  # launch-blocking (sync="kernel") runs ``sync_s`` was fitted on; 0: not fitted (the default)
     source: str = "default"  # "default" or what they were fitted on
 
     def with_fitted(self, values: dict[str, float], source: str) -> "StepConstants":
@@ -77,6 +81,11 @@ class StepConstants:
         """``launch_s`` moved to the reference host (single-core score 1.0) by the speed ratio; as fitted where the
         fit's host is unknown."""
         return self.launch_s * (self.host_score if np.isfinite(self.host_score) else 1.0)
+
+    def reference_sync_s(self) -> float:
+        """``sync_s`` moved to the reference host as :meth:`reference_launch_s` moves the launch cost: the wait's
+        host side (the driver's poll, the return to Python) runs on the host's CPU."""
+        return self.sync_s * (self.host_score if np.isfinite(self.host_score) else 1.0)
 
 
 DEFAULT = StepConstants()
@@ -143,7 +152,9 @@ class ConstantsTable:
         (``host_score``; an unknown one counts as the reference host's, 1.0) to ``host_score`` (unknown: the
         reference host, as a pipeline's costs are moved, :attr:`gpupred.setups.InputPipeline.host_speed`). This
         project's GPU hosts score 0.40-0.55 of the reference (their host profiles), so their fitted 38-46 us a launch
-        is about half that on the reference host.
+        is about half that on the reference host. The wait for each kernel under launch blocking (``sync_s``) is
+        borrowed alike, from the fits that measured it (``sync_runs``; moved by the speed ratio to another protocol's
+        host), the published default where none did.
         """
         if (gpu, protocol) in self.fitted:
             return self.fitted[(gpu, protocol)]
@@ -159,7 +170,8 @@ class ConstantsTable:
             return self._other_protocols(protocol, host_score)
         kin_fits = [(g, c) for g, c in same if kin and same_architecture(g, gpu)]
         values = {**geometric_means([c for _, c in kin_fits], DEVICE_CONSTANTS),
-                  **geometric_means([c for _, c in same], HOST_CONSTANTS)}
+                  **geometric_means([c for _, c in same], HOST_CONSTANTS),
+                  **geometric_means([c for _, c in same if c.sync_runs], ("sync_s",))}
         source = f"host constants of {protocol} on {', '.join(g for g, _ in same)}; device constants " + (
             f"of {', '.join(g for g, _ in kin_fits)} (same architecture)" if kin_fits else "published defaults")
         return replace(DEFAULT, **values, source=source)
@@ -178,8 +190,13 @@ class ConstantsTable:
         launch = geometric_mean(c.reference_launch_s() for _, c in every) / target
         pairs = ", ".join(f"{g} ({p})" for (g, p), _ in every)
         where = f"a host of single-core score {target:.2f}" if np.isfinite(host_score) else "the reference host"
-        return replace(DEFAULT, launch_s=launch, source=f"launch cost of {pairs}, moved to {where}; no fit of "
-                                                        f"{protocol}: other constants published defaults")
+        synced = [(k, c) for k, c in every if c.sync_runs]
+        sync = geometric_mean(c.reference_sync_s() for _, c in synced) / target if synced else DEFAULT.sync_s
+        measured = (f" and the launch-blocking sync of {', '.join(f'{g} ({p})' for (g, p), _ in synced)}"
+                    if synced else "")
+        return replace(DEFAULT, launch_s=launch, sync_s=sync, source=f"launch cost of {pairs}{measured}, moved to "
+                                                                     f"{where}; no fit of {protocol}: other constants "
+                                                                     "published defaults")
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""
