@@ -102,7 +102,7 @@ def _kernels(g_flops: list[float]) -> KernelList:
 def test_timeline_by_protocol_hand_computed() -> None:
     """Kernels of 5, 1, 1 us launched every 2 us: the GPU ends at 9 us (7, 8, 9); step sync adds the latency."""
     gpu = gpu_spec("H200")
-    c = StepConstants(launch_s=2e-6, step_overhead_s=0.0, min_kernel_s=0.0, sync_s=1e-6, param_host_s=0.0)
+    c = StepConstants(launch_s=2e-6, step_overhead_s=0.0, min_kernel_s=0.0, sync_s=1e-6, blocking_s=1e-6, param_host_s=0.0)
     fp32_peak = gpu.tflops_fp32 * 1e12 * c.compute_eff
     kl = _kernels([5e-6 * fp32_peak, 1e-6 * fp32_peak, 1e-6 * fp32_peak])
     assert kernel_times(kl, gpu, "fp32", c) == pytest.approx([5e-6, 1e-6, 1e-6])
@@ -112,7 +112,7 @@ def test_timeline_by_protocol_hand_computed() -> None:
     window = simulate(kl, gpu, "fp32", c, "window")
     assert window.step_s == pytest.approx(7e-6) and window.util == pytest.approx(100.0)
     blocking = simulate(kl, gpu, "fp32", c, "kernel")
-    assert blocking.step_s == pytest.approx(6e-6 + 3e-6 + 7e-6)  # launches + a sync each + the kernels
+    assert blocking.step_s == pytest.approx(6e-6 + 3e-6 + 7e-6)  # launches + a wait each (blocking_s) + the kernels
 
 
 def test_minimum_kernel_time_and_host_batches() -> None:

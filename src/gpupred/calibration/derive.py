@@ -59,6 +59,7 @@ NOT_MEASURED: dict[str, str] = {
     "step_overhead_s": "the training harness's per-step Python (batch, zero_grad, loss): no micro-benchmark has it",
     "library_launch_ratio": "launches from inside libraries (cuDNN RNN steps, foreach chunks)",
     "host_copy_gbs": "pageable host-to-device copies (predictions assume device-resident batches)",
+    "blocking_s": "the wait per kernel under CUDA_LAUNCH_BLOCKING=1: fitted on launch-blocking sweep runs instead",
 }
 
 

@@ -93,7 +93,7 @@ class BatchedRuns:
         end = busy + np.maximum(0.0, lead)  # GPU work before)
         sync = self.sync[runs]
         step = np.where(sync == "step", np.maximum(host, end) + c.sync_s, np.maximum(host, busy))
-        step = np.where(sync == "kernel", host + c.sync_s * counts + busy, step)
+        step = np.where(sync == "kernel", host + c.blocking_s * counts + busy, step)
         step = np.maximum(step, busy)
         return busy, step, host
 

@@ -14,10 +14,13 @@ Defaults (any GPU of :mod:`gpupred.hardware` gets an answer with them):
 - ``min_kernel_s`` 2.5 us: the shortest kernel a GPU runs (launch latency on the device, a few microseconds);
 - ``depthwise_eff`` 0.05 of the FP32 peak: depthwise convolutions (one group per channel) run on CUDA cores with
   little reuse, their weight gradient a reduction over batch and space (published MobileNet profiles: a few % of peak);
-- ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip; ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy.
-  Under ``CUDA_LAUNCH_BLOCKING=1`` (the ``kernel`` protocol) every kernel pays it, so runs of that protocol beside
-  runs of another on the same GPU kind identify it: :func:`~gpupred.step.physics.fit.fit_constants` fits it there
-  (``sync_runs``: on how many), and a key without such runs borrows it as it borrows the launch cost.
+- ``sync_s`` 15 us: a ``cudaStreamSynchronize`` round trip (the loop's ``loss.item()``: a wait and a scalar's copy);
+  ``host_copy_gbs`` 12 GB/s: a pageable host-to-device copy;
+- ``blocking_s`` 15 us (``sync_s``'s default): the host's wait for each kernel under ``CUDA_LAUNCH_BLOCKING=1``
+  (the ``kernel`` protocol), beyond its launch: the driver's poll for the kernel's end, no copy. Runs of that
+  protocol beside runs of another on the same GPU kind identify it: :func:`~gpupred.step.physics.fit.fit_constants`
+  fits it there (``blocking_runs``: on how many), and a key without such runs borrows it as it borrows the launch
+  cost. It prices the launch-blocking timeline only, so no other protocol's answer moves with it.
 
 The host constants are the host CPU's as much as the software's: fitted constants record the single-core score of
 the hosts they were fitted on (``host_score``, :mod:`gpupred.loader.speed`: 1.0 = the reference host, this project's
@@ -62,9 +65,10 @@ class StepConstants:
     library_launch_ratio: float = 0.25  # a bare cudaLaunchKernel from C++ (cuDNN RNN steps, foreach chunks)
     param_host_s: float = 0.2e-6
     sync_s: float = 15e-6
+    blocking_s: float = 15e-6  # per kernel under CUDA_LAUNCH_BLOCKING=1 (the kernel protocol's timeline only)
     host_copy_gbs: float = 12.0
     host_score: float = float("nan")  # single-core score of the hosts fitted on (gpupred.loader.speed); NaN: unknown
-    sync_runs: int = 0  # launch-blocking (sync="kernel") runs ``sync_s`` was fitted on; 0: not fitted (the default)
+    blocking_runs: int = 0  # launch-blocking (sync="kernel") runs ``blocking_s`` was fitted on; 0: the default
     source: str = "default"  # "default" or what they were fitted on
 
     def with_fitted(self, values: dict[str, float], source: str) -> "StepConstants":
@@ -82,10 +86,10 @@ class StepConstants:
         fit's host is unknown."""
         return self.launch_s * (self.host_score if np.isfinite(self.host_score) else 1.0)
 
-    def reference_sync_s(self) -> float:
-        """``sync_s`` moved to the reference host as :meth:`reference_launch_s` moves the launch cost: the wait's
+    def reference_blocking_s(self) -> float:
+        """``blocking_s`` moved to the reference host as :meth:`reference_launch_s` moves the launch cost: the wait's
         host side (the driver's poll, the return to Python) runs on the host's CPU."""
-        return self.sync_s * (self.host_score if np.isfinite(self.host_score) else 1.0)
+        return self.blocking_s * (self.host_score if np.isfinite(self.host_score) else 1.0)
 
 
 DEFAULT = StepConstants()
@@ -152,9 +156,9 @@ class ConstantsTable:
         (``host_score``; an unknown one counts as the reference host's, 1.0) to ``host_score`` (unknown: the
         reference host, as a pipeline's costs are moved, :attr:`gpupred.setups.InputPipeline.host_speed`). This
         project's GPU hosts score 0.40-0.55 of the reference (their host profiles), so their fitted 38-46 us a launch
-        is about half that on the reference host. The wait for each kernel under launch blocking (``sync_s``) is
-        borrowed alike, from the fits that measured it (``sync_runs``; moved by the speed ratio to another protocol's
-        host), the published default where none did.
+        is about half that on the reference host. The wait for each kernel under launch blocking (``blocking_s``)
+        is borrowed alike, from the fits that measured it (``blocking_runs``; moved by the speed ratio to another
+        protocol's host), the published default where none did.
         """
         if (gpu, protocol) in self.fitted:
             return self.fitted[(gpu, protocol)]
@@ -171,7 +175,7 @@ class ConstantsTable:
         kin_fits = [(g, c) for g, c in same if kin and same_architecture(g, gpu)]
         values = {**geometric_means([c for _, c in kin_fits], DEVICE_CONSTANTS),
                   **geometric_means([c for _, c in same], HOST_CONSTANTS),
-                  **geometric_means([c for _, c in same if c.sync_runs], ("sync_s",))}
+                  **geometric_means([c for _, c in same if c.blocking_runs], ("blocking_s",))}
         source = f"host constants of {protocol} on {', '.join(g for g, _ in same)}; device constants " + (
             f"of {', '.join(g for g, _ in kin_fits)} (same architecture)" if kin_fits else "published defaults")
         return replace(DEFAULT, **values, source=source)
@@ -181,8 +185,8 @@ class ConstantsTable:
         return not any(p == protocol and same_architecture(g, gpu) for g, p in self.fitted)
 
     def _other_protocols(self, protocol: str, host_score: float = float("nan")) -> StepConstants:
-        """A protocol without fits: the launch cost of every fitted pair, each moved from its
-        hosts to a host of ``host_score`` (:meth:`get`), the rest default."""
+        """A protocol without fits: the launch cost of every fitted pair and the launch-blocking wait of those that
+        measured it, each moved from its hosts to a host of ``host_score`` (:meth:`get`), the rest default."""
         every = sorted(self.fitted.items())
         if not every:
             return DEFAULT
@@ -190,13 +194,14 @@ class ConstantsTable:
         launch = geometric_mean(c.reference_launch_s() for _, c in every) / target
         pairs = ", ".join(f"{g} ({p})" for (g, p), _ in every)
         where = f"a host of single-core score {target:.2f}" if np.isfinite(host_score) else "the reference host"
-        synced = [(k, c) for k, c in every if c.sync_runs]
-        sync = geometric_mean(c.reference_sync_s() for _, c in synced) / target if synced else DEFAULT.sync_s
-        measured = (f" and the launch-blocking sync of {', '.join(f'{g} ({p})' for (g, p), _ in synced)}"
-                    if synced else "")
-        return replace(DEFAULT, launch_s=launch, sync_s=sync, source=f"launch cost of {pairs}{measured}, moved to "
-                                                                     f"{where}; no fit of {protocol}: other constants "
-                                                                     "published defaults")
+        blocked = [(k, c) for k, c in every if c.blocking_runs]
+        blocking = (geometric_mean(c.reference_blocking_s() for _, c in blocked) / target if blocked
+                    else DEFAULT.blocking_s)
+        measured = (f" and the launch-blocking wait of {', '.join(f'{g} ({p})' for (g, p), _ in blocked)}"
+                    if blocked else "")
+        source = (f"launch cost of {pairs}{measured}, moved to {where}; no fit of {protocol}: other constants "
+                  "published defaults")
+        return replace(DEFAULT, launch_s=launch, blocking_s=blocking, source=source)
 
     def as_records(self) -> list[dict[str, Any]]:
         """One plain record per fitted pair, for the predictor's card."""

@@ -6,11 +6,11 @@ recorded it, plus a weak pull of each constant's logarithm towards its published
 ``PRIOR_WEIGHT``), so a handful of runs cannot drive a constant to a bound it does not inform. The callers
 (:mod:`gpupred.step.rowphysics`) pass training rows only.
 
-Runs under ``CUDA_LAUNCH_BLOCKING=1`` (``sync="kernel"``) pay ``sync_s`` once per kernel, and nothing else tells it
-apart from the launch cost; where a key also has runs of another protocol (the catalog's launch-blocking twins of
-runs it measured with a sync per step), the seven constants are fitted on those others alone and ``sync_s`` then on
-the launch-blocking runs, the seven held (:func:`fit_sync`). A key with too few of either keeps the joint fit of the
-seven over all its runs and the default ``sync_s``.
+Runs under ``CUDA_LAUNCH_BLOCKING=1`` (``sync="kernel"``) pay ``blocking_s`` once per kernel, and nothing else tells
+it apart from the launch cost; where a key also has runs of another protocol (the catalog's launch-blocking twins of
+runs it measured with a sync per step), the seven constants are fitted on those others alone and ``blocking_s`` then
+on the launch-blocking runs, the seven held (:func:`fit_blocking`). A key with too few of either keeps the joint fit
+of the seven over all its runs and the default ``blocking_s``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from gpupred.step.physics.timeline import LoaderTimes
 PRIOR_WEIGHT = 0.05  # per constant, in log units: a 1 % pull of a 2x departure against ~400 run residuals
 MAX_FIT_ROWS = 250  # runs per (GPU kind, protocol) the fit reads (a deterministic sample of larger groups)
 MIN_FIT_ROWS = 8  # fewer labelled runs than this: the defaults stay
-MIN_SYNC_ROWS = 8  # labelled launch-blocking runs (beside MIN_FIT_ROWS of other protocols) that sync_s is fitted on
-SYNC_BOUNDS = (1e-6, 200e-6)  # s: a host's wait for a finished kernel, from a spin-poll to a slow interrupt
+MIN_BLOCKING_ROWS = 8  # labelled launch-blocking runs (beside MIN_FIT_ROWS of others) blocking_s is fitted on
+BLOCKING_BOUNDS = (1e-6, 200e-6)  # s: a host's wait for a finished kernel, from a spin-poll to a slow interrupt
 
 
 @dataclass
@@ -159,10 +159,11 @@ def labelled_rows(rows: FitRows) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_constants(rows: FitRows, base: StepConstants = DEFAULT, source: str = "fitted", seed: int = 0) -> StepConstants:
     """Constants fitted to ``rows`` (one GPU kind and protocol); the defaults when too few runs are labelled. With
-    enough launch-blocking runs beside enough others, the seven on the others and ``sync_s`` on them (module notes)."""
+    enough launch-blocking runs beside enough others, the seven on the others and ``blocking_s`` on them (module
+    notes)."""
     others, blocking = labelled_rows(rows)
-    if len(blocking) >= MIN_SYNC_ROWS and len(others) >= MIN_FIT_ROWS:
-        return fit_sync(rows, blocking, _fit_seven(rows, others, base, source, seed))
+    if len(blocking) >= MIN_BLOCKING_ROWS and len(others) >= MIN_FIT_ROWS:
+        return fit_blocking(rows, blocking, _fit_seven(rows, others, base, source, seed))
     return _fit_seven(rows, np.sort(np.concatenate([others, blocking])), base, source, seed)
 
 
@@ -182,20 +183,20 @@ def _fit_seven(rows: FitRows, labelled: np.ndarray, base: StepConstants, source:
     return base.with_fitted(dict(zip(FITTED, np.exp(fit.x))), source)
 
 
-def fit_sync(rows: FitRows, blocking: np.ndarray, c: StepConstants) -> StepConstants:
-    """``c`` with ``sync_s`` fitted on the launch-blocking runs ``blocking`` (the same robust loss and pull to the
+def fit_blocking(rows: FitRows, blocking: np.ndarray, c: StepConstants) -> StepConstants:
+    """``c`` with ``blocking_s`` fitted on the launch-blocking runs ``blocking`` (the same robust loss and pull to the
     default as the seven), the others held."""
     from scipy.optimize import least_squares
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        errors = _log_errors(rows, replace(c, sync_s=float(np.exp(theta[0]))), blocking)
-        return np.append(errors, PRIOR_WEIGHT * (theta[0] - np.log(DEFAULT.sync_s)))
+        errors = _log_errors(rows, replace(c, blocking_s=float(np.exp(theta[0]))), blocking)
+        return np.append(errors, PRIOR_WEIGHT * (theta[0] - np.log(DEFAULT.blocking_s)))
 
-    lo, hi = np.log(SYNC_BOUNDS)
-    fit = least_squares(residuals, [np.log(DEFAULT.sync_s)], bounds=([lo], [hi]), loss="soft_l1", f_scale=0.3,
+    lo, hi = np.log(BLOCKING_BOUNDS)
+    fit = least_squares(residuals, [np.log(DEFAULT.blocking_s)], bounds=([lo], [hi]), loss="soft_l1", f_scale=0.3,
                         diff_step=0.02, max_nfev=40)
-    return replace(c, sync_s=float(np.exp(fit.x[0])), sync_runs=len(blocking),
-                   source=f"{c.source}; sync_s on {len(blocking)} launch-blocking runs")
+    return replace(c, blocking_s=float(np.exp(fit.x[0])), blocking_runs=len(blocking),
+                   source=f"{c.source}; blocking_s on {len(blocking)} launch-blocking runs")
 
 
 def fit_table(rows: FitRows, keys: Sequence[tuple[str, str]], seed: int = 0) -> ConstantsTable:

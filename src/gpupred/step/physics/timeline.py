@@ -16,7 +16,8 @@ dataset's ``sync``):
 
 - ``step``: the loop reads the loss each step: the host waits for the GPU, then pays a synchronization latency;
 - ``window``: one synchronization per window: the host runs ahead, so a step takes ``max(host, GPU)``;
-- ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``: every launch waits for its kernel (Lucid's protocol).
+- ``kernel``: ``CUDA_LAUNCH_BLOCKING=1``: every launch waits for its kernel, ``blocking_s`` beyond it (Lucid's
+  protocol).
 
 A batch copied from host memory (``host_batches``) blocks the host for ``input bytes / host_copy_gbs`` with
 the GPU idle. A host input pipeline (:class:`LoaderTimes`, resolved from a host profile by
@@ -221,7 +222,7 @@ def _timeline(kl: KernelList, g: np.ndarray, launch: np.ndarray, c: StepConstant
     pre = c.step_overhead_s * kl.cycles + c.param_host_s * kl.param_tensors
     pre += kl.input_bytes / (c.host_copy_gbs * 1e9) if host_batches else 0.0
     if sync == "kernel":
-        host = pre + float(launch.sum()) + c.sync_s * len(kl)
+        host = pre + float(launch.sum()) + c.blocking_s * len(kl)
         step = host + busy
     else:
         end, host_end = _queue(g, pre + np.cumsum(launch), kl.sync_after, c.sync_s)
