@@ -123,7 +123,7 @@ if "memory_mib" in physics_targets and df["memory_mib"].notna().sum() >= 10:
 phys_table = comparison_table(phys_results)
 fitted_table = step_physics.fitted_constants(pdata, np.arange(len(df)), seed) if pdata is not None else None
 constants = (pd.DataFrame(fitted_table.as_records())
-             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *FITTED, "sync_s", "sync_runs"])
+             if pdata is not None else pd.DataFrame(columns=["gpu", "protocol", *FITTED, "blocking_s", "blocking_runs"])
              ).set_index(["gpu", "protocol"])
 own_gpus = sorted(dataset.own_rows(df)["gpu"].unique())  # the kinds this project measured
 own = phys_table[np.logical_or.reduce([tested_on(phys_table, g) for g in own_gpus])] if own_gpus else phys_table[:0]
@@ -132,14 +132,14 @@ own = phys_table[np.logical_or.reduce([tested_on(phys_table, g) for g in own_gpu
 
 # %% [markdown]
 # The step model's constants fitted on every row (what the predictor uses; the figures above refit them
-# on each split's training rows). Times in seconds. `sync_s`, the host's wait for each kernel under
+# on each split's training rows). Times in seconds. `blocking_s`, the host's wait for each kernel under
 # `CUDA_LAUNCH_BLOCKING=1`, is fitted only where a GPU kind has launch-blocking runs beside runs of another protocol
-# (`sync_runs` of them: the catalog's launch-blocking twins), the seven then on the others alone; a kind without them
+# (`blocking_runs` of them: the catalog's launch-blocking twins), the seven then on the others alone; a kind without them
 # keeps the default, and Lucid's runs, all launch-blocking, borrow the measured wait moved to their host by the speed
 # ratio, as they borrow the launch cost (`gpupred.step.physics.fit`).
 
 # %%
-constants[[*FITTED, "sync_s", "sync_runs"]]
+constants[[*FITTED, "blocking_s", "blocking_runs"]]
 
 # %%
 for gpu in own_gpus if len(own) else []:
@@ -240,6 +240,22 @@ if len(rw):
     reports.save_figure(fig, "03-realworld-step-time")
     plt.show()
     reports.write_metrics(ESTIMATOR_METRICS, realworld_metrics(rw, rw_gpu))
+
+# %% [markdown]
+# ### Measured fine-tunes: step time
+# The fine-tune runs this project measured on a lent GPU (the measurement campaign's stage 3, `plans/finetune.txt`:
+# full, LoRA and QLoRA fine-tunes of a 1.1B LLaMA and two GPT-2s; notebook 05 compares their memory), against the
+# step model with the constants fitted above, physics alone as for the corpus: step time and utilization. No
+# training row is one of them: the dataset leaves every run with setup options out.
+
+# %%
+from gpupred.predictor.realworld_report import finetune_runs, finetune_step_metrics, finetune_steps
+
+ft_steps = finetune_steps(fitted_table or ConstantsTable({}), finetune_runs())
+if len(ft_steps):
+    reports.write_metrics(ESTIMATOR_METRICS, finetune_step_metrics(ft_steps))
+(ft_steps.drop(columns=["group_id"]).round(3) if len(ft_steps)
+ else "no fine-tune run measured yet: the measurement campaign's stage 3 (plans/finetune.txt) records them")
 
 # %% [markdown]
 # ## Jobs as they really run: their input pipeline

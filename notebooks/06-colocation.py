@@ -88,7 +88,8 @@ if len(table):
     from gpupred.learn.oof import read_oof_predictions
 
     dataset = load_dataset()  # every row, as notebook 03 predicted them; MissingInput until the dataset is built
-    features = predicted_features(dataset, read_oof_predictions(dataset))  # refuses stale predictions
+    oof = read_oof_predictions(dataset)  # refuses stale predictions
+    features = predicted_features(dataset, oof)
 for note in notes:
     print("note:", note)
 
@@ -148,6 +149,27 @@ priors = {s.name: s.prior for s in slices}
 write_metrics(COLOCATION_METRICS, {k: v for r in results for k, v in study.slice_metrics(r).items()})
 flags = pd.concat([r.flags.assign(slice=r.name) for r in results], ignore_index=True)
 flags[flags["flagged"]].round(3)
+
+# %% [markdown]
+# ### Lucid's pairs from a predictor never trained on Lucid
+# The out-of-fold utilization above comes from notebook 03's grouped folds over every source: a Lucid job is predicted
+# by estimators that trained on Lucid's other jobs. The input-pipeline issue's goal asks it of the default,
+# licence-clean predictor: the step estimator fitted on this project's runs alone, each Lucid job predicted with its
+# documented input pipeline under Lucid's launch-blocking protocol (`gpupred.step.evaluate.source_heldout`, as
+# notebook 03-physics-first's held-out section). Summed predicted utilization with those answers, scored as above,
+# is `sum_util_heldout`.
+
+# %%
+lucid_heldout: dict[str, float] = {}
+if features is not None and (dataset["source"] == "lucid").any():
+    from gpupred.colocation.members import with_utilization
+    from gpupred.step.evaluate import source_heldout
+
+    held_features = predicted_features(dataset, with_utilization(oof, source_heldout(dataset, "lucid", seed=seed)))
+    for s in study.lucid_slices(table, solo, held_features):
+        lucid_heldout.update(study.heldout_metrics(study.run_slice(s, n_folds=n_folds, seed=seed, ks=[0])))
+    write_metrics(COLOCATION_METRICS, lucid_heldout)
+pd.Series(lucid_heldout, dtype=float).round(3) if lucid_heldout else "no Lucid pairs with graphs here"
 
 # %% [markdown]
 # ## What a predictor serves

@@ -131,7 +131,7 @@ def feature_columns(df: pd.DataFrame) -> list[str]:
     return graph + [c for c in tail if c in df.columns]
 
 
-def _window_labels(row: pd.Series, samples: pd.DataFrame) -> tuple[dict[str, float], str]:
+def window_labels(row: pd.Series, samples: pd.DataFrame) -> tuple[dict[str, float], str]:
     """Labels of one solo run from its samples; returns (labels, exclusion reason or '')."""
     from gpupred.profile.labels import memory_label
 
@@ -216,7 +216,7 @@ def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataF
     for sweep_dir, group in keep.groupby("sweep_dir", sort=True):
         samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
         for _, run in group.iterrows():
-            labels, reason = _window_labels(run, samples)
+            labels, reason = window_labels(run, samples)
             if reason:
                 exclude(run.to_frame().T, reason)
                 continue

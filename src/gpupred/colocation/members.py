@@ -56,6 +56,19 @@ def predicted_features(dataset: pd.DataFrame, oof: pd.DataFrame) -> pd.DataFrame
     return with_busy(out)
 
 
+def with_utilization(oof: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame:
+    """``oof`` with the utilization of the runs ``heldout`` answers (its ``run_id``, ``pred_gpu_util`` and bounds:
+    :func:`gpupred.step.evaluate.heldout_rows`' frame, a predictor that never trained on them) in place of the
+    out-of-fold ones; the other runs and columns as they were."""
+    out = oof.copy()
+    held = heldout.set_index("run_id")
+    rows = out["run_id"].isin(held.index).to_numpy()
+    for column in ("gpu_util", "gpu_util_low", "gpu_util_high"):
+        if column in out.columns:
+            out.loc[rows, column] = out.loc[rows, "run_id"].map(held[f"pred_{column}"]).to_numpy(float)
+    return out
+
+
 def measured_features(solo: pd.DataFrame) -> pd.DataFrame:
     """Per (job_key, gpu_name): the measured solo features (colocation.pairtable.SOLO_COLUMNS) and ``busy_util``."""
     cols = [c for c in MEASURED_COLUMNS if c in solo.columns]

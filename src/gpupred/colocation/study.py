@@ -268,3 +268,13 @@ def slice_metrics(result: SliceResult) -> dict[str, float]:
     out[f"slowdown_rows_{result.name}"] = int(result.scores.loc[result.scores["rows_kept"] == "all", "rows"].max())
     out[f"slowdown_flagged_jobs_{result.name}"] = int(result.flags["flagged"].sum())
     return out
+
+
+def heldout_metrics(result: SliceResult, predictor: str = "sum_util_pred",
+                    name: str = "sum_util_heldout") -> dict[str, float]:
+    """``predictor``'s figures of :func:`slice_metrics` (all rows) renamed ``name``: a slice scored again with its
+    members' utilization from a predictor that never trained on them (:func:`gpupred.colocation.members.
+    with_utilization`), reported beside the out-of-fold ones."""
+    suffix = f"_{result.name}_{predictor}"
+    return {k[: -len(suffix)] + f"_{result.name}_{name}": v for k, v in slice_metrics(result).items()
+            if k.endswith(suffix)}

@@ -219,18 +219,23 @@ MEASURED_FIGURES: dict[str, str] = {"torch_allocated_peak": "torch_peak_allocate
 def finetune_runs(raw_root: Path | None = None) -> pd.DataFrame:
     """This project's measured fine-tune runs: solo run rows under ``raw_root`` (data/raw) trained under setup
     options (the campaign's stage 3, ``setup`` not empty), with their NVML memory label (``memory_mib``, the dataset's
-    label rule: :func:`gpupred.profile.labels.memory_label`); none where no such sweep was measured yet."""
+    label rule: :func:`gpupred.profile.labels.memory_label`) and their window's mean utilization (``gpu_util``, as
+    the dataset labels a run: :func:`gpupred.dataset.window_labels`; NaN without samples); none where no such sweep
+    was measured yet."""
     from gpupred import config
+    from gpupred.dataset import window_labels
     from gpupred.profile.labels import memory_label
     from gpupred.profile.schema import read_runs, read_samples, run_setups
 
     runs = read_runs(Path(raw_root) if raw_root is not None else config.RAW)
     runs = runs[(run_setups(runs) != "") & ~runs["simulated"].astype(bool) & (runs["group_size"] == 1)].copy()
-    labels = []
+    memory, util = {}, {}
     for sweep_dir, group in runs.groupby("sweep_dir", sort=True):
         samples = read_samples(Path(sweep_dir), sorted(set(group["group_id"])))
-        labels += [(i, memory_label(run, samples)[0]) for i, run in group.iterrows()]
-    runs["memory_mib"] = pd.Series(dict(labels), dtype=float)
+        for i, run in group.iterrows():
+            memory[i] = memory_label(run, samples)[0]
+            util[i] = window_labels(run, samples)[0].get("gpu_util", np.nan)
+    runs["memory_mib"], runs["gpu_util"] = pd.Series(memory, dtype=float), pd.Series(util, dtype=float)
     return runs.reset_index(drop=True)
 
 
@@ -276,9 +281,62 @@ def finetune_measured_metrics(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def finetune_steps(table: Any, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each measured fine-tune run (:func:`finetune_runs`) beside the step model's step time and utilization of it
+    under the constants ``table`` (a :class:`gpupred.step.physics.constants.ConstantsTable`: its GPU kind's fit under
+    this project's protocol, physics alone as the rest of the real-world section), with the step time's log error
+    and the utilization's error in points; a run whose graph the store lacks is kept with its reason."""
+    from gpupred.graph.export import stored_graph
+    from gpupred.hardware import gpu_spec
+    from gpupred.predictor.core import PROTOCOL
+    from gpupred.predictor.jobgraph import job_graph
+    from gpupred.setups import setup_from_json
+    from gpupred.step.physics.timeline import simulate
+    from gpupred.workloads.spec import WorkloadSpec
+
+    rows = []
+    for run in runs.to_dict("records"):
+        spec, setup = WorkloadSpec.from_id(run["workload_id"]), setup_from_json(run["setup"])
+        gpu = gpu_spec(run["gpu_name"])
+        row = {"group_id": run["group_id"], "gpu": gpu.name, "model": spec.arch, "seq_len": spec.input_size,
+               "batch": spec.batch_size, "recipe": setup.recipe, "status": run["status"], "note": "",
+               "step_measured_s": float(run["iter_time_mean_s"]), "util_measured": float(run.get("gpu_util", np.nan))}
+        graph = stored_graph(spec)
+        if graph is None:
+            rows.append({**row, "note": f"no stored graph of {spec.arch_key}: `gpupred export --store` adds it"})
+            continue
+        job = job_graph(str(graph), spec.id, spec.batch_size, setup)
+        est = simulate(job.kernels, gpu, job.setup.precision, table.get(gpu.name, PROTOCOL), str(run["sync"]))
+        rows.append({**row, "step_predicted_s": est.step_s, "util_predicted": est.util,
+                     "step_log_error": float(np.log(est.step_s / row["step_measured_s"])),
+                     "util_error_points": est.util - row["util_measured"]})
+    return pd.DataFrame(rows)
+
+
+def finetune_step_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """Notebook 03's figures of the measured fine-tunes' step times: runs compared, the median and 90th percentile of
+    the step time's absolute relative error, per recipe its median, and the utilization's median absolute error in
+    points, over the ok runs."""
+    ok = table[(table["status"] == "ok") & table["step_log_error"].notna()] if "step_log_error" in table else table[:0]
+    err = np.abs(np.expm1(ok["step_log_error"].to_numpy(float))) if len(ok) else np.array([])
+    out: dict[str, float] = {"realworld_finetune_runs": float(len(ok))}
+    if not len(err):
+        return out
+    out["realworld_finetune_step_median_error"] = float(np.median(err))
+    out["realworld_finetune_step_p90_error"] = float(np.quantile(err, 0.9))
+    out["realworld_finetune_util_mae_points"] = float(np.median(np.abs(ok["util_error_points"].to_numpy(float))))
+    for recipe, part in ok.groupby("recipe"):
+        part_err = np.abs(np.expm1(part["step_log_error"].to_numpy(float)))
+        out[f"realworld_finetune_step_{recipe}_median_error"] = float(np.median(part_err))
+    return out
+
+
 # What notebook 03 writes of the real-world section (gpupred.contracts assembles its contract).
 REALWORLD_METRIC_KEYS: tuple[tuple[str, str], ...] = (
     (r"realworld_(gpu|models|params_exact_share|flops_within_2pct_share|llm)",
      "the real-world section (gpupred.predictor.realworld_report): corpus graphs against torch's counts, the decoders' "
      "predictions"),
+    (r"realworld_finetune_(runs|step_\w+|util_\w+)",
+     "the measured fine-tunes' step time and utilization against the step model (gpupred.predictor.realworld_report."
+     "finetune_steps)"),
 )
