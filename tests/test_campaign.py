@@ -350,3 +350,26 @@ def test_stage_3_runs_the_repositorys_fine_tune_units_in_a_dry_run(tmp_path: Pat
     assert all(s is not None and s.precision == "bf16" and s.attention == "sdpa" for s in setups)
     recipes = {s.recipe for s in setups}
     assert recipes == {"full", "lora", "qlora"}
+
+
+def test_a_sweep_folders_own_record_times_its_units_and_lends_it_to_another_gpu_kind(tmp_path: Path) -> None:
+    """FIXTURE manifests: the H100's fine-tune folder ran 2 units in 80 s, its catalog folder 10 in 150 s. Its
+    fine-tune units are planned at 40 s each, not at the GPU's pooled 19.2 s; an H200 without a fine-tune folder of
+    its own borrows the 40 s; a folder without a record takes the pooled figure."""
+    from gpupred.campaign.planner import estimates
+
+    layout = _tree(tmp_path)
+    for sweep, seconds, units in (("2026-12-finetune", 80, 2), ("2026-11-catalog", 150, 10)):
+        folder = layout.raw / "h100" / sweep
+        folder.mkdir(parents=True)
+        ended = f"2026-11-29T10:0{seconds // 60}:{seconds % 60:02d}+00:00"
+        session = {"started": "2026-11-29T10:00:00+00:00", "ended": ended, "units_run": units}
+        (folder / "manifest.json").write_text(json.dumps({"sessions": [session], "note": "FIXTURE"}))
+    est = estimates("h100", layout)
+    finetune = stages.Part("sweep", "plans/finetune.txt", layout.raw / "h100" / "2026-12-finetune")
+    assert est.sweep_s == pytest.approx(230 / 12)
+    assert est.unit_s(finetune) == pytest.approx(40.0)
+    assert est.unit_s(stages.Part("sweep", "plans/x.txt", layout.raw / "h100" / "2026-12-pipelines")) == est.sweep_s
+    other = estimates("h200", layout)
+    assert other.unit_s(stages.Part("sweep", "plans/finetune.txt", layout.raw / "h200" / "2026-12-finetune")) == 40.0
+    assert other.unit_s(stages.Part("traces", "plans/traces.txt", layout.raw / "h200" / "t")) == other.trace_s

@@ -4,7 +4,7 @@ and the units of one call (:func:`plan_next`: those that fit the time budget, in
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupred.campaign.stages import STAGES, Layout, Part, StageQueue, StageSkipped, Work, calibrated_kinds
@@ -20,7 +20,10 @@ BENCH_S = 40.0  # `gpupred loader bench` (25 s of timing): 32 s on the reference
 class Estimates:
     """Seconds per unit: a sweep unit (recorded per-unit walls, or the harness's hard timeout), a calibration, a
     trace; and what a sweep session reserves before its first unit (the harness's hard timeout, as the sweep does).
-    A co-located group counts as one unit of ``sweep_s`` (its members run side by side; no group is recorded yet)."""
+    A co-located group counts as one unit of ``sweep_s`` (its members run side by side; no group is recorded yet).
+    ``folder_s``: per sweep folder, the seconds per unit its own recorded sessions took (else the most that a folder
+    of the same sweep id took on another GPU kind), which its units take in place of ``sweep_s`` (a 1.1B fine-tune is
+    not a catalog unit: 36.8 s against 14.6 s on the first lent H200)."""
 
     sweep_s: float
     basis: str  # where sweep_s comes from
@@ -29,24 +32,58 @@ class Estimates:
     start_s: float = START_S
     reserve_s: float = 0.0
     bench_s: float = BENCH_S
+    folder_s: dict[str, float] = field(default_factory=dict, hash=False)
 
     def first(self, part: Part) -> float:
         """Seconds a part costs once, before its first unit, in each call (a child's start)."""
         return self.start_s if part.kind in ("calibrate", "traces", "loader-bench") else 0.0
 
+    def unit_s(self, part: Part) -> float:
+        """Seconds one unit of ``part`` is estimated to take (a sweep's: its folder's own record, else ``sweep_s``)."""
+        if part.kind == "sweep":
+            return self.folder_s.get(str(part.folder), self.sweep_s)
+        return {"calibrate": self.calibrate_s, "traces": self.trace_s, "loader-bench": self.bench_s}[part.kind]
+
+
+def recorded_sessions(raw_gpu: Path) -> dict[str, list[dict[str, object]]]:
+    """Per sweep folder under ``raw_gpu`` (its path), the sessions its newest manifest records (folders without one,
+    or whose manifest does not load, left out)."""
+    from gpupred.profile.store import read_manifest
+
+    out: dict[str, list[dict[str, object]]] = {}
+    for folder in sorted(p for p in Path(raw_gpu).glob("*") if p.is_dir()) if Path(raw_gpu).is_dir() else []:
+        try:
+            sessions = (read_manifest(folder) or {}).get("sessions", [])
+        except GpupredError:
+            continue
+        if sessions:
+            out[str(folder)] = sessions
+    return out
+
 
 def recorded_unit_s(raw_gpu: Path) -> float:
     """Session wall time over units run, in the newest manifest of every sweep folder under ``raw_gpu``; NaN if none."""
     from gpupred.profile.datacard import gpu_seconds_per_unit
-    from gpupred.profile.store import read_manifest
 
-    sessions: list[dict[str, object]] = []
-    for folder in sorted(p for p in Path(raw_gpu).glob("*") if p.is_dir()) if Path(raw_gpu).is_dir() else []:
-        try:
-            sessions += (read_manifest(folder) or {}).get("sessions", [])
-        except GpupredError:
-            continue
-    return gpu_seconds_per_unit({"sessions": sessions})
+    return gpu_seconds_per_unit({"sessions": [s for v in recorded_sessions(raw_gpu).values() for s in v]})
+
+
+def folder_unit_s(raw: Path, gpu: str) -> dict[str, float]:
+    """Per sweep folder of ``gpu`` (``raw/<gpu>/<sweep id>``), its seconds per unit: its own sessions' where they ran
+    units, else the most that the same sweep id's folder took on another GPU kind under ``raw``."""
+    from gpupred.profile.datacard import gpu_seconds_per_unit
+
+    own, others = {}, {}
+    for kind in sorted(p.name for p in Path(raw).glob("*") if p.is_dir()) if Path(raw).is_dir() else []:
+        for folder, sessions in recorded_sessions(Path(raw) / kind).items():
+            seconds = gpu_seconds_per_unit({"sessions": sessions})
+            if seconds == seconds:
+                name = Path(folder).name
+                if kind == gpu:
+                    own[name] = seconds
+                else:
+                    others[name] = max(seconds, others.get(name, 0.0))
+    return {str(Path(raw) / gpu / name): s for name, s in {**others, **own}.items()}
 
 
 def estimates(gpu: str, layout: Layout) -> Estimates:
@@ -67,7 +104,8 @@ def estimates(gpu: str, layout: Layout) -> Estimates:
             walls.append(float(json.loads(path.read_text())["wall_s"]))
         except (ValueError, KeyError, TypeError):
             continue
-    return Estimates(float(per_unit), basis, max(walls) if walls else CALIBRATE_S, reserve_s=hard)
+    return Estimates(float(per_unit), basis, max(walls) if walls else CALIBRATE_S, reserve_s=hard,
+                     folder_s=folder_unit_s(layout.raw, gpu))
 
 
 def part_units(part: Part, gpu: str, layout: Layout) -> list[tuple[str, bool]]:
@@ -89,10 +127,6 @@ def part_units(part: Part, gpu: str, layout: Layout) -> list[tuple[str, bool]]:
     return [(u.group_id, u.group_id in done) for u in units]
 
 
-def _unit_s(part: Part, est: Estimates) -> float:
-    return {"calibrate": est.calibrate_s, "traces": est.trace_s, "loader-bench": est.bench_s}.get(part.kind, est.sweep_s)
-
-
 def build_queue(gpu: str, layout: Layout, est: Estimates) -> list[StageQueue]:
     """Every stage, in priority order: skipped with its reason, or its units left (in plan order) and done."""
     queue = []
@@ -105,7 +139,7 @@ def build_queue(gpu: str, layout: Layout, est: Estimates) -> list[StageQueue]:
                     if done:
                         stage.done += 1
                     else:
-                        stage.todo.append(Work(number, part, key, index, _unit_s(part, est)))
+                        stage.todo.append(Work(number, part, key, index, est.unit_s(part)))
         except StageSkipped as why:
             stage.skipped = str(why)
         except GpupredError as err:  # a plan that no longer loads: say so and go on with the others
