@@ -239,27 +239,37 @@ def finetune_runs(raw_root: Path | None = None) -> pd.DataFrame:
     return runs.reset_index(drop=True)
 
 
-def finetune_measured(estimator: Any, runs: pd.DataFrame) -> pd.DataFrame:
-    """Each measured fine-tune run (:func:`finetune_runs`) beside the memory estimator's prediction of it, in the
-    three figures users read (:func:`gpupred.predictor.answer.as_reported`: torch's allocated and reserved peaks,
-    NVML's device memory), with the log error of each; a run whose graph the store lacks is kept with its reason."""
+def finetune_job(run: dict[str, Any], gpu: str) -> tuple[dict[str, Any], Any]:
+    """A measured fine-tune run's columns (its group, ``gpu`` as the caller labels it, model, sequence, batch, recipe,
+    status, and an empty note) and its job graph from the store: None, the note saying why, where the store lacks
+    the graph. What :func:`finetune_measured` and :func:`finetune_steps` compare."""
     from gpupred.graph.export import stored_graph
-    from gpupred.predictor.answer import memory_parts
     from gpupred.predictor.jobgraph import job_graph
     from gpupred.setups import setup_from_json
     from gpupred.workloads.spec import WorkloadSpec
 
+    spec, setup = WorkloadSpec.from_id(run["workload_id"]), setup_from_json(run["setup"])
+    row = {"group_id": run["group_id"], "gpu": gpu, "model": spec.arch, "seq_len": spec.input_size,
+           "batch": spec.batch_size, "recipe": setup.recipe, "status": run["status"], "note": ""}
+    graph = stored_graph(spec)
+    if graph is None:
+        return {**row, "note": f"no stored graph of {spec.arch_key}: `gpupred export --store` adds it"}, None
+    return row, job_graph(str(graph), spec.id, spec.batch_size, setup)
+
+
+def finetune_measured(estimator: Any, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each measured fine-tune run (:func:`finetune_runs`) beside the memory estimator's prediction of it, in the
+    three figures users read (:func:`gpupred.predictor.answer.as_reported`: torch's allocated and reserved peaks,
+    NVML's device memory), with the log error of each; a run whose graph the store lacks is kept with its reason."""
+    from gpupred.predictor.answer import memory_parts
+
     rows = []
     for run in runs.to_dict("records"):
-        spec, setup = WorkloadSpec.from_id(run["workload_id"]), setup_from_json(run["setup"])
-        row = {"group_id": run["group_id"], "gpu": run["gpu_name"], "model": spec.arch, "seq_len": spec.input_size,
-               "batch": spec.batch_size, "recipe": setup.recipe,
-               "status": run["status"], "note": ""}
-        graph = stored_graph(spec)
-        if graph is None:
-            rows.append({**row, "note": f"no stored graph of {spec.arch_key}: `gpupred export --store` adds it"})
+        row, job = finetune_job(run, run["gpu_name"])
+        if job is None:
+            rows.append(row)
             continue
-        predicted = memory_parts(estimator, job_graph(str(graph), spec.id, spec.batch_size, setup), run["gpu_name"])
+        predicted = memory_parts(estimator, job, run["gpu_name"])
         for figure, column in MEASURED_FIGURES.items():
             measured, guess = float(run.get(column, np.nan)), float(predicted["as_reported"][figure])
             row.update({f"{figure}_measured_mib": measured, f"{figure}_predicted_mib": guess,
@@ -286,26 +296,18 @@ def finetune_steps(table: Any, runs: pd.DataFrame) -> pd.DataFrame:
     under the constants ``table`` (a :class:`gpupred.step.physics.constants.ConstantsTable`: its GPU kind's fit under
     this project's protocol, physics alone as the rest of the real-world section), with the step time's log error
     and the utilization's error in points; a run whose graph the store lacks is kept with its reason."""
-    from gpupred.graph.export import stored_graph
     from gpupred.hardware import gpu_spec
     from gpupred.predictor.core import PROTOCOL
-    from gpupred.predictor.jobgraph import job_graph
-    from gpupred.setups import setup_from_json
     from gpupred.step.physics.timeline import simulate
-    from gpupred.workloads.spec import WorkloadSpec
 
     rows = []
     for run in runs.to_dict("records"):
-        spec, setup = WorkloadSpec.from_id(run["workload_id"]), setup_from_json(run["setup"])
         gpu = gpu_spec(run["gpu_name"])
-        row = {"group_id": run["group_id"], "gpu": gpu.name, "model": spec.arch, "seq_len": spec.input_size,
-               "batch": spec.batch_size, "recipe": setup.recipe, "status": run["status"], "note": "",
-               "step_measured_s": float(run["iter_time_mean_s"]), "util_measured": float(run.get("gpu_util", np.nan))}
-        graph = stored_graph(spec)
-        if graph is None:
-            rows.append({**row, "note": f"no stored graph of {spec.arch_key}: `gpupred export --store` adds it"})
+        row, job = finetune_job(run, gpu.name)
+        row.update(step_measured_s=float(run["iter_time_mean_s"]), util_measured=float(run.get("gpu_util", np.nan)))
+        if job is None:
+            rows.append(row)
             continue
-        job = job_graph(str(graph), spec.id, spec.batch_size, setup)
         est = simulate(job.kernels, gpu, job.setup.precision, table.get(gpu.name, PROTOCOL), str(run["sync"]))
         rows.append({**row, "step_predicted_s": est.step_s, "util_predicted": est.util,
                      "step_log_error": float(np.log(est.step_s / row["step_measured_s"])),
