@@ -140,6 +140,33 @@ def test_qlora_quantizes_every_linear_but_the_head_and_tied_weights() -> None:
     assert math.isfinite(_step(llama, setup))
 
 
+def _saved_mlp_dtypes(model: object) -> list[object]:
+    """The dtypes of the tensors autograd saves, in one forward under the setup's autocast, that are as wide as the
+    tiny LLaMA's MLP (intermediate 128): its SwiGLU's activations."""
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    found: list[object] = []
+
+    def pack(t: object) -> object:
+        if tuple(t.shape) == (2, 16, 128):
+            found.append(t.dtype)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids).logits.float().mean().backward()
+    return found
+
+
+def test_qlora_s_4bit_linears_leave_the_mlp_s_saved_activations_in_fp32() -> None:
+    """The premise of the footprint's QLoRA activations (gpupred.finetune's notes, autocast_fp32's ``input_dtype``):
+    bitsandbytes' Linear4bit casts its output back to its input's dtype, the fp32 normalized residual, so SiLU and
+    the product save fp32 tensors where nn.Linear under autocast leaves them bf16."""
+    lora = _saved_mlp_dtypes(prepare(_tiny_llama(), setup_of("bf16", "adamw", lora_rank=4), "cpu"))
+    qlora = _saved_mlp_dtypes(prepare(_tiny_llama(), setup_of("bf16", "adamw", lora_rank=4, qlora=True), "cpu"))
+    assert len(lora) == len(qlora) == 2 * 3  # per layer: SiLU's input, the product's two operands
+    assert set(lora) == {torch.bfloat16} and set(qlora) == {torch.float32}
+
+
 def test_gpt2_s_conv1d_is_quantized_transposed() -> None:
     from bitsandbytes.functional import dequantize_4bit
 

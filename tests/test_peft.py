@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 import sys
 from pathlib import Path
 
@@ -91,6 +92,53 @@ def test_lora_on_an_fp32_input_under_autocast() -> None:
     lora = parameter_terms(cached_graph(model, B)[0].form(True),
                            setup_of("bf16", "adamw", lora_rank=2, lora_targets=("q",)), "qv")
     assert lora["act_delta_bytes"] == -2 * (2 * B * 64) + 2 * B * 64 + 2 * B * 2  # both copies gone; A's; A n
+
+
+def _swiglu() -> onnx.ModelProto:
+    """A FIXTURE: a pre-norm SwiGLU MLP block with a residual and a head, as in a LLaMA layer: the norm's fp32 output
+    feeds gate and up, ``silu(gate) * up`` feeds down, the residual sum feeds the head."""
+    f, width, inter = TensorProto.FLOAT, 64, 128
+    shapes = {"gate.weight": (width, inter), "up.weight": (width, inter), "down.weight": (inter, width),
+              "head.weight": (width, 32)}
+    inits = [helper.make_tensor(n, f, s, np.zeros(s, np.float32).ravel()) for n, s in shapes.items()]
+    inits += [helper.make_tensor(n, f, (width,), np.ones(width, np.float32)) for n in ("g", "b")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "gate.weight"], ["gt"]),
+             helper.make_node("MatMul", ["n", "up.weight"], ["u"]),
+             helper.make_node("Sigmoid", ["gt"], ["s"]), helper.make_node("Mul", ["gt", "s"], ["a"]),
+             helper.make_node("Mul", ["a", "u"], ["m"]), helper.make_node("MatMul", ["m", "down.weight"], ["d"]),
+             helper.make_node("Add", ["x", "d"], ["r"]), helper.make_node("MatMul", ["r", "head.weight"], ["logits"])]
+    graph = helper.make_graph(nodes, "swiglu", [helper.make_tensor_value_info("x", f, ["batch", width])],
+                              [helper.make_tensor_value_info("logits", f, ["batch", 32])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_qlora_s_4bit_linears_write_their_input_s_dtype_under_autocast() -> None:
+    """bitsandbytes' Linear4bit casts its output back to its input's dtype: the norm's fp32 output through 4-bit gate
+    and up projections gives fp32 activations up to the next contraction, and every tensor the MLP's products save
+    is 4 bytes wide instead of 2 (tests/test_finetune_units.py checks this premise on the library itself)."""
+    from gpupred.graph.canonical import autocast_fp32
+    from gpupred.graph.loader import cached_graph
+    from gpupred.memory.physics import graph_terms
+
+    model = _swiglu()
+    cg_ = cached_graph(model, B)[0].form(True)
+    producer = {o: node for node in cg_.nodes for o in node[3]}
+    mlp = {"gt", "u", "a", "m", "d"}  # the canonical form fuses Sigmoid(gt) * gt into one SiLU (Swish) writing a
+    assert not mlp & autocast_fp32(cg_, producer)  # nn.Linear under autocast: 16-bit outputs
+    place = finetune.placement(cg_, setup_of("bf16", "adamw", lora_rank=2, lora_targets=("gate",), qlora=True), "s")
+    assert place.quantized == {"gate.weight", "up.weight", "down.weight"}  # the head stays
+    assert mlp <= autocast_fp32(cg_, producer, place.quantized)
+    # a 4-bit contraction of a 16-bit input stays 16-bit: down alone quantized, m is still bf16
+    assert "d" not in autocast_fp32(cg_, producer, {"down.weight"})
+
+    setup = setup_of("bf16", "adamw")
+    plain, four = graph_terms(model, B, setup), graph_terms(model, B, setup, quantized=place.quantized)
+    # kept: gt (SiLU saves its input), a and u (the product's operands): B x 128 each, now fp32; m and r are saved
+    # as the 16-bit copies their contractions take, and n as its two, either way
+    assert four["fp32_elems"] - plain["fp32_elems"] == 3 * B * 128
+    assert plain["half_elems"] - four["half_elems"] == 3 * B * 128
+    assert four["saved_elems"] == plain["saved_elems"]
 
 
 def test_a_product_by_a_frozen_weight_saves_nothing_of_its_operand() -> None:
@@ -185,8 +233,17 @@ def test_frozen_weights_launch_no_weight_gradient(cg: object) -> None:
     assert lora.param_tensors == 2 and full.param_tensors == 3  # the optimizer steps the adapters only
     q = step_kernels(cg, setup=setup_of("bf16", "adamw", lora_rank=4, lora_targets=("l2",), qlora=True))
     dequant = [nf4_bytes(n) + 2 * n for n in (8192, 16384)]
+    absmax = Counter([5 * 128, 8 * 128, 5 * 256, 8 * 256])  # l1's 128 and l2's 256 blocks of 64: to fp32, + offset
+    lora16 = step_kernels(cg, setup=setup_of("bf16", "adamw", lora_rank=4, lora_targets=("l2",)))
     for phase in (FWD, BWD):
         assert sorted(b for b in q.bytes[q.phase == phase] if b in dequant) == dequant  # one each way per weight
+        extra = Counter(q.bytes[q.phase == phase].tolist()) - Counter(lora16.bytes[lora16.phase == phase].tolist())
+        assert not absmax - extra
+    count = lambda kl, phase: int((kl.phase == phase).sum())  # noqa: E731
+    # forward: 3 dequantization kernels per 4-bit weight in place of autocast's cast of the frozen weight; l1 reads
+    # the fp32 input x, so Linear4bit casts its output back to fp32; peft clones l2's (adapted) output
+    assert count(q, FWD) - count(lora16, FWD) == 2 * (3 - 1) + 1 + 1
+    assert count(q, BWD) - count(lora16, BWD) == 2 * 3 + 1  # dequantized again; l1's cast's gradient
 
 
 def test_bad_lora_setups_are_one_line() -> None:

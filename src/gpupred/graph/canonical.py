@@ -67,6 +67,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -676,12 +677,15 @@ DTYPE_PASS_OPS: frozenset[str] = frozenset({  # views and aliases: their output 
 FLOAT_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
-def autocast_fp32(cg: CanonicalGraph, producer: dict[str, Any]) -> set[str]:
+def autocast_fp32(cg: CanonicalGraph, producer: dict[str, Any], input_dtype: Collection[str] = ()) -> set[str]:
     """The tensors 16-bit autocast (torch's CUDA lists) leaves in fp32: outputs of ``AUTOCAST_FP32_OPS``; of views
     of fp32 tensors (an embedding's lookup of its fp32 weight included); of ``PROMOTING_OPS`` with an fp32 operand,
     where a parameter, constant or graph input of more than one element is fp32 (type promotion; a scalar promotes
     nothing; a bias added to a product is the product's own, addmm's); of other ops with an fp32 activation or graph
-    input (a normalization's fp32 weights leave a 16-bit input 16-bit). ``AUTOCAST_16BIT_OPS`` write 16 bits."""
+    input (a normalization's fp32 weights leave a 16-bit input 16-bit). ``AUTOCAST_16BIT_OPS`` write 16 bits, but a
+    contraction by a weight whose parameter key is in ``input_dtype`` writes its input's dtype: bitsandbytes'
+    ``Linear4bit`` (QLoRA) computes in 16 bits and casts its output back to its input's dtype (``.to(inp_dtype)``),
+    so an fp32 input (LLaMA's normalized residual stream) gives an fp32 output, and every op after it runs in fp32."""
     def wide_leaf(t: str) -> bool:
         shape = cg.shapes.get(t)
         return (producer.get(t) is None or producer[t][0] == "Constant") and bool(shape) and \
@@ -689,6 +693,10 @@ def autocast_fp32(cg: CanonicalGraph, producer: dict[str, Any]) -> set[str]:
 
     fp32: set[str] = set()
     for op, _d, ins, outs, *_ in cg.nodes:
+        if op in AUTOCAST_16BIT_OPS and input_dtype and len(ins) > 1 and cg.params.get(ins[1]) in input_dtype:
+            if ins[0] in fp32 or (ins[0] in cg.graph_inputs and wide_leaf(ins[0])):
+                fp32 |= set(outs)
+            continue
         if op in AUTOCAST_16BIT_OPS or op == "Constant":
             continue
         acts = [i for i in ins if i in producer and producer[i][0] != "Constant"]

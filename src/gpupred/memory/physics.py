@@ -90,6 +90,7 @@ the optimizer's implementation decides the step's temporaries (fused and for-loo
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -161,7 +162,7 @@ SCALAR_SAVE_OPS: frozenset[str] = frozenset({"Mul", "Div"})  # by a one-element 
 
 
 def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None = None,
-                gradients: dict[str, int] | None = None) -> dict[str, float]:
+                gradients: dict[str, int] | None = None, quantized: Collection[str] = ()) -> dict[str, float]:
     """Element counts of a graph's activations in canonical form at a batch size (``FOOTPRINT_COLUMNS``), under a
     training setup's attention and checkpointing options (default: the sweeps').
 
@@ -184,7 +185,9 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     those of them inside the attention cores the setup fuses.
     Under checkpointing the kept tensors are those of :func:`checkpointed`. ``gradients``: the gradient elements
     of each parameter key where not every parameter trains (LoRA: :func:`gpupred.finetune.gradient_elements`), which
-    the backward's walk (:func:`peak_gradients`) allocates; None: every parameter's.
+    the backward's walk (:func:`peak_gradients`) allocates; None: every parameter's. ``quantized``: the parameter
+    keys of QLoRA's 4-bit weights (:attr:`gpupred.finetune.Placement.quantized`), whose contractions write their
+    input's dtype under autocast (:func:`autocast_fp32`).
     """
     from gpupred.graph.loader import cached_graph
 
@@ -192,12 +195,13 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
     graph, _ = cached_graph(path_or_proto, int(batch_size))
     cg = graph.form(True)
     grads_key = None if gradients is None else tuple(sorted(gradients.items()))
-    return dict(cg.memo(("graph_terms", job.attention, job.checkpointing, grads_key),  # what they read
-                        lambda: _graph_terms(graph, cg, job, gradients)))
+    quant_key = frozenset(quantized)
+    return dict(cg.memo(("graph_terms", job.attention, job.checkpointing, grads_key, quant_key),  # what they read
+                        lambda: _graph_terms(graph, cg, job, gradients, quant_key)))
 
 
-def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, int] | None = None
-                 ) -> dict[str, float]:
+def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, int] | None = None,
+                 quantized: frozenset[str] = frozenset()) -> dict[str, float]:
     """:func:`graph_terms` of a loaded graph and its canonical form."""
     from gpupred.graph.canonical import shape_elements
 
@@ -210,7 +214,7 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
         kept, operands = checkpointed(cg, kept, numel, blocks), checkpointed(cg, kept | operands, numel, blocks)
         operands -= kept
         recompute = recomputed_block(cg, kept | operands, numel, blocks, job, gradients)
-    counts = _activation_counts(cg, producer, numel, kept, attention | softmax, operands)
+    counts = _activation_counts(cg, producer, numel, kept, attention | softmax, operands, quantized)
     counts.update(
         softmax_elems=float(sum(numel.get(t, 0) for t in softmax & kept)),
         attention_elems=float(sum(numel.get(t, 0) for t in attention & kept) - sum(numel.get(t, 0) for t in operands)),
@@ -227,7 +231,8 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
         cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients, walk)
     # under checkpointing, what is kept outside the recomputed block (its inputs from earlier blocks, the head's), as
     # saved, fp32 and 16-bit elements; the block's own activations are the rest (checkpoint_phases)
-    outside = (_activation_counts(cg, producer, numel, (kept | operands) - recompute.tensors, set())
+    outside = (_activation_counts(cg, producer, numel, (kept | operands) - recompute.tensors, set(),
+                                  quantized=quantized)
                if recompute.tensors else {})
     counts.update(outside_elems=outside.get("saved_elems", 0.0), outside_fp32_elems=outside.get("fp32_elems", 0.0),
                   outside_half_elems=outside.get("half_elems", 0.0),
@@ -487,13 +492,15 @@ def recomputed_block(cg: Any, kept: set[str], numel: dict[str, int], blocks: tup
 
 
 def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
-                       gone: set[str], operands: set[str] = frozenset()) -> dict[str, float]:
+                       gone: set[str], operands: set[str] = frozenset(), quantized: frozenset[str] = frozenset()
+                       ) -> dict[str, float]:
     """saved_elems, fp32_elems, half_elems and index_elems of a canonical graph (each kept tensor once, a folded
     BatchNorm's own output a second time: :func:`batchnorm_outputs`), and fused_fp32_elems and fused_half_elems: what
     fused attention kernels save, net: the ``gone`` tensors they never write less the ``operands`` they keep that no
     written-out op kept (see ``graph_terms``). ``producer`` and ``numel`` are the graph's own (``_tensors_kept``):
-    what reads them alone is kept with the graph (:func:`_saved_dtypes`)."""
-    fp32, (whole, half, full), pooled, read = cg.memo("saved_forms", lambda: _saved_dtypes(cg, producer, numel))
+    what reads them alone is kept with the graph (:func:`_saved_dtypes`), per set of ``quantized`` weights."""
+    fp32, (whole, half, full), pooled, read = cg.memo(("saved_forms", quantized) if quantized else "saved_forms",
+                                                      lambda: _saved_dtypes(cg, producer, numel, quantized))
 
     def autocast_elems(tensors: set[str]) -> tuple[float, float]:
         """(fp32, 16-bit) elements autocast saves of the tensors: each kept whole at its dtype where an op saves it
@@ -517,14 +524,14 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
             "fp32_elems": f32, "half_elems": f16, "fused_fp32_elems": g32, "fused_half_elems": g16}
 
 
-def _saved_dtypes(cg: Any, producer: dict[str, Any], numel: dict[str, int]
+def _saved_dtypes(cg: Any, producer: dict[str, Any], numel: dict[str, int], quantized: frozenset[str] = frozenset()
                   ) -> tuple[set[str], tuple[set[str], dict[str, int], dict[str, int]], int, set[str]]:
     """What :func:`_activation_counts` reads of a canonical graph whatever it keeps (its ``producer`` and ``numel`` are
     the graph's own, from ``_tensors_kept``): the tensors autocast leaves in fp32, how each is saved
     (:func:`_saved_forms`), MaxPool's index elements, and :func:`batchnorm_outputs` of every tensor (to be cut down
     to the kept ones). Kept with the graph: a setup with and without checkpointing, and checkpointing's outside part,
     read the same."""
-    fp32 = autocast_fp32(cg, producer)
+    fp32 = autocast_fp32(cg, producer, quantized)
     pooled = sum(numel.get(n[3][0], 0) for n in cg.nodes if n[0] == "MaxPool" and n[3])
     everything = set(producer)  # batchnorm_outputs keeps only produced tensors: of all, they are its whole answer
     return fp32, _saved_forms(cg, producer, fp32), pooled, batchnorm_outputs(cg, producer, everything)

@@ -79,7 +79,8 @@ class JobGraph:
         whose state is not parameter-sized, its parameter terms (:func:`gpupred.finetune.parameter_terms`)."""
         from gpupred.memory.physics import graph_terms
 
-        return {**graph_terms(self.graph, self.batch_size, self.setup, self.gradient_elements()),
+        quantized = self.placement.quantized if self.setup.qlora else ()
+        return {**graph_terms(self.graph, self.batch_size, self.setup, self.gradient_elements(), quantized),
                 **self.parameter_terms()}
 
     @cached_property

@@ -51,8 +51,9 @@ The training setup (:class:`gpupred.setups.TrainingSetup`; its defaults are the 
 - **LoRA and QLoRA** (:mod:`gpupred.finetune`): a frozen weight launches no weight-gradient kernel (its
   contraction's backward is the data gradient alone: a third less work) and its autocast copy is not cast back; each
   adapter adds two small GEMMs and a scaled add forward, four GEMMs and the add into the input gradient backward;
-  a 4-bit weight is dequantized once forward and once backward (memory-bound on its 4-bit and 16-bit bytes) in
-  place of autocast's cast; the optimizer steps only the trainable tensors;
+  a 4-bit weight is dequantized once forward and once backward in place of autocast's cast (three kernels each
+  way under double quantization: its absmax, the offset, its codes), its output cast back to an fp32 input's dtype,
+  and peft clones an adapted 4-bit layer's output; the optimizer steps only the trainable tensors;
 - **bitsandbytes' optimizers and Adafactor**: one kernel per tensor from Python (8-bit moments and absmax, or fp32
   moments), and Adafactor's ops per tensor (8 full-size kernels on a matrix, 5 on a vector);
 - **memory format**: under the default NCHW, each tensor-core convolution over a 4-D (or 5-D) tensor transposes
@@ -381,8 +382,9 @@ def _layout_transposes(b: _Builder, info: NodeInfo, unit: int, x_bytes: float, o
 
 
 def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info: NodeInfo,
-                 cost: tuple[float, float, float, float]) -> None:
-    """A Conv/Gemm/MatMul: forward (+ bias, + a folded BatchNorm), data and weight gradients, bias gradient."""
+                 cost: tuple[float, float, float, float], wide_input: bool = False) -> None:
+    """A Conv/Gemm/MatMul: forward (+ bias, + a folded BatchNorm), data and weight gradients, bias gradient.
+    ``wide_input``: its activation input is fp32 under autocast (what a 4-bit weight's output is cast back to)."""
     flops, read, written, out = cost
     op = info.op_type
     bias = len(ins) > 2 and bool(ins[2])
@@ -406,7 +408,7 @@ def _contraction(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], info:
         b.bwd.append((out / 4, out, False))  # bias gradient: a reduction over the output gradient
     _layout_transposes(b, info, unit, float(_nbytes(x)), out, data_grad)
     if frozen and b.place is not None:
-        _adapter(b, graph, ins, float(_nbytes(x)), out)
+        _adapter(b, graph, ins, float(_nbytes(x)), out, wide_input)
 
 
 def _frozen(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], pos: int) -> bool:
@@ -416,19 +418,33 @@ def _frozen(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], pos: int) 
     return graph.params[ins[pos]] not in b.place.trainable
 
 
-def _adapter(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], x_bytes: float, out: float) -> None:
-    """QLoRA's dequantization of a 4-bit weight (one kernel each way, memory-bound on its 4-bit and 16-bit bytes) and
-    a LoRA adapter's kernels: forward ``A x``, ``B (A x)``, the scaled add (and dropout); backward both weight
-    gradients, both data gradients and the add into the base's input gradient (see :mod:`gpupred.finetune`)."""
-    from gpupred.finetune import nf4_bytes
+def _adapter(b: _Builder, graph: CanonicalGraph, ins: tuple[str, ...], x_bytes: float, out: float,
+             wide_input: bool = False) -> None:
+    """QLoRA's 4-bit weight and a LoRA adapter's kernels (see :mod:`gpupred.finetune`).
+
+    A 4-bit weight with double quantization is dequantized each way as bitsandbytes' CUDA backend does it at
+    training sizes (``_dequant_linear_fallback`` forward, ``MatMul4Bit.backward``'s ``dequantize_4bit``): its uint8
+    absmax to fp32 (``dequantize_blockwise``), plus the offset, then the 4-bit codes to 16 bits (memory-bound on its
+    4-bit and 16-bit bytes). ``Linear4bit`` casts its output back to an fp32 input's dtype (a kernel each way), and
+    peft's 4-bit LoRA layer clones the base output before adding the adapter's. The adapter: forward ``A x``,
+    ``B (A x)``, the scaled add (and dropout); backward both weight gradients, both data gradients and the add into
+    the base's input gradient."""
+    from gpupred.finetune import NF4_BLOCK, nf4_bytes
 
     key = graph.params[ins[1]]
     numel = graph.param_sizes.get(key, (0, 4))[0]
-    if key in b.place.quantized:
-        dequant = (float(numel), float(nf4_bytes(numel) + 2 * numel), False)
-        b.fwd.append(dequant)
-        b.bwd.append(dequant)
     w = b.place.adapted.get(key)
+    if key in b.place.quantized:
+        blocks = float(-(-numel // NF4_BLOCK))
+        dequant = [(blocks, 5 * blocks, False), (blocks, 8 * blocks, False),  # the absmax, then its offset
+                   (float(numel), float(nf4_bytes(numel) + 2 * numel), False)]
+        b.fwd.extend(dequant)
+        b.bwd.extend(dequant)
+        if wide_input:  # .to(inp_dtype): 16-bit read, fp32 written; its backward casts the gradient down
+            b.fwd.append((0.0, 3 * out, False))
+            b.bwd.append((0.0, 3 * out, False))
+        if w is not None:  # result.clone() of the (fp32 or 16-bit) base output
+            b.fwd.append((0.0, (4 if wide_input else 2) * out, False))
     if w is None:
         return
     item = 2 if b.setup.half else 4
@@ -670,7 +686,8 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
     elif op in RECURRENT:
         _recurrent(b, info or st.shared.info(graph, i), cost)  # type: ignore[union-attr]
     elif mac:
-        _contraction(b, graph, ins, info or st.shared.info(graph, i), cost)  # type: ignore[union-attr]
+        wide = b.setup.autocast and bool(ins) and st.size_of.get(ins[0], 4) == 4
+        _contraction(b, graph, ins, info or st.shared.info(graph, i), cost, wide)  # type: ignore[union-attr]
     else:
         _pointwise(b, graph, op, category, ins, cost)
         if i in st.copies:  # the permuted tensor made contiguous: a copy each way
