@@ -234,14 +234,16 @@ def test_every_optimizer_of_the_setups_builds_over_trainable_parameters() -> Non
 @pytest.mark.slow
 def test_a_qlora_unit_runs_in_the_harness_and_its_rows_say_how_it_trained() -> None:
     """The whole path a GPU sweep takes, on the CPU with the fake NVML backend (simulated, never data): the plan line,
-    the child's setup step (peft + bitsandbytes), the run row's ``setup``."""
+    the child's setup step (peft + bitsandbytes), the run row's ``setup``. BERT-base, the smallest transformers model
+    of the named set: bitsandbytes' CPU path dequantizes every 4-bit weight in Python each way, and GPT-2 medium's
+    window ran past the harness's hard timeout on a slow 2-core machine."""
     from profile_faults import tiny_config
 
     from gpupred.profile.fake import FakeBackend
     from gpupred.profile.harness import run_unit
     from gpupred.setups import setup_from_json
 
-    unit, = parse_plan_text("gpt2.gpt2_medium-bs1-seq16-bf16-adam optim=adamw attn=sdpa lora=4 qlora=1")
+    unit, = parse_plan_text("hfbert.bert_base-bs1-seq16-bf16-adam optim=adamw attn=sdpa lora=4 qlora=1")
     r = run_unit(unit.specs, FakeBackend(), tiny_config(max_window_s=20.0, warmup_max_s=20.0), unit.group_id,
                  "fixture", setup=setup_options_json(unit.setup))
     row = r.runs.to_pylist()[0]
