@@ -499,7 +499,7 @@ def _activation_counts(cg: Any, producer: dict[str, Any], numel: dict[str, int],
     fused attention kernels save, net: the ``gone`` tensors they never write less the ``operands`` they keep that no
     written-out op kept (see ``graph_terms``). ``producer`` and ``numel`` are the graph's own (``_tensors_kept``):
     what reads them alone is kept with the graph (:func:`_saved_dtypes`), per set of ``quantized`` weights."""
-    fp32, (whole, half, full), pooled, read = cg.memo(("saved_forms", quantized) if quantized else "saved_forms",
+    fp32, (whole, half, full), pooled, read = cg.memo(("saved_forms", quantized),
                                                       lambda: _saved_dtypes(cg, producer, numel, quantized))
 
     def autocast_elems(tensors: set[str]) -> tuple[float, float]:

@@ -686,7 +686,7 @@ def _node_kernels(b: _Builder, graph: CanonicalGraph, st: _Pass, i: int, mac: bo
     elif op in RECURRENT:
         _recurrent(b, info or st.shared.info(graph, i), cost)  # type: ignore[union-attr]
     elif mac:
-        wide = b.setup.autocast and bool(ins) and st.size_of.get(ins[0], 4) == 4
+        wide = b.place is not None and b.setup.autocast and bool(ins) and st.size_of.get(ins[0], 4) == 4
         _contraction(b, graph, ins, info or st.shared.info(graph, i), cost, wide)  # type: ignore[union-attr]
     else:
         _pointwise(b, graph, op, category, ins, cost)
