@@ -132,8 +132,52 @@ def test_a_gpu_name_without_its_spaces_is_known(name: str, known: str) -> None:
     assert gpu_spec(name).name == known
 
 
+@pytest.mark.parametrize(("nvml", "known", "capability"), [
+    ("NVIDIA A10G", "A10G", "8.6"), ("NVIDIA A10", "A10", "8.6"), ("NVIDIA A40", "A40", "8.6"),
+    ("NVIDIA RTX A6000", "RTX A6000", "8.6"), ("NVIDIA L40", "L40", "8.9"), ("NVIDIA L40S", "L40S", "8.9"),
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB", "8.0"), ("NVIDIA H100 80GB HBM3", "H100 SXM", "9.0"),
+    ("Tesla T4", "T4", "7.5")])
+def test_cloud_gpus_are_known_by_their_nvml_names_with_their_compute_capability(nvml: str, known: str,
+                                                                                capability: str) -> None:
+    """AWS's A10G (G5) is not the A10 (its tensor rate is half), nor is the L40 the L40S; GA100 is 8.0, GA10x 8.6."""
+    from gpupred.hardware import compute_capability, max_threads_per_sm
+
+    assert gpu_spec(nvml).name == known and compute_capability(nvml) == capability
+    assert max_threads_per_sm(nvml) == {"8.6": 1536, "8.9": 1536, "7.5": 1024}.get(capability, 2048)
+
+
+def test_every_table_gpu_has_an_architecture_and_a_compute_capability() -> None:
+    from gpupred.hardware import compute_capability
+
+    table = known_gpus()
+    assert table["architecture"].notna().all()
+    assert all(compute_capability(name) for name in table["name"])
+    assert gpu_spec("A10G").fp16 < gpu_spec("A10").fp16 and gpu_spec("A10G").tflops_fp32 > gpu_spec("A10").tflops_fp32
+
+
+def test_an_unknown_gpu_is_refused_before_a_named_model_is_exported(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict --hf ... --gpu X` and `fits --hf ... --gpu X` with an unknown X answer in one line at once: the build
+    and export (a minute for an LLM) never start (FIXTURE: a build stub that fails the test if it is called)."""
+    import gpupred.graph.named as named
+    from gpupred.cli import main
+
+    def build(*args: Any) -> Any:
+        raise AssertionError("the model was built before the GPU was checked")
+
+    monkeypatch.setattr(named, "build_named", build)
+    for argv in (["predict", "--hf", "llama", "-b", "1", "--gpu", "A10X", "--no-calibration",
+                  "--predictor", str(REPO / "models" / "predictor.joblib")],
+                 ["fits", "--hf", "llama", "--gpu", "A10X", "--predictor", str(REPO / "models" / "predictor.joblib")]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1 and "unknown GPU 'A10X' (closest: A10" in err
+
+
 def test_an_unknown_gpu_gets_the_closest_names_and_no_source_file(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(GpupredError, match=r"^unknown GPU 'RTX 4080' \(closest: RTX 4090, RTX 3090\); known: ") as err:
+    closest = r"\(closest: RTX 4090, RTX 3090, RTX A6000\)"
+    with pytest.raises(GpupredError, match=rf"^unknown GPU 'RTX 4080' {closest}; known: ") as err:
         gpu_spec("RTX 4080")
     assert "hardware.py" not in str(err.value) and "\n" not in str(err.value)
 
@@ -145,7 +189,7 @@ def test_the_hardware_tables_rates_are_complete() -> None:
     rates = ["tflops_fp32", "tflops_tf32", "tflops_bf16", "tflops_fp16"]
     assert (table[rates + ["sm_count", "memory_gb", "mem_bw_gbs"]] > 0).all().all()
     modern = table[table["architecture"].isin(["ampere", "ada", "hopper"])]
-    assert (modern["tflops_fp16"] == modern["tflops_bf16"]).all() and len(modern) == 12
+    assert (modern["tflops_fp16"] == modern["tflops_bf16"]).all() and len(modern) == 16
     assert (table["tflops_fp16"] >= table["tflops_fp32"]).all() and (table["tflops_tf32"] >= table["tflops_fp32"]).all()
 
 

@@ -66,6 +66,18 @@ _TABLE: list[tuple[str, GpuSpec]] = [
     (r"\bl4\b", GpuSpec("L4", 58, 24, 300, 30.3, 60.0, 121.0, 121.0)),
     # NVIDIA A10 datasheet: 72 SMs, 24 GB, 600 GB/s, FP32 31.2 TF, TF32 62.5 TF, BF16 and FP16 125 TF (dense).
     (r"\ba10\b", GpuSpec("A10", 72, 24, 600, 31.2, 62.5, 125.0, 125.0)),
+    # NVIDIA A10G (AWS EC2 G5's GA102; no public NVIDIA datasheet: the figures AWS and NVIDIA give for G5, as compared
+    # in Baseten's "NVIDIA A10 vs A10G"): 80 SMs (10,240 CUDA cores), 24 GB, 600 GB/s, FP32 35 TF, TF32 35 TF,
+    # BF16 and FP16 70 TF dense: tensor cores at the GeForce rate (FP32 accumulate at half), where the A10 has more.
+    (r"\ba10g\b", GpuSpec("A10G", 80, 24, 600, 35.0, 35.0, 70.0, 70.0)),
+    # NVIDIA A40 datasheet: 84 SMs (10,752 CUDA cores), 48 GB, 696 GB/s, FP32 37.4 TF, TF32 74.8 / BF16 and FP16
+    # (FP32 accumulate) 149.7 TF dense.
+    (r"\ba40\b", GpuSpec("A40", 84, 48, 696, 37.4, 74.8, 149.7, 149.7)),
+    # NVIDIA RTX A6000 datasheet: 84 SMs (10,752 CUDA cores), 48 GB, 768 GB/s, FP32 38.7 TF, tensor 309.7 TF with
+    # sparsity (FP16): 154.8 dense, TF32 half of it (77.4), as on the A40.
+    (r"\b(rtx )?a6000\b", GpuSpec("RTX A6000", 84, 48, 768, 38.7, 77.4, 154.8, 154.8)),
+    # NVIDIA L40 datasheet: 142 SMs, 48 GB, 864 GB/s, FP32 90.5 TF, TF32 181 / BF16 and FP16 362 TF with sparsity.
+    (r"\bl40\b", GpuSpec("L40", 142, 48, 864, 90.5, 90.5, 181.0, 181.0)),
     # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores;
     # FP16 tensor 125 TF (SXM2) / 112 TF (PCIe).
     (r"\bv100\b.*\bpcie\b", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0, 112.0)),
@@ -158,10 +170,20 @@ def known_gpu_names() -> list[str]:
 # from the same libraries, so they reach similar fractions of their datasheet peaks.
 ARCHITECTURES: dict[str, str] = {
     "H200": "hopper", "H100 NVL": "hopper", "H100 PCIe": "hopper", "H100 SXM": "hopper",
-    "A100 PCIe 80GB": "ampere", "A100 SXM 80GB": "ampere", "A100 40GB": "ampere", "A10": "ampere", "RTX 3090": "ampere",
-    "L40S": "ada", "L4": "ada", "RTX 4090": "ada", "V100 PCIe": "volta", "V100 SXM2 16GB": "volta",
-    "V100 SXM2 32GB": "volta", "T4": "turing", "P100": "pascal",
+    "A100 PCIe 80GB": "ampere", "A100 SXM 80GB": "ampere", "A100 40GB": "ampere", "A10": "ampere", "A10G": "ampere",
+    "A40": "ampere", "RTX A6000": "ampere", "RTX 3090": "ampere", "L40S": "ada", "L40": "ada", "L4": "ada",
+    "RTX 4090": "ada", "V100 PCIe": "volta", "V100 SXM2 16GB": "volta", "V100 SXM2 32GB": "volta", "T4": "turing",
+    "P100": "pascal",
 }
+# The compute capability of each architecture (NVIDIA's CUDA GPUs list; GA100 is 8.0 where the other Ampere chips,
+# GA10x, are 8.6) and the resident threads an SM of it holds (CUDA C++ Programming Guide, "Features and Technical
+# Specifications": maximum number of resident threads per SM)
+COMPUTE_CAPABILITIES: dict[str, str] = {"hopper": "9.0", "ada": "8.9", "ampere": "8.6", "turing": "7.5",
+                                        "volta": "7.0", "pascal": "6.0"}
+GA100: frozenset[str] = frozenset({"A100 PCIe 80GB", "A100 SXM 80GB", "A100 40GB"})  # Ampere at 8.0
+MAX_THREADS_PER_SM: dict[str, int] = {"6.0": 2048, "7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536,
+                                      "9.0": 2048}
+MAX_THREADS_UNKNOWN = 2048  # a GPU outside the table (a calibrated one): the most any listed architecture holds
 
 
 def architecture(name: str) -> str:
@@ -169,6 +191,20 @@ def architecture(name: str) -> str:
     spec = gpu_spec(name)
     extra = {s.name: arch for s, arch in _EXTRA.get()}
     return extra[spec.name] if spec.name in extra else ARCHITECTURES[spec.name]
+
+
+def compute_capability(name: str) -> str:
+    """The compute capability ('9.0', '8.6', ...) of the table's GPU called ``name``; '' for a GPU outside the table (a
+    calibration's, whose file records its own)."""
+    spec = gpu_spec(name)
+    if spec.name not in ARCHITECTURES:
+        return ""
+    return "8.0" if spec.name in GA100 else COMPUTE_CAPABILITIES[ARCHITECTURES[spec.name]]
+
+
+def max_threads_per_sm(name: str) -> int:
+    """The resident threads one SM of the GPU called ``name`` holds (``MAX_THREADS_UNKNOWN`` outside the table)."""
+    return MAX_THREADS_PER_SM.get(compute_capability(name), MAX_THREADS_UNKNOWN)
 
 
 # GPUs outside the table that a block of code may name (a calibration's GPU with its measured peaks): see extra_gpus

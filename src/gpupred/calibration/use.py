@@ -184,6 +184,17 @@ def resolve_calibration(calibration: Any, gpu: str | None) -> AppliedCalibration
     return applied(cal)
 
 
+def check_gpu_known(gpu: str, calibration: Any = None) -> None:
+    """Raise the one-line unknown-GPU error unless the hardware table, or the calibration a prediction for ``gpu``
+    would use (``calibration`` as :func:`resolve_calibration` reads it), knows ``gpu``: a command says so before it
+    spends minutes exporting a model."""
+    from gpupred.hardware import gpu_spec
+
+    cal = resolve_calibration(calibration, gpu)
+    with cal.hardware() if cal is not None else nullcontext():
+        gpu_spec(gpu)
+
+
 def _major_minor(version: str) -> str:
     """'2.11.0+cu130' -> '2.11'."""
     return ".".join(str(version).split("+")[0].split(".")[:2])

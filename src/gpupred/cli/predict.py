@@ -94,10 +94,14 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
     if calibration and no_calibration:
         raise GpupredError("give --calibration FILE or --no-calibration, not both")
     predictor = load_predictor(config.PREDICTOR_NONCOMMERCIAL if noncommercial else predictor_path)
-    if named:  # after the predictor loads: a missing one is said before minutes of export
+    if named:  # a missing predictor or an unknown GPU is said before minutes of export
         import sys
 
+        from gpupred.calibration.use import check_gpu_known
         from gpupred.graph.named import describe_named, graph_for_options
+
+        if gpu is not None:
+            check_gpu_known(gpu, False if no_calibration else calibration)
 
         model = str(graph_for_options(*named, attention=setup.attention))
         print(describe_named(Path(model)), file=sys.stderr if as_json else sys.stdout)  # what was built
@@ -308,6 +312,7 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
     """For one job, every GPU of the hardware table with the largest batch that fits there at 95% (or --threshold)."""
     from gpupred import config
     from gpupred.errors import GpupredError
+    from gpupred.hardware import gpu_spec
     from gpupred.predictor.loading import load_predictor
     from gpupred.predictor.fits import fits_table
 
@@ -316,6 +321,8 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
         raise GpupredError(f"{model}: no such file; give the path of an .onnx model (or a catalog workload id)")
     if not 0.0 < threshold < 1.0 or max_batch < 1:
         raise GpupredError(f"--threshold must be between 0 and 1 and --max-batch 1 or more, got {threshold}, {max_batch}")
+    for name in gpu or []:  # an unknown GPU is said before minutes of export (fits reads the table alone)
+        gpu_spec(name)
     setup, _ = job_setup(None if named else model, None, precision, optimizer, training_options(
         optimizer_impl, no_momentum, weight_decay, None, checkpointing, accumulation, attention, False,
         (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))

@@ -65,7 +65,7 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
   own kernels): ``CONTEXT_MIB`` by GPU kind (the H200 data card measured a bare context at 619 MiB), fitted
   per (GPU kind, source) on training rows where there are any. On a GPU without a measurement or a fit it
   comes from the GPU's architecture and the software (:func:`context_mib`): the local-memory reservation, which
-  the driver makes for every thread the GPU can hold (``MAX_THREADS_PER_SM x SMs x 1 KiB``, the default
+  the driver makes for every thread the GPU can hold (``hardware.max_threads_per_sm x SMs x 1 KiB``, the default
   ``cudaLimitStackSize``: NVIDIA's answer on its developer forum, "Local memory management", 2024, and
   ``cuCtxCreate``'s ``CU_CTX_LMEM_RESIZE_TO_MAX``; threads per SM from the CUDA C++ Programming Guide's
   compute-capability table), plus the software's share (the H200's 619 MiB less its 264 MiB of local memory:
@@ -116,16 +116,6 @@ CONTEXT_MIB: dict[str, float] = {  # bare CUDA context by GPU kind (gpupred.hard
     "H200": 619.0,  # measured: data/raw/h200/2026-11-catalog (torch 2.11, CUDA 13, lazy module loading)
 }
 DEFAULT_CONTEXT_MIB = 619.0  # the one bare context measured here: the starting point of context fits
-# compute capability of each GPU kind (NVIDIA's CUDA GPUs list) and the resident threads an SM of it holds (CUDA C++
-# Programming Guide, "Features and Technical Specifications": maximum number of resident threads per SM)
-COMPUTE_CAPABILITY: dict[str, str] = {
-    "H200": "9.0", "H100 NVL": "9.0", "H100 PCIe": "9.0", "H100 SXM": "9.0", "A100 PCIe 80GB": "8.0",
-    "A100 SXM 80GB": "8.0", "A100 40GB": "8.0", "A10": "8.6", "RTX 3090": "8.6", "L40S": "8.9", "L4": "8.9",
-    "RTX 4090": "8.9", "V100 PCIe": "7.0", "V100 SXM2 16GB": "7.0", "V100 SXM2 32GB": "7.0", "T4": "7.5", "P100": "6.0",
-}
-MAX_THREADS_PER_SM: dict[str, int] = {"6.0": 2048, "7.0": 2048, "7.5": 1024, "8.0": 2048, "8.6": 1536, "8.9": 1536,
-                                      "9.0": 2048}
-MAX_THREADS_UNKNOWN = 2048  # a GPU outside the table (a calibrated one): the most any listed architecture holds
 STACK_BYTES = 1024  # cudaLimitStackSize's default: local memory reserved per resident thread
 EAGER_IMAGES_MIB = (666_632_192 - 287_047_680) / MIB  # kernel images eager loading adds (PyTorch PR #86509): 362 MiB
 CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per handle: Hopper (sm90) or not (torch)
@@ -849,11 +839,9 @@ def steady_varying(terms: pd.DataFrame | dict[str, np.ndarray]) -> tuple[np.ndar
 def local_memory_mib(gpu: str) -> float:
     """The local memory the CUDA driver reserves for every thread a GPU can hold (MiB): threads per SM x SMs x the
     default stack size (see the module notes)."""
-    from gpupred.hardware import gpu_spec
+    from gpupred.hardware import gpu_spec, max_threads_per_sm
 
-    spec = gpu_spec(gpu)
-    threads = MAX_THREADS_PER_SM.get(COMPUTE_CAPABILITY.get(spec.name, ""), MAX_THREADS_UNKNOWN)
-    return spec.sm_count * threads * STACK_BYTES / MIB
+    return gpu_spec(gpu).sm_count * max_threads_per_sm(gpu) * STACK_BYTES / MIB
 
 
 SOFTWARE_CONTEXT_MIB = CONTEXT_MIB["H200"] - 132 * 2048 * STACK_BYTES / MIB  # the H200's context less its local memory
