@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -271,6 +272,62 @@ def test_the_fine_tune_preflight_passes_on_this_cpu() -> None:
     assert finetune_preflight(time.monotonic() + 120, device="cpu") == ""
 
 
+def test_the_campaigns_preflight_child_is_told_where_to_write_the_host_overhead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's preflight measures the layers' host overhead into the sweep's own folder, so that the campaign packs
+    it with the units (FIXTURE: the child is not started; the code it would run is read)."""
+    import subprocess
+    import time
+    from types import SimpleNamespace
+
+    from gpupred.campaign import executors
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: ran.append(argv) or SimpleNamespace(returncode=0,
+                                                                                                   stderr=""))
+    assert executors.finetune_preflight(time.monotonic() + 60, out=tmp_path / "sweep") == ""
+    assert f"preflight('cuda', out={str(tmp_path / 'sweep')!r})" in ran[0][-1]
+    assert executors.finetune_preflight(time.monotonic() + 60) == "" and "out=None)" in ran[1][-1]
+
+
+@pytest.mark.slow
+def test_the_host_overhead_of_4bit_layers_is_measured_and_written_beside_the_units(tmp_path: Path) -> None:
+    """On this CPU (bitsandbytes' CPU path: the figures are this machine's, not a GPU host's), tiny stacks: each
+    variant's step is timed, the per-layer differences follow from them, and each call adds its own file."""
+    import json
+
+    from gpupred.workloads.finetuning import HOST_OVERHEAD_SCHEMA, host_overhead, write_host_overhead
+
+    measured = host_overhead("cpu", layers=2, width=32, tokens=8, steps=3, warmup=1)
+    steps = measured["step_s"]
+    assert measured["schema"] == HOST_OVERHEAD_SCHEMA and set(steps) == {"plain", "lora", "qlora"}
+    assert all(v > 0 for v in steps.values()) and measured["single_core_score"] > 0
+    assert measured["per_layer_s"]["qlora_over_lora"] == pytest.approx((steps["qlora"] - steps["lora"]) / 2)
+    assert {"torch", "bitsandbytes", "peft"} <= set(measured["versions"])
+    path = write_host_overhead(measured, str(tmp_path))
+    assert path.parent == tmp_path / "host-overhead" and json.loads(path.read_text()) == measured
+    later = write_host_overhead({**measured, "created_at": "2030-01-01T00:00:00Z"}, str(tmp_path))
+    assert later != path and len(list((tmp_path / "host-overhead").glob("*.json"))) == 2
+
+
+@pytest.mark.slow
+def test_a_failed_host_overhead_measurement_does_not_fail_the_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The measurement rides on the preflight: if it fails (FIXTURE: made to raise), the fine-tune units still run,
+    and stderr says why in one line."""
+    from gpupred.workloads import finetuning
+
+    def broken(device: str) -> dict[str, object]:
+        raise RuntimeError("FIXTURE failure")
+
+    monkeypatch.setattr(finetuning, "host_overhead", broken)
+    finetuning.preflight("cpu", out=str(tmp_path))
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "host overhead" in line]
+    assert said == ["fine-tune preflight: host overhead not measured (RuntimeError: FIXTURE failure)"]
+    assert not (tmp_path / "host-overhead").exists()
+
+
 def _fixture_finetune_sweep(root: object, gid: str, setup_json_text: str, allocated: float, reserved: float,
                             device: float) -> None:
     """A FIXTURE sweep of one fine-tune run (made-up figures, written through the real writer): not a measurement."""
@@ -344,3 +401,16 @@ def test_the_data_card_says_which_runs_trained_under_setups(tmp_path: object) ->
     line = setups_line(runs)
     assert line.startswith("- trained under setup options in 2 of 3 runs") and "LoRA 1, QLoRA 1" in line
     assert setups_line(runs.iloc[2:]) == "" and setups_line(pd.DataFrame({"run_id": ["a"]})) == ""
+
+
+def test_the_data_card_gives_the_host_overhead_measured_beside_the_units(tmp_path: Path) -> None:
+    """FIXTURE measurement files (made-up figures in the writer's format), one line for all of them."""
+    from gpupred.profile.datacard import host_overhead_line
+    from gpupred.workloads.finetuning import write_host_overhead
+
+    assert host_overhead_line(tmp_path) == ""
+    for stamp, q in (("2030-01-01T00:00:00Z", 3.6e-4), ("2030-01-02T00:00:00Z", 3.2e-4)):
+        write_host_overhead({"created_at": stamp, "per_layer_s": {"qlora_over_lora": q, "lora_over_plain": 9e-5},
+                             "notes": "FIXTURE"}, str(tmp_path))
+    line = host_overhead_line(tmp_path)
+    assert "(`host-overhead/`, 2 files): QLoRA over LoRA 360 us, LoRA over plain 90 us; QLoRA over LoRA 320 us" in line

@@ -150,7 +150,7 @@ class DeviceExecutor:
 
         if any(u.setup for u in load_plan(plan, limit)):
             if self.preflight is None:
-                self.preflight = finetune_preflight(deadline)
+                self.preflight = finetune_preflight(deadline, out=out)
             if self.preflight:
                 return PartRun(0, Counter(), self.preflight)
         s = run_sweep(plan, out, SweepOptions(max_minutes=max(_left_s(deadline), 1.0) / 60, limit=limit,
@@ -170,9 +170,11 @@ class DeviceExecutor:
 PREFLIGHT_S = 120.0  # at most, for the fine-tune preflight's child (it imports torch, peft and bitsandbytes)
 
 
-def finetune_preflight(deadline: float, device: str = "cuda") -> str:
-    """:func:`gpupred.workloads.finetuning.preflight` in a child: '' when it passes, else why not (one line)."""
-    code = f"from gpupred.workloads.finetuning import preflight; preflight({device!r})"
+def finetune_preflight(deadline: float, device: str = "cuda", out: Path | None = None) -> str:
+    """:func:`gpupred.workloads.finetuning.preflight` in a child: '' when it passes, else why not (one line). With
+    ``out`` (the sweep's folder) the child also writes its layers' host-overhead measurement there."""
+    where = None if out is None else str(out)
+    code = f"from gpupred.workloads.finetuning import preflight; preflight({device!r}, out={where!r})"
     try:
         done = subprocess.run([sys.executable, "-c", code], timeout=min(PREFLIGHT_S, _left_s(deadline)),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)

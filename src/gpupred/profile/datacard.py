@@ -92,6 +92,21 @@ def setups_line(runs: pd.DataFrame) -> str:
             + "); the dataset leaves them out of the catalog's labels, notebook 05 compares them with predictions")
 
 
+def host_overhead_line(sweep_dir: Path) -> str:
+    """A card line on the layers' host-overhead measurements beside the units (the fine-tune preflight's,
+    ``host-overhead/*.json``: :func:`gpupred.workloads.finetuning.host_overhead`), '' when there are none."""
+    import json
+
+    found = sorted((Path(sweep_dir) / "host-overhead").glob("host-overhead-*.json"))
+    if not found:
+        return ""
+    per = [json.loads(p.read_text())["per_layer_s"] for p in found]
+    us = "; ".join(f"QLoRA over LoRA {d['qlora_over_lora'] * 1e6:.0f} us, LoRA over plain "
+                   f"{d['lora_over_plain'] * 1e6:.0f} us" for d in per)
+    return (f"- host overhead per layer and training step, measured by the fine-tune preflight on tiny layers "
+            f"(`host-overhead/`, {len(found)} file{'s' * (len(found) > 1)}): {us}")
+
+
 def gpu_seconds_per_unit(manifest: dict[str, Any] | None) -> float:
     """Wall time of the sweep's sessions over the units they ran (the GPU time one profile costs)."""
     seconds, units = 0.0, 0
@@ -213,7 +228,7 @@ def datacard_text(sweep_dir: Path, notes: str = "- (the person who ran the sweep
         + _context_text(manifest),
         f"- runs: {checks['runs']} ({', '.join(f'{k} {v}' for k, v in sorted(checks['status_counts'].items()))}), "
         f"{checks['families']} families; GPU time per unit {checks['gpu_seconds_per_unit']:.1f} s",
-        *[line for line in (setups_line(runs),) if line],
+        *[line for line in (setups_line(runs), host_overhead_line(sweep_dir)) if line],
         "",
         "## Sanity checks (ok runs, measured window)", "",
         f"- runs without samples: {checks['ok_runs_without_samples']}; utilization outside 0-100: {checks['util_out_of_range']}; "
