@@ -247,15 +247,22 @@ def preflight(device: str = "cuda", out: str | None = None) -> None:
     if len(wrapped) != 2 or not all(isinstance(b, bnb.nn.Linear4bit) for b in wrapped):
         raise GpupredError("fine-tune preflight: peft did not put its adapters on bitsandbytes' Linear4bit layers")
     if out is not None:
-        try:
-            write_host_overhead(host_overhead(device), out)
-        except Exception as exc:  # a measurement beside the units: its failure says so and never stops them
-            import sys
-
-            print(f"fine-tune preflight: host overhead not measured ({type(exc).__name__}: {exc})", file=sys.stderr)
+        record_host_overhead(device, out)
 
 
 HOST_OVERHEAD_SCHEMA = "gpupred.host-overhead/1"
+
+
+def record_host_overhead(device: str, out: str) -> Path | None:
+    """:func:`host_overhead` written into the sweep's folder ``out``; None, with one line on stderr saying why, when
+    the measurement fails: it rides beside the fine-tune units and never stops them."""
+    try:
+        return write_host_overhead(host_overhead(device), out)
+    except Exception as exc:
+        import sys
+
+        print(f"fine-tune preflight: host overhead not measured ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
 
 
 def host_overhead(device: str = "cuda", layers: int = 24, width: int = 256, tokens: int = 256, steps: int = 30,
