@@ -323,13 +323,16 @@ def host_overhead(device: str = "cuda", layers: int = 24, width: int = 256, toke
 
 def write_host_overhead(measured: dict[str, Any], folder: str) -> Path:
     """Write one :func:`host_overhead` measurement into ``folder``/host-overhead/ atomically, named by its time (a
-    later call on another machine adds a file; none is overwritten)."""
+    later call adds a file, numbered if one of the same second is there: none is overwritten)."""
     import json
 
     from gpupred.files import atomic_write_bytes
 
     stamp = measured["created_at"].replace(":", "").replace("-", "")
-    path = Path(folder) / "host-overhead" / f"host-overhead-{stamp}.json"
+    path, n = Path(folder) / "host-overhead" / f"host-overhead-{stamp}.json", 1
+    while path.exists():
+        n += 1
+        path = path.with_name(f"host-overhead-{stamp}-{n}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(measured, indent=1, sort_keys=True) + "\n").encode())
     return path
