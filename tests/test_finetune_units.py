@@ -286,8 +286,9 @@ def test_the_campaigns_preflight_child_is_told_where_to_write_the_host_overhead(
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: ran.append(argv) or SimpleNamespace(returncode=0,
                                                                                                    stderr=""))
     assert executors.finetune_preflight(time.monotonic() + 60, out=tmp_path / "sweep") == ""
-    assert f"preflight('cuda', out={str(tmp_path / 'sweep')!r})" in ran[0][-1]
-    assert executors.finetune_preflight(time.monotonic() + 60) == "" and "out=None)" in ran[1][-1]
+    assert ran[0][-1].startswith("from gpupred.workloads.finetuning import preflight; preflight('cuda'); ")
+    assert ran[0][-1].endswith(f"record_host_overhead('cuda', {str(tmp_path / 'sweep')!r})")
+    assert executors.finetune_preflight(time.monotonic() + 60) == "" and "record_host_overhead" not in ran[1][-1]
 
 
 @pytest.mark.slow
@@ -296,7 +297,7 @@ def test_the_host_overhead_of_4bit_layers_is_measured_and_written_beside_the_uni
     variant's step is timed, the per-layer differences follow from them, and each call adds its own file."""
     import json
 
-    from gpupred.workloads.finetuning import HOST_OVERHEAD_SCHEMA, host_overhead, write_host_overhead
+    from gpupred.profile.hostoverhead import HOST_OVERHEAD_SCHEMA, host_overhead, write_host_overhead
 
     measured = host_overhead("cpu", layers=2, width=32, tokens=8, steps=3, warmup=1)
     steps = measured["step_s"]
@@ -315,13 +316,13 @@ def test_a_failed_host_overhead_measurement_does_not_fail_the_preflight(tmp_path
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """The measurement rides on the preflight: if it fails (FIXTURE: made to raise), nothing is written, the preflight
     goes on (the fine-tune units run), and stderr says why in one line."""
-    from gpupred.workloads import finetuning
+    from gpupred.profile import hostoverhead
 
     def broken(device: str) -> dict[str, object]:
         raise RuntimeError("FIXTURE failure")
 
-    monkeypatch.setattr(finetuning, "host_overhead", broken)
-    assert finetuning.record_host_overhead("cpu", str(tmp_path)) is None
+    monkeypatch.setattr(hostoverhead, "host_overhead", broken)
+    assert hostoverhead.record_host_overhead("cpu", str(tmp_path)) is None
     said = [line for line in capsys.readouterr().err.splitlines() if "host overhead" in line]
     assert said == ["fine-tune preflight: host overhead not measured (RuntimeError: FIXTURE failure)"]
     assert not (tmp_path / "host-overhead").exists()
@@ -405,7 +406,7 @@ def test_the_data_card_says_which_runs_trained_under_setups(tmp_path: object) ->
 def test_the_data_card_gives_the_host_overhead_measured_beside_the_units(tmp_path: Path) -> None:
     """FIXTURE measurement files (made-up figures in the writer's format), one line for all of them."""
     from gpupred.profile.datacard import host_overhead_line
-    from gpupred.workloads.finetuning import write_host_overhead
+    from gpupred.profile.hostoverhead import write_host_overhead
 
     assert host_overhead_line(tmp_path) == ""
     for stamp, q in (("2030-01-01T00:00:00Z", 3.6e-4), ("2030-01-02T00:00:00Z", 3.2e-4)):

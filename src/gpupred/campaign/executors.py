@@ -173,8 +173,10 @@ PREFLIGHT_S = 120.0  # at most, for the fine-tune preflight's child (it imports 
 def finetune_preflight(deadline: float, device: str = "cuda", out: Path | None = None) -> str:
     """:func:`gpupred.workloads.finetuning.preflight` in a child: '' when it passes, else why not (one line). With
     ``out`` (the sweep's folder) the child also writes its layers' host-overhead measurement there."""
-    where = None if out is None else str(out)
-    code = f"from gpupred.workloads.finetuning import preflight; preflight({device!r}, out={where!r})"
+    code = f"from gpupred.workloads.finetuning import preflight; preflight({device!r})"
+    if out is not None:  # after the checks pass: a failed measurement says so on stderr and never fails them
+        code += f"; from gpupred.profile.hostoverhead import record_host_overhead; record_host_overhead({device!r}, " \
+                f"{str(out)!r})"
     try:
         done = subprocess.run([sys.executable, "-c", code], timeout=min(PREFLIGHT_S, _left_s(deadline)),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)

@@ -94,7 +94,7 @@ def setups_line(runs: pd.DataFrame) -> str:
 
 def host_overhead_line(sweep_dir: Path) -> str:
     """A card line on the layers' host-overhead measurements beside the units (the fine-tune preflight's,
-    ``host-overhead/*.json``: :func:`gpupred.workloads.finetuning.host_overhead`), '' when there are none."""
+    ``host-overhead/*.json``: :func:`gpupred.profile.hostoverhead.host_overhead`), '' when there are none."""
     import json
 
     found = sorted((Path(sweep_dir) / "host-overhead").glob("host-overhead-*.json"))
