@@ -57,12 +57,13 @@ def host_identity() -> dict[str, Any]:
             "load_average": load}  # 1, 5 and 15 min as the run ended: other work sharing the CPUs
 
 
-def software_versions() -> dict[str, str]:
-    """Python's, gpupred's and the pipeline libraries' versions ("" where one is not installed)."""
+def software_versions(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Python's, gpupred's and the pipeline libraries' versions, and those of ``extra`` (name: distribution) ("" where
+    one is not installed)."""
     from gpupred.version import __version__
 
     found = {"python": platform.python_version(), "gpupred": __version__}
-    for name, dist in SOFTWARE.items():
+    for name, dist in {**SOFTWARE, **(extra or {})}.items():
         try:
             found[name] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -48,6 +48,7 @@ def host_overhead(device: str = "cuda", layers: int = 24, width: int = 256, toke
 
     from peft import LoraConfig, get_peft_model
 
+    from gpupred.loader.hostinfo import cpu_model, now_utc, software_versions
     from gpupred.loader.speed import single_core_score
 
     kind = torch.device(device).type
@@ -81,12 +82,14 @@ def host_overhead(device: str = "cuda", layers: int = 24, width: int = 256, toke
     step_s = {"plain": median_step_s(stack(False))}
     for name, quantized in (("lora", False), ("qlora", True)):
         step_s[name] = median_step_s(get_peft_model(stack(quantized), LoraConfig(r=8, target_modules=targets)))
-    return {"schema": HOST_OVERHEAD_SCHEMA, "device": _device_name(device), "layers": layers, "width": width,
+    shown = torch.cuda.get_device_name(torch.device(device)) if kind == "cuda" else f"cpu ({cpu_model()})"
+    versions = software_versions({"peft": "peft", "bitsandbytes": "bitsandbytes"})
+    return {"schema": HOST_OVERHEAD_SCHEMA, "device": str(shown), "layers": layers, "width": width,
             "tokens": tokens, "steps": steps, "step_s": step_s,
             "per_layer_s": {"lora_over_plain": (step_s["lora"] - step_s["plain"]) / layers,
                             "qlora_over_lora": (step_s["qlora"] - step_s["lora"]) / layers},
-            "versions": _versions(), "single_core_score": float(single_core_score()["score"]),
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "versions": {**versions, "cuda": str(torch.version.cuda or "")},
+            "single_core_score": float(single_core_score()["score"]), "created_at": now_utc()}
 
 
 def write_host_overhead(measured: dict[str, Any], folder: str) -> Path:
@@ -105,18 +108,3 @@ def write_host_overhead(measured: dict[str, Any], folder: str) -> Path:
     atomic_write_bytes(path, (json.dumps(measured, indent=1, sort_keys=True) + "\n").encode())
     return path
 
-
-def _device_name(device: str) -> str:
-    if torch.device(device).type == "cuda":
-        return str(torch.cuda.get_device_name(torch.device(device)))
-    import platform
-
-    return f"cpu ({platform.processor() or platform.machine()})"
-
-
-def _versions() -> dict[str, str]:
-    import bitsandbytes
-    import peft
-
-    return {"torch": str(torch.__version__), "bitsandbytes": str(bitsandbytes.__version__),
-            "peft": str(peft.__version__), "cuda": str(torch.version.cuda or "")}
