@@ -9,8 +9,8 @@ from onnx import TensorProto, helper
 
 from gpupred.errors import GpupredError
 from gpupred.memory.physics import (
-    MIB, WORKSPACE_MIB, Footprint, allocated_mib, fit_context_allocator, footprint_mib, footprint_terms, graph_terms,
-    term_sizes,
+    MIB, REFERENCE_VARYING_MIB, WORKSPACE_MIB, Footprint, allocated_mib, allocator_reserve_mib, fit_allocator_law,
+    fit_context_allocator, footprint_mib, footprint_terms, graph_terms, steady_varying, term_sizes,
 )
 from gpupred.memory.estimator import BEST, MemoryEstimator
 from gpupred.memory.correction import CORRECTION_CLIP
@@ -209,9 +209,41 @@ def test_footprint_defaults_and_fit() -> None:
     assert footprint_mib({"param_bytes": 4 * MIB, "activation_bytes": 10 * MIB, "input_bytes": MIB}, "NVIDIA H200",
                          "fp32", "adam") == pytest.approx(619 + 4 + 4 + 8 + 10 + 1 + WORKSPACE_MIB)
     rng = np.random.default_rng(0)
-    alloc = rng.uniform(100, 20000, 60)
-    ctx, ratio = fit_context_allocator(alloc, 900 + 1.2 * alloc)
-    assert ctx == pytest.approx(900, rel=0.02) and ratio == pytest.approx(1.2, rel=0.01)
+    varying = rng.uniform(100, 20000, 60)
+    allocated = varying + rng.uniform(0, 5000, 60)
+    reserved = allocated + 0.15 * REFERENCE_VARYING_MIB * (varying / REFERENCE_VARYING_MIB) ** 0.8
+    ratio, exponent = fit_allocator_law(varying, allocated, reserved)
+    assert ratio == pytest.approx(1.15, rel=1e-3) and exponent == pytest.approx(0.8, abs=1e-3)
+    ctx, linear = fit_context_allocator(varying, 900 + 1.2 * varying)
+    assert ctx == pytest.approx(900, rel=0.02) and linear == pytest.approx(1.2, rel=0.01)
+
+
+def test_allocator_reserve_grows_with_the_varying_terms_by_its_exponent() -> None:
+    v = np.array([0.0, 512.0, 1024.0, 8192.0])
+    assert allocator_reserve_mib(v, 1.2, 1.0) == pytest.approx(0.2 * v)  # exponent 1: the ratio on every MiB
+    sub = allocator_reserve_mib(v, 1.2, 0.75)
+    assert sub[2] == pytest.approx(0.2 * 1024) and sub[0] == 0  # the ratio holds at 1 GiB
+    assert sub[3] < 0.2 * 8192 and sub[1] > 0.2 * 512  # slower than the bytes above it, faster below
+
+
+def test_footprint_fits_each_constant_on_the_figure_it_is() -> None:
+    # FIXTURE rows (never data): torch's peaks from a known allocator law, NVML's figure a known context above them;
+    # a second source without torch's peaks: its context and a ratio on every varying MiB, on NVML's figure
+    df = _fixture_frame(40).drop(columns="memory_mib")
+    steady, varying = steady_varying(footprint_terms(df))
+    reserve = allocator_reserve_mib(varying, 1.18, 0.8)
+    df["torch_peak_allocated_mib"] = steady + varying
+    df["torch_peak_reserved_mib"] = steady + varying + reserve
+    df["memory_mib"] = 760.0 + df["torch_peak_reserved_mib"]
+    other = df.assign(source="lucid", memory_mib=2100.0 + steady + 1.3 * varying,
+                      torch_peak_allocated_mib=np.nan, torch_peak_reserved_mib=np.nan)
+    fitted = Footprint().fit(pd.concat([df, other], ignore_index=True))
+    c = fitted.constants()
+    assert c["H200|gpupred"] == pytest.approx({"context_mib": 760.0, "allocator": 1.18, "allocator_exponent": 0.8},
+                                              abs=2e-3)
+    assert c["H200|lucid"] == pytest.approx({"context_mib": 2100.0, "allocator": 1.3, "allocator_exponent": 1.0},
+                                            rel=2e-3)
+    assert fitted.predict(df) == pytest.approx(df["memory_mib"].to_numpy(), rel=1e-5)
 
 
 def _fixture_frame(n: int = 40, seed: int = 0) -> pd.DataFrame:
@@ -227,6 +259,22 @@ def _fixture_frame(n: int = 40, seed: int = 0) -> pd.DataFrame:
     factor = pd.Series(fams).map({"fa": 1.0, "fb": 1.1, "fc": 0.95, "fd": 1.05}).to_numpy()
     df["memory_mib"] = (700 + 1.1 * allocated_mib(df)) * factor * rng.uniform(0.98, 1.02, n)
     return df
+
+
+def test_the_estimates_footprint_and_torch_figures_are_the_footprints_own() -> None:
+    """The estimator's footprint column is :meth:`Footprint.predict` to the bit, and its torch figures differ by the
+    context and the allocator's reserve alone (FIXTURE rows with torch's peaks, so the law is fitted)."""
+    df = _fixture_frame(40)
+    steady, varying = steady_varying(footprint_terms(df))
+    df["torch_peak_allocated_mib"] = steady + varying
+    df["torch_peak_reserved_mib"] = steady + varying + allocator_reserve_mib(varying, 1.2, 0.75)
+    model = MemoryEstimator().fit(df)
+    parts = model.explain(df)
+    assert np.array_equal(parts.figures["footprint"], model.footprint_.predict(df))
+    reserve = parts.figures["reserved"] - parts.figures["allocated"]
+    assert reserve == pytest.approx((parts.ratio - 1.0) * parts.varying, rel=1e-9)
+    assert parts.figures["footprint"] == pytest.approx(parts.context + parts.figures["reserved"], rel=1e-9)
+    assert 0.7 < model.footprint_.constants()["H200|gpupred"]["allocator_exponent"] < 0.8
 
 
 def test_prediction_exceeds_largest_label_for_a_bigger_model() -> None:

@@ -28,7 +28,8 @@ class MemoryParts:
     """What :meth:`MemoryEstimator.explain` finds for each row: the estimate's columns (``figures``; ``estimate``:
     :meth:`MemoryEstimator.predict`'s frame of them), the footprint's terms live at the peak (``term_values``;
     ``terms``: :func:`gpupred.memory.physics.footprint_terms`' frame of them, MiB), whether the peak is the backward's
-    (else the optimizer step's), the CUDA context (MiB), the allocator's ratio, the steady and varying MiB of the
+    (else the optimizer step's), the CUDA context (MiB), the allocator's ratio in effect (reserved over allocated
+    varying terms), the steady and varying MiB of the
     terms (:func:`gpupred.memory.physics.steady_varying`), and the rows' index. The frames are built when first
     read: a prediction reads the arrays."""
 
@@ -132,7 +133,7 @@ class MemoryEstimator(Estimator):
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """footprint, footprint*correction (NVML's device memory) and its interval (``low``, ``high``), and torch's
         own figures as the physics counts them, without the learned correction: the reserved peak (the steady terms
-        + the allocator ratio x the varying ones) and the allocated peak (the steady + the varying terms:
+        + the varying ones + the allocator's reserve on them) and the allocated peak (the steady + the varying terms:
         ``torch.cuda.max_memory_allocated()``), both less paged optimizer states, which bitsandbytes keeps in CUDA
         unified memory outside torch's allocator; in MiB, one row per input row."""
         return self.explain(df).estimate
@@ -142,11 +143,16 @@ class MemoryEstimator(Estimator):
         memory breakdown reads (:mod:`gpupred.predictor.answer`); ``df`` a DataFrame, or
         :class:`gpupred.columnar.Columns` (what the predictor's core passes)."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import peak_term_arrays, source_array, source_keys, steady_varying
+        from gpupred.memory.physics import (
+            allocator_reserve_mib, peak_term_arrays, source_array, source_keys, steady_varying,
+        )
 
         src = source_array(df)
         (terms, at_backward), keys = peak_term_arrays(df, src), source_keys(df)
-        base = self.footprint_.predict(df, terms, keys)
+        ctx, law_ratio, exponent = self.footprint_.row_constants(keys)
+        steady, varying = steady_varying(terms)
+        reserve = allocator_reserve_mib(varying, law_ratio, exponent)
+        base = ctx + steady + varying + reserve  # the footprint's predict, from the parts it is made of
         best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
         seen = np.isin(keys, list(self.fitted_keys_))
@@ -155,12 +161,11 @@ class MemoryEstimator(Estimator):
         # source never measured, whose context and allocator are defaults, that plus log 2 (a factor of 2)
         q = np.array([self.halfwidth_.get(s, widest) if ok else 2.0 * widest if kn else widest + np.log(2.0)
                       for s, ok, kn in zip(src, seen, known)])
-        ctx, ratio = self.footprint_.row_constants(keys)
-        steady, varying = steady_varying(terms)
+        ratio = 1.0 + np.divide(reserve, varying, out=np.zeros_like(reserve), where=varying > 0)  # in effect
         paged = terms["optimizer"] * np.isin(text(df, "optimizer"), list(PAGED))
         # torch's own figures are the physics' (see the class notes): paged optimizer states live in CUDA unified
         # memory, outside torch's allocator
-        reserved = steady + ratio * varying - paged
+        reserved = steady + varying + reserve - paged
         allocated = steady + varying - paged
         estimate = {"footprint": base, BEST: best, "low": best * np.exp(-q), "high": best * np.exp(q),
                     "reserved": reserved, "allocated": allocated}

@@ -2,7 +2,7 @@
 
 The footprint (MiB) of a job training with torch's caching allocator, as NVML sees its process:
 
-    context(gpu, source) + steady + allocator x varying, at the step's peak, where
+    context(gpu, source) + steady + varying + allocator reserve(varying), at the step's peak, where
     steady  = weights + optimizer state + input batch + workspace      (allocated once, held at their size)
     varying = the larger of the backward's peak, autocast weight copies + activations saved for backward + loss
               buffers + the gradients live beside them, and the optimizer step's, every gradient + the step's
@@ -21,6 +21,15 @@ The allocator ratio multiplies the varying terms only: weights and optimizer sta
 the caching allocator rounds by at most 2 MiB, while the per-step tensors fragment its segments. Fitted per source,
 that reads NVML's figure at least as well as the ratio on every term (the sweeps' runs, in sample: median |error|
 7.1% -> 6.6%, p90 20.6% -> 18.0%) and keeps a 7B model's 100 GiB of weights and state from growing by a fifth.
+The reserve grows slower than the bytes it holds: torch's reserved less allocated peak on the sweeps' 337 runs goes
+as the varying terms to the power 0.73 (log-log slope; the median reserve is 28-38% of the varying terms below 500 MiB,
+11-13% above 8 GiB), as a reserve made of partly used 2 MiB and 20 MiB segments and of split blocks would. So the
+reserve is ``(ratio - 1) x 1 GiB x (varying / 1 GiB) ** exponent`` (:func:`allocator_reserve_mib`), and each
+constant is fitted on the figure it is (:meth:`Footprint.fit`): the ratio and exponent on torch's reserved less
+allocated peak, the context on NVML's figure less torch's reserved peak. Fitted jointly on NVML's figure alone (as
+before), a ratio of 1.24 on every varying MiB also took up the terms' own errors on the catalog's CNNs, and it
+over-counted the reserve of every fine-tune this project measured (LLaMA-1.1B full, LoRA and QLoRA on an H200,
+never fitted on: device memory median error 7.0% -> 3.4%, torch's reserved peak 7.9% -> 4.0%).
 
 - weights = gradients = ``param_bytes`` (fp32 master weights and fp32 gradients, also under autocast; half of it
   under pure bf16, whose weights, gradients and optimizer state are bf16);
@@ -59,11 +68,15 @@ that reads NVML's figure at least as well as the ratio on every term (the sweeps
   caching allocator: 32 MiB on Hopper, 8 MiB + 128 KiB elsewhere (``CUBLAS_WORKSPACE_CONFIG``'s default in
   ``aten/src/ATen/cuda/CublasHandlePool.cpp``; cuBLASLt shares it), two handles in a training step (the
   forward's thread and the autograd engine's); cuDNN's convolution workspaces are in ``allocator``;
-- allocator = the caching allocator's reserved / allocated ratio (rounding to 512 B blocks and 2/20 MiB
-  segments, fragmentation between forward and backward), 1.0 by default and fitted per source;
+- allocator reserve = what the caching allocator holds beyond the varying tensors (rounding to 512 B blocks and
+  2/20 MiB segments, fragmentation between forward and backward): its ratio at 1 GiB of varying terms and its
+  exponent (none by default), fitted on torch's own peaks where a source records them (this project's); a source
+  that does not (Lucid, GPUMemNet) keeps a ratio on every varying MiB fitted with its context on NVML's figure;
 - context = the CUDA context plus the kernel images that lazy loading brings in (cuBLAS, cuDNN, torch's
   own kernels): ``CONTEXT_MIB`` by GPU kind (the H200 data card measured a bare context at 619 MiB), fitted
-  per (GPU kind, source) on training rows where there are any. On a GPU without a measurement or a fit it
+  per (GPU kind, source) on training rows where there are any (NVML's figure less torch's reserved peak, their
+  median, where the rows record torch's peaks: 758 MiB on the H200 in training, the bare 619 MiB plus cuBLAS's and
+  cuDNN's handles and the kernels a step loads). On a GPU without a measurement or a fit it
   comes from the GPU's architecture and the software (:func:`context_mib`): the local-memory reservation, which
   the driver makes for every thread the GPU can hold (``hardware.max_threads_per_sm x SMs x 1 KiB``, the default
   ``cudaLimitStackSize``: NVIDIA's answer on its developer forum, "Local memory management", 2024, and
@@ -115,7 +128,7 @@ HALF_PRECISIONS: frozenset[str] = frozenset({"bf16", "fp16"})
 CONTEXT_MIB: dict[str, float] = {  # bare CUDA context by GPU kind (gpupred.hardware short name)
     "H200": 619.0,  # measured: data/raw/h200/2026-11-catalog (torch 2.11, CUDA 13, lazy module loading)
 }
-DEFAULT_CONTEXT_MIB = 619.0  # the one bare context measured here: the starting point of context fits
+DEFAULT_CONTEXT_MIB = 619.0  # the one bare context measured here: the start of context fits
 STACK_BYTES = 1024  # cudaLimitStackSize's default: local memory reserved per resident thread
 EAGER_IMAGES_MIB = (666_632_192 - 287_047_680) / MIB  # kernel images eager loading adds (PyTorch PR #86509): 362 MiB
 CUBLAS_WORKSPACE_MIB: dict[bool, float] = {True: 32.0, False: 8.125}  # per handle: Hopper (sm90) or not (torch)
@@ -123,6 +136,9 @@ CUBLAS_HANDLES = 2  # the forward's thread and the autograd engine's backward th
 WORKSPACE_MIB = CUBLAS_HANDLES * CUBLAS_WORKSPACE_MIB[True]  # on Hopper: 64 MiB
 SDPA_SOURCES: frozenset[str] = frozenset({"gpupred"})  # sources that measured with torch >= 2 fused attention
 SOURCES: tuple[str, ...] = ("gpupred", "lucid", "gpumemnet")  # whose memory measurements it models
+TORCH_PEAK_COLUMNS: tuple[str, str] = ("torch_peak_allocated_mib", "torch_peak_reserved_mib")  # torch's own peaks
+REFERENCE_VARYING_MIB = 1024.0  # the allocator ratio is read at 1 GiB of varying terms
+EXPONENT_BOUNDS: tuple[float, float] = (0.3, 1.5)  # the allocator exponent's fit stays inside
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "optimizer_step", "autocast_copies", "activations",
                           "loss", "inputs", "workspace")
 STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace")  # allocated once: no allocator reserve
@@ -887,43 +903,71 @@ def workspace_mib(gpu: str) -> float:
 
 @dataclass
 class Footprint:
-    """Per-(GPU kind, source) context and allocator ratio: the analytic footprint's fitted constants."""
+    """Per-(GPU kind, source) context and allocator law: the analytic footprint's fitted constants. The allocator's
+    reserve on the varying terms is ``(ratio - 1) x REFERENCE_VARYING_MIB x (varying / REFERENCE_VARYING_MIB) **
+    exponent`` (:func:`allocator_reserve_mib`): ``ratio`` is the reserved / allocated ratio of a job whose varying
+    terms are 1 GiB, and an exponent below 1 makes the reserve grow slower than the bytes it holds."""
 
     context_mib: dict[str, float] = field(default_factory=dict)  # key "gpu|source"
-    allocator: dict[str, float] = field(default_factory=dict)
+    allocator: dict[str, float] = field(default_factory=dict)  # the ratio at REFERENCE_VARYING_MIB
+    exponent: dict[str, float] = field(default_factory=dict)  # how the reserve grows with the varying terms
     min_rows: int = 8  # fewer training rows than this in a (gpu, source): keep the defaults
 
     def fit(self, df: pd.DataFrame, target: str = "memory_mib") -> "Footprint":
-        """Fit context and allocator ratio per (gpu, source) on ``df``'s rows (training rows only)."""
+        """Fit the constants per (gpu, source) on ``df``'s rows (training rows only): where the rows carry torch's
+        own peaks (``TORCH_PEAK_COLUMNS``), each on the figure it is, the allocator law on torch's reserved less
+        allocated peak and the context on NVML's figure less torch's reserved peak; elsewhere (Lucid's and
+        GPUMemNet's protocols) the context and a ratio on every varying MiB together on NVML's figure, which is all
+        that figure can tell apart."""
         keys = source_keys(df)
         steady, varying = steady_varying(footprint_terms(df, sources(df)))
         y = df[target].to_numpy(float)
+        allocated, reserved = (df[c].to_numpy(float) if c in df.columns else np.full(len(df), np.nan)
+                               for c in TORCH_PEAK_COLUMNS)
+        with_torch = np.isfinite(y) & np.isfinite(allocated) & np.isfinite(reserved) & (varying > 0)
         for key in pd.unique(keys):
-            m = (keys == key) & np.isfinite(y)
+            m = (keys == key) & with_torch
+            if m.sum() >= self.min_rows:
+                self.allocator[key], self.exponent[key] = fit_allocator_law(varying[m], allocated[m], reserved[m])
+                self.context_mib[key] = float(np.median(y[m] - reserved[m]))
+                continue
+            m = (keys == key) & np.isfinite(y)  # a protocol without torch's peaks: both on NVML's figure together
             if m.sum() >= self.min_rows:
                 self.context_mib[key], self.allocator[key] = fit_context_allocator(varying[m], y[m], steady[m])
+                self.exponent[key] = 1.0
         return self
 
     def predict(self, df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | None = None,
                 keys: np.ndarray | None = None) -> np.ndarray:
-        """The analytic footprint in MiB, one per row: context + steady terms + allocator ratio x varying terms
-        (:func:`steady_varying`); ``terms`` (:func:`footprint_terms`) and ``keys`` (:func:`source_keys`) of ``df``
-        where the caller has them already."""
-        ctx, alloc = self.row_constants(source_keys(df) if keys is None else keys)
+        """The analytic footprint in MiB, one per row: context + steady terms + varying terms + the allocator's
+        reserve on them (:func:`steady_varying`, :meth:`reserve`); ``terms`` (:func:`footprint_terms`) and ``keys``
+        (:func:`source_keys`) of ``df`` where the caller has them already."""
+        keys = source_keys(df) if keys is None else keys
+        ctx = self.row_constants(keys)[0]
         steady, varying = steady_varying(footprint_terms(df, sources(df)) if terms is None else terms)
-        return ctx + steady + alloc * varying
+        return ctx + steady + varying + self.reserve(keys, varying)
 
-    def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(context MiB, allocator ratio) of each 'gpu|source' key: NVML's figure is context + torch's reserved peak,
-        which is the steady terms + ratio x the varying ones."""
+    def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(context MiB, allocator ratio, allocator exponent) of each 'gpu|source' key: NVML's figure is context +
+        torch's reserved peak, which is the steady terms + the varying ones + the allocator's reserve on them."""
         uniq, inverse = np.unique(keys, return_inverse=True)
         ctx = np.array([self.context(k) for k in uniq], dtype=float)[inverse]
-        alloc = np.array([self.constant(k, self.allocator, 1.0) for k in uniq], dtype=float)[inverse]
-        return ctx, alloc
+        laws = np.array([self.law(k) for k in uniq], dtype=float).reshape(-1, 2)[inverse]
+        return ctx, laws[:, 0], laws[:, 1]
+
+    def reserve(self, keys: np.ndarray, varying: np.ndarray) -> np.ndarray:
+        """The allocator's reserve (MiB) on each row's varying terms, under its key's law."""
+        _, ratio, exponent = self.row_constants(keys)
+        return allocator_reserve_mib(varying, ratio, exponent)
+
+    def law(self, key: str) -> tuple[float, float]:
+        """(ratio, exponent) of the allocator for 'gpu|source': :meth:`constant` of each (fitted there, else the mean
+        over the source's fits: the allocator is the software's), else no reserve."""
+        return self.constant(key, self.allocator, 1.0), self.constant(key, self.exponent, 1.0)
 
     def constant(self, key: str, fitted: dict[str, float], default: float) -> float:
         """A constant for 'gpu|source': fitted there, else the mean over GPUs measured by the source
-        (the allocator ratio is the software's), else the default."""
+        (the allocator is the software's), else the default."""
         if key in fitted:
             return fitted[key]
         same = [v for k, v in fitted.items() if k.split("|")[1] == key.split("|")[1]]
@@ -942,15 +986,38 @@ class Footprint:
         return float(np.mean(same)) + local_memory_mib(gpu) if same else default_context_mib(gpu)
 
     def constants(self) -> dict[str, dict[str, float]]:
-        """The fitted constants, for a predictor card."""
-        return {k: {"context_mib": round(self.context_mib[k], 1), "allocator": round(self.allocator[k], 4)}
-                for k in sorted(self.context_mib)}
+        """The fitted constants, for a predictor card: each key's context and allocator law."""
+        return {k: {"context_mib": round(self.context_mib[k], 1), "allocator": round(self.law(k)[0], 4),
+                    "allocator_exponent": round(self.law(k)[1], 4)} for k in sorted(self.context_mib)}
+
+
+def allocator_reserve_mib(varying: np.ndarray, ratio: np.ndarray | float, exponent: np.ndarray | float = 1.0
+                          ) -> np.ndarray:
+    """The caching allocator's reserve (MiB) on ``varying`` MiB of per-step tensors: ``(ratio - 1) x
+    REFERENCE_VARYING_MIB x (varying / REFERENCE_VARYING_MIB) ** exponent`` (exponent 1: ``(ratio - 1) x varying``)."""
+    v = np.maximum(np.asarray(varying, float), 0.0)
+    return (np.asarray(ratio, float) - 1.0) * REFERENCE_VARYING_MIB * np.power(v / REFERENCE_VARYING_MIB, exponent)
+
+
+def fit_allocator_law(varying: np.ndarray, allocated: np.ndarray, reserved: np.ndarray) -> tuple[float, float]:
+    """(ratio, exponent) of :func:`allocator_reserve_mib` minimizing the mean absolute log error of torch's measured
+    allocated peak + the reserve on the predicted ``varying`` terms against torch's measured reserved peak."""
+    from scipy.optimize import minimize
+
+    def loss(theta: np.ndarray) -> float:
+        pred = allocated + allocator_reserve_mib(varying, 1.0 + np.exp(theta[0]), theta[1])
+        return float(np.mean(np.abs(np.log(np.maximum(pred, 1.0)) - np.log(reserved))))
+
+    res = minimize(loss, np.array([np.log(0.2), 1.0]), method="Nelder-Mead",
+                   options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 2000})
+    ratio = float(np.clip(1.0 + np.exp(res.x[0]), 1.0, 3.0))
+    return ratio, float(np.clip(res.x[1], *EXPONENT_BOUNDS))
 
 
 def fit_context_allocator(varying: np.ndarray, measured: np.ndarray, steady: np.ndarray | float = 0.0
                           ) -> tuple[float, float]:
     """(context MiB, allocator ratio) minimizing the mean absolute log error of ``context + steady + ratio x
-    varying`` against ``measured``."""
+    varying`` against ``measured`` (NVML's figure): the fit of a protocol that did not record torch's peaks."""
     from scipy.optimize import minimize
 
     def loss(theta: np.ndarray) -> float:
@@ -959,8 +1026,7 @@ def fit_context_allocator(varying: np.ndarray, measured: np.ndarray, steady: np.
 
     start = np.array([DEFAULT_CONTEXT_MIB, 1.0])
     res = minimize(loss, start, method="Nelder-Mead", options={"xatol": 0.5, "fatol": 1e-6, "maxiter": 2000})
-    ctx, ratio = float(np.clip(res.x[0], 0.0, 4096.0)), float(np.clip(res.x[1], 0.5, 3.0))
-    return ctx, ratio
+    return float(np.clip(res.x[0], 0.0, 4096.0)), float(np.clip(res.x[1], 0.5, 3.0))
 
 
 def sources(df: pd.DataFrame) -> pd.Series:

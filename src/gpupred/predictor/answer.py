@@ -61,8 +61,10 @@ PEAKS: tuple[str, ...] = ("backward", "optimizer step")  # where the memory peak
 PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")  # gpupred.step.physics.kernels.PHASES
 MEMORY_NOTE = ("the tensors live at the step's peak (peak: the backward's, or the optimizer step's, when the "
                "activations are freed and the gradients and the step's temporaries are live), each the physics' own "
-               "figure; allocator: the caching allocator's reserve beyond the allocated terms ((ratio - 1) x the "
-               "varying terms: gradients, the step's temporaries, autocast copies, activations, loss); "
+               "figure; allocator: the caching allocator's reserve beyond the allocated terms, on the varying terms "
+               "(gradients, the step's temporaries, autocast copies, activations, loss): (ratio - 1) x 1 GiB x "
+               "(varying / 1 GiB) ** exponent, fitted on torch's own peaks; allocator_ratio: reserved over allocated "
+               "varying terms in effect; "
                "learned_correction: the memory estimator's learned correction of NVML's figure (analytic footprint x "
                "(correction_factor - 1)), which torch's allocated and reserved peaks do not carry")
 TIME_SPREAD = ("the step model's timeline of one optimizer step, every part x correction_factor (the step time's "
