@@ -143,16 +143,12 @@ class MemoryEstimator(Estimator):
         memory breakdown reads (:mod:`gpupred.predictor.answer`); ``df`` a DataFrame, or
         :class:`gpupred.columnar.Columns` (what the predictor's core passes)."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import (
-            allocator_reserve_mib, peak_term_arrays, source_array, source_keys, steady_varying,
-        )
+        from gpupred.memory.physics import peak_term_arrays, source_array, source_keys
 
         src = source_array(df)
         (terms, at_backward), keys = peak_term_arrays(df, src), source_keys(df)
-        ctx, law_ratio, exponent = self.footprint_.row_constants(keys)
-        steady, varying = steady_varying(terms)
-        reserve = allocator_reserve_mib(varying, law_ratio, exponent)
-        base = ctx + steady + varying + reserve  # the footprint's predict, from the parts it is made of
+        ctx, steady, varying, reserve = self.footprint_.parts(keys, terms)
+        base = ctx + steady + varying + reserve  # the footprint's predict, from the parts it adds up
         best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way
         seen = np.isin(keys, list(self.fitted_keys_))

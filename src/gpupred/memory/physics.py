@@ -940,12 +940,18 @@ class Footprint:
     def predict(self, df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | None = None,
                 keys: np.ndarray | None = None) -> np.ndarray:
         """The analytic footprint in MiB, one per row: context + steady terms + varying terms + the allocator's
-        reserve on them (:func:`steady_varying`, :meth:`reserve`); ``terms`` (:func:`footprint_terms`) and ``keys``
-        (:func:`source_keys`) of ``df`` where the caller has them already."""
-        keys = source_keys(df) if keys is None else keys
-        ctx = self.row_constants(keys)[0]
-        steady, varying = steady_varying(footprint_terms(df, sources(df)) if terms is None else terms)
-        return ctx + steady + varying + self.reserve(keys, varying)
+        reserve on them (:meth:`parts`); ``terms`` (:func:`footprint_terms`) and ``keys`` (:func:`source_keys`) of
+        ``df`` where the caller has them already."""
+        ctx, steady, varying, reserve = self.parts(source_keys(df) if keys is None else keys,
+                                                   footprint_terms(df, sources(df)) if terms is None else terms)
+        return ctx + steady + varying + reserve
+
+    def parts(self, keys: np.ndarray, terms: pd.DataFrame | dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """(context, steady, varying, allocator reserve) MiB of each row, from its key and its footprint terms
+        (:func:`steady_varying`, :func:`allocator_reserve_mib` under the key's law): what the footprint adds up."""
+        ctx, ratio, exponent = self.row_constants(keys)
+        steady, varying = steady_varying(terms)
+        return ctx, steady, varying, allocator_reserve_mib(varying, ratio, exponent)
 
     def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(context MiB, allocator ratio, allocator exponent) of each 'gpu|source' key: NVML's figure is context +
@@ -954,11 +960,6 @@ class Footprint:
         ctx = np.array([self.context(k) for k in uniq], dtype=float)[inverse]
         laws = np.array([self.law(k) for k in uniq], dtype=float).reshape(-1, 2)[inverse]
         return ctx, laws[:, 0], laws[:, 1]
-
-    def reserve(self, keys: np.ndarray, varying: np.ndarray) -> np.ndarray:
-        """The allocator's reserve (MiB) on each row's varying terms, under its key's law."""
-        _, ratio, exponent = self.row_constants(keys)
-        return allocator_reserve_mib(varying, ratio, exponent)
 
     def law(self, key: str) -> tuple[float, float]:
         """(ratio, exponent) of the allocator for 'gpu|source': :meth:`constant` of each (fitted there, else the mean
@@ -987,8 +988,9 @@ class Footprint:
 
     def constants(self) -> dict[str, dict[str, float]]:
         """The fitted constants, for a predictor card: each key's context and allocator law."""
-        return {k: {"context_mib": round(self.context_mib[k], 1), "allocator": round(self.law(k)[0], 4),
-                    "allocator_exponent": round(self.law(k)[1], 4)} for k in sorted(self.context_mib)}
+        laws = {k: self.law(k) for k in sorted(self.context_mib)}
+        return {k: {"context_mib": round(self.context_mib[k], 1), "allocator": round(ratio, 4),
+                    "allocator_exponent": round(exponent, 4)} for k, (ratio, exponent) in laws.items()}
 
 
 def allocator_reserve_mib(varying: np.ndarray, ratio: np.ndarray | float, exponent: np.ndarray | float = 1.0
