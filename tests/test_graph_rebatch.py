@@ -266,3 +266,23 @@ def test_shape_of_a_computed_constant_is_folded() -> None:
     model = _model([helper.make_node("Add", ["c1", "c2"], ["like"]), helper.make_node("Shape", ["like"], ["y"])],
                    [], "y", {"c1": np.zeros((1, 4), np.int64), "c2": np.ones((1, 4), np.int64)})
     assert evaluate(model, {})["y"].tolist() == [1, 4]
+
+
+def test_folded_nodes_are_remembered_by_their_input_values() -> None:
+    """run_node remembers a result by the node and its input values: the same values give the same arrays without
+    running onnx.reference again; other values, or another node, run again; object (string) inputs are never keyed."""
+    from gpupred.graph import fold
+
+    div = helper.make_node("Div", ["a", "b"], ["c"], name="FIXTURE-div")
+    a, b = np.asarray([8, 6], np.int64), np.asarray(2, np.int64)
+    fold._RUNS.clear()
+    first = fold.run_node(div, [a, b], 17)
+    assert first is not None and first[0].tolist() == [4, 3] and len(fold._RUNS) == 1
+    assert fold.run_node(div, [a.copy(), b.copy()], 17) is first  # remembered: the same list back
+    run32 = fold.run_node(div, [np.asarray([8, 6], np.int32), np.asarray(2, np.int32)], 17)  # another dtype: run
+    assert run32 is not first and run32[0].dtype == np.int32
+    other = fold.run_node(div, [a, np.asarray(4, np.int64)], 17)
+    assert other is not None and other[0].tolist() == [2, 1]
+    mul = helper.make_node("Mul", ["a", "b"], ["c"], name="FIXTURE-div")
+    assert fold.run_node(mul, [a, b], 17)[0].tolist() == [16, 12]  # same name, another op: another key
+    assert fold._run_key(div, [np.asarray(["x"], object), b], 17) is None

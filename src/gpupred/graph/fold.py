@@ -10,6 +10,7 @@ replaces them by initializers, alternating with shape inference until every shap
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -25,6 +26,9 @@ NOT_FOLDED: frozenset[str] = frozenset({
 })
 _RUN_PARAMS: dict[str, Any] = {}  # what onnx.reference's op classes need to be built, filled on first use
 _OP_CLASSES: dict[tuple[str, int], Any] = {}
+# run_node's results by (opset, node, input values): re-batching folds the same shape arithmetic round after round
+_RUNS: dict[tuple[Any, ...], list[np.ndarray] | None] = {}
+MAX_RUNS = 65536  # entries kept before the memo starts again
 
 
 def _op_class(op: str, opset: int) -> Any:
@@ -48,18 +52,49 @@ def _bound(op: str, ins: list[np.ndarray | None]) -> int:
     if op == "Expand":
         return int(np.prod(np.broadcast_shapes(real[0].shape, tuple(int(v) for v in real[1].ravel()))))
     if op == "Tile":
-        return int(real[0].size * np.prod(real[1]))
+        return int(real[0].size * np.prod(real[1]))  # the repeats' values, not a shape
     if op == "Range":
         start, limit, delta = (float(x.ravel()[0]) for x in real[:3])
         return int(max(0.0, np.ceil((limit - start) / delta))) if delta else MAX_NUMEL + 1
     try:
-        return int(np.prod(np.broadcast_shapes(*(x.shape for x in real)))) if real else 1
+        return math.prod(np.broadcast_shapes(*(x.shape for x in real))) if real else 1
     except ValueError:  # not a broadcasting op (Concat, Gather...): its output is at most its inputs together
         return int(sum(x.size for x in real))
 
 
 def run_node(node: onnx.NodeProto, ins: list[np.ndarray | None], opset: int) -> list[np.ndarray] | None:
-    """Evaluate one node on small constant inputs with onnx's reference implementation (None: not foldable)."""
+    """Evaluate one node on small constant inputs with onnx's reference implementation (None: not foldable).
+
+    Results are remembered by the node and its input values (never for object arrays, whose bytes are not their
+    values); callers must not change the arrays returned.
+    """
+    key = _run_key(node, ins, opset)
+    if key is not None and key in _RUNS:
+        return _RUNS[key]
+    out = _run_node(node, ins, opset)
+    if key is not None:
+        if len(_RUNS) >= MAX_RUNS:
+            _RUNS.clear()
+        _RUNS[key] = out
+    return out
+
+
+def _run_key(node: onnx.NodeProto, ins: list[np.ndarray | None], opset: int) -> tuple[Any, ...] | None:
+    """What decides a node's result: its proto, its opset and each input's dtype, shape and bytes (None: no key)."""
+    parts: list[Any] = [opset, node.SerializeToString()]
+    for x in ins:
+        if x is None:
+            parts.append(None)
+            continue
+        a = np.asarray(x)
+        if a.dtype.hasobject:
+            return None
+        parts.append((a.dtype.str, a.shape, a.tobytes()))
+    return tuple(parts)
+
+
+def _run_node(node: onnx.NodeProto, ins: list[np.ndarray | None], opset: int) -> list[np.ndarray] | None:
+    """The node's outputs by onnx.reference, unless it is never shape arithmetic or its output could be large."""
     if node.op_type in NOT_FOLDED or _bound(node.op_type, ins) > MAX_NUMEL:
         return None
     cls = _op_class(node.op_type, opset)
@@ -81,8 +116,10 @@ def static_shapes(model: ModelProto) -> dict[str, tuple[int, ...]]:
     g = model.graph
     for vi in (*g.input, *g.value_info, *g.output):
         tt = vi.type.tensor_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if None not in dims:
+                out[vi.name] = tuple(dims)
     for t in g.initializer:
         out[t.name] = tuple(t.dims)
     return out
@@ -94,7 +131,7 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 
 def _readable(t: onnx.TensorProto) -> bool:
     """Whether a tensor's value may be used: small, inline, and not a weight (so inline and stripped files agree)."""
-    numel = np.prod(t.dims)
+    numel = math.prod(t.dims)
     if t.data_location == onnx.TensorProto.EXTERNAL or numel > MAX_NUMEL:
         return False
     return t.data_type not in _FLOATS or numel <= MAX_FLOAT_NUMEL
