@@ -109,7 +109,12 @@ class AppliedCalibration:
 
     def footprint(self, fitted: Any, key: str, ref: Reference) -> Any:
         """A copy of the fitted footprint (:class:`gpupred.memory.physics.Footprint`) whose constants for ``key``
-        ('gpu|protocol') are the borrowed ones moved by this GPU's memory readings."""
+        ('gpu|protocol') are the borrowed ones moved by this GPU's memory readings.
+
+        The allocator's reading is reserved over requested bytes of a seeded pattern (256 tensors, requested peak
+        0.74 GiB), so it scales the footprint's ratio where that is read: at 1 GiB of varying terms
+        (:func:`gpupred.memory.physics.allocator_reserve_mib`). The fitted exponent, how the reserve grows away
+        from 1 GiB, is kept."""
         ctx = fitted.context(key)  # the borrowed context, by the footprint's own rule (local memory + software share)
         alloc = fitted.constant(key, fitted.allocator, 1.0)
         mem = self.derived.memory
