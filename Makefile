@@ -4,10 +4,16 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
-# pip byte-compiles what it installs on one core; compileall does it on every core (a third of the setup's time on
-# two). A file that does not compile is skipped, as pip skips it (torch ships one written for Python 3.12).
+# Bytecode: Python writes a module's .pyc when it first imports it, so every recipe here runs with bytecode writing on
+# (unexported where a machine sets PYTHONDONTWRITEBYTECODE, as this project's machines do) and pip installs without
+# compiling (--no-compile): only the modules something imports get compiled, once, by the first process that imports
+# them. Compiling all of site-packages up front took 60 s of the test setup on the 2-core machine (21,725 files, most
+# of them never imported: transformers' and Ray's); pip's own compile took longer, on one core.
+unexport PYTHONDONTWRITEBYTECODE
 PIP := $(BIN)/python -m pip install --quiet --no-compile -c constraints.txt
-SITE_COMPILE = $(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
+# ...except the answer path's, written at setup: a cold `gpupred predict` then compiles nothing, even run from a shell
+# that sets PYTHONDONTWRITEBYTECODE
+WARM := $(BIN)/python -c "import gpupred.cli.predict, gpupred.predictor.loading, gpupred.predictor.pairing"
 LIGHT := $(VENV)/.gpupred-notebooks
 FULL := $(VENV)/.gpupred-dev
 # gpupred's own modules byte-compiled before each run: pip compiles what it installs but not an editable source,
@@ -15,7 +21,7 @@ FULL := $(VENV)/.gpupred-dev
 # (0.2 s of a cold `gpupred predict`, and of every notebook kernel and worker); only changed files are compiled again
 COMPILE := $(BIN)/python -m compileall -q src
 
-.PHONY: all setup setup-dev test test-slow test-fast bench clean
+.PHONY: all setup setup-dev test test-slow test-fast test-durations bench clean
 
 all: $(LIGHT)
 	$(COMPILE)
@@ -32,21 +38,23 @@ $(BIN)/python:
 # the analyst's install: the predictor runtime + the notebooks extra
 $(LIGHT): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e ".[notebooks]"
-	$(SITE_COMPILE)
+	$(WARM)
 	touch $(LIGHT)
 
 # everything the tests need: torch (exports, the profiler), Ray, onnx-tool, pytest...
 $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e ".[dev]"
-	$(SITE_COMPILE)
+	$(WARM)
 	touch $(LIGHT) $(FULL)
 
-# pytest-xdist: one worker per core, each test file on one worker (its module fixtures built once); the tests marked
-# timing measure this machine's own speed and run afterwards, alone
-PARALLEL ?= -n auto --dist loadfile
+# pytest-xdist: one worker per core, each test file on one worker (its module fixtures built once), the heaviest files
+# first (tests/conftest.py orders them by tests/durations.json, in place of xdist's reordering by number of tests: the
+# fast suite took 641 s instead of 667 s, one run each); the tests marked timing measure this machine's own speed and
+# run afterwards, alone
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
 # the default suite (everything not marked slow, notebooks included): about 11 minutes on the 2-core machine (1,299
-# tests, 684 s on 2026-11-30), then the timing tests (about a minute)
+# tests, 641-697 s on 2026-11-30), then the timing tests (about a minute)
 test: $(FULL)
 	$(COMPILE)
 	$(BIN)/python -m pytest -m "not slow and not timing" $(PARALLEL)
@@ -62,6 +70,12 @@ test-slow: $(FULL)
 test-fast: $(FULL)
 	$(COMPILE)
 	$(BIN)/python -m pytest -m "not slow and not notebook and not timing" $(PARALLEL)
+
+# records each test file's seconds (fast and slow tests together, one session) into tests/durations.json: run it
+# after adding or reshaping a heavy test file
+test-durations: $(FULL)
+	$(COMPILE)
+	GPUPRED_RECORD_DURATIONS=1 $(BIN)/python -m pytest -m "not timing" $(PARALLEL)
 
 bench: $(FULL)
 	$(COMPILE)

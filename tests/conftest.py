@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -11,6 +13,34 @@ from typing import Any, Callable
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Each test file's seconds in a recorded run (setup, call and teardown of its tests, summed), read to run the heaviest
+# files first; `make test-durations` records them again (GPUPRED_RECORD_DURATIONS=1 merges a run's into the file).
+DURATIONS = Path(__file__).with_name("durations.json")
+_SPENT: dict[str, float] = {}  # this run's seconds per test file, where it records them
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heaviest test files first: pytest-xdist hands a worker one file at a time in collection order (the Makefile
+    turns off its reordering by number of tests), so the longest files start first and the workers end together,
+    rather than one of them running a notebook file alone at the end. Files the record lacks run last, as collected;
+    a file's own tests keep their order."""
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -seconds.get(item.nodeid.partition("::")[0], 0.0))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    file = report.nodeid.partition("::")[0]
+    _SPENT[file] = _SPENT.get(file, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With GPUPRED_RECORD_DURATIONS set, merge this run's seconds per file into ``DURATIONS`` (in the process that
+    ran the session, not in xdist's workers)."""
+    if not os.environ.get("GPUPRED_RECORD_DURATIONS") or hasattr(session.config, "workerinput") or not _SPENT:
+        return
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    recorded.update({file: round(seconds, 1) for file, seconds in _SPENT.items()})
+    DURATIONS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
 _EXPORTED: list[Path] = []  # this test process's folder of graphs the notebooks exported (made on first use)
 
 
