@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # (unexported where a machine sets PYTHONDONTWRITEBYTECODE, as this project's machines do) and pip installs without
 # compiling (--no-compile): only the modules something imports get compiled, once, by the first process that imports
 # them. Compiling all of site-packages up front took 60 s of the test setup on the 2-core machine (21,725 files, most
-# of them never imported: transformers' and Ray's); pip's own compile took longer, on one core.
+# of them never imported: transformers' and Ray's); pip's own compiling runs on one core.
 unexport PYTHONDONTWRITEBYTECODE
 PIP := $(BIN)/python -m pip install --quiet --no-compile -c constraints.txt
 # ...except the answer path's, written at setup: a cold `gpupred predict` then compiles nothing, even run from a shell
@@ -48,9 +48,9 @@ $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 	touch $(LIGHT) $(FULL)
 
 # pytest-xdist: one worker per core, each test file on one worker (its module fixtures built once), the heaviest files
-# first (tests/conftest.py orders them by tests/durations.json, in place of xdist's reordering by number of tests: the
-# fast suite took 641 s instead of 667 s, one run each); the tests marked timing measure this machine's own speed and
-# run afterwards, alone
+# first (tests/conftest.py orders them by tests/durations.json, in place of xdist's reordering by number of tests; the
+# fast suite took 641 s heaviest first against 667 s as collected, one run each, so the gain is within this machine's
+# noise); the tests marked timing measure this machine's own speed and run afterwards, alone
 PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
 # the default suite (everything not marked slow, notebooks included): about 11 minutes on the 2-core machine (1,299
