@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +73,32 @@ def test_colocated_pair_starts_together_and_overlaps() -> None:
     assert min(ends) > max(starts)
     procs = r.samples.to_pandas().query("metric == 'proc_mem_mib'")
     assert set(procs["member"]) == {0, 1}
+
+
+def test_children_fork_from_a_server_that_imported_torch(tmp_path: Path) -> None:
+    """A script without a main guard runs its unit once (the child does not run the parent's main module again), the
+    child's torch import is already done (the fork server's), and the child sees the parent's environment as it was
+    when the child was asked for, not as it was when the server started."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from gpupred.profile.fake import FakeBackend\n"
+        "from gpupred.profile.harness import child_context, run_unit\n"
+        "from gpupred.workloads.spec import WorkloadSpec\n"
+        "from profile_faults import TINY, tiny_config\n"
+        "print('main ran', flush=True)\n"
+        "run_unit([WorkloadSpec.from_id(TINY)], FakeBackend(), tiny_config())\n"  # starts the fork server
+        "os.environ['GPUPRED_FAULT'] = 'error'\n"  # set after the server started: the next child must see it
+        "r = run_unit([WorkloadSpec.from_id(TINY)], FakeBackend(), tiny_config())\n"
+        "row = r.runs.to_pylist()[0]\n"
+        "print(json.dumps({'status': row['status'], 'message': row['message'], 'timings': r.timings}))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent / "src"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines.count("main ran") == 1, lines
+    out = json.loads(lines[-1])
+    assert out["status"] == "error" and "injected" in out["message"], out
+    assert out["timings"][0]["import_s"] < 0.5, out["timings"]

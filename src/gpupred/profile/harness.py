@@ -1,8 +1,8 @@
 """One run unit: each workload's training loop in its own child process, the NVML sampler in the parent.
 
-The child (``python -m gpupred.profile.harness``, a fresh interpreter, so it works from the CLI, a
-notebook or a Ray worker alike) imports torch, says ``ready``, receives its job, builds the workload
-and says ``built``; the parent then sends ``go`` to every member at once (the synchronized start of a
+The child (forked from a fork server that has imported torch once, :func:`child_context`, so it works
+from the CLI, a notebook or a Ray worker alike, and initializes CUDA itself) says ``ready``, receives its
+job, builds the workload and says ``built``; the parent then sends ``go`` to every member at once (the synchronized start of a
 co-located group), each warms up and says ``warm``; once all are warm the parent sends ``measure``,
 each times its measured window (iteration times from synchronized timestamps) and says ``window``,
 then keeps training, unmeasured, until the parent sends ``stop`` when every member's window is done,
@@ -22,11 +22,12 @@ import math
 import os
 import socket
 import statistics
-import subprocess
 import sys
+import subprocess
 import tempfile
 import threading
 import time
+import types
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection, wait
@@ -105,22 +106,100 @@ class UnitResult:
 # ------------------------------------------------------------------------------------------- parent
 
 
+# what a child needs before its job, imported once by the fork server that every child is forked from
+PRELOAD = ("torch", "torch._dynamo", "gpupred.workloads.builders")
+
+
+def child_context() -> Any:
+    """The multiprocessing context that starts harness children: a fork server that has imported :data:`PRELOAD`.
+
+    A child forked from it starts in milliseconds with torch imported, where a fresh interpreter spent 3-8 s of CPU
+    importing torch and torch._dynamo (the optimizer's constructor imports it). The server never initializes CUDA,
+    so each child initializes its own, as a fresh process does. The server is one per parent process, started by the
+    first child, and exits with the parent."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+class InheritedFd:
+    """A file descriptor that travels to a forked child as multiprocessing sends a Connection's; the child receives
+    its own descriptor (an int)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import operator
+        from multiprocessing import reduction
+
+        return operator.methodcaller("detach"), (reduction.DupFd(self.fd),)
+
+
+class ForkedProcess:
+    """A child forked by :func:`child_context`'s server, with the part of ``subprocess.Popen``'s interface that
+    :class:`Child` uses (``pid``, ``returncode``, ``poll``, ``kill``, ``wait``)."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return int(self.process.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code (negative: the signal that ended it); None while it runs."""
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+        return None if self.process.is_alive() else self.process.exitcode
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end (``subprocess.TimeoutExpired`` after ``timeout`` seconds); the exit code."""
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired("gpupred harness child", timeout or 0.0)
+        return int(self.process.exitcode)
+
+
+def start_forked(target: Any, args: tuple[Any, ...]) -> ForkedProcess:
+    """``target(*args)`` in a child forked from the server (the Connections and :class:`InheritedFd` among ``args``
+    travel with their descriptors)."""
+    process = child_context().Process(target=target, args=args, name="gpupred-harness-child")
+    # multiprocessing would have the child run this process's main module again (spawn's semantics: a script without
+    # a main guard would start its sweep again, a CLI or a kernel would import itself again); the child is a copy of
+    # the fork server and needs nothing of it, so the main module is hidden while the child is asked for
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        process.start()
+    finally:
+        sys.modules["__main__"] = main
+    return ForkedProcess(process)
+
+
 class Child:
-    """A started harness child process and its two pipes."""
+    """A started harness child process (forked from :func:`child_context`'s server) and its two pipes."""
 
     def __init__(self) -> None:
-        c_rx, p_tx = os.pipe()
-        p_rx, c_tx = os.pipe()
+        ctx = child_context()
+        c_rx, p_tx = ctx.Pipe(duplex=False)
+        p_rx, c_tx = ctx.Pipe(duplex=False)
         env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
         self.log = tempfile.TemporaryFile(prefix="gpupred-child-")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpupred.profile.harness", str(c_rx), str(c_tx)],
-            pass_fds=(c_rx, c_tx), stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-        )
-        os.close(c_rx)
-        os.close(c_tx)
-        self.rx = Connection(p_rx, writable=False)
-        self.tx = Connection(p_tx, readable=False)
+        self.proc: Any = start_forked(forked_child, (c_rx, c_tx, InheritedFd(self.log.fileno()), env))
+        c_rx.close()
+        c_tx.close()
+        self.rx, self.tx = p_rx, p_tx
         self.started = time.monotonic()
 
     @property
@@ -914,10 +993,24 @@ def _context_only(torch: Any, job: dict[str, Any], rx: Connection, tx: Connectio
     del x
 
 
-def _child_main(fd_in: int, fd_out: int) -> None:
-    """The child's whole life: import, wait for a job, run it, report, exit."""
-    rx = Connection(fd_in, writable=False)
-    tx = Connection(fd_out, readable=False)
+def forked_child(rx: Connection, tx: Connection, log_fd: int, env: dict[str, str]) -> None:
+    """A child's start in the fork server's copy: the parent's environment as it was when the child was asked for,
+    the log file as stdout and stderr, then its life."""
+    os.environ.clear()
+    os.environ.update(env)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    try:
+        child_main(rx, tx)
+    except EOFError:
+        pass
+
+
+def child_main(rx: Connection, tx: Connection) -> None:
+    """The child's whole life: import (done by the fork server already), wait for a job, run it, report, exit."""
     boot = time.monotonic()
     _watch_parent()
     t = time.monotonic()
@@ -953,12 +1046,3 @@ def _child_main(fd_in: int, fd_out: int) -> None:
     except (BrokenPipeError, OSError):
         pass
 
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3:
-        try:
-            _child_main(int(sys.argv[1]), int(sys.argv[2]))
-        except EOFError:
-            pass
-    else:
-        print(json.dumps({"usage": "python -m gpupred.profile.harness FD_IN FD_OUT (started by gpupred)"}))
