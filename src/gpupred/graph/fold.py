@@ -137,11 +137,18 @@ def _readable(t: onnx.TensorProto) -> bool:
     return t.data_type not in _FLOATS or numel <= MAX_FLOAT_NUMEL
 
 
-def _initial_values(model: ModelProto) -> dict[str, np.ndarray]:
+def _initial_values(model: ModelProto, memo: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
+    """The readable initializers' values (``memo``: values read before, by name, within one fold)."""
     values: dict[str, np.ndarray] = {}
     for t in model.graph.initializer:
-        if _readable(t):
-            values[t.name] = numpy_helper.to_array(t)
+        if memo is not None and t.name in memo:
+            value = memo[t.name]
+        else:
+            value = numpy_helper.to_array(t) if _readable(t) else None
+            if memo is not None:
+                memo[t.name] = value
+        if value is not None:
+            values[t.name] = value
     return values
 
 
@@ -166,13 +173,16 @@ def _node_inputs(node: onnx.NodeProto, values: dict[str, np.ndarray]) -> list[np
     return [values[n] if n else None for n in node.input]
 
 
-def evaluate(model: ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+def evaluate(model: ModelProto, shapes: dict[str, tuple[int, ...]],
+             memo: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
     """Values of every small tensor computable from constants and known shapes, in one topological pass.
 
     Each node runs through onnx's reference implementation of its op (:mod:`onnx.reference`), so any op
-    the shape arithmetic uses (Div, Clip, Max, Ceil, Range, Where...) folds, not a hand-picked few.
+    the shape arithmetic uses (Div, Clip, Max, Ceil, Range, Where...) folds, not a hand-picked few. ``memo`` keeps
+    the initializers' and Constant nodes' values by name between the passes of one fold (:func:`fold_shapes`), where
+    they never change.
     """
-    values = _initial_values(model)
+    values = _initial_values(model, memo)
     computed: dict[str, np.ndarray] = {}
     opset = _opset(model)
     for node in model.graph.node:
@@ -180,7 +190,12 @@ def evaluate(model: ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str,
             continue
         try:
             if node.op_type == "Constant":
-                value = _constant_value(node)
+                if memo is None:
+                    value = _constant_value(node)
+                elif node.output[0] in memo:
+                    value = memo[node.output[0]]
+                else:
+                    value = memo[node.output[0]] = _constant_value(node)
                 if value is not None:
                     values[node.output[0]] = value
                 continue
@@ -210,26 +225,34 @@ def replace_with_constants(model: ModelProto, folded: dict[str, np.ndarray]) -> 
     """Turn folded tensors into initializers, drop their producers, then prune nodes nobody reads."""
     g = model.graph
     outputs = {o.name for o in g.output}
-    keep = []
-    for node in g.node:
-        if node.output and all(o in folded or not o for o in node.output) and not any(o in outputs for o in node.output):
-            continue
-        keep.append(node)
+    nodes = list(g.node)
+    dropped = [bool(node.output) and all(o in folded or not o for o in node.output)
+               and not any(o in outputs for o in node.output) for node in nodes]
     for name, value in folded.items():
         g.initializer.append(numpy_helper.from_array(np.asarray(value), name))
     # prune dead nodes (a Shape feeding only folded Gathers) in one reverse pass, then dead initializers
     used = set(outputs)
-    alive = []
-    for node in reversed(keep):
-        if any(o in used for o in node.output):
-            alive.append(node)
-            used.update(node.input)
-    keep = alive[::-1]
-    kept_inits = [t for t in g.initializer if t.name in used]
-    del g.node[:]
-    g.node.extend(keep)
-    del g.initializer[:]
-    g.initializer.extend(kept_inits)
+    dead = []
+    for i in range(len(nodes) - 1, -1, -1):
+        if not dropped[i] and any(o in used for o in nodes[i].output):
+            used.update(nodes[i].input)
+        else:
+            dead.append(i)
+    delete_at(g.node, dead)
+    delete_at(g.initializer, [i for i, t in enumerate(g.initializer) if t.name not in used])
+
+
+def delete_at(field: Any, indices: list[int]) -> None:
+    """Delete the items at ``indices`` from a repeated protobuf field in place, a run of neighbours at a time (the
+    others keep their order and are not copied, where rebuilding the field copies every message)."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    for start, stop in reversed(runs):
+        del field[start:stop]
 
 
 def fold_shapes(
@@ -237,13 +260,14 @@ def fold_shapes(
 ) -> tuple[ModelProto, dict[str, np.ndarray]]:
     """Alternate shape inference and folding (in place) until every shape is known; return inferred model and folds."""
     all_folded: dict[str, np.ndarray] = {}
+    memo: dict[str, np.ndarray | None] = {}
     for _ in range(max_rounds):
         inferred = infer(model)
         shapes = static_shapes(inferred)
         missing = any(o and o not in shapes for node in inferred.graph.node for o in node.output)
         if not missing:
             return inferred, all_folded
-        folded = evaluate(inferred, shapes)
+        folded = evaluate(inferred, shapes, memo)
         if not folded:
             return inferred, all_folded
         all_folded.update(folded)
