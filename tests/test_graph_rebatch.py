@@ -286,3 +286,27 @@ def test_folded_nodes_are_remembered_by_their_input_values() -> None:
     mul = helper.make_node("Mul", ["a", "b"], ["c"], name="FIXTURE-div")
     assert fold.run_node(mul, [a, b], 17)[0].tolist() == [16, 12]  # same name, another op: another key
     assert fold._run_key(div, [np.asarray(["x"], object), b], 17) is None
+
+
+def test_folding_drops_the_folded_nodes_and_keeps_the_others_in_order() -> None:
+    """replace_with_constants deletes in place: folded producers and what only they read go, every other node keeps
+    its place, and dead initializers go with them (fixture graph)."""
+    from gpupred.graph.fold import delete_at, replace_with_constants
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather"),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "n"], ["y"], name="reshape"),
+             helper.make_node("Neg", ["y"], ["z"], name="neg")]
+    graph = helper.make_graph(nodes, "fixture", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+                               numpy_helper.from_array(np.array([1.0], dtype=np.float32), "unused")])
+    model = helper.make_model(graph)
+    replace_with_constants(model, {"n": np.array([12], dtype=np.int64)})
+    assert [n.name for n in model.graph.node] == ["relu", "reshape", "neg"]
+    assert [t.name for t in model.graph.initializer] == ["n"]
+    field = helper.make_graph([helper.make_node("Relu", [str(i)], [f"o{i}"], name=str(i)) for i in range(8)], "g",
+                              [], []).node
+    delete_at(field, [6, 0, 2, 3, 7])
+    assert [n.name for n in field] == ["1", "4", "5"]
