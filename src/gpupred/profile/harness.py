@@ -1,12 +1,13 @@
 """One run unit: each workload's training loop in its own child process, the NVML sampler in the parent.
 
 The child (forked from a fork server that has imported torch once, :func:`child_context`, so it works
-from the CLI, a notebook or a Ray worker alike, and initializes CUDA itself) says ``ready``, receives its
-job, builds the workload and says ``built``; the parent then sends ``go`` to every member at once (the synchronized start of a
-co-located group), each warms up and says ``warm``; once all are warm the parent sends ``measure``,
-each times its measured window (iteration times from synchronized timestamps) and says ``window``,
-then keeps training, unmeasured, until the parent sends ``stop`` when every member's window is done,
-so that each member's whole window runs co-located. A hard timeout kills the children.
+from the CLI, a notebook or a Ray worker alike, and initializes CUDA itself) says ``ready``, receives
+its job, builds the workload and says ``built``; the parent then sends ``go`` to every member at once
+(the synchronized start of a co-located group), each warms up and says ``warm``; once all are warm the
+parent sends ``measure``, each times its measured window (iteration times from synchronized timestamps)
+and says ``window``, then keeps training, unmeasured, until the parent sends ``stop`` when every
+member's window is done, so that each member's whole window runs co-located. A hard timeout kills the
+children.
 
 Fault injection for tests only: ``GPUPRED_FAULT=oom|crash|hang|error[:substring-of-workload-id]`` in
 the child's environment raises torch.cuda.OutOfMemoryError / exits with code 3 / sleeps / raises after
@@ -22,8 +23,8 @@ import math
 import os
 import socket
 import statistics
-import sys
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -1004,12 +1005,12 @@ def forked_child(rx: Connection, tx: Connection, log_fd: int, env: dict[str, str
     os.dup2(log_fd, 2)
     os.close(log_fd)
     try:
-        child_main(rx, tx)
+        _child_main(rx, tx)
     except EOFError:
         pass
 
 
-def child_main(rx: Connection, tx: Connection) -> None:
+def _child_main(rx: Connection, tx: Connection) -> None:
     """The child's whole life: import (done by the fork server already), wait for a job, run it, report, exit."""
     boot = time.monotonic()
     _watch_parent()
