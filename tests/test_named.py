@@ -169,7 +169,7 @@ def test_an_unknown_name_offline_gets_one_line(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from gpupred.workloads.hubmodels import build_named
 
-    with pytest.raises(GpupredError, match="not a transformers model type .* give a config.json"):
+    with pytest.raises(GpupredError, match="not a transformers model type, .* give a config.json"):
         build_named(hf_model("no-such-org/no-such-model"))
     with pytest.raises(GpupredError, match="timm .* has no such model"):
         build_named(timm_model("resnet5000"))

@@ -78,7 +78,7 @@ def export_cmd(
     force: Annotated[bool, typer.Option("--force", help="With --store or --corpus: re-export everything, not only what is missing.")] = False,
     corpus: Annotated[bool, typer.Option("--corpus", help="Export the timm and Hugging Face corpus missing from data/corpus/ (the torch extra).")] = False,
     timm: Annotated[Optional[str], typer.Option("--timm", help="A timm model by name (random weights, no download).")] = None,
-    hf: Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model: a model type (llama), a config.json or its folder, or a hub id.")] = None,
+    hf: Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model: a model type (llama), a config.json or its folder, or a hub id (`gpupred named` lists those known offline).")] = None,
     head: Annotated[Optional[str], typer.Option("--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, seq2seq-lm or speech-seq2seq.")] = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="With --hf: tokens per sample.")] = None,
     image_size: Annotated[Optional[int], typer.Option("--image-size", help="With --timm or an image --hf model: the image side.")] = None,
@@ -144,7 +144,26 @@ def _export_corpus(force: bool) -> None:
     typer.echo(f"{len(index['models']) - len(failed)} corpus models exported" + (f"; failed: {', '.join(failed)}" if failed else ""))
 
 
+def named_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON records.")) -> None:
+    """List the Hugging Face hub ids that --hf knows offline (their published configs' shapes), with their
+    parameters; any other hub id needs transformers' cache or the network, and a model type or a config.json
+    needs neither."""
+    from gpupred.workloads.hubconfigs import published_config, published_ids
+
+    rows = [published_config(i) for i in published_ids()]
+    if as_json:
+        print(json.dumps([{"hub_id": r.hub_id, "model_type": r.model_type, "params_millions": r.params}
+                          for r in rows if r is not None]))
+        return
+    for r in rows:
+        if r is not None:
+            print(f"{r.hub_id:40s} {r.model_type:10s} {r.params:>9,.0f}M")
+    print("instruct and chat variants (-Instruct, -chat-hf, -it) and the hub's owner-less ids (gpt2-large) are "
+          "their base's; give any other model as a config.json or a model type (--hf llama)")
+
+
 def register(app: typer.Typer) -> None:
-    """Attach ``gpupred features`` and ``gpupred export`` to the main app."""
+    """Attach ``gpupred features``, ``gpupred export`` and ``gpupred named`` to the main app."""
     app.command("features")(features_cmd)
     app.command("export")(export_cmd)
+    app.command("named")(named_cmd)

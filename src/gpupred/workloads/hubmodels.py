@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from gpupred import config
 from gpupred.errors import GpupredError
+from gpupred.workloads.hubconfigs import published_config, published_ids
 
 NAMED_VERSION = 5  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: SDPA by default;
 # 5: an encoder's default head is its masked LM, an HF image model built for --image-size, and node names carry
@@ -124,7 +125,8 @@ def _config_identity(named: NamedModel) -> str:
     or a hub id)."""
     path = _local_config(named.name) if named.source == "hf" else None
     if path is None:
-        return named.name
+        published = published_config(named.name) if named.source == "hf" else None
+        return named.name if published is None else published.identity()
     if not path.is_file():
         raise GpupredError(f"{named.name}: no such config file; give a transformers config.json (or the folder "
                            "holding one), a model type such as llama or bert, or a hub id")
@@ -300,12 +302,56 @@ def hf_config(named: NamedModel) -> Any:
         return transformers.AutoConfig.for_model(model_type, **{**values, **overrides})
     if named.name in transformers.CONFIG_MAPPING:
         return transformers.AutoConfig.for_model(named.name, **overrides)
+    published = published_config(named.name)
+    if published is not None:
+        return transformers.AutoConfig.for_model(published.model_type, **{**published.fields, **overrides})
+    return _hub_config(transformers, named.name, overrides)
+
+
+def _hub_config(transformers: Any, name: str, overrides: dict[str, Any]) -> Any:
+    """A hub id's config from transformers' cache, else from the hub where it answers within seconds; refused in one
+    line otherwise (offline, transformers would retry for half a minute)."""
     try:
-        return transformers.AutoConfig.from_pretrained(named.name, **overrides)
+        return transformers.AutoConfig.from_pretrained(name, local_files_only=True, **overrides)
+    except (OSError, ValueError):
+        pass
+    known = f"; {len(published_ids())} widely used ones are known offline (`gpupred named` lists them)"
+    where = hub_unreachable()
+    if where is not None:
+        raise GpupredError(f"--hf {name}: not a local config.json, not a transformers model type, not in "
+                           f"transformers' cache, and {where}: give a config.json{_closest_id(name)}{known}")
+    try:
+        return transformers.AutoConfig.from_pretrained(name, **overrides)
     except (OSError, ValueError) as err:
         raise GpupredError(
-            f"--hf {named.name}: not a local config.json, not a transformers model type (e.g. llama, bert, gpt2, "
+            f"--hf {name}: not a local config.json, not a transformers model type (e.g. llama, bert, gpt2, "
             f"t5) and the hub gave no config ({' '.join(str(err).split())[:160]}); give a config.json") from None
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be asked (offline by setting, or no connection to its host within
+    ``timeout`` seconds), else None."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "the hub is off (HF_HUB_OFFLINE)"
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as err:
+        return f"{host} cannot be reached ({err.strerror or type(err).__name__})"
+    return None
+
+
+def _closest_id(name: str) -> str:
+    """The table's ids closest to a name, as a clause (empty when none is close)."""
+    import difflib
+
+    ids = {i.lower(): i for i in published_ids()}
+    near = difflib.get_close_matches(name.lower(), sorted(ids), n=3, cutoff=0.6)
+    return f" or use a known id ({', '.join(ids[n] for n in near)})" if near else ""
 
 
 def default_head(cfg: Any) -> str:
