@@ -78,7 +78,8 @@ def export_cmd(
     force: Annotated[bool, typer.Option("--force", help="With --store or --corpus: re-export everything, not only what is missing.")] = False,
     corpus: Annotated[bool, typer.Option("--corpus", help="Export the timm and Hugging Face corpus missing from data/corpus/ (the torch extra).")] = False,
     timm: Annotated[Optional[str], typer.Option("--timm", help="A timm model by name (random weights, no download).")] = None,
-    hf: Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model: a model type (llama), a config.json or its folder, or a hub id (`gpupred named` lists those known offline).")] = None,
+    hf: Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model: a model type (llama), a config.json "
+                                              "or its folder, or a hub id (`gpupred named` lists those known offline).")] = None,
     head: Annotated[Optional[str], typer.Option("--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, seq2seq-lm or speech-seq2seq.")] = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="With --hf: tokens per sample.")] = None,
     image_size: Annotated[Optional[int], typer.Option("--image-size", help="With --timm or an image --hf model: the image side.")] = None,

@@ -160,7 +160,8 @@ BatchSize = Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Tr
 Timm = Annotated[Optional[str], typer.Option("--timm", help="A timm model by name instead of MODEL (random weights, no "
                                                              "download; exported once, then cached).")]
 Hf = Annotated[Optional[str], typer.Option("--hf", help="A Hugging Face model instead of MODEL: a model type (llama, "
-                                                         "bert, gpt2...), a config.json or its folder, or a hub id (`gpupred named`: those known offline).")]
+                                                         "bert, gpt2...), a config.json or its folder, or a hub id "
+                                                         "(`gpupred named`: those known offline).")]
 Head = Annotated[Optional[str], typer.Option("--head", help="With --hf: causal-lm, masked-lm, seq-cls, image-cls, "
                                                              "seq2seq-lm or speech-seq2seq (default: the config's).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="With --hf: tokens per sample (default: the model's "

@@ -5,7 +5,8 @@ node, CI) it used to retry for half a minute and fail. Each entry is the checkpo
 its published ``config.json`` that set the graph's shapes (widths, depths, heads, key/value heads, vocabulary, the
 longest position where it bounds the default sequence, tied embeddings, the head's class); every other field is the
 model type's default in the installed transformers. Architecture hyper-parameters are facts of the model, not
-measurements: the parameter count each entry builds is checked against its model card's (``tests/test_hubconfigs.py``).
+measurements: the parameter count each entry builds is checked against its model card's
+(``tests/test_hubconfigs.py``).
 
 Instruct and chat variants share their base's shapes: ``-Instruct``, ``-chat-hf``, ``-it`` and ``-chat`` suffixes
 (before a version, if any) are looked up as the base (``meta-llama/Llama-2-7b-chat-hf`` is
