@@ -38,8 +38,8 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
         adapter, tensors, names = positional(built.model, built.example)  # as gpupred.export_model takes them
         export_weightless(adapter, tensors, path, names, [0] * len(tensors))
         bar.update()
-    info = {"key": named.cache_key(), "head": built.head, "seq_len": built.seq_len, "image_size": built.image_size,
-            "torch_params": built.params, "config": built.config}
+    info = {"key": named.cache_key(), "label": named.label, "head": built.head, "seq_len": built.seq_len,
+            "image_size": built.image_size, "torch_params": built.params, "config": built.config}
     atomic_write_bytes(path.with_suffix(".json"), (json.dumps(info, indent=1, default=str) + "\n").encode())
     return path
 

@@ -289,7 +289,8 @@ def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tu
         config = info.get("config", {})
         key = info["key"] if isinstance(info.get("key"), dict) else {}  # a cached graph: the name it was built by
         name = (f"{x.source} {x.label}" if isinstance(x, NamedModel) else
-                f"{key['source']} {key.get('config') or key.get('name')}" if key.get("source") else str(graph.label))
+                f"{key['source']} {info.get('label') or key.get('config') or key.get('name')}" if key.get("source")
+                else str(graph.label))
         image = info.get("image_size")
         sizes = (_int(info.get("seq_len")) or sizes[0],
                  [int(image), int(image)] if isinstance(image, (int, float)) and image else sizes[1])
