@@ -3,10 +3,10 @@
 Fixture: the test writes its own sample files, builds a DataLoader over them, and feeds a fake training step of known
 duration: the main thread launches (a fixed amount of Python work, ``HOST_SHARE`` of the step: the host's share)
 and then waits for the "device" as CUDA waits by default, spinning on its core until the device's time has passed
-(``cudaDeviceScheduleAuto`` spins while the process's CUDA contexts are fewer than the logical CPUs). From two
-measured numbers, the per-batch cost of making a batch in the main process with no step and the receive cost of a
-batch of resident samples from a worker (and the worker's handing it over, taken as costly:
-:func:`gpupred.step.physics.inputfeed.loader_times`),
+(``cudaDeviceScheduleAuto`` spins while the process's CUDA contexts are fewer than the logical CPUs). From measured
+numbers, the per-batch cost of making a batch in the main process with no step, the receive cost of a batch of
+resident samples from a worker (and the worker's handing it over, taken as costly:
+:func:`gpupred.step.physics.inputfeed.loader_times`) and the seconds the step's launches took in the case,
 :func:`gpupred.step.physics.timeline.with_loader` predicts the steady period and the device's busy fraction for
 0, 1 and 2 workers and steps from loader-bound to step-bound; both must come within 10% of the measured ones. This
 tests the timeline, not only its formula: the same loop runs for real, on however many cores this machine has. A case
@@ -97,17 +97,19 @@ def spin(iterations: int) -> None:
 
 def fake_step(host_iterations: int, device_s: float) -> float:
     """Launch (host work), then wait for the device as CUDA waits by default, spinning on this core until the device
-    is done (the device runs by the clock; the thread notices when it next runs); returns the device's seconds."""
+    is done (the device runs by the clock; the thread notices when it next runs); returns the launches' seconds."""
+    start = time.perf_counter()
     spin(host_iterations)
-    done = time.perf_counter() + device_s
+    launched = time.perf_counter()
+    done = launched + device_s
     while time.perf_counter() < done:
         pass
-    return device_s
+    return launched - start
 
 
-def run_loop(root: Path | None, workers: int, step_s: float, rate: float) -> tuple[float, float]:
-    """(period s per batch, the device's busy fraction) of a loop whose fake step lasts ``step_s`` on an idle core,
-    over the sample files under ``root`` (None: resident samples)."""
+def run_loop(root: Path | None, workers: int, step_s: float, rate: float) -> tuple[float, float, float]:
+    """(period s per batch, the device's busy fraction, the launches' mean seconds) of a loop whose fake step lasts
+    ``step_s`` on an idle core, over the sample files under ``root`` (None: resident samples)."""
     dataset = ResidentSamples() if root is None else FileSamples(root, WORK_ROUNDS)
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
                                          generator=torch.Generator().manual_seed(0))
@@ -116,13 +118,13 @@ def run_loop(root: Path | None, workers: int, step_s: float, rate: float) -> tup
     for _ in range(WARMUP):
         next(it)
         fake_step(host_iterations, device_s)
-    t0, busy = time.perf_counter(), 0.0
+    t0, host = time.perf_counter(), 0.0
     for _ in range(MEASURED):
         next(it)
-        busy += fake_step(host_iterations, device_s)
+        host += fake_step(host_iterations, device_s)
     wall = time.perf_counter() - t0
     del it
-    return wall / MEASURED, busy / wall
+    return wall / MEASURED, device_s * MEASURED / wall, host / MEASURED
 
 
 def idle_cores(window_s: float = 1.0) -> float | None:
@@ -186,11 +188,15 @@ def costs(sample_root: Path) -> tuple[float, float, float]:
     return produce, receive, rate
 
 
-def predicted(produce: float, receive: float, workers: int, step_s: float) -> tuple[float, float]:
-    """(period, the device's busy fraction) the timeline predicts for the loop."""
+def predicted(produce: float, receive: float, workers: int, step_s: float, host_s: float | None = None
+              ) -> tuple[float, float]:
+    """(period, the device's busy fraction) the timeline predicts for the loop (``host_s``: its launches' seconds,
+    default ``HOST_SHARE`` of the step)."""
     cores = float(len(os.sched_getaffinity(0)))  # a worker's handing a batch over costs it what receiving costs
     loader = LoaderTimes(produce + receive, receive, workers, cores) if workers else LoaderTimes(produce, 0.0, 0, cores)
-    step, busy, host = (np.array([v]) for v in (step_s, (1 - HOST_SHARE) * step_s, HOST_SHARE * step_s))
+    device = (1 - HOST_SHARE) * step_s
+    host_s = HOST_SHARE * step_s if host_s is None else host_s
+    step, busy, host = (np.array([v]) for v in (device + host_s, device, host_s))
     period, _ = with_loader(step, busy, host, np.array(["step"], dtype=object), loader_arrays([loader], 1))
     return float(period[0]), float(busy[0] / period[0])
 
@@ -207,11 +213,15 @@ def attempt(root: Path, costs: tuple[float, float, float], workers: int, step_ra
     """One measurement of a case against its prediction: (relative error of the period, of the busy fraction)."""
     produce, receive, rate = costs
     produce = run_loop(root, 0, 0.0, rate)[0]  # the batch's making, measured again beside the case
+    # the launches are a fixed count of Python iterations, timed by the spin rate measured when the module started: the
+    # prediction takes the seconds they took in the case itself, as it takes the batch's making measured beside it
+    # (this machine's speed drifts by up to 40% within a minute: launches of 9.9 ms took 13.4-14.7 ms in one run)
     step_s = step_ratio * produce
-    period, busy = run_loop(root, workers, step_s, rate)
-    want_period, want_busy = predicted(produce, receive, workers, step_s)
+    period, busy, host_s = run_loop(root, workers, step_s, rate)
+    want_period, want_busy = predicted(produce, receive, workers, step_s, host_s)
     print(f"workers {workers} step {step_s * 1e3:.1f} ms (produce {produce * 1e3:.1f} ms, receive {receive * 1e3:.2f} "
-          f"ms): period {period * 1e3:.1f} ms, predicted {want_period * 1e3:.1f}; busy {busy:.3f}, predicted {want_busy:.3f}")
+          f"ms, launches {host_s * 1e3:.2f} ms, {HOST_SHARE * step_s * 1e3:.2f} at the module's start): period "
+          f"{period * 1e3:.1f} ms, predicted {want_period * 1e3:.1f}; busy {busy:.3f}, predicted {want_busy:.3f}")
     return abs(want_period / period - 1), abs(want_busy / busy - 1)
 
 
