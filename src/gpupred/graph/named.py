@@ -80,6 +80,19 @@ def named_info(path: Path) -> dict[str, Any]:
     return json.loads(side.read_text()) if side.is_file() else {}
 
 
+def named_label(path: str | Path) -> str | None:
+    """How a cached named graph was asked for (``hf gpt2-large``, ``timm resnet50``), what errors call it; None for
+    any other file."""
+    from gpupred import config
+
+    if Path(path).parent.resolve() != (config.ONNX_CACHE / "named").resolve():
+        return None
+    info = named_info(Path(path))
+    key = info.get("key") if isinstance(info.get("key"), dict) else {}
+    name = info.get("label") or key.get("config")
+    return f"{key['source']} {name}" if key.get("source") and name else None
+
+
 def graph_for_options(timm: str | None, hf: str | None, head: str | None, seq_len: int | None,
                       image_size: int | None, attention: str | None = None) -> Path:
     """The cached graph the CLI's ``--timm NAME`` or ``--hf MODEL`` (with ``--head``, ``--seq-len``, ``--image-size``)

@@ -303,21 +303,14 @@ def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tu
 def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
     """(sequence length, [height, width]) of a job's graph inputs: a 2-D integer input's length (tokens), a 4-D or
     5-D float input's last two sides (an image, a video's frames); None where the graph has neither."""
-    from gpupred.graph.loader import cached_graph
+    from gpupred.predictor.jobs import FLOAT_INPUTS, TOKEN_INPUTS
 
-    if graph.graph is None:
-        return None, None
-    plain = cached_graph(graph.graph, int(graph.batch_size))[0]
     seq, image = None, None
-    for name in plain.graph_inputs:
-        shape = plain.shapes.get(name)
-        if shape is None or shape[0] is None:
-            continue
-        dims, elem = shape[0], shape[1]
-        if elem in (6, 7) and len(dims) == 2 and seq is None:  # onnx INT32, INT64: token ids
-            seq = int(dims[1])
-        elif elem in (1, 10, 11, 16) and len(dims) in (4, 5) and image is None:
-            image = [int(dims[-2]), int(dims[-1])]
+    for _name, elem, dims in graph.inputs:
+        if elem in TOKEN_INPUTS and len(dims) == 2 and seq is None:
+            seq = dims[1]
+        elif elem in FLOAT_INPUTS and len(dims) in (4, 5) and image is None:
+            image = [dims[-2], dims[-1]]
     return seq, image
 
 

@@ -83,7 +83,10 @@ def job_loader(job: JobGraph, pipeline: InputPipeline = RESIDENT) -> Any:
     optimizer step, every micro-batch of it (None: resident batches)."""
     if pipeline.resident:
         return None
+    from gpupred.predictor.jobs import check_pipeline_inputs
     from gpupred.step.physics.inputfeed import host_costs, loader_times
+
+    check_pipeline_inputs(job, pipeline)
 
     samples = int(job.row.get("batch_size") or 1) * job.setup.accumulation  # every micro-batch of a step is fed
     return loader_times(pipeline, samples, float(job.kernels.input_bytes), host_costs(pipeline))

@@ -84,6 +84,18 @@ class JobGraph:
                 **self.parameter_terms()}
 
     @cached_property
+    def inputs(self) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+        """The graph's inputs at the job's batch size: (name, ONNX element type, dims), those of known shape."""
+        from gpupred.graph.loader import cached_graph
+
+        if self.graph is None:
+            return ()
+        plain = cached_graph(self.graph, int(self.batch_size))[0]
+        shapes = (plain.shapes.get(name) for name in plain.graph_inputs)
+        return tuple((name, int(shape[1]), tuple(int(d) for d in shape[0]))
+                     for name, shape in zip(plain.graph_inputs, shapes) if shape is not None and shape[0] is not None)
+
+    @cached_property
     def placement(self) -> Any:
         """Which parameters train, are frozen or 4-bit (:func:`gpupred.finetune.placement`), found once for the
         parameter terms and the gradient walk."""

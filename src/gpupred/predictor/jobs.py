@@ -105,6 +105,37 @@ def check_graph_options(graph: JobGraph) -> None:
                            "drop the option")
 
 
+TOKEN_INPUTS = (6, 7)  # ONNX INT32, INT64: token ids
+FLOAT_INPUTS = (1, 10, 11, 16)  # ONNX FLOAT, FLOAT16, DOUBLE, BFLOAT16
+# what each pipeline kind hands the model, as graph inputs: (what it is, ONNX element types, ranks with the batch)
+PIPELINE_INPUTS: dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]] = {
+    "image-files": ("images", FLOAT_INPUTS, (4, 5)),
+    "text-tokens": ("token ids", TOKEN_INPUTS, (2,)),
+    "audio-logmel": ("log-mel frames", FLOAT_INPUTS, (3,)),
+}
+
+
+def check_pipeline_inputs(graph: JobGraph, pipeline: InputPipeline) -> None:
+    """Refuse a host pipeline whose batches the graph does not take (image files for a language model, token ids for
+    an image classifier): the pipeline would be costed for nothing the model reads. Host tensors, array files and a
+    measured loader hand over whatever the job's own dataset holds, and a graph whose inputs are unknown is not
+    judged."""
+    wanted = PIPELINE_INPUTS.get(pipeline.kind)
+    if wanted is None or not graph.inputs:
+        return
+    what, elems, ranks = wanted
+    if any(elem in elems and len(dims) in ranks for _name, elem, dims in graph.inputs):
+        return
+    from onnx import TensorProto
+
+    takes = ", ".join(f"{name} {TensorProto.DataType.Name(elem).lower()} {list(dims)}"
+                      for name, elem, dims in graph.inputs)
+    fits = [kind for kind, (_w, e, r) in PIPELINE_INPUTS.items()
+            if any(elem in e and len(dims) in r for _n, elem, dims in graph.inputs)]
+    raise GpupredError(f"{graph.label}: --data {pipeline.kind} hands the model {what}, and it takes none (its inputs: "
+                       f"{takes}); use {' or '.join([*fits, 'host-tensors', 'array-files', 'measured'])}")
+
+
 def check_row_options(rows: pd.DataFrame | dict[str, Any], job: JobOptions) -> None:
     """Refuse options that feature rows carry themselves (rather than drop them): the batch size always, the precision
     and optimizer where the rows have those columns and the option says otherwise."""
@@ -127,7 +158,7 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
     """The :class:`gpupred.predictor.jobgraph.JobGraph` of an input given as an ONNX file, a workload id or a model
     by name, else None (feature rows). A workload id's batch size, precision and optimizer are defaults that the
     job's options override (:meth:`JobOptions.for_workload`)."""
-    from gpupred.graph.named import named_graph
+    from gpupred.graph.named import named_graph, named_label
     from gpupred.workloads.hubmodels import NamedModel
     from gpupred.predictor.jobgraph import job_graph
 
@@ -145,7 +176,7 @@ def resolve_graph(x: Any, job: JobOptions) -> JobGraph | None:
             raise GpupredError(f"{text}: no such ONNX file")
         if job.batch_size is None:
             raise GpupredError(f"{text}: predicting from an ONNX file needs a batch size (batch_size=N / --batch-size N)")
-        return job_graph(text, text, int(job.batch_size), job.training())
+        return job_graph(text, named_label(text) or text, int(job.batch_size), job.training())
     from gpupred.graph.graphstore import graph_for
     from gpupred.workloads.spec import WorkloadSpec
 
