@@ -337,9 +337,10 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return "the hub is off (HF_HUB_OFFLINE)"
-    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = url.hostname or "huggingface.co"
     try:
-        socket.create_connection((host, 443), timeout=timeout).close()
+        socket.create_connection((host, url.port or (80 if url.scheme == "http" else 443)), timeout=timeout).close()
     except OSError as err:
         return f"{host} cannot be reached ({err.strerror or type(err).__name__})"
     return None
