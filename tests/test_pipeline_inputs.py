@@ -1,7 +1,8 @@
 """A host input pipeline must hand the model what its graph takes (gpupred.predictor.jobs.check_pipeline_inputs):
-image files feed an image input, token ids an integer one, log-mel frames a 3-D float one; any other pairing is
-refused in one line naming the graph's inputs and the kinds that fit, instead of costing a pipeline the model never
-reads. The graphs are FIXTURES built here with onnx.helper (a token model and an image model, no weights)."""
+decoded images and log-mel frames a float input (of any layout: a dataset may flatten an image), token ids an integer
+one; a model with no such input is refused in one line naming the graph's inputs and the kinds that fit, instead of
+costing a pipeline the model never reads. The graphs are FIXTURES built here with onnx.helper (a token model, an
+image model and a log-mel model, no weights)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def _job(path: Path) -> JobGraph:
 
 @pytest.mark.parametrize(("graph", "kind"), [("tokens", "text-tokens"), ("image", "image-files"),
                                              ("audio", "audio-logmel"), ("tokens", "host-tensors"),
-                                             ("image", "array-files"), ("audio", "resident")])
+                                             ("image", "array-files"), ("audio", "resident"),
+                                             ("audio", "image-files")])  # images flattened by the dataset, say
 def test_a_pipeline_that_hands_the_model_its_inputs_is_taken(graphs: dict[str, Path], graph: str, kind: str) -> None:
     check_pipeline_inputs(_job(graphs[graph]), InputPipeline(kind))
 
@@ -58,8 +60,8 @@ def test_a_pipeline_that_hands_the_model_its_inputs_is_taken(graphs: dict[str, P
 @pytest.mark.parametrize(("graph", "kind", "fits"), [
     ("tokens", "image-files", "use text-tokens or host-tensors"),
     ("tokens", "audio-logmel", "use text-tokens or host-tensors"),
-    ("image", "text-tokens", "use image-files or host-tensors"),
-    ("audio", "image-files", "use audio-logmel or host-tensors"),
+    ("image", "text-tokens", "use image-files or audio-logmel or host-tensors"),
+    ("audio", "text-tokens", "use image-files or audio-logmel or host-tensors"),
 ])
 def test_a_pipeline_the_model_does_not_read_is_refused_with_what_fits(graphs: dict[str, Path], graph: str, kind: str,
                                                                       fits: str) -> None:

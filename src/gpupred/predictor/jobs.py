@@ -107,31 +107,31 @@ def check_graph_options(graph: JobGraph) -> None:
 
 TOKEN_INPUTS = (6, 7)  # ONNX INT32, INT64: token ids
 FLOAT_INPUTS = (1, 10, 11, 16)  # ONNX FLOAT, FLOAT16, DOUBLE, BFLOAT16
-# what each pipeline kind hands the model, as graph inputs: (what it is, ONNX element types, ranks with the batch)
-PIPELINE_INPUTS: dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]] = {
-    "image-files": ("images", FLOAT_INPUTS, (4, 5)),
-    "text-tokens": ("token ids", TOKEN_INPUTS, (2,)),
-    "audio-logmel": ("log-mel frames", FLOAT_INPUTS, (3,)),
+# what each pipeline kind hands the model, as graph inputs: (what it is, ONNX element types). Any rank: a dataset's
+# transforms may flatten an image (an MLP on MNIST's pixels) or pad token ids into any layout
+PIPELINE_INPUTS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "image-files": ("decoded images (floats)", FLOAT_INPUTS),
+    "text-tokens": ("token ids (integers)", TOKEN_INPUTS),
+    "audio-logmel": ("log-mel frames (floats)", FLOAT_INPUTS),
 }
 
 
 def check_pipeline_inputs(graph: JobGraph, pipeline: InputPipeline) -> None:
-    """Refuse a host pipeline whose batches the graph does not take (image files for a language model, token ids for
-    an image classifier): the pipeline would be costed for nothing the model reads. Host tensors, array files and a
+    """Refuse a host pipeline whose batches the graph cannot take (image files for a language model, which takes only
+    token ids; token ids for an image classifier): the pipeline would be costed for nothing the model reads. Host tensors, array files and a
     measured loader hand over whatever the job's own dataset holds, and a graph whose inputs are unknown is not
     judged."""
     wanted = PIPELINE_INPUTS.get(pipeline.kind)
     if wanted is None or not graph.inputs:
         return
-    what, elems, ranks = wanted
-    if any(elem in elems and len(dims) in ranks for _name, elem, dims in graph.inputs):
+    what, elems = wanted
+    if any(elem in elems for _name, elem, _dims in graph.inputs):
         return
     from onnx import TensorProto
 
     takes = ", ".join(f"{name} {TensorProto.DataType.Name(elem).lower()} {list(dims)}"
                       for name, elem, dims in graph.inputs)
-    fits = [kind for kind, (_w, e, r) in PIPELINE_INPUTS.items()
-            if any(elem in e and len(dims) in r for _n, elem, dims in graph.inputs)]
+    fits = [kind for kind, (_w, e) in PIPELINE_INPUTS.items() if any(elem in e for _n, elem, _d in graph.inputs)]
     raise GpupredError(f"{graph.label}: --data {pipeline.kind} hands the model {what}, and it takes none (its inputs: "
                        f"{takes}); use {' or '.join([*fits, 'host-tensors', 'array-files', 'measured'])}")
 
