@@ -31,8 +31,9 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
 
     with quiet_libraries():  # on the meta device: seconds, and a wrong choice (head, shape) is refused here, in
         built = build_named(named)  # one line, before any progress is drawn
+    took = "a few minutes" if built.params > 2e10 else "up to a minute"  # on 2 cores: Llama-2-70B's took 2.4 min
     print(f"gpupred: exporting {named.source} {named.label} ({type(built.model).__name__}, head {built.head}) "
-          "once: up to a minute; cached for the next time", file=sys.stderr, flush=True)
+          f"once: {took}; cached for the next time", file=sys.stderr, flush=True)
     with progress_bar(total=1, desc=f"{named.source} {named.label}", unit="export", leave=False) as bar, \
             quiet_libraries():
         adapter, tensors, names = positional(built.model, built.example)  # as gpupred.export_model takes them
