@@ -32,14 +32,14 @@ def named_graph(named: NamedModel, refresh: bool = False) -> Path:
     with quiet_libraries():  # on the meta device: seconds, and a wrong choice (head, shape) is refused here, in
         built = build_named(named)  # one line, before any progress is drawn
     took = "a few minutes" if built.params > 2e10 else "up to a minute"  # on 2 cores: Llama-2-70B's took 2.4 min
-    print(f"gpupred: exporting {named.source} {named.label} ({type(built.model).__name__}, head {built.head}) "
+    print(f"gpupred: exporting {named.source} {named.shown} ({type(built.model).__name__}, head {built.head}) "
           f"once: {took}; cached for the next time", file=sys.stderr, flush=True)
     with progress_bar(total=1, desc=f"{named.source} {named.label}", unit="export", leave=False) as bar, \
             quiet_libraries():
         adapter, tensors, names = positional(built.model, built.example)  # as gpupred.export_model takes them
         export_weightless(adapter, tensors, path, names, [0] * len(tensors))
         bar.update()
-    info = {"key": named.cache_key(), "label": named.label, "head": built.head, "seq_len": built.seq_len,
+    info = {"key": named.cache_key(), "label": named.shown, "head": built.head, "seq_len": built.seq_len,
             "image_size": built.image_size, "torch_params": built.params, "config": built.config}
     atomic_write_bytes(path.with_suffix(".json"), (json.dumps(info, indent=1, default=str) + "\n").encode())
     return path

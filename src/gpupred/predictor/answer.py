@@ -288,7 +288,7 @@ def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tu
     if isinstance(x, NamedModel) or info.get("key"):
         config = info.get("config", {})
         key = info["key"] if isinstance(info.get("key"), dict) else {}  # a cached graph: the name it was built by
-        name = (f"{x.source} {x.label}" if isinstance(x, NamedModel) else
+        name = (f"{x.source} {x.shown}" if isinstance(x, NamedModel) else
                 f"{key['source']} {info.get('label') or key.get('config') or key.get('name')}" if key.get("source")
                 else str(graph.label))
         image = info.get("image_size")

@@ -97,6 +97,12 @@ class NamedModel:
         text = self.name if path is None else path.resolve().parent.name + ("" if path.stem == "config" else f"-{path.stem}")
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "model"
 
+    @property
+    def shown(self) -> str:
+        """How answers and errors name it: a hub id or model type as typed, a timm name, a local config as
+        :attr:`label` shows it."""
+        return self.name if self.source == "hf" and _local_config(self.name) is None else self.label
+
     def cache_key(self) -> dict[str, Any]:
         """What the cached graph depends on, computed without torch, timm or transformers."""
         library = "timm" if self.source == "timm" else "transformers"
