@@ -10,11 +10,11 @@ exporter transposed it). A fused projection that is not an ``nn.Linear`` (``nn.M
 keep no such names (an exporter that renamed them all) cannot place LoRA targets, and is refused by name.
 
 **LoRA** (peft ``LoraConfig``): the target modules are ``setup.lora_targets``, else peft's default for the model
-type (:data:`LORA_TARGET_MODULES`, copied for the model types this project names from peft's
-``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``, ``src/peft/utils/constants.py`` at commit 00073fe, peft
-0.17/0.18); a module matches a name as peft's ``check_target_module_exists`` does (the name itself or a ``.name``
-suffix; a single string is a regular expression matched whole). Each adapted Linear (``in`` -> ``out``) gains
-``A: r x in`` and ``B: out x r``, in fp32 under autocast and also on a bf16 base (peft's
+type (:data:`LORA_TARGET_MODULES`, a copy of peft's ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`` as peft
+0.21.2 has it; a type it lacks is refused, as peft refuses it); a module matches a name as peft's
+``check_target_module_exists`` does (the name itself or a ``.name`` suffix; a single string is a regular expression
+matched whole). Each adapted Linear (``in`` -> ``out``) gains ``A: r x in`` and ``B: out x r``, in fp32 under
+autocast and also on a bf16 base (peft's
 ``autocast_adapter_dtype=True`` casts 16-bit adapters to fp32). Every other parameter is frozen: it keeps its weight,
 but gets no gradient and no optimizer state (``lora_bias`` ``all``/``lora_only`` trains the biases,
 ``lora_modules_to_save`` trains a copy of whole modules beside the frozen original).
@@ -99,18 +99,32 @@ from typing import Any, Collection, Sequence
 from gpupred.errors import GpupredError
 from gpupred.setups import TrainingSetup
 
-# peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (src/peft/utils/constants.py, commit 00073fe), for the
-# model types this project builds or names
+# peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (src/peft/utils/constants.py), whole, as peft 0.21.2 has it:
+# peft adapts these by default for a model of the type, and refuses a type it lacks ("Please specify
+# `target_modules`"); a one-element tuple is a regular expression, as peft reads a string
 LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
-    "llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"), "mixtral": ("q_proj", "v_proj"),
-    "qwen2": ("q_proj", "v_proj"), "qwen3": ("q_proj", "v_proj"), "gemma": ("q_proj", "v_proj"),
-    "gemma2": ("q_proj", "v_proj"), "opt": ("q_proj", "v_proj"), "bart": ("q_proj", "v_proj"),
-    "gpt_neo": ("q_proj", "v_proj"), "gptj": ("q_proj", "v_proj"), "phi": ("q_proj", "v_proj", "fc1", "fc2"),
-    "gpt2": ("c_attn",), "gpt_bigcode": ("c_attn",), "bloom": ("query_key_value",), "gpt_neox": ("query_key_value",),
-    "falcon": ("query_key_value",), "t5": ("q", "v"), "mt5": ("q", "v"), "bert": ("query", "value"),
-    "roberta": ("query", "value"), "xlm-roberta": ("query", "value"), "electra": ("query", "value"),
-    "deberta-v2": ("query_proj", "value_proj"),
+    "t5": ("q", "v"), "mt5": ("q", "v"), "bart": ("q_proj", "v_proj"), "gpt2": ("c_attn",),
+    "bloom": ("query_key_value",), "blip-2": ("q", "v", "q_proj", "v_proj"), "opt": ("q_proj", "v_proj"),
+    "gptj": ("q_proj", "v_proj"), "gpt_neox": ("query_key_value",), "gpt_neo": ("q_proj", "v_proj"),
+    "bert": ("query", "value"), "roberta": ("query", "value"), "xlm-roberta": ("query", "value"),
+    "electra": ("query", "value"), "deberta-v2": ("query_proj", "value_proj"), "deberta": ("in_proj",),
+    "layoutlm": ("query", "value"), "llama": ("q_proj", "v_proj"), "llama4": ("q_proj", "v_proj"),
+    "chatglm": ("query_key_value",), "gpt_bigcode": ("c_attn",), "mpt": ("Wqkv",),
+    "RefinedWebModel": ("query_key_value",), "RefinedWeb": ("query_key_value",), "falcon": ("query_key_value",),
+    "btlm": ("c_proj", "c_attn"), "codegen": ("qkv_proj",), "mistral": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"), "stablelm": ("q_proj", "v_proj"), "phi": ("q_proj", "v_proj", "fc1", "fc2"),
+    "gemma": ("q_proj", "v_proj"), "gemma2": ("q_proj", "v_proj"), "gemma3_text": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"), "qwen3": ("q_proj", "v_proj"),
+    "gemma4": (r".*language_model\..*\.(q_proj|v_proj)",), "nemotron_h": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "rwkv": ("key", "value", "receptance", "output"),
+    "rwkv7": ("r_proj", "k_proj", "v_proj", "o_proj", "key", "value"),
 }
+# what a graph of unknown model type (a user's own export) is matched against, in this order (the most adapted
+# modules win): the defaults of the families this project builds
+GUESSED_TARGETS: tuple[tuple[str, ...], ...] = (
+    ("q_proj", "v_proj"), ("q_proj", "v_proj", "fc1", "fc2"), ("c_attn",), ("query_key_value",), ("q", "v"),
+    ("query", "value"), ("query_proj", "value_proj"),
+)
 ALLOC_BLOCK = 512  # torch's caching allocator rounds every allocation up to 512 bytes (kMinBlockSize)
 NF4_BLOCK = 64  # bitsandbytes' 4-bit blocksize (Params4bit's default)
 NESTED_BLOCK = 256  # double quantization: the absmax quantized in blocks of 256 (quantize_blockwise)
@@ -209,19 +223,20 @@ def _matches(module: str, targets: tuple[str, ...]) -> bool:
 
 
 def default_targets(linears: dict[str, LinearWeight], model_type: str | None, label: str) -> tuple[str, ...]:
-    """peft's default target modules for the model type, or, where the type is unknown, for the first model type of
-    :data:`LORA_TARGET_MODULES` whose every default target the graph has (most adapted modules first)."""
+    """peft's default target modules for the model type; a type peft has none for is refused, as peft refuses it.
+    Where the type is unknown (an ONNX file of the user's), the defaults of :data:`GUESSED_TARGETS` whose every
+    target the graph has (the most adapted modules first)."""
     if model_type is not None and model_type in LORA_TARGET_MODULES:
         return LORA_TARGET_MODULES[model_type]
     fits = []
-    for targets in dict.fromkeys(LORA_TARGET_MODULES.values()):
-        hits = [all(any(_matches(w.module, (t,)) for w in linears.values()) for t in targets)]
-        if all(hits):
+    for targets in GUESSED_TARGETS:
+        if all(any(_matches(w.module, (t,)) for w in linears.values()) for t in targets):
             fits.append((sum(_matches(w.module, targets) for w in linears.values()), targets))
-    if not fits:
+    if model_type is not None or not fits:
+        found = f" (this graph has {', '.join(max(fits, key=lambda f: f[0])[1])})" if fits else ""
         raise GpupredError(f"{label}: peft has no default LoRA target modules for this model (type "
-                           f"{model_type or 'unknown'}); name them (--lora-targets q_proj,v_proj or an "
-                           "adapter_config.json)")
+                           f"{model_type or 'unknown'}) and asks for them; name them (--lora-targets q_proj,v_proj"
+                           f"{found} or an adapter_config.json)")
     return max(fits, key=lambda f: f[0])[1]
 
 
