@@ -281,13 +281,16 @@ def test_default_targets_are_peft_s() -> None:
 
 def test_a_model_type_peft_has_no_default_for_is_refused_as_peft_refuses_it() -> None:
     """peft adapts a whisper or phi3 model only with targets named ("Please specify `target_modules`"): no guess, but
-    the targets the graph has that a guess would have taken; a graph of unknown type still gets the guess."""
+    the targets a guess would have taken and the graph's Linear modules; a graph of unknown type still gets the
+    guess."""
     from gpupred.graph.loader import cached_graph
 
     named = cached_graph(_stack(("m.layers.0.q_proj.weight", "m.layers.0.v_proj.weight", "lm_head.weight")), B)[0]
     linears = finetune.linear_weights(named.form(True))
     with pytest.raises(GpupredError, match=r"^hf whisper: peft has no default LoRA target modules for this model "
-                                           r"\(type whisper\) and asks for them; .*this graph has q_proj, v_proj"):
+                                           r"\(type whisper\) and asks for them; name them \(--lora-targets "
+                                           r"q_proj,v_proj, say, .*its Linear modules are named lm_head, q_proj, "
+                                           r"v_proj$"):
         finetune.default_targets(linears, "whisper", "hf whisper")
     assert finetune.default_targets(linears, None, "mine.onnx") == ("q_proj", "v_proj")
     assert finetune.default_targets(linears, "qwen3", "hf qwen3") == ("q_proj", "v_proj")

@@ -233,10 +233,13 @@ def default_targets(linears: dict[str, LinearWeight], model_type: str | None, la
         if all(any(_matches(w.module, (t,)) for w in linears.values()) for t in targets):
             fits.append((sum(_matches(w.module, targets) for w in linears.values()), targets))
     if model_type is not None or not fits:
-        found = f" (this graph has {', '.join(max(fits, key=lambda f: f[0])[1])})" if fits else ""
+        names = sorted({w.module.rsplit(".", 1)[-1] for w in linears.values()})
+        attention = [n for n in names if re.search(r"qkv|query|attn|^q(_proj)?$|^v(_proj)?$", n)] or names[:1]
         raise GpupredError(f"{label}: peft has no default LoRA target modules for this model (type "
-                           f"{model_type or 'unknown'}) and asks for them; name them (--lora-targets q_proj,v_proj"
-                           f"{found} or an adapter_config.json)")
+                           f"{model_type or 'unknown'}) and asks for them; name them (--lora-targets "
+                           f"{','.join(max(fits, key=lambda f: f[0])[1] if fits else attention)}, say, or an "
+                           f"adapter_config.json): its Linear modules are named {', '.join(names[:12])}"
+                           f"{' ...' if len(names) > 12 else ''}")
     return max(fits, key=lambda f: f[0])[1]
 
 
