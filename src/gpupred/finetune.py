@@ -234,7 +234,7 @@ def default_targets(linears: dict[str, LinearWeight], model_type: str | None, la
             fits.append((sum(_matches(w.module, targets) for w in linears.values()), targets))
     if model_type is not None or not fits:
         names = sorted({w.module.rsplit(".", 1)[-1] for w in linears.values()})
-        attention = [n for n in names if re.search(r"qkv|query|attn|^q(_proj)?$|^v(_proj)?$", n)] or names[:1]
+        attention = [n for n in names if re.search(r"qkv|query|value|attn|^[qv](_[a-z]+)?$", n)] or names[:1]
         raise GpupredError(f"{label}: peft has no default LoRA target modules for this model (type "
                            f"{model_type or 'unknown'}) and asks for them; name them (--lora-targets "
                            f"{','.join(max(fits, key=lambda f: f[0])[1] if fits else attention)}, say, or an "
