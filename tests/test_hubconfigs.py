@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpupred.errors import GpupredError
-from gpupred.workloads.hubconfigs import PublishedConfig, published_config, published_ids
+from gpupred.workloads.hubconfigs import PublishedConfig, published_config, published_configs, published_ids
 from gpupred.workloads.hubmodels import NamedModel, hf_model, hub_unreachable
 
 
@@ -85,9 +85,8 @@ def test_every_entry_builds_its_model_card_s_parameter_count() -> None:
     from gpupred.workloads.hubmodels import HEADS, default_head, hf_config
 
     off = []
-    for hub_id in published_ids():
-        entry = published_config(hub_id)
-        assert entry is not None
+    for entry in published_configs():
+        hub_id = entry.hub_id
         cfg = hf_config(hf_model(hub_id))
         with torch.device("meta"):
             model = getattr(transformers, HEADS[default_head(cfg)]).from_config(cfg)

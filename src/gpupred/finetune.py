@@ -232,15 +232,25 @@ def default_targets(linears: dict[str, LinearWeight], model_type: str | None, la
     for targets in GUESSED_TARGETS:
         if all(any(_matches(w.module, (t,)) for w in linears.values()) for t in targets):
             fits.append((sum(_matches(w.module, targets) for w in linears.values()), targets))
-    if model_type is not None or not fits:
-        names = sorted({w.module.rsplit(".", 1)[-1] for w in linears.values()})
+    best = max(fits, key=lambda f: f[0])[1] if fits else None
+    if model_type is not None or best is None:
+        names = module_names(linears)
         attention = [n for n in names if re.search(r"qkv|query|value|attn|^[qv](_[a-z]+)?$", n)] or names[:1]
         raise GpupredError(f"{label}: peft has no default LoRA target modules for this model (type "
                            f"{model_type or 'unknown'}) and asks for them; name them (--lora-targets "
-                           f"{','.join(max(fits, key=lambda f: f[0])[1] if fits else attention)}, say, or an "
-                           f"adapter_config.json): its Linear modules are named {', '.join(names[:12])}"
-                           f"{' ...' if len(names) > 12 else ''}")
-    return max(fits, key=lambda f: f[0])[1]
+                           f"{','.join(best or attention)}, say, or an adapter_config.json): its Linear modules "
+                           f"are named {names_clause(names)}")
+    return best
+
+
+def module_names(linears: dict[str, LinearWeight]) -> list[str]:
+    """The Linear modules' own names (the last part of their paths), sorted, each once."""
+    return sorted({w.module.rsplit(".", 1)[-1] for w in linears.values()})
+
+
+def names_clause(names: list[str]) -> str:
+    """The first dozen names, and an ellipsis if there are more."""
+    return f"{', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
 
 
 def lora_targets(cg: Any, setup: TrainingSetup, label: str, model_type: str | None = None) -> dict[str, LinearWeight]:
@@ -253,9 +263,8 @@ def lora_targets(cg: Any, setup: TrainingSetup, label: str, model_type: str | No
     missing = [t for t in targets if not any(_matches(w.module, (t,) if len(targets) > 1 else targets)
                                              for w in linears.values())]
     if missing:
-        names = sorted({w.module.rsplit(".", 1)[-1] for w in linears.values()})
         raise GpupredError(f"{label}: LoRA target module {missing[0]!r} is not a Linear module of this model; its "
-                           f"Linear modules are named {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}")
+                           f"Linear modules are named {names_clause(module_names(linears))}")
     return {k: w for k, w in linears.items() if _matches(w.module, targets)}
 
 

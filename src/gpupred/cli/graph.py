@@ -149,16 +149,14 @@ def named_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON rec
     """List the Hugging Face hub ids that --hf knows offline (their published configs' shapes), with their
     parameters; any other hub id needs transformers' cache or the network, and a model type or a config.json
     needs neither."""
-    from gpupred.workloads.hubconfigs import published_config, published_ids
+    from gpupred.workloads.hubconfigs import published_configs
 
-    rows = [published_config(i) for i in published_ids()]
+    rows = published_configs()
     if as_json:
-        print(json.dumps([{"hub_id": r.hub_id, "model_type": r.model_type, "params_millions": r.params}
-                          for r in rows if r is not None]))
+        print(json.dumps([{"hub_id": r.hub_id, "model_type": r.model_type, "params_millions": r.params} for r in rows]))
         return
     for r in rows:
-        if r is not None:
-            print(f"{r.hub_id:40s} {r.model_type:10s} {r.params:>9,.0f}M")
+        print(f"{r.hub_id:40s} {r.model_type:10s} {r.params:>9,.0f}M")
     print("instruct and chat variants (-Instruct, -chat-hf, -it) and the hub's owner-less ids (gpt2-large) are "
           "their base's; give any other model as a config.json or a model type (--hf llama)")
 

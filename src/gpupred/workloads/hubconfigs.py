@@ -10,9 +10,9 @@ measurements: the parameter count each entry builds is checked against its model
 
 Instruct and chat variants share their base's shapes: ``-Instruct``, ``-chat-hf``, ``-it`` and ``-chat`` suffixes
 (before a version, if any) are looked up as the base (``meta-llama/Llama-2-7b-chat-hf`` is
-``meta-llama/Llama-2-7b-hf``, ``mistralai/Mistral-7B-Instruct-v0.3`` is ``mistralai/Mistral-7B-v0.3``). Names match without
-regard to case, and the hub's old owner-less ids (``gpt2-large``, ``bert-base-uncased``) are the same checkpoints as
-their ``openai-community/``, ``google-bert/``... ids.
+``meta-llama/Llama-2-7b-hf``, ``mistralai/Mistral-7B-Instruct-v0.3`` is ``mistralai/Mistral-7B-v0.3``). Names match
+without regard to case, and the hub's old owner-less ids (``gpt2-large``, ``bert-base-uncased``) are the same
+checkpoints as their ``openai-community/``, ``google-bert/``... ids.
 """
 
 from __future__ import annotations
@@ -82,6 +82,12 @@ def _opt(hidden: int, ffn: int, layers: int, heads: int) -> dict[str, Any]:
             "max_position_embeddings": 2048}
 
 
+def _mistral(vocab: int, sliding: int | None, **more: Any) -> dict[str, Any]:
+    return {"architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": vocab,
+            "max_position_embeddings": 32768, "sliding_window": sliding, **more}
+
+
 def _vit(hidden: int, layers: int, heads: int) -> dict[str, Any]:
     return {"architectures": ["ViTForImageClassification"], "hidden_size": hidden, "num_hidden_layers": layers,
             "num_attention_heads": heads, "intermediate_size": 4 * hidden, "image_size": 224, "patch_size": 16,
@@ -122,21 +128,9 @@ _ENTRIES: dict[str, tuple[str, dict[str, Any], float]] = {
     "meta-llama/Llama-3.2-3B": ("llama", _llama(3072, 8192, 28, 24, 8, 128256, 131072, True, head_dim=128,
                                                 rope_theta=500000.0), 3213),
     "TinyLlama/TinyLlama-1.1B-Chat-v1.0": ("llama", _llama(2048, 5632, 22, 32, 4, 32000, 2048), 1100),
-    "mistralai/Mistral-7B-v0.1": ("mistral", {"architectures": ["MistralForCausalLM"], "hidden_size": 4096,
-                                              "intermediate_size": 14336, "num_hidden_layers": 32,
-                                              "num_attention_heads": 32, "num_key_value_heads": 8,
-                                              "vocab_size": 32000, "max_position_embeddings": 32768,
-                                              "sliding_window": 4096}, 7242),
-    "mistralai/Mistral-7B-v0.3": ("mistral", {"architectures": ["MistralForCausalLM"], "hidden_size": 4096,
-                                              "intermediate_size": 14336, "num_hidden_layers": 32,
-                                              "num_attention_heads": 32, "num_key_value_heads": 8,
-                                              "vocab_size": 32768, "max_position_embeddings": 32768,
-                                              "sliding_window": None}, 7248),
-    "mistralai/Mistral-7B-Instruct-v0.2": ("mistral", {"architectures": ["MistralForCausalLM"], "hidden_size": 4096,
-                                                       "intermediate_size": 14336, "num_hidden_layers": 32,
-                                                       "num_attention_heads": 32, "num_key_value_heads": 8,
-                                                       "vocab_size": 32000, "max_position_embeddings": 32768,
-                                                       "sliding_window": None, "rope_theta": 1e6}, 7242),
+    "mistralai/Mistral-7B-v0.1": ("mistral", _mistral(32000, 4096), 7242),
+    "mistralai/Mistral-7B-v0.3": ("mistral", _mistral(32768, None), 7248),
+    "mistralai/Mistral-7B-Instruct-v0.2": ("mistral", _mistral(32000, None, rope_theta=1e6), 7242),
     "Qwen/Qwen2.5-0.5B": ("qwen2", _qwen2(896, 4864, 24, 14, 2, 151936, True), 494),
     "Qwen/Qwen2.5-1.5B": ("qwen2", _qwen2(1536, 8960, 28, 12, 2, 151936, True), 1544),
     "Qwen/Qwen2.5-3B": ("qwen2", _qwen2(2048, 11008, 36, 16, 2, 151936, True), 3086),
@@ -197,6 +191,12 @@ def published_config(name: str) -> PublishedConfig | None:
         return None
     model_type, fields, params = _ENTRIES[hub_id]
     return PublishedConfig(hub_id, model_type, dict(fields), params)
+
+
+def published_configs() -> list[PublishedConfig]:
+    """Every entry of the table, in its order."""
+    return [PublishedConfig(hub_id, model_type, dict(fields), params)
+            for hub_id, (model_type, fields, params) in _ENTRIES.items()]
 
 
 def published_ids() -> list[str]:
