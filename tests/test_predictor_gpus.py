@@ -43,6 +43,10 @@ def test_a_gpu_name_not_in_the_table_is_refused_naming_the_known_ones(name: str)
 def test_nvml_and_table_names_resolve_and_every_table_name_is_its_own() -> None:
     assert gpu_spec("NVIDIA A100-PCIE-40GB").name == "A100 40GB"
     assert gpu_spec("Tesla V100-PCIE-32GB").name == "V100 PCIe"
+    assert gpu_spec("Tesla V100-PCIE-16GB").name == "V100 PCIe 16GB"  # NVML's name for the 16 GB card
+    assert (gpu_spec("Tesla V100-PCIE-16GB").memory_gb, gpu_spec("Tesla V100-PCIE-32GB").memory_gb) == (16, 32)
+    assert gpu_spec("4090").name == "RTX 4090" and gpu_spec("NVIDIA GeForce RTX 3090").name == "RTX 3090"
+    assert gpu_spec("3090").name == "RTX 3090"  # the bare model number a user types
     assert gpu_spec("NVIDIA H100 NVL").name == "H100 NVL"
     assert [gpu_spec(n).name for n in known_gpu_names()] == known_gpu_names()
 

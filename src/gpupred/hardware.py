@@ -80,6 +80,8 @@ _TABLE: list[tuple[str, GpuSpec]] = [
     (r"\bl40\b", GpuSpec("L40", 142, 48, 864, 90.5, 90.5, 181.0, 181.0)),
     # NVIDIA V100 datasheet: 80 SMs, 900 GB/s; FP32 15.7 TF (SXM2) / 14 TF (PCIe); no TF32/BF16 cores;
     # FP16 tensor 125 TF (SXM2) / 112 TF (PCIe).
+    # The PCIe card came with 16 or 32 GB ("Tesla V100-PCIE-16GB", "-32GB"): same chip and rates, two capacities.
+    (r"\bv100\b.*\bpcie\b.*\b16|\bv100\b.*\b16.*\bpcie\b", GpuSpec("V100 PCIe 16GB", 80, 16, 900, 14.0, 14.0, 14.0, 112.0)),
     (r"\bv100\b.*\bpcie\b", GpuSpec("V100 PCIe", 80, 32, 900, 14.0, 14.0, 14.0, 112.0)),
     (r"\bv100\b.*\b16", GpuSpec("V100 SXM2 16GB", 80, 16, 900, 15.7, 15.7, 15.7, 125.0)),
     (r"\bv100\b", GpuSpec("V100 SXM2 32GB", 80, 32, 900, 15.7, 15.7, 15.7, 125.0)),
@@ -90,10 +92,10 @@ _TABLE: list[tuple[str, GpuSpec]] = [
     (r"\bp100\b", GpuSpec("P100", 56, 16, 732, 9.3, 9.3, 9.3, 9.3)),
     # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): 128 SMs, 24 GB, 1,008 GB/s, FP32 82.6 TF,
     # TF32 82.6 TF dense, BF16 and FP16 (FP32 accumulate) 165.2 TF dense.
-    (r"\brtx 4090\b", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2, 165.2)),
+    (r"\b(rtx )?4090\b", GpuSpec("RTX 4090", 128, 24, 1008, 82.6, 82.6, 165.2, 165.2)),
     # NVIDIA Ampere GA102 whitepaper (RTX 3090): 82 SMs, 24 GB, 936 GB/s, FP32 35.6 TF, TF32 35.6 TF,
     # BF16 and FP16 (FP32 accumulate) 71 TF dense.
-    (r"\brtx 3090\b", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0, 71.0)),
+    (r"\b(rtx )?3090\b", GpuSpec("RTX 3090", 82, 24, 936, 35.6, 35.6, 71.0, 71.0)),
 ]
 
 HARDWARE_COLUMNS: tuple[str, ...] = (
@@ -172,7 +174,8 @@ ARCHITECTURES: dict[str, str] = {
     "H200": "hopper", "H100 NVL": "hopper", "H100 PCIe": "hopper", "H100 SXM": "hopper",
     "A100 PCIe 80GB": "ampere", "A100 SXM 80GB": "ampere", "A100 40GB": "ampere", "A10": "ampere", "A10G": "ampere",
     "A40": "ampere", "RTX A6000": "ampere", "RTX 3090": "ampere", "L40S": "ada", "L40": "ada", "L4": "ada",
-    "RTX 4090": "ada", "V100 PCIe": "volta", "V100 SXM2 16GB": "volta", "V100 SXM2 32GB": "volta", "T4": "turing",
+    "RTX 4090": "ada", "V100 PCIe": "volta", "V100 PCIe 16GB": "volta", "V100 SXM2 16GB": "volta",
+    "V100 SXM2 32GB": "volta", "T4": "turing",
     "P100": "pascal",
 }
 # The compute capability of each architecture (NVIDIA's CUDA GPUs list; GA100 is 8.0 where the other Ampere chips,
