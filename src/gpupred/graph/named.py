@@ -88,7 +88,12 @@ def named_label(path: str | Path) -> str | None:
 
     if Path(path).parent.resolve() != (config.ONNX_CACHE / "named").resolve():
         return None
-    info = named_info(Path(path))
+    return info_label(named_info(Path(path)))
+
+
+def info_label(info: dict[str, Any]) -> str | None:
+    """The name a named graph's sidecar (:func:`named_info`) says it was built by (``hf gpt2-large``): the hub id or
+    model type as typed, else its config's identity; None without one."""
     key = info.get("key") if isinstance(info.get("key"), dict) else {}
     name = info.get("label") or key.get("config")
     return f"{key['source']} {name}" if key.get("source") and name else None

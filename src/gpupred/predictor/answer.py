@@ -275,7 +275,7 @@ def gpu_section(predictor: Any, asked: str | None, kind: str) -> dict[str, Any]:
 
 def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tuple[int | None, list[int] | None]]:
     """(the model as resolved: kind, name, class and head, (sequence length, image size)) of a job as given."""
-    from gpupred.graph.named import named_info
+    from gpupred.graph.named import info_label, named_info
     from gpupred.workloads.hubmodels import NamedModel
 
     if graph is None:
@@ -287,10 +287,8 @@ def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tu
     info = named_info(graph.graph) if isinstance(graph.graph, str) and graph.graph.endswith(".onnx") else {}
     if isinstance(x, NamedModel) or info.get("key"):
         config = info.get("config", {})
-        key = info["key"] if isinstance(info.get("key"), dict) else {}  # a cached graph: the name it was built by
-        name = (f"{x.source} {x.shown}" if isinstance(x, NamedModel) else
-                f"{key['source']} {info.get('label') or key.get('config') or key.get('name')}" if key.get("source")
-                else str(graph.label))
+        # a cached graph: the name it was built by
+        name = f"{x.source} {x.shown}" if isinstance(x, NamedModel) else info_label(info) or str(graph.label)
         image = info.get("image_size")
         sizes = (_int(info.get("seq_len")) or sizes[0],
                  [int(image), int(image)] if isinstance(image, (int, float)) and image else sizes[1])

@@ -187,16 +187,18 @@ def published_config(name: str) -> PublishedConfig | None:
     key = name.strip().lower()
     base = _VARIANT.sub(r"\2", key)
     hub_id = _INDEX.get(key) or _INDEX.get(base) or _INDEX.get(base + "-hf")
-    if hub_id is None:
-        return None
-    model_type, fields, params = _ENTRIES[hub_id]
-    return PublishedConfig(hub_id, model_type, dict(fields), params)
+    return None if hub_id is None else _entry(hub_id)
 
 
 def published_configs() -> list[PublishedConfig]:
     """Every entry of the table, in its order."""
-    return [PublishedConfig(hub_id, model_type, dict(fields), params)
-            for hub_id, (model_type, fields, params) in _ENTRIES.items()]
+    return [_entry(hub_id) for hub_id in _ENTRIES]
+
+
+def _entry(hub_id: str) -> PublishedConfig:
+    """The table's entry for one of its hub ids (its fields a copy: a caller may add overrides)."""
+    model_type, fields, params = _ENTRIES[hub_id]
+    return PublishedConfig(hub_id, model_type, dict(fields), params)
 
 
 def published_ids() -> list[str]:
