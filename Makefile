@@ -54,30 +54,39 @@ $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 # fast suite took 641 s heaviest first against 667 s as collected, one run each, so the gain is within this machine's
 # noise); the tests marked timing measure this machine's own speed and run afterwards, alone
 PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
+# each pytest-xdist worker runs torch, OpenBLAS and OpenMP on one thread: with their default pools (a thread per core
+# in every worker) the workers oversubscribe the cores. Fast and slow tests in one session took 899 s so, against
+# 1,023 s (1,433 tests on the 2-core machine, one run each, 2026-11-30); no test depends on the thread count (the
+# byte-identical export sets its own). `make test WORKER_THREADS=` runs the workers with the libraries' defaults.
+WORKER_THREADS ?= OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# `make test SLOW=1` runs the slow tests in the same session as the others (CI: .ci/run): one pool of workers over
+# both, so neither run waits alone on its last heavy file (the two sessions back to back took about 150 s longer)
+SLOW ?=
+SELECTED := $(if $(SLOW),not timing,not slow and not timing)
 
-# the default suite (everything not marked slow, notebooks included): about 11 minutes on the 2-core machine (1,299
-# tests, 641-697 s on 2026-11-30), then the timing tests (about a minute)
+# the default suite (everything not marked slow, notebooks included): about 10 minutes on the 2-core machine (1,338
+# tests), then the timing tests (about a minute); with SLOW=1, every test: about 15 minutes, then the timing tests
 test: $(FULL)
 	$(COMPILE)
-	$(BIN)/python -m pytest -m "not slow and not timing" $(PARALLEL)
+	$(WORKER_THREADS) $(BIN)/python -m pytest -m "$(SELECTED)" $(PARALLEL)
 	$(BIN)/python -m pytest -m "timing and not slow"
 
-# the slow checks (export invariance, the onnx-tool cross-check, real exports and trainings; 101 tests, about 9
-# minutes on the 2-core machine): CI runs them after `make test` (.ci/run), each under pytest-timeout's per-test limit
-# (pyproject.toml)
+# the slow checks alone (export invariance, the onnx-tool cross-check, real exports and trainings; 102 tests, about 7
+# minutes on the 2-core machine), each under pytest-timeout's per-test limit (pyproject.toml); CI runs them with the
+# others (`make test SLOW=1`)
 test-slow: $(FULL)
 	$(COMPILE)
-	$(BIN)/python -m pytest -m slow $(PARALLEL)
+	$(WORKER_THREADS) $(BIN)/python -m pytest -m slow $(PARALLEL)
 
 test-fast: $(FULL)
 	$(COMPILE)
-	$(BIN)/python -m pytest -m "not slow and not notebook and not timing" $(PARALLEL)
+	$(WORKER_THREADS) $(BIN)/python -m pytest -m "not slow and not notebook and not timing" $(PARALLEL)
 
 # records each test file's seconds (fast and slow tests together, one session) into tests/durations.json: run it
 # after adding or reshaping a heavy test file
 test-durations: $(FULL)
 	$(COMPILE)
-	GPUPRED_RECORD_DURATIONS=1 $(BIN)/python -m pytest -m "not timing" $(PARALLEL)
+	GPUPRED_RECORD_DURATIONS=1 $(WORKER_THREADS) $(BIN)/python -m pytest -m "not timing" $(PARALLEL)
 
 bench: $(FULL)
 	$(COMPILE)
