@@ -48,12 +48,24 @@ def run_python_fresh(code: str, argv: list[str] | None = None, cwd: Path | None 
     failure of its test.
     """
     full_env = {**os.environ, **(env or {})}
+    # a hang shows where it is: every thread's stack goes to stderr (and the child exits) a little before the timeout
+    dump_at = max(timeout - 10.0, 1.0)
+    watch = f"import faulthandler; faulthandler.dump_traceback_later({dump_at:g}, exit=True)\n"
     try:
-        done = subprocess.run([sys.executable, "-c", code, *(argv or [])], capture_output=True, text=True, cwd=cwd,
-                              env=full_env, timeout=timeout)
+        done = subprocess.run([sys.executable, "-c", watch + code, *(argv or [])], capture_output=True, text=True,
+                              cwd=cwd, env=full_env, timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        pytest.fail(f"a fresh interpreter ran past {timeout:g} s (a hang?); stderr: {(err.stderr or '')[-2000:]}")
+        pytest.fail(f"a fresh interpreter ran past {timeout:g} s (a hang?); stdout: {_text(err.stdout)[-1000:]}; "
+                    f"stderr: {_text(err.stderr)[-3000:]}")
+    if "Timeout (0:" in done.stderr and "Thread 0x" in done.stderr:  # faulthandler's dump: the child hung
+        pytest.fail(f"a fresh interpreter hung for {dump_at:g} s; stdout: {done.stdout[-1000:]}; "
+                    f"its threads: {done.stderr[-6000:]}")
     return done.returncode, done.stdout, done.stderr
+
+
+def _text(data: str | bytes | None) -> str:
+    """What a timed-out child wrote, as text (subprocess hands it back as bytes even in text mode)."""
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
 def run_cli_fresh(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
