@@ -55,7 +55,7 @@ $(FULL): pyproject.toml constraints.txt | $(BIN)/python
 # noise); the tests marked timing measure this machine's own speed and run afterwards, alone
 PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 # each pytest-xdist worker runs torch, OpenBLAS and OpenMP on one thread: with their default pools (a thread per core
-# in every worker) the workers oversubscribe the cores. Fast and slow tests in one session took 899 s so, against
+# in every worker) the workers oversubscribe the cores. Fast and slow tests in one session took 899 s that way, against
 # 1,023 s (1,433 tests on the 2-core machine, one run each, 2026-11-30); no test depends on the thread count (the
 # byte-identical export sets its own). `make test WORKER_THREADS=` runs the workers with the libraries' defaults.
 WORKER_THREADS ?= OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

@@ -49,7 +49,7 @@ def run_python_fresh(code: str, argv: list[str] | None = None, cwd: Path | None 
     """
     full_env = {**os.environ, **(env or {})}
     # a hang shows where it is: every thread's stack goes to stderr (and the child exits) a little before the timeout
-    dump_at = max(timeout - 10.0, 1.0)
+    dump_at = max(timeout - 10.0, 0.9 * timeout)  # a short timeout keeps nine tenths of itself for the child
     watch = f"import faulthandler; faulthandler.dump_traceback_later({dump_at:g}, exit=True)\n"
     try:
         done = subprocess.run([sys.executable, "-c", watch + code, *(argv or [])], capture_output=True, text=True,
