@@ -276,3 +276,30 @@ def test_the_memory_breakdown_is_the_predictions_own_and_equals_a_fresh_estimate
     assert answer["memory_breakdown"] == fresh
     frame = predictor.predict(WORKLOAD, gpu=GPU, calibration=False)
     assert EXPLAINED_MEMORY not in frame.columns and answer["figures"]["memory"]["point"] == frame["memory_mib"][0]
+
+
+def test_a_cold_answer_from_a_graph_never_imports_pandas(tmp_path: Path) -> None:
+    """``gpupred predict FILE --json`` in a fresh interpreter answers without importing pandas (issue 74 item 7: a cold
+    predict <= 1.0 s; pandas and the pyarrow it loads were a third of it), and prints what ``Predictor.answer``
+    gives; asking ``predict`` for its frame afterwards then imports it."""
+    from fixtures_cli import run_python_fresh
+
+    from gpupred import config
+
+    onnx = tmp_path / "bert_small.onnx"
+    onnx.write_bytes(gzip.decompress((config.GRAPHS / GRAPH).read_bytes()))
+    code = ("import contextlib, io, json, sys\n"
+            "from gpupred import cli\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            f"    cli.main(['predict', {str(onnx)!r}, '-b', '8', '--gpu', {GPU!r}, '--no-calibration', '--json'])\n"
+            "print('pandas' in sys.modules, 'pyarrow' in sys.modules)\n"
+            "from gpupred.predictor.loading import load_predictor\n"
+            "p = load_predictor()\n"
+            f"assert json.loads(out.getvalue()) == json.loads(json.dumps(p.answer({str(onnx)!r}, batch_size=8, "
+            f"gpu={GPU!r}, calibration=False)))\n"
+            f"frame = p.predict({str(onnx)!r}, batch_size=8, gpu={GPU!r}, calibration=False)\n"
+            "print(len(frame), 'pandas' in sys.modules)\n")
+    code_, out, err = run_python_fresh(code, cwd=REPO)
+    assert code_ == 0, err[-2000:]
+    assert out.split("\n")[:2] == ["False False", "1 True"], out

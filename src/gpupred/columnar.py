@@ -5,15 +5,21 @@ A one-row DataFrame costs about 15 µs a column read and a millisecond to build;
 some sixty columns, so the predictor's physics core hands its estimators :class:`Columns` instead. The readers give
 what the same rows read from ``pd.DataFrame(records)`` give: :meth:`Columns.from_records` infers each column's
 type as pandas does for the values a job's row holds (str, bool, int, float, None).
+
+Nothing here imports pandas until a DataFrame is read or built: a job's answer, which reads :class:`Columns` only,
+never loads it (:func:`is_frame` tells a frame apart without importing it).
 """
 
 from __future__ import annotations
 
+import sys
 from numbers import Number
-from typing import Any, Iterable, Union
+from typing import TYPE_CHECKING, Any, Iterable, Union
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 class Columns:
@@ -41,9 +47,9 @@ class Columns:
         return self.data.keys()
 
     @property
-    def index(self) -> pd.RangeIndex:
-        """The rows' index, as ``pd.DataFrame(records)`` numbers them."""
-        return pd.RangeIndex(self.n)
+    def index(self) -> range:
+        """The rows' index, as ``pd.DataFrame(records)`` numbers them (a frame given it gets a ``RangeIndex``)."""
+        return range(self.n)
 
     def __len__(self) -> int:
         return self.n
@@ -56,7 +62,19 @@ class Columns:
         return Columns({**self.data, **{k: np.asarray(v) for k, v in arrays.items()}}, self.n)
 
 
-Rows = Union[pd.DataFrame, Columns]
+Rows = Union["pd.DataFrame", Columns]
+
+
+def is_frame(x: Any) -> bool:
+    """Whether ``x`` is a pandas DataFrame, without importing pandas (a process that has not imported it holds none)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(x, pd.DataFrame)
+
+
+def is_series(x: Any) -> bool:
+    """Whether ``x`` is a pandas Series (as :func:`is_frame`)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(x, pd.Series)
 
 
 def column_array(values: list[Any]) -> np.ndarray:
@@ -102,6 +120,8 @@ def text(rows: Rows, name: str) -> np.ndarray:
     raw = values(rows, name)
     if raw.dtype == object and all(type(v) is str for v in raw):
         return raw
+    import pandas as pd
+
     return pd.Series(raw).astype(str).to_numpy() if isinstance(rows, Columns) else rows[name].astype(str).to_numpy()
 
 
@@ -148,11 +168,14 @@ def row_sums(columns: dict[str, np.ndarray]) -> np.ndarray:
     frame's own where one is."""
     table = frame_values(columns)
     if np.isnan(table).any():
+        import pandas as pd
+
         return pd.DataFrame(columns).sum(axis=1).to_numpy(float)
     return table.sum(axis=1)
 
 
 def _missing(v: Any) -> bool:
     """Whether one value of an object column is missing (None or NaN), as ``pd.isna`` says of a scalar."""
-    return v is None or (isinstance(v, float) and v != v) or v is pd.NA
+    pd = sys.modules.get("pandas")
+    return v is None or (isinstance(v, float) and v != v) or (pd is not None and v is pd.NA)
 

@@ -44,12 +44,12 @@ from __future__ import annotations
 import hashlib
 import warnings
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
-import pandas as pd
 
 from gpupred import config
+from gpupred.columnar import is_frame
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
 from gpupred.errors import MissingInput
@@ -58,6 +58,9 @@ from gpupred.step.physics.inputfeed import LOADER_COLUMNS, loader_columns
 from gpupred.step.physics.timeline import STEP_COLUMNS
 from gpupred.setups import pipeline_from_json
 from gpupred.workloads.spec import WorkloadSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 DATASET_VERSION = 3  # 3: the step model's phys_* columns
 
@@ -122,6 +125,8 @@ def encode(precision: str, optimizer: str, host_batches: bool | float = False, s
 
 def feature_columns(df: pd.DataFrame) -> list[str]:
     """The model input columns of a dataset frame, in order: graph features, hardware, encodings."""
+    import pandas as pd
+
     # the step model's columns are not regressor inputs: a featurize row has no GPU or protocol to compute them for;
     # the step estimator (gpupred.step) uses them (physics x correction) and the predictor does not need them
     skip = set(ID_COLUMNS) | set(LABEL_COLUMNS) | set(META_COLUMNS) | set(FEATURE_ID_COLUMNS) | {"batch_size_spec"}
@@ -157,7 +162,7 @@ def window_labels(row: pd.Series, samples: pd.DataFrame) -> tuple[dict[str, floa
 
 
 def _read_features(features: pd.DataFrame | Path | None) -> pd.DataFrame:
-    if isinstance(features, pd.DataFrame):
+    if is_frame(features):
         return features
     from gpupred.graph.table import read_feature_table
 
@@ -183,6 +188,8 @@ def own_run_id(sweep_dir: str | Path, run_id: str) -> str:
 
 def own_label_rows(raw_root: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(label rows, exclusions) of this project's ok solo runs in data/raw (label rows without features)."""
+    import pandas as pd
+
     from gpupred.profile.schema import read_runs, read_samples, run_setups
 
     raw_root = Path(raw_root) if raw_root is not None else config.RAW
@@ -277,6 +284,8 @@ def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame
     ``labels`` has per run at least ``run_id, sweep_id, workload_id, gpu_name, source, sampler, sync`` and
     the labels it has; returns (dataset rows in contract order, exclusions of runs without graph features).
     """
+    import pandas as pd
+
     keys = _graph_keys(features)
     feats = features.drop_duplicates("workload_id").set_index("workload_id")
     hw_cache: dict[tuple[str, str], dict[str, float]] = {}
@@ -321,6 +330,8 @@ def assemble(labels: pd.DataFrame, features: pd.DataFrame) -> tuple[pd.DataFrame
 
 def source_label_rows(sources: Iterable[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(label rows, exclusions) of the imported published sources (default: every one imported)."""
+    import pandas as pd
+
     from gpupred import importers
 
     names = importers.imported_sources() if sources is None else list(sources)
@@ -345,6 +356,8 @@ def build_dataset(
 
     Returns (dataset, exclusions) and writes the dataset; MissingInput when no source has a usable run.
     """
+    import pandas as pd
+
     own, own_excl = own_label_rows(raw_root)
     imported, imp_excl = source_label_rows(sources)
     labels = pd.concat([p for p in (own, imported) if len(p)], ignore_index=True) if len(own) or len(imported) else own
@@ -397,6 +410,8 @@ def load_dataset(path: Path | None = None, sync: str | None = None, sources: Ite
     ``sync`` / ``sources`` keep a subset. Stages that exchange per-row files (out-of-fold predictions) must
     load the same rows: use the defaults.
     """
+    import pandas as pd
+
     path = path or config.DATASET
     if not path.exists():
         raise MissingInput(f"no dataset at {path}: import published data (`gpupred import lucid|gpumemnet`) or "
@@ -413,6 +428,8 @@ def load_dataset(path: Path | None = None, sync: str | None = None, sources: Ite
 
 def fingerprint(df: pd.DataFrame, columns: list[str]) -> str:
     """A sha256 of the rows (sorted by run_id) over ``run_id`` and the given columns."""
+    import pandas as pd
+
     data = df.sort_values("run_id")[["run_id", *columns]].reset_index(drop=True)
     return hashlib.sha256(pd.util.hash_pandas_object(data, index=False).to_numpy().tobytes()).hexdigest()
 

@@ -16,11 +16,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-import pandas as pd
 
 from gpupred.errors import GpupredError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,8 @@ def extra_gpus(specs: Iterable[tuple[GpuSpec, str]]) -> Iterator[None]:
 
 def known_gpus() -> pd.DataFrame:
     """The whole table, one row per GPU model, with its architecture."""
+    import pandas as pd
+
     return pd.DataFrame([{**asdict(s), "architecture": ARCHITECTURES[s.name]} for _, s in _TABLE])
 
 

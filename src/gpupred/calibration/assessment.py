@@ -34,14 +34,16 @@ absorb more than a benchmark isolates: scaling the minimum kernel time alone by 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpupred.calibration.file import Calibration
 from gpupred.calibration.use import STANDIN, Reference, applied, reference_of, standin_reference
 from gpupred.learn.conformal import conformal_quantile
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 METHODS: tuple[str, ...] = ("borrowed", "calibrated", "raw")
 SCORED_TARGETS: dict[str, bool] = {"gpu_util": False, "iter_time_mean_s": True}  # target -> in log (else log1p)
@@ -138,6 +140,8 @@ def equal_weight_quantile(errors: list[np.ndarray], alpha: float) -> float:
 
 def summarize(errors: list[dict[str, Any]], alpha: float = 0.1) -> pd.DataFrame:
     """One row per (GPU, target, method): runs, median |log error|, its conformal 1 - alpha quantile."""
+    import pandas as pd
+
     rows = [{"gpu": e["gpu"], "target": e["target"], "method": e["method"], "n": int(len(e["errors"])),
              "median_abs_log_error": float(np.median(np.abs(e["errors"]))) if len(e["errors"]) else float("nan"),
              "q_abs_log_error": conformal_quantile(np.abs(e["errors"]), alpha), "reference": e["reference"]}

@@ -6,10 +6,14 @@ of :mod:`gpupred.learn.evaluation`) draw on the same rules, so they live here, b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from gpupred.errors import GpupredError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 # Families that share their building blocks are held out together by leave-one-family-out: a model must
 # not see GRU before being tested on LSTM, or GPT before BERT. Families not listed are their own group.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import time
-from importlib import metadata
 from typing import Any
 
 SOFTWARE = {"numpy": "numpy", "torch": "torch", "torchvision": "torchvision", "PIL": "pillow",
@@ -60,6 +59,8 @@ def host_identity() -> dict[str, Any]:
 def software_versions(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Python's, gpupred's and the pipeline libraries' versions, and those of ``extra`` (name: distribution) ("" where
     one is not installed)."""
+    from importlib import metadata  # here, not at the top: 20 ms that every command's start would pay
+
     from gpupred.version import __version__
 
     found = {"python": platform.python_version(), "gpupred": __version__}

@@ -5,12 +5,14 @@ training rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from gpupred.columnar import Rows, frame_values, numeric, row_sums
+from gpupred.columnar import Rows, frame_values, is_frame, numeric, row_sums
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 CORRECTION_CLIP = 0.2  # the default bound of |log correction| (x0.82 .. x1.22), kept when nothing can be selected
 COVERAGE = 0.9  # nominal coverage of the intervals
@@ -27,7 +29,7 @@ def correction_features(df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | 
     from gpupred.memory.physics import footprint_terms, sources
 
     terms = footprint_terms(df, sources(df)) if terms is None else terms
-    if isinstance(terms, pd.DataFrame):
+    if is_frame(terms):
         table, total = terms.to_numpy(float), terms.sum(axis=1).to_numpy(float)
     else:  # the frame's numbers, added in the same order
         table, total = frame_values(terms), row_sums(terms)
@@ -38,6 +40,8 @@ def correction_features(df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | 
 
 def per_source_sample(df: pd.DataFrame, max_rows: int, seed: int = 0) -> pd.DataFrame:
     """At most ``max_rows`` rows of each source (seeded sample): a source's weight is its total anyway."""
+    import pandas as pd
+
     if "source" not in df.columns:
         return df
     parts = [g if len(g) <= max_rows else g.sample(max_rows, random_state=seed)
@@ -131,6 +135,8 @@ def inner_lofo_residuals(data: pd.DataFrame, grid: tuple[CorrectionSetting, ...]
 
 def selection_score(residuals: np.ndarray, sources: np.ndarray) -> float:
     """The mean over sources of the median |log error| of the held-out rows: every source counts the same."""
+    import pandas as pd
+
     ok = np.isfinite(residuals)
     meds = [np.median(np.abs(residuals[ok & (sources == s)])) for s in pd.unique(sources[ok])]
     return float(np.mean(meds)) if meds else float("inf")
@@ -138,6 +144,8 @@ def selection_score(residuals: np.ndarray, sources: np.ndarray) -> float:
 
 def lofo_halfwidths(residuals: np.ndarray, sources: np.ndarray) -> dict[str, float]:
     """Per source, the conformal COVERAGE quantile of held-out |log error| (sources with fewer than 10 left out)."""
+    import pandas as pd
+
     from gpupred.learn.conformal import conformal_quantile
 
     out = {}

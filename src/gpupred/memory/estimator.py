@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpupred.columnar import Rows, text
 from gpupred.dataset import SOURCE_OWN
@@ -19,6 +18,9 @@ from gpupred.memory.correction import (
     CORRECTION_GRID, DEFAULT_SETTING, MAX_ROWS_PER_SOURCE, CorrectionSetting, correction_features,
     fit_correction, inner_lofo_residuals, lofo_halfwidths, per_source_sample, selection_score,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 BEST = "footprint*correction"  # the estimate's column (the evaluation's method name)
 
@@ -45,11 +47,15 @@ class MemoryParts:
     @cached_property
     def estimate(self) -> pd.DataFrame:
         """:meth:`MemoryEstimator.predict`'s frame."""
+        import pandas as pd
+
         return pd.DataFrame(self.figures, index=self.index)
 
     @cached_property
     def terms(self) -> pd.DataFrame:
         """The footprint's terms live at the peak, a frame (MiB)."""
+        import pandas as pd
+
         return pd.DataFrame(self.term_values, index=self.index)
 
     def row(self, i: int) -> "MemoryParts":

@@ -105,16 +105,18 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pandas as pd
 
-from gpupred.columnar import Rows, equal, floats, frame_values, notna, numeric, text
+from gpupred.columnar import Rows, equal, floats, frame_values, is_frame, notna, numeric, text
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 from gpupred.workloads.spec import spec_or_none
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 MIB = float(2**20)
 OPTIMIZER_STATES: dict[str, float] = {  # param-sized buffers an optimizer keeps (the catalog's sgd has momentum)
@@ -663,6 +665,8 @@ def footprint_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd
 
 def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[pd.DataFrame, pd.Series]:
     """(:func:`footprint_terms`, whether each row's peak is the backward's: False where it is the optimizer step's)."""
+    import pandas as pd
+
     t, backward = peak_term_arrays(df, source)
     return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
 
@@ -711,6 +715,8 @@ def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.Data
     keeps them through the forward, or where the frame has no graph terms), and under checkpointing ``recompute``,
     ``recompute_copies`` and ``held_copies``: the recomputed block's activations and autocast's weight copies, and
     the frozen weights' copies held past the forward (:func:`checkpoint_phases`)."""
+    import pandas as pd
+
     return pd.DataFrame(term_arrays(df, source), index=df.index)
 
 
@@ -846,8 +852,8 @@ def steady_varying(terms: pd.DataFrame | dict[str, np.ndarray]) -> tuple[np.ndar
     optimizer state, the batch, cuBLAS's workspaces), which the caching allocator holds at their size, and those
     every step allocates and frees (gradients, the step's temporaries, autocast's copies, activations, the loss),
     on which its reserve grows. ``terms``: a frame, or its columns (:func:`peak_term_arrays`), summed alike."""
-    table = terms.to_numpy(float) if isinstance(terms, pd.DataFrame) else frame_values(terms)
-    names = list(terms.columns if isinstance(terms, pd.DataFrame) else terms)
+    table = terms.to_numpy(float) if is_frame(terms) else frame_values(terms)
+    names = list(terms.columns if is_frame(terms) else terms)
     steady = table[:, [names.index(t) for t in STEADY_TERMS]].sum(axis=1)
     return steady, table.sum(axis=1) - steady
 
@@ -919,6 +925,8 @@ class Footprint:
         allocated peak and the context on NVML's figure less torch's reserved peak; elsewhere (Lucid's and
         GPUMemNet's protocols) the context and a ratio on every varying MiB together on NVML's figure, which is all
         that figure can tell apart."""
+        import pandas as pd
+
         keys = source_keys(df)
         steady, varying = steady_varying(footprint_terms(df, sources(df)))
         y = df[target].to_numpy(float)
@@ -1034,6 +1042,8 @@ def fit_context_allocator(varying: np.ndarray, measured: np.ndarray, steady: np.
 def sources(df: pd.DataFrame) -> pd.Series:
     """Each row's source (whose way of measuring memory its constants are fitted to): its ``source`` column, else
     this project's ('gpupred')."""
+    import pandas as pd
+
     return df["source"].astype(str) if "source" in df.columns else pd.Series("gpupred", index=df.index)
 
 
@@ -1063,6 +1073,8 @@ def footprint_mib(features: dict[str, Any], gpu: str, precision: str, optimizer:
                   fitted: Footprint | None = None, setup: TrainingSetup | None = None) -> float:
     """Analytic training memory (MiB) of one feature row (``gpupred.featurize``) with its ``graph_terms`` on a GPU;
     ``setup`` (:class:`gpupred.setups.TrainingSetup`) replaces ``precision`` and ``optimizer`` when given."""
+    import pandas as pd
+
     job = {"precision": precision, "optimizer": optimizer} if setup is None else setup_columns(setup)
     row = pd.DataFrame([{**features, **(terms or {}), **job, "gpu": gpu, "source": source}])
     return float((fitted or Footprint()).predict(row)[0])
@@ -1082,6 +1094,8 @@ def graph_row(path_or_proto: Any, batch_size: int, setup: TrainingSetup, gpu: st
               source: str = "gpupred") -> pd.DataFrame:
     """The one-row frame the footprint reads of an ONNX graph at a batch size under a training setup on a GPU: its
     feature row, its graph terms and the setup's columns."""
+    import pandas as pd
+
     from gpupred.graph.features import featurize
 
     features = featurize(path_or_proto, batch_size=batch_size, precision=setup.job_precision,
@@ -1093,6 +1107,8 @@ def graph_row(path_or_proto: Any, batch_size: int, setup: TrainingSetup, gpu: st
 def footprint_columns(df: pd.DataFrame, progress: bool = False) -> pd.DataFrame:
     """``df`` with ``FOOTPRINT_COLUMNS`` added from each workload's graph (the graph store's, or a built fcnet);
     NaN where neither has it (the footprint then uses the row's ``activation_bytes``)."""
+    import pandas as pd
+
     from gpupred.reports import progress_bar
 
     _need(df, ("workload_id",))

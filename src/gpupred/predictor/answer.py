@@ -30,8 +30,8 @@ import json
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import pandas as pd
 
+from gpupred.columnar import is_frame
 from gpupred.hardware import gpu_spec
 from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 
@@ -161,7 +161,7 @@ def validate_answer(answer: dict[str, Any]) -> None:
 
 def build_answer(predictor: Any, done: Any) -> dict[str, Any]:
     """The answer of one predicted job (:class:`gpupred.predictor.jobs.PredictedJob`) by ``predictor``."""
-    row = done.frame.iloc[0]
+    row = done.first_row()
     kind = str(done.kinds[0]) if len(done.kinds) else ""
     physics = row.get("core") == "physics" and done.graph is not None
     figures = {"interval": round(1.0 - float(predictor.alpha), 6),
@@ -180,7 +180,7 @@ def build_answer(predictor: Any, done: Any) -> dict[str, Any]:
     }
 
 
-def _number(row: pd.Series, column: str) -> float | None:
+def _number(row: Mapping[str, Any], column: str) -> float | None:
     """A finite number of the row, else None."""
     value = row.get(column)
     if value is None or isinstance(value, str):
@@ -189,17 +189,17 @@ def _number(row: pd.Series, column: str) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def _figure(row: pd.Series, column: str, unit: str, scale: float) -> dict[str, Any]:
+def _figure(row: Mapping[str, Any], column: str, unit: str, scale: float) -> dict[str, Any]:
     values = {k: _number(row, column + suffix) for k, suffix in (("point", ""), ("low", "_low"), ("high", "_high"))}
     return {**{k: None if v is None else v * scale for k, v in values.items()}, "unit": unit}
 
 
-def fit_section(predictor: Any, row: pd.Series, kind: str) -> dict[str, Any]:
+def fit_section(predictor: Any, row: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """Capacity, headroom and the fit on the job's GPU (computed here for a regressor's row; null without a GPU)."""
     from gpupred.predictor.fits import fit_columns
 
     point, low, high = (_number(row, f"memory_mib{s}") for s in ("", "_low", "_high"))
-    if "fit_probability" in row.index and _number(row, "fit_probability") is not None:
+    if "fit_probability" in row and _number(row, "fit_probability") is not None:
         fit = {k: row[k] for k in ("fits", "fit_probability", "capacity_mib", "headroom_mib")}
     elif kind and None not in (point, low, high):
         fit = fit_columns(point, low, high, kind, predictor.alpha)
@@ -211,7 +211,7 @@ def fit_section(predictor: Any, row: pd.Series, kind: str) -> dict[str, Any]:
             "headroom_gib": head / 1024.0, "fits": bool(fit["fits"]), "probability": float(fit["fit_probability"])}
 
 
-def resolved_inputs(predictor: Any, done: Any, row: pd.Series, kind: str) -> dict[str, Any]:
+def resolved_inputs(predictor: Any, done: Any, row: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """The job as the prediction resolved it (see the module notes)."""
     graph: JobGraph | None = done.graph
     model, sizes = resolved_model(done.x, graph)
@@ -242,7 +242,7 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
 
 def _feature_row(x: Any) -> dict[str, Any]:
     """The one feature row given (a featurize dict, or a one-row DataFrame)."""
-    if isinstance(x, pd.DataFrame):
+    if is_frame(x):
         return x.iloc[0].to_dict() if len(x) else {}
     return dict(x) if isinstance(x, dict) else {}
 
@@ -280,7 +280,7 @@ def resolved_model(x: Any, graph: "JobGraph | None") -> tuple[dict[str, Any], tu
 
     if graph is None:
         name = "feature row"
-        if isinstance(x, pd.DataFrame) and "workload_id" in x.columns and len(x):
+        if is_frame(x) and "workload_id" in x.columns and len(x):
             name = f"feature row of {x['workload_id'].iloc[0]}"
         return {"kind": "features", "name": name, "class": None, "head": None}, (None, None)
     sizes = input_sizes(graph)
@@ -315,6 +315,8 @@ def input_sizes(graph: "JobGraph") -> tuple[int | None, list[int] | None]:
 def memory_parts(memory: Any, graph: "JobGraph", kind: str) -> dict[str, Any]:
     """:func:`memory_breakdown` of one job on one GPU kind by a fitted memory estimator
     (:class:`gpupred.memory.estimator.MemoryEstimator`), estimated here (an answer reads the prediction's own)."""
+    import pandas as pd
+
     from gpupred.predictor.core import memory_row
 
     return memory_breakdown(memory.explain(pd.DataFrame([memory_row(graph, kind)])))

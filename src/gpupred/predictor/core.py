@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpupred.columnar import Columns
 from gpupred.dataset import SOURCE_OWN
@@ -35,6 +34,7 @@ from gpupred.setups import FRAMEWORK_DEFAULTS, RESIDENT, InputPipeline
 from gpupred.step.estimator import STEP_TARGETS, StepEstimator
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
     from gpupred.calibration.assessment import CalibratedCore
     from gpupred.memory.estimator import MemoryEstimator
     from gpupred.predictor.jobgraph import JobGraph

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.files import is_file
 from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from gpupred.predictor.jobgraph import JobGraph
 
 
@@ -70,10 +71,13 @@ class JobOptions:
 
 @dataclass
 class PredictedJob:
-    """One :meth:`gpupred.predictor.predictor.Predictor.predict` call's frame and what its answer reads besides
-    (:mod:`gpupred.predictor.answer`)."""
+    """One :meth:`gpupred.predictor.predictor.Predictor.predict` call's rows and what its answer reads besides
+    (:mod:`gpupred.predictor.answer`).
 
-    frame: pd.DataFrame
+    A job answered by the physics core keeps its row as a dict, so that an answer is built without pandas (a cold
+    ``gpupred predict`` then never imports it); :attr:`frame` is the row as ``predict`` returns it."""
+
+    result: pd.DataFrame | dict[str, Any]  # the regressors' frame, or the physics core's one row
     x: Any  # the job as given: an ONNX path, a workload id, a model by name, feature rows
     job: JobOptions
     graph: "JobGraph | None"  # None: feature rows (answered by the regressors)
@@ -82,6 +86,22 @@ class PredictedJob:
     kinds: np.ndarray  # each row's GPU kind ('' where the rows name none)
     memory: Any = None  # a job answered by the physics core: its memory estimate's parts (gpupred.memory.estimator)
     own: tuple[int | None, TrainingSetup] | None = None  # the job's own batch size and setup (a workload id's)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The rows as a frame (what :meth:`gpupred.predictor.predictor.Predictor.predict` returns)."""
+        if isinstance(self.result, dict):
+            import pandas as pd
+
+            return pd.DataFrame([self.result])
+        return self.result
+
+    def __len__(self) -> int:
+        return 1 if isinstance(self.result, dict) else len(self.result)
+
+    def first_row(self) -> dict[str, Any]:
+        """The first row, as plain values (what ``frame.iloc[0].to_dict()`` gives)."""
+        return dict(self.result) if isinstance(self.result, dict) else self.result.iloc[0].to_dict()
 
 
 def regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from gpupred.columnar import is_series
 from gpupred.errors import GpupredError
 from gpupred.files import is_file, one_look
 from gpupred.gcpause import collector_paused
 from gpupred.setups import InputPipeline, TrainingSetup
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 MAX_OOM_RISK = 0.05  # a pair "fits" when its predicted out-of-memory probability is at most this
 ANSWER_SCHEMA = "gpupred.colocate/2"  # 2: the co-run file adapts (was "calibrates") a pair's effects
@@ -125,6 +128,8 @@ def job_defaults(x: Any) -> tuple[int | None, str, str]:
 
 def as_job(x: Any) -> Job:
     """A :class:`Job` of ``x`` (a Job, an ONNX path, a workload id, a model by name)."""
+    import pandas as pd
+
     if isinstance(x, Job):
         return x
     if isinstance(x, (pd.Series, pd.DataFrame, dict)):
@@ -152,6 +157,8 @@ def predict_many(predictor: Any, jobs: list[Any], gpu: str | None = None) -> pd.
 
 def _predict_many(predictor: Any, jobs: list[Any], gpu: str | None) -> pd.DataFrame:
     """:func:`predict_many` inside its look at the files."""
+    import pandas as pd
+
     from gpupred.hardware import gpu_spec
     from gpupred.predictor.jobs import JobOptions
 
@@ -209,7 +216,9 @@ def _effects(predictor: Any, served: Any, coruns: Any, frame: pd.DataFrame,
 
 def _rows(predictor: Any, a: Any, b: Any, gpu: str | None) -> tuple[pd.DataFrame, str]:
     """Two rows of :func:`predict_many` for the pair (predicted now for jobs, checked for rows), and the GPU."""
-    given = [x for x in (a, b) if isinstance(x, pd.Series)]
+    import pandas as pd
+
+    given = [x for x in (a, b) if is_series(x)]
     if given and len(given) != 2:
         raise GpupredError("give two jobs or two rows of predict_many, not one of each")
     if given:
@@ -246,7 +255,14 @@ class SlowdownMatrix:
     fits: pd.DataFrame
     predictions: pd.DataFrame
     estimator: dict[str, Any] = field(default_factory=dict)
-    coruns: pd.Series = field(default_factory=lambda: pd.Series(dtype=int))  # per job: co-runs its adaptation used
+    coruns: pd.Series = field(default_factory=lambda: no_coruns())  # per job: co-runs its adaptation used
+
+
+def no_coruns() -> pd.Series:
+    """An empty count of co-runs per job (no adaptation)."""
+    import pandas as pd
+
+    return pd.Series(dtype=int)
 
 
 def _bounds(served: Any, s: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -262,6 +278,8 @@ def _bounds(served: Any, s: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.n
 
 def matrix_from_rows(predictor: Any, frame: pd.DataFrame, coruns: Any = None) -> SlowdownMatrix:
     """The :class:`SlowdownMatrix` of rows of :func:`predict_many` on one GPU."""
+    import pandas as pd
+
     from gpupred.colocation.memfit import pair_oom_probability
     from gpupred.predictor.fits import capacity_mib
     from gpupred.predictor.slowdowns import served_of
@@ -318,6 +336,8 @@ class PairSlowdown:
 
 def _member(row: pd.Series, s: float, low: float, high: float, k: int) -> dict[str, Any]:
     """One member of a pair answer."""
+    import pandas as pd
+
     step = float(row["iter_time_mean_s"]) * 1000.0
     return {"job": str(row["job"]), "model": str(row.get("model", row["job"])),
             "batch_size": None if pd.isna(row.get("batch_size")) else int(row["batch_size"]),

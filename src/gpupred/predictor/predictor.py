@@ -1,7 +1,9 @@
 """The :class:`Predictor` an exported artifact holds: a job (an ONNX file, a workload id, a model by name, feature rows)
 in, each target with its interval out; and the array helpers its predictions run on.
 
-Nothing here imports torch; only predicting from a workload id does, through ``gpupred.graph.export``.
+Nothing here imports torch; only predicting from a workload id does, through ``gpupred.graph.export``. Nor does a job
+answered by the physics core import pandas: its row stays a dict until a frame is asked for (:meth:`Predictor.predict`),
+so a cold ``gpupred predict`` loads neither.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from gpupred.columnar import is_frame, is_series
 from gpupred.dataset import PERCENT_LABELS
 from gpupred.errors import GpupredError
 from gpupred.hardware import HARDWARE_COLUMNS, gpu_spec, hardware_features
@@ -25,6 +27,8 @@ from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from gpupred.predictor.core import PhysicsCore
     from gpupred.predictor.jobgraph import JobGraph
 
@@ -58,7 +62,7 @@ class Predictor:
 
     def _frame(self, x: Any, job: JobOptions) -> pd.DataFrame | dict[str, Any]:
         """Turn a DataFrame / dict / ONNX path / workload id into feature rows (a dict is one row)."""
-        if isinstance(x, (pd.DataFrame, dict)):
+        if isinstance(x, dict) or is_frame(x):
             if isinstance(x, dict):
                 from gpupred.graph.coverage import check_complete
 
@@ -75,6 +79,8 @@ class Predictor:
                  optimizer: str | None = None, gpu: str | None = None,
                  setup: TrainingSetup | None = None) -> pd.DataFrame:
         """The model input matrix (columns ``feature_names``) for ``x``."""
+        import pandas as pd
+
         matrix, index, _ = self._matrix(x, JobOptions(batch_size, precision, optimizer, gpu, setup))
         return pd.DataFrame(matrix, index=index, columns=self.feature_names)
 
@@ -85,6 +91,8 @@ class Predictor:
 
         data = self._frame(x, job)
         if isinstance(data, dict):  # one row: no DataFrame on the way (it costs more than the prediction)
+            import pandas as pd
+
             present, n, index = set(data), 1, pd.RangeIndex(1)
 
             def column(name: str) -> np.ndarray:
@@ -231,8 +239,8 @@ class Predictor:
         from gpupred.predictor.answer import build_answer
 
         done = self._predict_job(x, JobOptions(batch_size, precision, optimizer, gpu, setup), calibration, pipeline)
-        if len(done.frame) != 1:
-            raise GpupredError(f"an answer is for one job, and these feature rows are {len(done.frame)}: use predict "
+        if len(done) != 1:
+            raise GpupredError(f"an answer is for one job, and these feature rows are {len(done)}: use predict "
                                "for many rows")
         own_batch, own_precision, own_optimizer = job_defaults(x)
         done.own = (own_batch, as_setup(None, own_precision, own_optimizer))
@@ -261,25 +269,26 @@ class Predictor:
                                    "file, a workload id or a model by name to a predictor with its physics core")
             memory = None
             if graph is not None and self.core is not None:
-                out, kinds, memory = self._predict_graph(graph, job, cal, pipeline if piped else None)
-            elif graph is not None:  # its feature row already says the batch, precision and optimizer
-                out, kinds = self._predict_rows(graph.features, JobOptions(gpu=job.gpu))
+                row, kinds, memory = self._predict_graph(graph, job, cal, pipeline if piped else None)
+                result: pd.DataFrame | dict[str, Any] = self._mark_records([row], cal, kinds)[0]
             else:
-                out, kinds = self._predict_rows(x, job)
-            frame = self._mark_calibration(out, cal, kinds)
-        return PredictedJob(frame, x, job, graph, cal, pipeline if piped else RESIDENT, kinds, memory)
+                if graph is not None:  # its feature row already says the batch, precision and optimizer
+                    out, kinds = self._predict_rows(graph.features, JobOptions(gpu=job.gpu))
+                else:
+                    out, kinds = self._predict_rows(x, job)
+                result = self._mark_calibration(out, cal, kinds)
+        return PredictedJob(result, x, job, graph, cal, pipeline if piped else RESIDENT, kinds, memory)
 
     def _predict_graph(self, graph: "JobGraph", job: JobOptions, cal: Any = None,
-                       pipeline: InputPipeline | None = None) -> tuple[pd.DataFrame, np.ndarray, Any]:
-        """The physics-first core's answer for one job given as a graph (the regressors are not run), its GPU kind,
-        and its memory estimate's parts (:class:`gpupred.memory.estimator.MemoryParts`)."""
+                       pipeline: InputPipeline | None = None) -> tuple[dict[str, Any], np.ndarray, Any]:
+        """The physics-first core's answer (a row) for one job given as a graph (the regressors are not run), its GPU
+        kind, and its memory estimate's parts (:class:`gpupred.memory.estimator.MemoryParts`)."""
         from gpupred.predictor.core import EXPLAINED_MEMORY
 
         gpu_name = str(self._gpu_names(set(), None, job.gpu, 1)[0])  # the named GPU, or the only trained one
         row = self._physics_rows([graph], gpu_name, cal, [pipeline or RESIDENT], explain=True)[0]
         memory = row.pop(EXPLAINED_MEMORY)
-        frame = pd.DataFrame([row])  # one frame: inserting columns costs ~0.3 ms each
-        return frame, gpu_kinds(np.asarray([gpu_name], dtype=object)), memory
+        return row, gpu_kinds(np.asarray([gpu_name], dtype=object)), memory
 
     def _physics_rows(self, graphs: list["JobGraph"], gpu_name: str, cal: Any, pipelines: list[InputPipeline],
                       explain: bool = False) -> list[dict[str, Any]]:
@@ -313,7 +322,7 @@ class Predictor:
         for i, ((x, job, pipeline), label) in enumerate(zip(jobs, labels)):
             try:
                 if self.core is None or not isinstance(x, (str, Path)):
-                    records[i] = self._predict_job(x, job, None, pipeline).frame.iloc[0].to_dict()
+                    records[i] = self._predict_job(x, job, None, pipeline).first_row()
                     continue
                 if job.gpu not in calibrations:
                     calibrations[job.gpu] = resolve_calibration(None, job.gpu)
@@ -339,9 +348,7 @@ class Predictor:
                 except GpupredError:  # one by one, to name the job
                     rows = [self._named_row(graph, gpu_name, cal, pipeline, labels[i])
                             for i, graph, pipeline in zip(idx, graphs, pipelines)]
-                if cal is not None:
-                    kinds = gpu_kinds(np.full(len(rows), gpu_name, dtype=object))
-                    rows = self._mark_calibration(pd.DataFrame(rows), cal, kinds).to_dict("records")
+                rows = self._mark_records(rows, cal, gpu_kinds(np.full(len(rows), gpu_name, dtype=object)))
             records.update(zip(idx, rows))
         return [records[i] for i in range(len(jobs))]
 
@@ -355,9 +362,11 @@ class Predictor:
 
     def _predict_rows(self, x: Any, job: JobOptions) -> tuple[pd.DataFrame, np.ndarray]:
         """The baseline regressors' answer for feature rows (a dict is one row), and each row's GPU kind."""
+        import pandas as pd
+
         arr, index, kinds = self._matrix(x, job)
         extrapolated = np.asarray([k != "" and k not in self.measured_gpus for k in kinds], dtype=bool)
-        strata = x["source"].to_numpy().astype(str) if isinstance(x, pd.DataFrame) and "source" in x.columns else None
+        strata = x["source"].to_numpy().astype(str) if is_frame(x) and "source" in x.columns else None
         keyed = arr if strata is None else np.column_stack([arr, pd.factorize(strata)[0]])
         first, inverse = distinct_rows(keyed)  # identical rows (a trace repeats its workloads) are predicted once
         unique, unique_strata = arr[first], None if strata is None else strata[first]
@@ -380,19 +389,33 @@ class Predictor:
     def _mark_calibration(self, out: pd.DataFrame, cal: Any, kinds: np.ndarray) -> pd.DataFrame:
         """With a calibration, columns ``calibrated`` and ``calibration_note``; a row it answered is not extrapolated.
         (Without one the frame stays as it was: two more columns cost a one-row prediction about a millisecond.)"""
-        from gpupred.calibration.use import calibration_status
-
         if cal is None:
             return out
-        software = self.core.calibration_.software if self.core is not None else {}
-        keys = [(str(core), str(kind)) for core, kind in zip(out["core"], kinds)]
-        status = {k: calibration_status(cal, k[0] == "physics", int(self.measured_gpus.get(k[1], 0)), software)
-                  for k in set(keys)}
-        used = np.array([status[k][0] for k in keys], dtype=bool)
+        used, notes = self._calibration_status(cal, out["core"], kinds)
         out["calibrated"] = np.where(used, cal.shown, "")
-        out["calibration_note"] = [status[k][1] for k in keys]
+        out["calibration_note"] = notes
         out["extrapolated"] = out["extrapolated"].to_numpy(bool) & ~used
         return out
+
+    def _mark_records(self, rows: list[dict[str, Any]], cal: Any, kinds: np.ndarray) -> list[dict[str, Any]]:
+        """:meth:`_mark_calibration` of rows kept as dicts (marked in place, and returned)."""
+        if cal is None:
+            return rows
+        used, notes = self._calibration_status(cal, [row["core"] for row in rows], kinds)
+        for row, use, note in zip(rows, used, notes):
+            row.update(calibrated=cal.shown if use else "", calibration_note=note,
+                       extrapolated=bool(row["extrapolated"]) and not use)
+        return rows
+
+    def _calibration_status(self, cal: Any, cores: Any, kinds: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Whether a calibration answered each row (by what answered it and its GPU kind), and each row's note."""
+        from gpupred.calibration.use import calibration_status
+
+        software = self.core.calibration_.software if self.core is not None else {}
+        keys = [(str(core), str(kind)) for core, kind in zip(cores, kinds)]
+        status = {k: calibration_status(cal, k[0] == "physics", int(self.measured_gpus.get(k[1], 0)), software)
+                  for k in set(keys)}
+        return np.array([status[k][0] for k in keys], dtype=bool), [status[k][1] for k in keys]
 
     def predict_many(self, jobs: list[Any], gpu: str | None = None) -> pd.DataFrame:
         """One row per job (a :class:`gpupred.predictor.pairing.Job`, an ONNX path, a workload id, a model by name):
@@ -415,7 +438,7 @@ class Predictor:
 
         from gpupred.predictor.pairing import as_job, pair_slowdown
 
-        if isinstance(job_a, pd.Series) or isinstance(job_b, pd.Series):
+        if is_series(job_a) or is_series(job_b):
             if any(v is not None for v in (batch_size_a, batch_size_b, precision_a, precision_b, optimizer_a, optimizer_b)):
                 raise GpupredError("rows of predict_many carry their own options: predict them with the options wanted")
             return pair_slowdown(self, job_a, job_b, gpu, coruns)
@@ -433,17 +456,17 @@ class Predictor:
         :meth:`predict_many`."""
         from gpupred.predictor.pairing import matrix_from_rows, predict_many
 
-        frame = jobs if isinstance(jobs, pd.DataFrame) else predict_many(self, jobs, gpu)
-        if isinstance(jobs, pd.DataFrame) and set(frame["gpu"].astype(str)) != {gpu_spec(gpu).name}:
+        frame = jobs if is_frame(jobs) else predict_many(self, jobs, gpu)
+        if is_frame(jobs) and set(frame["gpu"].astype(str)) != {gpu_spec(gpu).name}:
             raise GpupredError(f"rows predicted on {sorted(set(frame['gpu'].astype(str)))}, asked about {gpu}")
         return matrix_from_rows(self, frame, coruns)
 
 
 def gpu_kinds(names: np.ndarray) -> np.ndarray:
-    """The hardware-table name of each GPU name (looked up once per distinct name)."""
-    codes, uniques = pd.factorize(np.asarray(names, dtype=object))
-    table = np.asarray([gpu_spec(str(u)).name for u in uniques], dtype=object)
-    return table[codes] if len(codes) else np.empty(0, dtype=object)
+    """The hardware-table name of each GPU name (looked up once per distinct name; an unknown one fails)."""
+    listed = np.asarray(names, dtype=object).tolist()
+    table = {name: gpu_spec(str(name)).name for name in dict.fromkeys(listed)}
+    return np.asarray([table[name] for name in listed], dtype=object) if listed else np.empty(0, dtype=object)
 
 
 def _split_models(preds: np.ndarray, targets: dict[str, ConformalRegressor]) -> dict[str, np.ndarray]:
@@ -460,6 +483,8 @@ def distinct_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of its distinct row (exact: checked, not hashed only)."""
     if len(arr) <= 1:
         return np.arange(len(arr)), np.arange(len(arr))
+    import pandas as pd
+
     hashes = pd.util.hash_pandas_object(pd.DataFrame(arr), index=False).to_numpy()
     codes, firsts = pd.factorize(hashes)
     first_row = np.full(len(firsts), -1)
@@ -476,6 +501,8 @@ def _by_key(a: np.ndarray, b: np.ndarray, lookup: Any, names: list[str]) -> dict
     if len(a) == 1:
         row = lookup(a[0], b[0])
         return {c: np.asarray([float(row[c])]) for c in names}
+    import pandas as pd
+
     codes_a, uniq_a = pd.factorize(a)
     codes_b, uniq_b = pd.factorize(b)
     key = codes_a * max(len(uniq_b), 1) + codes_b

@@ -16,10 +16,12 @@ prior, which needs no fitted state, with no interval (no held-out width travels 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 FALLBACK = "fallback"  # the prior without notebook 06's figures: an artifact exported without a slowdown estimator
 SHIPPED = "artifact"
@@ -104,6 +106,8 @@ class ServedSlowdown:
     def pair_frame(self, util_own: np.ndarray, util_partner: np.ndarray, own: Any = None,
                    partner: Any = None) -> pd.DataFrame:
         """A pair frame (own and partner inputs, job keys where given) as the estimators read it."""
+        import pandas as pd
+
         a, b = self.inputs(util_own), self.inputs(util_partner)
         n = len(np.atleast_1d(util_own))
         frame = pd.DataFrame({f"{side}_{c}": np.atleast_1d(v[c]) for side, v in (("own", a), ("partner", b)) for c in v})

@@ -25,10 +25,9 @@ row's workload graph.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpupred.columnar import Rows, floats, text
 from gpupred.errors import GpupredError
@@ -44,6 +43,9 @@ from gpupred.step.rowphysics import (
 )
 from gpupred.step.physics.constants import StepConstants
 from gpupred.step.physics.timeline import STEP_COLUMNS
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 STEP_TARGETS: tuple[str, ...] = ("gpu_util", "sm_active", "iter_time_mean_s")
 MIN_LABELLED = 10  # a target with fewer labelled training rows is not fitted
@@ -132,6 +134,8 @@ class StepEstimator(Estimator):
         every row, and ``widths`` (per target, measured for calibrated GPUs) replace the extrapolation widths of rows
         whose (GPU kind, protocol) has no fit.
         """
+        import pandas as pd
+
         return pd.DataFrame(self.predict_columns(X, physics, constants, widths), index=X.index)
 
     def predict_columns(self, X: Rows, physics: PhysicsData | None = None, constants: StepConstants | None = None,

@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pandas as pd
 
 from gpupred.errors import GpupredError
 from gpupred.hardware import gpu_spec
@@ -25,6 +24,9 @@ from gpupred.step.physics.constants import ConstantsTable
 from gpupred.step.physics.fit import FitRows, fit_table, predict_rows
 from gpupred.step.physics.inputfeed import LOADER_COLUMNS
 from gpupred.step.physics.timeline import LoaderTimes
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 PHYSICS_TARGETS: dict[str, str] = {"gpu_util": "util", "sm_active": "util", "iter_time_mean_s": "step"}
 HELDOUT_MIN_ROWS = 20  # a training key held out for the extrapolation width needs at least this many labelled rows
@@ -65,6 +67,8 @@ class PhysicsData:
         ids = df["run_id"].astype(str).to_numpy(dtype=object)
         if len(ids) == len(self.ids) and (ids == self.ids.astype(str)).all():
             return self
+        import pandas as pd
+
         where = pd.Series(np.arange(len(self.ids)), index=self.ids.astype(str))
         missing = [i for i in ids if i not in where.index]
         if missing:
@@ -180,6 +184,8 @@ def loader_width(rows: np.ndarray, y: np.ndarray, physics: np.ndarray, step: boo
 def default_columns(pdata: PhysicsData) -> pd.DataFrame:
     """The step model's ``STEP_COLUMNS`` of every row under the default constants (what the dataset's ``phys_*``
     columns hold, for rows that do not carry them: a new job)."""
+    import pandas as pd
+
     return pd.DataFrame(default_rows_columns(pdata.rows))
 
 
