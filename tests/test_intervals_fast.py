@@ -203,3 +203,33 @@ def test_numpy_forest_evaluates_the_step_correction() -> None:
         forest = Forest.from_models(models)
         assert forest is not None
         np.testing.assert_array_equal(forest.predict(probe[:9]), np.stack([m.predict(probe[:9]) for m in models]))
+
+
+def test_a_constant_correction_answers_each_stratum_once_with_the_same_numbers() -> None:
+    """A CV+ regressor whose models are shrunk to their medians (no trees: :meth:`ConformalRegressor.constant`) keeps
+    each stratum's answer: the same numbers as the regular path over every row, one row, or rows of several strata
+    (among them one it never saw), before and after a pickle round trip; a refit forgets them."""
+    import pickle
+
+    from gpupred.learn.regressors import correction_model
+    from gpupred.step.correction import ShrunkCorrection
+
+    X, y = _forest_frame(missing=False)
+    strata = np.where(np.arange(len(X)) % 3 == 0, "a", "b")
+    cr = ConformalRegressor(ShrunkCorrection(correction_model(0), 0.0), alpha=0.1, n_folds=4).fit(
+        X, y, groups=np.arange(len(X)) % 7, strata=strata)
+    assert not cr.constant()  # a fresh fit: no forest yet, the libraries answer
+    cr = pickle.loads(pickle.dumps(cr))  # the forest travels with the pickle
+    assert cr.constant()
+    probe = X * np.random.default_rng(5).uniform(0.5, 2.0, X.shape)
+    asked = np.array(["a", "b", "never"] * (len(probe) // 3) + ["a"] * (len(probe) % 3))
+    for rows, s in ((probe, asked), (probe[4:5], asked[4:5]), (probe[:10], None), (probe, None)):
+        want = cr.predict_log(rows, s, cr.model_predictions(rows))  # predictions given: the regular path
+        for _ in range(2):  # computed, then kept
+            got = cr.predict_log(rows, s)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
+    assert len(cr.__dict__["_constant_cache"]) == 4  # a, b, never, and no strata
+    assert "_constant_cache" not in pickle.loads(pickle.dumps(cr)).__dict__
+    cr.fit(X, 2.0 * y, groups=np.arange(len(X)) % 7, strata=strata)
+    assert "_constant_cache" not in cr.__dict__

@@ -48,6 +48,8 @@ class ConformalRegressor(Estimator):
         from sklearn.base import clone
         from sklearn.model_selection import GroupKFold, KFold
 
+        for cache in ("_offsets_cache", "_constant_cache"):  # what an earlier fit's residuals and models answered
+            self.__dict__.pop(cache, None)
         self.strata_ = None if strata is None else np.asarray(strata).astype(str)
         X = np.asarray(X, dtype=float)
         z = np.log1p(np.asarray(y, dtype=float))
@@ -99,6 +101,8 @@ class ConformalRegressor(Estimator):
         ``preds``: :meth:`model_predictions` of ``X`` when already known.
         """
         X = np.asarray(X, dtype=float)
+        if preds is None and len(X) and self.constant():
+            return self._constant_log(X, strata)
         preds = self.model_predictions(X) if preds is None else preds
         point, fold_pred = preds[0], preds[1:]  # (K, m)
         lo, hi = np.empty(len(point)), np.empty(len(point))
@@ -113,6 +117,29 @@ class ConformalRegressor(Estimator):
                 own = int((fitted_strata == s).sum()) >= need
                 lo[cols], hi[cols] = self._bounds(fold_pred[:, cols], s if own else None)
         return point, np.minimum(lo, point), np.maximum(hi, point)
+
+    def constant(self) -> bool:
+        """Whether every model (the full one and each fold's) predicts one value whatever the row: its numpy forest,
+        once built, holds no tree (a correction shrunk to its median, :class:`gpupred.step.correction.ShrunkCorrection`
+        at weight 0). A row's answer then depends on its stratum alone."""
+        forest = self.__dict__.get(self.FOREST)
+        return forest is not None and len(forest.roots) == 0
+
+    def _constant_log(self, X: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`predict_log` of a :meth:`constant` model: each stratum's answer, computed once on one of its rows (CV+
+        bounds a row from its own predictions only) and kept."""
+        cache = self.__dict__.setdefault("_constant_cache", {})
+        labels = np.zeros(len(X), dtype=int) if strata is None else np.asarray(strata).astype(str)
+        uniques, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+        out = np.empty((3, len(X)))
+        for j, (label, i) in enumerate(zip(uniques.tolist(), first)):
+            key = (strata is None, label)
+            if key not in cache:  # the regular way, its predictions given
+                answer = self.predict_log(X[i:i + 1], None if strata is None else labels[i:i + 1],
+                                          self.model_predictions(X[i:i + 1]))
+                cache[key] = np.array([a[0] for a in answer])
+            out[:, inverse.reshape(-1) == j] = cache[key][:, None]
+        return out[0], out[1], out[2]
 
     def _bounds(self, fold_pred: np.ndarray, stratum: str | None) -> tuple[np.ndarray, np.ndarray]:
         """CV+ lower and upper quantiles for the columns of ``fold_pred`` from the residuals of the training rows
@@ -136,10 +163,11 @@ class ConformalRegressor(Estimator):
         return cache[(sign, stratum)]
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the sorted-residual cache (rebuilt on first use); the fitted models apart where the numpy
+        """Pickle without the sorted-residual and constant-answer caches (rebuilt on first use); the fitted models apart where the numpy
         forest stands in for them (:class:`gpupred.learn.params.PickledApart`)."""
         state = super().__getstate__()
         state.pop("_offsets_cache", None)
+        state.pop("_constant_cache", None)
         return state
 
     def predict(self, X: np.ndarray, strata: np.ndarray | None = None,
