@@ -163,8 +163,8 @@ class ConformalRegressor(Estimator):
         return cache[(sign, stratum)]
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the sorted-residual and constant-answer caches (rebuilt on first use); the fitted models apart where the numpy
-        forest stands in for them (:class:`gpupred.learn.params.PickledApart`)."""
+        """Pickle without the sorted-residual and constant-answer caches (rebuilt on first use); the fitted models
+        apart where the numpy forest stands in for them (:class:`gpupred.learn.params.PickledApart`)."""
         state = super().__getstate__()
         state.pop("_offsets_cache", None)
         state.pop("_constant_cache", None)
