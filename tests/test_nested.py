@@ -183,3 +183,27 @@ def test_mondrian_intervals_follow_each_source() -> None:
     assert width[st == "noisy"].mean() > 5 * width[st == "quiet"].mean()
     _, lo_u, _ = cr.predict(X[test][:3], np.array(["unseen"] * 3))  # a stratum never trained on: pooled residuals
     np.testing.assert_allclose(lo_u, lo_p[:3])
+
+
+def test_one_thread_limits_each_pool_and_restores_it_without_reading_the_libraries_again() -> None:
+    """The fits' one-thread context: every BLAS/OpenMP pool runs one thread inside and its own count after, and a
+    second use inspects no library again (threadpoolctl's cached controller, kept until the next import)."""
+    import threadpoolctl
+
+    from gpupred.learn.parallel import one_thread
+
+    def counts() -> dict[str, int]:
+        return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()}
+
+    with threadpoolctl.threadpool_limits(limits=2):  # the test workers run one thread: give the pools two
+        before = counts()
+        if max(before.values(), default=1) < 2:
+            pytest.skip("no thread pool here runs two threads (one core)")
+        with one_thread():
+            assert set(counts().values()) == {1}
+        assert counts() == before
+        controller = threadpoolctl.get_cached_controller()
+        with one_thread("openmp"):
+            assert all(i["num_threads"] == 1 for i in threadpoolctl.threadpool_info() if i["user_api"] == "openmp")
+        assert threadpoolctl.get_cached_controller() is controller
+        assert counts() == before

@@ -27,7 +27,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.evaluation import Split, fold_groups, rmsle, splits_for
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.parallel import parallel_map
+from gpupred.learn.parallel import one_thread, parallel_map
 from gpupred.learn.regressors import make_regressor
 
 
@@ -74,18 +74,14 @@ def _fit_predict(model: Any, X: np.ndarray, z: np.ndarray, train: np.ndarray, te
     One BLAS/OpenMP thread, also in a joblib worker (which does not inherit the parent's limit): a fit's
     floating-point summation order, and so its figures, must not depend on the machine's core count.
     """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
+    with one_thread():
         return _predict_original(clone(model).fit(X[train], z[train]), X, test)
 
 
 def _predict_original(fitted: Any, X: np.ndarray, test: np.ndarray) -> np.ndarray:
     """A model fitted on log1p targets: its predictions (original scale, at least 0) for ``test`` rows, on one
     BLAS/OpenMP thread (as :func:`_fit_predict` fits)."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
+    with one_thread():
         return np.clip(np.expm1(np.asarray(fitted.predict(X[test]), dtype=float)), 0, None)
 
 
@@ -246,13 +242,11 @@ def choose_for_export(df: pd.DataFrame, target: str, models: Iterable[str] | dic
     The score that picks it is a selection score, not an estimate of the exported model's error (the
     nested outer-fold figures are).
     """
-    from threadpoolctl import threadpool_limits
-
     from gpupred.dataset import feature_columns
 
     cv = cv or CVSettings()
     data = df[df[target].notna()].reset_index(drop=True)
-    with threadpool_limits(limits=1):
+    with one_thread():
         chosen, _ = select_model(data[feature_columns(data)].to_numpy(float), data[target].to_numpy(float),
                                  fold_groups(data, "grouped_random"), make_candidates(models, cv.tune, cv.seed),
                                  cv.n_inner, cv.seed, cv.n_jobs)

@@ -196,14 +196,13 @@ def split_methods(data: pd.DataFrame, train: np.ndarray, test: np.ndarray, group
     """Every comparison method's (point, low, high) in MiB on the ``test`` rows, fitted on the ``train`` rows only."""
     from gpupred.learn.evaluation import constant_baseline
     from gpupred.learn.intervals import ConformalRegressor
+    from gpupred.learn.parallel import one_thread
     from gpupred.learn.regressors import correction_model
-
-    from threadpoolctl import threadpool_limits
 
     y = data[target].to_numpy(float)
     strata = data["source"].astype(str).to_numpy()
     X = data[regressor_columns(data)].to_numpy(float)
-    with threadpool_limits(limits=1):  # one thread per parallel split
+    with one_thread():  # one thread per parallel split
         reg = ConformalRegressor(correction_model(cv.seed), cv.alpha, cv.n_cal, cv.seed)
         reg.fit(X[train], y[train], groups=groups[train], strata=strata[train])
         regressed = reg.predict(X[test], strata[test])

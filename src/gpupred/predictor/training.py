@@ -35,9 +35,8 @@ def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", 
     iteration time and throughput; it needs every row's graph and the dataset's step-model columns. ``step`` is the
     unfitted :class:`gpupred.step.estimator.StepEstimator` it fits (notebook 03's choice; default: its defaults).
     """
-    from threadpoolctl import threadpool_limits
-
     from gpupred.dataset import feature_columns, validate_dataset
+    from gpupred.learn.parallel import one_thread
     from gpupred.learn.regressors import make_regressor
 
     validate_dataset(df)
@@ -45,7 +44,7 @@ def train_predictor(df: pd.DataFrame, models: str | dict[str, str] = "xgboost", 
     names = ["gpu_util", "memory_mib"] + (["sm_active"] if df.get("sm_active", pd.Series(dtype=float)).notna().sum() >= min_sm_rows else [])
     chosen = {t: (models if isinstance(models, str) else models.get(t) or "xgboost") for t in names}
     targets, widths = {}, {}
-    with threadpool_limits(limits=1):
+    with one_thread():
         for t in names:
             data = df[df[t].notna()]
             X, y = data[feats].to_numpy(float), data[t].to_numpy(float)

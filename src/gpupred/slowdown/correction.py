@@ -55,9 +55,9 @@ CORRECTION_GRID: dict[str, CorrectionSetting] = {  # the settings tried against 
 
 def single_thread() -> Any:
     """A context that keeps OpenMP to one thread: small fits run far faster than with threads on a shared CPU."""
-    from threadpoolctl import threadpool_limits
+    from gpupred.learn.parallel import one_thread
 
-    return threadpool_limits(limits=1, user_api="openmp")
+    return one_thread("openmp")
 
 
 def fit_correction(model: str, x: np.ndarray, resid: np.ndarray, seed: int) -> Any:
