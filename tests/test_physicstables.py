@@ -48,3 +48,32 @@ def test_a_stale_or_incomplete_table_is_not_used(tables: Path, monkeypatch: pyte
     monkeypatch.setattr(physicstables, "code_fingerprint", lambda: "other code")
     assert physicstables.stored_kernels(IDS) is None and physicstables.stored_terms(IDS) is None
     assert len(physicstables.kernels_of(pd.DataFrame({"workload_id": IDS[:1]}))) == 1  # computed from the graph instead
+
+
+def test_the_kernel_table_is_each_workloads_frame_stacked() -> None:
+    """The table built column by column over all workloads equals a frame per workload (its scalars assigned to
+    every row), concatenated: same rows, order, values and dtypes."""
+    import json
+
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.workloads.spec import WorkloadSpec
+
+    workloads = [(w, spec_kernels(WorkloadSpec.from_id(w))) for w in (IDS[1], IDS[0])]
+
+    def one(wid: str, kl) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+        n = len(kl)
+        return pd.DataFrame({
+            "workload_id": wid, "flops": kl.flops.astype(float), "bytes": kl.bytes.astype(float),
+            "tensor_core": kl.tensor_core.astype(np.int8), "phase": kl.phase.astype(np.int8),
+            "sync_after": kl.sync_after.astype(bool),
+            "library": kl.library.astype(bool) if kl.library is not None else np.zeros(n, dtype=bool),
+            "on_tc": kl.on_tc.astype(bool) if kl.on_tc is not None else np.zeros(n, dtype=bool)}).assign(
+            input_bytes=float(kl.input_bytes), param_tensors=int(kl.param_tensors), cycles=int(kl.cycles),
+            precision=kl.precision, micro_batches=int(kl.micro_batches), counts=json.dumps(dict(kl.counts)),
+            traits=json.dumps(kl.traits), has_library=kl.library is not None, has_on_tc=kl.on_tc is not None)
+
+    expected = pd.concat([one(w, kl) for w, kl in workloads], ignore_index=True)
+    table = physicstables.kernel_table(workloads)
+    pd.testing.assert_frame_equal(table, expected)
+    assert list(table["workload_id"].drop_duplicates()) == [IDS[1], IDS[0]]
+    assert len(table) == sum(len(kl) for _, kl in workloads) > 0
