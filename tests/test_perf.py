@@ -552,3 +552,28 @@ def test_batched_timeline_is_the_per_run_timeline() -> None:
         for i, (kl, gpu, prec, sync, host) in enumerate(runs):
             est = simulate(kl, gpu, prec, c, sync, host)
             assert step[i] == pytest.approx(est.step_s, rel=1e-9) and util[i] == pytest.approx(est.util, rel=1e-9), i
+
+
+def test_kept_kernel_lists_are_bounded_by_their_kernels_not_their_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kernels_for keeps lists (a hit returns the same one) until more than KERNELS_KEPT kernels are kept, then drops
+    the least recently used: the fixture's lists, at 2 and 4 batch sizes' worth of room."""
+    from collections import OrderedDict
+
+    from gpupred.step.physics import model
+
+    monkeypatch.setattr(model, "_KERNELS", OrderedDict())
+    monkeypatch.setattr(model, "_kept", 0)
+    m = _linear_relu()
+    first = model.kernels_for(m, 4, "fp32", "sgd", key="fixture")
+    monkeypatch.setattr(model, "KERNELS_KEPT", 2 * len(first))
+    assert model.kernels_for(m, 4, "fp32", "sgd", key="fixture") is first  # kept
+    second = model.kernels_for(m, 8, "fp32", "sgd", key="fixture")
+    assert len(model._KERNELS) == 2 and model._kept == len(first) + len(second)
+    model.kernels_for(m, 4, "fp32", "sgd", key="fixture")  # batch 4 used last: batch 8 is the oldest now
+    model.kernels_for(m, 16, "fp32", "sgd", key="fixture")
+    assert [k[2] for k in model._KERNELS] == [4, 16] and model._kept == sum(len(v) for v in model._KERNELS.values())
+    assert model.kernels_for(m, 4, "fp32", "sgd", key="fixture") is first
+    assert model.kernels_for(m, 8, "fp32", "sgd", key="fixture") is not second  # dropped, made again
+    monkeypatch.setattr(model, "KERNELS_KEPT", 0)
+    model.kernels_for(m, 32, "fp32", "sgd", key="fixture")
+    assert len(model._KERNELS) == 1  # the newest list always stays
