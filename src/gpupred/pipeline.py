@@ -209,7 +209,7 @@ class Stage:
     """What one notebook reads and writes between stages: names of :mod:`gpupred.config` paths. ``optional``: inputs
     it reads when they are there and does without otherwise (it runs after their writer, which need not succeed);
     ``seconds``: about how long it runs on the 2-core reference machine, two notebooks at once (a fresh clone's
-    ``make all`` on 2026-12-01: 773 s in all, the light install included), only to start long chains first."""
+    ``make all`` on 2026-12-01: 817 s in all, the light install included), only to start long chains first."""
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...] = ()
@@ -221,17 +221,17 @@ class Stage:
 # figures of merit (reports/metrics/<notebook>.json) and figures are reports, never another stage's input.
 STAGES: dict[str, Stage] = {
     "01-collect-profiles": Stage(("RAW",), seconds=20),
-    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=82),
-    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=368),
-    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=371),
-    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=148),
-    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=44),
-    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=104),
-    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=184),
+    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=57),
+    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=414),
+    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=409),
+    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=150),
+    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=54),
+    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=113),
+    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=204),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
                                  ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL"), ("SLOWDOWN_CHOICE", "OOF_PREDICTIONS"),
-                                 seconds=53),
-    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=28),
+                                 seconds=44),
+    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=31),
 }
 
 
