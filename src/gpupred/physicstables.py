@@ -47,34 +47,34 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
+KERNEL_DTYPES: dict[str, Any] = {"flops": float, "bytes": float, "tensor_core": np.int8, "phase": np.int8,
+                                 "sync_after": bool, "library": bool, "on_tc": bool}  # KERNEL_COLUMNS' table types
+
+
 def _kernel_columns(kl: Any) -> dict[str, Any]:
-    """One workload's kernels as table columns (``KERNEL_COLUMNS``), and its scalars (``JOB_COLUMNS``) once."""
+    """One workload's kernels as table columns (``KERNEL_COLUMNS``; a list without library or tensor-core flags gets
+    False), and its scalars (``JOB_COLUMNS``) once."""
     n = len(kl)
-    return {
-        "flops": kl.flops.astype(float), "bytes": kl.bytes.astype(float),
-        "tensor_core": kl.tensor_core.astype(np.int8), "phase": kl.phase.astype(np.int8),
-        "sync_after": kl.sync_after.astype(bool),
-        "library": kl.library.astype(bool) if kl.library is not None else np.zeros(n, dtype=bool),
-        "on_tc": kl.on_tc.astype(bool) if kl.on_tc is not None else np.zeros(n, dtype=bool),
-        "input_bytes": float(kl.input_bytes), "param_tensors": int(kl.param_tensors), "cycles": int(kl.cycles),
-        "precision": kl.precision, "micro_batches": int(kl.micro_batches), "counts": json.dumps(dict(kl.counts)),
-        "traits": json.dumps(kl.traits), "has_library": kl.library is not None, "has_on_tc": kl.on_tc is not None}
+    kernels = {name: np.zeros(n, dtype=bool) if getattr(kl, name) is None else getattr(kl, name).astype(dtype)
+               for name, dtype in KERNEL_DTYPES.items()}
+    return {**kernels,
+            "input_bytes": float(kl.input_bytes), "param_tensors": int(kl.param_tensors), "cycles": int(kl.cycles),
+            "precision": kl.precision, "micro_batches": int(kl.micro_batches), "counts": json.dumps(dict(kl.counts)),
+            "traits": json.dumps(kl.traits), "has_library": kl.library is not None, "has_on_tc": kl.on_tc is not None}
 
 
 def kernel_table(workloads: Sequence[tuple[str, Any]]) -> pd.DataFrame:
     """The kernels of each ``(workload_id, KernelList)`` as one table: a row per kernel in launch order, the
     workload's scalars repeated on its rows. Built column by column over every workload at once (a frame per
     workload, concatenated, took 21 s of pandas for notebook 02's 3,243 workloads)."""
-    columns = ["workload_id", *KERNEL_COLUMNS, *JOB_COLUMNS]
     per = [_kernel_columns(kl) for _, kl in workloads]
     sizes = np.array([len(kl) for _, kl in workloads], dtype=np.intp)
     data: dict[str, Any] = {"workload_id": np.repeat(np.array([w for w, _ in workloads], dtype=object), sizes)}
-    for name in KERNEL_COLUMNS:
-        dtype = np.int8 if name in ("tensor_core", "phase") else bool if name not in ("flops", "bytes") else float
+    for name, dtype in KERNEL_DTYPES.items():
         data[name] = np.concatenate([c[name] for c in per]) if per else np.empty(0, dtype=dtype)
     for name in JOB_COLUMNS:
         data[name] = np.repeat(np.array([c[name] for c in per], dtype=object), sizes).tolist()
-    return pd.DataFrame(data, columns=columns)
+    return pd.DataFrame(data, columns=["workload_id", *KERNEL_COLUMNS, *JOB_COLUMNS])
 
 
 def _write(frame: pd.DataFrame, path: Path) -> Path:
