@@ -39,7 +39,7 @@ physics_schemes: list = ["within", "lofo", "cross_gpu", "cross_gpu_twins"]  # it
 physics_weighting: str = "per_source"  # training rows of the correction: pooled, balanced or per_source
 physics_interval_groups: str = "family"  # what the step estimator's (and baselines') conformal folds keep whole: family or workload
 n_within: int = 5  # grouped folds of the within-GPU reference of the cross-GPU splits
-n_jobs: int = 2  # parallel fits
+n_jobs: int = 0  # processes for the fits (0: one per core this notebook is given: gpupred.learn.parallel.cores)
 seed: int = 0  # fold assignment and model seeds
 realworld: list | None = None  # corpus models of the real-world section (None: all of data/corpus/; []: skip it)
 realworld_gpu: str | None = None  # the GPU they are predicted on (None: the measured kind with the most runs)
@@ -55,11 +55,12 @@ from gpupred import dataset, reports
 from gpupred.contracts import ESTIMATOR_METRICS
 from gpupred.learn.choice import write_model_choice
 from gpupred.learn.nested import CVSettings, choose_for_export
+from gpupred.learn.parallel import jobs
 from gpupred.learn.regressors import EXPORTABLE
 from gpupred.learn.summary import choice_metrics
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
+cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=jobs(n_jobs))
 candidates = list(models or EXPORTABLE)
 
 # %% [markdown]
@@ -211,7 +212,7 @@ own_runs = dataset.own_rows(df)
 rw_gpu = realworld_gpu or (own_runs if len(own_runs) else df)["gpu"].value_counts().index[0]
 fdf = physicstables.with_terms(df)  # each run's footprint terms (notebook 02's table)
 fitted_fp = footprint.Footprint().fit(fdf[fdf["memory_mib"].notna()])
-rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names, n_jobs=n_jobs) if names
+rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names, n_jobs=cv.n_jobs) if names
       else pd.DataFrame())
 print(f"{len(rw)} corpus models on {rw_gpu} ({config.CORPUS}); {rw['seconds'].sum() if len(rw) else 0:.0f} s")
 (rw.groupby("kind")[["params_ratio", "flops_ratio"]].agg(["median", "min", "max"]).round(4) if len(rw)

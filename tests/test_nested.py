@@ -207,3 +207,20 @@ def test_one_thread_limits_each_pool_and_restores_it_without_reading_the_librari
             assert all(i["num_threads"] == 1 for i in threadpoolctl.threadpool_info() if i["user_api"] == "openmp")
         assert threadpoolctl.get_cached_controller() is controller
         assert counts() == before
+
+
+def test_cores_are_what_the_environment_gives_else_the_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cores()`` reads GPUPRED_CORES (what ``gpupred pipeline`` gives a notebook), refuses a value that is not a
+    whole number, and falls back to the CPUs this process may run on; ``jobs(0)`` means ``cores()``."""
+    from gpupred.learn.parallel import CORES_ENV, cores, jobs
+    from gpupred.loader.hostinfo import affinity_cores
+
+    monkeypatch.setenv(CORES_ENV, "3")
+    assert (cores(), jobs(0), jobs(5)) == (3, 3, 5)
+    monkeypatch.setenv(CORES_ENV, "0")
+    assert cores() == 1
+    monkeypatch.setenv(CORES_ENV, "two")
+    with pytest.raises(ValueError, match="GPUPRED_CORES='two'"):
+        cores()
+    monkeypatch.delenv(CORES_ENV)
+    assert cores() == affinity_cores() >= 1

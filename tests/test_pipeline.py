@@ -364,6 +364,38 @@ def test_independent_notebooks_run_at_once_and_a_reader_after_both(tmp_path: Pat
                                                          ("03-read.ipynb", "ok")]
 
 
+def _cores_seen(mine: Path, other: Path) -> str:
+    """A FIXTURE notebook's code that writes the cores its kernel was given (GPUPRED_CORES) to ``mine``, then waits
+    for the other one to start (:func:`_waiting`, on marker files beside them)."""
+    return (f"import os\nopen({str(mine)!r}, 'w').write(os.environ['GPUPRED_CORES'])\n"
+            + _waiting(mine.with_suffix(".started"), other.with_suffix(".started")))
+
+
+@pytest.mark.notebook
+def test_notebooks_running_at_once_share_the_cores_and_one_alone_gets_them_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two FIXTURE notebooks started together on a 4-core machine are given 2 cores each (their kernels' own
+    environments: the pipeline's process is left as it was); the one that reads both, started alone, all 4."""
+    import os
+
+    from gpupred import pipeline
+    from gpupred.learn.parallel import CORES_ENV
+
+    a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    folder = _fixture_pipeline(
+        tmp_path, monkeypatch, {"01-a": ((), ("FIXTURE_A",)), "02-b": ((), ("FIXTURE_B",)),
+                                "03-read": (("FIXTURE_A", "FIXTURE_B"),)},
+        {"01-a": _cores_seen(a, b), "02-b": _cores_seen(b, a),
+         "03-read": f"import os\nopen({str(c)!r}, 'w').write(os.environ['GPUPRED_CORES'])"},
+        {"FIXTURE_A": a, "FIXTURE_B": b})
+    monkeypatch.setattr(pipeline, "machine_cores", lambda: 4)
+    monkeypatch.delenv(CORES_ENV, raising=False)
+    run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
+    assert (a.read_text(), b.read_text(), c.read_text()) == ("2", "2", "4")
+    assert CORES_ENV not in os.environ
+    assert [pipeline.core_share(2, n) for n in (1, 2, 3)] == [2, 1, 1]
+
+
 @pytest.mark.notebook
 def test_a_failure_lets_the_running_notebook_finish_and_starts_nothing_after_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

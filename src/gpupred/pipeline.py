@@ -32,6 +32,7 @@ from typing import Any, Iterator
 from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.files import write_if_changed
+from gpupred.learn.parallel import CORES_ENV, cores as machine_cores
 from gpupred.digest import HEADLINES, summary_entries
 from gpupred.reports import metrics_path, read_metrics
 
@@ -120,24 +121,32 @@ def _tidy(executed: Path, reason: str | None) -> None:
     nbformat.write(nb, executed)
 
 
-def kernel_manager() -> type:
-    """jupyter_client's KernelManager asking for an encrypted kernel channel where both ends offer one.
+def kernel_manager(env: dict[str, str] | None = None) -> type:
+    """jupyter_client's KernelManager asking for an encrypted kernel channel where both ends offer one, starting its
+    kernel with ``env`` added to this process's environment.
 
     ipykernel 7.4 prints a warning on every start over plain TCP ("Kernel is running over TCP without
     encryption"): eight lines of noise in ``make all``. ``auto`` encrypts when the kernel supports it and
-    falls back otherwise; a jupyter_client without the setting gets its plain manager.
+    falls back otherwise; a jupyter_client without the setting gets plain channels. ``env`` is per kernel: the
+    pipeline starts notebooks from several threads of one process, whose own environment they share.
     """
     from jupyter_client.manager import KernelManager
 
-    if "transport_encryption" not in KernelManager.class_trait_names():
-        return KernelManager
+    encrypt = "transport_encryption" in KernelManager.class_trait_names()
+    extra = dict(env or {})
 
-    class EncryptedKernelManager(KernelManager):
+    class PipelineKernelManager(KernelManager):
         def __init__(self, **kwargs: Any) -> None:
-            kwargs.setdefault("transport_encryption", "auto")
+            if encrypt:
+                kwargs.setdefault("transport_encryption", "auto")
             super().__init__(**kwargs)
 
-    return EncryptedKernelManager
+        def start_kernel(self, **kw: Any) -> None:
+            if extra:
+                kw["env"] = {**kw.get("env", os.environ), **extra}
+            super().start_kernel(**kw)
+
+    return PipelineKernelManager
 
 
 # The same numeric code paths on every x86-64 machine with AVX2 (nearly every one in use). numpy picks its SIMD
@@ -173,8 +182,10 @@ def kernel_environment() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: Path | None = None) -> NotebookResult:
-    """Execute one notebook with papermill into ``out_dir`` (.ipynb and .html)."""
+def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: Path | None = None,
+                 cores: int | None = None) -> NotebookResult:
+    """Execute one notebook with papermill into ``out_dir`` (.ipynb and .html); ``cores``: what its kernel may use
+    (:data:`gpupred.learn.parallel.CORES_ENV`; every core when None)."""
     import logging
 
     import papermill as pm
@@ -189,7 +200,7 @@ def run_notebook(path: Path, parameters: dict[str, Any] | None = None, out_dir: 
         with kernel_environment():
             pm.execute_notebook(
                 _seeded(path), str(executed), parameters=parameters or {}, cwd=str(path.parent), progress_bar=False,
-                kernel_name="python3", kernel_manager_class=kernel_manager(),
+                kernel_name="python3", kernel_manager_class=kernel_manager({CORES_ENV: str(cores)} if cores else None),
             )
         status, reason = "ok", ""
     except pm.PapermillExecutionError as err:
@@ -340,20 +351,30 @@ def critical_seconds(chosen: list[str], after: dict[str, set[str]]) -> dict[str,
     return longest
 
 
-def _run_one(nb: Path, out_dir: Path, check: bool) -> NotebookResult:
-    """One notebook, its metrics file rebuilt from nothing (``check``: refuse it first if an input is missing)."""
+def _run_one(nb: Path, out_dir: Path, check: bool, cores: int | None = None) -> NotebookResult:
+    """One notebook, its metrics file rebuilt from nothing (``check``: refuse it first if an input is missing), its
+    kernel given ``cores``."""
     if check and nb.stem in STAGES:
         check_inputs(nb.stem)
     with fresh_metrics(nb.stem, out_dir / "metrics"):
-        result = run_notebook(nb, out_dir=out_dir)
+        result = run_notebook(nb, out_dir=out_dir, cores=cores)
     print(f"{result.notebook:32s} {result.status:8s} {result.seconds:7.1f} s  {result.reason}", flush=True)
     return result
 
 
+def core_share(cores: int, running: int) -> int:
+    """The cores a notebook started now may use while ``running`` notebooks (itself included) run: an equal share,
+    at least one. Two notebooks on two cores get one each, so that neither spreads its fits over processes that only
+    take turns on the other's core (on the 2-core machine the notebooks' own work came to about 20% less: see
+    :data:`STAGES`)."""
+    return max(1, cores // max(1, running))
+
+
 def run_stages(chosen: list[Path], out_dir: Path, jobs: int = 1, check: bool = False) -> list[NotebookResult]:
     """Run ``chosen`` (numbered order) on ``jobs`` notebooks at once, each as soon as what it waits for
-    (:func:`waits_for`) has run, the longest remaining chain first; results in numbered order. The first failure
-    starts nothing more, lets the running notebooks finish, and is raised."""
+    (:func:`waits_for`) has run, the longest remaining chain first, its kernel given its share of the cores at its
+    start (:func:`core_share`); results in numbered order. The first failure starts nothing more, lets the running
+    notebooks finish, and is raised."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     names = [nb.stem for nb in chosen]
@@ -368,9 +389,10 @@ def run_stages(chosen: list[Path], out_dir: Path, jobs: int = 1, check: bool = F
             started = set(done) | set(running.values())
             ready = sorted((n for n in names if n not in started and after[n] <= set(done)),
                            key=lambda n: (-rank[n], names.index(n)))
-            while failure is None and ready and len(running) < max(1, jobs):
-                name = ready.pop(0)
-                running[pool.submit(_run_one, by_name[name], out_dir, check)] = name
+            starting = min(len(ready), max(1, jobs) - len(running)) if failure is None else 0
+            share = core_share(machine_cores(), len(running) + starting)
+            for name in ready[:max(0, starting)]:
+                running[pool.submit(_run_one, by_name[name], out_dir, check, share)] = name
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -417,7 +439,8 @@ def run_pipeline(
 
 
 def default_jobs() -> int:
-    """Notebooks at once by default: one per core, at most two (the heavy ones run two processes of their own)."""
+    """Notebooks at once by default: one per core, at most two (the cores are shared among those running: see
+    :func:`core_share`)."""
     return max(1, min(2, os.cpu_count() or 1))
 
 

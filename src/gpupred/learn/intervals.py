@@ -18,16 +18,16 @@ a stratum with fewer than ``ceil(1/alpha) - 1`` training rows falls back to ever
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from gpupred.learn.forest import FOREST_MAX_ROWS, Forest, leading_functions
+from gpupred.learn.parallel import cores
 from gpupred.learn.params import Estimator
 
 
-THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core
+THREADED_MIN_ROWS = 2048  # from this many rows the libraries predict on every core given (cores())
 DIRECT_MAX_VALUES = 200_000  # cvplus_kth sorts rows x n values directly up to this many
 
 
@@ -86,7 +86,7 @@ class ConformalRegressor(Estimator):
         if forest is not None:
             return forest.predict(X)
         models = [self.full_model_, *self.fold_models_]
-        threads = (os.cpu_count() or 1) if len(X) >= THREADED_MIN_ROWS else 1
+        threads = cores() if len(X) >= THREADED_MIN_ROWS else 1
         shared = leading_functions(models[0])
         shared = shared if all(leading_functions(m)[:len(shared)] == shared for m in models) else []
         Z = X

@@ -7,7 +7,29 @@ a task that fills a cache returns what it added (:func:`gpupred.step.evaluate.sp
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
+
+CORES_ENV = "GPUPRED_CORES"  # the cores a process may use, where something gives it fewer than the machine's
+
+
+def cores() -> int:
+    """The cores this process may use: :data:`CORES_ENV` where set (``gpupred pipeline`` gives each notebook its
+    share of the machine, the cores divided among the notebooks running at once), else every core it may run on."""
+    given = os.environ.get(CORES_ENV, "")
+    if given.strip():
+        try:
+            return max(1, int(given))
+        except ValueError:
+            raise ValueError(f"{CORES_ENV}={given!r}: expected a whole number of cores") from None
+    from gpupred.loader.hostinfo import affinity_cores
+
+    return affinity_cores()
+
+
+def jobs(n_jobs: int) -> int:
+    """Processes for parallel work: ``n_jobs`` when positive, else :func:`cores` (a notebook's ``n_jobs = 0``)."""
+    return n_jobs if n_jobs > 0 else cores()
 
 
 def one_thread(user_api: str | None = None) -> Any:
