@@ -75,12 +75,11 @@ from gpupred.learn.crossgpu import cross_gpu_evaluation, twin_gpu_pairs, twin_ra
 from gpupred.learn.folds import sibling_group
 from gpupred.learn.evaluation import splits_for
 from gpupred.learn.nested import CVSettings, nested_cv, oof_frame, plot_comparison, plot_outer
-from gpupred.learn.parallel import jobs
 from gpupred.learn.oof import write_oof_predictions
 from gpupred.learn.summary import learning_metrics
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=jobs(n_jobs))
+cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
 candidates = list(models or EXPORTABLE)  # full-depth forests are compared below but never exported (size)
 comparison = list(compared or candidates)
 info = dataset.summarize(df)
@@ -237,7 +236,7 @@ pdata = step_physics.physics_data(df) if step_targets else None  # each run's ke
 shipped_step = StepEstimator(weighting=physics_weighting, interval_groups=physics_interval_groups, alpha=alpha, n_cal=n_cal,
                              n_inner=n_inner, seed=seed)  # as notebook 08 ships it
 oof = oof_frame(dict(results["grouped_random"]), df)  # the nested baselines, every target (the same folds)
-oof = with_shipped(oof, oof_predictions(df, folds, shipped_step if step_targets else None, pdata, seed, cv.n_jobs))
+oof = with_shipped(oof, oof_predictions(df, folds, shipped_step if step_targets else None, pdata, seed, n_jobs))
 path = write_oof_predictions(oof, df, step=shipped_step.get_params() if step_targets else None)
 print(f"{len(oof)} rows -> {path}; made by {({c[:-6]: oof[c].iloc[0] for c in oof.columns if c.endswith('_model')})}")
 oof.head()

@@ -55,12 +55,11 @@ from gpupred import dataset, reports
 from gpupred.contracts import ESTIMATOR_METRICS
 from gpupred.learn.choice import write_model_choice
 from gpupred.learn.nested import CVSettings, choose_for_export
-from gpupred.learn.parallel import jobs
 from gpupred.learn.regressors import EXPORTABLE
 from gpupred.learn.summary import choice_metrics
 
 df = dataset.load_dataset()  # MissingInput until data is imported or collected and notebook 02 has run
-cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=jobs(n_jobs))
+cv = CVSettings(n_outer=n_outer, n_inner=n_inner, alpha=alpha, n_cal=n_cal, tune=tune, seed=seed, n_jobs=n_jobs)
 candidates = list(models or EXPORTABLE)
 
 # %% [markdown]
@@ -212,7 +211,7 @@ own_runs = dataset.own_rows(df)
 rw_gpu = realworld_gpu or (own_runs if len(own_runs) else df)["gpu"].value_counts().index[0]
 fdf = physicstables.with_terms(df)  # each run's footprint terms (notebook 02's table)
 fitted_fp = footprint.Footprint().fit(fdf[fdf["memory_mib"].notna()])
-rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names, n_jobs=cv.n_jobs) if names
+rw = (realworld_table(rw_gpu, fitted_table or ConstantsTable({}), fitted_fp, names=names, n_jobs=n_jobs) if names
       else pd.DataFrame())
 print(f"{len(rw)} corpus models on {rw_gpu} ({config.CORPUS}); {rw['seconds'].sum() if len(rw) else 0:.0f} s")
 (rw.groupby("kind")[["params_ratio", "flops_ratio"]].agg(["median", "min", "max"]).round(4) if len(rw)

@@ -118,3 +118,22 @@ def test_mlp_budget_is_recorded_not_warned(df) -> None:
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
     mlp = model[-1]
     assert mlp.hit_max_iter_ == (mlp.n_iter_ >= mlp.max_iter) and mlp.n_iter_ > 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 400])
+def test_average_ranks_are_scipys_to_the_bit_and_spearman_its_pearson_of_them(n: int) -> None:
+    """FIXTURE values with and without ties (half-unit rounding, repeated zeros of both signs): the ranks equal
+    ``scipy.stats.rankdata``'s exactly, and ``spearman`` equals scipy's ``spearmanr`` on the finite pairs."""
+    from scipy.stats import rankdata, spearmanr
+
+    from gpupred.learn.evaluation import average_ranks, spearman
+
+    rng = np.random.default_rng(n)
+    for x in (rng.normal(size=n), np.round(rng.normal(size=n) * 2) / 2, np.where(rng.random(n) < 0.3, -0.0, 0.0)):
+        assert np.array_equal(average_ranks(x), rankdata(x))
+    a, b = rng.normal(size=n), np.round(rng.normal(size=n))
+    b[0] = np.nan  # one pair dropped: fewer than 3 finite pairs (n <= 3) give NaN
+    if n > 3:
+        assert spearman(a, b) == pytest.approx(spearmanr(a[1:], b[1:]).statistic, rel=1e-12)
+    else:
+        assert np.isnan(spearman(a, b))

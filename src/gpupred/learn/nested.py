@@ -27,7 +27,7 @@ from gpupred.errors import GpupredError
 from gpupred.learn.evaluation import Split, fold_groups, rmsle, splits_for
 from gpupred.learn.folds import inner_splits
 from gpupred.learn.intervals import ConformalRegressor
-from gpupred.learn.parallel import one_thread, parallel_map
+from gpupred.learn.parallel import jobs, one_thread, parallel_map
 from gpupred.learn.regressors import make_regressor
 
 
@@ -110,7 +110,7 @@ class CVSettings:
     n_cal: int = 5  # CV+ calibration folds inside each outer training side
     tune: bool = False  # small grid search inside every fit
     seed: int = 0  # fold assignment and model seeds
-    n_jobs: int = 2  # parallel fits
+    n_jobs: int = 0  # processes for parallel fits (0: one per core this process is given, learn.parallel.cores)
 
 
 @dataclass
@@ -187,7 +187,7 @@ def nested_cv(
         compared = {name: candidates.get(name, model) for name, model in compared.items()}
     used = [split for split in splits if labelled[split[0]].any()]
     # the outer folds side by side, each fit inside them one after another; one fold alone selects on cv.n_jobs
-    inner = replace(cv, n_jobs=1) if min(cv.n_jobs, len(used)) > 1 else cv
+    inner = replace(cv, n_jobs=1) if min(jobs(cv.n_jobs), len(used)) > 1 else cv
     outs = parallel_map(_outer_fold, [(data, split, candidates, compared, inner) for split in used], cv.n_jobs,
                         f"nested CV {target} ({scheme})", leave=False)
     return _collect(df, target, scheme, y, outs)

@@ -51,12 +51,13 @@ def single_threaded(fn: Callable[..., Any], *args: Any) -> Any:
 
 def parallel_map(fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], n_jobs: int = 1, desc: str | None = None,
                  progress: bool = True, **bar: Any) -> list[Any]:
-    """``fn(*task)`` for each of ``tasks``, single-threaded, on ``min(n_jobs, len(tasks))`` processes (in this one
-    when that is 1), in order, under a progress bar (``desc``; ``progress=False``: none)."""
+    """``fn(*task)`` for each of ``tasks``, single-threaded, on ``min(jobs(n_jobs), len(tasks))`` processes (in this
+    one when that is 1; ``n_jobs`` 0: one per core given, :func:`cores`), in order, under a progress bar (``desc``;
+    ``progress=False``: none)."""
     from joblib import Parallel, delayed
 
     from gpupred.reports import progress_bar
 
-    results = Parallel(n_jobs=max(1, min(n_jobs, len(tasks))), return_as="generator")(
+    results = Parallel(n_jobs=max(1, min(jobs(n_jobs), len(tasks))), return_as="generator")(
         delayed(single_threaded)(fn, *task) for task in tasks)
     return list(progress_bar(iterable=results, total=len(tasks), desc=desc, disable=not progress, **bar))
