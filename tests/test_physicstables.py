@@ -77,3 +77,27 @@ def test_the_kernel_table_is_each_workloads_frame_stacked() -> None:
     pd.testing.assert_frame_equal(table, expected)
     assert list(table["workload_id"].drop_duplicates()) == [IDS[1], IDS[0]]
     assert len(table) == sum(len(kl) for _, kl in workloads) > 0
+
+
+def test_kernel_lists_read_back_every_field_of_every_workload() -> None:
+    """The table's rows cut back into lists (column by column) give each workload's list as computed, every field,
+    with the arrays' values and kinds, whatever order the workloads' rows come in."""
+    from gpupred.step.physics.columns import spec_kernels
+    from gpupred.workloads.spec import WorkloadSpec
+
+    fresh = {w: spec_kernels(WorkloadSpec.from_id(w)) for w in (IDS[1], IDS[0], IDS[2])}
+    table = physicstables.kernel_table(list(fresh.items()))
+    mixed = table.iloc[np.argsort(table["workload_id"].map({IDS[0]: 0, IDS[2]: 1, IDS[1]: 2}), kind="stable")]
+    for frame, order in ((table, [IDS[1], IDS[0], IDS[2]]), (mixed, [IDS[0], IDS[2], IDS[1]])):
+        lists = physicstables.kernel_lists(frame)
+        assert list(lists) == order
+        for wid, kl in lists.items():
+            want = fresh[wid]
+            for field in ("flops", "bytes", "tensor_core", "phase", "sync_after", "library", "on_tc"):
+                got, exp = getattr(kl, field), getattr(want, field)
+                assert (got is None) == (exp is None), (wid, field)
+                if exp is not None:
+                    assert np.array_equal(got, exp) and got.dtype.kind == np.asarray(exp).dtype.kind, (wid, field)
+            assert (kl.input_bytes, kl.param_tensors, kl.cycles, kl.precision, kl.micro_batches, dict(kl.counts),
+                    kl.traits) == (want.input_bytes, want.param_tensors, want.cycles, want.precision,
+                                   want.micro_batches, dict(want.counts), want.traits)

@@ -75,3 +75,17 @@ def test_transient_excess_is_the_lifetime_peak_over_the_label() -> None:
     assert transient_excess(_run(), 1240.0) == pytest.approx(1.0)  # (2000 + 480) / 1240 - 1
     assert transient_excess(_run(), 4000.0) == 0.0
     assert math.isnan(transient_excess(_run(cuda_context_mib=math.nan), 1240.0))
+
+
+def test_labels_of_many_runs_are_each_runs_label_from_its_own_groups_samples() -> None:
+    """FIXTURE: three groups with different device peaks and one run whose group has no samples; the labels of all
+    runs at once equal each run's label from all the samples."""
+    from gpupred.profile.labels import memory_labels_of
+
+    samples = pd.concat([_samples(peak).assign(group_id=g) for g, peak in (("a", 3200.0), ("b", 4100.0),
+                                                                           ("c", 5000.0))], ignore_index=True)
+    runs = pd.DataFrame([_run(group_id="b"), _run(group_id="a"), _run(group_id="none"),
+                         _run(group_id="c", group_size=2, member=1)])
+    labels = memory_labels_of(runs, samples)
+    assert labels == [memory_label(run, samples) for _, run in runs.iterrows()]
+    assert [m for m, _, _ in labels[:2]] == [3500.0, 2600.0] and labels[2][1] == "torch-reserved-plus-context"

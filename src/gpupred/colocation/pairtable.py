@@ -94,11 +94,11 @@ def solo_measurements(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame
     cols = ["workload_id", "gpu_name", "iter_time_s", "gpu_util", "sm_active", "mem_mib", "n_runs"]
     if solo.empty:
         return pd.DataFrame(columns=cols)
-    from gpupred.profile.labels import memory_label
+    from gpupred.profile.labels import memory_labels_of
 
     w = window_means(solo, samples)
     s = solo.merge(w, on="group_id", how="left")
-    labels = [memory_label(run, samples) for _, run in solo.iterrows()]
+    labels = memory_labels_of(solo, samples)
     s["mem_mib"] = [m if not why else np.nan for m, _, why in labels]
     s["mem_mib"] = s["mem_mib"].fillna(s["torch_peak_reserved_mib"])
     g = s.groupby(["workload_id", "gpu_name"], as_index=False).agg(

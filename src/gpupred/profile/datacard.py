@@ -21,7 +21,7 @@ from gpupred.errors import GpupredError
 from gpupred import config
 from gpupred.files import atomic_write_bytes, project_path
 from gpupred.profile.coloc_card import coloc_checks, coloc_lines, pipeline_of
-from gpupred.profile.labels import FALLBACK_SOURCES, memory_label, transient_excess
+from gpupred.profile.labels import FALLBACK_SOURCES, memory_labels_of, transient_excess
 from gpupred.profile.schema import read_runs, read_samples, run_setups
 from gpupred.profile.store import latest_manifest_path, manifest_paths, read_manifest, window_samples
 from gpupred.reports import MetricsSchema
@@ -34,12 +34,8 @@ TRANSIENT_FLAG = 0.1  # torch's lifetime peak this far above the label is report
 def memory_labels(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """Per run (index ``run_id``): its memory label, the label's source, when it has none why not, and how far
     torch's lifetime peak exceeds the label (:func:`gpupred.profile.labels.transient_excess`)."""
-    by_group = dict(tuple(samples.groupby("group_id")))
-    empty = samples.iloc[:0]
-    rows = []
-    for _, run in runs.iterrows():
-        memory, source, reason = memory_label(run, by_group.get(run["group_id"], empty))
-        rows.append((memory, source, reason, transient_excess(run, memory) if not reason else float("nan")))
+    rows = [(memory, source, reason, transient_excess(run, memory) if not reason else float("nan"))
+            for (memory, source, reason), (_, run) in zip(memory_labels_of(runs, samples), runs.iterrows())]
     return pd.DataFrame(rows, columns=["memory_mib", "memory_source", "memory_reason", "memory_transient_excess"],
                         index=runs["run_id"])
 
