@@ -220,7 +220,7 @@ class Stage:
     """What one notebook reads and writes between stages: names of :mod:`gpupred.config` paths. ``optional``: inputs
     it reads when they are there and does without otherwise (it runs after their writer, which need not succeed);
     ``seconds``: about how long it runs on the 2-core reference machine, two notebooks at once (a fresh clone's
-    ``make all`` on 2026-12-01: 817 s in all, the light install included), only to start long chains first."""
+    ``make all`` on 2026-12-01: 653 s in all, the light install included), only to start long chains first."""
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...] = ()
@@ -231,18 +231,18 @@ class Stage:
 # Each numbered notebook's inputs and outputs (tests/test_pipeline.py checks every notebook has one). A notebook's
 # figures of merit (reports/metrics/<notebook>.json) and figures are reports, never another stage's input.
 STAGES: dict[str, Stage] = {
-    "01-collect-profiles": Stage(("RAW",), seconds=20),
+    "01-collect-profiles": Stage(("RAW",), seconds=19),
     "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=57),
-    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=414),
-    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=409),
-    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=150),
-    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=54),
-    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=113),
-    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=204),
+    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=321),
+    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=308),
+    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=97),
+    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=58),
+    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=86),
+    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=178),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
                                  ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL"), ("SLOWDOWN_CHOICE", "OOF_PREDICTIONS"),
-                                 seconds=44),
-    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=31),
+                                 seconds=48),
+    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=29),
 }
 
 
@@ -365,8 +365,8 @@ def _run_one(nb: Path, out_dir: Path, check: bool, cores: int | None = None) -> 
 def core_share(cores: int, running: int) -> int:
     """The cores a notebook started now may use while ``running`` notebooks (itself included) run: an equal share,
     at least one. Two notebooks on two cores get one each, so that neither spreads its fits over processes that only
-    take turns on the other's core (on the 2-core machine the notebooks' own work came to about 20% less: see
-    :data:`STAGES`)."""
+    take turns on the other's core (on the 2-core machine the notebooks after 02 ran 1,217 s in all against 1,419 s
+    with two processes each, a fresh clone's ``make all`` each)."""
     return max(1, cores // max(1, running))
 
 
