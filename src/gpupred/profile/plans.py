@@ -96,7 +96,7 @@ def _ok_solo_runs(root: Path) -> pd.DataFrame:
 
 def _solo_window_means(sweep: Path, runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (of one sweep folder) with their memory label and the window mean of each of :data:`SOLO_METRICS`."""
-    from gpupred.profile.labels import memory_label
+    from gpupred.profile.labels import memory_labels_of
     from gpupred.profile.schema import read_samples
     from gpupred.profile.store import window_samples
 
@@ -105,7 +105,7 @@ def _solo_window_means(sweep: Path, runs: pd.DataFrame) -> pd.DataFrame:
     w = w[w["member"] == -1]
     means = {m: w[(w["metric"] == m) & (w["source"] == src)].groupby("group_id")["value"].mean().rename(m)
              for m, src in SOLO_METRICS.items()}
-    runs = runs.assign(label_mib=[m if not why else np.nan for m, _, why in (memory_label(r, s) for _, r in runs.iterrows())])
+    runs = runs.assign(label_mib=[m if not why else np.nan for m, _, why in memory_labels_of(runs, s)])
     return runs.set_index("group_id").join(pd.DataFrame(means)).reset_index()
 
 
