@@ -112,6 +112,49 @@ def test_ours_weighs_the_predicted_gain_against_horus_cost() -> None:
     assert gpu["j2"] == gpu["j0"] != gpu["j1"]
 
 
+def test_ours_partners_are_the_pairs_whose_predictions_pass_its_bounds() -> None:
+    # FIXTURE: six jobs of four workloads (two share one), four of them running alone on four of five GPUs; ours'
+    # partners for each waiting job are exactly the running jobs whose predicted pair (looked up per workload when the
+    # policy attaches) gains more than min_gain and fails with probability at most max_fail; NaN: no prediction
+    point = np.array([[1.0, 1.1, 1.5, 1.0], [1.1, 2.0, 1.2, np.nan], [1.05, 1.3, 1.2, 1.0], [1.0, 1.0, 1.9, 1.0]])
+    fail = np.zeros((4, 4))
+    fail[1, 0], fail[1, 2], fail[2, 0], fail[2, 2], fail[2, 3] = 0.01, 0.2, np.nan, 0.03, 0.04
+    kind = np.array([0, 1, 2, 3, 1, 2])
+    knowledge = PredictedSlowdown(point, point * 1.2, kind, fail)
+    sim = Simulator(jobs(*[{"mem": 1_000.0}] * 6), Cluster(1, 5, CAP), Const(1.0))
+    ours = OursPolicy(knowledge, min_gain=0.1, max_fail=0.05)
+    ours.attach(sim)
+    for j, g in ((0, 0), (1, 1), (2, 2), (3, 3)):
+        assert sim.place(j, g, ours.view)
+    for j, partners in ((4, [0]), (5, [1, 2, 3])):  # 4 (workload 1): 1-1 gains 0, 1-2 may fail, 1-3 unknown;
+        gpus, mates = ours.candidates(j)  # 5 (workload 2): 2-0 unknown failure (NaN: taken to fail)
+        running = np.arange(4)
+        both = np.full(4, j)
+        gain = pair_gain(knowledge.pair(both, running), knowledge.pair(running, both))
+        passes = (gain > 0.1) & (knowledge.fail_probability(both, running) <= 0.05)
+        assert gpus[0] == 4 and mates[0] == -1  # the empty GPU first
+        assert mates[1:].tolist() == running[passes].tolist() == partners
+        assert ours.score(j, gpus, mates).tolist() == (ours.cost(j, gpus, mates) - np.append(0.0, gain[passes])).tolist()
+
+
+
+def test_the_counts_of_empty_and_open_gpus_follow_every_placement_and_departure() -> None:
+    # FIXTURE: twelve jobs through three GPUs under Horus (which packs and leaves); at every decision the simulator's
+    # kept counts equal what its GPU table says
+    seen: list[tuple[int, int]] = []
+
+    class Checked(HorusPolicy):
+        def schedule(self) -> None:
+            sim = self.sim
+            assert sim.empty_gpus == int((sim.gpu_n == 0).sum())
+            assert sim.open_gpus == int((sim.gpu_n < sim.cluster.max_per_gpu).sum())
+            seen.append((sim.empty_gpus, sim.open_gpus))
+            super().schedule()
+
+    table = jobs(*[{"arrival": 10.0 * k, "work": 50.0 + 20 * (k % 4), "util": 30.0} for k in range(12)])
+    simulate(table, Cluster(1, 3, CAP), Checked(), Const(1.2))
+    assert (0, 0) in seen and (3, 3) in seen and any(0 < e < o for e, o in seen)
+
 def test_partner_speeds_up_when_other_finishes() -> None:
     res = simulate(jobs({"work": 100.0}, {"work": 200.0}), one_gpu(), OursPolicy(predicted(1.0)), Const(1.5))
     # A: 100 / (1/1.5) = 150; B did 100 by then, 100 left alone: 250

@@ -354,6 +354,8 @@ class Simulator:
         self.placements = np.zeros(n, dtype=np.int64)  # times placed; profile-end events carry it
         self.gpu_jobs: list[list[int]] = [[] for _ in range(g)]
         self.gpu_n = np.zeros(g, dtype=np.int64)
+        self.empty_gpus = g  # GPUs holding no job, and GPUs with room for one more (kept by place and _leave)
+        self.open_gpus = g
         self.gpu_busy = np.zeros(g)  # actual utilization of each GPU, %
         self.gpu_rate = np.zeros(g)  # summed progress rate of the jobs on each GPU (work-seconds per second)
         self.rate_sum = 0.0
@@ -511,7 +513,9 @@ class Simulator:
             self.first_start[j] = now
         self._advance(g)
         self.gpu_jobs[g].append(j)
+        self.empty_gpus -= int(self.gpu_n[g] == 0)
         self.gpu_n[g] += 1
+        self.open_gpus -= int(self.gpu_n[g] == self.cluster.max_per_gpu)
         self.gpu_of[j] = g
         self.last_gpu[j] = g
         self.state[j] = PROFILING if profiling else RUNNING
@@ -540,7 +544,9 @@ class Simulator:
         g = int(self.gpu_of[j])
         self._advance(g)
         self.gpu_jobs[g].remove(j)
+        self.open_gpus += int(self.gpu_n[g] == self.cluster.max_per_gpu)
         self.gpu_n[g] -= 1
+        self.empty_gpus += int(self.gpu_n[g] == 0)
         self.freed += 1
         self.gpu_of[j] = -1
         self.version[j] += 1

@@ -68,12 +68,18 @@ class Policy:
         self.sim: Simulator | None = None
         self.queue: deque[int] = deque()
         self._failed_at: dict[int, int] = {}
+        self._by_preference = np.zeros(0, dtype=np.int64)  # set by attach
+        self._cap_by_preference = np.zeros(0)
 
     def attach(self, sim: Simulator) -> None:
         """Bind to a simulator before its run."""
         self.sim = sim
         self.queue = deque()
         self._failed_at = {}
+        # the GPUs in the order an empty one is preferred (fastest, then smallest, then lowest index: lexsort is
+        # stable), and their capacities in that order; a simulator's GPUs never change
+        self._by_preference = np.lexsort((sim.cap, -sim.speed))
+        self._cap_by_preference = sim.cap[self._by_preference]
 
     def knowledge(self) -> dict[str, np.ndarray]:
         """The slowdown matrices this policy decides with (the simulator refuses copies of its truth)."""
@@ -98,8 +104,7 @@ class Policy:
 
     # --- helpers ---------------------------------------------------------------------------------
     def _full(self) -> bool:
-        sim = self.sim
-        return bool(sim.gpu_n.min() >= sim.cluster.max_per_gpu)
+        return self.sim.open_gpus == 0
 
     def fit_mib(self, j: int) -> float:
         """The memory this policy believes job ``j`` needs (its view; 0 where unknown; at least what an OOM showed).
@@ -113,12 +118,10 @@ class Policy:
 
     def _empty_gpu(self, j: int) -> int:
         """An empty GPU where ``j`` fits in this policy's view: the fastest, then the smallest (lowest index on ties); or -1."""
-        sim = self.sim
-        ok = (sim.gpu_n == 0) & (sim.cap >= self.fit_mib(j))
-        if not ok.any():
-            return -1
-        idx = np.flatnonzero(ok)
-        return int(idx[np.lexsort((sim.cap[idx], -sim.speed[idx]))[0]])
+        order = self._by_preference
+        ok = (self.sim.gpu_n[order] == 0) & (self._cap_by_preference >= self.fit_mib(j))
+        first = int(ok.argmax())
+        return int(order[first]) if ok[first] else -1
 
     def _running_mates(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """GPUs holding exactly one running, packable job that ``j`` may join (and those jobs), memory unchecked."""
@@ -175,7 +178,7 @@ class Policy:
 
     def _skip(self, j: int) -> bool:
         """Cheap test: ``j`` needs an empty GPU and there is none (placements never create one)."""
-        return self.needs_empty(j) and self.sim.gpu_n.min() > 0
+        return self.needs_empty(j) and self.sim.empty_gpus == 0
 
     def _serve(self, q: deque[int]) -> bool:
         """Start the first job among the first ``lookahead`` of ``q`` that finds a GPU; whether one started."""
@@ -435,6 +438,25 @@ class OursPolicy(HorusPolicy):
         self.max_fail = max_fail
         self.interval_level = interval_level
         self._gain = np.zeros(0)
+        self._kind_gain = np.zeros((0, 0))  # per workload pair, set by attach: the predicted gain and whether it passes
+        self._kind_passes = np.zeros((0, 0), dtype=bool)
+
+    def attach(self, sim: Simulator) -> None:
+        """Bind, and tabulate per workload pair the predicted gain of sharing and whether a pair passes the gain and
+        failure bounds, read once through the predictions' own readers (one job of each workload stands for it): each
+        decision then looks its pairs up."""
+        super().attach(sim)
+        predicted = self.predicted
+        present, first = np.unique(predicted.kind, return_index=True)
+        a, b = np.repeat(first, len(first)), np.tile(first, len(first))
+        gain = pair_gain(predicted.pair(a, b), predicted.pair(b, a))
+        passes = (gain > self.min_gain) & (predicted.fail_probability(a, b) <= self.max_fail)
+        size = int(present.max()) + 1 if len(present) else 0
+        cells = np.ix_(present, present)
+        self._kind_gain = np.full((size, size), -np.inf)
+        self._kind_gain[cells] = gain.reshape(len(present), len(present))
+        self._kind_passes = np.zeros((size, size), dtype=bool)
+        self._kind_passes[cells] = passes.reshape(len(present), len(present))
 
     def knowledge(self) -> dict[str, np.ndarray]:
         """The predicted slowdown matrices (point and upper bound)."""
@@ -460,10 +482,10 @@ class OursPolicy(HorusPolicy):
         if not len(mates):
             self._gain = np.zeros(1 if empty >= 0 else 0)
             return (np.array([empty]), np.array([-1])) if empty >= 0 else (gpus, mates)
-        jj = np.full(len(mates), j)
-        gain = pair_gain(self.predicted.pair(jj, mates), self.predicted.pair(mates, jj))
-        ok = (gain > self.min_gain) & (self.predicted.fail_probability(jj, mates) <= self.max_fail)
-        gpus, mates, gain = gpus[ok], mates[ok], gain[ok]
+        kind = self.predicted.kind
+        mine, theirs = kind[j], kind[mates]
+        ok = self._kind_passes[mine, theirs]  # gain > min_gain and failure probability <= max_fail (see attach)
+        gpus, mates, gain = gpus[ok], mates[ok], self._kind_gain[mine, theirs[ok]]
         fits = self.oom_risk(j, mates, self.sim.cap[gpus]) <= self.max_oom_risk  # the costlier test, on fewer partners
         gpus, mates, gain = gpus[fits], mates[fits], gain[fits]
         if empty >= 0:
