@@ -220,7 +220,7 @@ class Stage:
     """What one notebook reads and writes between stages: names of :mod:`gpupred.config` paths. ``optional``: inputs
     it reads when they are there and does without otherwise (it runs after their writer, which need not succeed);
     ``seconds``: about how long it runs on the 2-core reference machine, two notebooks at once (a fresh clone's
-    ``make all`` on 2026-12-01: 653 s in all, the light install included), only to start long chains first."""
+    ``make all`` on 2026-12-01: 613 s in all, the light install included), only to start long chains first."""
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...] = ()
@@ -232,17 +232,17 @@ class Stage:
 # figures of merit (reports/metrics/<notebook>.json) and figures are reports, never another stage's input.
 STAGES: dict[str, Stage] = {
     "01-collect-profiles": Stage(("RAW",), seconds=19),
-    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=57),
-    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=321),
-    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=308),
-    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=97),
-    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=58),
-    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=86),
-    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=178),
+    "02-build-features": Stage(("RAW", "GRAPHS"), ("GRAPH_FEATURES", "DATASET", "JOB_KERNELS", "JOB_TERMS"), seconds=46),
+    "03-compare-regressors": Stage(("DATASET", "JOB_KERNELS"), ("OOF_PREDICTIONS",), seconds=322),
+    "03-physics-first": Stage(("DATASET", "JOB_KERNELS", "JOB_TERMS"), ("MODEL_CHOICE",), seconds=305),
+    "04-explain": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS"), seconds=93),
+    "05-memory": Stage(("DATASET", "JOB_TERMS"), seconds=40),
+    "06-colocation": Stage(("DATASET", "OOF_PREDICTIONS"), ("SLOWDOWN_CHOICE",), seconds=72),
+    "07-scheduling-sim": Stage(("DATASET", "OOF_PREDICTIONS"), seconds=124),
     "08-export-predictor": Stage(("DATASET", "MODEL_CHOICE", "JOB_KERNELS", "JOB_TERMS"),
                                  ("PREDICTOR", "PREDICTOR_NONCOMMERCIAL"), ("SLOWDOWN_CHOICE", "OOF_PREDICTIONS"),
-                                 seconds=48),
-    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=29),
+                                 seconds=38),
+    "09-fusion-advisor": Stage(("PREDICTOR", "GRAPHS", "RAW"), seconds=21),
 }
 
 
