@@ -349,16 +349,22 @@ def _fixture_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stages: d
     return folder
 
 
+def _two_and_a_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, a: Path, b: Path, code_a: str, code_b: str,
+                      code_read: str) -> Path:
+    """:func:`_fixture_pipeline` of two independent FIXTURE notebooks (01-a writes ``a``, 02-b writes ``b``) and one
+    that reads both (03-read); the notebooks' folder."""
+    return _fixture_pipeline(
+        tmp_path, monkeypatch, {"01-a": ((), ("FIXTURE_A",)), "02-b": ((), ("FIXTURE_B",)),
+                                "03-read": (("FIXTURE_A", "FIXTURE_B"),)},
+        {"01-a": code_a, "02-b": code_b, "03-read": code_read}, {"FIXTURE_A": a, "FIXTURE_B": b})
+
+
 @pytest.mark.notebook
 def test_independent_notebooks_run_at_once_and_a_reader_after_both(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
-    folder = _fixture_pipeline(
-        tmp_path, monkeypatch, {"01-a": ((), ("FIXTURE_A",)), "02-b": ((), ("FIXTURE_B",)),
-                                "03-read": (("FIXTURE_A", "FIXTURE_B"),)},
-        {"01-a": _waiting(a, b), "02-b": _waiting(b, a),
-         "03-read": f"assert open({str(a)!r}).read() + open({str(b)!r}).read() == 'xx'"},
-        {"FIXTURE_A": a, "FIXTURE_B": b})
+    folder = _two_and_a_reader(tmp_path, monkeypatch, a, b, _waiting(a, b), _waiting(b, a),
+                               f"assert open({str(a)!r}).read() + open({str(b)!r}).read() == 'xx'")
     results = run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
     assert [(r.notebook, r.status) for r in results] == [("01-a.ipynb", "ok"), ("02-b.ipynb", "ok"),
                                                          ("03-read.ipynb", "ok")]
@@ -382,12 +388,8 @@ def test_notebooks_running_at_once_share_the_cores_and_one_alone_gets_them_all(
     from gpupred.learn.parallel import CORES_ENV
 
     a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
-    folder = _fixture_pipeline(
-        tmp_path, monkeypatch, {"01-a": ((), ("FIXTURE_A",)), "02-b": ((), ("FIXTURE_B",)),
-                                "03-read": (("FIXTURE_A", "FIXTURE_B"),)},
-        {"01-a": _cores_seen(a, b), "02-b": _cores_seen(b, a),
-         "03-read": f"import os\nopen({str(c)!r}, 'w').write(os.environ['GPUPRED_CORES'])"},
-        {"FIXTURE_A": a, "FIXTURE_B": b})
+    folder = _two_and_a_reader(tmp_path, monkeypatch, a, b, _cores_seen(a, b), _cores_seen(b, a),
+                               f"import os\nopen({str(c)!r}, 'w').write(os.environ['GPUPRED_CORES'])")
     monkeypatch.setattr(pipeline, "machine_cores", lambda: 4)
     monkeypatch.delenv(CORES_ENV, raising=False)
     run_pipeline(out_dir=tmp_path / "reports", folder=folder, jobs=2)
