@@ -113,8 +113,11 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
 
 
 def _normalize(name: str) -> str:
+    """Lower case, spaced words, vendor words dropped, and "PCI", "PCI-E" or "PCI E" spelled "pcie": a form factor
+    the user names is the one matched ("H100 PCI" is the H100 PCIe, never the SXM card that "h100" alone means)."""
     text = name.lower().replace("-", " ").replace("_", " ")
     text = re.sub(r"\b(nvidia|tesla|geforce)\b", " ", text)
+    text = re.sub(r"\bpci ?e?\b", "pcie", text)
     return " ".join(text.split())
 
 
@@ -154,6 +157,15 @@ def _lookup(name: str, extras: tuple[tuple[GpuSpec, str], ...]) -> GpuSpec:
         return squashed[norm.replace(" ", "")]
     raise GpupredError(f"unknown GPU {name!r}{closest(name, known_gpu_names())}; known: "
                        f"{', '.join(known_gpu_names())} (`gpupred gpus`; a GPU not there: `gpupred calibrate` on it)")
+
+
+def shown_gpu_name(name: str) -> str:
+    """The hardware table's name of the GPU called ``name`` ("NVIDIA H100 80GB HBM3" -> "H100 SXM"), or ``name``
+    itself where the table does not know it."""
+    try:
+        return gpu_spec(name).name
+    except GpupredError:
+        return name
 
 
 def closest(name: str, known: Iterable[str], n: int = 3) -> str:
