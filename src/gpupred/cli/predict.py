@@ -102,6 +102,8 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
 
         if gpu is not None:
             check_gpu_known(gpu, False if no_calibration else calibration)
+        elif not calibration or no_calibration:  # no GPU named and none from a calibration file
+            predictor.default_gpu()
 
         model = str(graph_for_options(*named, attention=setup.attention))
         print(describe_named(Path(model)), file=sys.stderr if as_json else sys.stdout)  # what was built
@@ -145,8 +147,10 @@ LoraConfig = Annotated[Optional[str], typer.Option("--lora-config", help="A peft
                                                                           "modules_to_save).")]
 Qlora = Annotated[bool, typer.Option("--qlora", help="QLoRA: 4-bit NF4 base weights, double quantization, 16-bit "
                                                       "compute (with --lora R).")]
-Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them; "
-                                                           "default: the one it was trained on).")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name, e.g. 'H100 SXM' (`gpupred gpus` lists them). "
+                                                           "Needed unless the predictor was trained on one GPU kind "
+                                                           "or --calibration FILE names it; the shipped predictors "
+                                                           "were trained on several.")]
 PredictorPath = Annotated[Optional[str], typer.Option("--predictor", help="Predictor artifact (default "
                                                                            "models/predictor.joblib).")]
 Noncommercial = Annotated[bool, typer.Option("--noncommercial", help="Use models/predictor-noncommercial.joblib, "

@@ -127,12 +127,7 @@ def _gpu_name(predictor: Any, gpu: str | None) -> str:
     """The hardware-table name of the GPU to advise for (the predictor's only GPU when it knows one)."""
     from gpupred.hardware import gpu_spec
 
-    if gpu is None:
-        if len(predictor.gpus) != 1:
-            raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(predictor.gpus)}): name one "
-                               "(gpu=... / --gpu)")
-        gpu = predictor.gpus[0]
-    return gpu_spec(gpu).name
+    return gpu_spec(predictor.default_gpu() if gpu is None else gpu).name
 
 
 def advise_fusion(model: str, gpu: str | None = None, counts: tuple[int, ...] = FUSED_COUNTS,

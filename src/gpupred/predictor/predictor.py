@@ -183,9 +183,18 @@ class Predictor:
             return np.full(n, gpu, dtype=object)
         if "gpu_name" in present:
             return column("gpu_name")
+        return np.full(n, self.default_gpu(), dtype=object)
+
+    def default_gpu(self) -> str:
+        """The GPU a job that names none is predicted on: the one GPU kind this predictor was trained on. Trained on
+        several (the shipped predictors are), it refuses, naming them as the hardware table does."""
         if len(self.gpus) == 1:
-            return np.full(n, self.gpus[0], dtype=object)
-        raise GpupredError(f"this predictor was trained on several GPUs ({', '.join(self.gpus)}): name one (gpu=... / --gpu)")
+            return self.gpus[0]
+        from gpupred.hardware import shown_gpu_name
+
+        names = ", ".join(dict.fromkeys(shown_gpu_name(g) for g in self.gpus))
+        raise GpupredError(f"this predictor was trained on several GPUs ({names}): name the one the job runs on "
+                           "(--gpu NAME / gpu=...; `gpupred gpus` lists every GPU it answers for)")
 
     def predict(self, x: Any, batch_size: int | None = None, precision: str | None = None,
                 optimizer: str | None = None, gpu: str | None = None, calibration: Any = None,
