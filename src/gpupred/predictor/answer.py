@@ -444,7 +444,10 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
     asked = f" (asked: {gpu['asked']})" if gpu["asked"] and gpu["asked"] != gpu["name"] else ""
     card = ("n/a" if gpu["name"] is None else f"{gpu['name']}{asked}, {gpu['memory_gib']:g} GiB, "
             f"{gpu['measured_runs']} measured runs")
-    status = "extrapolated (no measurements on this GPU: intervals widened)" if i["extrapolated"] else "measured"
+    status = "measured"
+    if i["extrapolated"]:  # runs measured by others (Lucid's launch-blocking loops, GPUMemNet's DCGM) lend no constants
+        where = "this GPU under this project's protocol" if gpu["measured_runs"] else "this GPU"
+        status = f"extrapolated (no measurements on {where}: intervals widened)"
     if i["calibrated"]:
         status = f"calibrated by {i['calibrated']}"
     note = f" ({i['calibration_note']})" if i["calibration_note"] else ""
