@@ -23,6 +23,7 @@ from gpupred.predictor.card import LICENCE_CLEAN, WITH_IMPORTS, licence_clean
 from gpupred.learn.conformal import conformal_quantile, widen
 from gpupred.predictor.extrapolate import BASIS_FAMILY, BASIS_GPU, unseen_gpu_width
 
+REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -49,6 +50,47 @@ def test_nvml_and_table_names_resolve_and_every_table_name_is_its_own() -> None:
     assert gpu_spec("3090").name == "RTX 3090"  # the bare model number a user types
     assert gpu_spec("NVIDIA H100 NVL").name == "H100 NVL"
     assert [gpu_spec(n).name for n in known_gpu_names()] == known_gpu_names()
+
+
+@pytest.mark.parametrize("name", ["H100 PCI", "h100 pci-e", "H100 PCI E", "NVIDIA H100 PCIe"])
+def test_a_form_factor_the_user_names_is_the_one_matched(name: str) -> None:
+    # "pci" was noise beside the bare "h100" pattern, so "H100 PCI" was answered as the SXM card (1.7x faster)
+    assert gpu_spec(name).name == "H100 PCIe"
+    assert gpu_spec("A100 PCI-E 80GB").name == "A100 PCIe 80GB" and gpu_spec("V100 PCI 16GB").name == "V100 PCIe 16GB"
+
+
+def test_a_named_model_without_a_gpu_is_refused_before_its_export_naming_the_gpus_as_the_table_does(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict --hf ...` without --gpu, for the shipped predictor (trained on two GPU kinds), answers in one line at
+    once with the table's names: the build and export never start (FIXTURE: a build stub that fails if called)."""
+    import gpupred.graph.named as named
+    from gpupred.cli import main
+
+    def build(*args: Any) -> Any:
+        raise AssertionError("the model was built before the missing GPU was said")
+
+    shipped = REPO / "models" / "predictor.joblib"
+    names = ", ".join(dict.fromkeys(gpu_spec(g).name for g in load_predictor(shipped).gpus))
+    monkeypatch.setattr(named, "build_named", build)
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--hf", "llama", "-b", "1", "--no-calibration", "--predictor", str(shipped)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert f"trained on several GPUs ({names}): name the one the job runs on (--gpu NAME" in err
+    assert "NVIDIA" not in err  # the table's names, not NVML's
+
+
+def test_runs_measured_by_others_on_a_gpu_are_not_said_to_be_none(capsys: pytest.CaptureFixture[str]) -> None:
+    """The noncommercial predictor holds GPUMemNet's A100 runs (DCGM, no step times) but no run under this project's
+    protocol there: its answer says both without contradicting itself (it said "N measured runs" and "no
+    measurements on this GPU")."""
+    from gpupred.cli import main
+
+    main(["predict", "resnet.resnet18-bs32-img224-fp32-sgd", "--gpu", "A100 40GB", "--noncommercial",
+          "--no-calibration"])
+    out = capsys.readouterr().out
+    runs = int(out.split("A100 40GB, 40 GiB, ")[1].split(" measured runs")[0].replace(",", ""))
+    assert runs > 0 and "extrapolated (no measurements on this GPU under this project's protocol" in out
 
 
 def test_conformal_quantile_is_the_ceil_rank() -> None:
