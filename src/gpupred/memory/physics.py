@@ -111,7 +111,7 @@ import numpy as np
 
 from gpupred.columnar import Rows, equal, floats, frame_values, is_frame, notna, numeric, text
 from gpupred.errors import GpupredError
-from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32
+from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32, shape_elements
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 from gpupred.workloads.spec import spec_or_none
 
@@ -211,8 +211,6 @@ def graph_terms(path_or_proto: Any, batch_size: int, setup: TrainingSetup | None
 def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, int] | None = None,
                  quantized: frozenset[str] = frozenset()) -> dict[str, float]:
     """:func:`graph_terms` of a loaded graph and its canonical form."""
-    from gpupred.graph.canonical import shape_elements
-
     producer, numel, kept = cg.memo("kept_tensors", lambda: _tensors_kept(cg))  # every setup's start
     attention, softmax = _attention_tensors(cg, producer, job.attention)
     operands = fused_operands(cg, job.attention, numel, producer) - kept
@@ -250,8 +248,6 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
 
 def _tensors_kept(cg: Any) -> tuple[dict[str, Any], dict[str, int], set[str]]:
     """(each tensor's producing node, each float tensor's elements, the tensors autograd keeps) of a canonical graph."""
-    from gpupred.graph.canonical import shape_elements
-
     producer = {o: node for node in cg.nodes for o in node[3]}
     numel = {name: shape_elements(shape) for name, shape in cg.shapes.items() if shape and shape[1] in FLOAT_ELEM_TYPES}
     return producer, numel, _kept_tensors(cg, producer)
@@ -625,8 +621,6 @@ def _saved_inputs(cg: Any, op: str, ins: list[str], producer: dict[str, Any]) ->
     ``mul``/``div`` by a scalar) or by a constant (a tensor no node of the step computes and no parameter: a rotary
     embedding's cos and sin, folded from the positions; a product with one, or a quotient by one) keeps nothing of its
     other operand, since autograd saves one operand only for the other's gradient and a constant needs none."""
-    from gpupred.graph.canonical import shape_elements
-
     if op in SCALAR_SAVE_OPS and len(ins) == 2:
         if any(shape_elements(cg.shapes.get(i)) == 1 for i in ins):
             return []
