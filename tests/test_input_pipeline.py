@@ -89,6 +89,11 @@ def test_options_are_checked_in_one_line() -> None:
         with pytest.raises(GpupredError) as err:
             pipeline_of(**bad)
         assert "\n" not in str(err.value)
+    for kind, source in (("host-tensors", {"image_width": 4000}), ("array-files", {"transforms": "v2"}),
+                         ("image-files", {"array_format": "txt-legacy"}), ("text-tokens", {"audio_s": 10.0})):
+        with pytest.raises(GpupredError, match=f"describes the sources of an .* pipeline; an? {kind} pipeline reads "
+                                               "none of it"):  # accepted and ignored before
+            pipeline_of(kind, **source)
     assert variant_of(InputPipeline("image-files", image_format="png", transforms="v2")) == "png-v2"
     assert variant_of(InputPipeline("array-files", array_format="txt")) == "txt"
 
@@ -143,6 +148,8 @@ def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:
     assert code == 0 and json.loads(out)["inputs"]["pipeline"]["changes"] == {
         "kind": "array-files", "num_workers": 2, "array_bytes": 45_000, "array_format": "txt"}
     for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"],
+                 ["--data", "host-tensors", "--image-source", "4000x3000:png"],
+                 ["--data", "image-files", "--array-source", "90000000:txt-legacy"],
                  ["--data", "array-files", "--array-source", "45k"], ["--data", "array-files", "--array-source", "9:csv"]):
         code, _, err = run(*args)
         assert code == 2 and err.count("\n") == 1, (args, err)

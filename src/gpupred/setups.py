@@ -316,6 +316,11 @@ ARRAY_FORMATS: tuple[str, ...] = (  # how array files are read, one per sample
     "txt-legacy",  # the same with numpy before 1.23, whose loadtxt parsed in Python, 10-20x slower
 )
 MAX_WORKERS = 512
+KIND_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {  # the options only one kind reads: (fields, what sets them)
+    "image-files": (("image_width", "image_height", "image_format", "transforms"), "--image-source"),
+    "audio-logmel": (("audio_s",), "audio_s"),
+    "array-files": (("array_bytes", "array_format"), "--array-source"),
+}
 
 
 @dataclass(frozen=True)
@@ -358,9 +363,22 @@ class InputPipeline:
                 raise GpupredError(f"{name.replace('_', ' ')} must be more than 0, got {value!r}")
         if min(self.image_width, self.image_height, self.array_bytes) < 1:
             raise GpupredError("image sides and array bytes must be at least 1")
+        self._check_kind_options()
         if self.kind == "measured" and self.profile is None:
             raise GpupredError("a measured pipeline needs the file `gpupred loader measure` wrote: give its path as "
                                "the pipeline's profile (--loader-profile FILE)")
+
+    def _check_kind_options(self) -> None:
+        """Refuse a source option of another kind (an image size on host tensors, say): no kind reads it, and an
+        option is never ignored."""
+        defaults = {f.name: f.default for f in fields(self)}
+        for kind, (names, flag) in KIND_OPTIONS.items():
+            moved = [n for n in names if kind != self.kind and getattr(self, n) != defaults[n]]
+            if moved:
+                a = "an" if self.kind[0] in "aeiou" else "a"
+                raise GpupredError(f"{', '.join(moved)} ({flag}) describe{'s' if len(moved) == 1 else ''} the "
+                                   f"sources of an {kind} pipeline; {a} {self.kind} pipeline reads none of "
+                                   f"{'it' if len(moved) == 1 else 'them'}: drop {flag} or give --data {kind}")
 
     @property
     def resident(self) -> bool:
