@@ -110,7 +110,7 @@ def fits_table(predictor: Any, graph: Any, label: str, setup: TrainingSetup, gpu
         return memory_at(predictor, jobs[batch], gpu)
 
     rows = []
-    for gpu in gpus or list(known_gpus()["name"]):
+    for gpu in dict.fromkeys(gpu_spec(g).name for g in gpus) if gpus else list(known_gpus()["name"]):  # each GPU once
         cap = capacity_mib(gpu)
         best = largest_batch(lambda b: fit_probability(*memory(b, gpu), cap, predictor.alpha), threshold, max_batch)
         point = memory(max(best, 1), gpu)
