@@ -40,7 +40,7 @@ def test_target_lists_get_a_hash_and_each_option_its_type() -> None:
 
 @pytest.mark.parametrize("line, words", [
     ("resnet.resnet50-bs128-img224-bf16-adam lora=8", "real-world transformers models"),
-    ("llama.llama_1b-bs2-seq512-fp32-adam lora=8 qlora=1", "QLoRA computes in 16 bits"),
+    ("llama.llama_1b-bs2-seq512-fp32-adam lora=8 qlora=1", "QLoRA is modelled computing in 16 bits"),
     (f"{LLAMA} qlora=1", "needs LoRA adapters"),
     (f"{LLAMA} lora=x", "lora='x' is malformed"),
     (f"{LLAMA} ckpt=yes", "ckpt='yes' is malformed"),

@@ -248,7 +248,7 @@ def test_frozen_weights_launch_no_weight_gradient(cg: object) -> None:
 
 def test_bad_lora_setups_are_one_line() -> None:
     for options, words in (({"lora_rank": 0}, "rank must be"), ({"qlora": True}, "needs LoRA adapters"),
-                           ({"lora_rank": 8, "qlora": True, "precision": "fp32"}, "QLoRA computes in 16 bits"),
+                           ({"lora_rank": 8, "qlora": True, "precision": "fp32"}, "QLoRA is modelled computing in 16 bits"),
                            ({"lora_targets": ("q_proj",)}, "needs LoRA adapters"),
                            ({"lora_rank": 8, "lora_bias": "some"}, "unknown LoRA bias")):
         with pytest.raises(GpupredError, match=words) as err:
@@ -318,7 +318,7 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_cli_refuses_bad_lora_in_one_line(tmp_path: Path) -> None:
     onnx.save(_stack(), tmp_path / "stack.onnx")
     (tmp_path / "adapter_config.json").write_text('{"r": 8, "lora_dropout": "high"}')
-    for args, words in ((["--lora", "0"], "LoRA rank must be"), (["--lora", "8", "--qlora"], "QLoRA computes in 16"),
+    for args, words in ((["--lora", "0"], "LoRA rank must be"), (["--lora", "8", "--qlora"], "QLoRA is modelled computing in 16"),
                         (["--lora-config", "adapter_config.json"], "adapter_config.json: field 'lora_dropout' is "
                                                                    "malformed"),
                         (["--lora", "8", "--lora-targets", "q_proj", "--precision", "bf16"],

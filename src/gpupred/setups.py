@@ -136,8 +136,9 @@ class TrainingSetup:
             raise GpupredError("LoRA target modules: the list is empty; name at least one module (or leave it out for "
                                "peft's default)")
         if self.qlora and self.precision not in HALF:
-            raise GpupredError(f"QLoRA computes in 16 bits (bitsandbytes dequantizes its 4-bit weights to the compute "
-                               f"dtype); precision {self.precision!r} cannot run it: use bf16, fp16 or bf16-pure")
+            raise GpupredError(f"QLoRA is modelled computing in 16 bits (bnb_4bit_compute_dtype bf16 or fp16, as the "
+                               "QLoRA paper and peft's examples run it); fp32 compute, bitsandbytes' default, is not: "
+                               f"precision {self.precision!r} is refused rather than guessed; use bf16, fp16 or bf16-pure")
 
     @property
     def half(self) -> bool:
