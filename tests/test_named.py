@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +186,87 @@ def test_overrides_reach_the_config_constructor() -> None:
 
     cfg = hf_config(hf_model("llama", hidden_size=5120, num_attention_heads=40, num_hidden_layers=40))
     assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads) == (40, 40, 128)
+
+
+# Learned absolute position tables: tiny configs of real transformers classes, built on the meta device (no weights,
+# no download, no export). (overrides, the longest --seq-len the tables hold, the config field named)
+TINY_GPT2 = {"n_layer": 1, "n_embd": 32, "n_head": 2}
+TINY_ENC = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+TINY_SEQ2SEQ = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+                "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+POSITION_TABLES = [
+    pytest.param("gpt2", {**TINY_GPT2, "n_positions": 128}, 128, "n_positions = 128 positions", id="gpt2"),
+    # padding_idx 1: positions count from 2, so 66 entries hold 64 tokens (the real job fails at 65)
+    pytest.param("roberta", {**TINY_ENC, "max_position_embeddings": 66, "pad_token_id": 1}, 64,
+                 "max_position_embeddings = 66 entries, 64 positions", id="roberta"),
+    # OPT's and BART's tables carry 2 more entries than the field: the field is what they hold
+    pytest.param("opt", {**TINY_ENC, "ffn_dim": 64, "word_embed_proj_dim": 32, "max_position_embeddings": 64}, 64,
+                 "max_position_embeddings = 64 positions", id="opt"),
+    pytest.param("bart", {**TINY_SEQ2SEQ, "max_position_embeddings": 64}, 64,
+                 "max_position_embeddings = 64 positions", id="bart"),
+    # --seq-len is Whisper's decoder tokens; its encoder's table (8 entries, fed by log-mel frames) does not count
+    pytest.param("whisper", {**TINY_SEQ2SEQ, "max_source_positions": 8, "max_target_positions": 16}, 16,
+                 "max_target_positions = 16 positions", id="whisper"),
+]
+
+
+@pytest.mark.parametrize("name, overrides, limit, held", POSITION_TABLES)
+def test_a_sequence_longer_than_the_learned_position_table_is_refused(name: str, overrides: dict[str, Any],
+                                                                       limit: int, held: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real training job fails on its position lookup past the table (checked for each of these with real
+    weights when this was written); gpupred refuses it in one line that names the field, and takes the limit."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from gpupred.workloads.hubmodels import build_named
+
+    field = held.split(" = ")[0]
+    with pytest.raises(GpupredError) as refused:
+        build_named(hf_model(name, seq_len=limit + 1, **overrides))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"--hf {name}: --seq-len {limit + 1} is longer than its learned position table ({held});" in message
+    assert f"give --seq-len {limit} or less" in message
+    assert f"{field}={int(held.split(' = ')[1].split()[0]) + 1}" in message  # the field's value that holds it
+    assert build_named(hf_model(name, seq_len=limit, **overrides)).seq_len == limit
+    assert build_named(hf_model(name, **overrides)).seq_len == limit  # the default: what the table holds
+
+
+def test_rotary_and_relative_positions_take_any_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLaMA (rotary) and T5 (relative buckets) have no learned absolute table: a sequence past
+    max_position_embeddings is built, as RoPE runs at any length. DeBERTa-v3's relative table has
+    max_position_embeddings entries but is read as a weight, not looked up by position (it runs at 128 with 64)."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from gpupred.workloads.hubmodels import build_named, position_limit
+
+    llama = build_named(hf_model("llama", seq_len=128, **{**TINY_LLAMA, "max_position_embeddings": 64}))
+    assert llama.seq_len == 128 and position_limit(llama.model, llama.model.config) is None
+    t5 = build_named(hf_model("t5", seq_len=1024, num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=2))
+    assert t5.seq_len == 1024
+    deberta = build_named(hf_model("deberta-v2", seq_len=128, **TINY_ENC, relative_attention=True, position_buckets=32,
+                                   position_biased_input=False, max_relative_positions=-1, max_position_embeddings=64))
+    assert deberta.model.deberta.encoder.rel_embeddings.num_embeddings == 64 and deberta.seq_len == 128
+
+
+def test_a_too_long_sequence_is_refused_before_any_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BERT at 65 tokens with 64 positions: refused naming max_position_embeddings, before the export (which failed
+    after seconds, blaming the weightless trace) and with no graph written; at 64 the export is reached."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from gpupred import config
+    from gpupred.graph import weightless
+    from gpupred.graph.named import named_graph
+
+    def export(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("exported")
+
+    monkeypatch.setattr(config, "ONNX_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(weightless, "export_weightless", export)
+    too_long = hf_model("bert", seq_len=65, max_position_embeddings=64, **TINY_ENC)
+    with pytest.raises(GpupredError, match=r"--seq-len 65 is longer .*\(max_position_embeddings = 64 positions\); "
+                                           r"give --seq-len 64 or less"):
+        named_graph(too_long)
+    assert not too_long.cache_path().exists() and not (tmp_path / "cache").exists()
+    with pytest.raises(AssertionError, match="exported"):  # the check is what stopped it, not something earlier
+        named_graph(hf_model("bert", seq_len=64, max_position_embeddings=64, **TINY_ENC))

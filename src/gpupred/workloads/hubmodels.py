@@ -43,6 +43,9 @@ NAMED_VERSION = 5  # bump when the recipe of named graphs changes: cached graphs
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
+# a config's fields that size its learned absolute position tables (Whisper's max_source_positions sizes its encoder's,
+# fed by log-mel frames, not by the token sequence)
+POSITION_FIELDS: tuple[str, ...] = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx")
 HF_ATTENTIONS: tuple[str, ...] = ("sdpa", "eager")  # attn_implementation asked of transformers (None: its default)
 # heads: the transformers Auto class that builds each (the graph is that class's forward)
 HEADS: dict[str, str] = {
@@ -403,7 +406,9 @@ def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
     with building:
         asked = {"attn_implementation": named.attention} if named.attention else {}
         model = auto.from_config(cfg, dtype=torch.float32, **asked)
-    seq = named.seq_len or _default_seq(cfg)
+    if named.seq_len is not None and not image:
+        _check_positions(named, model, cfg)  # before any export: the real job would fail on its embedding lookup
+    seq = named.seq_len or _default_seq(cfg, None if image else position_limit(model, cfg))
     example, image = _hf_inputs(head, cfg, batch, seq, named.image_size)
     params = int(sum(p.numel() for p in model.parameters()))
     return BuiltNamed(named, model, example, head, None if head == "image-cls" else seq, image, params,
@@ -411,9 +416,65 @@ def _build_hf(named: NamedModel, building: Any, batch: int) -> BuiltNamed:
                        "attn_implementation": getattr(model.config, "_attn_implementation", None)})
 
 
-def _default_seq(cfg: Any) -> int:
-    """The model's longest position (``max_position_embeddings`` or its alias), at most :data:`MAX_DEFAULT_SEQ`."""
-    for key in ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx"):
+def position_limit(model: Any, cfg: Any) -> tuple[int, str] | None:
+    """The most tokens a transformers model's learned absolute position tables hold, and the config field that sets
+    it (None: no such table; rotary, relative and ALiBi models run at any length). A table is an ``nn.Embedding`` beside
+    a token table (same parent: the two are looked up with the same tokens) whose size is a position field of
+    :data:`POSITION_FIELDS`, or that + 2 (OPT's and BART's learned offset: the field's value is what it holds); one with
+    a ``padding_idx`` (RoBERTa's) counts its positions from after it. A table with no token table beside it is fed
+    otherwise (Whisper's encoder: log-mel frames; DeBERTa's relative table: read as a weight) and does not count."""
+    from torch import nn
+
+    fields: dict[int, str] = {}
+    for key in POSITION_FIELDS:
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:  # an alias (GPT-2's max_position_embeddings) named by its field
+            fields.setdefault(value, (getattr(cfg, "attribute_map", None) or {}).get(key, key))
+    vocab = getattr(cfg, "vocab_size", None)
+    try:
+        tokens_in = model.get_input_embeddings()
+    except (NotImplementedError, AttributeError):
+        tokens_in = None
+    limits: list[tuple[int, str]] = []
+    for parent in model.modules():
+        tables = [m for m in parent.children() if isinstance(m, nn.Embedding)]
+        is_tokens = [m is tokens_in or m.num_embeddings == vocab for m in tables]
+        if not any(is_tokens):
+            continue
+        for table, tokens in zip(tables, is_tokens):
+            size = table.num_embeddings
+            if tokens or (size not in fields and size - 2 not in fields):
+                continue
+            if size in fields:
+                held = size if table.padding_idx is None else size - table.padding_idx - 1
+                limits.append((held, fields[size]))
+            else:
+                limits.append((size - 2, fields[size - 2]))
+    return min(limits) if limits else None
+
+
+def _check_positions(named: NamedModel, model: Any, cfg: Any) -> None:
+    """Refuse, in one line, an asked sequence longer than the model's learned position tables hold
+    (:func:`position_limit`), naming the config field that would hold it."""
+    found = position_limit(model, cfg)
+    if found is None or named.seq_len is None or named.seq_len <= found[0]:
+        return
+    limit, key = found
+    value = int(getattr(cfg, key))
+    held = f"{value} positions" if value == limit else f"{value} entries, {limit} positions"
+    longer = f"{key}={named.seq_len + value - limit}"
+    raise GpupredError(f"--hf {named.name}: --seq-len {named.seq_len} is longer than its learned position table "
+                       f"({key} = {held}); give --seq-len {limit} or less, or a config with a longer table "
+                       f"({longer} in a config.json given to --hf, or hf_model(..., {longer}))")
+
+
+def _default_seq(cfg: Any, limit: tuple[int, str] | None = None) -> int:
+    """The model's longest position, at most :data:`MAX_DEFAULT_SEQ`: what its learned position tables hold
+    (``limit``, :func:`position_limit`: RoBERTa's 514 entries hold 512 tokens), else ``max_position_embeddings`` or
+    its alias."""
+    if limit is not None:
+        return min(limit[0], MAX_DEFAULT_SEQ)
+    for key in POSITION_FIELDS:
         value = getattr(cfg, key, None)
         if isinstance(value, int) and value > 0:
             return min(value, MAX_DEFAULT_SEQ)
