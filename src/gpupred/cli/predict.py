@@ -89,6 +89,8 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
     if named and batch_size is None:  # before minutes of export
         raise GpupredError(f"{'--timm ' + named[0] if named[0] is not None else '--hf ' + str(named[1])}: give the "
                            "training batch size (-b N)")
+    if batch_size is not None and batch_size < 1:  # JobOptions' own check, said before any export
+        raise GpupredError(f"batch size must be a positive whole number, got {batch_size!r}")
     if noncommercial and predictor_path:
         raise GpupredError("give --predictor PATH or --noncommercial, not both")
     if calibration and no_calibration:
