@@ -159,6 +159,36 @@ def test_gelu_decompositions_are_one_gelu() -> None:
         assert row["n_act"] == 1 and row["n_elementwise"] == 0 and row["depth"] == 1
 
 
+def test_a_tanh_gelu_the_exporter_decomposed_is_one_gelu_and_one_written_as_python_ops_stays() -> None:
+    """The dynamo exporter writes one aten.gelu(approximate="tanh") as Pow/Mul/Add/Mul/Tanh/Add/Mul/Mul, its last node
+    keeping the op's name (``node_gelu``): one Gelu, as torch runs it (one kernel each way, its input saved). The same
+    formula written as Python ops (GPT-2's gelu_new, NewGELUActivation) is named after each op and stays: torch runs
+    the ops one by one, each saving its operands (torch's MemTracker counts both: tests/test_memory_oracle.py)."""
+    inputs = {"x": ["batch", 32]}
+    consts = {"three": np.array(3.0, np.float32), "c": np.array(0.044715, np.float32),
+              "k": np.array(0.7978846, np.float32), "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+
+    def tanh_gelu(last: str) -> onnx.ModelProto:
+        return graph([
+            helper.make_node("Pow", ["x", "three"], ["p"], name="node_Pow_1"),
+            helper.make_node("Mul", ["c", "p"], ["cp"], name="node_Mul_2"),
+            helper.make_node("Add", ["x", "cp"], ["s"], name="node_Add_3"),
+            helper.make_node("Mul", ["k", "s"], ["u"], name="node_Mul_4"),
+            helper.make_node("Tanh", ["u"], ["t"], name="node_Tanh_5"),
+            helper.make_node("Add", ["t", "one"], ["a"], name="node_Add_6"),
+            helper.make_node("Mul", ["half", "a"], ["h"], name="node_Mul_7"),
+            helper.make_node("Mul", ["x", "h"], ["y"], name=last)], inputs, consts, "y")
+
+    op = graph([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], inputs, {}, "y", opset=20)
+    for name in ("node_gelu", "/model/h.0/mlp/act/node_gelu_3"):
+        decomposed = tanh_gelu(name)
+        differs_as_exported(decomposed, op)
+        row = same(decomposed, op)
+        assert row["n_act"] == 1 and row["n_elementwise"] == 0 and row["depth"] == 1
+    python_ops = featurize(tanh_gelu("node_mul_110"), batch_size=4)  # gelu_new: the ops torch runs
+    assert python_ops["n_act"] == 1 and python_ops["n_elementwise"] == 7  # the Tanh and its seven neighbours
+
+
 def test_silu_decomposition_is_one_swish_and_a_sigmoid_gate_stays_two_ops() -> None:
     """x * sigmoid(x) (torch's SiLU as exporters write it, either operand order) is ONNX's Swish; a sigmoid gating
     another tensor (a squeeze-and-excitation block) stays a Sigmoid and a Mul."""

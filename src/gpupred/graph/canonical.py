@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -482,6 +483,8 @@ class _Reducer:
                 continue
             if node[0] == "Erf":
                 self._gelu(i)
+            elif node[0] == "Tanh":
+                self._gelu_tanh(i)
             elif node[0] == "Sub":
                 self._layernorm(i)
             elif node[0] == "Sigmoid":
@@ -528,6 +531,58 @@ class _Reducer:
             cluster.append(h)
             out = self.nodes[m1][3][0]
         self._replace(cluster, "Gelu", (x,), out, erf[4])
+
+    def _gelu_tanh(self, t: int) -> None:
+        """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))) that the dynamo exporter wrote for one
+        ``aten.gelu(approximate="tanh")`` (``F.gelu``, transformers' ``gelu_pytorch_tanh``: Gemma, SigLIP; timm's
+        MaxViT): one Gelu, as torch runs it (a kernel each way, only its input saved). The op's decomposition keeps the
+        op's name on its last node (``node_gelu``, ``node_gelu_3``); the same formula written as Python ops
+        (transformers' ``NewGELUActivation``, GPT-2's ``gelu_new``) is named after each op (``node_tanh``,
+        ``node_mul_98``) and stays as those ops, which torch runs one by one, each saving its operands."""
+        inner = self.nodes[t][2][0] if self.nodes[t][2] else ""
+        cluster = self._tanh_argument(inner, t)
+        if cluster is None:
+            return
+        x, inside = cluster
+        plus = self._sole_op(self.nodes[t][3][0], ("Add",))
+        if plus is None or not self._is_const(self._other(self.nodes[plus], self.nodes[t][3][0])):
+            return
+        half = self._sole_op(self.nodes[plus][3][0], ("Mul",))
+        if half is None:
+            return
+        other = self._other(self.nodes[half], self.nodes[plus][3][0])
+        if other != x and not self._is_const(other):
+            return
+        last = self._sole_op(self.nodes[half][3][0], ("Mul",))
+        want = x if self._is_const(other) else None  # (0.5 * (1 + tanh)) * x  or  (x * (1 + tanh)) * 0.5
+        rest = None if last is None else self._other(self.nodes[last], self.nodes[half][3][0])
+        if last is None or (rest != want if want is not None else not self._is_const(rest)):
+            return
+        if not re.search(r"(^|/)node_gelu(_\d+)?$", str(self.nodes[last][4])):  # Python ops: torch runs each
+            return
+        self._replace([*inside, t, plus, half, last], "Gelu", (x,), self.nodes[last][3][0], self.nodes[last][4])
+
+    def _tanh_argument(self, inner: str, t: int) -> tuple[str, list[int]] | None:
+        """(x, the nodes computing ``inner``) where ``inner`` is sqrt(2 / pi) * (x + 0.044715 * x^3), read only by
+        node ``t``; None otherwise."""
+        scale = self._prod(inner, ("Mul",))
+        if scale is None or self._sole(inner) != t:
+            return None
+        total = next((n for n in self.nodes[scale][2] if n in self.data), None)
+        add = self._prod(total, ("Add",)) if total is not None else None
+        if add is None or self._sole(total) != scale or not self._is_const(self._other(self.nodes[scale], total)):
+            return None
+        for x in (n for n in self.nodes[add][2] if n in self.data):
+            cubic = self._other(self.nodes[add], x)
+            times = self._prod(cubic, ("Mul",)) if cubic is not None else None
+            if times is None or self._sole(cubic) != add:
+                continue
+            cube = next((n for n in self.nodes[times][2] if n in self.data), None)
+            power = self._prod(cube, ("Pow",)) if cube is not None else None
+            if (power is not None and self._sole(cube) == times and self.nodes[power][2][0] == x
+                    and self._is_const(self._other(self.nodes[times], cube))):
+                return x, [power, times, add, scale]
+        return None
 
     def _swish(self, s: int) -> None:
         """x * sigmoid(x), as exporters write torch's SiLU: one Swish (ONNX's, alpha 1), as torch runs it (one kernel
