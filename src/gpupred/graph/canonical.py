@@ -43,7 +43,8 @@ The rules, in order (each keeps the graph's cost-bearing work and its shapes):
    exported in: the predictor is about training jobs.
 5. **Decompositions are recomposed.** GELU written with Erf (x * 0.5 * (1 + erf(x / sqrt 2))) becomes
    one Gelu, and so does the tanh GELU the dynamo exporter decomposed from one ``aten.gelu`` (its last node keeps the
-   op's name; written as Python ops, as GPT-2's ``gelu_new``, it stays the ops torch runs one by one); SiLU written as x * sigmoid(x) becomes one Swish (a sigmoid gating another tensor stays two ops);
+   op's name; written as Python ops, as GPT-2's ``gelu_new``, it stays the ops torch runs one by one); SiLU written
+   as x * sigmoid(x) becomes one Swish (a sigmoid gating another tensor stays two ops);
    LayerNorm written as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (and the affine Mul/Add)
    becomes one LayerNormalization; ReduceMean over every spatial axis of a feature map is
    GlobalAveragePool. Reshape and Flatten are both views (free, not counted as nodes).
