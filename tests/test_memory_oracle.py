@@ -98,7 +98,8 @@ def test_full_width_decoders_against_torch(configs: dict[str, Path], case: str) 
     added to the loss buffers), llama bf16 lora ckpt -0.3% (+4.3% with the recomputed layer beside the loss buffers,
     +28% with every frozen weight's copy held), gpt2 bf16 ckpt -2.1% and gpt2 bf16 lora ckpt +1.8% (+11.7% and +7.4%
     before the three phases), llama3 bf16 lora +0.2% (grouped-query attention, a 128k vocabulary; +0.9% while a
-    product by a frozen norm weight kept its operand), bert masked-lm fp32 sdpa -0.0% (-5.3% before the fused kernel's saved Q and K were counted),
+    product by a frozen norm weight kept its operand), bert masked-lm fp32 sdpa -0.0% (-5.3% before the fused kernel's
+    saved Q and K were counted),
     gpt2 fused-tanh-gelu fp32 sdpa -0.0% and gemma bf16 lora +0.7% (+6.8% for Gemma while the exporter's eight ops of
     a fused tanh GELU were counted as ops)."""
     from gpupred.memory.oracle import FakeStep, torch_peak

@@ -318,7 +318,8 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_cli_refuses_bad_lora_in_one_line(tmp_path: Path) -> None:
     onnx.save(_stack(), tmp_path / "stack.onnx")
     (tmp_path / "adapter_config.json").write_text('{"r": 8, "lora_dropout": "high"}')
-    for args, words in ((["--lora", "0"], "LoRA rank must be"), (["--lora", "8", "--qlora"], "QLoRA is modelled computing in 16"),
+    for args, words in ((["--lora", "0"], "LoRA rank must be"),
+                        (["--lora", "8", "--qlora"], "QLoRA is modelled computing in 16"),
                         (["--lora-config", "adapter_config.json"], "adapter_config.json: field 'lora_dropout' is "
                                                                    "malformed"),
                         (["--lora", "8", "--lora-targets", "q_proj", "--precision", "bf16"],

@@ -79,7 +79,8 @@ def test_a_named_model_without_a_gpu_is_refused_before_its_export_naming_the_gpu
     assert f"trained on several GPUs ({names}): name the one the job runs on (--gpu NAME" in err
     assert "NVIDIA" not in err  # the table's names, not NVML's
     with pytest.raises(SystemExit) as stop:
-        main(["predict", "--hf", "llama", "-b", "0", "--gpu", "H100 SXM", "--no-calibration", "--predictor", str(shipped)])
+        main(["predict", "--hf", "llama", "-b", "0", "--gpu", "H100 SXM", "--no-calibration",
+              "--predictor", str(shipped)])
     assert stop.value.code == 2 and "batch size must be a positive whole number, got 0" in capsys.readouterr().err
 
 

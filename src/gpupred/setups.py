@@ -138,7 +138,8 @@ class TrainingSetup:
         if self.qlora and self.precision not in HALF:
             raise GpupredError(f"QLoRA is modelled computing in 16 bits (bnb_4bit_compute_dtype bf16 or fp16, as the "
                                "QLoRA paper and peft's examples run it); fp32 compute, bitsandbytes' default, is not: "
-                               f"precision {self.precision!r} is refused rather than guessed; use bf16, fp16 or bf16-pure")
+                               f"precision {self.precision!r} is refused rather than guessed; use bf16, fp16 or "
+                               "bf16-pure")
 
     @property
     def half(self) -> bool:
