@@ -37,9 +37,10 @@ from gpupred import config
 from gpupred.errors import GpupredError
 from gpupred.workloads.hubconfigs import published_config, published_ids
 
-NAMED_VERSION = 5  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: SDPA by default;
+NAMED_VERSION = 6  # bump when the recipe of named graphs changes: cached graphs are then rebuilt (4: SDPA by default;
 # 5: an encoder's default head is its masked LM, an HF image model built for --image-size, and node names carry
-# their module path, gpupred.graph.weightless.name_module_scopes)
+# their module path, gpupred.graph.weightless.name_module_scopes; 6: without --seq-len, the tokens a learned position
+# table holds: RoBERTa's 514 entries hold 512)
 SEED = 0
 EXPORT_BATCH = 2  # the batch the example inputs are built at (the exported batch axis is symbolic)
 MAX_DEFAULT_SEQ = 2048  # without --seq-len: the model's longest position, at most this
