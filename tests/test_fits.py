@@ -75,6 +75,7 @@ def test_fits_lists_the_largest_batch_per_gpu() -> None:
     listed = [r["gpu"] for r in json.loads(result.stdout)]
     assert listed == ["T4", "H100 SXM"]  # one row per GPU, however often it is named
     rows = {r["gpu"]: r for r in json.loads(result.stdout)}
+    assert rows["H100 SXM"]["measured"] is True and rows["T4"]["measured"] is False  # the shipped predictor's data
     t4, h100 = rows["T4"], rows["H100 SXM"]
     assert 1 <= t4["max_batch"] < h100["max_batch"] <= 512
     assert t4["fit_probability"] >= 0.95 and t4["memory_mib"] <= t4["capacity_mib"]

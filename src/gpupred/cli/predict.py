@@ -341,7 +341,8 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
         return
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}" if v < 1.5 else f"{v:.0f}"))
     print(f"max_batch: the largest batch whose memory fits at P >= {threshold:g} (0: not even batch 1); memory_mib and "
-          "fit_probability at that batch; the memory interval read as a log-normal's (gpupred.predictor.fits)")
+          "fit_probability at that batch; the memory interval read as a log-normal's (gpupred.predictor.fits); "
+          "measured: the predictor was trained on runs on that GPU (False: extrapolated, a wider interval)")
 
 
 def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tuple[Any, str, Any, Any, str]:

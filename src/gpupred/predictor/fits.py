@@ -96,7 +96,9 @@ def fits_table(predictor: Any, graph: Any, label: str, setup: TrainingSetup, gpu
                threshold: float = FIT_THRESHOLD, max_batch: int = MAX_BATCH, key: Any = None,
                recipe: str = "standard") -> Any:
     """For one job (a graph under a setup), every GPU of the hardware table (or ``gpus``) with the largest batch that
-    fits with at least ``threshold`` probability, its memory and probability there, and batch 1's memory."""
+    fits with at least ``threshold`` probability, its memory and probability there, and batch 1's memory; ``measured``
+    says whether the predictor's training data holds runs on that GPU (where not, the memory interval is the wider
+    extrapolated one)."""
     import pandas as pd
 
     from gpupred.hardware import known_gpus
@@ -109,12 +111,14 @@ def fits_table(predictor: Any, graph: Any, label: str, setup: TrainingSetup, gpu
             jobs[batch] = job_graph(graph, label, batch, setup, key=key, recipe=recipe)
         return memory_at(predictor, jobs[batch], gpu)
 
+    measured = set(getattr(predictor.core, "measured_", ()))  # GPU kinds with runs in its training data
     rows = []
     for gpu in dict.fromkeys(gpu_spec(g).name for g in gpus) if gpus else list(known_gpus()["name"]):  # each GPU once
         cap = capacity_mib(gpu)
         best = largest_batch(lambda b: fit_probability(*memory(b, gpu), cap, predictor.alpha), threshold, max_batch)
         point = memory(max(best, 1), gpu)
-        rows.append({"gpu": gpu_spec(gpu).name, "capacity_mib": cap, "max_batch": best,
+        rows.append({"gpu": gpu_spec(gpu).name, "measured": gpu_spec(gpu).name in measured, "capacity_mib": cap,
+                     "max_batch": best,
                      "memory_mib": point[0] if best else float("nan"),
                      "fit_probability": fit_probability(*point, cap, predictor.alpha) if best else float("nan"),
                      "memory_mib_batch1": memory(1, gpu)[0]})
