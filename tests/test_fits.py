@@ -67,10 +67,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 WORKLOAD = "gpt.gpt-v50257-m256-h4-l4-bs8-seq256-bf16-adam"  # its graph is in the committed store
+FP16 = ("--precision", "fp16")  # the T4 has no bfloat16 (the workload's): the job as it runs there
 
 
 def test_fits_lists_the_largest_batch_per_gpu() -> None:
-    result = _cli("fits", WORKLOAD, "--gpu", "T4", "--gpu", "H100 SXM", "--gpu", "h100", "--max-batch", "512", "--json")
+    result = _cli("fits", WORKLOAD, *FP16, "--gpu", "T4", "--gpu", "H100 SXM", "--gpu", "h100", "--max-batch", "512",
+                  "--json")
     assert result.returncode == 0, result.stderr
     listed = [r["gpu"] for r in json.loads(result.stdout)]
     assert listed == ["T4", "H100 SXM"]  # one row per GPU, however often it is named
@@ -79,16 +81,32 @@ def test_fits_lists_the_largest_batch_per_gpu() -> None:
     t4, h100 = rows["T4"], rows["H100 SXM"]
     assert 1 <= t4["max_batch"] < h100["max_batch"] <= 512
     assert t4["fit_probability"] >= 0.95 and t4["memory_mib"] <= t4["capacity_mib"]
-    result = _cli("predict", WORKLOAD.replace("-bs8-", f"-bs{t4['max_batch'] + 1}-"), "--gpu", "T4", "--json")
+    result = _cli("predict", WORKLOAD.replace("-bs8-", f"-bs{t4['max_batch'] + 1}-"), *FP16, "--gpu", "T4", "--json")
     assert result.returncode == 0, result.stderr
     over = json.loads(result.stdout)["fit"]  # the answer contract (gpupred.predictor.answer)
     assert over["probability"] < 0.95 and over["capacity_mib"] == 16384.0  # one more sample: not at 95%
     assert set(over) >= {"fits", "probability", "capacity_mib", "headroom_mib"}
-    text = _cli("fits", WORKLOAD, "--gpu", "T4", "--max-batch", "64")
+    text = _cli("fits", WORKLOAD, *FP16, "--gpu", "T4", "--max-batch", "64")
     assert text.returncode == 0 and "max_batch" in text.stdout and "T4" in text.stdout
 
 
 def test_predict_says_whether_it_fits_first() -> None:
-    result = _cli("predict", WORKLOAD, "--gpu", "T4")
+    result = _cli("predict", WORKLOAD, *FP16, "--gpu", "T4")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith("fits: yes (P(memory <= 16384 MiB) = ")
+
+
+def test_bf16_is_refused_where_the_gpu_has_none_and_fits_leaves_those_gpus_out() -> None:
+    """bfloat16 needs compute capability 8.0 (torch only emulates it on Volta, Turing and Pascal; transformers'
+    Trainer refuses it): predict refuses it in one line on a T4, fits names the T4 only to refuse it, and lists,
+    unasked, every table GPU but the six without it."""
+    from gpupred.hardware import bf16_native, known_gpu_names
+
+    refused = _cli("predict", WORKLOAD, "--gpu", "T4")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "T4 (compute capability 7.5) has no bfloat16" in refused.stderr and "use fp16" in refused.stderr
+    assert _cli("fits", WORKLOAD, "--gpu", "T4", "--json").returncode == 2
+    listed = {r["gpu"] for r in json.loads(_cli("fits", WORKLOAD, "--max-batch", "8", "--json").stdout)}
+    without = {g for g in known_gpu_names() if not bf16_native(g)}
+    assert without == {"V100 PCIe 16GB", "V100 PCIe", "V100 SXM2 16GB", "V100 SXM2 32GB", "T4", "P100"}
+    assert listed == set(known_gpu_names()) - without

@@ -219,6 +219,14 @@ def compute_capability(name: str) -> str:
     return "8.0" if spec.name in GA100 else COMPUTE_CAPABILITIES[ARCHITECTURES[spec.name]]
 
 
+def bf16_native(name: str) -> bool:
+    """Whether the GPU called ``name`` runs bfloat16 natively: compute capability 8.0 and later (Ampere, Ada, Hopper).
+    Before it (Volta, Turing, Pascal) torch only emulates bf16 on the CUDA cores, cuDNN has no bf16 convolutions and
+    FlashAttention-2 does not run. A GPU outside the table (a calibration's, measured running the job) is taken to."""
+    capability = compute_capability(name)
+    return not capability or float(capability) >= 8.0
+
+
 def max_threads_per_sm(name: str) -> int:
     """The resident threads one SM of the GPU called ``name`` holds (``MAX_THREADS_UNKNOWN`` outside the table)."""
     return MAX_THREADS_PER_SM.get(compute_capability(name), MAX_THREADS_UNKNOWN)

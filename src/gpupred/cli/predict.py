@@ -101,9 +101,11 @@ def run_predict(model: str | None, setup: Any, batch_size: int | None, gpu: str 
 
         from gpupred.calibration.use import check_gpu_known
         from gpupred.graph.named import describe_named, graph_for_options
+        from gpupred.predictor.jobs import check_setup_on_gpu
 
         if gpu is not None:
             check_gpu_known(gpu, False if no_calibration else calibration)
+            check_setup_on_gpu(setup, gpu)  # bf16 on a GPU without it: said before the export
         elif not calibration or no_calibration:  # no GPU named and none from a calibration file
             predictor.default_gpu()
 
@@ -319,7 +321,7 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
     """For one job, every GPU of the hardware table with the largest batch that fits there at 95% (or --threshold)."""
     from gpupred import config
     from gpupred.errors import GpupredError
-    from gpupred.hardware import gpu_spec
+    from gpupred.hardware import gpu_spec, known_gpus
     from gpupred.predictor.loading import load_predictor
     from gpupred.predictor.fits import fits_table
 
@@ -343,6 +345,10 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
     print(f"max_batch: the largest batch whose memory fits at P >= {threshold:g} (0: not even batch 1); memory_mib and "
           "fit_probability at that batch; the memory interval read as a log-normal's (gpupred.predictor.fits); "
           "measured: the predictor was trained on runs on that GPU (False: extrapolated, a wider interval)")
+    left = [g for g in known_gpus()["name"] if not gpu and g not in set(table["gpu"])]
+    if left:  # the table's GPUs the setup cannot run on (gpupred.predictor.jobs.check_setup_on_gpu)
+        print(f"not listed: {', '.join(left)}: the setup does not run there (bfloat16 and FlashAttention-2 need compute "
+              "capability 8.0 or later)")
 
 
 def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tuple[Any, str, Any, Any, str]:

@@ -92,6 +92,21 @@ def memory_at(predictor: Any, job: Any, gpu: str) -> tuple[float, float, float]:
     return float(mem["footprint*correction"]), float(mem["low"]), float(mem["high"])
 
 
+def gpus_for(setup: TrainingSetup, gpus: list[str] | None = None) -> list[str]:
+    """The GPUs a fits table lists for a setup: ``gpus`` (each once; one the setup cannot run on, as bf16 on a T4, is
+    refused in one line: :func:`gpupred.predictor.jobs.check_setup_on_gpu`), else every GPU of the hardware table it
+    runs on."""
+    from gpupred.hardware import known_gpus
+    from gpupred.predictor.jobs import check_setup_on_gpu, setup_runs_on
+
+    if gpus:
+        named = list(dict.fromkeys(gpu_spec(g).name for g in gpus))
+        for gpu in named:
+            check_setup_on_gpu(setup, gpu)
+        return named
+    return [g for g in known_gpus()["name"] if setup_runs_on(setup, g)]
+
+
 def fits_table(predictor: Any, graph: Any, label: str, setup: TrainingSetup, gpus: list[str] | None = None,
                threshold: float = FIT_THRESHOLD, max_batch: int = MAX_BATCH, key: Any = None,
                recipe: str = "standard") -> Any:
@@ -101,7 +116,6 @@ def fits_table(predictor: Any, graph: Any, label: str, setup: TrainingSetup, gpu
     extrapolated one)."""
     import pandas as pd
 
-    from gpupred.hardware import known_gpus
     from gpupred.predictor.jobgraph import job_graph
 
     jobs: dict[int, Any] = {}
@@ -113,7 +127,7 @@ def fits_table(predictor: Any, graph: Any, label: str, setup: TrainingSetup, gpu
 
     measured = set(getattr(predictor.core, "measured_", ()))  # GPU kinds with runs in its training data
     rows = []
-    for gpu in dict.fromkeys(gpu_spec(g).name for g in gpus) if gpus else list(known_gpus()["name"]):  # each GPU once
+    for gpu in gpus_for(setup, gpus):
         cap = capacity_mib(gpu)
         best = largest_batch(lambda b: fit_probability(*memory(b, gpu), cap, predictor.alpha), threshold, max_batch)
         point = memory(max(best, 1), gpu)

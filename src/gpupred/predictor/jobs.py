@@ -114,6 +114,33 @@ def regressor_setup_error(training: TrainingSetup, why: str) -> GpupredError:
                         "a workload id to a predictor exported with its physics core (notebook 08)")
 
 
+def check_setup_on_gpu(setup: TrainingSetup, gpu: str) -> None:
+    """Refuse, in one line, a setup the GPU cannot run as modelled: bfloat16 (autocast or pure, QLoRA's compute) and
+    FlashAttention-2 need compute capability 8.0 or later (:func:`gpupred.hardware.bf16_native`). Before it torch
+    emulates bf16 on the CUDA cores (matmuls slower than fp32: pytorch/pytorch#148322; no cuDNN bf16 convolutions),
+    transformers' Trainer refuses ``bf16=True`` and FlashAttention-2 does not build: an answer would be a guess."""
+    from gpupred.hardware import bf16_native, compute_capability, gpu_spec, known_gpu_names, shown_gpu_name
+
+    if shown_gpu_name(gpu) not in known_gpu_names() or bf16_native(gpu):  # outside the table: a calibration's GPU
+        return
+    shown = f"{gpu_spec(gpu).name} (compute capability {compute_capability(gpu)})"
+    if setup.precision in ("bf16", "bf16-pure"):
+        raise GpupredError(f"{shown} has no bfloat16: torch only emulates it there (matmuls slower than fp32, no cuDNN "
+                           f"bf16 convolutions) and transformers' Trainer refuses bf16; precision {setup.precision!r} "
+                           "is refused rather than guessed: use fp16 (autocast with GradScaler) or fp32")
+    if setup.attention == "flash":
+        raise GpupredError(f"{shown}: FlashAttention-2 needs compute capability 8.0 or later; use attention sdpa")
+
+
+def setup_runs_on(setup: TrainingSetup, gpu: str) -> bool:
+    """Whether :func:`check_setup_on_gpu` lets the setup run on the GPU."""
+    try:
+        check_setup_on_gpu(setup, gpu)
+    except GpupredError:
+        return False
+    return True
+
+
 def check_graph_options(graph: JobGraph) -> None:
     """Refuse the setup options that would change nothing because the graph has none of what they act on."""
     s = graph.setup

@@ -22,7 +22,7 @@ from gpupred.learn.conformal import widen
 from gpupred.learn.params import pack_payload, unpack_payload
 from gpupred.predictor.extrapolate import UnseenGpuWidth
 from gpupred.predictor.jobs import (JobOptions, PredictedJob, check_graph_options, check_row_options,
-                                    regressor_setup_error, resolve_graph)
+                                    check_setup_on_gpu, regressor_setup_error, resolve_graph)
 from gpupred.predictor.pairing import job_defaults
 from gpupred.setups import RESIDENT, InputPipeline, TrainingSetup, as_setup
 
@@ -306,6 +306,8 @@ class Predictor:
         estimate's parts, :meth:`gpupred.predictor.core.PhysicsCore.predict_many`)."""
         from gpupred.predictor.fits import fit_columns
 
+        for graph in graphs:
+            check_setup_on_gpu(graph.setup, gpu_name)
         rows = []
         for out in self.core.predict_many(graphs, gpu_name, cal, pipelines, explain):
             out.update(fit_columns(out["memory_mib"], out["memory_mib_low"], out["memory_mib_high"], gpu_name,

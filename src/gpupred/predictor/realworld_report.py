@@ -167,10 +167,12 @@ def state_count_gib(recipe: str, params: float, trainable: float) -> float:
 def finetune_row(path: Any, name: str, recipe: str, setup: Any, estimator: Any, gpus: list[str], alpha: float,
                  batch: int) -> dict[str, Any]:
     """One decoder under one recipe: the memory estimator's answer on the first GPU, the hand count of its states,
-    and every GPU of ``gpus`` it fits on with probability at least ``FIT_THRESHOLD``."""
+    and every GPU of ``gpus`` it fits on with probability at least ``FIT_THRESHOLD`` (of those the recipe runs on:
+    no bf16 recipe runs before compute capability 8.0, :func:`gpupred.predictor.jobs.check_setup_on_gpu`)."""
     from gpupred.predictor.core import memory_row
     from gpupred.predictor.fits import FIT_THRESHOLD, capacity_mib, fit_probability
     from gpupred.predictor.jobgraph import job_graph
+    from gpupred.predictor.jobs import setup_runs_on
 
     job = job_graph(str(path), name, batch, setup)
     rows = pd.DataFrame([memory_row(job, gpu) for gpu in gpus])
@@ -185,7 +187,8 @@ def finetune_row(path: Any, name: str, recipe: str, setup: Any, estimator: Any, 
             "memory_gib": float(mem["footprint*correction"].iloc[0]) / 1024,
             "memory_low_gib": float(mem["low"].iloc[0]) / 1024, "memory_high_gib": float(mem["high"].iloc[0]) / 1024,
             "states_count_gib": state_count_gib(recipe, params, trainable),
-            "fits_on": ", ".join(g for g, p in zip(gpus, probs) if p >= FIT_THRESHOLD) or "none"}
+            "fits_on": ", ".join(g for g, p in zip(gpus, probs) if p >= FIT_THRESHOLD and setup_runs_on(setup, g))
+            or "none"}
 
 
 def finetune_table(estimator: Any, gpus: list[str], alpha: float = 0.1, batch: int = 1, folder: Path | None = None,
