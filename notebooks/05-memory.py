@@ -129,8 +129,8 @@ plt.show()
 # on this project's runs (what the default predictor ships), beside the hand count of their weights, gradients and
 # optimizer state, and the GPUs of the hardware table each fits on with probability at least 0.95 (the memory
 # interval read as a log-normal's: `gpupred.predictor.fits`; every recipe here is bf16, which no GPU before compute
-# capability 8.0 runs: the V100s, the T4 and the P100 are never listed). The difference between the prediction and the count
-# is the activations (checkpointed: each layer's input), the logits' loss buffers, the CUDA context and workspaces.
+# capability 8.0 runs: the V100s, the T4 and the P100 are never listed). The difference between the prediction and
+# the count is the activations (checkpointed: each layer's input), the logits' loss buffers, the CUDA context and workspaces.
 
 # %%
 from gpupred.hardware import known_gpus

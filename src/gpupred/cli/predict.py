@@ -347,8 +347,8 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
           "measured: the predictor was trained on runs on that GPU (False: extrapolated, a wider interval)")
     left = [g for g in known_gpus()["name"] if not gpu and g not in set(table["gpu"])]
     if left:  # the table's GPUs the setup cannot run on (gpupred.predictor.jobs.check_setup_on_gpu)
-        print(f"not listed: {', '.join(left)}: the setup does not run there (bfloat16 and FlashAttention-2 need compute "
-              "capability 8.0 or later)")
+        print(f"not listed: {', '.join(left)}: the setup does not run there (bfloat16 and FlashAttention-2 need "
+              "compute capability 8.0 or later)")
 
 
 def fits_job(model: str | None, setup: Any, named: tuple[Any, ...] | None) -> tuple[Any, str, Any, Any, str]:
