@@ -306,8 +306,8 @@ class Predictor:
         estimate's parts, :meth:`gpupred.predictor.core.PhysicsCore.predict_many`)."""
         from gpupred.predictor.fits import fit_columns
 
-        for graph in graphs:
-            check_setup_on_gpu(graph.setup, gpu_name)
+        for setup in {graph.setup for graph in graphs}:  # a queue's few setups (a refusal is named one by one)
+            check_setup_on_gpu(setup, gpu_name)
         rows = []
         for out in self.core.predict_many(graphs, gpu_name, cal, pipelines, explain):
             out.update(fit_columns(out["memory_mib"], out["memory_mib_low"], out["memory_mib_high"], gpu_name,
