@@ -332,6 +332,8 @@ def test_bad_loaders_are_one_line_exit_2_and_leave_nothing_behind(
 
 def test_bench_writes_a_profile_with_every_kind(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
+    scratch = Path(os.environ.get("TMPDIR", "/tmp"))
+    before = set(scratch.glob("gpupred-loader-bench-*"))  # another run's, killed mid-bench: not this one's
     code, text, err, alive = run_cli_fresh(["loader", "bench", "--seconds", "0.3", "--out", str(out)])  # forks (IPC)
     assert code == 0 and alive == 0, err
     prof = read_host_profile(out)
@@ -343,8 +345,8 @@ def test_bench_writes_a_profile_with_every_kind(tmp_path: Path) -> None:
     assert prof.copy_kind in ("pinned", "pageable") and prof.copy_gbs > 0 and prof.single_core_score > 0
     assert prof.ipc_per_batch_s is not None and prof.ipc_per_byte_s is not None
     assert text.startswith(f"wrote {out}") and "loader bench took" in text and "ipc:" in text
-    leftovers = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("gpupred-loader-bench-*")]
-    assert leftovers == []
+    leftovers = set(scratch.glob("gpupred-loader-bench-*")) - before
+    assert leftovers == set()
 
 
 def test_calibrate_records_the_gpu_hosts_single_core_score(tmp_path: Path) -> None:
