@@ -222,9 +222,11 @@ def compute_capability(name: str) -> str:
 def bf16_native(name: str) -> bool:
     """Whether the GPU called ``name`` runs bfloat16 natively: compute capability 8.0 and later (Ampere, Ada, Hopper).
     Before it (Volta, Turing, Pascal) torch only emulates bf16 on the CUDA cores, cuDNN has no bf16 convolutions and
-    FlashAttention-2 does not run. A GPU outside the table (a calibration's, measured running the job) is taken to."""
-    capability = compute_capability(name)
-    return not capability or float(capability) >= 8.0
+    FlashAttention-2 does not run. A GPU outside the table (a calibration's, measured running the job; or a name the
+    table does not know, refused where the GPU is read) is taken to."""
+    if shown_gpu_name(name) not in ARCHITECTURES:
+        return True
+    return float(compute_capability(name)) >= 8.0
 
 
 def max_threads_per_sm(name: str) -> int:

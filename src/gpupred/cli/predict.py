@@ -324,6 +324,7 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
     from gpupred.hardware import gpu_spec, known_gpus
     from gpupred.predictor.loading import load_predictor
     from gpupred.predictor.fits import fits_table
+    from gpupred.predictor.jobs import setup_runs_on
 
     named = check_model_choice(model, timm, hf, head, seq_len, image_size)
     if model is not None and looks_like_file(model) and not Path(model).is_file():
@@ -345,8 +346,8 @@ def fits_cmd(model: Model = None, precision: Precision = None, optimizer: Optimi
     print(f"max_batch: the largest batch whose memory fits at P >= {threshold:g} (0: not even batch 1); memory_mib and "
           "fit_probability at that batch; the memory interval read as a log-normal's (gpupred.predictor.fits); "
           "measured: the predictor was trained on runs on that GPU (False: extrapolated, a wider interval)")
-    left = [g for g in known_gpus()["name"] if not gpu and g not in set(table["gpu"])]
-    if left:  # the table's GPUs the setup cannot run on (gpupred.predictor.jobs.check_setup_on_gpu)
+    left = [] if gpu else [g for g in known_gpus()["name"] if not setup_runs_on(setup, g)]
+    if left:  # the table's GPUs the setup cannot run on, which fits_table left out
         print(f"not listed: {', '.join(left)}: the setup does not run there (bfloat16 and FlashAttention-2 need "
               "compute capability 8.0 or later)")
 

@@ -119,9 +119,9 @@ def check_setup_on_gpu(setup: TrainingSetup, gpu: str) -> None:
     FlashAttention-2 need compute capability 8.0 or later (:func:`gpupred.hardware.bf16_native`). Before it torch
     emulates bf16 on the CUDA cores (matmuls slower than fp32: pytorch/pytorch#148322; no cuDNN bf16 convolutions),
     transformers' Trainer refuses ``bf16=True`` and FlashAttention-2 does not build: an answer would be a guess."""
-    from gpupred.hardware import bf16_native, compute_capability, gpu_spec, known_gpu_names, shown_gpu_name
+    from gpupred.hardware import bf16_native, compute_capability, gpu_spec
 
-    if shown_gpu_name(gpu) not in known_gpu_names() or bf16_native(gpu):  # outside the table: a calibration's GPU
+    if bf16_native(gpu):
         return
     shown = f"{gpu_spec(gpu).name} (compute capability {compute_capability(gpu)})"
     if setup.precision in ("bf16", "bf16-pure"):
