@@ -215,9 +215,10 @@ def _live_weight_copies(model: Any) -> tuple[int, int]:
 
 def test_autocast_copies_under_checkpointing(llama: Any) -> None:
     """CPU autocast (bf16) caches the 16-bit copy of every fp32 leaf weight a linear reads, as CUDA's does: under
-    checkpointing all of them are live at the end of the forward (the footprint's ``autocast_copies`` counts them:
-    every parameter but the embedding and the RMSNorm weights, which no cast reads), and exiting autocast frees all but
-    the head's, which autograd saved outside the checkpointed layers."""
+    checkpointing all of them are live at the end of the forward, and exiting autocast frees all but the head's, which
+    autograd saved outside the checkpointed layers. The footprint's ``autocast_copies`` counts exactly those: every
+    parameter but the embedding and the RMSNorm weights, which no cast reads (``cast_copy_elems``; it counted every
+    parameter, by ``param_bytes / 2``, before)."""
     import torch
 
     from gpupred.memory.physics import graph_row, term_sizes
@@ -231,8 +232,7 @@ def test_autocast_copies_under_checkpointing(llama: Any) -> None:
     assert live_out == 2 * model.lm_head.weight.numel()
     job = dataclasses.replace(setup_of("bf16", "adamw"), checkpointing=True)
     ours = term_sizes(graph_row(graph, BATCH, job)).iloc[0]["autocast_copies"] * 2**20
-    assert ours == pytest.approx(2 * sum(p.numel() for p in model.parameters()))
-    assert ours >= live_in  # the rule's bound: param_bytes / 2 counts the never-cast embedding and norms too
+    assert ours == live_in < 2 * sum(p.numel() for p in model.parameters())
 
 
 def test_frozen_weight_copies_under_lora_checkpointing(llama: Any) -> None:

@@ -21,6 +21,7 @@ from fixtures_hf import config_files
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
+pytest.importorskip("bitsandbytes")  # the 8-bit optimizer and QLoRA cases
 
 pytestmark = pytest.mark.slow
 
@@ -89,6 +90,17 @@ CASES = {  # name: (config, seq, batch, precision, setup options, tolerance)
     "gpt2 bf16 lora ckpt": ("gpt2", 512, 4, "bf16", {"lora_rank": 16, "checkpointing": True}, TOLERANCE),
     "llama3 bf16 lora": ("llama3", 1024, 1, "bf16", {"lora_rank": 16}, TOLERANCE),
     "bert masked-lm fp32 sdpa": ("bert", 384, 8, "fp32", {}, TOLERANCE),
+    # a full fine-tune whose optimizer state is small peaks at the backward's end: autocast's weight copies are gone
+    # by then, each freed with the saved tensors of the node that read it (gpupred.memory.physics.cast_copies); held
+    # through the backward they were +14%, +17% and +18%
+    "llama bf16 sgd": ("llama", 1024, 1, "bf16", {"optimizer": "sgd"}, TOLERANCE),
+    "llama bf16 adamw8bit": ("llama", 1024, 1, "bf16", {"optimizer": "adamw8bit"}, TOLERANCE),
+    "llama bf16 adafactor": ("llama", 1024, 1, "bf16", {"optimizer": "adafactor"}, TOLERANCE),
+    # QLoRA: the dequantized weight counts only where a 4-bit contraction runs at the peak (+5.1% while it counted at
+    # the loss's backward); the fake kernel never makes it, so a peak in the recomputed layer would be above torch's
+    "llama qlora": ("llama", 1024, 1, "bf16", {"lora_rank": 16, "qlora": True}, TOLERANCE),
+    "llama qlora ckpt adamw8bit": ("llama", 1024, 1, "bf16", {"lora_rank": 16, "qlora": True, "checkpointing": True,
+                                                              "optimizer": "adamw8bit"}, TOLERANCE),
 }
 
 
@@ -101,7 +113,9 @@ def test_full_width_decoders_against_torch(configs: dict[str, Path], case: str) 
     product by a frozen norm weight kept its operand), bert masked-lm fp32 sdpa -0.0% (-5.3% before the fused kernel's
     saved Q and K were counted),
     gpt2 fused-tanh-gelu fp32 sdpa -0.0% and gemma bf16 lora +0.7% (+6.8% for Gemma while the exporter's eight ops of
-    a fused tanh GELU were counted as ops)."""
+    a fused tanh GELU were counted as ops), llama bf16 sgd -0.2%, adamw8bit -0.3% and adafactor -0.0% (+14%, +17% and
+    +18% while autocast's weight copies were held through the backward), llama qlora +1.3% (+5.1% with the dequantized
+    weight at the loss's backward) and qlora ckpt adamw8bit -0.2%."""
     from gpupred.memory.oracle import FakeStep, torch_peak
     from gpupred.setups import setup_of
 
@@ -109,6 +123,7 @@ def test_full_width_decoders_against_torch(configs: dict[str, Path], case: str) 
     head = "masked-lm" if name == "bert" else "causal-lm"
     setup = dataclasses.replace(setup_of(precision, "adamw"), **options)
     torch_ = torch_peak(FakeStep(json.loads(configs[name].read_text()), seq, batch, precision,
-                                 setup.checkpointing, setup.lora_rank or 0, options.get("attention", "sdpa"), head))
+                                 setup.checkpointing, setup.lora_rank or 0, options.get("attention", "sdpa"), head,
+                                 setup.optimizer, setup.qlora))
     ours = _ours(configs[name], seq, batch, setup, head)
     assert ours == pytest.approx(torch_["Total"], rel=tolerance), (case, ours, torch_)

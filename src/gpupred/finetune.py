@@ -60,7 +60,9 @@ the second level (``quantize_blockwise`` keeps ``code.to(device, copy=True)`` pe
 tests/test_finetune_units.py against bitsandbytes 0.50): 0.5159 bytes per weight; each allocation is rounded
 to torch's 512-byte blocks (``kMinBlockSize``, ``c10/cuda/CUDACachingAllocator.cpp``). ``MatMul4Bit`` saves neither
 its input nor a dequantized weight: it dequantizes to the compute dtype in the forward and again in the backward
-(one weight's 16-bit copy at a time: counted as a transient, the largest one). ``Linear4bit`` casts its input to
+(one weight's 16-bit copy at a time: ``dequant_bytes``, the largest one, counted where a 4-bit contraction runs at the
+peak: the recomputed layer's phase under checkpointing, a backward peak past the loss's; not at the loss's backward,
+the forward's end or the optimizer step). ``Linear4bit`` casts its input to
 the compute dtype and its output back to the input's dtype (``.to(inp_dtype)``): under autocast, where the input is
 the fp32 residual stream's normalized copy (LLaMA's), the output is fp32, and so is every op after it up to the next
 contraction, a SwiGLU MLP's activation and product included: their saved inputs are 4 bytes wide where an
@@ -82,7 +84,8 @@ dtype.
 - ``adafactor`` (transformers' ``Adafactor`` defaults: ``beta1=None``, ``relative_step=True``): a matrix (2-D or more)
   keeps ``exp_avg_sq_row`` (its shape less the last axis) and ``exp_avg_sq_col`` (less the second-last), a vector its
   full ``exp_avg_sq``, at the gradient's dtype, and every tensor a 0-d fp32 ``RMS``; its step makes full-size fp32 temporaries (the squared gradient and the
-  factored estimate) of the tensor it updates: two of the largest, counted as a transient.
+  factored estimate) of the tensor it updates: two of the largest, counted among the optimizer step's temporaries
+  (``transient_bytes``).
 
 Every tensor the optimizer, a gradient or a weight allocates is rounded to 512 bytes as torch's caching allocator does.
 """
@@ -97,6 +100,7 @@ from pathlib import Path
 from typing import Any, Collection, Sequence
 
 from gpupred.errors import GpupredError
+from gpupred.graph.canonical import cast_copies
 from gpupred.setups import TrainingSetup
 
 # peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (src/peft/utils/constants.py), whole, as peft 0.21.2 has it:
@@ -145,7 +149,8 @@ PASS_OPS: frozenset[str] = frozenset({  # views and aliases: a reader of their o
     "Dropout"})
 LINEAR_OPS: frozenset[str] = frozenset({"MatMul", "Gemm"})
 PARAM_COLUMNS: tuple[str, ...] = (  # bytes the footprint reads in place of its parameter-sized rule
-    "weight_bytes", "grad_bytes", "state_bytes", "copy_bytes", "held_copy_bytes", "act_delta_bytes", "transient_bytes")
+    "weight_bytes", "grad_bytes", "state_bytes", "copy_bytes", "held_copy_bytes", "act_delta_bytes", "transient_bytes",
+    "dequant_bytes")
 
 
 @dataclass(frozen=True)
@@ -444,8 +449,9 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
     """The footprint's parameter-side bytes of a canonical graph under a setup (``PARAM_COLUMNS``): weights as
     stored, gradients, optimizer state, autocast's 16-bit weight copies (held to the backward; under checkpointing,
     live at the forward's end), LoRA's activation delta (divided over the checkpointed blocks under checkpointing),
-    and transients (QLoRA's dequantized weight, Adafactor's temporaries); empty for the setups the parameter-sized
-    rule counts (see the module notes). ``blocks``: the nodes of each checkpointed block, under checkpointing;
+    the optimizer step's transients (Adafactor's temporaries), and QLoRA's dequantized weight, live while a 4-bit
+    contraction runs (:func:`gpupred.memory.physics.peak_term_arrays` places both); empty for the setups the
+    parameter-sized rule counts (see the module notes). ``blocks``: the nodes of each checkpointed block, under checkpointing;
     ``kernel_outputs``: the outputs of the attention cores the setup fuses (:func:`activation_delta`); ``place``:
     :func:`placement`'s answer where the caller has it (``label`` and ``model_type`` are then not read)."""
     if not setup.counted_parameters:
@@ -462,12 +468,12 @@ def parameter_terms(cg: Any, setup: TrainingSetup, label: str = "graph", model_t
                  for k, s in place.trainable.items())
     copied, frozen = autocast_copy_elems(cg, setup, place, blocks) if setup.autocast else (0, 0)
     copies, held = 2.0 * copied, 2.0 * frozen
-    transient = 2.0 * max((numel[k] for k in place.quantized), default=0)
-    if setup.optimizer == "adafactor":
-        transient += 2 * 4.0 * max(sizes.values(), default=0)
+    dequant = 2.0 * max((numel[k] for k in place.quantized), default=0)
+    transient = 2 * 4.0 * max(sizes.values(), default=0) if setup.optimizer == "adafactor" else 0.0
     act = activation_delta(cg, setup, place, kernel_outputs) / (max(len(blocks), 1) if setup.checkpointing else 1)
     return {"weight_bytes": float(weights + extra), "grad_bytes": float(grads), "state_bytes": float(states),
-            "copy_bytes": copies, "held_copy_bytes": held, "act_delta_bytes": float(act), "transient_bytes": transient}
+            "copy_bytes": copies, "held_copy_bytes": held, "act_delta_bytes": float(act), "transient_bytes": transient,
+            "dequant_bytes": dequant}
 
 
 def gradient_elements(place: Placement) -> dict[str, int]:
@@ -483,14 +489,16 @@ def gradient_elements(place: Placement) -> dict[str, int]:
 
 def autocast_copy_elems(cg: Any, setup: TrainingSetup, place: Placement, blocks: Sequence[Sequence[int]] = ()
                         ) -> tuple[int, int]:
-    """Elements of autocast's 16-bit weight copies the footprint counts (see the module notes): every weight's in a
-    full fine-tune (cached), the adapters' (cached) and the frozen, unquantized Linear weights' under LoRA, less,
+    """Elements of autocast's 16-bit weight copies the footprint counts (see the module notes): in a full fine-tune
+    those of the weights autocast's 16-bit ops read (cached: :func:`gpupred.graph.canonical.cast_copies`; an
+    embedding read by a gather alone or a norm's scale has none), the adapters' (cached) and the frozen, unquantized
+    Linear weights' under LoRA, less,
     under checkpointing, the frozen ones read only inside checkpointed ``blocks`` (not cached, saved by no forward
     there); and of them the frozen weights' alone (not cached: held until their node's backward, past the forward's
     autocast region)."""
-    numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
     if not setup.lora:
-        return sum(numel.values()), 0
+        return sum(cast_copies(cg, per_reader=False).values()), 0
+    numel = {k: int(cg.param_sizes[k][0]) for k in place.shapes}
     inside = {n for b in blocks for n in b} if setup.checkpointing else set()
     adapters = sum(math.prod(s) for k, s in place.trainable.items() if "::lora_" in k)
     held = [k for k, w in linear_weights(cg).items()

@@ -70,7 +70,7 @@ import bisect
 import math
 import re
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -732,6 +732,31 @@ DTYPE_PASS_OPS: frozenset[str] = frozenset({  # views and aliases: their output 
     "Transpose", "Gather", "Slice", "Split", "Expand", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
     "Dropout"})
 FLOAT_TYPES: frozenset[int] = frozenset({1, 10, 11, 16})  # onnx FLOAT, FLOAT16, DOUBLE, BFLOAT16
+FLOAT32 = 1  # onnx FLOAT: the weights autocast casts
+
+
+def cast_copies(cg: CanonicalGraph, per_reader: bool, quantized: Collection[str] = (),
+                nodes: Sequence[int] | None = None) -> dict[int, int]:
+    """Elements of autocast's 16-bit copies of the fp32 weights its 16-bit ops (``AUTOCAST_16BIT_OPS``) read, by the
+    node whose backward frees them: a trainable weight's is cast once and cached (``cached_cast``), so it lives until
+    the backward of its first reader, the last of its readers to run backward; a frozen weight's (``per_reader``:
+    LoRA's base weights) is cast by every reader and saved by it alone; QLoRA's 4-bit weights (``quantized``
+    parameter keys) have none, being dequantized inside each op. Weights no 16-bit op reads (embeddings read by a
+    gather, norms' scales) are not cast at all. ``nodes``: those nodes alone, in that order (a checkpointed block's,
+    which its recompute casts again)."""
+    out: dict[int, int] = {}
+    cast: set[str] = set()
+    for i in range(len(cg.nodes)) if nodes is None else nodes:
+        op, _d, ins, *_ = cg.nodes[i]
+        if op not in AUTOCAST_16BIT_OPS:
+            continue
+        for t in ins:
+            key, shape = cg.params.get(t), cg.shapes.get(t)
+            if key is None or key in quantized or not shape or shape[1] != FLOAT32 or (key in cast and not per_reader):
+                continue
+            cast.add(key)
+            out[i] = out.get(i, 0) + int(cg.param_sizes[key][0])
+    return out
 
 
 def autocast_fp32(cg: CanonicalGraph, producer: dict[str, Any], input_dtype: Collection[str] = ()) -> set[str]:

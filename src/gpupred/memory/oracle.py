@@ -17,8 +17,17 @@ What a fake CPU step cannot show by itself, and how the count stays CUDA's:
   the float32 copy, as on CUDA (GPT-2's tanh GELU cubes its input in float32 on CUDA);
 - CPU dropout saves a 4-byte mask where CUDA's saves a bool: give configs with their dropout off (the masks are
   checked on their own, tests/test_memory_terms.py);
-- data-dependent steps cannot run on fake tensors: GradScaler's inf check, Adafactor's relative step size,
-  bitsandbytes' kernels (QLoRA, 8-bit optimizers) are out of its reach.
+- data-dependent steps cannot run on fake tensors: GradScaler's inf check, and Adafactor's relative step size and
+  parameter scale, so the step runs transformers' Adafactor with a fixed learning rate (the same state, factored
+  second moments, and the same update's temporaries);
+- bitsandbytes registers fake kernels for its ops, but makes its quantization maps from Python lists: the 8-bit
+  optimizers are built outside the fake mode (their maps real tensors, which the mode takes in as constants), and
+  QLoRA's 4-bit weights (:func:`synthetic_4bit`) are real ``Params4bit`` over untouched storage with the
+  ``QuantState`` that ``quantize_4bit(compress_statistics=True)`` makes. The mode converts each real tensor an op
+  reads into a fake one once and keeps it, which MemTracker then counts a second time among the activations: the
+  count takes the packed weights' converted copies out again (:func:`real_parameter_bytes`). bitsandbytes' fake
+  ``gemm_4bit`` writes the product alone, where its CUDA kernel dequantizes the weight to 16 bits first: that
+  transient is not in this count.
 
 Needs torch and transformers (and peft for LoRA): the ``torch`` and ``finetune`` extras.
 """
@@ -51,6 +60,12 @@ class FakeStep:
     lora: int = 0  # peft LoRA rank on peft's default targets for the model type; 0: a full fine-tune
     attention: str = "sdpa"  # transformers' attn_implementation: sdpa or eager
     head: str = "causal-lm"  # causal-lm or masked-lm (an encoder's): the loss is over the vocabulary either way
+    optimizer: str = "adamw"  # OPTIMIZERS: torch's AdamW or SGD (foreach), bitsandbytes' AdamW8bit, Adafactor
+    qlora: bool = False  # 4-bit NF4 base weights (double quantization, bf16 compute) under the LoRA adapters
+
+
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd", "adamw8bit", "adafactor")  # what FakeStep.optimizer names
+NF4_BLOCK = 64  # bitsandbytes' 4-bit block size (Params4bit's default)
 
 
 def efficient_sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -105,6 +120,8 @@ def fake_model(step: FakeStep) -> Any:
         kwargs = ({"use_reentrant": False, "context_fn": lambda: (contextlib.nullcontext(), cuda_autocast_lists())}
                   if step.precision == "bf16" else None)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if step.qlora:
+        synthetic_4bit(model)
     if step.lora:
         import peft
 
@@ -117,6 +134,70 @@ def fake_model(step: FakeStep) -> Any:
     return model
 
 
+def synthetic_4bit(model: Any) -> None:
+    """Every ``nn.Linear`` of ``model`` but its output head as bitsandbytes' ``Linear4bit`` (NF4, double quantization,
+    bf16 compute), its weight a ``Params4bit`` over untouched (never written) packed storage with the
+    ``QuantState`` that ``quantize_4bit(compress_statistics=True)`` makes of a bf16 weight: a 7B model's codes cost no
+    memory, and quantizing fake tensors is out of reach (see the module notes). Call it under FakeTensorMode."""
+    import bitsandbytes as bnb
+    import bitsandbytes.functional as bf
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    head = model.get_output_embeddings()
+    with unset_fake_temporarily():
+        bf.name2qmap.setdefault("dynamic", bf.create_dynamic_map(signed=True))  # the second level's code, kept
+        for parent in list(model.modules()):
+            for name, lin in list(parent.named_children()):
+                if type(lin) is not torch.nn.Linear or lin is head:
+                    continue
+                out_f, in_f = lin.weight.shape
+                blocks = -(-out_f * in_f // NF4_BLOCK)
+                nested = bf.QuantState(absmax=torch.empty(-(-blocks // 256)), code=bf.name2qmap["dynamic"].clone(),
+                                       blocksize=256, dtype=torch.float32)
+                state = bf.QuantState(absmax=torch.empty(blocks, dtype=torch.uint8), shape=torch.Size([out_f, in_f]),
+                                      dtype=torch.bfloat16, blocksize=NF4_BLOCK, quant_type="nf4",
+                                      offset=torch.zeros(()), code=bf.get_4bit_type("nf4", device="cpu"),
+                                      state2=nested)
+                q = bnb.nn.Linear4bit(in_f, out_f, bias=lin.bias is not None, compute_dtype=torch.bfloat16,
+                                      compress_statistics=True, quant_type="nf4", device="meta")
+                q.weight = bnb.nn.Params4bit(torch.empty((out_f * in_f + 1) // 2, 1, dtype=torch.uint8),
+                                             requires_grad=False, quant_state=state, blocksize=NF4_BLOCK,
+                                             compress_statistics=True, quant_type="nf4", bnb_quantized=True)
+                if lin.bias is not None:
+                    q.bias = torch.nn.Parameter(torch.empty(out_f), requires_grad=False)
+                setattr(parent, name, q)
+
+
+def real_parameter_bytes(model: Any) -> float:
+    """Bytes of ``model``'s parameters that are real tensors (:func:`synthetic_4bit`'s), each storage once: what
+    FakeTensorMode's converted copies of them add to MemTracker's count."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()
+                if not isinstance(p, FakeTensor)}
+    return float(sum(storages.values()))
+
+
+def step_optimizer(name: str, params: list[Any]) -> Any:
+    """The training step's optimizer over ``params`` (``OPTIMIZERS``; build it outside FakeTensorMode)."""
+    import torch
+
+    if name == "adamw":
+        return torch.optim.AdamW(params, foreach=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=True)
+    if name == "adamw8bit":
+        import bitsandbytes as bnb
+
+        return bnb.optim.AdamW8bit(params)
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=1e-3, relative_step=False, scale_parameter=False, warmup_init=False)
+    raise ValueError(f"optimizer {name!r}: the oracle runs {', '.join(OPTIMIZERS)}")
+
+
 class _NoHandle:
     def remove(self) -> None:
         pass
@@ -125,7 +206,7 @@ class _NoHandle:
 def torch_peak(step: FakeStep) -> dict[str, float]:
     """MemTracker's peak snapshot (MiB per category, and ``Total``) of two fake training steps: cross-entropy on fp32
     logits that the loop does not hold (as transformers' Trainer), ``zero_grad(set_to_none=True)``; the second step's
-    peak holds the optimizer state."""
+    peak holds the optimizer state. Less the converted copies of real parameters (:func:`real_parameter_bytes`)."""
     import torch
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -134,10 +215,12 @@ def torch_peak(step: FakeStep) -> dict[str, float]:
     sdpa = F.scaled_dot_product_attention
     F.scaled_dot_product_attention = efficient_sdpa
     half = step.precision == "bf16"
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' quantization maps and 4-bit weights are real
     try:
-        with FakeTensorMode(), torch.device("cpu"):
+        with mode, torch.device("cpu"):
             model = fake_model(step)
-            opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], foreach=True)
+        opt = step_optimizer(step.optimizer, [p for p in model.parameters() if p.requires_grad])
+        with mode, torch.device("cpu"):
             ids = torch.randint(0, int(step.config["vocab_size"]), (step.batch, step.seq))
             tracker = MemTracker()
             tracker.track_external(model, opt)
@@ -159,4 +242,7 @@ def torch_peak(step: FakeStep) -> dict[str, float]:
             (peak,) = tracker.get_tracker_snapshot("peak").values()
     finally:
         F.scaled_dot_product_attention = sdpa
-    return {getattr(k, "name", str(k)): v / 2**20 for k, v in peak.items()}
+    out = {getattr(k, "name", str(k)): v / 2**20 for k, v in peak.items()}
+    converted = real_parameter_bytes(model) / 2**20
+    out["ACT"], out["Total"] = out["ACT"] - converted, out["Total"] - converted
+    return out

@@ -35,9 +35,14 @@ never fitted on: device memory median error 7.0% -> 3.4%, torch's reserved peak 
   under pure bf16, whose weights, gradients and optimizer state are bf16);
 - optimizer state = ``OPTIMIZER_STATES[optimizer] x param_bytes`` (SGD with momentum: one buffer; plain
   SGD none; Adam/AdamW two moments; RMSprop/Adagrad one);
-- autocast weight copies = ``param_bytes / 2`` under bf16/fp16: autocast caches a 16-bit copy of every
-  weight a matmul/convolution reads for the whole forward, and backward keeps them; under activation checkpointing
-  too: the cache (``cached_cast`` in aten/src/ATen/autocast_mode.cpp: fp32 leaves that require grad, on CPU and CUDA
+- autocast weight copies = two bytes per element of every fp32 weight autocast's 16-bit ops read
+  (:func:`gpupred.graph.canonical.cast_copies`, ``cast_copy_elems``; ``param_bytes / 2`` where a frame has no graph
+  terms) under bf16/fp16: autocast caches a 16-bit copy of every weight a matmul/convolution reads for the whole
+  forward (an embedding read by a gather alone, a norm's scale: none); through the backward each copy lives as long as
+  the saved tensors of the node that read it, so the backward's walk frees it there (``peak_grad_elems_copies``: a
+  full fine-tune whose optimizer state is small peaks at the backward's end with no copy left, LLaMA-7B's width under
+  SGD, 8-bit AdamW or Adafactor -0.2%, -0.3% and -0.0% against torch's count, +14%, +17% and +18% while they were held
+  to the peak); under activation checkpointing the cache (``cached_cast`` in aten/src/ATen/autocast_mode.cpp: fp32 leaves that require grad, on CPU and CUDA
   alike) lives until the outermost autocast region exits (``torch.amp.autocast.__exit__``: ``clear_autocast_cache``
   at nesting 0), so the forward's peak holds every copy, and the recompute of one block in backward
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
@@ -111,7 +116,8 @@ import numpy as np
 
 from gpupred.columnar import Rows, equal, floats, frame_values, is_frame, notna, numeric, text
 from gpupred.errors import GpupredError
-from gpupred.graph.canonical import AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32, shape_elements
+from gpupred.graph.canonical import (AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32, cast_copies,
+                                     shape_elements)
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 from gpupred.workloads.spec import spec_or_none
 
@@ -146,7 +152,8 @@ TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "optimizer_step",
 STEADY_TERMS: tuple[str, ...] = ("weights", "optimizer", "inputs", "workspace")  # allocated once: no allocator reserve
 FOOTPRINT_COLUMNS: tuple[str, ...] = (  # graph terms beyond the feature row (graph_terms)
     "saved_elems", "fp32_elems", "half_elems", "index_elems", "softmax_elems", "attention_elems", "fused_fp32_elems",
-    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "outside_elems",
+    "fused_half_elems", "output_elems", "peak_grad_elems", "peak_grad_elems_half", "peak_grad_elems_copies",
+    "cast_copy_elems", "outside_elems",
     "outside_fp32_elems", "outside_half_elems", "recompute_copy_elems", "dropout_mask_elems", "fused_mask_elems",
     "dropout_copy_elems", "fused_copy_elems")
 VIEW_OPS: frozenset[str] = frozenset({"Transpose", "Gather", "Slice", "Split", "Expand"})
@@ -235,6 +242,14 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
                              lambda: gradient_walk(cg, producer, graph.graph_outputs))  # reads the nodes alone
     counts["peak_grad_elems"], counts["peak_grad_elems_half"] = peak_gradients(
         cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients, walk)
+    # under autocast, its 16-bit weight copies freed node by node through the backward too (a step without
+    # checkpointing: checkpoint_phases places them otherwise)
+    cast = cg.memo(("cast_copies", gradients is not None, quantized),
+                   lambda: cast_copies(cg, gradients is not None, quantized))
+    counts["cast_copy_elems"] = float(sum(cast.values()))
+    (counts["peak_grad_elems_copies"],) = peak_gradients(
+        cg, producer, numel, kept | operands, (2.0,), counts["output_elems"], graph.graph_outputs, gradients, walk,
+        cast)
     # under checkpointing, what is kept outside the recomputed block (its inputs from earlier blocks, the head's), as
     # saved, fp32 and 16-bit elements; the block's own activations are the rest (checkpoint_phases)
     outside = (_activation_counts(cg, producer, numel, (kept | operands) - recompute.tensors, set(),
@@ -256,7 +271,8 @@ def _tensors_kept(cg: Any) -> tuple[dict[str, Any], dict[str, int], set[str]]:
 def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kept: set[str],
                    ratios: tuple[float, ...], output_elems: float = 0.0, outputs: Sequence[str] = (),
                    gradients: dict[str, int] | None = None,
-                   walk: tuple[dict[str, int], dict[str, int], int] | None = None) -> tuple[float, ...]:
+                   walk: tuple[dict[str, int], dict[str, int], int] | None = None,
+                   copies: dict[int, int] | None = None) -> tuple[float, ...]:
     """Parameter elements whose gradients are live at the backward's peak (see the module notes).
 
     Backward runs the nodes in reverse: a parameter's gradient is allocated at the backward of the last node that
@@ -272,7 +288,9 @@ def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
     kept at once (0 when the peak is the loss's). A decoder's head gradient is therefore not added on top of the loss
     buffers: GPT-2 large's width at 4 layers, fp32, against torch's MemTracker count, 4,540 MiB with it and 4,290
     without, torch 4,290 (tests/test_memory_oracle.py). ``walk``: :func:`gradient_walk` of the graph, ``producer``
-    and ``outputs`` when already known."""
+    and ``outputs`` when already known. ``copies``: autocast's 16-bit weight copies by the node whose backward frees
+    them (:func:`gpupred.graph.canonical.cast_copies`), walked like kept tensors of that many elements: the peak is
+    then beyond them too."""
     n = len(cg.nodes)
     grads, acts = np.zeros(n + 1), np.zeros(n + 1)
     last, first, logits_at = walk if walk is not None else gradient_walk(cg, producer, outputs)
@@ -280,6 +298,8 @@ def peak_gradients(cg: Any, producer: dict[str, Any], numel: dict[str, int], kep
         grads[i] += cg.param_sizes[key][0] if gradients is None else gradients.get(key, 0)
     for t in kept:
         acts[first.get(t, n)] += numel.get(t, 0)  # never read (a graph output): live until backward starts
+    for i, elems in (copies or {}).items():
+        acts[i] += elems
     later, kept_by = np.cumsum(grads[::-1])[::-1], np.cumsum(acts)  # node k: gradients read at >= k, kept <= k
     logits_grad = np.arange(n + 1) >= logits_at  # the nodes whose backward runs beside it
     return tuple(float(max((r * later + kept_by + r * output_elems * logits_grad).max()
@@ -482,16 +502,8 @@ def recomputed_block(cg: Any, kept: set[str], numel: dict[str, int], blocks: tup
     _, k, inner = checkpoint_split(cg, kept, numel, blocks)
     if not inner:
         return Recompute()
-    copies: dict[int, int] = {}
-    if job.autocast and not job.qlora:
-        cast: set[str] = set()
-        for i in sorted(blocks[0][k].nodes):
-            op, _d, ins, *_ = cg.nodes[i]
-            for t in ins if op in LOWER_PRECISION_OPS else ():
-                shape = cg.shapes.get(t)
-                if t in cg.params and shape and shape[1] == 1 and (gradients is not None or t not in cast):
-                    cast.add(t)
-                    copies[i] = copies.get(i, 0) + numel.get(t, 0)
+    copies = (cast_copies(cg, gradients is not None, nodes=sorted(blocks[0][k].nodes))
+              if job.autocast and not job.qlora else {})
     return Recompute(frozenset(inner), copies)
 
 
@@ -670,10 +682,16 @@ def peak_term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred")
     """:func:`peak_terms` as one array per term (MiB, in ``TERMS`` order) and one of whether each row's peak is the
     backward's: the same numbers without a frame (rows as a DataFrame or :class:`gpupred.columnar.Columns`)."""
     t = term_arrays(df, source)
+    ckpt = numeric(df, "checkpointing") > 0
     # under checkpointing three phases (checkpoint_phases); otherwise autocast's copies and the activations saved are
-    # freed through the backward beside the gradients
-    peak = checkpoint_phases(t, t.pop("peak_gradients"), numeric(df, "checkpointing") > 0)
-    backward = t["autocast_copies"] + t["activations"] + t["loss"] + peak >= t["gradients"] + t["optimizer_step"]
+    # freed through the backward beside the gradients. QLoRA's dequantized weight is live where a 4-bit contraction
+    # runs: in the recomputed block's phase, or at a backward peak past the loss's (gradients live beyond it)
+    peak = checkpoint_phases(t, t.pop("peak_gradients"), ckpt)
+    live = t.pop("dequant")
+    dequant = np.where(ckpt | (peak > 0), live, 0.0)
+    backward = (t["autocast_copies"] + t["activations"] + t["loss"] + peak + dequant
+                >= t["gradients"] + t["optimizer_step"])
+    t["workspace"] = t["workspace"] + np.where(backward, dequant, 0.0)
     for name in ("autocast_copies", "activations", "loss"):
         t[name] = np.where(backward, t[name], 0.0)
     t["gradients"] = np.where(backward, peak, t["gradients"])
@@ -692,11 +710,16 @@ def checkpoint_phases(t: dict[str, np.ndarray], peak: np.ndarray, ckpt: np.ndarr
       weights it reads, cast again as it reruns), after the loss's and the later blocks' backward: every activation,
       those copies and the gradients live then.
 
-    Outside ``ckpt`` rows nothing changes."""
+    Outside ``ckpt`` rows nothing changes. ``t["dequant"]``, where given (QLoRA's dequantized weight), is live in the
+    third phase alone: in ``ckpt`` rows it is kept where that phase stays, and 0 elsewhere."""
     block, copies, held = t.pop("recompute"), t.pop("recompute_copies"), t.pop("held_copies")
     acts, loss, cast = t["activations"], t["loss"], t["autocast_copies"]
-    phases = np.stack([acts - block + cast + loss / LOSS_BUFFERS, acts - block + held + loss, acts + copies + peak])
+    dequant = t.get("dequant", np.zeros_like(acts))
+    phases = np.stack([acts - block + cast + loss / LOSS_BUFFERS, acts - block + held + loss,
+                       acts + copies + peak + dequant])
     which = np.argmax(phases, axis=0)  # the earliest of equal ones
+    if "dequant" in t:
+        t["dequant"] = np.where(ckpt & (which < 2), 0.0, dequant)
     t["activations"] = np.where(ckpt & (which < 2), acts - block, acts)
     t["autocast_copies"] = np.where(ckpt, np.choose(which, [cast, held, copies]), cast)
     t["loss"] = np.where(ckpt, np.choose(which, [loss / LOSS_BUFFERS, loss, np.zeros_like(loss)]), loss)
@@ -708,7 +731,8 @@ def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.Data
     at the backward's peak (the graph terms' ``peak_grad_elems``; all of them under gradient accumulation, which
     keeps them through the forward, or where the frame has no graph terms), and under checkpointing ``recompute``,
     ``recompute_copies`` and ``held_copies``: the recomputed block's activations and autocast's weight copies, and
-    the frozen weights' copies held past the forward (:func:`checkpoint_phases`)."""
+    the frozen weights' copies held past the forward (:func:`checkpoint_phases`), and ``dequant``: QLoRA's dequantized
+    weight (:func:`peak_term_arrays` places it)."""
     import pandas as pd
 
     return pd.DataFrame(term_arrays(df, source), index=df.index)
@@ -716,7 +740,7 @@ def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.Data
 
 def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> dict[str, np.ndarray]:
     """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``, ``recompute_copies``,
-    ``held_copies`` and ``recompute``; ``source`` one for every row, or each row's (a Series on the frame's index, or an
+    ``held_copies``, ``dequant`` and ``recompute``; ``source`` one for every row, or each row's (a Series on the frame's index, or an
     array in row order)."""
     _need(df, ("param_bytes", "activation_bytes", "optimizer", "precision"))
     opt = _optimizers(df)
@@ -731,23 +755,30 @@ def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> d
     states = np.array([OPTIMIZER_STATES[o] for o in opt], dtype=float)
     counted = _counted(df, "weight_bytes")  # gpupred.finetune's tensor-by-tensor parameter terms, where a row has them
     grads = _or(counted, df, "grad_bytes", p)
-    peak = (np.where(autocast, numeric(df, "peak_grad_elems_half"), numeric(df, "peak_grad_elems"))
-            * np.where(pure, 2.0, 4.0))
+    # under autocast without checkpointing the backward frees the weight copies node by node (cast_copies), where the
+    # frame has them; under checkpointing checkpoint_phases places them
+    freed = notna(df, "peak_grad_elems_copies") & (numeric(df, "checkpointing") <= 0)
+    half_peak = np.where(freed, numeric(df, "peak_grad_elems_copies"), numeric(df, "peak_grad_elems_half"))
+    peak = np.where(autocast, half_peak, numeric(df, "peak_grad_elems")) * np.where(pure, 2.0, 4.0)
+    # autocast's copies: of the weights its 16-bit ops read (cast_copies), else of every parameter
+    cast = np.where(notna(df, "cast_copy_elems"), 2.0 * numeric(df, "cast_copy_elems"), 0.5 * p)
     # what is kept outside the recomputed block (checkpointing), in bytes as activation_bytes counts them
     outside_saved = numeric(df, "outside_elems")
     outside = np.where(autocast, 2.0 * numeric(df, "outside_half_elems")
                        + 4.0 * numeric(df, "outside_fp32_elems"), np.where(pure, 2.0, 4.0) * outside_saved)
     sizes = {
         "weights": _or(counted, df, "weight_bytes", p), "gradients": grads,
-        "optimizer": _or(counted, df, "state_bytes", states * p), "optimizer_step": step_temporaries(df, opt) * grads,
-        "autocast_copies": _or(counted, df, "copy_bytes", 0.5 * p * autocast),
+        "optimizer": _or(counted, df, "state_bytes", states * p),
+        "optimizer_step": step_temporaries(df, opt) * grads + numeric(df, "transient_bytes"),
+        "autocast_copies": _or(counted, df, "copy_bytes", cast * autocast),
         "activations": np.maximum(act + numeric(df, "act_delta_bytes"), 0.0) + dropout_mask_bytes(df, sdpa)
         + dropout_copy_bytes(df, sdpa, autocast, pure),
         "loss": numeric(df, "output_elems") * 4.0 * LOSS_BUFFERS,
         "recompute_copies": numeric(df, "recompute_copy_elems") * 2.0,
         "held_copies": numeric(df, "held_copy_bytes"),
         "inputs": numeric(df, "input_bytes"),
-        "workspace": _workspaces(df) * MIB + numeric(df, "transient_bytes"),
+        "workspace": _workspaces(df) * MIB,
+        "dequant": numeric(df, "dequant_bytes"),
         "peak_gradients": np.where(_counted(df, "peak_grad_elems") & (numeric(df, "accumulation") <= 1),
                                    np.minimum(peak, grads), grads),
     }
