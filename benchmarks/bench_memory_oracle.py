@@ -44,13 +44,15 @@ class Recipe:
     lora: int = 0  # peft LoRA rank (peft's default targets), 0: a full fine-tune
     attention: str = "sdpa"
     head: str = "causal-lm"  # or masked-lm (an encoder's)
+    optimizer: str = "adamw"  # gpupred.memory.oracle.OPTIMIZERS
+    qlora: bool = False  # 4-bit NF4 base weights (with lora)
 
     def step(self, config: dict[str, Any]) -> Any:
         """The :class:`gpupred.memory.oracle.FakeStep` of this recipe on ``config``."""
         from gpupred.memory.oracle import FakeStep
 
         return FakeStep(config, self.seq, self.batch, self.precision, self.checkpointing, self.lora, self.attention,
-                        self.head)
+                        self.head, self.optimizer, self.qlora)
 
 
 RECIPES: tuple[Recipe, ...] = (
@@ -69,6 +71,11 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("opt-1.3b bf16 adamw s2048 b4", "opt-1.3b", 2048, 4, "bf16"),
     Recipe("bert-base masked-lm fp32 s384 b32", "bert-base", 384, 32, "fp32", head="masked-lm"),
     Recipe("bert-large masked-lm bf16 s512 b16", "bert-large", 512, 16, "bf16", head="masked-lm"),
+    Recipe("llama-7b bf16 sgd s2048 b1", "llama-7b", 2048, 1, "bf16", optimizer="sgd"),
+    Recipe("llama-7b bf16 adamw8bit s2048 b1", "llama-7b", 2048, 1, "bf16", optimizer="adamw8bit"),
+    Recipe("llama-7b bf16 adafactor s2048 b1", "llama-7b", 2048, 1, "bf16", optimizer="adafactor"),
+    Recipe("llama-7b qlora16 s2048 b4", "llama-7b", 2048, 4, "bf16", lora=16, qlora=True),
+    Recipe("llama-7b qlora16 s2048 b4 ckpt", "llama-7b", 2048, 4, "bf16", checkpointing=True, lora=16, qlora=True),
 )
 
 
@@ -104,12 +111,13 @@ def ours(predictor: Any, config_path: Path, recipe: Recipe) -> float:
     import gpupred
     from gpupred.setups import setup_of
 
-    options: dict[str, Any] = {"checkpointing": recipe.checkpointing, "attention": recipe.attention}
+    options: dict[str, Any] = {"checkpointing": recipe.checkpointing, "attention": recipe.attention,
+                               "qlora": recipe.qlora}
     if recipe.lora:
         options["lora_rank"] = recipe.lora
     model = gpupred.hf_model(str(config_path), seq_len=recipe.seq, attention=recipe.attention, head=recipe.head)
     frame = predictor.predict(model, batch_size=recipe.batch, gpu=GPU,
-                              setup=setup_of(recipe.precision, "adamw", **options))
+                              setup=setup_of(recipe.precision, recipe.optimizer, **options))
     return float(frame["memory_allocated_mib"].iloc[0]) - WORKSPACE_MIB
 
 
