@@ -149,11 +149,11 @@ class MemoryEstimator(Estimator):
         memory breakdown reads (:mod:`gpupred.predictor.answer`); ``df`` a DataFrame, or
         :class:`gpupred.columnar.Columns` (what the predictor's core passes)."""
         from gpupred.finetune import PAGED
-        from gpupred.memory.physics import cached_copies_mib, peak_term_arrays, source_array, source_keys
+        from gpupred.memory.physics import peak_term_arrays, source_array, source_keys
 
         src = source_array(df)
         (terms, at_backward), keys = peak_term_arrays(df, src), source_keys(df)
-        ctx, steady, varying, reserve = self.footprint_.parts(keys, terms, cached_copies_mib(df, src))
+        ctx, steady, varying, reserve = self.footprint_.parts(keys, terms)
         base = ctx + steady + varying + reserve  # the footprint's predict, from the parts it adds up
         best = np.maximum(base, 1.0) * np.exp(self.correction(df, terms))
         widest = max(self.halfwidth_.values(), default=np.log(2.0))  # nothing calibrated: x2 either way

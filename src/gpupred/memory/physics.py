@@ -677,12 +677,11 @@ def peak_terms(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> tuple[p
     return pd.DataFrame(t, index=df.index), pd.Series(backward, index=df.index)
 
 
-def peak_term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred", free_copies: bool = True
-                     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def peak_term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> tuple[dict[str, np.ndarray],
+                                                                                       np.ndarray]:
     """:func:`peak_terms` as one array per term (MiB, in ``TERMS`` order) and one of whether each row's peak is the
-    backward's: the same numbers without a frame (rows as a DataFrame or :class:`gpupred.columnar.Columns`).
-    ``free_copies`` False: autocast's weight copies held through the backward (:func:`cached_copies_mib`)."""
-    t = term_arrays(df, source, free_copies)
+    backward's: the same numbers without a frame (rows as a DataFrame or :class:`gpupred.columnar.Columns`)."""
+    t = term_arrays(df, source)
     ckpt = numeric(df, "checkpointing") > 0
     # under checkpointing three phases (checkpoint_phases); otherwise autocast's copies and the activations saved are
     # freed through the backward beside the gradients. QLoRA's dequantized weight is live where a 4-bit contraction
@@ -698,16 +697,6 @@ def peak_term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred",
     t["gradients"] = np.where(backward, peak, t["gradients"])
     t["optimizer_step"] = np.where(backward, 0.0, t["optimizer_step"])
     return t, backward
-
-
-def cached_copies_mib(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> np.ndarray:
-    """MiB of autocast's 16-bit weight copies freed before the allocated peak that torch's caching allocator still
-    holds there: a weight's fp32 gradient takes twice its copy's bytes, so it cannot reuse the copy's freed block,
-    which stays cached (reserved, and on NVML's figure) until the step ends. The allocated peak with every copy held
-    through the backward less the peak with each freed at its node (:func:`peak_term_arrays`); 0 where they agree."""
-    held = peak_term_arrays(df, source, free_copies=False)[0]
-    freed = peak_term_arrays(df, source)[0]
-    return np.maximum(sum(held.values()) - sum(freed.values()), 0.0)
 
 
 def checkpoint_phases(t: dict[str, np.ndarray], peak: np.ndarray, ckpt: np.ndarray) -> np.ndarray:
@@ -749,8 +738,7 @@ def term_sizes(df: pd.DataFrame, source: str | pd.Series = "gpupred") -> pd.Data
     return pd.DataFrame(term_arrays(df, source), index=df.index)
 
 
-def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred", free_copies: bool = True
-                ) -> dict[str, np.ndarray]:
+def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred") -> dict[str, np.ndarray]:
     """:func:`term_sizes` as one array per term (MiB), in ``TERMS`` order then ``peak_gradients``, ``recompute_copies``,
     ``held_copies``, ``dequant`` and ``recompute``; ``source`` one for every row, or each row's (a Series on the frame's index, or an
     array in row order)."""
@@ -769,7 +757,7 @@ def term_arrays(df: Rows, source: str | pd.Series | np.ndarray = "gpupred", free
     grads = _or(counted, df, "grad_bytes", p)
     # under autocast without checkpointing the backward frees the weight copies node by node (cast_copies), where the
     # frame has them; under checkpointing checkpoint_phases places them
-    freed = notna(df, "peak_grad_elems_copies") & (numeric(df, "checkpointing") <= 0) & free_copies
+    freed = notna(df, "peak_grad_elems_copies") & (numeric(df, "checkpointing") <= 0)
     half_peak = np.where(freed, numeric(df, "peak_grad_elems_copies"), numeric(df, "peak_grad_elems_half"))
     peak = np.where(autocast, half_peak, numeric(df, "peak_grad_elems")) * np.where(pure, 2.0, 4.0)
     # autocast's copies: of the weights its 16-bit ops read (cast_copies), else of every parameter
@@ -966,7 +954,6 @@ class Footprint:
 
         keys = source_keys(df)
         steady, varying = steady_varying(footprint_terms(df, sources(df)))
-        cached = cached_copies_mib(df, sources(df))  # freed blocks the allocator holds at the peak (parts)
         y = df[target].to_numpy(float)
         allocated, reserved = (df[c].to_numpy(float) if c in df.columns else np.full(len(df), np.nan)
                                for c in TORCH_PEAK_COLUMNS)
@@ -974,36 +961,30 @@ class Footprint:
         for key in pd.unique(keys):
             m = (keys == key) & with_torch
             if m.sum() >= self.min_rows:
-                self.allocator[key], self.exponent[key] = fit_allocator_law(varying[m] + cached[m],
-                                                                            allocated[m] + cached[m], reserved[m])
+                self.allocator[key], self.exponent[key] = fit_allocator_law(varying[m], allocated[m], reserved[m])
                 self.context_mib[key] = float(np.median(y[m] - reserved[m]))
                 continue
             m = (keys == key) & np.isfinite(y)  # a protocol without torch's peaks: both on NVML's figure together
             if m.sum() >= self.min_rows:
-                self.context_mib[key], self.allocator[key] = fit_context_allocator(varying[m] + cached[m], y[m],
-                                                                                  steady[m])
+                self.context_mib[key], self.allocator[key] = fit_context_allocator(varying[m], y[m], steady[m])
                 self.exponent[key] = 1.0
         return self
 
     def predict(self, df: Rows, terms: pd.DataFrame | dict[str, np.ndarray] | None = None,
-                keys: np.ndarray | None = None, cached: np.ndarray | None = None) -> np.ndarray:
+                keys: np.ndarray | None = None) -> np.ndarray:
         """The analytic footprint in MiB, one per row: context + steady terms + varying terms + the allocator's
-        reserve on them (:meth:`parts`); ``terms`` (:func:`footprint_terms`), ``keys`` (:func:`source_keys`) and
-        ``cached`` (:func:`cached_copies_mib`) of ``df`` where the caller has them already."""
-        ctx, steady, varying, reserve = self.parts(
-            source_keys(df) if keys is None else keys, footprint_terms(df, sources(df)) if terms is None else terms,
-            cached_copies_mib(df, sources(df)) if cached is None else cached)
+        reserve on them (:meth:`parts`); ``terms`` (:func:`footprint_terms`) and ``keys`` (:func:`source_keys`) of
+        ``df`` where the caller has them already."""
+        ctx, steady, varying, reserve = self.parts(source_keys(df) if keys is None else keys,
+                                                   footprint_terms(df, sources(df)) if terms is None else terms)
         return ctx + steady + varying + reserve
 
-    def parts(self, keys: np.ndarray, terms: pd.DataFrame | dict[str, np.ndarray],
-              cached: np.ndarray | float = 0.0) -> tuple[np.ndarray, ...]:
-        """(context, steady, varying, allocator reserve) MiB of each row, from its key, its footprint terms and the
-        freed blocks the allocator holds at the peak (``cached``: :func:`cached_copies_mib`), which the reserve holds
-        and grows on beside the varying terms (:func:`steady_varying`, :func:`allocator_reserve_mib` under the key's
-        law): what the footprint adds up."""
+    def parts(self, keys: np.ndarray, terms: pd.DataFrame | dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """(context, steady, varying, allocator reserve) MiB of each row, from its key and its footprint terms
+        (:func:`steady_varying`, :func:`allocator_reserve_mib` under the key's law): what the footprint adds up."""
         ctx, ratio, exponent = self.row_constants(keys)
         steady, varying = steady_varying(terms)
-        return ctx, steady, varying, allocator_reserve_mib(varying + cached, ratio, exponent) + cached
+        return ctx, steady, varying, allocator_reserve_mib(varying, ratio, exponent)
 
     def row_constants(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(context MiB, allocator ratio, allocator exponent) of each 'gpu|source' key: NVML's figure is context +
