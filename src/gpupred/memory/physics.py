@@ -42,8 +42,8 @@ never fitted on: device memory median error 7.0% -> 3.4%, torch's reserved peak 
   the saved tensors of the node that read it, so the backward's walk frees it there (``peak_grad_elems_copies``: a
   full fine-tune whose optimizer state is small peaks at the backward's end with no copy left, LLaMA-7B's width under
   SGD, 8-bit AdamW or Adafactor -0.2%, -0.3% and -0.0% against torch's count, +14%, +17% and +18% while they were held
-  to the peak); under activation checkpointing the cache (``cached_cast`` in aten/src/ATen/autocast_mode.cpp: fp32 leaves that require grad, on CPU and CUDA
-  alike) lives until the outermost autocast region exits (``torch.amp.autocast.__exit__``: ``clear_autocast_cache``
+  to the peak); under activation checkpointing the cache (``cached_cast`` in aten/src/ATen/autocast_mode.cpp: fp32
+  leaves that require grad, on CPU and CUDA alike) lives until the outermost autocast region exits (``torch.amp.autocast.__exit__``: ``clear_autocast_cache``
   at nesting 0), so the forward's peak holds every copy, and the recompute of one block in backward
   (``torch.utils.checkpoint`` re-enters autocast with the forward's settings) re-creates that block's copies only, a
   subset of the same size or less;
