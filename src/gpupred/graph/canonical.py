@@ -743,10 +743,15 @@ def cast_copies(cg: CanonicalGraph, per_reader: bool, quantized: Collection[str]
     LoRA's base weights) is cast by every reader and saved by it alone; QLoRA's 4-bit weights (``quantized``
     parameter keys) have none, being dequantized inside each op. Weights no 16-bit op reads (embeddings read by a
     gather, norms' scales) are not cast at all. ``nodes``: those nodes alone, in that order (a checkpointed block's,
-    which its recompute casts again)."""
+    which its recompute casts again); without them the whole graph's answer, kept with the graph
+    (:meth:`CanonicalGraph.memo`): the footprint's graph terms and the fine-tune's parameter terms both read it."""
+    if nodes is None:
+        quantized = frozenset(quantized)
+        return cg.memo(("cast_copies", per_reader, quantized),
+                       lambda: cast_copies(cg, per_reader, quantized, range(len(cg.nodes))))
     out: dict[int, int] = {}
     cast: set[str] = set()
-    for i in range(len(cg.nodes)) if nodes is None else nodes:
+    for i in nodes:
         op, _d, ins, *_ = cg.nodes[i]
         if op not in AUTOCAST_16BIT_OPS:
             continue

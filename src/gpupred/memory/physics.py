@@ -244,8 +244,7 @@ def _graph_terms(graph: Any, cg: Any, job: TrainingSetup, gradients: dict[str, i
         cg, producer, numel, kept | operands, (1.0, 2.0), counts["output_elems"], graph.graph_outputs, gradients, walk)
     # under autocast, its 16-bit weight copies freed node by node through the backward too (a step without
     # checkpointing: checkpoint_phases places them otherwise)
-    cast = cg.memo(("cast_copies", gradients is not None, quantized),
-                   lambda: cast_copies(cg, gradients is not None, quantized))
+    cast = cast_copies(cg, gradients is not None, quantized)
     counts["cast_copy_elems"] = float(sum(cast.values()))
     (counts["peak_grad_elems_copies"],) = peak_gradients(
         cg, producer, numel, kept | operands, (2.0,), counts["output_elems"], graph.graph_outputs, gradients, walk,
