@@ -59,7 +59,10 @@ never fitted on: device memory median error 7.0% -> 3.4%, torch's reserved peak 
   which keeps no [B, H, S, S] tensor): the Softmax output (fp32 under autocast), the QK^T product, its
   scale/mask ops and the scaled Q and K (at the precision's width), while the kernel keeps the Q, K and V it read
   (:func:`fused_operands`); and the outputs of data-movement ops
-  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing; and the
+  (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing, save where
+  a batched product's fold cannot view an operand that is a part of a permuted tensor and saves a copy of it alone
+  (:func:`matmul_copies`; timm's Swin at batch 32 against torch's MemTracker count: +4.4% while its window
+  attention kept the packed QKV projection, -0.4% with the copies, tests/test_memory_oracle.py); and the
   operand of a product or quotient by a one-element tensor (a scale: autograd saves one operand only for the other's
   gradient; measured against torch's MemTracker in tests/test_memory_terms.py);
 - loss buffers = ``LOSS_BUFFERS`` fp32 tensors the size of the graph outputs (logits), live together as the cross
@@ -118,6 +121,7 @@ from gpupred.columnar import Rows, equal, floats, frame_values, is_frame, notna,
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import (AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32, cast_copies,
                                      shape_elements)
+from gpupred.graph.strides import copied_operands
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 from gpupred.workloads.spec import spec_or_none
 
@@ -317,6 +321,7 @@ def gradient_walk(cg: Any, producer: dict[str, Any], outputs: Sequence[str] = ()
             if t in cg.params:
                 last[cg.params[t]] = i
             first.setdefault(_base(t, producer), i)
+            first.setdefault(t, i)  # a copy a product saves of a view (matmul_copies): freed at that product
         if op in OUTPUT_SAVE and outs:
             first.setdefault(outs[0], i)
     return last, first, logits_writer(cg, outputs)
@@ -367,12 +372,14 @@ def _attention_tensors(cg: Any, producer: dict[str, Any], attention: str) -> tup
     fused = {c.last for c in fused_cores(cg, attention)}
     gone: set[str] = set()
     softmax: set[str] = set()
+    copies = matmul_copies(cg, producer)
     for core in attention_cores(cg):
         first = cg.nodes[core.first]
         if core.last not in fused:
             if core.sdpa:
                 gone |= {i for i in first[2][:2] if i in producer and producer[i][0] in ("Mul", "Div")}
             continue
+        gone |= {t for k, t in copies if k in core.nodes}  # the products' copies of their operands: no kernel's
         for i in core.nodes:
             op, _d, ins, outs, *_ = cg.nodes[i]
             if op == "Softmax" and ins:
@@ -573,17 +580,18 @@ def _saved_forms(cg: Any, producer: dict[str, Any], fp32: set[str]) -> tuple[set
     weights only; the fp32 original is freed unless another op saves it); an ``FP32_OPS`` op an fp32 copy of a 16-bit
     input; any other op, and an op saving its output, the tensor as it is."""
     folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
+    copies = matmul_copies(cg, producer)
     whole: set[str] = set()
     half: dict[str, int] = {}
     full: dict[str, int] = {}
-    for op, _d, ins, outs, *_ in cg.nodes:
+    for k, (op, _d, ins, outs, *_) in enumerate(cg.nodes):
         if op in VIEW_OPS or op in ALIAS_OPS:
             continue
         if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             whole |= set(outs[:1])
         if op in NO_INPUT_SAVE:
             continue
-        for t in {_base(i, producer) for i in _saved_inputs(cg, op, ins, producer) if i in producer}:
+        for t in _saved_names(cg, producer, k, op, ins, copies):
             if op in LOWER_PRECISION_OPS and t in fp32:
                 half[t] = half.get(t, 0) + 1
             elif op in FP32_OPS and t not in fp32:
@@ -609,12 +617,32 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
     output without holding it (the catalog's, transformers' Trainer) frees the logits after the forward; the loss's
     own buffers are the ``loss`` term."""
     folded_bn = cg.dropped.get("batchnorm folded", 0) > 0
-    kept = {_base(i, producer) for i in _inputs_saved(cg, producer) if i in producer}
-    for op, _d, _ins, outs, *_ in cg.nodes:
-        if op not in VIEW_OPS and op not in ALIAS_OPS and (
-                op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose"))):
+    copies = matmul_copies(cg, producer)
+    kept: set[str] = set()
+    for k, (op, _d, ins, outs, *_) in enumerate(cg.nodes):
+        if op in VIEW_OPS or op in ALIAS_OPS:
+            continue
+        if op not in NO_INPUT_SAVE:
+            kept |= _saved_names(cg, producer, k, op, ins, copies)
+        if op in OUTPUT_SAVE or (folded_bn and op in ("Conv", "ConvTranspose")):
             kept |= set(outs[:1])
-    return {t for t in kept if t in producer and producer[t][0] not in VIEW_OPS and producer[t][0] not in ALIAS_OPS}
+    copied = {t for _k, t in copies}
+    return {t for t in kept if t in producer and (t in copied or (producer[t][0] not in VIEW_OPS and
+                                                                  producer[t][0] not in ALIAS_OPS))}
+
+
+def matmul_copies(cg: Any, producer: dict[str, Any]) -> frozenset[tuple[int, str]]:
+    """(node, operand) of the products that save a copy of an operand, not the tensor it is a view of
+    (:func:`gpupred.graph.strides.copied_operands`), kept with the graph at its batch size."""
+    return cg.memo("matmul_copies", lambda: copied_operands(cg, producer))
+
+
+def _saved_names(cg: Any, producer: dict[str, Any], k: int, op: str, ins: list[str],
+                 copies: frozenset[tuple[int, str]]) -> set[str]:
+    """The tensors node ``k`` (an op saving its inputs) keeps: each saved input resolved to the tensor it is a view
+    of, or itself where the node saves a copy of it (``copies``: :func:`matmul_copies`)."""
+    return {i if (k, i) in copies else _base(i, producer) for i in _saved_inputs(cg, op, ins, producer)
+            if i in producer}
 
 
 def _inputs_saved(cg: Any, producer: dict[str, Any], skip: frozenset[str] = frozenset()) -> set[str]:
