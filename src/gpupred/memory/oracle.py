@@ -1,8 +1,9 @@
-"""torch's own count of a transformer's training step, on the CPU at any size: the memory evaluation's oracle.
+"""torch's own count of a model's training step, on the CPU at any size: the memory evaluation's oracle.
 
-:func:`torch_peak` builds a Hugging Face language model (a decoder, or an encoder's masked LM) from its config under
-``FakeTensorMode`` (tensors with shapes and dtypes but no storage, so a 7B model needs no memory), runs two training
-steps and returns the peak that torch's ``torch.distributed._tools.mem_tracker.MemTracker`` counts, per category
+:func:`torch_peak` builds a Hugging Face language model (a decoder, or an encoder's masked LM) from its config,
+:func:`timm_peak` a timm image classifier, under ``FakeTensorMode`` (tensors with shapes and dtypes but no storage,
+so a 7B model needs no memory), runs two training steps and returns the peak that torch's
+``torch.distributed._tools.mem_tracker.MemTracker`` counts, per category
 (parameters, gradients, optimizer state, activations, temporaries). That is the figure the footprint's torch-allocated
 peak (:mod:`gpupred.memory.physics`) predicts, less cuBLAS's workspaces, which the CPU has not;
 ``benchmarks/bench_memory_oracle.py`` compares the two at full size and ``tests/test_memory_oracle.py`` at full width.
@@ -29,7 +30,7 @@ What a fake CPU step cannot show by itself, and how the count stays CUDA's:
   ``gemm_4bit`` writes the product alone, where its CUDA kernel dequantizes the weight to 16 bits first: that
   transient is not in this count.
 
-Needs torch and transformers (and peft for LoRA): the ``torch`` and ``finetune`` extras.
+Needs torch and transformers or timm (and peft for LoRA): the ``torch`` and ``finetune`` extras.
 """
 
 from __future__ import annotations
@@ -208,41 +209,85 @@ def torch_peak(step: FakeStep) -> dict[str, float]:
     logits that the loop does not hold (as transformers' Trainer), ``zero_grad(set_to_none=True)``; the second step's
     peak holds the optimizer state. Less the converted copies of real parameters (:func:`real_parameter_bytes`)."""
     import torch
-    import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
-    sdpa = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = efficient_sdpa
-    half = step.precision == "bf16"
     mode = FakeTensorMode(allow_non_fake_inputs=True)  # bitsandbytes' quantization maps and 4-bit weights are real
-    try:
+    with _efficient_attention():
         with mode, torch.device("cpu"):
             model = fake_model(step)
         opt = step_optimizer(step.optimizer, [p for p in model.parameters() if p.requires_grad])
         with mode, torch.device("cpu"):
             ids = torch.randint(0, int(step.config["vocab_size"]), (step.batch, step.seq))
-            tracker = MemTracker()
-            tracker.track_external(model, opt)
-            for p in model.parameters():  # MemTracker hooks every parameter's gradient; a frozen one cannot be hooked
-                if not p.requires_grad:
-                    tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
-            autocast = torch.autocast("cpu", dtype=torch.bfloat16) if half else contextlib.nullcontext()
-            with tracker, cuda_autocast_lists() if half else contextlib.nullcontext():
-                for k in range(2):
-                    with autocast:
-                        logits = model(input_ids=ids).logits
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), ids.view(-1))
-                    del logits
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    if k == 0:
-                        tracker.reset_mod_stats()
-            (peak,) = tracker.get_tracker_snapshot("peak").values()
-    finally:
-        F.scaled_dot_product_attention = sdpa
-    out = {getattr(k, "name", str(k)): v / 2**20 for k, v in peak.items()}
+            out = _tracked_steps(model, opt, lambda: model(input_ids=ids).logits.flatten(0, 1), ids.view(-1),
+                                 step.precision == "bf16")
     converted = real_parameter_bytes(model) / 2**20
     out["ACT"], out["Total"] = out["ACT"] - converted, out["Total"] - converted
     return out
+
+
+def timm_peak(name: str, image_size: int, batch: int, precision: str = "fp32", optimizer: str = "adamw"
+              ) -> dict[str, float]:
+    """:func:`torch_peak` of a timm image classifier (``timm.create_model(name)``, its default config; 1,000 classes)
+    trained on ``batch`` images of ``image_size`` squared: built on the meta device (timm's constructors read values,
+    such as drop-path rates, that a fake tensor has not), then given fake storage."""
+    import timm
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with torch.device("meta"):
+        try:
+            model = timm.create_model(name, pretrained=False, img_size=image_size)
+        except TypeError:  # a convolutional net: built for no image size
+            model = timm.create_model(name, pretrained=False)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with _efficient_attention():
+        with mode:
+            model = model.to_empty(device="cpu").train()
+        opt = step_optimizer(optimizer, list(model.parameters()))
+        with mode, torch.device("cpu"):
+            images = torch.randn(batch, 3, image_size, image_size)
+            labels = torch.randint(0, int(getattr(model, "num_classes", 1000)), (batch,))
+            return _tracked_steps(model, opt, lambda: model(images), labels, precision == "bf16")
+
+
+def _tracked_steps(model: Any, opt: Any, forward: Any, labels: Any, half: bool) -> dict[str, float]:
+    """MemTracker's peak (MiB per category, and ``Total``) over two training steps of ``model`` (under a running
+    FakeTensorMode): ``forward()`` gives the logits, cross-entropy against ``labels`` on their fp32 upcast (not held
+    by the loop), backward, ``opt.step()``, ``zero_grad(set_to_none=True)``; under ``half``, bf16 autocast with CUDA's
+    fp32 list. The second step's peak holds the optimizer state."""
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, opt)
+    for p in model.parameters():  # MemTracker hooks every parameter's gradient; a frozen one cannot be hooked
+        if not p.requires_grad:
+            tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if half else contextlib.nullcontext()
+    with tracker, cuda_autocast_lists() if half else contextlib.nullcontext():
+        for k in range(2):
+            with autocast:
+                logits = forward()
+            loss = F.cross_entropy(logits.float(), labels)
+            del logits
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if k == 0:
+                tracker.reset_mod_stats()
+        (peak,) = tracker.get_tracker_snapshot("peak").values()
+    return {getattr(k, "name", str(k)): v / 2**20 for k, v in peak.items()}
+
+
+@contextlib.contextmanager
+def _efficient_attention() -> Any:
+    """``F.scaled_dot_product_attention`` replaced by :func:`efficient_sdpa` (the kernel CUDA picks) meanwhile."""
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = efficient_sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = sdpa
