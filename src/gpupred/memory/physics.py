@@ -62,7 +62,8 @@ never fitted on: device memory median error 7.0% -> 3.4%, torch's reserved peak 
   (``VIEW_OPS``: transposes, gathers, slices), which torch runs as views or whose backward saves nothing, save where
   a batched product's fold cannot view an operand that is a part of a permuted tensor and saves a copy of it alone
   (:func:`matmul_copies`; timm's Swin at batch 32 against torch's MemTracker count: +4.4% while its window
-  attention kept the packed QKV projection, -0.4% with the copies, tests/test_memory_oracle.py); and the
+  attention kept the packed QKV projection, -0.4% with the copies, benchmarks/bench_memory_oracle.py; at batch 8
+  in tests/test_memory_oracle.py); and the
   operand of a product or quotient by a one-element tensor (a scale: autograd saves one operand only for the other's
   gradient; measured against torch's MemTracker in tests/test_memory_terms.py);
 - loss buffers = ``LOSS_BUFFERS`` fp32 tensors the size of the graph outputs (logits), live together as the cross
