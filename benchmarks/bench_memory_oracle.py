@@ -159,7 +159,8 @@ def ours(predictor: Any, config_path: Path, recipe: Recipe) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="recipe names or timm models (default: all)")
-    parser.add_argument("--section", choices=("all", "hf", "timm"), default="all", help="language models, timm's, or both")
+    parser.add_argument("--section", choices=("all", "hf", "timm"), default="all",
+                        help="language models, timm's, or both")
     args = parser.parse_args()
     import gpupred
 

@@ -38,11 +38,12 @@ def test_view_strides_agree_with_torch() -> None:
 
 
 def _packed_attention(packed: bool) -> object:
-    """FIXTURE graph: x = a[2, 4, 16] @ W[16, 48] (a packed projection) -> Reshape [2, 4, 3, 2, 8] -> Transpose(2, 0, 3, 1, 4) -> Split into
-    Q, K, V [2, 2, 4, 8] (timm's window attention); Q scaled, K transposed, Q K^T -> Softmax -> P V. Unpacked: Q, K
-    and V each a [2, 4, 16] input reshaped and transposed on its own."""
+    """FIXTURE graph: x = a[2, 4, 16] @ W[16, 48] (a packed projection) -> Reshape [2, 4, 3, 2, 8] ->
+    Transpose(2, 0, 3, 1, 4) -> Split into Q, K, V [2, 2, 4, 8] (timm's window attention); Q scaled, K transposed,
+    Q K^T -> Softmax -> P V. Unpacked: Q, K and V each a [2, 4, 16] input reshaped and transposed on its own."""
     f = TensorProto.FLOAT
-    inits = [helper.make_tensor("s", f, [], [0.35]), helper.make_tensor("shape5", TensorProto.INT64, [5], [2, 4, 3, 2, 8]),
+    inits = [helper.make_tensor("s", f, [], [0.35]),
+             helper.make_tensor("shape5", TensorProto.INT64, [5], [2, 4, 3, 2, 8]),
              helper.make_tensor("shape4", TensorProto.INT64, [4], [2, 4, 2, 8]),
              helper.make_tensor("axis0", TensorProto.INT64, [1], [0]),
              helper.make_tensor("w", f, [16, 48], [0.01] * 768)]
@@ -56,7 +57,8 @@ def _packed_attention(packed: bool) -> object:
         nodes = [n for name in "qkv" for n in (helper.make_node("Reshape", [f"{name}in", "shape4"], [f"{name}4"]),
                                                helper.make_node("Transpose", [f"{name}4"], [name], perm=[0, 2, 1, 3]))]
         inputs = [helper.make_tensor_value_info(f"{n}in", f, [2, 4, 16]) for n in "qkv"]
-    nodes += [helper.make_node("Mul", ["q", "s"], ["qs"]), helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+    nodes += [helper.make_node("Mul", ["q", "s"], ["qs"]),
+              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
               helper.make_node("MatMul", ["qs", "kt"], ["sc"]), helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
               helper.make_node("MatMul", ["p", "v"], ["o"])]
     graph = helper.make_graph(nodes, "fixture-packed-attention", inputs,
