@@ -139,7 +139,7 @@ TIMM_CASES = {  # name: (timm model, image side, batch, precision); the window a
 @pytest.mark.parametrize("case", sorted(TIMM_CASES))
 def test_timm_models_against_torch(case: str, tmp_path: Path) -> None:
     """A timm image classifier (its default config, random weights, nothing downloaded) exported as
-    ``predict --timm`` exports them, against two fake training steps (AdamW) of the same model: measured, ours /
+    ``predict --timm`` exports it, against two fake training steps (AdamW) of the same model: measured, ours /
     torch - 1, swin fp32 -0.8% (-0.4% at batch 32, +4.4% there before the products' copies)."""
     pytest.importorskip("timm")
     import pandas as pd
