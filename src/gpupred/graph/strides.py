@@ -120,20 +120,22 @@ def _step(node: Any, dims: tuple[int, ...], strides: tuple[int, ...], new: tuple
 def copied_operands(cg: Any, producer: dict[str, Any]) -> frozenset[tuple[int, str]]:
     """(node, operand) of each ``MatMul`` whose operand of three or more dimensions is a part of a larger tensor that
     ``torch.matmul``'s fold cannot view, so that the product saves a copy of the operand alone (see the module notes):
-    folded to ``[batch, rows, columns]`` against another batched operand, to ``[rows, columns]`` against a matrix."""
+    folded to ``[batch, rows, columns]`` against another batched operand, to ``[rows, columns]`` when it is the first
+    operand and the second a matrix (a matrix first and a batched operand second is folded transposed: not followed)."""
     out = set()
     for k, (op, _d, ins, *_rest) in enumerate(cg.nodes):
         if op != "MatMul" or len(ins) < 2:
             continue
-        matrix = any(i in cg.params or len(_dims(i, cg.shapes) or ()) == 2 for i in ins[:2])
-        for t in ins[:2]:
+        matrix = [i in cg.params or len(_dims(i, cg.shapes) or ()) == 2 for i in ins[:2]]
+        for pos, t in enumerate(ins[:2]):
             dims = _dims(t, cg.shapes)
-            if t in cg.params or t not in producer or dims is None or len(dims) < 3:
-                continue
+            if t in cg.params or t not in producer or dims is None or len(dims) < 3 or (pos == 1 and matrix[0]):
+                continue  # a matrix times a batched operand: torch folds the latter transposed, not followed here
+            matrix_fold = matrix[1 - pos]
             layout = operand_layout(t, producer, cg.shapes)
             if layout is None or not layout[1]:
                 continue
-            folded = (prod(dims[:-1]), dims[-1]) if matrix else (prod(dims[:-2]), dims[-2], dims[-1])
+            folded = (prod(dims[:-1]), dims[-1]) if matrix_fold else (prod(dims[:-2]), dims[-2], dims[-1])
             if view_strides(dims, layout[0], folded) is None:
                 out.add((k, t))
     return frozenset(out)
