@@ -61,17 +61,23 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
 
 def _ours(config_path: Path, seq: int, batch: int, setup: Any, head: str) -> float:
     """The footprint's torch-allocated peak (MiB) of the job, less cuBLAS's workspaces."""
-    import pandas as pd
-
     from gpupred.graph.named import named_graph
-    from gpupred.memory.physics import allocated_mib
-    from gpupred.predictor.core import memory_row
-    from gpupred.predictor.jobgraph import JobGraph
     from gpupred.workloads.hubmodels import hf_model
 
     attention = None if setup.attention == "auto" else setup.attention  # auto: transformers' default, SDPA
     graph = named_graph(hf_model(str(config_path), seq_len=seq, attention=attention, head=head))
-    row = memory_row(JobGraph(graph, config_path.parent.name, batch, setup), "H100 SXM")
+    return _allocated(graph, config_path.parent.name, batch, setup)
+
+
+def _allocated(graph: Any, label: str, batch: int, setup: Any) -> float:
+    """The footprint's torch-allocated peak (MiB) of a graph's job, less cuBLAS's workspaces."""
+    import pandas as pd
+
+    from gpupred.memory.physics import allocated_mib
+    from gpupred.predictor.core import memory_row
+    from gpupred.predictor.jobgraph import JobGraph
+
+    row = memory_row(JobGraph(graph, label, batch, setup), "H100 SXM")
     return float(allocated_mib(pd.DataFrame([row]))[0]) - WORKSPACE_MIB
 
 
@@ -142,14 +148,9 @@ def test_timm_models_against_torch(case: str, tmp_path: Path) -> None:
     ``predict --timm`` exports it, against two fake training steps (AdamW) of the same model: measured, ours /
     torch - 1, swin fp32 -0.8% (-0.4% at batch 32, +4.4% there before the products' copies)."""
     pytest.importorskip("timm")
-    import pandas as pd
-
     from gpupred import config
     from gpupred.graph.named import named_graph
     from gpupred.memory.oracle import timm_peak
-    from gpupred.memory.physics import allocated_mib
-    from gpupred.predictor.core import memory_row
-    from gpupred.predictor.jobgraph import JobGraph
     from gpupred.setups import setup_of
     from gpupred.workloads.hubmodels import timm_model
 
@@ -160,7 +161,6 @@ def test_timm_models_against_torch(case: str, tmp_path: Path) -> None:
         graph = named_graph(timm_model(name, image_size=side))
     finally:
         config.ONNX_CACHE = saved
-    row = memory_row(JobGraph(graph, name, batch, setup_of(precision, "adamw")), "H100 SXM")
-    ours = float(allocated_mib(pd.DataFrame([row]))[0]) - WORKSPACE_MIB
+    ours = _allocated(graph, name, batch, setup_of(precision, "adamw"))
     torch_ = timm_peak(name, side, batch, precision)
     assert ours == pytest.approx(torch_["Total"], rel=TOLERANCE), (case, ours, torch_)

@@ -117,28 +117,45 @@ def _step(node: Any, dims: tuple[int, ...], strides: tuple[int, ...], new: tuple
     return None if out is None else (out, False)
 
 
-def copied_operands(cg: Any, producer: dict[str, Any]) -> frozenset[tuple[int, str]]:
-    """(node, operand) of each ``MatMul`` whose operand of three or more dimensions is a part of a larger tensor that
-    ``torch.matmul``'s fold cannot view, so that the product saves a copy of the operand alone (see the module notes):
-    folded to ``[batch, rows, columns]`` against another batched operand, to ``[rows, columns]`` when it is the first
-    operand and the second a matrix (a matrix first and a batched operand second is folded transposed: not followed)."""
-    out = set()
+def part_operands(cg: Any, producer: dict[str, Any]) -> tuple[tuple[int, int, str], ...]:
+    """(node, position, operand) of each ``MatMul`` operand that is a view of part of a larger tensor (a ``PART_OPS``
+    op among the views back to the tensor it starts at): the only ones :func:`copied_operands` judges. It reads the
+    nodes alone, so one answer serves every batch size of a graph."""
+    out = []
     for k, (op, _d, ins, *_rest) in enumerate(cg.nodes):
         if op != "MatMul" or len(ins) < 2:
             continue
-        matrix = [i in cg.params or len(_dims(i, cg.shapes) or ()) == 2 for i in ins[:2]]
         for pos, t in enumerate(ins[:2]):
-            dims = _dims(t, cg.shapes)
-            if t in cg.params or t not in producer or dims is None or len(dims) < 3 or (pos == 1 and matrix[0]):
-                continue  # a matrix times a batched operand: torch folds the latter transposed, not followed here
-            matrix_fold = matrix[1 - pos]
-            layout = operand_layout(t, producer, cg.shapes)
-            if layout is None or not layout[1]:
-                continue
-            folded = (prod(dims[:-1]), dims[-1]) if matrix_fold else (prod(dims[:-2]), dims[-2], dims[-1])
-            if view_strides(dims, layout[0], folded) is None:
-                out.add((k, t))
+            node = producer.get(t)
+            while node is not None and node[0] in LAYOUT_OPS and node[0] not in PART_OPS and node[2]:
+                node = producer.get(node[2][0])
+            if t not in cg.params and node is not None and node[0] in PART_OPS:
+                out.append((k, pos, t))
+    return tuple(out)
+
+
+def copied_operands(cg: Any, producer: dict[str, Any],
+                    candidates: Sequence[tuple[int, int, str]] | None = None) -> frozenset[tuple[int, str]]:
+    """(node, operand) of each ``MatMul`` whose operand of three or more dimensions is a part of a larger tensor that
+    ``torch.matmul``'s fold cannot view, so that the product saves a copy of the operand alone (see the module notes):
+    folded to ``[batch, rows, columns]`` against another batched operand, to ``[rows, columns]`` when it is the first
+    operand and the second a matrix (a matrix first and a batched operand second is folded transposed: not followed).
+    ``candidates``: :func:`part_operands` of the graph, when already known."""
+    out = set()
+    for k, pos, t in part_operands(cg, producer) if candidates is None else candidates:
+        ins = cg.nodes[k][2]
+        matrix = [i in cg.params or len(_dims(i, cg.shapes) or ()) == 2 for i in ins[:2]]
+        dims = _dims(t, cg.shapes)
+        if dims is None or len(dims) < 3 or (pos == 1 and matrix[0]):
+            continue  # a matrix times a batched operand: torch folds the latter transposed, not followed here
+        layout = operand_layout(t, producer, cg.shapes)
+        if layout is None or not layout[1]:
+            continue
+        folded = (prod(dims[:-1]), dims[-1]) if matrix[1 - pos] else (prod(dims[:-2]), dims[-2], dims[-1])
+        if view_strides(dims, layout[0], folded) is None:
+            out.add((k, t))
     return frozenset(out)
 
 
-__all__ = ["PART_OPS", "contiguous_strides", "copied_operands", "operand_layout", "view_strides"]
+__all__ = ["PART_OPS", "contiguous_strides", "copied_operands", "operand_layout", "part_operands",
+           "view_strides"]

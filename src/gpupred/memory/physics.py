@@ -122,7 +122,7 @@ from gpupred.columnar import Rows, equal, floats, frame_values, is_frame, notna,
 from gpupred.errors import GpupredError
 from gpupred.graph.canonical import (AUTOCAST_16BIT_OPS, AUTOCAST_FP32_OPS, autocast_fp32, cast_copies,
                                      shape_elements)
-from gpupred.graph.strides import copied_operands
+from gpupred.graph.strides import copied_operands, part_operands
 from gpupred.setups import DEFAULT_SETUP, TrainingSetup
 from gpupred.workloads.spec import spec_or_none
 
@@ -634,8 +634,10 @@ def _kept_tensors(cg: Any, producer: dict[str, Any]) -> set[str]:
 
 def matmul_copies(cg: Any, producer: dict[str, Any]) -> frozenset[tuple[int, str]]:
     """(node, operand) of the products that save a copy of an operand, not the tensor it is a view of
-    (:func:`gpupred.graph.strides.copied_operands`), kept with the graph at its batch size."""
-    return cg.memo("matmul_copies", lambda: copied_operands(cg, producer))
+    (:func:`gpupred.graph.strides.copied_operands`), kept with the graph at its batch size; the operands it judges
+    (:func:`gpupred.graph.strides.part_operands`) are found once for every batch size."""
+    return cg.memo("matmul_copies", lambda: copied_operands(
+        cg, producer, cg.memo_structure("matmul_part_operands", lambda: part_operands(cg, producer))))
 
 
 def _saved_names(cg: Any, producer: dict[str, Any], k: int, op: str, ins: list[str],
