@@ -319,18 +319,19 @@ if own_fed_figures:
 
 # %% [markdown]
 # What the figures say (the table and the line above): on most of these jobs the pipeline does not bind. A CIFAR
-# batch costs a worker a few milliseconds of PIL transforms on the reference host, well inside the measured steps,
-# so the pipeline adds only the main process's receiving and copying. The large errors are the device step's, on a
-# GPU and protocol never measured (an RTX 3090 under `CUDA_LAUNCH_BLOCKING=1`, constants borrowed). PointNet is the
-# job whose pipeline binds. Its loader parses two text files per sample with `np.loadtxt`, and Lucid's workloads pin
-# numpy 1.21.5, whose `loadtxt` parsed in Python: the importer feeds it through the `txt-legacy` array format, which
-# the host profile times with that parser (`gpupred.loader.legacytext`; 13-15x numpy's C parser since 1.23, and
-# 0.89x numpy 1.21.5's own on one interpreter, `benchmarks/bench_loadtxt_legacy.py`). Its predicted loader time per
-# batch and worker (`loader_produce_s`) now sets its step, and its utilization comes within 10 points of the measured
-# one; its steps are still predicted at about half the measured length, the part of a worker's cost on Lucid's host
-# (its CPU and Python version are not published) that the reference host does not show. A user measures their own
-# loader on their own host instead (`gpupred loader measure`, `gpupred.measure_loader`) and predicts with it
-# (`--data measured --loader-profile FILE`).
+# batch costs a worker a few milliseconds of PIL transforms, well inside the measured steps, so the pipeline adds
+# only the main process's receiving and copying. The large errors are the device step's, on a GPU and protocol
+# never measured (an RTX 3090 under `CUDA_LAUNCH_BLOCKING=1`, constants borrowed). PointNet is the job whose
+# pipeline binds. Its loader parses two text files per sample with `np.loadtxt`, and Lucid's workloads pin numpy
+# 1.21.5, whose `loadtxt` parsed in Python: the importer feeds it through the `txt-legacy` array format, which the
+# host profile times with that parser (`gpupred.loader.legacytext`; 13-15x numpy's C parser since 1.23, and 0.89x
+# numpy 1.21.5's own on one interpreter, `benchmarks/bench_loadtxt_legacy.py`). Its predicted loader time per batch
+# and worker (`loader_produce_s`) sets its step. Lucid does not say what CPU its GPUs sat beside, so its jobs run,
+# as every job that names no host does, on a GPU server as this project measured them
+# (`gpupred.loader.speed.GPU_HOST_SCORE`: the H100's and H200's hosts, about half as fast per core as the development
+# machine whose profile holds the costs), a figure read from this project's own host profiles, not fitted to Lucid.
+# What that prior cannot know, a user measures: their own loader on their own host (`gpupred loader measure`,
+# `gpupred.measure_loader`), predicted with it (`--data measured --loader-profile FILE`).
 
 # %% [markdown]
 # ## What ships, and how it scores

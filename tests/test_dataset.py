@@ -203,6 +203,7 @@ def test_a_pipeline_run_reaches_the_dataset_with_its_machines_host_profile(tmp_p
 
     from gpupred import config
     from gpupred.loader.hostprofile import write_host_profile
+    from gpupred.loader.speed import GPU_HOST_SCORE
     from gpupred.step.physics.inputfeed import LOADER_COLUMNS
     from gpupred.profile.store import host_profile_path
 
@@ -226,9 +227,12 @@ def test_a_pipeline_run_reaches_the_dataset_with_its_machines_host_profile(tmp_p
     rows = df.set_index("run_id")
     fed, resident = rows.loc["h100-fixture/FIXTURE/fixture-001"], rows.loc["h100-fixture/FIXTURE/fixture-000"]
     assert fed["loader_produce_s"] > 0 and fed["loader_workers"] == 2 and fed["loader_cores"] == 16
-    # a worker's making = its samples (3x slower) + its handing the batch over (the receive figures, unchanged)
+    # a worker's making = its samples (3x slower) + its handing the batch over (the receive figures, unchanged); the
+    # reference row names no host, so its costs were moved to a measured GPU server's speed, the fed row's are its own
     handoff = reference["loader_main_s"]
-    assert fed["loader_produce_s"] == pytest.approx(3.0 * (reference["loader_produce_s"] - handoff) + handoff, rel=1e-6)
+    unnamed = GPU_HOST_SCORE / slower["single_core"]["score"]
+    assert fed["loader_produce_s"] == pytest.approx(
+        unnamed * (3.0 * (reference["loader_produce_s"] - handoff) + handoff), rel=1e-6)
     assert all(np.isnan(resident[c]) for c in LOADER_COLUMNS)
     # the host's single-core score reaches every row of the GPU kind whose sweep recorded it; none recorded: unknown
     assert np.isnan(reference["host_score"])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gpupred.errors import GpupredError
-from gpupred.step.physics.inputfeed import loader_columns, loader_times, variant_of
+from gpupred.loader.speed import GPU_HOST_SCORE
+from gpupred.step.physics.inputfeed import job_host_speed, loader_columns, loader_times, variant_of
 from gpupred.step.physics.timeline import LoaderTimes, loader_arrays, with_loader
 from gpupred.setups import RESIDENT, InputPipeline, pipeline_from_json, pipeline_of
 
@@ -20,11 +21,13 @@ GPU = "H100 SXM"
 
 @dataclass
 class FixtureCosts:
-    """Fixture host costs: 2 ms per sample of every kind, 0.5 ms + 1 ns/byte to receive, 4 GB/s copies."""
+    """Fixture host costs: 2 ms per sample of every kind, 0.5 ms + 1 ns/byte to receive, 4 GB/s copies, measured on
+    a host that scores as a GPU server (so a job that names no host runs at these costs: speed 1)."""
 
     ipc_per_batch_s: float = 5e-4
     ipc_per_byte_s: float = 1e-9
     copy_gbs: float = 4.0
+    single_core_score: float = GPU_HOST_SCORE
 
     def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
         return 2e-3
@@ -80,6 +83,23 @@ def test_loader_times_from_host_costs() -> None:
     assert pinned == LoaderTimes(64 * 2e-3 + handoff, 5e-4, 4, 5.0, 1e-9 * batch_bytes + batch_bytes / 4e9)
     assert loader_times(RESIDENT, 64, batch_bytes, FixtureCosts()) is None
     assert np.isnan(list(loader_columns(None).values())).all()
+
+
+def test_a_job_that_names_no_host_runs_on_a_measured_gpu_server() -> None:
+    from gpupred import config
+    from gpupred.loader.hostprofile import default_host_profile, measured_gpu_host_score
+
+    reference = FixtureCosts(single_core_score=0.97)  # costs measured on a host as fast as the reference
+    image = InputPipeline("image-files", num_workers=4)
+    assert job_host_speed(image, reference) == pytest.approx(GPU_HOST_SCORE / 0.97)
+    assert job_host_speed(InputPipeline("image-files", host_speed=1.5), reference) == 1.5  # as the job says
+    assert job_host_speed(InputPipeline("image-files", profile="mine.json"), reference) == 1.0  # its own host's
+    slow = loader_times(image, 64, 1e6, reference)
+    fast = loader_times(InputPipeline("image-files", num_workers=4, host_speed=1.0), 64, 1e6, reference)
+    assert slow.produce_s == pytest.approx(fast.produce_s * 0.97 / GPU_HOST_SCORE)
+    # the constant is what the committed GPU hosts' profiles say, and the reference host is about twice as fast
+    assert measured_gpu_host_score(config.RAW) == pytest.approx(GPU_HOST_SCORE, abs=5e-4)
+    assert 1.8 < default_host_profile().single_core_score / GPU_HOST_SCORE < 2.3
 
 
 def test_options_are_checked_in_one_line() -> None:

@@ -46,7 +46,7 @@ def test_the_legacy_array_format_reads_its_own_profile_variant() -> None:
     assert variant_of(InputPipeline("array-files", array_format="npy")) is None
 
     class Fixture:  # fixture host costs: 1 ms per sample of txt, 20 ms of txt-legacy, nothing else
-        ipc_per_batch_s, ipc_per_byte_s, copy_gbs = 0.0, 0.0, 1e9
+        ipc_per_batch_s, ipc_per_byte_s, copy_gbs, single_core_score = 0.0, 0.0, 1e9, 1.0
 
         def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
             return {"txt": 1e-3, "txt-legacy": 20e-3}[variant]

@@ -332,14 +332,16 @@ class InputPipeline:
     ``prefetch_factor=2`` with workers; images 500x375 JPEG, about ImageNet's mean size; 30 s of audio, Whisper's
     window). ``host_cores`` None gives each worker and the main process a core of its own; ``host_speed`` is the
     host's single-core speed relative to the host profile's (``gpupred loader bench``), so the profile's costs move
-    by that ratio; ``profile`` a host-profile file (None: this user's newest, else the committed reference)."""
+    by that ratio (None: a profile the job names is its own host's, 1; with none, the job runs on a GPU server like
+    those this project measured, :func:`gpupred.step.physics.inputfeed.job_host_speed`); ``profile`` a host-profile
+    file (None: the committed reference host's)."""
 
     kind: str = "resident"
     num_workers: int = 0
     pin_memory: bool = False
     prefetch_factor: int | None = None
     host_cores: float | None = None
-    host_speed: float = 1.0
+    host_speed: float | None = None
     image_width: int = 500
     image_height: int = 375
     image_format: str = "jpeg"

@@ -10,6 +10,9 @@ work sharing the CPU only ever slows a run down).
 Reference (score 1.0): the 2-core AMD EPYC KVM guest this project's development machine runs on (``lscpu``: "AMD EPYC",
 family 26 model 2, AVX-512), Python 3.11.7, numpy 2.4.6, measured with this module on 2026-11-27 as the best of 45 runs
 of :func:`workload_times`: ``REFERENCE_S`` below. Its own profile is ``data/hosts/`` (``gpupred.config.HOSTS``).
+
+A job that names no host is taken to run on a GPU server like the ones this project measured (``GPU_HOST_SCORE``), not
+on the reference host: the development machine is a fast desktop-class core, the servers GPUs sit in are not.
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ WORKLOAD_VERSION = 1
 # the reference host's best-of-45 seconds (three runs of workload_times(15)): python 0.05634 s, numpy 0.04340 s
 REFERENCE_S: dict[str, float] = {"python": 0.05634, "numpy": 0.04340}
 REFERENCE_HOST = "2-core AMD EPYC (family 26, model 2) KVM guest, Python 3.11.7, numpy 2.4.6, 2026-11-27"
+# The score of a GPU server this project measured: what a job that names no host of its own runs on. The geometric mean,
+# over the GPU kinds measured, of the host profiles recorded beside their sweeps (data/raw/<gpu>/*/host-profile-*.json;
+# gpupred.loader.hostprofile.measured_gpu_host_score recomputes it, and a test holds the two equal): the H100 SXM's
+# host scored 0.5543 and the H200's 0.3965 (both 16-core Xeon guests, 2026-11-27), so sqrt(0.5543 x 0.3965). The
+# reference host, a 2024 EPYC core, is about twice as fast per core as either; their profiles' costs per sample bear it
+# out kind by kind (1.4x for log-mel audio to 2.5-2.9x for host tensors and JPEG v1).
+GPU_HOST_SCORE = 0.469
 
 
 def python_part(n: int = 400_000) -> int:

@@ -101,7 +101,8 @@ def _inputs_schema() -> dict[str, Any]:
                      "class": _nullable("string"), "head": _nullable("string")})
     pipeline = _object({"kind": {"type": "string"}, "resident": {"type": "boolean"},
                         "num_workers": {"type": "integer"}, "pin_memory": {"type": "boolean"},
-                        "host_cores": _nullable("number"), "changes": {"type": "object"}})
+                        "host_cores": _nullable("number"), "host_speed": _nullable("number"),
+                        "changes": {"type": "object"}})
     gpu = _object({"asked": _nullable("string"), "name": _nullable("string"), "memory_gib": _nullable("number"),
                    "measured_runs": _nullable("integer")})
     return _object({
@@ -259,10 +260,17 @@ def setup_changes(setup: TrainingSetup, batch: int | None, own: tuple[int | None
 
 
 def pipeline_section(pipeline: InputPipeline) -> dict[str, Any]:
-    """How batches reach the GPU: resident, or a host pipeline's kind, workers and every option it changes."""
+    """How batches reach the GPU: resident, or a host pipeline's kind, workers, cores, the host's single-core speed
+    relative to its profile's as the costs were moved (given, or the default the job got) and every option it
+    changes."""
+    speed = None
+    if not pipeline.resident:
+        from gpupred.step.physics.inputfeed import host_costs, job_host_speed
+
+        speed = job_host_speed(pipeline, host_costs(pipeline))
     return {"kind": pipeline.kind, "resident": bool(pipeline.resident), "num_workers": int(pipeline.num_workers),
             "pin_memory": bool(pipeline.pin_memory), "host_cores": None if pipeline.resident else float(pipeline.cores),
-            "changes": _plain(pipeline.changes())}
+            "host_speed": speed, "changes": _plain(pipeline.changes())}
 
 
 def gpu_section(predictor: Any, asked: str | None, kind: str) -> dict[str, Any]:
@@ -439,7 +447,9 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
             f"image {i['image_size'][0]}x{i['image_size'][1]}" if i["image_size"] else "input size n/a")
     params = "n/a" if i["parameters"] is None else f"{i['parameters']:,} ({i['parameters'] / 1e6:.1f}M)"
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
-            f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores"
+            f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
+            f"{pipe['host_speed']:.2f}x the host profile's single-core speed"
+            f"{'' if 'host_speed' in pipe['changes'] or 'profile' in pipe['changes'] else ' (a GPU server as measured)'}"
             f" ({_options(pipe['changes'])})")
     asked = f" (asked: {gpu['asked']})" if gpu["asked"] and gpu["asked"] != gpu["name"] else ""
     card = ("n/a" if gpu["name"] is None else f"{gpu['name']}{asked}, {gpu['memory_gib']:g} GiB, "
@@ -455,7 +465,7 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
             f"parameters   {params}", f"batch        {_fmt(i['batch_size'], 0)}, {size}",
             *_wrapped("setup        ", _options(i["setup"])),
             f"changed      {_options(i['setup_changes'])} (from the job's own)",
-            f"pipeline     {feed}", f"gpu          {card}", f"answered by  {i['answered_by']}",
+            *_wrapped("pipeline     ", feed), f"gpu          {card}", f"answered by  {i['answered_by']}",
             f"standing     {status}{note}"]
 
 

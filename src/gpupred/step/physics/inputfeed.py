@@ -4,7 +4,8 @@ A host profile (``gpupred loader bench`` on some host, or ``gpupred loader measu
 :mod:`gpupred.loader.profile`) says what one sample of each standard kind costs one core of that host, at a few
 sizes, and what the main process pays to receive a batch from a worker and to copy it. :func:`loader_times` reads
 it for one job (its pipeline, batch size and batch bytes) and moves the costs to the job's host by the ratio of
-single-core speeds (:attr:`gpupred.setups.InputPipeline.host_speed`). The timeline
+single-core speeds (:func:`job_host_speed`: as the job says, else a GPU server's as this project measured them, about
+half the reference host's). The timeline
 (:func:`gpupred.step.physics.timeline.with_loader`) turns those seconds into the steady period and its stalls.
 
 ``LOADER_COLUMNS`` are the dataset's and a job frame's columns for them; a row without them (NaN) is resident.
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gpupred.loader.speed import GPU_HOST_SCORE
 from gpupred.step.physics.timeline import LoaderTimes
 from gpupred.setups import InputPipeline
 
@@ -30,6 +32,7 @@ class HostCosts(Protocol):
     ipc_per_batch_s: float
     ipc_per_byte_s: float
     copy_gbs: float
+    single_core_score: float  # of the host these costs were measured on (gpupred.loader.speed)
 
     def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
         """One core's seconds for one sample of ``kind`` at size ``scale``."""
@@ -60,6 +63,10 @@ class ProfileCosts:
     def copy_gbs(self) -> float:
         return self._pick("copy_gbs")
 
+    @property
+    def single_core_score(self) -> float:
+        return float(self.profile.single_core_score)
+
     def per_sample_s(self, kind: str, scale: float, variant: str | None = None) -> float:
         """One core's seconds for one sample (the profile's own measurement)."""
         return float(self.profile.per_sample_s(kind, scale, variant))
@@ -83,13 +90,27 @@ def sample_scale(pipeline: InputPipeline, sample_bytes: float) -> float:
     return pipeline.scale()
 
 
+def job_host_speed(pipeline: InputPipeline, costs: HostCosts) -> float:
+    """The single-core speed of the job's host relative to the host ``costs`` were measured on: as the pipeline gives
+    it (``host_speed``); else 1 for a host profile the job names (a bench or a measurement of its own host); else,
+    the reference profile's costs moved to a GPU server like those this project measured
+    (:data:`gpupred.loader.speed.GPU_HOST_SCORE` over the reference profile's own score: about 0.48). A job's CPU
+    work is done on the machine its GPU is in, and the two GPU servers measured run a core at about half the
+    reference host's speed."""
+    if pipeline.host_speed is not None:
+        return float(pipeline.host_speed)
+    if pipeline.profile is not None:
+        return 1.0
+    return GPU_HOST_SCORE / float(costs.single_core_score)
+
+
 def loader_times(pipeline: InputPipeline, batch_size: int, batch_bytes: float, costs: HostCosts) -> LoaderTimes | None:
     """The pipeline's per-batch seconds on the job's host (None for resident batches): a batch's making on one core
     (its samples, and its pinning when the main process makes it), the main process's receiving and pinning when
     workers make it, the workers and the cores."""
     if pipeline.resident:
         return None
-    speed = float(pipeline.host_speed)
+    speed = job_host_speed(pipeline, costs)
     per_sample = costs.per_sample_s(pipeline.kind, sample_scale(pipeline, batch_bytes / max(batch_size, 1)),
                                     variant_of(pipeline))
     produce = batch_size * per_sample / speed
