@@ -446,11 +446,11 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
     size = (f"sequence length {i['sequence_length']}" if i["sequence_length"] else
             f"image {i['image_size'][0]}x{i['image_size'][1]}" if i["image_size"] else "input size n/a")
     params = "n/a" if i["parameters"] is None else f"{i['parameters']:,} ({i['parameters'] / 1e6:.1f}M)"
+    named = "host_speed" in pipe["changes"] or "profile" in pipe["changes"]
+    server = "" if named else " (a GPU server as measured)"  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
             f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
-            f"{pipe['host_speed']:.2f}x the host profile's single-core speed"
-            f"{'' if 'host_speed' in pipe['changes'] or 'profile' in pipe['changes'] else ' (a GPU server as measured)'}"
-            f" ({_options(pipe['changes'])})")
+            f"{pipe['host_speed']:.2f}x the host profile's single-core speed{server} ({_options(pipe['changes'])})")
     asked = f" (asked: {gpu['asked']})" if gpu["asked"] and gpu["asked"] != gpu["name"] else ""
     card = ("n/a" if gpu["name"] is None else f"{gpu['name']}{asked}, {gpu['memory_gib']:g} GiB, "
             f"{gpu['measured_runs']} measured runs")
