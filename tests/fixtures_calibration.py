@@ -94,7 +94,7 @@ def _values(bench: str, p: dict[str, Any], gpu: Any, c: dict[str, float], m: dic
 def fixture_recording(gpu_name: str = "NVIDIA L4", step: dict[str, float] | None = None,
                       memory: dict[str, float] | None = None, noise: float = 0.0, seed: int = 0,
                       torch_version: str = "2.11.0+cu130", cuda: str = "13.0", uuid: str = "GPU-f1x7u4e0-0000",
-                      peaks_of: str | None = None) -> dict[str, Any]:
+                      peaks_of: str | None = None, host_score: float | None = None) -> dict[str, Any]:
     """A FIXTURE recording of every default case on a made-up GPU called ``gpu_name`` whose constants are ``step`` and
     ``memory`` (default ``TRUE_*``), with multiplicative log-normal ``noise`` on every device time; ``peaks_of`` names
     the table GPU whose datasheet the made-up timings follow (default ``gpu_name``: it must then be in the table)."""
@@ -112,7 +112,8 @@ def fixture_recording(gpu_name: str = "NVIDIA L4", step: dict[str, float] | None
                 "sm_clock_max_mhz": 2040.0, "mem_clock_max_mhz": 6251.0, "power_limit_w": 72.0, "compute_capability": "8.9"},
         "software": {"driver": "580.00.00", "cuda_driver": cuda, "cuda_runtime": cuda, "cudnn": "91000",
                      "torch": torch_version, "python": "3.11.0", "gpupred": "0.1.0"},
-        "host": {"cpu": "FIXTURE CPU", "cores": 8, "platform": "Linux-FIXTURE"},
+        "host": {"cpu": "FIXTURE CPU", "cores": 8, "platform": "Linux-FIXTURE",
+                 **({} if host_score is None else {"single_core_score": host_score})},
         "results": results,
     }
 

@@ -259,3 +259,30 @@ def test_the_training_runs_software_is_read_from_their_raw_files(tmp_path: Path)
     ids = pd.DataFrame({"run_id": ["h100-fixture/FIXTURE/fixture-000", "lucid:job-1", "h100-fixture/FIXTURE/absent"]})
     assert training_software(ids, tmp_path) == {"torch": ["fixture"], "cuda": ["fixture"]}  # the FIXTURE runs' own
     assert training_software(ids.iloc[1:], tmp_path) == {}
+
+
+def test_a_fed_job_runs_its_loader_on_the_calibrated_hosts_speed(artifact: Path, tmp_path: Path) -> None:
+    """A calibration records its GPU host's single-core score: a job fed by a host pipeline that names no host of its
+    own runs its loader at that score; one that names its host keeps it (FIXTURE calibrations of an L4)."""
+    from gpupred.loader.hostprofile import default_host_profile
+    from gpupred.loader.speed import GPU_HOST_SCORE
+    from gpupred.setups import InputPipeline
+
+    p = load_predictor(artifact)
+    fast = write_fixture_calibration(tmp_path / "l4-fast-host.json", gpu_name="NVIDIA L4", host_score=1.2)
+    slow = write_fixture_calibration(tmp_path / "l4-slow-host.json", gpu_name="NVIDIA L4", host_score=0.3)
+    images = InputPipeline("image-files", num_workers=2)
+
+    def made(cal: Path | bool, pipe: InputPipeline = images) -> float:
+        answer = p.answer(JOB, gpu="L4", calibration=cal, pipeline=pipe)
+        return answer["inputs"]["pipeline"]["host_speed"]
+
+    reference = default_host_profile().single_core_score
+    assert made(False) == pytest.approx(GPU_HOST_SCORE / reference)  # no calibration: a measured GPU server
+    assert made(fast) == pytest.approx(1.2 / reference) and made(slow) == pytest.approx(0.3 / reference)
+    own = InputPipeline("image-files", num_workers=2, host_speed=2.0)
+    assert made(slow, own) == 2.0  # the job's own word stands
+    steps = [p.predict(JOB, gpu="L4", calibration=c, pipeline=images).iloc[0]["iter_time_mean_s"] for c in (fast, slow)]
+    assert steps[1] > steps[0]  # the slower host makes and receives each batch more slowly
+    answer = p.answer(JOB, gpu="L4", calibration=slow, pipeline=images)
+    assert answer["inputs"]["pipeline"]["changes"]["host_score"] == 0.3

@@ -333,8 +333,10 @@ class InputPipeline:
     window). ``host_cores`` None gives each worker and the main process a core of its own; ``host_speed`` is the
     host's single-core speed relative to the host profile's (``gpupred loader bench``), so the profile's costs move
     by that ratio (None: a profile the job names is its own host's, 1; with none, the job runs on a GPU server like
-    those this project measured, :func:`gpupred.step.physics.inputfeed.job_host_speed`); ``profile`` a host-profile
-    file (None: the committed reference host's)."""
+    those this project measured, :func:`gpupred.step.physics.inputfeed.job_host_speed`); ``host_score`` the host's
+    single-core score itself (:mod:`gpupred.loader.speed`, 1.0 = the reference host: what ``gpupred loader bench``
+    prints and ``gpupred calibrate`` records, which a prediction with a calibration takes), moving the profile's costs
+    by its ratio to the profile's score; ``profile`` a host-profile file (None: the committed reference host's)."""
 
     kind: str = "resident"
     num_workers: int = 0
@@ -342,6 +344,7 @@ class InputPipeline:
     prefetch_factor: int | None = None
     host_cores: float | None = None
     host_speed: float | None = None
+    host_score: float | None = None
     image_width: int = 500
     image_height: int = 375
     image_format: str = "jpeg"
@@ -361,7 +364,7 @@ class InputPipeline:
         if self.prefetch_factor is not None and (self.num_workers == 0 or not self.prefetch_factor >= 1):
             raise GpupredError("prefetch_factor goes with workers (num_workers > 0) and is at least 1, as torch's "
                                f"DataLoader requires; got {self.prefetch_factor!r} with {self.num_workers} workers")
-        for name in ("host_cores", "host_speed", "audio_s"):
+        for name in ("host_cores", "host_speed", "host_score", "audio_s"):
             value = getattr(self, name)
             if value is not None and not float(value) > 0:
                 raise GpupredError(f"{name.replace('_', ' ')} must be more than 0, got {value!r}")
@@ -393,6 +396,12 @@ class InputPipeline:
     def cores(self) -> float:
         """The CPU cores the job's processes share: as given, else one per worker plus the main process."""
         return float(self.host_cores) if self.host_cores is not None else float(self.num_workers + 1)
+
+    def on_host(self, score: float | None) -> "InputPipeline":
+        """This pipeline on a host of single-core score ``score`` (the one a GPU's calibration recorded), unless it
+        names its host already (``host_speed``, ``host_score`` or a ``profile``) or the score is unknown (None)."""
+        named = self.host_speed is not None or self.host_score is not None or self.profile is not None
+        return self if score is None or self.resident or named else replace(self, host_score=float(score))
 
     @property
     def prefetch(self) -> int:

@@ -191,9 +191,10 @@ HostCores = Annotated[Optional[float], typer.Option("--host-cores", help="CPU co
 HostSpeed = Annotated[Optional[float], typer.Option("--host-speed", help="The host's single-core speed relative to the "
                                                                           "host profile's (`gpupred loader bench` "
                                                                           "prints its score). Default: 1 with "
-                                                                          "--loader-profile; without, a GPU server as "
-                                                                          "this project measured them, about half the "
-                                                                          "reference host's.",
+                                                                          "--loader-profile; without, the host a "
+                                                                          "calibration in use recorded, else a GPU "
+                                                                          "server as this project measured them, about "
+                                                                          "half the reference host's.",
                                                     show_default=False)]
 ImageSource = Annotated[Optional[str], typer.Option("--image-source", help="Source images WxH[:jpeg|png][:v1|v2] "
                                                                             "(default 500x375:jpeg:v1).",

@@ -446,8 +446,12 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
     size = (f"sequence length {i['sequence_length']}" if i["sequence_length"] else
             f"image {i['image_size'][0]}x{i['image_size'][1]}" if i["image_size"] else "input size n/a")
     params = "n/a" if i["parameters"] is None else f"{i['parameters']:,} ({i['parameters'] / 1e6:.1f}M)"
-    named = "host_speed" in pipe["changes"] or "profile" in pipe["changes"]
-    server = "" if named else " (a GPU server as measured)"  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
+    changes = pipe["changes"]
+    server = " (a GPU server as measured)"  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
+    if "host_speed" in changes or "profile" in changes:
+        server = ""
+    elif "host_score" in changes:  # the job's, or its GPU's calibration's
+        server = f" (a host of score {changes['host_score']:.2f})"
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
             f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
             f"{pipe['host_speed']:.2f}x the host profile's single-core speed{server} ({_options(pipe['changes'])})")

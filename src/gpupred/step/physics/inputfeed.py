@@ -92,13 +92,16 @@ def sample_scale(pipeline: InputPipeline, sample_bytes: float) -> float:
 
 def job_host_speed(pipeline: InputPipeline, costs: HostCosts) -> float:
     """The single-core speed of the job's host relative to the host ``costs`` were measured on: as the pipeline gives
-    it (``host_speed``); else 1 for a host profile the job names (a bench or a measurement of its own host); else,
-    the reference profile's costs moved to a GPU server like those this project measured
+    it (``host_speed``); else its host's score (``host_score``, e.g. from its GPU's calibration) over the costs'
+    host's; else 1 for a host profile the job names (a bench or a measurement of its own host); else, the reference
+    profile's costs moved to a GPU server like those this project measured
     (:data:`gpupred.loader.speed.GPU_HOST_SCORE` over the reference profile's own score: about 0.48). A job's CPU
     work is done on the machine its GPU is in, and the two GPU servers measured run a core at about half the
     reference host's speed."""
     if pipeline.host_speed is not None:
         return float(pipeline.host_speed)
+    if pipeline.host_score is not None:
+        return float(pipeline.host_score) / float(costs.single_core_score)
     if pipeline.profile is not None:
         return 1.0
     return GPU_HOST_SCORE / float(costs.single_core_score)
