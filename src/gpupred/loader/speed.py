@@ -30,7 +30,7 @@ REFERENCE_HOST = "2-core AMD EPYC (family 26, model 2) KVM guest, Python 3.11.7,
 # gpupred.loader.hostprofile.measured_gpu_host_score recomputes it, and a test holds the two equal): the H100 SXM's
 # host scored 0.5543 and the H200's 0.3965 (both 16-core Xeon guests, 2026-11-27), so sqrt(0.5543 x 0.3965). The
 # reference host, a 2024 EPYC core, is about twice as fast per core as either; their profiles' costs per sample bear it
-# out kind by kind (1.4x for log-mel audio to 2.5-2.9x for host tensors and JPEG v1).
+# out kind by kind: 1.3-1.4x the reference's for log-mel audio, 1.8-2.9x for JPEG v1, 2.5-2.6x for host tensors.
 GPU_HOST_SCORE = 0.469
 
 
