@@ -155,8 +155,8 @@ reports.metrics_table({k: v for k, v in phys_metrics.items()
 
 # %% [markdown]
 # Where it still fails: host-side work that no graph shows. Lucid's PointNet jobs load and sample point
-# clouds on the host each step (an order of magnitude below the step model's utilization here; the input-pipeline
-# section below takes their loader in), and every job that
+# clouds on the host each step (the input-pipeline section below takes their loader in: without it, the step model
+# puts their utilization an order of magnitude too high), and every job that
 # copies batches from host memory pays a transfer the model prices at a flat bandwidth. Under
 # leave-one-family-out, the families whose kernels no other family resembles miss most: EfficientNet, held out
 # with MobileNet, gets its depthwise efficiency from ShuffleNet alone and comes out too slow; Inception's

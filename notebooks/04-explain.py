@@ -111,12 +111,15 @@ if physics_explain and target in step_physics.PHYSICS_TARGETS:
 by_family.round(3) if physics_explain and target in step_physics.PHYSICS_TARGETS else "skipped"
 
 # %% [markdown]
-# Most families sit within ±0.1 of the step model (log(measured / physics)). It over-predicts (a negative
-# median) most where the host does work no graph shows: Lucid's PointNet loads and samples point clouds each
-# step (about ten times below the physics). Less so EfficientNet, whose depthwise convolutions share one fitted
-# efficiency with MobileNet's and ShuffleNet's, and NeuMF. It under-predicts (a positive median) DCGAN, even
-# with the GAN recipe's second discriminator pass, three losses and two optimizers, and Inception: both keep
-# the GPU busier than their timelines say, for reasons this data does not show. Where the correction's SHAP is
+# Most families sit within ±0.1 of the step model (log(measured / physics)). The largest gaps are Lucid's, on a GPU
+# and protocol this project never measured (an RTX 3090 under `CUDA_LAUNCH_BLOCKING=1`): the model under-predicts (a
+# positive median) its DCGAN, PointNet, LSTM and ResNet jobs and over-predicts (a negative median) its Transformer.
+# PointNet's step is its loader's, text files parsed on a GPU server's core (notebook 03-physics-first), and the
+# physics sits within a factor of 1.4 of it. Of this project's runs, it over-predicts EfficientNet and ViT most
+# (EfficientNet's depthwise convolutions share one fitted efficiency with MobileNet's and ShuffleNet's) and
+# under-predicts Inception, SqueezeNet and DCGAN, even with the GAN recipe's second discriminator pass, three losses
+# and two optimizers: they keep the GPU busier than their timelines say, for reasons this data does not show.
+# Where the correction's SHAP is
 # led by the fitted physics itself (`fit_phys_util`, `phys_host_s`), it is bending the step model's curve,
 # typically towards saturation near 100 %, rather than naming a missing mechanism.
 
