@@ -34,6 +34,7 @@ import numpy as np
 from gpupred.calibration.derive import STEP_MEASURED, Derived
 from gpupred.calibration.file import Calibration, read_calibration
 from gpupred.errors import GpupredError
+from gpupred.files import FileCache
 from gpupred.hardware import GpuSpec
 from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants, geometric_mean
 
@@ -149,10 +150,34 @@ def same_gpu(a: str, b: str) -> bool:
         return " ".join(a.lower().split()) == " ".join(b.lower().split())
 
 
+@dataclass
+class FolderEntry:
+    """One file of a calibration folder as :func:`find_calibration` read it: its JSON (None: not a calibration file)
+    and, once a prediction asked for its GPU, the file checked (:class:`Calibration`)."""
+
+    data: dict[str, Any] | None
+    checked: Calibration | None = None
+
+
+def folder_entry(path: Path) -> FolderEntry:
+    """A calibration folder's file, parsed (not checked: only a file of the GPU asked for is)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+        str(data["gpu"]["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return FolderEntry(None)
+    return FolderEntry(data)
+
+
+_FOLDER: FileCache[FolderEntry] = FileCache(64)  # per unchanged version of each file: a scheduler predicts many jobs
+
+
 def find_calibration(gpu: str, folder: Path | None = None) -> Calibration | None:
     """The newest calibration of GPU ``gpu`` in ``folder`` (default: this user's, :func:`gpupred.config.calibration_dir`),
-    checked; None when there is none. A file that claims this GPU but fails its checks is refused (one line)."""
-    import json
+    checked; None when there is none. A file that claims this GPU but fails its checks is refused (one line). Each
+    file is read and checked once while it is unchanged (it took 10 ms a prediction to read and check two files)."""
     import warnings
 
     from gpupred import config
@@ -162,14 +187,17 @@ def find_calibration(gpu: str, folder: Path | None = None) -> Calibration | None
     found: list[Calibration] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            data = json.loads(path.read_text())
-            name = str(data["gpu"]["name"])
-        except (OSError, ValueError, KeyError, TypeError):
+            entry = _FOLDER.read(path, folder_entry)
+        except OSError:  # gone since the listing
+            continue
+        if entry.data is None:
             warnings.warn(f"{path}: not a calibration file, skipped (remove it)", stacklevel=2)
             continue
-        if same_gpu(name, gpu):
-            validate(data, str(path))
-            found.append(Calibration(data, path))
+        if same_gpu(str(entry.data["gpu"]["name"]), gpu):
+            if entry.checked is None:
+                validate(entry.data, str(path))  # a refusal keeps nothing: the next prediction refuses it again
+                entry.checked = Calibration(entry.data, path)
+            found.append(entry.checked)
     return max(found, key=lambda c: (str(c.data["created_at"]), str(c.path))) if found else None
 
 
