@@ -6,6 +6,7 @@ the pipeline at another tree (tests do this to run notebooks on fixtures in a te
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -91,9 +92,21 @@ def calibration_dir() -> Path:
     override = os.environ.get(CALIBRATION_DIR_ENV, "").strip()
     if override:
         return Path(override).expanduser().resolve()
+    return user_cache() / "calibrations"
+
+
+def user_cache() -> Path:
+    """This user's cache folder for gpupred (platformdirs'; ``$XDG_CACHE_HOME/gpupred`` on Linux), looked up once per
+    value of the variables it reads: every prediction asks."""
+    return platform_cache(os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def platform_cache(xdg_cache_home: str | None, home: str | None) -> Path:
+    """platformdirs' user cache folder for gpupred, under these values of the variables it reads (the cache's key)."""
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("gpupred", appauthor=False)) / "calibrations"
+    return Path(user_cache_dir("gpupred", appauthor=False))
 
 
 # Host profiles (`gpupred loader bench`): what the standard input pipelines cost per sample on a host's CPU. The one
@@ -110,6 +123,4 @@ def host_profile_dir() -> Path:
     override = os.environ.get(HOST_PROFILE_DIR_ENV, "").strip()
     if override:
         return Path(override).expanduser().resolve()
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("gpupred", appauthor=False)) / "hosts"
+    return user_cache() / "hosts"

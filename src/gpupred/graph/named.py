@@ -6,6 +6,7 @@ so a scheduler that asks twice pays once and a cached graph is predicted without
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
@@ -81,12 +82,18 @@ def named_info(path: Path) -> dict[str, Any]:
     return json.loads(side.read_text()) if side.is_file() else {}
 
 
+@functools.lru_cache(maxsize=256)
+def real_folder(folder: Path) -> Path:
+    """A folder's resolved path, worked out once per process (every prediction of a file asks for its folder's)."""
+    return folder.resolve()
+
+
 def named_label(path: str | Path) -> str | None:
     """How a cached named graph was asked for (``hf gpt2-large``, ``timm resnet50``), what errors call it; None for
     any other file."""
     from gpupred import config
 
-    if Path(path).parent.resolve() != (config.ONNX_CACHE / "named").resolve():
+    if real_folder(Path(path).parent) != real_folder(config.ONNX_CACHE / "named"):
         return None
     return info_label(named_info(Path(path)))
 
