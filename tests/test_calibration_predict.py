@@ -21,6 +21,7 @@ from gpupred.calibration.derive import STEP_MEASURED
 from gpupred.calibration.use import applied, resolve_calibration, standin_reference
 from gpupred.errors import GpupredError
 from gpupred.step.physics.constants import DEFAULT
+from gpupred.predictor.answer import render_text
 from gpupred.predictor.loading import load_predictor
 from gpupred.predictor.training import export_predictor, train_predictor
 from fixtures_cli import run_cli
@@ -287,3 +288,5 @@ def test_a_fed_job_runs_its_loader_on_the_calibrated_hosts_speed(artifact: Path,
     assert steps[1] > steps[0]  # the slower host makes and receives each batch more slowly
     answer = p.answer(JOB, gpu="L4", calibration=slow, pipeline=images)
     assert answer["inputs"]["pipeline"]["changes"]["host_score"] == 0.3
+    assert answer["inputs"]["pipeline"]["host_named_by"] == "host_score"
+    assert "single-core speed (a host of score 0.30)" in " ".join(render_text(answer).split())  # wrapped or not

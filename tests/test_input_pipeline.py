@@ -94,6 +94,9 @@ def test_a_job_that_names_no_host_runs_on_a_measured_gpu_server() -> None:
     assert job_host_speed(image, reference) == pytest.approx(GPU_HOST_SCORE / 0.97)
     assert job_host_speed(InputPipeline("image-files", host_speed=1.5), reference) == 1.5  # as the job says
     assert job_host_speed(InputPipeline("image-files", profile="mine.json"), reference) == 1.0  # its own host's
+    both = InputPipeline("image-files", host_score=0.6, profile="mine.json")  # a score says more than a profile
+    assert job_host_speed(both, reference) == pytest.approx(0.6 / 0.97) and both.host_named_by == "host_score"
+    assert both.on_host(0.3) is both and image.host_named_by is None
     slow = loader_times(image, 64, 1e6, reference)
     fast = loader_times(InputPipeline("image-files", num_workers=4, host_speed=1.0), 64, 1e6, reference)
     assert slow.produce_s == pytest.approx(fast.produce_s * 0.97 / GPU_HOST_SCORE)

@@ -397,10 +397,19 @@ class InputPipeline:
         """The CPU cores the job's processes share: as given, else one per worker plus the main process."""
         return float(self.host_cores) if self.host_cores is not None else float(self.num_workers + 1)
 
+    @property
+    def host_named_by(self) -> str | None:
+        """Which field names the job's host, the first given of ``host_speed``, ``host_score`` and ``profile`` (in
+        the order :func:`gpupred.step.physics.inputfeed.job_host_speed` reads them); None when none does."""
+        for name in ("host_speed", "host_score", "profile"):
+            if getattr(self, name) is not None:
+                return name
+        return None
+
     def on_host(self, score: float | None) -> "InputPipeline":
         """This pipeline on a host of single-core score ``score`` (the one a GPU's calibration recorded), unless it
-        names its host already (``host_speed``, ``host_score`` or a ``profile``) or the score is unknown (None)."""
-        named = self.host_speed is not None or self.host_score is not None or self.profile is not None
+        names its host already (:attr:`host_named_by`) or the score is unknown (None)."""
+        named = self.host_named_by is not None
         return self if score is None or self.resident or named else replace(self, host_score=float(score))
 
     @property

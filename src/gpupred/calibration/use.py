@@ -36,6 +36,7 @@ from gpupred.calibration.file import Calibration, read_calibration
 from gpupred.errors import GpupredError
 from gpupred.files import FileCache
 from gpupred.hardware import GpuSpec
+from gpupred.setups import InputPipeline
 from gpupred.step.physics.constants import BOUNDS, DEFAULT, StepConstants, geometric_mean
 
 STANDIN = "published defaults (no calibration of a measured GPU committed yet)"
@@ -124,6 +125,11 @@ class AppliedCalibration:
         if "allocator" in mem and ref.allocator:
             alloc = float(np.clip(alloc * mem["allocator"] / ref.allocator, 0.5, 3.0))
         return replace(fitted, context_mib={**fitted.context_mib, key: ctx}, allocator={**fitted.allocator, key: alloc})
+
+    def feeding(self, pipeline: InputPipeline) -> InputPipeline:
+        """``pipeline`` run on this GPU's host, at the single-core score calibrate measured there
+        (:meth:`gpupred.setups.InputPipeline.on_host`: a pipeline that names its own host keeps it)."""
+        return pipeline.on_host(self.calibration.single_core_score)
 
     def hardware(self) -> ContextManager[None]:
         """A block in which gpupred knows this GPU by name (its measured peaks, when it is outside the table)."""

@@ -102,6 +102,7 @@ def _inputs_schema() -> dict[str, Any]:
     pipeline = _object({"kind": {"type": "string"}, "resident": {"type": "boolean"},
                         "num_workers": {"type": "integer"}, "pin_memory": {"type": "boolean"},
                         "host_cores": _nullable("number"), "host_speed": _nullable("number"),
+                        "host_named_by": {"enum": ["host_speed", "host_score", "profile", None]},
                         "changes": {"type": "object"}})
     gpu = _object({"asked": _nullable("string"), "name": _nullable("string"), "memory_gib": _nullable("number"),
                    "measured_runs": _nullable("integer")})
@@ -261,7 +262,8 @@ def setup_changes(setup: TrainingSetup, batch: int | None, own: tuple[int | None
 
 def pipeline_section(pipeline: InputPipeline) -> dict[str, Any]:
     """How batches reach the GPU: resident, or a host pipeline's kind, workers, cores, the host's single-core speed
-    relative to its profile's as the costs were moved (given, or the default the job got) and every option it
+    relative to its profile's as the costs were moved (given, or the default the job got), which option named the
+    host (:attr:`gpupred.setups.InputPipeline.host_named_by`; None: a GPU server as measured) and every option it
     changes."""
     speed = None
     if not pipeline.resident:
@@ -270,7 +272,7 @@ def pipeline_section(pipeline: InputPipeline) -> dict[str, Any]:
         speed = job_host_speed(pipeline, host_costs(pipeline))
     return {"kind": pipeline.kind, "resident": bool(pipeline.resident), "num_workers": int(pipeline.num_workers),
             "pin_memory": bool(pipeline.pin_memory), "host_cores": None if pipeline.resident else float(pipeline.cores),
-            "host_speed": speed, "changes": _plain(pipeline.changes())}
+            "host_speed": speed, "host_named_by": pipeline.host_named_by, "changes": _plain(pipeline.changes())}
 
 
 def gpu_section(predictor: Any, asked: str | None, kind: str) -> dict[str, Any]:
@@ -447,11 +449,10 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
             f"image {i['image_size'][0]}x{i['image_size'][1]}" if i["image_size"] else "input size n/a")
     params = "n/a" if i["parameters"] is None else f"{i['parameters']:,} ({i['parameters'] / 1e6:.1f}M)"
     changes = pipe["changes"]
-    server = " (a GPU server as measured)"  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
-    if "host_speed" in changes or "profile" in changes:
-        server = ""
-    elif "host_score" in changes:  # the job's, or its GPU's calibration's
-        server = f" (a host of score {changes['host_score']:.2f})"
+    named_by = pipe["host_named_by"]
+    server = ("" if named_by in ("host_speed", "profile") else  # the job names its host's speed or its profile
+              f" (a host of score {changes['host_score']:.2f})" if named_by == "host_score" else  # its own, or calibrated
+              " (a GPU server as measured)")  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
             f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
             f"{pipe['host_speed']:.2f}x the host profile's single-core speed{server} ({_options(pipe['changes'])})")

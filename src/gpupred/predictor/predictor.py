@@ -271,7 +271,7 @@ class Predictor:
             job = JobOptions(job.batch_size, job.precision, job.optimizer, cal.calibration.gpu_name, job.setup)
         piped = pipeline is not None and not pipeline.resident
         if piped and cal is not None:
-            pipeline = pipeline.on_host(cal.calibration.single_core_score)  # the GPU host's, as calibrate measured it
+            pipeline = cal.feeding(pipeline)  # on the GPU host's cores, as calibrate measured them
         with cal.hardware() if cal is not None else nullcontext():
             graph = resolve_graph(x, job)  # a job given as a graph: featurized once
             self._check_setup(job, graph)
@@ -351,7 +351,7 @@ class Predictor:
                 raise GpupredError(f"job {label}: {err}") from None
             piped = pipeline if pipeline is not None and not pipeline.resident else RESIDENT
             if cal is not None:
-                piped = piped.on_host(cal.calibration.single_core_score)  # as :meth:`_predict_job` does
+                piped = cal.feeding(piped)  # as :meth:`_predict_job` does
             _, idx, graphs, pipelines = groups.setdefault((gpu_name, id(cal)), (cal, [], [], []))
             idx.append(i)
             graphs.append(graph)

@@ -98,11 +98,12 @@ def job_host_speed(pipeline: InputPipeline, costs: HostCosts) -> float:
     (:data:`gpupred.loader.speed.GPU_HOST_SCORE` over the reference profile's own score: about 0.48). A job's CPU
     work is done on the machine its GPU is in, and the two GPU servers measured run a core at about half the
     reference host's speed."""
-    if pipeline.host_speed is not None:
-        return float(pipeline.host_speed)
-    if pipeline.host_score is not None:
-        return float(pipeline.host_score) / float(costs.single_core_score)
-    if pipeline.profile is not None:
+    named_by = pipeline.host_named_by
+    if named_by == "host_speed":
+        return float(pipeline.host_speed)  # type: ignore[arg-type]
+    if named_by == "host_score":
+        return float(pipeline.host_score) / float(costs.single_core_score)  # type: ignore[arg-type]
+    if named_by == "profile":
         return 1.0
     return GPU_HOST_SCORE / float(costs.single_core_score)
 
