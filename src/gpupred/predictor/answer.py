@@ -451,7 +451,7 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
     changes = pipe["changes"]
     named_by = pipe["host_named_by"]
     server = ("" if named_by in ("host_speed", "profile") else  # the job names its host's speed or its profile
-              f" (a host of score {changes['host_score']:.2f})" if named_by == "host_score" else  # its own, or calibrated
+              f" (a host of score {changes['host_score']:.2f})" if named_by == "host_score" else  # or calibrated
               " (a GPU server as measured)")  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
             f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
