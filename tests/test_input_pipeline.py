@@ -75,19 +75,20 @@ def test_resident_rows_keep_their_step() -> None:
 def test_loader_times_from_host_costs() -> None:
     batch_bytes = 64 * 3 * 224 * 224 * 4
     inline = loader_times(InputPipeline("image-files", pin_memory=True), 64, batch_bytes, FixtureCosts())
-    assert inline == LoaderTimes(64 * 2e-3 + batch_bytes / 4e9, 0.0, 0, 1.0)
+    assert inline == LoaderTimes(64 * 2e-3 + batch_bytes / 4e9, 0.0, 0, 1.0, host_guessed=True)  # no host named
     workers = loader_times(InputPipeline("image-files", num_workers=4, host_speed=2.0), 64, batch_bytes, FixtureCosts())
     handoff = 5e-4 + 1e-9 * batch_bytes  # a worker's putting a batch, as costly as the main process's receiving it
     assert workers == LoaderTimes((64 * 2e-3 + handoff) / 2, handoff / 2, 4, 5.0)
     pinned = loader_times(InputPipeline("image-files", num_workers=4, pin_memory=True), 64, batch_bytes, FixtureCosts())
-    assert pinned == LoaderTimes(64 * 2e-3 + handoff, 5e-4, 4, 5.0, 1e-9 * batch_bytes + batch_bytes / 4e9)
+    assert pinned == LoaderTimes(64 * 2e-3 + handoff, 5e-4, 4, 5.0, 1e-9 * batch_bytes + batch_bytes / 4e9, True)
     assert loader_times(RESIDENT, 64, batch_bytes, FixtureCosts()) is None
     assert np.isnan(list(loader_columns(None).values())).all()
 
 
 def test_a_job_that_names_no_host_runs_on_a_measured_gpu_server() -> None:
     from gpupred import config
-    from gpupred.loader.hostprofile import default_host_profile, measured_gpu_host_score
+    from gpupred.loader.hostprofile import default_host_profile, measured_gpu_host_score, measured_gpu_host_scores
+    from gpupred.loader.speed import HOST_SCORE_BAND
 
     reference = FixtureCosts(single_core_score=0.97)  # costs measured on a host as fast as the reference
     image = InputPipeline("image-files", num_workers=4)
@@ -102,7 +103,31 @@ def test_a_job_that_names_no_host_runs_on_a_measured_gpu_server() -> None:
     assert slow.produce_s == pytest.approx(fast.produce_s * 0.97 / GPU_HOST_SCORE)
     # the constant is what the committed GPU hosts' profiles say, and the reference host is about twice as fast
     assert measured_gpu_host_score(config.RAW) == pytest.approx(GPU_HOST_SCORE, abs=5e-4)
+    assert min(measured_gpu_host_scores(config.RAW).values()) == pytest.approx(HOST_SCORE_BAND[0], abs=5e-4)
     assert 1.8 < default_host_profile().single_core_score / GPU_HOST_SCORE < 2.3
+
+
+def test_the_host_band_moves_a_guessed_hosts_loader_to_each_end() -> None:
+    """FIXTURE rows: a guessed host's loader times go as GPU_HOST_SCORE over each end of HOST_SCORE_BAND, and the
+    bounds of those rows alone reach what each end gives."""
+    from gpupred.loader.speed import HOST_SCORE_BAND
+    from gpupred.step.physics.fit import FitRows
+    from gpupred.step.rowphysics import PhysicsData, guessed_hosts, host_band_physics, spread_over_hosts
+
+    loaders = [LoaderTimes(1.0, 0.5, 2, 3.0, 0.1, True), None, LoaderTimes(1.0, 0.5, 2, 3.0, 0.1)]
+    rows = FitRows([None] * 3, [None] * 3, ["fp32"] * 3, ["step"] * 3, [True, False, True], np.full(3, np.nan),
+                   np.full(3, np.nan), loaders)
+    pdata = PhysicsData(rows, [("H100 SXM", "nvml-poll")] * 3)
+    assert guessed_hosts(pdata).tolist() == [True, False, False]  # resident, and a host named, are not guesses
+    seen: list[LoaderTimes] = []
+    ends = host_band_physics(pdata, np.array([0]), lambda p: (seen.extend(p.rows.loaders), (np.ones(1), np.ones(1)))[1])
+    assert len(ends) == 2
+    assert [t.produce_s for t in seen] == pytest.approx([GPU_HOST_SCORE / s for s in HOST_SCORE_BAND])
+    assert [t.pin_s / t.main_s for t in seen] == pytest.approx([0.2, 0.2]) and {t.workers for t in seen} == {2}
+    lo, hi = spread_over_hosts(np.array([1.0, 1.0]), np.array([2.0, 2.0]), np.array([1.0, 1.0]), np.array([0]),
+                               [np.array([0.5]), np.array([1.5])])
+    assert lo.tolist() == [0.5, 1.0] and hi.tolist() == [3.0, 2.0]
+    assert HOST_SCORE_BAND[0] < GPU_HOST_SCORE < HOST_SCORE_BAND[1]
 
 
 def test_options_are_checked_in_one_line() -> None:
@@ -148,6 +173,22 @@ def test_a_fed_job_waits_for_its_loader_and_more_workers_help(predictor) -> None
     assert utils == sorted(utils) and utils[-1] < resident["gpu_util"]
     fed = _answer(predictor, InputPipeline("image-files", num_workers=0))
     assert fed["iter_time_mean_s"] > resident["iter_time_mean_s"] and fed["memory_mib"] == resident["memory_mib"]
+
+
+def test_a_job_that_names_no_host_gets_intervals_over_the_hosts_it_may_run_on(predictor) -> None:
+    """A loader-bound job priced on a GPU server as measured answers as one that names that very host, with bounds
+    that reach the slowest GPU host measured and the reference host (HOST_SCORE_BAND); a resident job keeps its."""
+    def row(pipeline: InputPipeline | None) -> object:
+        return predictor.predict(WORKLOAD, gpu=GPU, calibration=False, pipeline=pipeline).iloc[0]
+
+    guessed = row(InputPipeline("image-files", num_workers=2))
+    named = row(InputPipeline("image-files", num_workers=2, host_score=GPU_HOST_SCORE))
+    for t in ("iter_time_mean_s", "gpu_util"):
+        assert guessed[t] == pytest.approx(named[t], rel=1e-12)
+        assert guessed[f"{t}_low"] <= named[f"{t}_low"] and guessed[f"{t}_high"] >= named[f"{t}_high"]
+    assert guessed["iter_time_mean_s_low"] < 0.8 * named["iter_time_mean_s_low"]  # a host twice as fast
+    assert guessed["iter_time_mean_s_high"] > 1.1 * named["iter_time_mean_s_high"]  # the H200's, 15% slower
+    assert row(None)["iter_time_mean_s_low"] == row(RESIDENT)["iter_time_mean_s_low"]
 
 
 def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:

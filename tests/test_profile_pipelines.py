@@ -17,8 +17,8 @@ from gpupred.errors import GpupredError
 from gpupred.profile.fake import FakeBackend
 from gpupred.profile.harness import run_unit
 from gpupred.profile.schema import RUN_SCHEMA, read_runs
-from gpupred.profile.units import load_plan, parse_group_id, parse_plan_text, pipeline_json
-from gpupred.setups import RESIDENT, pipeline_from_json, pipeline_of
+from gpupred.profile.units import load_plan, parse_group_id, parse_plan_text
+from gpupred.setups import RESIDENT, pipeline_from_json, pipeline_json, pipeline_of
 
 from profile_faults import TINY, tiny_config
 

@@ -459,6 +459,16 @@ def pipeline_of(kind: str | None = None, **options: Any) -> InputPipeline:
     return replace(RESIDENT, kind=kind or "resident", **given)
 
 
+def pipeline_json(pipeline: InputPipeline) -> str:
+    """A run row's and a job frame's ``pipeline``: the options that differ from a resident batch as sorted JSON (''
+    when resident); :func:`pipeline_from_json` reads it back."""
+    import json
+
+    if pipeline.resident:
+        return ""
+    return json.dumps(pipeline.changes(), sort_keys=True, separators=(",", ":"))
+
+
 def pipeline_from_json(text: Any) -> InputPipeline:
     """The pipeline a JSON object of its options describes (a dataset record's ``pipeline``; empty or NaN: resident)."""
     import json

@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from gpupred.profile import store
 from gpupred.profile.schema import RUN_SCHEMA, SAMPLE_SCHEMA
-from gpupred.profile.units import Unit, member_setup_json, pipeline_json
+from gpupred.profile.units import Unit, member_setup_json
+from gpupred.setups import pipeline_json
 
 NOTE = "simulated by `gpupred campaign next --dry-run`: never data"
 

@@ -248,13 +248,19 @@ def default_host_profile() -> HostProfile:
     return read_host_profile(config.HOST_PROFILE)
 
 
-def measured_gpu_host_score(raw_root: str | Path) -> float:
-    """The geometric mean, over the GPU kinds measured under ``raw_root`` (data/raw: one folder per kind), of the
-    single-core scores of the host profiles recorded beside their sweeps (``<kind>/<sweep>/host-profile-*.json``), each
-    kind's own hosts averaged first: what :data:`gpupred.loader.speed.GPU_HOST_SCORE` holds. NaN where none is."""
+def measured_gpu_host_scores(raw_root: str | Path) -> dict[str, float]:
+    """Per GPU kind measured under ``raw_root`` (data/raw: one folder per kind), the geometric mean of the single-core
+    scores of the host profiles recorded beside its sweeps (``<kind>/<sweep>/host-profile-*.json``)."""
     per_kind: dict[str, list[float]] = {}
     for path in sorted(Path(raw_root).glob("*/*/host-profile-*.json")):
         per_kind.setdefault(path.parent.parent.name, []).append(math.log(read_host_profile(path).single_core_score))
-    if not per_kind:
+    return {kind: math.exp(sum(v) / len(v)) for kind, v in per_kind.items()}
+
+
+def measured_gpu_host_score(raw_root: str | Path) -> float:
+    """The geometric mean over GPU kinds of :func:`measured_gpu_host_scores` (each kind's own hosts averaged first):
+    what :data:`gpupred.loader.speed.GPU_HOST_SCORE` holds. NaN where none is."""
+    scores = measured_gpu_host_scores(raw_root)
+    if not scores:
         return float("nan")
-    return math.exp(sum(sum(v) / len(v) for v in per_kind.values()) / len(per_kind))
+    return math.exp(sum(math.log(v) for v in scores.values()) / len(scores))

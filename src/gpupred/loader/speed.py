@@ -12,7 +12,8 @@ family 26 model 2, AVX-512), Python 3.11.7, numpy 2.4.6, measured with this modu
 of :func:`workload_times`: ``REFERENCE_S`` below. Its own profile is ``data/hosts/`` (``gpupred.config.HOSTS``).
 
 A job that names no host is taken to run on a GPU server like the ones this project measured (``GPU_HOST_SCORE``), not
-on the reference host: the development machine is a fast desktop-class core, the servers GPUs sit in are not.
+on the reference host: the development machine is a fast desktop-class core, the servers GPUs sit in are not. Its
+intervals span ``HOST_SCORE_BAND``, the hosts it may run on.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ REFERENCE_HOST = "2-core AMD EPYC (family 26, model 2) KVM guest, Python 3.11.7,
 # reference host, a 2024 EPYC core, is about twice as fast per core as either; their profiles' costs per sample bear it
 # out kind by kind: 1.3-1.4x the reference's for log-mel audio, 1.8-2.9x for JPEG v1, 2.5-2.6x for host tensors.
 GPU_HOST_SCORE = 0.469
+# The hosts a job that names none may run on, as scores: from the slowest GPU server this project measured (the H200's
+# host, 0.3965; gpupred.loader.hostprofile.measured_gpu_host_scores finds it, and a test holds the two equal) to the
+# reference host itself (1.0: a 2024 EPYC server core, as fast per core as the servers GPUs sit in come). Such a job is
+# priced at GPU_HOST_SCORE, and its step-model intervals reach what either end gives
+# (gpupred.step.rowphysics.host_band_physics): where the loader binds, a host twice as fast halves the step.
+HOST_SCORE_BAND: tuple[float, float] = (0.3965, 1.0)
 
 
 def python_part(n: int = 400_000) -> int:

@@ -12,7 +12,8 @@ import time
 from typing import Any, Callable
 
 from gpupred.profile.harness import HarnessConfig, UnitInterrupted, UnitResult, estimate_unit_s
-from gpupred.profile.units import Unit, pipeline_json, setup_options_json
+from gpupred.profile.units import Unit, setup_options_json
+from gpupred.setups import pipeline_json
 
 
 def _unit_task(workload_ids: tuple[str, ...], cfg: dict[str, Any], dry_run: bool, sweep_id: str,

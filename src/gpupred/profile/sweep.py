@@ -31,7 +31,8 @@ from gpupred.profile.harness import (
     run_unit,
 )
 from gpupred.profile.nvml import open_backend, require_gpu
-from gpupred.profile.units import Unit, check_sync, load_plan, pipeline_json, setup_options_json
+from gpupred.profile.units import Unit, check_sync, load_plan, setup_options_json
+from gpupred.setups import pipeline_json
 
 # settings that must match when a sweep folder is resumed (they change what is measured)
 _PINNED = ("window_s", "min_iters", "max_window_s", "warmup_min_s", "warmup_min_iters", "warmup_max_s",

@@ -24,7 +24,7 @@ end with options, in any order:
 The raw-data schema carries no new column for sync or repeat: both live in the group id (:func:`parse_group_id`),
 so sweeps written before a marker existed read as they always did. A pipeline lives in the group id too
 (``~pipe-...`` before the other markers, :func:`pipeline_slug`) and in the run rows' ``pipeline`` column (the
-options' JSON, :func:`pipeline_json`; '' for a resident batch).
+options' JSON, :func:`gpupred.setups.pipeline_json`; '' for a resident batch).
 """
 
 from __future__ import annotations
@@ -108,14 +108,6 @@ class Unit:
     def label(self) -> str:
         """Readable: the ids joined by ' + '."""
         return " + ".join(self.workload_ids)
-
-
-def pipeline_json(pipeline: InputPipeline) -> str:
-    """The run row's ``pipeline``: the options that differ from a resident batch as sorted JSON ('' when resident);
-    :func:`gpupred.setups.pipeline_from_json` reads it back."""
-    if pipeline.resident:
-        return ""
-    return json.dumps(pipeline.changes(), sort_keys=True, separators=(",", ":"))
 
 
 def member_setup(options: tuple[tuple[str, object], ...], spec: WorkloadSpec) -> TrainingSetup:

@@ -19,7 +19,10 @@ consume (out of fold), notebook 08 exports and the predictor's card describes.
 ``predict`` on rows of the same columns (no labels needed): point and ``_low``/``_high`` per target, ``samples_per_s``
 from the iteration time and ``batch_size``, and ``extrapolated`` (the row's GPU kind and protocol had no training
 rows: its constants are borrowed, :meth:`gpupred.step.physics.constants.ConstantsTable.get`, and its intervals reach at
-least the extrapolation width). Kernels come with the rows (:class:`gpupred.step.rowphysics.PhysicsData`) or from each
+least the extrapolation width; a row fed by a host pipeline that names no host of its own, priced on a GPU server as
+measured, reaches what physics gives on each end of :data:`gpupred.loader.speed.HOST_SCORE_BAND`:
+:func:`gpupred.step.rowphysics.host_band_physics`). Kernels come with the rows
+(:class:`gpupred.step.rowphysics.PhysicsData`) or from each
 row's workload graph.
 """
 
@@ -34,12 +37,14 @@ from gpupred.errors import GpupredError
 from gpupred.learn.conformal import widen
 from gpupred.learn.folds import INTERVAL_GROUPINGS, interval_groups
 from gpupred.learn.params import Estimator
+from gpupred.loader.speed import GPU_HOST_SCORE, HOST_SCORE_BAND
 from gpupred.step.correction import (
     CORRECTION_FEATURES, WEIGHTINGS, Correction, CorrectionSetting, correction_features,
 )
 from gpupred.step.rowphysics import (
     MIN_LOADER_ROWS, PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
-    fitted_physics, loader_bound, loader_width, physics_data, row_physics, rows_unfitted,
+    fitted_physics, host_band_physics, loader_bound, loader_width, physics_data, row_physics, rows_unfitted,
+    spread_over_hosts, guessed_hosts,
 )
 from gpupred.step.physics.constants import StepConstants
 from gpupred.step.physics.timeline import STEP_COLUMNS
@@ -144,9 +149,15 @@ class StepEstimator(Estimator):
         :class:`gpupred.columnar.Columns`, what the predictor's core passes)."""
         pdata = physics.align(X) if physics is not None else physics_data(X)
         X = with_default_physics(X, pdata)
-        util, step = row_physics(pdata, self.constants_) if constants is None else _physics_under(pdata, constants)
+
+        def priced(p: PhysicsData) -> tuple[np.ndarray, np.ndarray]:
+            return row_physics(p, self.constants_) if constants is None else _physics_under(p, constants)
+
+        util, step = priced(pdata)
         unfitted, new_arch, new_protocol = rows_unfitted(pdata.keys, self.constants_)
         bound = loader_bound(pdata)
+        guessed = np.flatnonzero(guessed_hosts(pdata))
+        ends = host_band_physics(pdata, guessed, priced) if len(guessed) else []
         out: dict[str, np.ndarray] = {}  # columns gathered first: inserting them one by one costs ~0.3 ms each
         matrix, strata = correction_features(X, self.features_, util, step), _sources(X)  # every target's inputs
         for target in self.fitted_targets_:
@@ -158,6 +169,8 @@ class StepEstimator(Estimator):
                          else widths[target])
                 lo, hi = widen(pt, lo, hi, width, unfitted, log1p=not is_step)
                 lo, hi = widen(pt, lo, hi, self.loader_widths_[target][0], bound, log1p=not is_step)
+                if ends:  # a host named by no one: every host of the band
+                    lo, hi = spread_over_hosts(lo, hi, base, guessed, [e[int(is_step)] for e in ends])
             if not is_step:
                 pt, lo, hi = (np.clip(a, 0, 100) for a in (pt, lo, hi))
             out[target], out[f"{target}_low"], out[f"{target}_high"] = pt, lo, hi
@@ -201,6 +214,12 @@ class StepEstimator(Estimator):
                                                 "unmeasured (fewer than MIN_LOADER_ROWS loader-bound training rows): "
                                                 "a factor of 2 either way"}
                                    for t, (w, n) in self.loader_widths_.items()},
+            "host_band": {"scores": list(HOST_SCORE_BAND), "priced_at": GPU_HOST_SCORE,
+                          "rule": "a job fed by a host pipeline that names no host (no host speed, score or profile) "
+                                  "is priced on a GPU server as measured (priced_at, a single-core score), and its "
+                                  "step-model bounds reach those moved by physics at each end of the band: the slowest "
+                                  "GPU host measured and the reference host "
+                                  "(gpupred.step.rowphysics.host_band_physics)"},
             "extrapolated_width": {t: {"key": w.key, "architecture": w.architecture, "protocol": w.protocol,
                                        "fallback": w.fallback,
                                        "scale": "log" if PHYSICS_TARGETS[t] == "step" else "log1p",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -96,13 +96,15 @@ def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> Phys
 def loaders_of(df: pd.DataFrame) -> list[LoaderTimes | None] | None:
     """Each row's host input pipeline from its ``LOADER_COLUMNS`` (None where absent or NaN: resident batches); None
     when no row has one."""
-    if not set(LOADER_COLUMNS) <= set(df.columns):
+    times = LOADER_COLUMNS[:5]  # the guessed-host flag is read where a frame has it (datasets from before it: no)
+    if not set(times) <= set(df.columns):
         return None
-    values = df[list(LOADER_COLUMNS)].to_numpy(float)
+    values = df[list(times)].to_numpy(float)
     if np.isnan(values[:, 0]).all():
         return None
-    return [None if np.isnan(v[0]) else LoaderTimes(float(v[0]), float(v[1]), int(v[2]), float(v[3]), float(v[4]))
-            for v in values]
+    guessed = df[LOADER_COLUMNS[5]].to_numpy(float) == 1 if LOADER_COLUMNS[5] in df.columns else np.zeros(len(df), bool)
+    return [None if np.isnan(v[0]) else LoaderTimes(float(v[0]), float(v[1]), int(v[2]), float(v[3]), float(v[4]),
+                                                    bool(g)) for v, g in zip(values, guessed)]
 
 
 def rows_key(ids: np.ndarray | Sequence[Any], ordered: bool = False) -> str:
@@ -162,6 +164,48 @@ def loader_bound(pdata: PhysicsData, share: float = LOADER_BOUND_SHARE) -> np.nd
         args = (rows.kernels[i], rows.gpus[i], rows.precisions[i], DEFAULT, rows.syncs[i], rows.host_batches[i])
         out[i] = simulate(*args, loader).step_s > (1.0 + share) * simulate(*args, None).step_s
     return out
+
+
+def guessed_hosts(pdata: PhysicsData) -> np.ndarray:
+    """Per row, whether a host pipeline feeds it whose job named no host of its own
+    (:attr:`gpupred.step.physics.timeline.LoaderTimes.host_guessed`): its loader was priced on a GPU server as measured
+    (:data:`gpupred.loader.speed.GPU_HOST_SCORE`), a guess :func:`host_band_physics` spreads."""
+    loaders = pdata.rows.loaders or [None] * len(pdata.keys)
+    return np.array([loader is not None and loader.host_guessed for loader in loaders], dtype=bool)
+
+
+def host_band_physics(pdata: PhysicsData, rows: np.ndarray,
+                      physics: Callable[[PhysicsData], tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:
+    """(utilization %, step s) by ``physics`` of the ``rows`` of ``pdata`` with their host pipelines moved from
+    :data:`gpupred.loader.speed.GPU_HOST_SCORE`, where they were priced, to each end of
+    :data:`gpupred.loader.speed.HOST_SCORE_BAND` (a host's times go as one over its single-core score): what a job
+    that names no host gives on the slowest and the fastest host it may run on."""
+    from dataclasses import replace
+
+    from gpupred.loader.speed import GPU_HOST_SCORE, HOST_SCORE_BAND
+
+    sub = pdata.subset(rows)
+    out = []
+    for score in HOST_SCORE_BAND:
+        f = GPU_HOST_SCORE / score
+        loaders = [None if lt is None else replace(lt, produce_s=lt.produce_s * f, main_s=lt.main_s * f,
+                                                   pin_s=lt.pin_s * f) for lt in sub.rows.loaders or ()]
+        moved = replace(sub.rows, loaders=loaders, batches={})
+        out.append(physics(PhysicsData(moved, sub.keys, sub.ids)))
+    return out
+
+
+def spread_over_hosts(lo: np.ndarray, hi: np.ndarray, base: np.ndarray, rows: np.ndarray,
+                      ends: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds ``lo``/``hi`` whose ``rows`` reach, besides their own, their bounds moved by physics at each end of the
+    host band over physics as priced (``ends`` of the rows, ``base`` of every row): each such row's interval covers
+    the job on every host of the band."""
+    lo, hi = lo.copy(), hi.copy()
+    for end in ends:
+        ratio = end / np.maximum(base[rows], 1e-12)
+        lo[rows] = np.minimum(lo[rows], lo[rows] * ratio)
+        hi[rows] = np.maximum(hi[rows], hi[rows] * ratio)
+    return lo, hi
 
 
 LOADER_WIDTH_UNMEASURED = float(np.log(2.0))  # no loader-bound training rows: a factor of 2 either way

@@ -22,7 +22,9 @@ from gpupred.loader.speed import GPU_HOST_SCORE
 from gpupred.step.physics.timeline import LoaderTimes
 from gpupred.setups import InputPipeline
 
-LOADER_COLUMNS: tuple[str, ...] = ("loader_produce_s", "loader_main_s", "loader_workers", "loader_cores", "loader_pin_s")
+# the last, 1 where the job named no host (LoaderTimes.host_guessed), is read where a frame has it
+LOADER_COLUMNS: tuple[str, ...] = ("loader_produce_s", "loader_main_s", "loader_workers", "loader_cores",
+                                   "loader_pin_s", "loader_host_guessed")
 TOKEN_BYTES = 8  # a pre-tokenized sample's ids are int64: its tokens are its input bytes / 8
 
 
@@ -115,18 +117,21 @@ def loader_times(pipeline: InputPipeline, batch_size: int, batch_bytes: float, c
     if pipeline.resident:
         return None
     speed = job_host_speed(pipeline, costs)
+    guessed = pipeline.host_named_by is None
     per_sample = costs.per_sample_s(pipeline.kind, sample_scale(pipeline, batch_bytes / max(batch_size, 1)),
                                     variant_of(pipeline))
     produce = batch_size * per_sample / speed
     copy = batch_bytes / (costs.copy_gbs * 1e9) / speed
     if pipeline.num_workers == 0:  # torch pins in line too
-        return LoaderTimes(produce + (copy if pipeline.pin_memory else 0.0), 0.0, 0, pipeline.cores)
+        return LoaderTimes(produce + (copy if pipeline.pin_memory else 0.0), 0.0, 0, pipeline.cores,
+                           host_guessed=guessed)
     touch = costs.ipc_per_byte_s * batch_bytes / speed  # first touch of the worker's shared-memory batch
     handoff = costs.ipc_per_batch_s / speed + touch  # a worker puts each batch into shared memory and the queue:
     produce += handoff  # taken as costly as the main process's receiving it (the bench times the receiving side)
     if pipeline.pin_memory:  # the pin-memory thread touches and copies it; the main thread only receives
-        return LoaderTimes(produce, costs.ipc_per_batch_s / speed, pipeline.num_workers, pipeline.cores, touch + copy)
-    return LoaderTimes(produce, handoff, pipeline.num_workers, pipeline.cores)
+        return LoaderTimes(produce, costs.ipc_per_batch_s / speed, pipeline.num_workers, pipeline.cores, touch + copy,
+                           guessed)
+    return LoaderTimes(produce, handoff, pipeline.num_workers, pipeline.cores, host_guessed=guessed)
 
 
 def loader_columns(times: LoaderTimes | None) -> dict[str, float]:
@@ -134,7 +139,7 @@ def loader_columns(times: LoaderTimes | None) -> dict[str, float]:
     if times is None:
         return dict.fromkeys(LOADER_COLUMNS, np.nan)
     return dict(zip(LOADER_COLUMNS, (times.produce_s, times.main_s, float(times.workers), float(times.cores),
-                                     times.pin_s)))
+                                     times.pin_s, float(times.host_guessed))))
 
 
 

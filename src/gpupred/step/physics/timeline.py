@@ -68,6 +68,7 @@ class LoaderTimes:
     workers: int = 0  # DataLoader num_workers (0: the main process makes every batch in line)
     cores: float = float("inf")  # CPU cores the job's processes share
     pin_s: float = 0.0  # with workers and pin_memory: the pin-memory thread's time per batch (it runs beside the step)
+    host_guessed: bool = False  # the job named no host: priced on a GPU server as measured (gpupred.loader.speed)
 
 
 def loader_arrays(loaders: Sequence[LoaderTimes | None], n: int) -> np.ndarray:
