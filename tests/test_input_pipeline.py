@@ -214,9 +214,13 @@ def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:
     for args in (["--workers", "2"], ["--data", "image-files", "--image-source", "big"], ["--data", "webdataset"],
                  ["--data", "host-tensors", "--image-source", "4000x3000:png"],
                  ["--data", "image-files", "--array-source", "90000000:txt-legacy"],
-                 ["--data", "array-files", "--array-source", "45k"], ["--data", "array-files", "--array-source", "9:csv"]):
+                 ["--data", "array-files", "--array-source", "45k"], ["--data", "array-files", "--array-source", "9:csv"],
+                 ["--data", "image-files", "--host-score", "0"]):
         code, _, err = run(*args)
         assert code == 2 and err.count("\n") == 1, (args, err)
+    code, out, _ = run("--data", "image-files", "--workers", "2", "--host-score", "0.8")
+    pipe = json.loads(out)["inputs"]["pipeline"]
+    assert code == 0 and pipe["host_named_by"] == "host_score" and pipe["changes"]["host_score"] == 0.8
 
 
 def test_a_measured_loader_feeds_the_prediction(predictor, tmp_path) -> None:

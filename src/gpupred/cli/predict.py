@@ -196,6 +196,12 @@ HostSpeed = Annotated[Optional[float], typer.Option("--host-speed", help="The ho
                                                                           "server as this project measured them, about "
                                                                           "half the reference host's.",
                                                     show_default=False)]
+HostScore = Annotated[Optional[float], typer.Option("--host-score", help="The host's single-core score as `gpupred "
+                                                                          "loader bench` prints it (1.0: the reference "
+                                                                          "host). Named, the host narrows the "
+                                                                          "intervals, which otherwise span hosts from "
+                                                                          "0.4 to 1.0.",
+                                                    show_default=False)]
 ImageSource = Annotated[Optional[str], typer.Option("--image-source", help="Source images WxH[:jpeg|png][:v1|v2] "
                                                                             "(default 500x375:jpeg:v1).",
                                                     show_default=False)]
@@ -235,12 +241,13 @@ def source_options(image_source: str | None, array_source: str | None) -> dict[s
 
 def pipeline_options(data: str | None, workers: int | None, pin_memory: bool | None, prefetch: int | None,
                      cores: float | None, speed: float | None, image_source: str | None, profile: str | None,
-                     array_source: str | None = None) -> Any:
+                     array_source: str | None = None, score: float | None = None) -> Any:
     """The :class:`gpupred.setups.InputPipeline` of ``predict``'s pipeline flags (None: resident, nothing asked)."""
     from gpupred.setups import pipeline_of
 
     options = {"num_workers": workers, "pin_memory": pin_memory, "prefetch_factor": prefetch, "host_cores": cores,
-               "host_speed": speed, "profile": profile, **source_options(image_source, array_source)}
+               "host_speed": speed, "host_score": score, "profile": profile,
+               **source_options(image_source, array_source)}
     if data is None and all(v is None for v in options.values()):
         return None
     return pipeline_of(data, **options)
@@ -287,7 +294,7 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
                 image_size: ImageSize = None, data: Data = None, workers: Workers = None, pin_memory: PinMemory = None,
                 prefetch_factor: PrefetchFactor = None, host_cores: HostCores = None, host_speed: HostSpeed = None,
                 image_source: ImageSource = None, array_source: ArraySource = None,
-                loader_profile: LoaderProfile = None) -> None:
+                loader_profile: LoaderProfile = None, host_score: HostScore = None) -> None:
     """Predict GPU utilization, SM activity, step time and memory of a training job from its ONNX graph (or a model by
     name), whether it fits on the GPU, and their breakdowns; with --data, fed by a host input pipeline. Prints the
     versioned answer (schema gpupred.prediction/4; --json: as JSON)."""
@@ -300,7 +307,7 @@ def predict_cmd(model: Model = None, batch_size: BatchSize = None, precision: Pr
         optimizer_impl, no_momentum, weight_decay, tf32, checkpointing, accumulation, attention, channels_last,
         (lora, lora_alpha, lora_targets, lora_dropout, lora_config, qlora)))
     pipeline = pipeline_options(data, workers, pin_memory, prefetch_factor, host_cores, host_speed, image_source,
-                                loader_profile, array_source)
+                                loader_profile, array_source, host_score)
     run_predict(model, setup, batch_size, gpu, predictor_path, noncommercial, calibration, no_calibration, as_json,
                 named=(timm, hf, head, seq_len, image_size) if named else None, pipeline=pipeline)
 
