@@ -43,8 +43,8 @@ from gpupred.step.correction import (
 )
 from gpupred.step.rowphysics import (
     MIN_LOADER_ROWS, PHYSICS_TARGETS, ExtrapolationWidths, PhysicsData, default_columns, default_log_error, extrapolation_widths,
-    fitted_physics, host_band_physics, loader_bound, loader_width, physics_data, row_physics, rows_unfitted,
-    spread_over_hosts, guessed_hosts,
+    fitted_physics, guessed_hosts, host_band_physics, loader_bound, loader_width, physics_data, row_physics,
+    rows_unfitted, spread_over_hosts,
 )
 from gpupred.step.physics.constants import StepConstants
 from gpupred.step.physics.timeline import STEP_COLUMNS
