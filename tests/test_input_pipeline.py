@@ -189,6 +189,11 @@ def test_a_job_that_names_no_host_gets_intervals_over_the_hosts_it_may_run_on(pr
     assert guessed["iter_time_mean_s_low"] < 0.8 * named["iter_time_mean_s_low"]  # a host twice as fast
     assert guessed["iter_time_mean_s_high"] > 1.1 * named["iter_time_mean_s_high"]  # the H200's, 15% slower
     assert row(None)["iter_time_mean_s_low"] == row(RESIDENT)["iter_time_mean_s_low"]
+    from gpupred.predictor.answer import render_text
+
+    text = " ".join(render_text(predictor.answer(WORKLOAD, gpu=GPU, calibration=False,
+                                                 pipeline=InputPipeline("image-files", num_workers=2))).split())
+    assert "the intervals span hosts scoring 0.40-1.00: --host-score or --loader-profile narrows them" in text
 
 
 def test_the_cli_takes_the_pipeline_flags_and_refuses_bad_ones(capsys) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from gpupred.columnar import is_frame
 from gpupred.hardware import gpu_spec
+from gpupred.loader.speed import HOST_SCORE_BAND
 from gpupred.setups import InputPipeline, TrainingSetup, as_setup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -452,7 +453,8 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
     named_by = pipe["host_named_by"]
     server = ("" if named_by in ("host_speed", "profile") else  # the job names its host's speed or its profile
               f" (a host of score {changes['host_score']:.2f})" if named_by == "host_score" else  # or calibrated
-              " (a GPU server as measured)")  # no host named: gpupred.loader.speed.GPU_HOST_SCORE
+              f" (a GPU server as measured; the intervals span hosts scoring {HOST_SCORE_BAND[0]:.2f}-"
+              f"{HOST_SCORE_BAND[1]:.2f}: --host-score or --loader-profile narrows them)")  # none named: GPU_HOST_SCORE
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
             f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
             f"{pipe['host_speed']:.2f}x the host profile's single-core speed{server} ({_options(pipe['changes'])})")
