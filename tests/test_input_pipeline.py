@@ -128,6 +128,13 @@ def test_the_host_band_moves_a_guessed_hosts_loader_to_each_end() -> None:
                                [np.array([0.5]), np.array([1.5])])
     assert lo.tolist() == [0.5, 1.0] and hi.tolist() == [3.0, 2.0]
     assert HOST_SCORE_BAND[0] < GPU_HOST_SCORE < HOST_SCORE_BAND[1]
+    import pandas as pd
+
+    from gpupred.step.rowphysics import loaders_of
+
+    frame = pd.DataFrame([loader_columns(t) for t in loaders])  # the dataset's columns of these rows
+    assert loaders_of(frame) == loaders
+    assert [t and t.host_guessed for t in loaders_of(frame.drop(columns="loader_host_guessed"))] == [False, None, False]
 
 
 def test_options_are_checked_in_one_line() -> None:

@@ -22,7 +22,7 @@ from gpupred.hardware import gpu_spec
 from gpupred.learn.conformal import conformal_quantile
 from gpupred.step.physics.constants import ConstantsTable
 from gpupred.step.physics.fit import FitRows, fit_table, predict_rows
-from gpupred.step.physics.inputfeed import LOADER_COLUMNS
+from gpupred.step.physics.inputfeed import HOST_GUESSED_COLUMN, LOADER_TIME_COLUMNS
 from gpupred.step.physics.timeline import LoaderTimes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,13 +96,13 @@ def physics_data(df: pd.DataFrame, kernels: Sequence[Any] | None = None) -> Phys
 def loaders_of(df: pd.DataFrame) -> list[LoaderTimes | None] | None:
     """Each row's host input pipeline from its ``LOADER_COLUMNS`` (None where absent or NaN: resident batches); None
     when no row has one."""
-    times = LOADER_COLUMNS[:5]  # the guessed-host flag is read where a frame has it (datasets from before it: no)
-    if not set(times) <= set(df.columns):
+    if not set(LOADER_TIME_COLUMNS) <= set(df.columns):
         return None
-    values = df[list(times)].to_numpy(float)
+    values = df[list(LOADER_TIME_COLUMNS)].to_numpy(float)
     if np.isnan(values[:, 0]).all():
         return None
-    guessed = df[LOADER_COLUMNS[5]].to_numpy(float) == 1 if LOADER_COLUMNS[5] in df.columns else np.zeros(len(df), bool)
+    guessed = (df[HOST_GUESSED_COLUMN].to_numpy(float) == 1 if HOST_GUESSED_COLUMN in df.columns  # a frame from
+               else np.zeros(len(df), bool))  # before the flag: every host as named
     return [None if np.isnan(v[0]) else LoaderTimes(float(v[0]), float(v[1]), int(v[2]), float(v[3]), float(v[4]),
                                                     bool(g)) for v, g in zip(values, guessed)]
 

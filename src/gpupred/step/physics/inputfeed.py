@@ -22,9 +22,10 @@ from gpupred.loader.speed import GPU_HOST_SCORE
 from gpupred.step.physics.timeline import LoaderTimes
 from gpupred.setups import InputPipeline
 
-# the last, 1 where the job named no host (LoaderTimes.host_guessed), is read where a frame has it
-LOADER_COLUMNS: tuple[str, ...] = ("loader_produce_s", "loader_main_s", "loader_workers", "loader_cores",
-                                   "loader_pin_s", "loader_host_guessed")
+LOADER_TIME_COLUMNS: tuple[str, ...] = (  # LoaderTimes' times, workers and cores, in its order
+    "loader_produce_s", "loader_main_s", "loader_workers", "loader_cores", "loader_pin_s")
+HOST_GUESSED_COLUMN = "loader_host_guessed"  # 1 where the job named no host (LoaderTimes.host_guessed)
+LOADER_COLUMNS: tuple[str, ...] = (*LOADER_TIME_COLUMNS, HOST_GUESSED_COLUMN)
 TOKEN_BYTES = 8  # a pre-tokenized sample's ids are int64: its tokens are its input bytes / 8
 
 
