@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from gpupred.loader.speed import HOST_SCORE_BAND  # constants alone: nothing heavy on the CLI's start
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -199,8 +201,9 @@ HostSpeed = Annotated[Optional[float], typer.Option("--host-speed", help="The ho
 HostScore = Annotated[Optional[float], typer.Option("--host-score", help="The host's single-core score as `gpupred "
                                                                           "loader bench` prints it (1.0: the reference "
                                                                           "host). Named, the host narrows the "
-                                                                          "intervals, which otherwise span hosts from "
-                                                                          "0.4 to 1.0.",
+                                                                          "intervals, which otherwise span hosts "
+                                                                          f"scoring {HOST_SCORE_BAND[0]:.2f}-"
+                                                                          f"{HOST_SCORE_BAND[1]:.2f}.",
                                                     show_default=False)]
 ImageSource = Annotated[Optional[str], typer.Option("--image-source", help="Source images WxH[:jpeg|png][:v1|v2] "
                                                                             "(default 500x375:jpeg:v1).",

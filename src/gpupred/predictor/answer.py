@@ -457,7 +457,7 @@ def _text_inputs(answer: dict[str, Any]) -> list[str]:
               f"{HOST_SCORE_BAND[1]:.2f}: --host-score or --loader-profile narrows them)")  # none named: GPU_HOST_SCORE
     feed = ("resident (batches already on the GPU, as the sweeps ran)" if pipe["resident"] else
             f"{pipe['kind']}, {pipe['num_workers']} workers, {pipe['host_cores']:g} host cores at "
-            f"{pipe['host_speed']:.2f}x the host profile's single-core speed{server} ({_options(pipe['changes'])})")
+            f"{pipe['host_speed']:.2f}x the host profile's single-core speed{server} ({_options(changes)})")
     asked = f" (asked: {gpu['asked']})" if gpu["asked"] and gpu["asked"] != gpu["name"] else ""
     card = ("n/a" if gpu["name"] is None else f"{gpu['name']}{asked}, {gpu['memory_gib']:g} GiB, "
             f"{gpu['measured_runs']} measured runs")
